@@ -1,0 +1,742 @@
+//! Generation of the raw driver bindings from `cuda.h` and `cudaTypedefs.h`.
+//!
+//! This one module is compiled into two programs: the crate's build script (when it generates at
+//! build time) and `cargo xtask bindings` (which writes the committed snapshot). Both therefore
+//! produce their output from the same bindgen configuration and the same code generator.
+//!
+//! The output is one Rust file holding:
+//! - bindgen's types and constants (its function declarations are consumed, not emitted: the
+//!   library is never linked);
+//! - `ENTRY_POINTS`: for every function the header declares, the name and ABI version to ask
+//!   `cuGetProcAddress_v2` for, found by matching the declaration against `cudaTypedefs.h`'s
+//!   `PFN_<name>_v<version>` typedefs, and the symbol names for the platform-loader fallback;
+//! - `DriverFunctions`, a plain struct of optional function pointers, one per entry point;
+//! - a method per entry point on `Driver`, and a C-like free function per entry point that calls
+//!   through the process-wide driver;
+//! - `RESULT_TEXTS`: each `CUresult` value with its name and the header's description of it.
+
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString, c_void};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::ptr;
+
+/// The oldest headers the bindings can be generated from.
+pub const MINIMUM_CUDA_VERSION: u32 = 12000;
+
+/// Where the headers are and which CUDA version they declare.
+#[derive(Debug, Clone)]
+pub struct Headers {
+    /// The folder holding `cuda.h` and `cudaTypedefs.h`.
+    pub include_dir: PathBuf,
+    /// `CUDA_VERSION` from `cuda.h`, e.g. 13050.
+    pub cuda_version: u32,
+}
+
+impl Headers {
+    /// Checks that `include_dir` holds usable headers and reads their version.
+    pub fn in_dir(include_dir: &Path) -> Result<Headers, String> {
+        let cuda_h = include_dir.join("cuda.h");
+        let text = std::fs::read_to_string(&cuda_h)
+            .map_err(|e| format!("cannot read {}: {e}", cuda_h.display()))?;
+        let cuda_version = text
+            .lines()
+            .find_map(|line| {
+                let rest = line.trim_start().strip_prefix("#define")?.trim_start();
+                rest.strip_prefix("CUDA_VERSION")?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+            .ok_or_else(|| format!("{} does not define CUDA_VERSION", cuda_h.display()))?;
+        if cuda_version < MINIMUM_CUDA_VERSION {
+            return Err(format!(
+                "{} declares CUDA {} but at least CUDA {} headers are needed",
+                cuda_h.display(),
+                version_text(cuda_version),
+                version_text(MINIMUM_CUDA_VERSION)
+            ));
+        }
+        let typedefs_h = include_dir.join("cudaTypedefs.h");
+        if !typedefs_h.is_file() {
+            return Err(format!(
+                "{} has cuda.h but no cudaTypedefs.h, which gives each entry point's ABI version",
+                include_dir.display()
+            ));
+        }
+        Ok(Headers {
+            include_dir: include_dir.to_path_buf(),
+            cuda_version,
+        })
+    }
+
+    /// The header files the output depends on.
+    pub fn files(&self) -> [PathBuf; 2] {
+        [
+            self.include_dir.join("cuda.h"),
+            self.include_dir.join("cudaTypedefs.h"),
+        ]
+    }
+}
+
+/// `13050` as `13.5`.
+pub fn version_text(version: u32) -> String {
+    format!("{}.{}", version / 1000, version % 1000 / 10)
+}
+
+/// Generates the bindings file. `provenance` becomes the file's first comment line.
+pub fn generate(headers: &Headers, provenance: &str) -> Result<String, String> {
+    load_libclang()?;
+    let bindgen_output = run_bindgen(headers)?;
+    let mut file = syn::parse_file(&bindgen_output)
+        .map_err(|e| format!("cannot parse bindgen's output: {e}"))?;
+    let functions = take_functions(&mut file)?;
+    let results = result_texts(&file)?;
+    let abi = abi_versions(headers)?;
+    let per_thread = per_thread_symbols(headers)?;
+
+    let mut entries = Vec::with_capacity(functions.len());
+    for function in functions {
+        let abi_version = abi.get(&function.name).cloned();
+        let per_thread_symbol = per_thread.get(&function.name).cloned();
+        entries.push(Entry {
+            function,
+            abi_version,
+            per_thread_symbol,
+        });
+    }
+
+    let mut out = String::new();
+    writeln!(out, "// {provenance}").unwrap();
+    writeln!(
+        out,
+        "// Source: cuda.h and cudaTypedefs.h of CUDA {} (CUDA_VERSION {}). Do not edit.",
+        version_text(headers.cuda_version),
+        headers.cuda_version
+    )
+    .unwrap();
+    out.push('\n');
+    out.push_str(&prettyplease::unparse(&file));
+    emit_entry_points(&mut out, &entries);
+    emit_driver_functions(&mut out, &entries);
+    emit_driver_methods(&mut out, &entries);
+    emit_free_functions(&mut out, &entries);
+    emit_result_texts(&mut out, &results);
+    Ok(out)
+}
+
+/// Loads libclang for this thread, so that a missing libclang is an error instead of a panic
+/// inside bindgen.
+fn load_libclang() -> Result<(), String> {
+    if clang_sys::is_loaded() {
+        return Ok(());
+    }
+    clang_sys::load().map_err(|e| format!("libclang is not available: {e}"))
+}
+
+fn clang_args(headers: &Headers) -> Vec<String> {
+    vec![
+        "-x".into(),
+        "c".into(),
+        "-std=c11".into(),
+        format!("-I{}", headers.include_dir.display()),
+    ]
+}
+
+fn run_bindgen(headers: &Headers) -> Result<String, String> {
+    let cuda_h = headers.include_dir.join("cuda.h");
+    let bindings = bindgen::Builder::default()
+        .header(cuda_h.to_string_lossy())
+        .clang_args(clang_args(headers))
+        .allowlist_function("cu.*")
+        .allowlist_type("CU.*|cu.*")
+        .allowlist_var("CU.*|cu.*")
+        // A Rust enum holding a value the header did not know is undefined behaviour, and a newer
+        // driver returns such values: every C enum becomes a newtype over its integer.
+        .default_enum_style(bindgen::EnumVariation::NewType {
+            is_bitfield: false,
+            is_global: false,
+        })
+        .prepend_enum_name(false)
+        .derive_default(true)
+        .layout_tests(false)
+        .generate_comments(true)
+        .rust_edition(bindgen::RustEdition::Edition2024)
+        .rust_target(bindgen::RustTarget::stable(85, 0).map_err(|e| e.to_string())?)
+        .formatter(bindgen::Formatter::None)
+        .parse_callbacks(Box::new(DocComments))
+        .generate()
+        .map_err(|e| format!("bindgen failed on {}: {e}", cuda_h.display()))?;
+    Ok(bindings.to_string())
+}
+
+/// Turns the header's Doxygen comments into Markdown rustdoc accepts: no indented lines (which
+/// rustdoc would compile as Rust doctests) and `\code` blocks fenced as C.
+#[derive(Debug)]
+struct DocComments;
+
+impl bindgen::callbacks::ParseCallbacks for DocComments {
+    fn process_comment(&self, comment: &str) -> Option<String> {
+        let mut out = String::with_capacity(comment.len());
+        for line in comment.lines() {
+            let line = line.trim();
+            let line = if line.starts_with("\\code") {
+                "```c"
+            } else if line.starts_with("\\endcode") {
+                "```"
+            } else {
+                line
+            };
+            out.push_str(line);
+            out.push('\n');
+        }
+        Some(out.trim_end().to_owned())
+    }
+}
+
+/// One function declared by the header, as bindgen typed it.
+struct Function {
+    name: String,
+    params: Vec<(String, String)>,
+    docs: Vec<String>,
+}
+
+/// A function and where the driver table gets it from.
+struct Entry {
+    function: Function,
+    /// The base name and ABI version to ask `cuGetProcAddress_v2` for.
+    abi_version: Option<(String, u32)>,
+    /// The `_ptsz`/`_ptds` symbol, for the platform-loader fallback with the per-thread default
+    /// stream.
+    per_thread_symbol: Option<String>,
+}
+
+/// Removes bindgen's `extern "C"` blocks from the file and returns the functions they declared.
+fn take_functions(file: &mut syn::File) -> Result<Vec<Function>, String> {
+    let mut functions = Vec::new();
+    let mut kept = Vec::with_capacity(file.items.len());
+    for item in std::mem::take(&mut file.items) {
+        let syn::Item::ForeignMod(block) = item else {
+            kept.push(item);
+            continue;
+        };
+        for foreign in block.items {
+            let syn::ForeignItem::Fn(declaration) = foreign else {
+                return Err("bindgen declared an extern item that is not a function".into());
+            };
+            functions.push(function_of(&declaration)?);
+        }
+    }
+    file.items = kept;
+    if functions.is_empty() {
+        return Err("bindgen found no driver functions in cuda.h".into());
+    }
+    Ok(functions)
+}
+
+fn function_of(declaration: &syn::ForeignItemFn) -> Result<Function, String> {
+    let signature = &declaration.sig;
+    let name = signature.ident.to_string();
+    match &signature.output {
+        syn::ReturnType::Type(_, ty) if type_text(ty) == "CUresult" => {}
+        _ => {
+            return Err(format!(
+                "{name} does not return CUresult; the table assumes all do"
+            ));
+        }
+    }
+    if signature.variadic.is_some() {
+        return Err(format!("{name} is variadic"));
+    }
+    let mut params = Vec::new();
+    for input in &signature.inputs {
+        let syn::FnArg::Typed(typed) = input else {
+            return Err(format!("{name} has a receiver"));
+        };
+        let syn::Pat::Ident(pattern) = typed.pat.as_ref() else {
+            return Err(format!("{name} has a parameter without a plain name"));
+        };
+        params.push((pattern.ident.to_string(), type_text(&typed.ty)));
+    }
+    let docs = declaration
+        .attrs
+        .iter()
+        .filter_map(doc_text)
+        .collect::<Vec<_>>();
+    Ok(Function { name, params, docs })
+}
+
+fn doc_text(attribute: &syn::Attribute) -> Option<String> {
+    if !attribute.path().is_ident("doc") {
+        return None;
+    }
+    let syn::Meta::NameValue(meta) = &attribute.meta else {
+        return None;
+    };
+    match &meta.value {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(text),
+            ..
+        }) => Some(text.value()),
+        _ => None,
+    }
+}
+
+/// A type as rustfmt-style text (`*mut CUdeviceptr`, `::std::os::raw::c_uint`).
+fn type_text(ty: &syn::Type) -> String {
+    let file: syn::File = syn::parse_quote!(type T = #ty;);
+    let text = prettyplease::unparse(&file);
+    text.trim()
+        .trim_start_matches("type T = ")
+        .trim_end_matches(';')
+        .to_owned()
+}
+
+/// The `CUresult` constants bindgen emitted, with the first sentence of their documentation.
+fn result_texts(file: &syn::File) -> Result<Vec<(String, u64, String)>, String> {
+    let mut results = Vec::new();
+    for item in &file.items {
+        let syn::Item::Impl(block) = item else {
+            continue;
+        };
+        let syn::Type::Path(self_type) = block.self_ty.as_ref() else {
+            continue;
+        };
+        if !self_type.path.is_ident("cudaError_enum") {
+            continue;
+        }
+        for member in &block.items {
+            let syn::ImplItem::Const(constant) = member else {
+                continue;
+            };
+            let value = match &constant.expr {
+                syn::Expr::Call(call) => match call.args.first() {
+                    Some(syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Int(int),
+                        ..
+                    })) => int.base10_parse::<u64>().map_err(|e| e.to_string())?,
+                    _ => return Err(format!("unexpected value for {}", constant.ident)),
+                },
+                _ => return Err(format!("unexpected value for {}", constant.ident)),
+            };
+            let doc = constant
+                .attrs
+                .iter()
+                .filter_map(doc_text)
+                .collect::<Vec<_>>()
+                .join(" ");
+            results.push((constant.ident.to_string(), value, first_sentence(&doc)));
+        }
+    }
+    if results.is_empty() {
+        return Err("bindgen emitted no CUresult values".into());
+    }
+    // Sorted by code, so that lookups can search.
+    results.sort_by_key(|(_, code, _)| *code);
+    results.dedup_by_key(|(_, code, _)| *code);
+    Ok(results)
+}
+
+fn first_sentence(doc: &str) -> String {
+    let text = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    let text = text.trim_start_matches("\\deprecated").trim();
+    match text.find(". ") {
+        Some(end) => text[..=end].to_owned(),
+        None => text.to_owned(),
+    }
+}
+
+/// Walks the top-level declarations of a header with libclang.
+fn visit_declarations(
+    headers: &Headers,
+    header: &str,
+    defines: &[&str],
+    mut visit: impl FnMut(clang_sys::CXCursor),
+) -> Result<(), String> {
+    let path = CString::new(
+        headers
+            .include_dir
+            .join(header)
+            .to_string_lossy()
+            .as_bytes(),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut args = clang_args(headers);
+    args.extend(defines.iter().map(|define| format!("-D{define}")));
+    let args = args
+        .into_iter()
+        .map(|arg| CString::new(arg).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let arg_pointers = args.iter().map(|arg| arg.as_ptr()).collect::<Vec<_>>();
+
+    extern "C" fn visitor(
+        cursor: clang_sys::CXCursor,
+        _parent: clang_sys::CXCursor,
+        data: clang_sys::CXClientData,
+    ) -> clang_sys::CXChildVisitResult {
+        // SAFETY: `data` is the `&mut dyn FnMut` passed to `clang_visitChildren` below, alive and
+        // not otherwise borrowed for the whole visit.
+        let visit = unsafe { &mut *data.cast::<&mut dyn FnMut(clang_sys::CXCursor)>() };
+        visit(cursor);
+        clang_sys::CXChildVisit_Continue
+    }
+
+    // SAFETY: libclang is loaded on this thread (`load_libclang`); every pointer passed lives until
+    // the translation unit and index are disposed at the end of this block.
+    unsafe {
+        let index = clang_sys::clang_createIndex(0, 0);
+        let unit = clang_sys::clang_parseTranslationUnit(
+            index,
+            path.as_ptr(),
+            arg_pointers.as_ptr(),
+            arg_pointers.len() as i32,
+            ptr::null_mut(),
+            0,
+            clang_sys::CXTranslationUnit_SkipFunctionBodies,
+        );
+        if unit.is_null() {
+            clang_sys::clang_disposeIndex(index);
+            return Err(format!("libclang could not parse {header}"));
+        }
+        let errors = (0..clang_sys::clang_getNumDiagnostics(unit))
+            .filter(|&i| {
+                let diagnostic = clang_sys::clang_getDiagnostic(unit, i);
+                let severity = clang_sys::clang_getDiagnosticSeverity(diagnostic);
+                clang_sys::clang_disposeDiagnostic(diagnostic);
+                severity >= clang_sys::CXDiagnostic_Error
+            })
+            .count();
+        if errors == 0 {
+            let mut visit: &mut dyn FnMut(clang_sys::CXCursor) = &mut visit;
+            clang_sys::clang_visitChildren(
+                clang_sys::clang_getTranslationUnitCursor(unit),
+                visitor,
+                (&mut visit as *mut &mut dyn FnMut(clang_sys::CXCursor)).cast::<c_void>(),
+            );
+        }
+        clang_sys::clang_disposeTranslationUnit(unit);
+        clang_sys::clang_disposeIndex(index);
+        if errors > 0 {
+            return Err(format!(
+                "libclang reported {errors} errors parsing {header}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn cursor_name(cursor: clang_sys::CXCursor) -> String {
+    // SAFETY: `cursor` comes from a live translation unit; the string is copied, then disposed.
+    unsafe { owned_string(clang_sys::clang_getCursorSpelling(cursor)) }
+}
+
+fn canonical_spelling(ty: clang_sys::CXType) -> String {
+    // SAFETY: `ty` comes from a live translation unit; the string is copied, then disposed.
+    unsafe {
+        owned_string(clang_sys::clang_getTypeSpelling(
+            clang_sys::clang_getCanonicalType(ty),
+        ))
+    }
+}
+
+/// # Safety
+/// `string` must be a string libclang returned and nobody disposed of yet.
+unsafe fn owned_string(string: clang_sys::CXString) -> String {
+    // SAFETY: per the caller, `string` is live; libclang's C string is valid until disposed.
+    unsafe {
+        let text = clang_sys::clang_getCString(string);
+        let owned = if text.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(text).to_string_lossy().into_owned()
+        };
+        clang_sys::clang_disposeString(string);
+        owned
+    }
+}
+
+/// Maps each declared function to the base name and version to ask `cuGetProcAddress_v2` for.
+///
+/// `cudaTypedefs.h` lists each ABI of an entry point as `PFN_<base>_v<N>`, `N` being the CUDA
+/// version that introduced it; the driver answers a request for `(base, version)` with the newest
+/// ABI not newer than `version`. A declared `<base>_v<K>` is the K-th ABI of `<base>` and a plain
+/// `<base>` the first, counting every listed version (those inside the header's
+/// `__CUDA_API_VERSION_INTERNAL` section too). The version found that way must have the
+/// declaration's exact canonical signature; where it does not, or the count does not reach, the
+/// smallest version with that signature is used. Counting matters where a new ABI kept the old
+/// signature: `cuEventElapsedTime_v2` has the signature of `PFN_cuEventElapsedTime_v2000` but is
+/// `PFN_cuEventElapsedTime_v12080`, and asking for 2000 would return the old function.
+fn abi_versions(headers: &Headers) -> Result<BTreeMap<String, (String, u32)>, String> {
+    let typedefs_h = headers.include_dir.join("cudaTypedefs.h");
+    let text = std::fs::read_to_string(&typedefs_h)
+        .map_err(|e| format!("cannot read {}: {e}", typedefs_h.display()))?;
+    let mut listed: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (position, _) in text.match_indices("PFN_") {
+        let name: String = text[position..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if let Some((base, version)) = parse_pfn_name(&name) {
+            listed.entry(base.to_owned()).or_default().push(version);
+        }
+    }
+    for versions in listed.values_mut() {
+        versions.sort_unstable();
+        versions.dedup();
+    }
+
+    let mut declared = BTreeMap::new();
+    let mut signatures: BTreeMap<(String, u32), String> = BTreeMap::new();
+    visit_declarations(headers, "cudaTypedefs.h", &[], |cursor| {
+        // SAFETY: the cursor is live for the duration of the visit.
+        let kind = unsafe { clang_sys::clang_getCursorKind(cursor) };
+        let name = cursor_name(cursor);
+        if kind == clang_sys::CXCursor_FunctionDecl && name.starts_with("cu") {
+            // SAFETY: as above.
+            let ty = unsafe { clang_sys::clang_getCursorType(cursor) };
+            declared.insert(name, canonical_spelling(ty));
+        } else if kind == clang_sys::CXCursor_TypedefDecl {
+            let Some((base, version)) = parse_pfn_name(&name) else {
+                return;
+            };
+            // SAFETY: as above; a PFN typedef is a pointer to a function type.
+            let signature = unsafe {
+                let pointer = clang_sys::clang_getCanonicalType(
+                    clang_sys::clang_getTypedefDeclUnderlyingType(cursor),
+                );
+                canonical_spelling(clang_sys::clang_getPointeeType(pointer))
+            };
+            signatures.insert((base.to_owned(), version), signature);
+        }
+    })?;
+
+    let mut versions = BTreeMap::new();
+    for (name, signature) in &declared {
+        let (base, ordinal) = match split_version_suffix(name) {
+            Some((base, ordinal)) if listed.contains_key(base) => (base, ordinal),
+            _ => (name.as_str(), 1),
+        };
+        let matches =
+            |version: &u32| signatures.get(&(base.to_owned(), *version)) == Some(signature);
+        let Some(abi) = listed.get(base) else {
+            continue;
+        };
+        let counted = abi.get(ordinal - 1).copied().filter(matches);
+        if let Some(version) = counted.or_else(|| abi.iter().copied().find(matches)) {
+            versions.insert(name.clone(), (base.to_owned(), version));
+        }
+    }
+    Ok(versions)
+}
+
+/// `PFN_cuMemAlloc_v3020` as `("cuMemAlloc", 3020)`; `None` for `_ptsz`/`_ptds` and other names.
+fn parse_pfn_name(name: &str) -> Option<(&str, u32)> {
+    let rest = name.strip_prefix("PFN_")?;
+    let (base, version) = rest.rsplit_once("_v")?;
+    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((base, version.parse().ok()?))
+}
+
+/// `cuMemAlloc_v2` as `("cuMemAlloc", 2)`; `None` when there is no `_v<K>` suffix.
+fn split_version_suffix(name: &str) -> Option<(&str, usize)> {
+    let (base, suffix) = name.rsplit_once("_v")?;
+    let ordinal = suffix.parse::<usize>().ok().filter(|k| *k >= 1)?;
+    suffix
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then_some((base, ordinal))
+}
+
+/// The `_ptsz`/`_ptds` symbol of each function that has one, from a second parse of `cuda.h`
+/// with `CUDA_API_PER_THREAD_DEFAULT_STREAM` defined.
+fn per_thread_symbols(headers: &Headers) -> Result<BTreeMap<String, String>, String> {
+    let mut symbols = BTreeMap::new();
+    visit_declarations(
+        headers,
+        "cuda.h",
+        &["CUDA_API_PER_THREAD_DEFAULT_STREAM"],
+        |cursor| {
+            // SAFETY: the cursor is live for the duration of the visit.
+            let kind = unsafe { clang_sys::clang_getCursorKind(cursor) };
+            if kind != clang_sys::CXCursor_FunctionDecl {
+                return;
+            }
+            let name = cursor_name(cursor);
+            let base = name
+                .strip_suffix("_ptsz")
+                .or_else(|| name.strip_suffix("_ptds"));
+            if let Some(base) = base {
+                symbols.insert(base.to_owned(), name);
+            }
+        },
+    )?;
+    Ok(symbols)
+}
+
+fn params_declaration(function: &Function) -> String {
+    function
+        .params
+        .iter()
+        .map(|(name, ty)| format!("{name}: {ty}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn params_forwarded(function: &Function) -> String {
+    function
+        .params
+        .iter()
+        .map(|(name, _)| name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn pointer_type(function: &Function) -> String {
+    let params = function
+        .params
+        .iter()
+        .map(|(_, ty)| ty.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("unsafe extern \"C\" fn({params}) -> CUresult")
+}
+
+fn emit_entry_points(out: &mut String, entries: &[Entry]) {
+    out.push_str(
+        "\n/// The number of driver entry points the header declares.\n\
+         pub const ENTRY_POINT_COUNT: usize = ",
+    );
+    writeln!(out, "{};", entries.len()).unwrap();
+    out.push_str(
+        "\n/// Every entry point the header declares, in declaration order, with where the driver \
+         table\n/// gets it from.\n\
+         pub static ENTRY_POINTS: [EntryPoint; ENTRY_POINT_COUNT] = [\n",
+    );
+    for entry in entries {
+        let name = &entry.function.name;
+        let proc = match &entry.abi_version {
+            Some((base, version)) => format!("Some((c\"{base}\", {version}))"),
+            None => "None".into(),
+        };
+        let per_thread = match &entry.per_thread_symbol {
+            Some(symbol) => format!("Some(c\"{symbol}\")"),
+            None => "None".into(),
+        };
+        writeln!(
+            out,
+            "    EntryPoint {{ symbol: c\"{name}\", proc_address: {proc}, per_thread_symbol: {per_thread} }},"
+        )
+        .unwrap();
+    }
+    out.push_str("];\n");
+}
+
+fn emit_driver_functions(out: &mut String, entries: &[Entry]) {
+    out.push_str(
+        "\n/// The driver's entry points as resolved from one driver library: `None` where that \
+         driver does\n/// not have the entry point (or has it only at an older ABI than the \
+         header's).\n\
+         #[derive(Clone, Copy)]\n\
+         pub struct DriverFunctions {\n",
+    );
+    for entry in entries {
+        let function = &entry.function;
+        writeln!(
+            out,
+            "    /// [`{name}`](crate::{name}), if the driver has it.\n    pub {name}: Option<{ty}>,",
+            name = function.name,
+            ty = pointer_type(function)
+        )
+        .unwrap();
+    }
+    out.push_str("}\n\nimpl DriverFunctions {\n");
+    out.push_str(
+        "    /// Builds the table from one address per entry of [`ENTRY_POINTS`], null where \
+         missing.\n    ///\n    /// # Safety\n    /// Each non-null address must be the entry \
+         point at the same index of [`ENTRY_POINTS`],\n    /// with the ABI the header declares \
+         for it.\n    \
+         pub(crate) unsafe fn from_addresses(addresses: &[*mut ::std::ffi::c_void; \
+         ENTRY_POINT_COUNT]) -> Self {\n        \
+         // SAFETY: `Option<unsafe extern \"C\" fn(..)>` has the layout of a nullable pointer, \
+         and the\n        // caller guarantees each address has the declared ABI.\n        \
+         unsafe {\n            Self {\n",
+    );
+    for (index, entry) in entries.iter().enumerate() {
+        writeln!(
+            out,
+            "                {name}: ::std::mem::transmute::<*mut ::std::ffi::c_void, Option<{ty}>>(addresses[{index}]),",
+            name = entry.function.name,
+            ty = pointer_type(&entry.function)
+        )
+        .unwrap();
+    }
+    out.push_str("            }\n        }\n    }\n}\n");
+}
+
+fn emit_driver_methods(out: &mut String, entries: &[Entry]) {
+    out.push_str("\nimpl Driver {\n");
+    for (index, entry) in entries.iter().enumerate() {
+        let function = &entry.function;
+        writeln!(
+            out,
+            "    /// Calls [`{name}`](crate::{name}) of this driver; `CUDA_ERROR_NOT_FOUND` when \
+             this driver lacks it.\n    \
+             ///\n    /// # Safety\n    /// The arguments must meet the driver's requirements for \
+             `{name}` (valid pointers and\n    /// handles, as the CUDA driver API documents).\n    \
+             #[inline]\n    \
+             pub unsafe fn {name}(&self, {params}) -> CUresult {{\n        \
+             match self.functions().{name} {{\n            \
+             // SAFETY: the pointer has the declared ABI (resolved at its ABI version) and the \
+             caller\n            // meets the driver's requirements for the arguments.\n            \
+             Some(entry_point_) => unsafe {{ entry_point_({args}) }},\n            \
+             None => self.missing_entry_point({index}),\n        }}\n    }}\n",
+            name = function.name,
+            params = params_declaration(function),
+            args = params_forwarded(function),
+        )
+        .unwrap();
+    }
+    out.push_str("}\n");
+}
+
+fn emit_free_functions(out: &mut String, entries: &[Entry]) {
+    for entry in entries {
+        let function = &entry.function;
+        out.push('\n');
+        for line in &function.docs {
+            writeln!(out, "#[doc = {line:?}]").unwrap();
+        }
+        writeln!(
+            out,
+            "///\n/// Calls through the process-wide driver ([`driver`](crate::driver)): \
+             `CUDA_ERROR_NOT_FOUND` when it\n/// lacks this entry point, the load error's code \
+             when it could not be loaded.\n\
+             ///\n/// # Safety\n/// The arguments must meet the driver's requirements for \
+             `{name}` (valid pointers and\n/// handles, as the CUDA driver API documents).\n\
+             #[inline]\n\
+             pub unsafe fn {name}({params}) -> CUresult {{\n    \
+             match crate::driver() {{\n        \
+             // SAFETY: the caller meets the driver's requirements for the arguments.\n        \
+             Ok(process_driver_) => unsafe {{ process_driver_.{name}({args}) }},\n        \
+             Err(load_error_) => load_error_.result(),\n    }}\n}}",
+            name = function.name,
+            params = params_declaration(function),
+            args = params_forwarded(function),
+        )
+        .unwrap();
+    }
+}
+
+fn emit_result_texts(out: &mut String, results: &[(String, u64, String)]) {
+    out.push_str(
+        "\n/// Each `CUresult` value the header defines, sorted by code: its code, name and the \
+         header's\n/// description.\n\
+         pub static RESULT_TEXTS: &[(u32, &str, &str)] = &[\n",
+    );
+    for (name, value, description) in results {
+        writeln!(out, "    ({value}, {name:?}, {description:?}),").unwrap();
+    }
+    out.push_str("];\n");
+}

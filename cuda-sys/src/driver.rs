@@ -1,0 +1,447 @@
+//! Opening the driver library at run time and resolving its entry points into a table.
+//!
+//! The library is opened with the platform loader; only `cuDriverGetVersion` and
+//! `cuGetProcAddress_v2` are looked up by symbol. Every other entry point is resolved through
+//! `cuGetProcAddress_v2` at the ABI version the header declares for it, so that an older driver
+//! reports the entry point missing instead of handing back an older ABI. Where the driver has no
+//! `cuGetProcAddress_v2`, the header's exported symbol names are looked up instead.
+//!
+//! Resolution is eager: all entry points are resolved when the driver is opened. It costs about
+//! as much as opening the library's file (see `docs/PERFORMANCE.md`), and it makes each call a
+//! plain load of a function pointer.
+
+use crate::entry_point::{Availability, EntryPoint};
+use crate::error::{Error, LoadError};
+use crate::{CUresult, DriverFunctions, ENTRY_POINT_COUNT, ENTRY_POINTS};
+use std::ffi::{CStr, OsString, c_char, c_int, c_void};
+use std::path::Path;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// The environment variable naming a driver library to try first.
+pub const LIBCUDA_VARIABLE: &str = "CUDA_SYS_LIBCUDA";
+/// The environment variable that turns on the per-thread default stream (`1`).
+pub const PER_THREAD_DEFAULT_STREAM_VARIABLE: &str = "CUDA_SYS_PER_THREAD_DEFAULT_STREAM";
+/// The oldest driver supported: CUDA 10.0, the first with host functions (`cuLaunchHostFunc`),
+/// stream capture and graphs.
+pub const MINIMUM_DRIVER_VERSION: i32 = 10000;
+
+/// The names tried when no library is named: `libcuda.so.1` first, so that a toolkit's stub
+/// `libcuda.so` on the library path is not picked up by mistake.
+#[cfg(not(windows))]
+const DEFAULT_LIBRARY_NAMES: &[&str] = &["libcuda.so.1", "libcuda.so"];
+#[cfg(windows)]
+const DEFAULT_LIBRARY_NAMES: &[&str] = &["nvcuda.dll"];
+
+// `CUdriverProcAddress_flags` values, fixed by the driver ABI.
+const CU_GET_PROC_ADDRESS_LEGACY_STREAM: u64 = 1;
+const CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: u64 = 2;
+
+type DriverGetVersion = unsafe extern "C" fn(*mut c_int) -> CUresult;
+type GetProcAddress =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
+
+/// How to open a driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadOptions {
+    libraries: Vec<OsString>,
+    per_thread_default_stream: bool,
+}
+
+impl Default for LoadOptions {
+    /// The library named by `CUDA_SYS_LIBCUDA` if set, then `libcuda.so.1`, then `libcuda.so`;
+    /// the per-thread default stream when `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`.
+    fn default() -> Self {
+        let mut libraries: Vec<OsString> = Vec::new();
+        if let Some(path) = std::env::var_os(LIBCUDA_VARIABLE).filter(|path| !path.is_empty()) {
+            libraries.push(path);
+        }
+        libraries.extend(DEFAULT_LIBRARY_NAMES.iter().map(OsString::from));
+        let per_thread_default_stream =
+            std::env::var_os(PER_THREAD_DEFAULT_STREAM_VARIABLE).is_some_and(|value| value == "1");
+        LoadOptions {
+            libraries,
+            per_thread_default_stream,
+        }
+    }
+}
+
+impl LoadOptions {
+    /// Open exactly this library (a path, or a name for the platform loader's search).
+    pub fn library(path: impl AsRef<Path>) -> Self {
+        LoadOptions {
+            libraries: vec![path.as_ref().as_os_str().to_owned()],
+            per_thread_default_stream: false,
+        }
+    }
+
+    /// Resolve the per-thread-default-stream versions of the entry points that take a stream, so
+    /// that the null stream means `CU_STREAM_PER_THREAD` instead of `CU_STREAM_LEGACY`.
+    pub fn per_thread_default_stream(mut self, enabled: bool) -> Self {
+        self.per_thread_default_stream = enabled;
+        self
+    }
+}
+
+/// A loaded driver library and its table of entry points.
+///
+/// Each entry point is a method with the C name and signature (`driver.cuInit(0)`), or a field of
+/// [`functions`](Driver::functions) for callers that want the pointer. An entry point the driver
+/// lacks answers `CUDA_ERROR_NOT_FOUND` (and is logged once); [`availability`](Driver::availability)
+/// says which and why.
+pub struct Driver {
+    // Keeps the code the table points into loaded for as long as the table lives.
+    _library: libloading::Library,
+    library_name: String,
+    version: i32,
+    per_thread_default_stream: bool,
+    functions: DriverFunctions,
+    // The resolved addresses, 0 where unavailable, for callers that compare them.
+    addresses: Box<[usize]>,
+    availability: Box<[Availability]>,
+    missing_reported: Box<[AtomicBool]>,
+}
+
+impl std::fmt::Debug for Driver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver")
+            .field("library", &self.library_name)
+            .field("version", &self.version)
+            .field("per_thread_default_stream", &self.per_thread_default_stream)
+            .field("available_entry_points", &self.available_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Driver {
+    /// Opens the driver library at `path` (or a name the platform loader searches for).
+    ///
+    /// # Errors
+    /// A [`LoadError`] when the library cannot be opened, is a stub, lacks
+    /// `cuDriverGetVersion` or is older than [`MINIMUM_DRIVER_VERSION`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Driver, LoadError> {
+        Driver::load(&LoadOptions::library(path))
+    }
+
+    /// Opens the first library of `options` that the platform loader can open, and resolves the
+    /// table.
+    ///
+    /// # Errors
+    /// As [`Driver::open`]; when no library opens, the error names all that were tried.
+    pub fn load(options: &LoadOptions) -> Result<Driver, LoadError> {
+        let mut tried = Vec::new();
+        let mut messages = Vec::new();
+        for name in &options.libraries {
+            let shown = name.to_string_lossy().into_owned();
+            // SAFETY: opening a driver library runs its initialisers, which is what every CUDA
+            // program does; the library's code stays loaded while the returned `Driver` lives.
+            match unsafe { libloading::Library::new(name) } {
+                Ok(library) => {
+                    if !messages.is_empty() {
+                        log::debug!("opened {shown} after: {}", messages.join("; "));
+                    }
+                    return Driver::from_library(library, shown, options.per_thread_default_stream);
+                }
+                Err(error) => {
+                    messages.push(error.to_string());
+                    tried.push(shown);
+                }
+            }
+        }
+        Err(LoadError::LibraryNotFound {
+            tried,
+            message: messages.join("; "),
+        })
+    }
+
+    fn from_library(
+        library: libloading::Library,
+        library_name: String,
+        per_thread_default_stream: bool,
+    ) -> Result<Driver, LoadError> {
+        // SAFETY: if present, the symbol is the driver's `cuDriverGetVersion`, whose C signature
+        // is `CUresult (int *)`.
+        let get_version = unsafe { library.get::<DriverGetVersion>(c"cuDriverGetVersion") }
+            .map(|symbol| *symbol)
+            .map_err(|_| LoadError::MissingBootstrap {
+                library: library_name.clone(),
+                symbol: "cuDriverGetVersion",
+            })?;
+        // SAFETY: if present, the symbol is the driver's `cuGetProcAddress_v2`, whose C signature
+        // is `CUresult (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *)`.
+        let get_proc_address = unsafe { library.get::<GetProcAddress>(c"cuGetProcAddress_v2") }
+            .ok()
+            .map(|symbol| *symbol);
+
+        let mut version: c_int = 0;
+        // SAFETY: `version` is a valid `int` to write; the function needs no initialisation.
+        let result = unsafe { get_version(&mut version) };
+        match result {
+            CUresult::CUDA_SUCCESS => {}
+            CUresult::CUDA_ERROR_STUB_LIBRARY => {
+                return Err(LoadError::StubLibrary {
+                    library: library_name,
+                });
+            }
+            result => {
+                return Err(LoadError::VersionQuery {
+                    library: library_name,
+                    result,
+                });
+            }
+        }
+        if version < MINIMUM_DRIVER_VERSION {
+            return Err(LoadError::DriverTooOld {
+                library: library_name,
+                found: version,
+                required: MINIMUM_DRIVER_VERSION,
+            });
+        }
+
+        let mut addresses = vec![ptr::null_mut::<c_void>(); ENTRY_POINT_COUNT];
+        let mut availability = vec![Availability::NotInDriver; ENTRY_POINT_COUNT];
+        let flags = if per_thread_default_stream {
+            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+        } else {
+            CU_GET_PROC_ADDRESS_LEGACY_STREAM
+        };
+        for (index, entry) in ENTRY_POINTS.iter().enumerate() {
+            if let Some(required) = entry.abi_version()
+                && required as i64 > i64::from(version)
+            {
+                // Asking would be answered CUDA_ERROR_INVALID_VALUE: the ABI is newer than the
+                // driver.
+                availability[index] = Availability::NeedsNewerDriver { required };
+                continue;
+            }
+            let address = match (get_proc_address, entry.proc_address) {
+                (Some(get_proc_address), Some((name, abi_version))) => {
+                    resolve(get_proc_address, name, abi_version, flags)
+                }
+                _ => {
+                    let symbol = match entry.per_thread_symbol {
+                        Some(symbol) if per_thread_default_stream => symbol,
+                        _ => entry.symbol,
+                    };
+                    lookup_symbol(&library, symbol)
+                }
+            };
+            if !address.is_null() {
+                addresses[index] = address;
+                availability[index] = Availability::Available;
+            }
+        }
+        let addresses: Box<[*mut c_void; ENTRY_POINT_COUNT]> = addresses
+            .into_boxed_slice()
+            .try_into()
+            .expect("one address per entry point");
+        // SAFETY: each non-null address was resolved for the entry at its index, at the ABI
+        // version the header declares (or by the header's exported symbol name).
+        let functions = unsafe { DriverFunctions::from_addresses(&addresses) };
+        let driver = Driver {
+            _library: library,
+            library_name,
+            version,
+            per_thread_default_stream,
+            functions,
+            addresses: addresses.iter().map(|address| address.addr()).collect(),
+            availability: availability.into_boxed_slice(),
+            missing_reported: (0..ENTRY_POINT_COUNT)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+        };
+        log::debug!(
+            "loaded {} (CUDA {}): {} of {} entry points available{}",
+            driver.library_name,
+            crate::version_text(version),
+            driver.available_count(),
+            ENTRY_POINT_COUNT,
+            if get_proc_address.is_some() {
+                ""
+            } else {
+                ", resolved by symbol name (no cuGetProcAddress_v2)"
+            }
+        );
+        Ok(driver)
+    }
+
+    /// The driver's version as `cuDriverGetVersion` reports it, e.g. `13000` for CUDA 13.0.
+    pub fn version(&self) -> i32 {
+        self.version
+    }
+
+    /// The name or path the library was opened by.
+    pub fn library_name(&self) -> &str {
+        &self.library_name
+    }
+
+    /// Whether stream entry points were resolved for the per-thread default stream.
+    pub fn per_thread_default_stream(&self) -> bool {
+        self.per_thread_default_stream
+    }
+
+    /// The table of function pointers, `None` where the driver lacks the entry point.
+    #[inline]
+    pub fn functions(&self) -> &DriverFunctions {
+        &self.functions
+    }
+
+    /// Whether this driver has the entry point with the header's symbol name (e.g.
+    /// `"cuLaunchHostFunc_v2"`); `None` for a name the header does not declare.
+    pub fn availability(&self, symbol: &str) -> Option<Availability> {
+        ENTRY_POINTS
+            .iter()
+            .position(|entry| entry.symbol.to_bytes() == symbol.as_bytes())
+            .map(|index| self.availability[index])
+    }
+
+    /// Every entry point with its availability and resolved address (null when unavailable).
+    pub fn entry_points(
+        &self,
+    ) -> impl ExactSizeIterator<Item = (&'static EntryPoint, Availability, *const c_void)> + '_
+    {
+        ENTRY_POINTS
+            .iter()
+            .zip(self.availability.iter().zip(self.addresses.iter()))
+            .map(|(entry, (availability, address))| {
+                (entry, *availability, ptr::without_provenance(*address))
+            })
+    }
+
+    fn available_count(&self) -> usize {
+        self.availability
+            .iter()
+            .filter(|a| a.is_available())
+            .count()
+    }
+
+    /// Turns a driver answer into a `Result`, naming `call` (the entry point's symbol) when it
+    /// failed, and telling an unavailable entry point apart from a driver error.
+    ///
+    /// # Errors
+    /// [`Error::EntryPointUnavailable`] when `result` is `CUDA_ERROR_NOT_FOUND` and this driver
+    /// lacks `call`; otherwise [`Error::Driver`] for any result but `CUDA_SUCCESS`.
+    pub fn check(&self, call: &'static str, result: CUresult) -> Result<(), Error> {
+        if result == CUresult::CUDA_SUCCESS {
+            return Ok(());
+        }
+        if result == CUresult::CUDA_ERROR_NOT_FOUND
+            && let Some(availability) = self.availability(call)
+            && !availability.is_available()
+        {
+            return Err(Error::EntryPointUnavailable {
+                entry_point: call,
+                driver_version: self.version,
+                availability,
+            });
+        }
+        Err(Error::Driver {
+            call,
+            result,
+            description: self.error_description(result),
+        })
+    }
+
+    /// The driver's message for `result` (`cuGetErrorString`), or the header's description when
+    /// the driver has none for it.
+    pub fn error_description(&self, result: CUresult) -> String {
+        let mut text: *const c_char = ptr::null();
+        // SAFETY: `text` is a valid out-pointer; the driver stores a pointer to a static string.
+        let answer = unsafe { self.cuGetErrorString(result, &mut text) };
+        if answer == CUresult::CUDA_SUCCESS && !text.is_null() {
+            // SAFETY: on success the driver stored a NUL-terminated static string.
+            return unsafe { CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned();
+        }
+        result.description().to_owned()
+    }
+
+    /// What a call of an entry point the driver lacks answers: logs once per entry point, then
+    /// `CUDA_ERROR_NOT_FOUND`.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn missing_entry_point(&self, index: usize) -> CUresult {
+        if !self.missing_reported[index].swap(true, Ordering::Relaxed) {
+            log::warn!(
+                "{} was called but is unavailable in {} (CUDA {} driver): {}",
+                ENTRY_POINTS[index].name(),
+                self.library_name,
+                crate::version_text(self.version),
+                self.availability[index]
+            );
+        }
+        CUresult::CUDA_ERROR_NOT_FOUND
+    }
+}
+
+fn resolve(
+    get_proc_address: GetProcAddress,
+    name: &CStr,
+    abi_version: u32,
+    flags: u64,
+) -> *mut c_void {
+    let mut address = ptr::null_mut();
+    let mut symbol_status: c_int = 0;
+    let Ok(version) = c_int::try_from(abi_version) else {
+        return ptr::null_mut();
+    };
+    // SAFETY: `name` is NUL-terminated and both out-pointers are valid for writes.
+    let result = unsafe {
+        get_proc_address(
+            name.as_ptr(),
+            &mut address,
+            version,
+            flags,
+            &mut symbol_status,
+        )
+    };
+    if result == CUresult::CUDA_SUCCESS {
+        address
+    } else {
+        ptr::null_mut()
+    }
+}
+
+fn lookup_symbol(library: &libloading::Library, symbol: &CStr) -> *mut c_void {
+    // SAFETY: the address is only read here, never dereferenced; it is called later through the
+    // ABI the header declares for this exported name.
+    unsafe {
+        library
+            .get::<*mut c_void>(symbol)
+            .ok()
+            .and_then(|symbol| symbol.try_as_raw_ptr())
+            .unwrap_or(ptr::null_mut())
+    }
+}
+
+static PROCESS_DRIVER: OnceLock<Result<Arc<Driver>, LoadError>> = OnceLock::new();
+
+/// The process-wide driver, loaded on first use with [`LoadOptions::default`] (or the options
+/// given to [`init_driver`] before).
+///
+/// # Errors
+/// The [`LoadError`] of the first attempt; the load is not retried.
+pub fn driver() -> Result<&'static Arc<Driver>, &'static LoadError> {
+    PROCESS_DRIVER
+        .get_or_init(|| load_process_driver(&LoadOptions::default()))
+        .as_ref()
+}
+
+/// Loads the process-wide driver with `options`, unless it is loaded already; then the loaded
+/// one is returned and `options` are ignored.
+///
+/// # Errors
+/// The [`LoadError`] of the first attempt.
+pub fn init_driver(options: &LoadOptions) -> Result<&'static Arc<Driver>, &'static LoadError> {
+    PROCESS_DRIVER
+        .get_or_init(|| load_process_driver(options))
+        .as_ref()
+}
+
+fn load_process_driver(options: &LoadOptions) -> Result<Arc<Driver>, LoadError> {
+    Driver::load(options).map(Arc::new).inspect_err(|error| {
+        log::error!("the process-wide CUDA driver could not be loaded: {error}");
+    })
+}
