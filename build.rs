@@ -1,12 +1,20 @@
-//! Builds the software CUDA driver the integration tests load (`tests/software-driver/`) into a
-//! shared object and tells the tests where it is through `CUDA_SOFTWARE_DRIVER_PATH`.
+//! Builds the software CUDA driver the integration tests load (`tests/software-driver/`) into
+//! shared objects, and tells the tests where they are through `CUDA_SOFTWARE_DRIVER_DIR`:
+//! - `libcudasw.so`: the software driver;
+//! - `libcudasw-stub.so`: the same sources acting as the toolkit's stub `libcuda.so` (every entry
+//!   point answers `CUDA_ERROR_STUB_LIBRARY`);
+//! - `libcudasw-noproc.so`: the software driver without `cuGetProcAddress`, as drivers before
+//!   CUDA 11.3, so that entry points are found by symbol name.
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const SOURCE_DIR: &str = "tests/software-driver";
-const LIBRARY_NAME: &str = "libcudasw.so";
+const VARIANTS: [(&str, Option<&str>); 3] = [
+    ("libcudasw.so", None),
+    ("libcudasw-stub.so", Some("CUSW_VARIANT_STUB")),
+    ("libcudasw-noproc.so", Some("CUSW_VARIANT_NO_PROC_ADDRESS")),
+];
 
 fn main() {
     println!("cargo:rerun-if-changed={SOURCE_DIR}");
@@ -19,11 +27,24 @@ fn main() {
     for source in &sources {
         println!("cargo:rerun-if-changed={}", source.display());
     }
+    for (library, define) in VARIANTS {
+        build_library(&sources, &out_dir, library, define);
+    }
+    println!(
+        "cargo:rustc-env=CUDA_SOFTWARE_DRIVER_DIR={}",
+        out_dir.display()
+    );
+}
 
+fn build_library(sources: &[PathBuf], out_dir: &Path, library: &str, define: Option<&str>) {
+    let objects_dir = out_dir.join(format!("{library}.objects"));
+    std::fs::create_dir_all(&objects_dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", objects_dir.display()));
     let mut build = cc::Build::new();
     build
-        .files(&sources)
+        .files(sources)
         .include(SOURCE_DIR)
+        .out_dir(&objects_dir)
         .pic(true)
         .warnings(true)
         .extra_warnings(true)
@@ -31,24 +52,23 @@ fn main() {
         .flag("-std=c11")
         .flag("-pthread")
         .flag("-fvisibility=hidden");
+    if let Some(define) = define {
+        build.define(define, None);
+    }
     let objects = build.compile_intermediates();
 
-    let library = out_dir.join(LIBRARY_NAME);
-    let compiler = build.get_compiler();
-    let status = compiler
+    let path = out_dir.join(library);
+    let status = build
+        .get_compiler()
         .to_command()
         .args(&objects)
         .args(["-shared", "-pthread", "-Wl,--no-undefined"])
-        .arg(format!("-Wl,-soname,{LIBRARY_NAME}"))
+        .arg(format!("-Wl,-soname,{library}"))
         .arg("-o")
-        .arg(&library)
+        .arg(&path)
         .status()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler to link {LIBRARY_NAME}: {e}"));
-    assert!(status.success(), "linking {LIBRARY_NAME} failed: {status}");
-    println!(
-        "cargo:rustc-env=CUDA_SOFTWARE_DRIVER_PATH={}",
-        library.display()
-    );
+        .unwrap_or_else(|e| panic!("cannot run the C compiler to link {library}: {e}"));
+    assert!(status.success(), "linking {library} failed: {status}");
 }
 
 fn c_sources(dir: &Path) -> Vec<PathBuf> {

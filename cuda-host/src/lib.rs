@@ -1,1 +1,66 @@
-//! stub
+//! Stream-ordered host functions for the CUDA driver: run Rust code between GPU work, in stream
+//! order, without use-after-free, leaks, panics across FFI or deadlocks.
+//!
+//! ```no_run
+//! use cuda_host::{Device, Stream, StreamFlags, host_launch};
+//!
+//! let driver = cuda_host::driver()?;
+//! let context = Device::get(driver, 0)?.primary_context()?;
+//! let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
+//! host_launch(&stream, || println!("after the work enqueued before, before the work after"))?;
+//! stream.synchronize()?;
+//! # Ok::<(), cuda_host::Error>(())
+//! ```
+//!
+//! # How it works
+//! - [`host_launch`] boxes the closure in a launch record (one allocation) and enqueues an
+//!   `extern "C"` trampoline with the record as its user data. The trampoline runs the closure
+//!   under `catch_unwind` on the driver's thread, then pushes the record onto a lock-free reclaim
+//!   list. Records are dropped on threads that call into cuda-host, never on the driver's.
+//! - A stream that is being captured into a graph is refused before anything is enqueued: a graph
+//!   runs its host functions on every launch, or never, so graph builders own their callables.
+//! - If the driver refuses a launch, the record is dropped at once on the calling thread.
+//!
+//! # The driver's rules for host functions
+//! A host function must not call CUDA: the driver may fail such calls or deadlock. cuda-host
+//! marks the thread while one of its host functions runs, and its own calls made there return
+//! [`Error::InHostFunction`] instead of reaching the driver; a [`Stream`] or [`Event`] dropped
+//! there is destroyed later on a caller's thread.
+//!
+//! A host function blocks its stream, and on the real driver all host functions of a process
+//! share one thread. So a host function must not wait for anything that needs the stream to
+//! advance, and a thread that waits for a stream (synchronize) must not hold a lock the host
+//! function needs: neither ever wakes.
+
+mod capture_check;
+mod context;
+mod error;
+mod event;
+mod handle;
+mod host_launch;
+mod panic_report;
+mod reclaim;
+mod record;
+mod stream;
+mod trampoline;
+
+pub use context::{Context, Device};
+pub use cuda_host_sys;
+pub use cuda_host_sys::Driver;
+pub use error::{CaptureState, Error, Result};
+pub use event::{Event, EventFlags};
+pub use host_launch::{HostLaunch, UserData, host_launch, host_launch_raw};
+pub use panic_report::{HostFunctionPanic, clear_host_panic_hook, set_host_panic_hook};
+pub use reclaim::reclaim;
+pub use stream::{Stream, StreamFlags};
+pub use trampoline::in_host_function;
+
+use std::sync::Arc;
+
+/// The process-wide driver (`libcuda`, opened on first use; see [`cuda_host_sys::driver`]).
+///
+/// # Errors
+/// [`Error::Driver`] with the load error when the driver cannot be loaded.
+pub fn driver() -> Result<&'static Arc<Driver>> {
+    cuda_host_sys::driver().map_err(|error| Error::Driver(error.clone().into()))
+}

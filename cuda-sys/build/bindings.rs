@@ -179,14 +179,33 @@ impl bindgen::callbacks::ParseCallbacks for DocComments {
     fn process_comment(&self, comment: &str) -> Option<String> {
         let mut out = String::with_capacity(comment.len());
         for line in comment.lines() {
-            let line = line.trim();
-            let line = if line.starts_with("\\code") {
-                "```c"
-            } else if line.starts_with("\\endcode") {
-                "```"
-            } else {
-                line
-            };
+            let mut line = line.trim();
+            // `\code` may end a line of prose; the block starts on the next line.
+            if let Some((before, after)) = line.split_once("\\code") {
+                let before = before.trim_end();
+                if !before.is_empty() {
+                    out.push_str(before);
+                    out.push('\n');
+                }
+                out.push_str("```c\n");
+                // Drop a language marker such as `{.c}`.
+                line = after.strip_prefix("{.c}").unwrap_or(after).trim();
+                if line.is_empty() {
+                    continue;
+                }
+            }
+            if let Some((before, after)) = line.split_once("\\endcode") {
+                let before = before.trim_end();
+                if !before.is_empty() {
+                    out.push_str(before);
+                    out.push('\n');
+                }
+                out.push_str("```\n");
+                line = after.trim();
+                if line.is_empty() {
+                    continue;
+                }
+            }
             out.push_str(line);
             out.push('\n');
         }

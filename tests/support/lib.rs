@@ -1,1 +1,22 @@
-//! stub
+//! The test harness shared by the integration tests and the examples.
+//!
+//! - [`test_driver`] picks the driver a test binary runs on, from `CUDA_TEST_DRIVER`:
+//!   `real` (NVIDIA's `libcuda`, which must load and have a device), `software` (the software
+//!   driver built from `tests/software-driver/`) or `auto` (the default: the real driver when it
+//!   loads and has a device, else the software one). It also becomes the process-wide driver of
+//!   `cuda-host-sys`, and the choice is printed once.
+//! - [`software`] reaches the software driver's fault-injection controls.
+//! - [`wait_until`] is the only way tests wait: every wait has a bound and fails with a message.
+//! - [`run_in_child`] runs one test in a child process, for what poisons a process (a sticky
+//!   context error, a changed driver version).
+//! - [`kernels`] loads the PTX kernels of `examples/kernels/` on the real driver.
+
+pub mod child;
+pub mod kernels;
+pub mod selection;
+pub mod software;
+pub mod wait;
+
+pub use child::{in_child_process, run_in_child};
+pub use selection::{DriverKind, TestDriver, skip_unless_real, software_driver_path, test_driver};
+pub use wait::{TIMEOUT, wait_until};

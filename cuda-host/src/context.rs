@@ -1,0 +1,273 @@
+//! Devices and their primary contexts.
+
+use crate::error::{Error, Result};
+use crate::reclaim;
+use crate::trampoline::ensure_outside_host_function;
+use cuda_host_sys::{CUcontext, CUdevice, Driver};
+use std::ffi::{CStr, c_char};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A CUDA device of a loaded driver.
+#[derive(Debug, Clone)]
+pub struct Device {
+    driver: Arc<Driver>,
+    handle: CUdevice,
+    ordinal: usize,
+}
+
+impl Device {
+    /// How many devices the driver has. Initialises the driver (`cuInit`).
+    ///
+    /// # Errors
+    /// The driver's error from `cuInit` or `cuDeviceGetCount`.
+    #[doc(alias = "cuDeviceGetCount")]
+    pub fn count(driver: &Arc<Driver>) -> Result<usize> {
+        ensure_outside_host_function("Device::count")?;
+        initialise(driver)?;
+        let mut count = 0;
+        // SAFETY: `count` is a valid out-pointer.
+        let result = unsafe { driver.cuDeviceGetCount(&mut count) };
+        driver.check("cuDeviceGetCount", result)?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    /// The device with this ordinal. Initialises the driver (`cuInit`).
+    ///
+    /// # Errors
+    /// The driver's error, e.g. `CUDA_ERROR_INVALID_DEVICE` for an ordinal out of range.
+    #[doc(alias = "cuDeviceGet")]
+    pub fn get(driver: &Arc<Driver>, ordinal: usize) -> Result<Device> {
+        ensure_outside_host_function("Device::get")?;
+        initialise(driver)?;
+        let index = i32::try_from(ordinal).map_err(|_| Error::InvalidArgument {
+            what: format!("device ordinal {ordinal} is out of range"),
+        })?;
+        let mut handle = 0;
+        // SAFETY: `handle` is a valid out-pointer.
+        let result = unsafe { driver.cuDeviceGet(&mut handle, index) };
+        driver.check("cuDeviceGet", result)?;
+        Ok(Device {
+            driver: Arc::clone(driver),
+            handle,
+            ordinal,
+        })
+    }
+
+    /// The device's name, e.g. `"NVIDIA H200"`.
+    ///
+    /// # Errors
+    /// The driver's error from `cuDeviceGetName`.
+    #[doc(alias = "cuDeviceGetName")]
+    pub fn name(&self) -> Result<String> {
+        ensure_outside_host_function("Device::name")?;
+        let mut name = [0 as c_char; 256];
+        // SAFETY: the buffer holds `name.len()` bytes, the length passed.
+        let result = unsafe {
+            self.driver
+                .cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, self.handle)
+        };
+        self.driver.check("cuDeviceGetName", result)?;
+        // SAFETY: the driver wrote a NUL-terminated string into the buffer.
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) };
+        Ok(name.to_string_lossy().into_owned())
+    }
+
+    /// The ordinal it was opened with.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The driver's handle.
+    pub fn as_raw(&self) -> CUdevice {
+        self.handle
+    }
+
+    /// The driver it belongs to.
+    pub fn driver(&self) -> &Arc<Driver> {
+        &self.driver
+    }
+
+    /// Retains the device's primary context (the one the CUDA runtime and most libraries share).
+    ///
+    /// # Errors
+    /// The driver's error from `cuDevicePrimaryCtxRetain`.
+    #[doc(alias = "cuDevicePrimaryCtxRetain")]
+    pub fn primary_context(&self) -> Result<Context> {
+        Context::primary(self)
+    }
+}
+
+fn initialise(driver: &Driver) -> Result<()> {
+    // SAFETY: no pointer arguments; `cuInit` may be called any number of times.
+    let result = unsafe { driver.cuInit(0) };
+    Ok(driver.check("cuInit", result)?)
+}
+
+/// A retained primary context. Cheap to clone; released when the last clone, stream, event and
+/// launch record of it is gone.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub(crate) shared: Arc<ContextShared>,
+}
+
+/// What a context's streams, events and launch records share.
+pub(crate) struct ContextShared {
+    driver: Arc<Driver>,
+    device: CUdevice,
+    raw: CUcontext,
+    has_drop_errors: AtomicBool,
+    drop_errors: Mutex<Vec<Error>>,
+}
+
+// SAFETY: `raw` is a driver handle, valid on any thread; the driver API is thread-safe.
+unsafe impl Send for ContextShared {}
+// SAFETY: as above; the mutable state is behind an atomic and a mutex.
+unsafe impl Sync for ContextShared {}
+
+impl std::fmt::Debug for ContextShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("raw", &self.raw)
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// Retains `device`'s primary context.
+    ///
+    /// # Errors
+    /// The driver's error from `cuDevicePrimaryCtxRetain`.
+    #[doc(alias = "cuDevicePrimaryCtxRetain")]
+    pub fn primary(device: &Device) -> Result<Context> {
+        ensure_outside_host_function("Context::primary")?;
+        let driver = &device.driver;
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the device handle came from the driver.
+        let result = unsafe { driver.cuDevicePrimaryCtxRetain(&mut raw, device.handle) };
+        driver.check("cuDevicePrimaryCtxRetain", result)?;
+        Ok(Context {
+            shared: Arc::new(ContextShared {
+                driver: Arc::clone(driver),
+                device: device.handle,
+                raw,
+                has_drop_errors: AtomicBool::new(false),
+                drop_errors: Mutex::new(Vec::new()),
+            }),
+        })
+    }
+
+    /// The driver's handle.
+    pub fn as_raw(&self) -> CUcontext {
+        self.shared.raw
+    }
+
+    /// The driver it belongs to.
+    pub fn driver(&self) -> &Arc<Driver> {
+        &self.shared.driver
+    }
+
+    /// The device's handle.
+    pub fn device(&self) -> CUdevice {
+        self.shared.device
+    }
+
+    /// Makes this context current on the calling thread, for raw driver calls that use the
+    /// current context. cuda-host's own calls do this where they need it.
+    ///
+    /// # Errors
+    /// [`Error::InHostFunction`], or the driver's error from `cuCtxGetCurrent`/`cuCtxSetCurrent`.
+    #[doc(alias = "cuCtxSetCurrent")]
+    pub fn bind_to_thread(&self) -> Result<()> {
+        ensure_outside_host_function("Context::bind_to_thread")?;
+        self.shared.bind_to_thread()
+    }
+
+    /// Waits until all work of the context has finished, then reclaims finished launch records.
+    ///
+    /// # Errors
+    /// An error recorded by an earlier `Drop`, or the driver's error from `cuCtxSynchronize`
+    /// (which also reports an earlier asynchronous failure, such as a kernel's illegal address).
+    #[doc(alias = "cuCtxSynchronize")]
+    pub fn synchronize(&self) -> Result<()> {
+        ensure_outside_host_function("Context::synchronize")?;
+        self.shared.take_drop_error()?;
+        self.shared.bind_to_thread()?;
+        let driver = &self.shared.driver;
+        // SAFETY: no arguments; the context is current.
+        let result = unsafe { driver.cuCtxSynchronize() };
+        reclaim::reclaim();
+        Ok(driver.check("cuCtxSynchronize", result)?)
+    }
+}
+
+impl ContextShared {
+    pub(crate) fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    pub(crate) fn bind_to_thread(&self) -> Result<()> {
+        let mut current = ptr::null_mut();
+        // SAFETY: `current` is a valid out-pointer.
+        let result = unsafe { self.driver.cuCtxGetCurrent(&mut current) };
+        self.driver.check("cuCtxGetCurrent", result)?;
+        if current != self.raw {
+            // SAFETY: `raw` is a context this value retains.
+            let result = unsafe { self.driver.cuCtxSetCurrent(self.raw) };
+            self.driver.check("cuCtxSetCurrent", result)?;
+        }
+        Ok(())
+    }
+
+    /// Keeps an error a `Drop` could not return, for the next call on this context.
+    pub(crate) fn record_drop_error(&self, object: &'static str, error: cuda_host_sys::Error) {
+        log::error!("destroying a {object} failed: {error}");
+        let mut errors = self
+            .drop_errors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        errors.push(Error::DropFailed {
+            object,
+            source: error,
+        });
+        self.has_drop_errors.store(true, Ordering::Release);
+    }
+
+    /// The oldest error recorded by a `Drop`, if any, as this call's error.
+    #[inline]
+    pub(crate) fn take_drop_error(&self) -> Result<()> {
+        if !self.has_drop_errors.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut errors = self
+            .drop_errors
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let oldest = if errors.is_empty() {
+            None
+        } else {
+            Some(errors.remove(0))
+        };
+        self.has_drop_errors
+            .store(!errors.is_empty(), Ordering::Release);
+        oldest.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for ContextShared {
+    fn drop(&mut self) {
+        let driver = Arc::clone(&self.driver);
+        let device = self.device;
+        let release = move || {
+            // SAFETY: this value retained the primary context once; it is released once.
+            let result = unsafe { driver.cuDevicePrimaryCtxRelease_v2(device) };
+            if let Err(error) = driver.check("cuDevicePrimaryCtxRelease_v2", result) {
+                // The context is gone: nobody is left to return the error to.
+                log::error!("releasing the primary context failed: {error}");
+            }
+        };
+        reclaim::call_outside_host_function(release);
+    }
+}

@@ -1,0 +1,91 @@
+//! The one error type of cuda-host.
+
+use std::fmt;
+
+/// Why a cuda-host call failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The driver answered an error, lacks the entry point, or could not be loaded. The inner
+    /// error names the call, the driver's code, its name and its message.
+    #[error(transparent)]
+    Driver(#[from] cuda_host_sys::Error),
+
+    /// The stream is being captured into a graph, so a run-once host function cannot be enqueued.
+    #[error(
+        "cannot enqueue a run-once host function: {status}. A captured host function becomes a \
+         graph node that runs on every launch of the graph, or never; add it through \
+         GraphBuilder::callback, whose graph owns it"
+    )]
+    StreamCapturing {
+        /// What `cuStreamIsCapturing` reported.
+        status: CaptureState,
+    },
+
+    /// A cuda-host call was made from inside a host function. The driver forbids CUDA calls
+    /// there: they may fail, or deadlock waiting on the stream the host function is blocking.
+    #[error(
+        "{call} was called from inside a host function, where CUDA calls are forbidden (they may \
+         fail or deadlock); move the call to a thread of your own"
+    )]
+    InHostFunction {
+        /// The cuda-host function that was called.
+        call: &'static str,
+    },
+
+    /// Destroying an object failed earlier, in a `Drop`, where the error could not be returned;
+    /// it is returned by the next call on the same context.
+    #[error("destroying a {object} failed earlier: {source}")]
+    DropFailed {
+        /// What was being destroyed: `"stream"`, `"event"`, ...
+        object: &'static str,
+        /// The driver's error.
+        source: cuda_host_sys::Error,
+    },
+
+    /// A value does not fit what the driver accepts.
+    #[error("{what}")]
+    InvalidArgument {
+        /// What is wrong.
+        what: String,
+    },
+}
+
+impl Error {
+    /// The driver's code behind this error, if the driver answered one.
+    pub fn driver_result(&self) -> Option<cuda_host_sys::CUresult> {
+        match self {
+            Error::Driver(error) | Error::DropFailed { source: error, .. } => Some(error.result()),
+            _ => None,
+        }
+    }
+}
+
+/// Why a stream counts as capturing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CaptureState {
+    /// The stream is capturing (`CU_STREAM_CAPTURE_STATUS_ACTIVE`).
+    Active,
+    /// The stream's capture was invalidated but not yet ended
+    /// (`CU_STREAM_CAPTURE_STATUS_INVALIDATED`).
+    Invalidated,
+    /// The legacy stream, while a blocking stream of its context captures
+    /// (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`): work on it would join that capture.
+    Implicit,
+}
+
+impl fmt::Display for CaptureState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CaptureState::Active => "the stream is capturing",
+            CaptureState::Invalidated => "the stream's capture was invalidated and not yet ended",
+            CaptureState::Implicit => {
+                "the legacy stream would join the capture of a blocking stream of its context"
+            }
+        })
+    }
+}
+
+/// The result of a cuda-host call.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

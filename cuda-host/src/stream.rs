@@ -1,0 +1,223 @@
+//! Streams: owned ones, the two special default streams, and streams borrowed from other code.
+
+use crate::capture_check;
+use crate::context::Context;
+use crate::error::{CaptureState, Result};
+use crate::event::Event;
+use crate::handle::SendHandle;
+use crate::reclaim;
+use crate::trampoline::ensure_outside_host_function;
+use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
+use std::ptr;
+
+/// How a new stream orders itself against the legacy default stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamFlags {
+    /// Work waits for earlier work of the legacy stream, and the legacy stream waits for it
+    /// (`CU_STREAM_DEFAULT`).
+    #[default]
+    Blocking,
+    /// No implicit ordering with the legacy stream (`CU_STREAM_NON_BLOCKING`).
+    NonBlocking,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ownership {
+    /// Created here; destroyed on drop.
+    Owned,
+    /// Somebody else's; never destroyed here.
+    Borrowed,
+    /// `CU_STREAM_LEGACY` or `CU_STREAM_PER_THREAD`: the driver resolves them against the
+    /// calling thread's current context, so the context is made current before each use.
+    Special,
+}
+
+/// A CUDA stream of a [`Context`]: work enqueued on it runs in order.
+///
+/// A `Stream` may be shared between threads; the driver orders concurrent enqueues.
+#[derive(Debug)]
+pub struct Stream {
+    context: Context,
+    raw: CUstream,
+    ownership: Ownership,
+}
+
+// SAFETY: `raw` is a driver handle, valid from any thread; the driver API is thread-safe.
+unsafe impl Send for Stream {}
+// SAFETY: as above; `Stream` has no interior mutability.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    /// Creates a stream in `context`.
+    ///
+    /// # Errors
+    /// An error recorded by an earlier `Drop`, or the driver's error from `cuStreamCreate`.
+    #[doc(alias = "cuStreamCreate")]
+    pub fn new(context: &Context, flags: StreamFlags) -> Result<Stream> {
+        ensure_outside_host_function("Stream::new")?;
+        let shared = &context.shared;
+        shared.take_drop_error()?;
+        shared.bind_to_thread()?;
+        let flags = match flags {
+            StreamFlags::Blocking => CUstream_flags::CU_STREAM_DEFAULT,
+            StreamFlags::NonBlocking => CUstream_flags::CU_STREAM_NON_BLOCKING,
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the context is current.
+        let result = unsafe { shared.driver().cuStreamCreate(&mut raw, flags.0) };
+        shared.driver().check("cuStreamCreate", result)?;
+        Ok(Stream {
+            context: context.clone(),
+            raw,
+            ownership: Ownership::Owned,
+        })
+    }
+
+    /// The legacy default stream of `context` (`CU_STREAM_LEGACY`), which synchronises with every
+    /// blocking stream of the context.
+    pub fn legacy(context: &Context) -> Stream {
+        Stream {
+            context: context.clone(),
+            raw: CU_STREAM_LEGACY,
+            ownership: Ownership::Special,
+        }
+    }
+
+    /// The calling thread's default stream of `context` (`CU_STREAM_PER_THREAD`).
+    pub fn per_thread(context: &Context) -> Stream {
+        Stream {
+            context: context.clone(),
+            raw: CU_STREAM_PER_THREAD,
+            ownership: Ownership::Special,
+        }
+    }
+
+    /// Wraps a stream created by other code (the CUDA runtime, cudarc, a C library) without
+    /// taking ownership: dropping the `Stream` does not destroy it.
+    ///
+    /// # Safety
+    /// 1. `raw` must be a stream of `context`'s CUDA context (or `CU_STREAM_LEGACY`,
+    ///    `CU_STREAM_PER_THREAD` or null, which are treated as [`Stream::legacy`] and
+    ///    [`Stream::per_thread`]).
+    /// 2. It must not be destroyed while the returned `Stream` exists: the driver crashes on a
+    ///    destroyed stream handle.
+    pub unsafe fn borrow_raw(context: &Context, raw: CUstream) -> Stream {
+        let ownership = if raw.is_null() || raw == CU_STREAM_LEGACY || raw == CU_STREAM_PER_THREAD {
+            Ownership::Special
+        } else {
+            Ownership::Borrowed
+        };
+        Stream {
+            context: context.clone(),
+            raw,
+            ownership,
+        }
+    }
+
+    /// The driver's handle. It stays valid while this `Stream` exists.
+    pub fn as_raw(&self) -> CUstream {
+        self.raw
+    }
+
+    /// The context the stream belongs to.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// Prepares a call on this stream: the context's deferred drop errors, and the current
+    /// context for the special streams.
+    pub(crate) fn prepare(&self) -> Result<()> {
+        let shared = &self.context.shared;
+        shared.take_drop_error()?;
+        if self.ownership == Ownership::Special {
+            shared.bind_to_thread()?;
+        }
+        Ok(())
+    }
+
+    /// Blocks until all work enqueued on the stream has finished, then reclaims finished launch
+    /// records: the values captured by host functions launched on this stream before the call
+    /// have been dropped when it returns.
+    ///
+    /// # Errors
+    /// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function (waiting
+    /// there deadlocks), or the driver's error from `cuStreamSynchronize`, which also reports an
+    /// earlier asynchronous failure of the context.
+    #[doc(alias = "cuStreamSynchronize")]
+    pub fn synchronize(&self) -> Result<()> {
+        ensure_outside_host_function("Stream::synchronize")?;
+        self.prepare()?;
+        let driver = self.context.shared.driver();
+        // SAFETY: the stream handle is valid while `self` exists.
+        let result = unsafe { driver.cuStreamSynchronize(self.raw) };
+        reclaim::reclaim();
+        Ok(driver.check("cuStreamSynchronize", result)?)
+    }
+
+    /// Whether all work enqueued on the stream has finished (`cuStreamQuery`).
+    ///
+    /// # Errors
+    /// The driver's error from `cuStreamQuery`, other than `CUDA_ERROR_NOT_READY`.
+    #[doc(alias = "cuStreamQuery")]
+    pub fn is_complete(&self) -> Result<bool> {
+        ensure_outside_host_function("Stream::is_complete")?;
+        self.prepare()?;
+        let driver = self.context.shared.driver();
+        // SAFETY: the stream handle is valid while `self` exists.
+        match unsafe { driver.cuStreamQuery(self.raw) } {
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            result => driver
+                .check("cuStreamQuery", result)
+                .map(|()| true)
+                .map_err(Into::into),
+        }
+    }
+
+    /// Makes later work on this stream wait until `event` has completed.
+    ///
+    /// # Errors
+    /// The driver's error from `cuStreamWaitEvent`.
+    #[doc(alias = "cuStreamWaitEvent")]
+    pub fn wait_event(&self, event: &Event) -> Result<()> {
+        ensure_outside_host_function("Stream::wait_event")?;
+        self.prepare()?;
+        let driver = self.context.shared.driver();
+        // SAFETY: both handles are valid while their owners exist.
+        let result = unsafe { driver.cuStreamWaitEvent(self.raw, event.as_raw(), 0) };
+        Ok(driver.check("cuStreamWaitEvent", result)?)
+    }
+
+    /// Whether the stream is being captured into a graph (`cuStreamIsCapturing`); `None` when it
+    /// is not.
+    ///
+    /// # Errors
+    /// The driver's error from `cuStreamIsCapturing` other than the implicit-capture answer,
+    /// which is reported as [`CaptureState::Implicit`].
+    #[doc(alias = "cuStreamIsCapturing")]
+    pub fn capture_state(&self) -> Result<Option<CaptureState>> {
+        ensure_outside_host_function("Stream::capture_state")?;
+        self.prepare()?;
+        capture_check::capture_state(self.context.shared.driver(), self.raw)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if self.ownership != Ownership::Owned {
+            return;
+        }
+        let shared = std::sync::Arc::clone(&self.context.shared);
+        let raw = SendHandle::new(self.raw);
+        // Pending work still runs after `cuStreamDestroy`: records enqueued here stay owned by the
+        // driver until it hands them back, and keep the context retained until then.
+        let destroy = move || {
+            // SAFETY: the stream was created by `Stream::new` and is destroyed once.
+            let result = unsafe { shared.driver().cuStreamDestroy_v2(raw.get()) };
+            if let Err(error) = shared.driver().check("cuStreamDestroy_v2", result) {
+                shared.record_drop_error("stream", error);
+            }
+            reclaim::reclaim();
+        };
+        reclaim::call_outside_host_function(destroy);
+    }
+}

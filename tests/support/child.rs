@@ -1,0 +1,89 @@
+//! Running one test in a child process.
+//!
+//! Some behaviour poisons the whole process: a sticky context error stays with the process on the
+//! real driver, and the software driver's reported version is process-wide. Such a test re-runs
+//! itself in a child process of the same test binary and checks the child passed:
+//!
+//! ```ignore
+//! #[test]
+//! fn sticky_error_leaks_nothing() {
+//!     if !suite::in_child_process() {
+//!         return suite::run_in_child(module_path!(), "sticky_error_leaks_nothing", &[]);
+//!     }
+//!     // the test itself
+//! }
+//! ```
+
+use crate::wait::TIMEOUT;
+use std::io::Read as _;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const CHILD_VARIABLE: &str = "CUDA_HOST_SUITE_CHILD";
+
+/// Whether this process is a child started by [`run_in_child`].
+pub fn in_child_process() -> bool {
+    std::env::var_os(CHILD_VARIABLE).is_some()
+}
+
+/// Runs the test `name` of `module` (pass `module_path!()`) in a child process of this test
+/// binary with the extra environment `env`, and panics unless it passed within twice [`TIMEOUT`].
+///
+/// # Panics
+/// When the child fails, times out or cannot be started; the panic carries its output.
+#[track_caller]
+pub fn run_in_child(module: &str, name: &str, env: &[(&str, &str)]) {
+    // `module_path!()` starts with the test crate's name, which test filters do not include.
+    let path = match module.split_once("::") {
+        Some((_, inner)) => format!("{inner}::{name}"),
+        None => name.to_owned(),
+    };
+    let executable = std::env::current_exe().expect("the test binary's path");
+    let mut child = Command::new(executable)
+        .args([path.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD_VARIABLE, "1")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start a child process for {path}: {e}"));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let readers = [
+        std::thread::spawn(move || read_all(&mut stdout)),
+        std::thread::spawn(move || read_all(&mut stderr)),
+    ];
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the child") {
+            break Some(status);
+        }
+        if start.elapsed() > TIMEOUT * 2 {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let [stdout, stderr] = readers.map(|reader| reader.join().unwrap_or_default());
+    let output = format!("--- child stdout ---\n{stdout}\n--- child stderr ---\n{stderr}");
+    match status {
+        None => panic!(
+            "{path} did not finish within {:?} in a child\n{output}",
+            TIMEOUT * 2
+        ),
+        Some(status) if !status.success() => {
+            panic!("{path} failed in a child process ({status})\n{output}")
+        }
+        Some(_) => assert!(
+            stdout.contains("1 passed"),
+            "the child ran no test named {path}\n{output}"
+        ),
+    }
+}
+
+fn read_all(source: &mut impl std::io::Read) -> String {
+    let mut bytes = Vec::new();
+    let _ = source.read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}

@@ -1,0 +1,121 @@
+//! Which driver a test binary runs on.
+
+use cuda_host_sys::{CUresult, Driver, LoadOptions};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// The variable that picks the driver: `real`, `software` or `auto`.
+pub const DRIVER_VARIABLE: &str = "CUDA_TEST_DRIVER";
+/// Overrides the folder holding the software driver libraries (for test binaries run on another
+/// machine than the one that built them).
+pub const SOFTWARE_DRIVER_DIR_VARIABLE: &str = "CUDA_SOFTWARE_DRIVER_DIR";
+
+/// Which kind of driver the tests run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriverKind {
+    /// NVIDIA's driver with a GPU.
+    Real,
+    /// The software driver of `tests/software-driver/`.
+    Software,
+}
+
+/// The driver a test binary runs on.
+#[derive(Debug)]
+pub struct TestDriver {
+    /// Real or software.
+    pub kind: DriverKind,
+    /// The loaded driver, also the process-wide one of `cuda-host-sys`.
+    pub driver: Arc<Driver>,
+}
+
+impl TestDriver {
+    /// Whether this is the software driver.
+    pub fn is_software(&self) -> bool {
+        self.kind == DriverKind::Software
+    }
+}
+
+/// The path of a software driver library: `libcudasw.so`, `libcudasw-stub.so` or
+/// `libcudasw-noproc.so`.
+pub fn software_driver_path(library: &str) -> PathBuf {
+    let dir = std::env::var_os(SOFTWARE_DRIVER_DIR_VARIABLE)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CUDA_SOFTWARE_DRIVER_DIR")));
+    dir.join(library)
+}
+
+/// The driver this test binary runs on, chosen once (see the crate documentation).
+///
+/// # Panics
+/// When `CUDA_TEST_DRIVER` names a driver that cannot be used, or has another value.
+pub fn test_driver() -> &'static TestDriver {
+    static SELECTED: OnceLock<TestDriver> = OnceLock::new();
+    SELECTED.get_or_init(|| {
+        let wanted = std::env::var(DRIVER_VARIABLE).unwrap_or_else(|_| "auto".to_owned());
+        let (kind, options) = match wanted.as_str() {
+            "real" => match real_driver_usable() {
+                Ok(()) => (DriverKind::Real, LoadOptions::default()),
+                Err(reason) => panic!("{DRIVER_VARIABLE}=real, but {reason}"),
+            },
+            "software" => (DriverKind::Software, software_options()),
+            "auto" | "" => match real_driver_usable() {
+                Ok(()) => (DriverKind::Real, LoadOptions::default()),
+                Err(_) => (DriverKind::Software, software_options()),
+            },
+            other => panic!("{DRIVER_VARIABLE}={other} is not one of real, software, auto"),
+        };
+        let driver = cuda_host_sys::init_driver(&options)
+            .unwrap_or_else(|e| panic!("the {kind:?} driver does not load: {e}"))
+            .clone();
+        let chosen = TestDriver { kind, driver };
+        // Written around the test harness's output capture, so that every run shows it.
+        let _ = writeln!(
+            std::io::stderr(),
+            "[cuda-host tests] {} driver: {} (CUDA {})",
+            match kind {
+                DriverKind::Real => "real",
+                DriverKind::Software => "software",
+            },
+            chosen.driver.library_name(),
+            cuda_host_sys::version_text(chosen.driver.version())
+        );
+        chosen
+    })
+}
+
+fn software_options() -> LoadOptions {
+    LoadOptions::library(software_driver_path("libcudasw.so"))
+}
+
+/// Whether NVIDIA's driver loads, initialises and has a device; why not otherwise.
+fn real_driver_usable() -> Result<(), String> {
+    let driver = Driver::load(&LoadOptions::default()).map_err(|e| e.to_string())?;
+    // SAFETY: no pointer arguments.
+    let result = unsafe { driver.cuInit(0) };
+    driver.check("cuInit", result).map_err(|e| e.to_string())?;
+    let mut count = 0;
+    // SAFETY: `count` is a valid out-pointer.
+    let result = unsafe { driver.cuDeviceGetCount(&mut count) };
+    driver
+        .check("cuDeviceGetCount", result)
+        .map_err(|e| e.to_string())?;
+    if count == 0 {
+        return Err("it has no device".to_owned());
+    }
+    debug_assert_eq!(result, CUresult::CUDA_SUCCESS);
+    Ok(())
+}
+
+/// `true` (and a note on stderr) when the test needs the real driver and this is the software
+/// one: the caller returns early.
+pub fn skip_unless_real(test: &str, why: &str) -> bool {
+    if test_driver().kind == DriverKind::Real {
+        return false;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "[cuda-host tests] skipped {test} on the software driver: {why}"
+    );
+    true
+}

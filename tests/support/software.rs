@@ -1,0 +1,121 @@
+//! The software driver's test controls: fault injection, sticky errors, stand-ins for long or
+//! faulting kernels, and the reported driver version.
+//!
+//! They are exported C functions of the software driver library, reached through the same
+//! loaded library the tests use (the platform loader hands back the already-open library).
+
+use crate::selection::{DriverKind, software_driver_path, test_driver};
+use cuda_host_sys::{CUcontext, CUresult, CUstream};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong};
+use std::sync::OnceLock;
+
+/// The software driver's control functions.
+#[derive(Debug)]
+pub struct Controls {
+    _library: libloading::Library,
+    fail_next_calls: unsafe extern "C" fn(*const c_char, c_uint, CUresult) -> CUresult,
+    fail_next_calls_any_thread: unsafe extern "C" fn(*const c_char, c_uint, CUresult) -> CUresult,
+    set_sticky_error: unsafe extern "C" fn(CUcontext, CUresult) -> CUresult,
+    launch_fault: unsafe extern "C" fn(CUstream, CUresult) -> CUresult,
+    launch_sleep: unsafe extern "C" fn(CUstream, c_uint) -> CUresult,
+    set_driver_version: unsafe extern "C" fn(c_int) -> CUresult,
+    user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
+}
+
+/// The controls, when the tests run on the software driver; `None` on the real one.
+pub fn controls() -> Option<&'static Controls> {
+    static CONTROLS: OnceLock<Controls> = OnceLock::new();
+    if test_driver().kind != DriverKind::Software {
+        return None;
+    }
+    Some(CONTROLS.get_or_init(|| Controls::open(&software_driver_path("libcudasw.so"))))
+}
+
+/// The controls; panics on the real driver (for tests that only run on the software one).
+#[track_caller]
+pub fn expect_controls() -> &'static Controls {
+    controls().expect("this test needs the software driver's controls")
+}
+
+macro_rules! symbol {
+    ($library:expr, $name:literal) => {
+        // SAFETY: the software driver exports this control function with the C signature the
+        // field declares (tests/software-driver/cudasw.h).
+        *unsafe { $library.get($name) }
+            .unwrap_or_else(|e| panic!("the software driver lacks {:?}: {e}", $name))
+    };
+}
+
+impl Controls {
+    fn open(path: &std::path::Path) -> Controls {
+        // SAFETY: the software driver has no initialisers with preconditions; the library is the
+        // one the tests already loaded, so this only takes another reference to it.
+        let library = unsafe { libloading::Library::new(path) }
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+        Controls {
+            fail_next_calls: symbol!(library, c"cuswFailNextCalls"),
+            fail_next_calls_any_thread: symbol!(library, c"cuswFailNextCallsAnyThread"),
+            set_sticky_error: symbol!(library, c"cuswSetStickyError"),
+            launch_fault: symbol!(library, c"cuswLaunchFault"),
+            launch_sleep: symbol!(library, c"cuswLaunchSleep"),
+            set_driver_version: symbol!(library, c"cuswSetDriverVersion"),
+            user_object_stats: symbol!(library, c"cuswUserObjectStats"),
+            _library: library,
+        }
+    }
+
+    /// The next `count` calls of `entry` (base or exported name) made from this thread answer
+    /// `code` and do nothing.
+    pub fn fail_next_calls(&self, entry: &CStr, count: u32, code: CUresult) {
+        // SAFETY: `entry` is NUL-terminated.
+        check(unsafe { (self.fail_next_calls)(entry.as_ptr(), count, code) });
+    }
+
+    /// As [`fail_next_calls`](Self::fail_next_calls), for calls from any thread.
+    pub fn fail_next_calls_any_thread(&self, entry: &CStr, count: u32, code: CUresult) {
+        // SAFETY: `entry` is NUL-terminated.
+        check(unsafe { (self.fail_next_calls_any_thread)(entry.as_ptr(), count, code) });
+    }
+
+    /// Puts `context` into the sticky error `code` now.
+    pub fn set_sticky_error(&self, context: CUcontext, code: CUresult) {
+        // SAFETY: the driver validates the handle.
+        check(unsafe { (self.set_sticky_error)(context, code) });
+    }
+
+    /// Enqueues the stand-in for a faulting kernel: when `stream` reaches it, its context gets
+    /// the sticky error `code`.
+    pub fn launch_fault(&self, stream: CUstream, code: CUresult) {
+        // SAFETY: the driver validates the handle.
+        check(unsafe { (self.launch_fault)(stream, code) });
+    }
+
+    /// Enqueues the stand-in for a long kernel: `stream` sleeps `microseconds` when it gets there.
+    pub fn launch_sleep(&self, stream: CUstream, microseconds: u32) {
+        // SAFETY: the driver validates the handle.
+        check(unsafe { (self.launch_sleep)(stream, microseconds) });
+    }
+
+    /// Makes the driver report `version` and hide every ABI newer than it (0: the default).
+    pub fn set_driver_version(&self, version: i32) {
+        // SAFETY: no pointer arguments.
+        check(unsafe { (self.set_driver_version)(version) });
+    }
+
+    /// How many user-object destructors have run, and how many user objects are alive.
+    pub fn user_object_stats(&self) -> (u64, u64) {
+        let (mut destroyed, mut alive) = (0, 0);
+        // SAFETY: both out-pointers are valid.
+        check(unsafe { (self.user_object_stats)(&mut destroyed, &mut alive) });
+        (destroyed, alive)
+    }
+}
+
+#[track_caller]
+fn check(result: CUresult) {
+    assert_eq!(
+        result,
+        CUresult::CUDA_SUCCESS,
+        "a software-driver control failed"
+    );
+}
