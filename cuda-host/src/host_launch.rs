@@ -23,6 +23,20 @@ pub trait HostLaunch<F>: sealed::Sealed {
 mod sealed {
     pub trait Sealed {}
     impl Sealed for crate::Stream {}
+    impl<T: Sealed + ?Sized> Sealed for &T {}
+    impl<T: Sealed + ?Sized> Sealed for std::sync::Arc<T> {}
+}
+
+impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for &T {
+    fn host_launch(&self, function: F) -> Result<()> {
+        (**self).host_launch(function)
+    }
+}
+
+impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
+    fn host_launch(&self, function: F) -> Result<()> {
+        (**self).host_launch(function)
+    }
 }
 
 /// Enqueues `function` on `target`, to run after all work enqueued there before it and before

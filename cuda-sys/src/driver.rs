@@ -76,6 +76,16 @@ impl LoadOptions {
         }
     }
 
+    /// The libraries tried, in order.
+    pub fn libraries(&self) -> &[OsString] {
+        &self.libraries
+    }
+
+    /// Whether the per-thread default stream is asked for.
+    pub fn uses_per_thread_default_stream(&self) -> bool {
+        self.per_thread_default_stream
+    }
+
     /// Resolve the per-thread-default-stream versions of the entry points that take a stream, so
     /// that the null stream means `CU_STREAM_PER_THREAD` instead of `CU_STREAM_LEGACY`.
     pub fn per_thread_default_stream(mut self, enabled: bool) -> Self {

@@ -15,7 +15,6 @@
 //! ```
 
 use crate::wait::TIMEOUT;
-use std::io::Read as _;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 

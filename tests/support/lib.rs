@@ -10,13 +10,21 @@
 //! - [`run_in_child`] runs one test in a child process, for what poisons a process (a sticky
 //!   context error, a changed driver version).
 //! - [`kernels`] loads the PTX kernels of `examples/kernels/` on the real driver.
+//! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
+//!   either driver without kernels.
 
 pub mod child;
 pub mod kernels;
+pub mod memory;
 pub mod selection;
 pub mod software;
+pub mod tally;
 pub mod wait;
 
 pub use child::{in_child_process, run_in_child};
-pub use selection::{DriverKind, TestDriver, skip_unless_real, software_driver_path, test_driver};
+pub use memory::{Gate, MappedWords};
+pub use selection::{
+    DriverKind, TestDriver, context, skip, skip_unless_real, software_driver_path, test_driver,
+};
+pub use tally::{DropProbe, Tally};
 pub use wait::{TIMEOUT, wait_until};

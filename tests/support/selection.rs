@@ -113,9 +113,22 @@ pub fn skip_unless_real(test: &str, why: &str) -> bool {
     if test_driver().kind == DriverKind::Real {
         return false;
     }
-    let _ = writeln!(
-        std::io::stderr(),
-        "[cuda-host tests] skipped {test} on the software driver: {why}"
-    );
+    skip(test, &format!("on the software driver: {why}"));
     true
+}
+
+/// Says on stderr, around the output capture, that `test` did not run and why.
+pub fn skip(test: &str, why: &str) {
+    let _ = writeln!(std::io::stderr(), "[cuda-host tests] skipped {test}: {why}");
+}
+
+/// The primary context of device 0 of the test driver.
+///
+/// # Panics
+/// When the driver has no device 0 or cannot retain its primary context.
+pub fn context() -> cuda_host::Context {
+    let driver = &test_driver().driver;
+    cuda_host::Device::get(driver, 0)
+        .and_then(|device| device.primary_context())
+        .unwrap_or_else(|e| panic!("no primary context on device 0: {e}"))
 }

@@ -5,6 +5,7 @@
 //! loaded library the tests use (the platform loader hands back the already-open library).
 
 use crate::selection::{DriverKind, software_driver_path, test_driver};
+use cuda_host::{Context, Stream};
 use cuda_host_sys::{CUcontext, CUresult, CUstream};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong};
 use std::sync::OnceLock;
@@ -78,22 +79,22 @@ impl Controls {
     }
 
     /// Puts `context` into the sticky error `code` now.
-    pub fn set_sticky_error(&self, context: CUcontext, code: CUresult) {
-        // SAFETY: the driver validates the handle.
-        check(unsafe { (self.set_sticky_error)(context, code) });
+    pub fn set_sticky_error(&self, context: &Context, code: CUresult) {
+        // SAFETY: a live context's handle.
+        check(unsafe { (self.set_sticky_error)(context.as_raw(), code) });
     }
 
     /// Enqueues the stand-in for a faulting kernel: when `stream` reaches it, its context gets
     /// the sticky error `code`.
-    pub fn launch_fault(&self, stream: CUstream, code: CUresult) {
-        // SAFETY: the driver validates the handle.
-        check(unsafe { (self.launch_fault)(stream, code) });
+    pub fn launch_fault(&self, stream: &Stream, code: CUresult) {
+        // SAFETY: a live stream's handle.
+        check(unsafe { (self.launch_fault)(stream.as_raw(), code) });
     }
 
     /// Enqueues the stand-in for a long kernel: `stream` sleeps `microseconds` when it gets there.
-    pub fn launch_sleep(&self, stream: CUstream, microseconds: u32) {
-        // SAFETY: the driver validates the handle.
-        check(unsafe { (self.launch_sleep)(stream, microseconds) });
+    pub fn launch_sleep(&self, stream: &Stream, microseconds: u32) {
+        // SAFETY: a live stream's handle.
+        check(unsafe { (self.launch_sleep)(stream.as_raw(), microseconds) });
     }
 
     /// Makes the driver report `version` and hide every ABI newer than it (0: the default).

@@ -2,11 +2,14 @@
 //!
 //! - `bindings`: regenerate `cuda-sys/snapshot/bindings.rs`, the committed bindings used when no
 //!   headers are found at build time, from the pinned CUDA header wheel or from `--include DIR`;
-//! - `bindings --check`: fail when the committed snapshot differs from a fresh generation.
+//! - `bindings --check`: fail when the committed snapshot differs from a fresh generation;
+//! - `gpu-bundle DIR`: build the test binaries and release examples and gather them, with the
+//!   software driver and a runner script, into DIR, to run on a GPU machine without Rust.
 
 #[path = "../../cuda-sys/build/bindings.rs"]
 #[allow(dead_code)]
 mod bindings;
+mod gpu_bundle;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -26,12 +29,18 @@ tasks:
                                      DIR, or from the pinned nvidia-cuda-runtime wheel (fetched
                                      with pip into target/xtask)
   bindings --check [--include DIR]   fail when the committed snapshot differs from a fresh one
+  gpu-bundle DIR                     build the test binaries and release examples, and gather
+                                     them with the software driver and run-tests.sh into DIR
 ";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("bindings") => bindings_task(&args[1..]),
+        Some("gpu-bundle") => match &args[1..] {
+            [dir] => gpu_bundle::run(&workspace_root(), Path::new(dir)),
+            _ => Err(format!("gpu-bundle takes one directory\n\n{USAGE}")),
+        },
         Some("-h" | "--help") => {
             print!("{USAGE}");
             Ok(())
@@ -176,7 +185,7 @@ fn fetch_header_wheel(root: &Path) -> Result<PathBuf, String> {
     Ok(include_dir)
 }
 
-fn run(command: &mut Command) -> Result<(), String> {
+pub(crate) fn run(command: &mut Command) -> Result<(), String> {
     let status = command
         .status()
         .map_err(|e| format!("cannot run {command:?}: {e}"))?;

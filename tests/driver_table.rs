@@ -1,0 +1,306 @@
+//! cuda-host-sys: loading a driver and resolving its table, on the driver the suite runs on
+//! (`CUDA_TEST_DRIVER`), with the software driver's variants standing in for broken installs.
+
+use cuda_host_sys::{Availability, CUresult, Driver, Error, LoadError, LoadOptions};
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+use suite::{DriverKind, software_driver_path, test_driver};
+
+/// The address the platform loader gives for `symbol` in the library `driver` was opened from.
+fn platform_address(driver: &Driver, symbol: &CStr) -> usize {
+    // SAFETY: reopening an already-loaded library only takes another reference to it.
+    let library = unsafe { libloading::Library::new(driver.library_name()) }
+        .expect("the driver's library opens again");
+    // SAFETY: the address is only compared, never called.
+    unsafe { library.get::<*mut std::ffi::c_void>(symbol) }
+        .ok()
+        .and_then(|symbol| unsafe { symbol.try_as_raw_ptr() })
+        .map_or(0, |address| address.addr())
+}
+
+/// Entries whose resolved address is not the platform loader's address of their symbol.
+fn mismatches(driver: &Driver, per_thread: bool) -> BTreeMap<String, (usize, usize)> {
+    driver
+        .entry_points()
+        .filter(|(_, availability, _)| availability.is_available())
+        .filter_map(|(entry, _, address)| {
+            let symbol = match entry.per_thread_symbol {
+                Some(symbol) if per_thread => symbol,
+                _ => entry.symbol,
+            };
+            let expected = platform_address(driver, symbol);
+            (expected != address.addr())
+                .then(|| (entry.name().to_owned(), (address.addr(), expected)))
+        })
+        .collect()
+}
+
+#[test]
+fn table_pointers_equal_the_platform_loaders_for_every_available_entry() {
+    let driver = &test_driver().driver;
+    let available = driver
+        .entry_points()
+        .filter(|(_, availability, _)| availability.is_available())
+        .count();
+    assert!(available > 50, "only {available} entry points resolved");
+    let wrong = mismatches(driver, false);
+    assert!(
+        wrong.is_empty(),
+        "{} of {available} entries resolved to another address than their symbol: {wrong:#x?}",
+        wrong.len()
+    );
+}
+
+#[test]
+fn per_thread_default_stream_resolves_the_ptsz_and_ptds_entries() {
+    let options =
+        LoadOptions::library(test_driver().driver.library_name()).per_thread_default_stream(true);
+    let driver = Driver::load(&options).expect("the driver loads again");
+    assert!(driver.per_thread_default_stream());
+    let launch = driver
+        .entry_points()
+        .find(|(entry, _, _)| entry.name() == "cuLaunchHostFunc")
+        .expect("the header declares cuLaunchHostFunc");
+    assert_eq!(launch.0.per_thread_symbol, Some(c"cuLaunchHostFunc_ptsz"));
+    assert_eq!(
+        launch.2.addr(),
+        platform_address(&driver, c"cuLaunchHostFunc_ptsz")
+    );
+    let wrong = mismatches(&driver, true);
+    assert!(
+        wrong.is_empty(),
+        "per-thread entries resolved elsewhere: {wrong:#x?}"
+    );
+}
+
+#[test]
+fn a_missing_library_is_a_typed_error_naming_what_was_tried() {
+    let error = Driver::open("/nonexistent/libcuda.so.1").unwrap_err();
+    let LoadError::LibraryNotFound { tried, message } = &error else {
+        panic!("expected LibraryNotFound, got {error:?}");
+    };
+    assert_eq!(tried, &["/nonexistent/libcuda.so.1"]);
+    assert!(!message.is_empty());
+    assert!(error.to_string().contains("/nonexistent/libcuda.so.1"));
+    assert_eq!(error.result(), CUresult::CUDA_ERROR_NOT_FOUND);
+}
+
+#[test]
+fn default_library_names_try_the_variable_then_the_versioned_name() {
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "default_library_names_try_the_variable_then_the_versioned_name",
+            &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so")],
+        );
+    }
+    let options = LoadOptions::default();
+    let names: Vec<_> = options
+        .libraries()
+        .iter()
+        .map(|name| name.to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "/nonexistent/libcuda-custom.so",
+            "libcuda.so.1",
+            "libcuda.so"
+        ]
+    );
+}
+
+#[test]
+fn a_stub_library_is_reported_as_a_stub() {
+    let stub = software_driver_path("libcudasw-stub.so");
+    let error = Driver::open(&stub).unwrap_err();
+    assert!(
+        matches!(&error, LoadError::StubLibrary { library } if library.contains("libcudasw-stub")),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("stub"));
+    assert_eq!(error.result(), CUresult::CUDA_ERROR_STUB_LIBRARY);
+}
+
+#[test]
+fn the_cuda_toolkits_own_stub_library_is_reported_as_a_stub() {
+    let toolkit_stub = std::path::Path::new("/usr/local/cuda/lib64/stubs/libcuda.so");
+    if !toolkit_stub.exists() {
+        return suite::skip(
+            "the_cuda_toolkits_own_stub_library_is_reported_as_a_stub",
+            "no CUDA toolkit at /usr/local/cuda",
+        );
+    }
+    let error = Driver::open(toolkit_stub).unwrap_err();
+    assert!(matches!(error, LoadError::StubLibrary { .. }), "{error:?}");
+}
+
+#[test]
+fn a_library_without_the_driver_api_is_not_taken_for_a_driver() {
+    let error = Driver::open("libm.so.6").unwrap_err();
+    assert_eq!(
+        error,
+        LoadError::MissingBootstrap {
+            library: "libm.so.6".to_owned(),
+            symbol: "cuDriverGetVersion",
+        }
+    );
+}
+
+#[test]
+fn an_entry_point_the_driver_lacks_answers_not_found_and_a_typed_error() {
+    let driver = &test_driver().driver;
+    // An entry point newer than the real 13.0 driver, or one the software driver does not have.
+    let (symbol, expected): (&'static str, _) = match test_driver().kind {
+        DriverKind::Real if driver.version() < 13010 => (
+            "cuLaunchHostFunc_v2",
+            Availability::NeedsNewerDriver { required: 13010 },
+        ),
+        DriverKind::Real => {
+            return suite::skip(
+                "an_entry_point_the_driver_lacks_answers_not_found_and_a_typed_error",
+                "the driver is 13.1 or newer: no entry point known to be missing",
+            );
+        }
+        DriverKind::Software => ("cuMemPoolCreate", Availability::NotInDriver),
+    };
+    assert_eq!(driver.availability(symbol), Some(expected));
+    let result = match symbol {
+        // SAFETY: the entry point is unavailable, so nothing reaches a driver.
+        "cuLaunchHostFunc_v2" => unsafe {
+            driver.cuLaunchHostFunc_v2(std::ptr::null_mut(), None, std::ptr::null_mut(), 0)
+        },
+        // SAFETY: as above.
+        _ => unsafe { driver.cuMemPoolCreate(std::ptr::null_mut(), std::ptr::null()) },
+    };
+    assert_eq!(result, CUresult::CUDA_ERROR_NOT_FOUND);
+    let error = driver.check(symbol, result).unwrap_err();
+    assert_eq!(
+        error,
+        Error::EntryPointUnavailable {
+            entry_point: symbol,
+            driver_version: driver.version(),
+            availability: expected,
+        }
+    );
+    assert!(error.to_string().contains(symbol));
+}
+
+#[test]
+fn an_older_driver_hides_entry_points_newer_than_itself() {
+    if !suite::in_child_process() {
+        if test_driver().kind != DriverKind::Software {
+            return suite::skip(
+                "an_older_driver_hides_entry_points_newer_than_itself",
+                "changing the reported version needs the software driver",
+            );
+        }
+        return suite::run_in_child(
+            module_path!(),
+            "an_older_driver_hides_entry_points_newer_than_itself",
+            &[("CUSW_DRIVER_VERSION", "12080")],
+        );
+    }
+    let driver = Driver::open(software_driver_path("libcudasw.so")).expect("loads");
+    assert_eq!(driver.version(), 12080);
+    assert_eq!(
+        driver.availability("cuLaunchHostFunc_v2"),
+        Some(Availability::NeedsNewerDriver { required: 13010 })
+    );
+    assert_eq!(
+        driver.availability("cuStreamGetCaptureInfo_v3"),
+        Some(Availability::Available)
+    );
+    assert!(driver.functions().cuLaunchHostFunc_v2.is_none());
+    assert!(driver.functions().cuLaunchHostFunc.is_some());
+    let error = driver
+        .check("cuLaunchHostFunc_v2", CUresult::CUDA_ERROR_NOT_FOUND)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cuLaunchHostFunc_v2 is unavailable in the loaded CUDA 12.8 driver: needs a CUDA 13.1 driver"
+    );
+}
+
+#[test]
+fn a_driver_older_than_the_minimum_is_refused() {
+    if !suite::in_child_process() {
+        if test_driver().kind != DriverKind::Software {
+            return suite::skip(
+                "a_driver_older_than_the_minimum_is_refused",
+                "changing the reported version needs the software driver",
+            );
+        }
+        return suite::run_in_child(
+            module_path!(),
+            "a_driver_older_than_the_minimum_is_refused",
+            &[("CUSW_DRIVER_VERSION", "9020")],
+        );
+    }
+    let error = Driver::open(software_driver_path("libcudasw.so")).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            LoadError::DriverTooOld {
+                found: 9020,
+                required: 10000,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn without_cu_get_proc_address_entries_are_found_by_symbol_name() {
+    let driver = Driver::open(software_driver_path("libcudasw-noproc.so")).expect("loads");
+    assert_eq!(
+        driver.availability("cuLaunchHostFunc"),
+        Some(Availability::Available)
+    );
+    assert_eq!(
+        driver.availability("cuGetProcAddress_v2"),
+        Some(Availability::NotInDriver)
+    );
+    let wrong = mismatches(&driver, false);
+    assert!(wrong.is_empty(), "{wrong:#x?}");
+}
+
+#[test]
+fn free_functions_call_the_process_wide_driver() {
+    let driver = &test_driver().driver;
+    let mut version = 0;
+    // SAFETY: `version` is a valid out-pointer.
+    let result = unsafe { cuda_host_sys::cuDriverGetVersion(&mut version) };
+    assert_eq!(result, CUresult::CUDA_SUCCESS);
+    assert_eq!(version, driver.version());
+    let process_driver = cuda_host_sys::driver().expect("loaded by the harness");
+    assert!(std::sync::Arc::ptr_eq(process_driver, driver));
+}
+
+#[test]
+fn error_descriptions_come_from_the_driver_and_names_from_the_header() {
+    let driver = &test_driver().driver;
+    assert_eq!(
+        driver.error_description(CUresult::CUDA_ERROR_INVALID_VALUE),
+        "invalid argument"
+    );
+    let error = driver
+        .check("cuStreamSynchronize", CUresult::CUDA_ERROR_INVALID_HANDLE)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cuStreamSynchronize failed: CUDA_ERROR_INVALID_HANDLE (400): invalid resource handle"
+    );
+    assert_eq!(error.result(), CUresult::CUDA_ERROR_INVALID_HANDLE);
+}
+
+#[test]
+fn the_pointer_macros_have_their_header_values() {
+    assert_eq!(cuda_host_sys::CU_STREAM_LEGACY.addr(), 1);
+    assert_eq!(cuda_host_sys::CU_STREAM_PER_THREAD.addr(), 2);
+    assert_eq!(cuda_host_sys::CU_LAUNCH_PARAM_END.addr(), 0);
+    assert_eq!(cuda_host_sys::CU_LAUNCH_PARAM_BUFFER_POINTER.addr(), 1);
+    assert_eq!(cuda_host_sys::CU_LAUNCH_PARAM_BUFFER_SIZE.addr(), 2);
+    assert_eq!(cuda_host_sys::CU_DEVICE_CPU, -1);
+}

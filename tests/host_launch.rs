@@ -1,0 +1,680 @@
+//! cuda-host's `host_launch`: ordering, lifetimes, the raw forms, capture rejection, panics,
+//! refused launches, sticky errors and many threads, on the driver the suite runs on.
+
+use cuda_host::{
+    CaptureState, Context, Error, HostFunctionPanic, Stream, StreamFlags, UserData, host_launch,
+    host_launch_raw,
+};
+use cuda_host_sys::{CUgraph, CUgraphExec, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use suite::kernels::Kernels;
+use suite::{DriverKind, Gate, MappedWords, Tally, context, test_driver, wait_until};
+
+fn new_stream(context: &Context) -> Stream {
+    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
+}
+
+#[test]
+fn runs_after_the_work_enqueued_before_and_before_the_work_enqueued_after() {
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let words = Arc::new(MappedWords::new(&context, 3));
+    let seen_by_host_function = Arc::new(Mutex::new(None));
+
+    gate.hold(&stream);
+    words.write_in_stream(&stream, 0, 1);
+    let (host_words, seen) = (Arc::clone(&words), Arc::clone(&seen_by_host_function));
+    host_launch(&stream, move || {
+        *seen.lock().unwrap() = Some(host_words.get(0));
+        host_words.set(1, 2);
+    })
+    .expect("launch");
+    // Copies the host function's word: 2 only if the copy runs after it.
+    words.copy_in_stream(&stream, 1, 2);
+    assert_eq!(
+        *seen_by_host_function.lock().unwrap(),
+        None,
+        "ran before the gate opened"
+    );
+
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(*seen_by_host_function.lock().unwrap(), Some(1));
+    assert_eq!(words.get(2), 2);
+}
+
+#[test]
+fn a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second() {
+    if suite::skip_unless_real(
+        "a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second",
+        "the software driver runs no kernels",
+    ) {
+        return;
+    }
+    const N: u32 = 4096;
+    let context = context();
+    let stream = new_stream(&context);
+    let driver = Arc::clone(context.driver());
+    let kernels = Kernels::load(&driver).expect("PTX loads");
+    // One mapped buffer: N results of the first kernel, then the scalar the host function writes.
+    let words = Arc::new(MappedWords::new(&context, N as usize + 1));
+    let mut data = words.device_address(0);
+    let mut scalar = words.device_address(N as usize);
+    let (mut n, mut mul) = (N, 3u32);
+    let spin_ns = 20_000_000u64;
+    let mut spin_arguments = [(&raw const spin_ns).cast_mut().cast::<c_void>()];
+    let verdict = Arc::new(Mutex::new(None));
+
+    // SAFETY: the arguments match the kernels' parameters and the buffer holds N + 1 words.
+    unsafe {
+        // A slow kernel first, so that everything below is enqueued before anything runs.
+        kernels
+            .launch(kernels.spin_ns, 1, 1, stream.as_raw(), &mut spin_arguments)
+            .unwrap();
+        let mut fill = [
+            (&raw mut data).cast::<c_void>(),
+            (&raw mut n).cast(),
+            (&raw mut mul).cast(),
+        ];
+        kernels
+            .launch(
+                kernels.fill_iota,
+                N.div_ceil(256),
+                256,
+                stream.as_raw(),
+                &mut fill,
+            )
+            .unwrap();
+    }
+    let (host_words, host_verdict) = (Arc::clone(&words), Arc::clone(&verdict));
+    host_launch(&stream, move || {
+        let wrong = (0..N)
+            .filter(|&i| host_words.get(i as usize) != i * 3)
+            .count();
+        *host_verdict.lock().unwrap() = Some(wrong);
+        host_words.set(N as usize, 1000);
+    })
+    .expect("launch");
+    // SAFETY: as above.
+    unsafe {
+        let mut add = [
+            (&raw mut data).cast::<c_void>(),
+            (&raw mut scalar).cast(),
+            (&raw mut n).cast(),
+        ];
+        kernels
+            .launch(
+                kernels.add_scalar,
+                N.div_ceil(256),
+                256,
+                stream.as_raw(),
+                &mut add,
+            )
+            .unwrap();
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        *verdict.lock().unwrap(),
+        Some(0),
+        "the host function saw unfinished results"
+    );
+    let wrong = (0..N)
+        .filter(|&i| words.get(i as usize) != i * 3 + 1000)
+        .count();
+    assert_eq!(
+        wrong, 0,
+        "the second kernel did not see the host function's write"
+    );
+}
+
+#[test]
+fn two_streams_keep_their_own_order_and_data() {
+    const LAUNCHES: usize = 2000;
+    let context = context();
+    let streams = [new_stream(&context), new_stream(&context)];
+    let gate = Gate::new(&context);
+    let logs: [Arc<Mutex<Vec<usize>>>; 2] = Default::default();
+    for stream in &streams {
+        gate.hold(stream);
+    }
+    for i in 0..LAUNCHES {
+        for (stream, log) in streams.iter().zip(&logs) {
+            let log = Arc::clone(log);
+            host_launch(stream, move || log.lock().unwrap().push(i)).expect("launch");
+        }
+    }
+    gate.open();
+    for stream in &streams {
+        stream.synchronize().expect("synchronize");
+    }
+    for log in &logs {
+        assert_eq!(*log.lock().unwrap(), (0..LAUNCHES).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn captured_values_are_dropped_once_after_the_run_on_a_caller_thread() {
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch");
+    assert_eq!((tally.runs(), tally.drops()), (0, 0));
+
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1);
+    assert_eq!(
+        tally.drops(),
+        1,
+        "dropped by the synchronize that saw it finish"
+    );
+    let (ran_on, dropped_on) = (tally.run_threads()[0], tally.drop_threads()[0]);
+    assert_ne!(ran_on, dropped_on, "dropped on the driver's thread");
+    assert_eq!(dropped_on, std::thread::current().id());
+}
+
+#[test]
+fn every_launch_reclaims_the_records_finished_before_it() {
+    // Alone in a process: any thread that calls into cuda-host may reclaim, and in this binary
+    // other tests' threads do.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "every_launch_reclaims_the_records_finished_before_it",
+            &[],
+        );
+    }
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch");
+    wait_until("the host function to run", || tally.runs() == 1);
+    // Dropping happens on a caller's thread: here, inside the next launch.
+    wait_until("the next launch to reclaim the record", || {
+        host_launch(&stream, || {}).expect("launch");
+        tally.drops() == 1
+    });
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+    stream.synchronize().expect("synchronize");
+}
+
+static COPIED: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+static COPIED_ALIGNMENT: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn keep_64_bytes(data: *mut c_void) {
+    // SAFETY: launched with 64 copied bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), 64) };
+    *COPIED.lock().unwrap() = bytes.to_vec();
+    COPIED_ALIGNMENT.store(data.addr() % 16, Ordering::SeqCst);
+}
+
+#[test]
+fn copied_bytes_survive_the_caller_overwriting_and_freeing_its_buffer() {
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut buffer: Vec<u8> = (0..64).collect();
+    // SAFETY: `keep_64_bytes` reads exactly the 64 bytes given and keeps no pointer.
+    unsafe { host_launch_raw(&stream, keep_64_bytes, UserData::Copied(&buffer)) }.expect("launch");
+    buffer.fill(0xEE);
+    drop(buffer);
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(*COPIED.lock().unwrap(), (0..64).collect::<Vec<u8>>());
+    assert_eq!(
+        COPIED_ALIGNMENT.load(Ordering::SeqCst),
+        0,
+        "not 16-byte aligned"
+    );
+}
+
+unsafe extern "C" fn add_one(counter: *mut c_void) {
+    // SAFETY: launched with a pointer to a live `AtomicUsize`.
+    unsafe { &*counter.cast::<AtomicUsize>() }.fetch_add(1, Ordering::SeqCst);
+}
+
+static RECEIVED_POINTER: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+unsafe extern "C" fn remember_pointer(pointer: *mut c_void) {
+    RECEIVED_POINTER.store(pointer.addr(), Ordering::SeqCst);
+}
+
+#[test]
+fn a_pass_through_pointer_reaches_the_function_unchanged() {
+    let context = context();
+    let stream = new_stream(&context);
+    let counter = AtomicUsize::new(0);
+    let pointer = (&raw const counter).cast_mut().cast::<c_void>();
+    // SAFETY: `counter` outlives the synchronize below.
+    unsafe { host_launch_raw(&stream, add_one, UserData::PassThrough(pointer)) }.expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(counter.load(Ordering::SeqCst), 1);
+
+    // SAFETY: the function only records the address.
+    unsafe { host_launch_raw(&stream, remember_pointer, UserData::PassThrough(pointer)) }
+        .expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(RECEIVED_POINTER.load(Ordering::SeqCst), pointer.addr());
+}
+
+static NULL_SEEN: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn count_null(pointer: *mut c_void) {
+    if pointer.is_null() {
+        NULL_SEEN.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn no_user_data_passes_a_null_pointer() {
+    let context = context();
+    let stream = new_stream(&context);
+    // SAFETY: the function accepts null.
+    unsafe { host_launch_raw(&stream, count_null, UserData::None) }.expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(NULL_SEEN.load(Ordering::SeqCst), 1);
+}
+
+fn begin_capture(stream: &Stream, mode: CUstreamCaptureMode) {
+    let driver = stream.context().driver();
+    // SAFETY: a valid stream that is not capturing.
+    let result = unsafe { driver.cuStreamBeginCapture_v2(stream.as_raw(), mode) };
+    driver
+        .check("cuStreamBeginCapture_v2", result)
+        .expect("capture begins");
+}
+
+fn end_capture(stream: &Stream) -> Result<CUgraph, CUresult> {
+    let driver = stream.context().driver();
+    let mut graph = ptr::null_mut();
+    // SAFETY: `graph` is a valid out-pointer.
+    let result = unsafe { driver.cuStreamEndCapture(stream.as_raw(), &mut graph) };
+    result.ok().map(|()| graph)
+}
+
+/// Instantiates `graph`, launches it `times` times on `stream`, waits, and destroys both.
+fn run_graph(graph: CUgraph, stream: &Stream, times: usize) {
+    let driver = stream.context().driver();
+    let mut exec: CUgraphExec = ptr::null_mut();
+    // SAFETY: `graph` is a live graph; `exec` is a valid out-pointer.
+    let result = unsafe { driver.cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
+    driver
+        .check("cuGraphInstantiateWithFlags", result)
+        .expect("instantiates");
+    for _ in 0..times {
+        // SAFETY: both handles are live.
+        let result = unsafe { driver.cuGraphLaunch(exec, stream.as_raw()) };
+        driver.check("cuGraphLaunch", result).expect("launches");
+    }
+    stream.synchronize().expect("synchronize");
+    // SAFETY: both are live and destroyed once.
+    unsafe {
+        driver
+            .check("cuGraphExecDestroy", driver.cuGraphExecDestroy(exec))
+            .unwrap();
+        driver
+            .check("cuGraphDestroy", driver.cuGraphDestroy(graph))
+            .unwrap();
+    }
+}
+
+fn capture_status(stream: &Stream) -> CUstreamCaptureStatus {
+    let driver = stream.context().driver();
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: valid stream and out-pointer.
+    let result = unsafe { driver.cuStreamIsCapturing(stream.as_raw(), &mut status) };
+    driver.check("cuStreamIsCapturing", result).unwrap();
+    status
+}
+
+#[test]
+fn a_capturing_stream_is_refused_and_its_capture_still_yields_a_graph_that_runs() {
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let nodes_run = Arc::new(AtomicUsize::new(0));
+    begin_capture(&stream, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL);
+
+    let probe = tally.probe();
+    let error = host_launch(&stream, move || probe.ran()).unwrap_err();
+    assert_eq!(
+        error,
+        Error::StreamCapturing {
+            status: CaptureState::Active
+        }
+    );
+    assert!(error.to_string().contains("GraphBuilder::callback"));
+    assert_eq!(
+        (tally.runs(), tally.drops()),
+        (0, 1),
+        "refused closures are dropped at once"
+    );
+    assert_eq!(
+        capture_status(&stream),
+        CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+    );
+
+    // A host node the graph owns the data of (`nodes_run` outlives the graph).
+    let driver = context.driver();
+    let counter = Arc::as_ptr(&nodes_run).cast_mut().cast::<c_void>();
+    // SAFETY: the counter outlives the graph run below.
+    let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(add_one), counter) };
+    driver.check("cuLaunchHostFunc", result).unwrap();
+    let graph = end_capture(&stream).expect("the capture is still valid");
+    run_graph(graph, &stream, 2);
+    assert_eq!(nodes_run.load(Ordering::SeqCst), 2);
+    assert_eq!(tally.runs(), 0);
+}
+
+#[test]
+fn the_legacy_stream_is_refused_while_a_blocking_stream_captures() {
+    let context = context();
+    let blocking = Stream::new(&context, StreamFlags::Blocking).expect("stream");
+    let legacy = Stream::legacy(&context);
+    let nodes_run = Arc::new(AtomicUsize::new(0));
+    begin_capture(
+        &blocking,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+
+    let tally = Tally::new();
+    let probe = tally.probe();
+    let error = host_launch(&legacy, move || probe.ran()).unwrap_err();
+    assert_eq!(
+        error,
+        Error::StreamCapturing {
+            status: CaptureState::Implicit
+        }
+    );
+    assert_eq!((tally.runs(), tally.drops()), (0, 1));
+    assert_eq!(
+        capture_status(&blocking),
+        CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        "the check must not disturb the capture"
+    );
+
+    let driver = context.driver();
+    let counter = Arc::as_ptr(&nodes_run).cast_mut().cast::<c_void>();
+    // SAFETY: the counter outlives the graph run below.
+    let result = unsafe { driver.cuLaunchHostFunc(blocking.as_raw(), Some(add_one), counter) };
+    driver.check("cuLaunchHostFunc", result).unwrap();
+    let graph = end_capture(&blocking).expect("the capture is still valid");
+    run_graph(graph, &blocking, 3);
+    assert_eq!(nodes_run.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn an_invalidated_capture_is_refused_until_it_ends() {
+    let context = context();
+    let stream = new_stream(&context);
+    begin_capture(&stream, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL);
+    // Synchronizing a capturing stream is illegal and invalidates the capture.
+    let driver = context.driver();
+    // SAFETY: a valid stream.
+    let result = unsafe { driver.cuStreamSynchronize(stream.as_raw()) };
+    assert_ne!(result, CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        capture_status(&stream),
+        CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+    );
+    let error = host_launch(&stream, || {}).unwrap_err();
+    assert_eq!(
+        error,
+        Error::StreamCapturing {
+            status: CaptureState::Invalidated
+        }
+    );
+    assert_eq!(
+        end_capture(&stream),
+        Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    );
+    // Once ended, the stream takes host functions again.
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch after the capture ended");
+    stream.synchronize().expect("synchronize");
+    assert_eq!((tally.runs(), tally.drops()), (1, 1));
+}
+
+#[test]
+fn a_panicking_closure_is_reported_and_later_work_still_runs() {
+    let context = context();
+    let stream = new_stream(&context);
+    let reports: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
+    let hook_reports = Arc::clone(&reports);
+    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+        if panic.message.starts_with("deliberate") {
+            let stream = panic.stream.map_or(0, |stream| stream.addr());
+            hook_reports
+                .lock()
+                .unwrap()
+                .push((panic.message.to_owned(), stream));
+        }
+    });
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || {
+        probe.ran();
+        panic!("deliberate panic in a host function");
+    })
+    .expect("launch");
+    let after = tally.probe();
+    host_launch(&stream, move || after.ran()).expect("launch after");
+    stream
+        .synchronize()
+        .expect("the stream goes on after a panic");
+    cuda_host::clear_host_panic_hook();
+
+    assert_eq!(tally.runs(), 2);
+    assert_eq!(tally.drops(), 2);
+    assert_eq!(
+        *reports.lock().unwrap(),
+        [(
+            "deliberate panic in a host function".to_owned(),
+            stream.as_raw().addr()
+        )]
+    );
+}
+
+#[test]
+fn an_injected_refusal_drops_the_closure_at_once_without_running_it() {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "an_injected_refusal_drops_the_closure_at_once_without_running_it",
+            "fault injection needs the software driver (the GPU case runs after a sticky error)",
+        );
+    };
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    controls.fail_next_calls(
+        c"cuStreamAddCallback",
+        1,
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+    );
+    let error = host_launch(&stream, move || probe.ran()).unwrap_err();
+    assert_eq!(
+        error.driver_result(),
+        Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+    );
+    assert!(error.to_string().contains("cuStreamAddCallback"), "{error}");
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 0);
+}
+
+/// Makes the stream's context fail as a kernel storing to an invalid address does: on the real
+/// driver with that kernel, on the software driver with its stand-in.
+fn launch_fault(stream: &Stream, kernels: Option<&Kernels<'_>>) {
+    match kernels {
+        Some(kernels) => {
+            let mut address = 0x10u64;
+            let mut value = 7u32;
+            let mut arguments = [(&raw mut address).cast::<c_void>(), (&raw mut value).cast()];
+            // SAFETY: the arguments match `store_to_address`; the fault is the point.
+            unsafe {
+                kernels.launch(
+                    kernels.store_to_address,
+                    1,
+                    1,
+                    stream.as_raw(),
+                    &mut arguments,
+                )
+            }
+            .expect("the faulting kernel is enqueued");
+        }
+        None => suite::software::expect_controls()
+            .launch_fault(stream, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+    }
+}
+
+#[test]
+fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once",
+            &[],
+        );
+    }
+    let context = context();
+    let stream = new_stream(&context);
+    let driver = Arc::clone(context.driver());
+    let kernels = (test_driver().kind == DriverKind::Real)
+        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    launch_fault(&stream, kernels.as_ref());
+    let error = stream.synchronize().unwrap_err();
+    assert_eq!(
+        error.driver_result(),
+        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)
+    );
+
+    let tally = Tally::new();
+    let probe = tally.probe();
+    let error = host_launch(&stream, move || probe.ran()).unwrap_err();
+    assert_eq!(
+        error.driver_result(),
+        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)
+    );
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+    assert_eq!(tally.runs(), 0);
+    std::mem::forget(kernels); // unloading answers the sticky error too
+}
+
+#[test]
+fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_sticky_error_leaks_nothing_and_runs_nothing_twice",
+            &[],
+        );
+    }
+    const EACH: usize = 50;
+    let context = context();
+    let (faulting, waiting) = (new_stream(&context), new_stream(&context));
+    let gate = Gate::new(&context);
+    let driver = Arc::clone(context.driver());
+    let kernels = (test_driver().kind == DriverKind::Real)
+        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let (before, after, elsewhere) = (Tally::new(), Tally::new(), Tally::new());
+
+    gate.hold(&faulting);
+    gate.hold(&waiting);
+    for _ in 0..EACH {
+        let probe = before.probe();
+        host_launch(&faulting, move || probe.ran()).expect("launch");
+    }
+    launch_fault(&faulting, kernels.as_ref());
+    for _ in 0..EACH {
+        let probe = after.probe();
+        host_launch(&faulting, move || probe.ran()).expect("launch");
+        let probe = elsewhere.probe();
+        host_launch(&waiting, move || probe.ran()).expect("launch");
+    }
+    gate.open();
+    assert!(faulting.synchronize().is_err(), "the fault is reported");
+    wait_until("every record to be handed back and reclaimed", || {
+        cuda_host::reclaim();
+        before.drops() + after.drops() + elsewhere.drops() == 3 * EACH
+    });
+    assert_eq!(before.runs(), EACH, "work before the fault ran");
+    assert_eq!(after.runs(), 0, "work after the fault never runs");
+    assert!(elsewhere.runs() <= EACH);
+    for tally in [&before, &after, &elsewhere] {
+        assert_eq!(tally.drops(), EACH, "each record reclaimed exactly once");
+    }
+    drop((faulting, waiting));
+    std::mem::forget(kernels);
+}
+
+#[test]
+fn eight_threads_launching_on_four_streams_lose_nothing() {
+    const THREADS: usize = 8;
+    const LAUNCHES: usize = 100_000;
+    let context = context();
+    let streams: Vec<Stream> = (0..4).map(|_| new_stream(&context)).collect();
+    let tally = Tally::new();
+    std::thread::scope(|scope| {
+        for thread in 0..THREADS {
+            let (streams, tally) = (&streams, &tally);
+            scope.spawn(move || {
+                for launch in 0..LAUNCHES {
+                    let probe = tally.probe();
+                    let stream = &streams[(thread + launch) % streams.len()];
+                    host_launch(stream, move || probe.ran()).expect("launch");
+                }
+            });
+        }
+    });
+    for stream in &streams {
+        stream.synchronize().expect("synchronize");
+    }
+    assert_eq!(tally.runs(), THREADS * LAUNCHES);
+    assert_eq!(tally.drops(), THREADS * LAUNCHES);
+}
+
+#[test]
+fn cuda_host_calls_inside_a_host_function_are_refused_without_reaching_the_driver() {
+    let context = context();
+    let stream = Arc::new(new_stream(&context));
+    let other = new_stream(&context);
+    let answers: Arc<Mutex<Vec<Error>>> = Arc::default();
+    let (inner_stream, inner_answers) = (Arc::clone(&stream), Arc::clone(&answers));
+    let mut other = Some(other);
+    host_launch(&stream, move || {
+        let mut answers = inner_answers.lock().unwrap();
+        answers.push(inner_stream.synchronize().unwrap_err());
+        answers.push(host_launch(&*inner_stream, || {}).unwrap_err());
+        assert!(cuda_host::in_host_function());
+        // Dropping a stream here destroys it later, on a caller's thread.
+        drop(other.take());
+    })
+    .expect("launch");
+    stream.synchronize().expect("synchronize");
+    let answers = answers.lock().unwrap();
+    assert_eq!(
+        *answers,
+        [
+            Error::InHostFunction {
+                call: "Stream::synchronize"
+            },
+            Error::InHostFunction {
+                call: "host_launch"
+            }
+        ]
+    );
+    assert!(!cuda_host::in_host_function());
+    // The deferred destruction ran on this thread without error.
+    Stream::new(&context, StreamFlags::NonBlocking).expect("no error was recorded");
+}

@@ -1,0 +1,176 @@
+//! Host memory both the host and the device can reach, and stream gates built on it: the tools
+//! that order work in tests on either driver without kernels.
+
+use cuda_host::{Context, Stream};
+use cuda_host_sys::{
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUdeviceptr, CUstreamWaitValue_flags,
+    Driver,
+};
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{Ordering, fence};
+
+/// Page-locked host memory mapped into the device's address space, as `u32` words.
+#[derive(Debug)]
+pub struct MappedWords {
+    driver: Arc<Driver>,
+    host: *mut u32,
+    device: CUdeviceptr,
+    len: usize,
+}
+
+// SAFETY: the memory is plain shared memory; accesses go through volatile reads and writes.
+unsafe impl Send for MappedWords {}
+// SAFETY: as above.
+unsafe impl Sync for MappedWords {}
+
+impl MappedWords {
+    /// Allocates `len` words, all zero.
+    ///
+    /// # Panics
+    /// When the driver cannot allocate or map it.
+    pub fn new(context: &Context, len: usize) -> MappedWords {
+        context.bind_to_thread().expect("context binds");
+        let driver = Arc::clone(context.driver());
+        let mut host: *mut c_void = ptr::null_mut();
+        // SAFETY: `host` is a valid out-pointer; the context is current.
+        let result = unsafe {
+            driver.cuMemHostAlloc(
+                &mut host,
+                len * 4,
+                CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE,
+            )
+        };
+        driver
+            .check("cuMemHostAlloc", result)
+            .expect("pinned memory");
+        let mut device = 0;
+        // SAFETY: `host` was allocated with DEVICEMAP just above.
+        let result = unsafe { driver.cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
+        driver
+            .check("cuMemHostGetDevicePointer_v2", result)
+            .expect("device address of pinned memory");
+        let words = MappedWords {
+            driver,
+            host: host.cast(),
+            device,
+            len,
+        };
+        for index in 0..len {
+            words.set(index, 0);
+        }
+        words
+    }
+
+    /// The word at `index`, as the host sees it now.
+    pub fn get(&self, index: usize) -> u32 {
+        assert!(index < self.len);
+        fence(Ordering::SeqCst);
+        // SAFETY: in bounds of the allocation, which lives as long as `self`.
+        unsafe { self.host.add(index).read_volatile() }
+    }
+
+    /// Writes the word at `index`.
+    pub fn set(&self, index: usize, value: u32) {
+        assert!(index < self.len);
+        // SAFETY: in bounds of the allocation, which lives as long as `self`.
+        unsafe { self.host.add(index).write_volatile(value) };
+        fence(Ordering::SeqCst);
+    }
+
+    /// The device address of the word at `index`.
+    pub fn device_address(&self, index: usize) -> CUdeviceptr {
+        assert!(index < self.len);
+        self.device + 4 * index as CUdeviceptr
+    }
+
+    /// Enqueues on `stream` a device-side write of `value` to the word at `index`.
+    pub fn write_in_stream(&self, stream: &Stream, index: usize, value: u32) {
+        // SAFETY: the address is device-accessible memory of the stream's context.
+        let result = unsafe {
+            self.driver
+                .cuMemsetD32Async(self.device_address(index), value, 1, stream.as_raw())
+        };
+        self.driver
+            .check("cuMemsetD32Async", result)
+            .expect("memset enqueued");
+    }
+
+    /// Enqueues on `stream` a device-side copy of the word at `from` to the word at `to`.
+    pub fn copy_in_stream(&self, stream: &Stream, from: usize, to: usize) {
+        // SAFETY: both addresses are device-accessible memory of the stream's context.
+        let result = unsafe {
+            self.driver.cuMemcpyDtoDAsync_v2(
+                self.device_address(to),
+                self.device_address(from),
+                4,
+                stream.as_raw(),
+            )
+        };
+        self.driver
+            .check("cuMemcpyDtoDAsync_v2", result)
+            .expect("copy enqueued");
+    }
+
+    /// Enqueues on `stream` a wait until the word at `index` is at least `value`: later work of
+    /// the stream is held back until the host (or other work) writes it.
+    pub fn wait_in_stream(&self, stream: &Stream, index: usize, value: u32) {
+        // SAFETY: the address is device-accessible memory of the stream's context.
+        let result = unsafe {
+            self.driver.cuStreamWaitValue32_v2(
+                stream.as_raw(),
+                self.device_address(index),
+                value,
+                CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0,
+            )
+        };
+        self.driver
+            .check("cuStreamWaitValue32_v2", result)
+            .expect("wait enqueued");
+    }
+}
+
+impl Drop for MappedWords {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once.
+        let result = unsafe { self.driver.cuMemFreeHost(self.host.cast()) };
+        if let Err(error) = self.driver.check("cuMemFreeHost", result) {
+            log::warn!("{error}");
+        }
+    }
+}
+
+/// A closed door in a stream: work enqueued after [`Gate::hold`] waits until [`Gate::open`].
+/// Dropping it opens it.
+#[derive(Debug)]
+pub struct Gate {
+    flag: std::mem::ManuallyDrop<MappedWords>,
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new(context: &Context) -> Gate {
+        Gate {
+            flag: std::mem::ManuallyDrop::new(MappedWords::new(context, 1)),
+        }
+    }
+
+    /// Makes `stream` wait at this point until the gate opens.
+    pub fn hold(&self, stream: &Stream) {
+        self.flag.wait_in_stream(stream, 0, 1);
+    }
+
+    /// Lets every held stream go on.
+    pub fn open(&self) {
+        self.flag.set(0, 1);
+    }
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        // Open, so no stream waits forever (a failed test drops its gates while unwinding), and
+        // keep the four bytes: a stream may still be polling them.
+        self.open();
+    }
+}

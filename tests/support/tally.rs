@@ -1,0 +1,77 @@
+//! Counting what happens to a host function and the values it captures.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+/// Counts runs and drops, and remembers the threads they happened on.
+#[derive(Debug, Default)]
+pub struct Tally {
+    runs: AtomicUsize,
+    drops: AtomicUsize,
+    run_threads: Mutex<Vec<ThreadId>>,
+    drop_threads: Mutex<Vec<ThreadId>>,
+}
+
+impl Tally {
+    /// A new tally, shared.
+    pub fn new() -> Arc<Tally> {
+        Arc::new(Tally::default())
+    }
+
+    /// Records a run on the calling thread.
+    pub fn ran(&self) {
+        self.run_threads
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
+        self.runs.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many runs were recorded.
+    pub fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+
+    /// How many [`DropProbe`]s of this tally were dropped.
+    pub fn drops(&self) -> usize {
+        self.drops.load(Ordering::SeqCst)
+    }
+
+    /// The threads the runs happened on.
+    pub fn run_threads(&self) -> Vec<ThreadId> {
+        self.run_threads.lock().unwrap().clone()
+    }
+
+    /// The threads the drops happened on.
+    pub fn drop_threads(&self) -> Vec<ThreadId> {
+        self.drop_threads.lock().unwrap().clone()
+    }
+
+    /// A value to capture: its drop is counted here.
+    pub fn probe(self: &Arc<Self>) -> DropProbe {
+        DropProbe(Arc::clone(self))
+    }
+}
+
+/// Counts its own drop in its [`Tally`].
+#[derive(Debug)]
+pub struct DropProbe(Arc<Tally>);
+
+impl DropProbe {
+    /// Records a run in the tally (call it from the host function).
+    pub fn ran(&self) {
+        self.0.ran();
+    }
+}
+
+impl Drop for DropProbe {
+    fn drop(&mut self) {
+        self.0
+            .drop_threads
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
+        self.0.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}

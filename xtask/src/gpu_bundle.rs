@@ -1,0 +1,181 @@
+//! `cargo xtask gpu-bundle DIR`: everything needed to run the suite on a GPU machine that has the
+//! NVIDIA driver but no Rust toolchain.
+//!
+//! DIR gets `tests/` (every test binary of the workspace, stripped), `examples/` (the release
+//! examples), `lib/` (the software driver libraries, for the tests that use them) and
+//! `run-tests.sh`, which runs every test binary with `CUDA_TEST_DRIVER=real` unless told
+//! otherwise and passes its arguments on (e.g. `--test-threads=4`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const RUNNER: &str = r#"#!/bin/sh
+# Runs every test binary of the bundle. CUDA_TEST_DRIVER defaults to `real`; arguments go to
+# each test binary. Exit status: 0 when every binary passed.
+here=$(cd "$(dirname "$0")" && pwd)
+export CUDA_SOFTWARE_DRIVER_DIR="$here/lib"
+export CUDA_TEST_DRIVER="${CUDA_TEST_DRIVER:-real}"
+status=0
+for test in "$here"/tests/*; do
+    echo "=== $(basename "$test") (CUDA_TEST_DRIVER=$CUDA_TEST_DRIVER)"
+    "$test" "$@" || status=1
+done
+exit $status
+"#;
+
+pub(crate) fn run(root: &Path, dir: &Path) -> Result<(), String> {
+    let tests = test_binaries(root)?;
+    crate::run(
+        Command::new(cargo())
+            .current_dir(root)
+            .args(["build", "--release", "--examples"]),
+    )?;
+    for sub in ["tests", "examples", "lib"] {
+        let path = dir.join(sub);
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    for (name, executable) in &tests {
+        copy_stripped(executable, &dir.join("tests").join(name))?;
+    }
+    let examples = root.join("target/release/examples");
+    for entry in read_dir(&root.join("examples"))? {
+        let Some(name) = entry.file_stem().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if entry.extension().is_some_and(|ext| ext == "rs") {
+            copy_stripped(&examples.join(name), &dir.join("examples").join(name))?;
+        }
+    }
+    let libraries = software_driver_dir(&tests)?;
+    for library in read_dir(&libraries)? {
+        let is_driver = library
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("libcudasw") && n.ends_with(".so"));
+        if is_driver {
+            let target = dir
+                .join("lib")
+                .join(library.file_name().expect("a file name"));
+            std::fs::copy(&library, &target).map_err(|e| format!("{}: {e}", target.display()))?;
+        }
+    }
+    let runner = dir.join("run-tests.sh");
+    std::fs::write(&runner, RUNNER).map_err(|e| format!("{}: {e}", runner.display()))?;
+    make_executable(&runner)?;
+    println!(
+        "gathered {} test binaries, the examples and the software driver in {}; run {}",
+        tests.len(),
+        dir.display(),
+        runner.display()
+    );
+    Ok(())
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+/// Builds every test binary of the workspace; returns each with a readable name.
+fn test_binaries(root: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+    let output = Command::new(cargo())
+        .current_dir(root)
+        .args(["test", "--workspace", "--no-run", "--message-format=json"])
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo test --no-run failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let mut binaries = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        // Cargo's JSON messages: a test artifact names its executable and its target.
+        if !line.contains(r#""reason":"compiler-artifact""#) || !line.contains(r#""test":true"#) {
+            continue;
+        }
+        let (Some(executable), Some(target)) =
+            (json_string(line, "executable"), json_string(line, "name"))
+        else {
+            continue;
+        };
+        let package = json_string(line, "package_id")
+            .and_then(|id| package_name(&id))
+            .unwrap_or_default();
+        binaries.push((format!("{package}.{target}"), PathBuf::from(executable)));
+    }
+    if binaries.is_empty() {
+        return Err("cargo built no test binaries".to_owned());
+    }
+    Ok(binaries)
+}
+
+/// The string value of the first `"key":"value"` in a line of JSON (values without escapes).
+fn json_string(line: &str, key: &str) -> Option<String> {
+    let start = line.find(&format!(r#""{key}":""#))? + key.len() + 4;
+    let end = line[start..].find('"')?;
+    Some(line[start..start + end].to_owned())
+}
+
+/// `path+file:///work/main/cuda-sys#cuda-host-sys@0.1.0` as `cuda-host-sys`.
+fn package_name(id: &str) -> Option<String> {
+    let (_, name_version) = id.rsplit_once('#')?;
+    let name = name_version.split('@').next()?;
+    let name = name.rsplit('/').next()?;
+    Some(name.to_owned())
+}
+
+/// The software driver's build folder, from the path baked into a test binary's build.
+fn software_driver_dir(tests: &[(String, PathBuf)]) -> Result<PathBuf, String> {
+    let (_, any_test) = tests.first().ok_or("no test binaries")?;
+    let target_profile = any_test
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("unexpected test binary location")?;
+    let build = target_profile.join("build");
+    read_dir(&build)?
+        .into_iter()
+        .filter(|dir| {
+            dir.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("cuda-host-suite-"))
+        })
+        .map(|dir| dir.join("out"))
+        .find(|out| out.join("libcudasw.so").is_file())
+        .ok_or_else(|| format!("no built software driver under {}", build.display()))
+}
+
+fn read_dir(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .collect();
+    entries.sort();
+    Ok(entries)
+}
+
+fn copy_stripped(from: &Path, to: &Path) -> Result<(), String> {
+    std::fs::copy(from, to).map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
+    // Debug information is most of a test binary's size; without it the bundle travels lighter.
+    // Where `strip` is missing the binary is kept whole.
+    if let Err(error) = crate::run(Command::new("strip").arg("--strip-debug").arg(to)) {
+        eprintln!("xtask: keeping {} unstripped: {error}", to.display());
+    }
+    make_executable(to)
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_path: &Path) -> Result<(), String> {
+    Ok(())
+}
