@@ -52,7 +52,7 @@ fn run() -> Result<(), String> {
     kernels.launch(
         kernels.fill_iota,
         &stream,
-        &mut [&data.address, &N, &MULTIPLIER],
+        &[argument(&data.address), argument(&N), argument(&MULTIPLIER)],
     )?;
     copy_to_host(driver, &results, &data, &stream)?;
 
@@ -76,7 +76,11 @@ fn run() -> Result<(), String> {
     kernels.launch(
         kernels.add_scalar,
         &stream,
-        &mut [&data.address, &scalar.address, &N],
+        &[
+            argument(&data.address),
+            argument(&scalar.address),
+            argument(&N),
+        ],
     )?;
     copy_to_host(driver, &results, &data, &stream)?;
     stream.synchronize().map_err(|e| e.to_string())?;
@@ -144,9 +148,9 @@ impl<'driver> Kernels<'driver> {
         &self,
         function: CUfunction,
         stream: &Stream,
-        arguments: &mut [&dyn KernelArgument],
+        arguments: &[*mut c_void],
     ) -> Result<(), String> {
-        let mut pointers: Vec<*mut c_void> = arguments.iter().map(|a| a.pointer()).collect();
+        let mut pointers = arguments.to_vec();
         // SAFETY: both kernels take (pointer, pointer or u32, u32) and the callers pass exactly
         // those; the device buffers outlive the stream's work (synchronized before they drop).
         let result = unsafe {
@@ -177,15 +181,9 @@ impl Drop for Kernels<'_> {
     }
 }
 
-/// A kernel argument: its address, as `cuLaunchKernel` wants.
-trait KernelArgument {
-    fn pointer(&self) -> *mut c_void;
-}
-
-impl<T> KernelArgument for T {
-    fn pointer(&self) -> *mut c_void {
-        (self as *const T).cast_mut().cast()
-    }
+/// A kernel argument as `cuLaunchKernel` takes it: the address of the value.
+fn argument<T>(value: &T) -> *mut c_void {
+    (value as *const T).cast_mut().cast()
 }
 
 struct DeviceBuffer<'driver> {

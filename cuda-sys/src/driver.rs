@@ -230,11 +230,19 @@ impl Driver {
                     resolve(get_proc_address, name, abi_version, flags)
                 }
                 _ => {
-                    let symbol = match entry.per_thread_symbol {
-                        Some(symbol) if per_thread_default_stream => symbol,
-                        _ => entry.symbol,
+                    // Some `_ptsz` names the header declares are not exported (the real driver
+                    // has no `cuGetProcAddress_v2_ptsz`): the plain symbol serves both.
+                    let per_thread = match entry.per_thread_symbol {
+                        Some(symbol) if per_thread_default_stream => {
+                            lookup_symbol(&library, symbol)
+                        }
+                        _ => ptr::null_mut(),
                     };
-                    lookup_symbol(&library, symbol)
+                    if per_thread.is_null() {
+                        lookup_symbol(&library, entry.symbol)
+                    } else {
+                        per_thread
+                    }
                 }
             };
             if !address.is_null() {

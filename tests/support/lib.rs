@@ -14,6 +14,7 @@
 //!   either driver without kernels.
 
 pub mod child;
+pub mod exclusive;
 pub mod kernels;
 pub mod memory;
 pub mod selection;
@@ -22,6 +23,7 @@ pub mod tally;
 pub mod wait;
 
 pub use child::{in_child_process, run_in_child};
+pub use exclusive::capture_lock;
 pub use memory::{Gate, MappedWords};
 pub use selection::{
     DriverKind, TestDriver, context, skip, skip_unless_real, software_driver_path, test_driver,

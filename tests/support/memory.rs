@@ -8,10 +8,14 @@ use cuda_host_sys::{
 };
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::Arc;
 use std::sync::atomic::{Ordering, fence};
+use std::sync::{Arc, Mutex};
 
 /// Page-locked host memory mapped into the device's address space, as `u32` words.
+///
+/// Taken from one pool allocated once per process and never freed: allocating or freeing pinned
+/// memory synchronises with the device on the real driver, which could wait for a stream another
+/// test holds at a gate (and fails inside another test's global-mode capture).
 #[derive(Debug)]
 pub struct MappedWords {
     driver: Arc<Driver>,
@@ -25,38 +29,37 @@ unsafe impl Send for MappedWords {}
 // SAFETY: as above.
 unsafe impl Sync for MappedWords {}
 
+/// Words in the pool: 4 MiB.
+const POOL_WORDS: usize = 1 << 20;
+
+struct Pool {
+    host: usize,
+    device: CUdeviceptr,
+    used: usize,
+}
+
+static POOL: Mutex<Option<Pool>> = Mutex::new(None);
+
 impl MappedWords {
-    /// Allocates `len` words, all zero.
+    /// Takes `len` words from the pool and zeroes them.
     ///
     /// # Panics
-    /// When the driver cannot allocate or map it.
+    /// When the driver cannot allocate the pool, or the pool is used up.
     pub fn new(context: &Context, len: usize) -> MappedWords {
-        context.bind_to_thread().expect("context binds");
         let driver = Arc::clone(context.driver());
-        let mut host: *mut c_void = ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; the context is current.
-        let result = unsafe {
-            driver.cuMemHostAlloc(
-                &mut host,
-                len * 4,
-                CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE,
-            )
-        };
-        driver
-            .check("cuMemHostAlloc", result)
-            .expect("pinned memory");
-        let mut device = 0;
-        // SAFETY: `host` was allocated with DEVICEMAP just above.
-        let result = unsafe { driver.cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
-        driver
-            .check("cuMemHostGetDevicePointer_v2", result)
-            .expect("device address of pinned memory");
+        let mut pool = POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let pool = pool.get_or_insert_with(|| allocate_pool(context));
+        assert!(
+            pool.used + len <= POOL_WORDS,
+            "the pinned test pool is used up"
+        );
         let words = MappedWords {
             driver,
-            host: host.cast(),
-            device,
+            host: ptr::with_exposed_provenance_mut::<u32>(pool.host).wrapping_add(pool.used),
+            device: pool.device + 4 * pool.used as CUdeviceptr,
             len,
         };
+        pool.used += len;
         for index in 0..len {
             words.set(index, 0);
         }
@@ -131,28 +134,46 @@ impl MappedWords {
     }
 }
 
-impl Drop for MappedWords {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `cuMemHostAlloc` in `new`, freed once.
-        let result = unsafe { self.driver.cuMemFreeHost(self.host.cast()) };
-        if let Err(error) = self.driver.check("cuMemFreeHost", result) {
-            log::warn!("{error}");
-        }
+fn allocate_pool(context: &Context) -> Pool {
+    context.bind_to_thread().expect("context binds");
+    let driver = context.driver();
+    let mut host: *mut c_void = ptr::null_mut();
+    // SAFETY: `host` is a valid out-pointer; the context is current.
+    let result = unsafe {
+        driver.cuMemHostAlloc(
+            &mut host,
+            POOL_WORDS * 4,
+            CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE,
+        )
+    };
+    driver
+        .check("cuMemHostAlloc", result)
+        .expect("pinned memory");
+    let mut device = 0;
+    // SAFETY: `host` was allocated with DEVICEMAP just above.
+    let result = unsafe { driver.cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
+    driver
+        .check("cuMemHostGetDevicePointer_v2", result)
+        .expect("device address of pinned memory");
+    Pool {
+        host: host.expose_provenance(),
+        device,
+        used: 0,
     }
 }
 
 /// A closed door in a stream: work enqueued after [`Gate::hold`] waits until [`Gate::open`].
-/// Dropping it opens it.
+/// Dropping it opens it, so that no stream waits forever when a test fails.
 #[derive(Debug)]
 pub struct Gate {
-    flag: std::mem::ManuallyDrop<MappedWords>,
+    flag: MappedWords,
 }
 
 impl Gate {
     /// A closed gate.
     pub fn new(context: &Context) -> Gate {
         Gate {
-            flag: std::mem::ManuallyDrop::new(MappedWords::new(context, 1)),
+            flag: MappedWords::new(context, 1),
         }
     }
 
@@ -169,8 +190,6 @@ impl Gate {
 
 impl Drop for Gate {
     fn drop(&mut self) {
-        // Open, so no stream waits forever (a failed test drops its gates while unwinding), and
-        // keep the four bytes: a stream may still be polling them.
         self.open();
     }
 }

@@ -122,13 +122,20 @@ pub fn skip(test: &str, why: &str) {
     let _ = writeln!(std::io::stderr(), "[cuda-host tests] skipped {test}: {why}");
 }
 
-/// The primary context of device 0 of the test driver.
+/// The primary context of device 0 of the test driver, retained once for the whole process: a
+/// primary context released by its last user is destroyed, and with it the memory and modules
+/// other tests still use.
 ///
 /// # Panics
 /// When the driver has no device 0 or cannot retain its primary context.
 pub fn context() -> cuda_host::Context {
-    let driver = &test_driver().driver;
-    cuda_host::Device::get(driver, 0)
-        .and_then(|device| device.primary_context())
-        .unwrap_or_else(|e| panic!("no primary context on device 0: {e}"))
+    static CONTEXT: OnceLock<cuda_host::Context> = OnceLock::new();
+    CONTEXT
+        .get_or_init(|| {
+            let driver = &test_driver().driver;
+            cuda_host::Device::get(driver, 0)
+                .and_then(|device| device.primary_context())
+                .unwrap_or_else(|e| panic!("no primary context on device 0: {e}"))
+        })
+        .clone()
 }

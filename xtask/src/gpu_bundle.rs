@@ -11,14 +11,15 @@ use std::process::Command;
 
 const RUNNER: &str = r#"#!/bin/sh
 # Runs every test binary of the bundle. CUDA_TEST_DRIVER defaults to `real`; arguments go to
-# each test binary. Exit status: 0 when every binary passed.
+# each test binary; each binary gets TEST_BINARY_TIMEOUT seconds (default 300). Exit status: 0
+# when every binary passed.
 here=$(cd "$(dirname "$0")" && pwd)
 export CUDA_SOFTWARE_DRIVER_DIR="$here/lib"
 export CUDA_TEST_DRIVER="${CUDA_TEST_DRIVER:-real}"
 status=0
 for test in "$here"/tests/*; do
     echo "=== $(basename "$test") (CUDA_TEST_DRIVER=$CUDA_TEST_DRIVER)"
-    "$test" "$@" || status=1
+    timeout "${TEST_BINARY_TIMEOUT:-300}" "$test" "$@" || status=1
 done
 exit $status
 "#;
@@ -120,11 +121,14 @@ fn json_string(line: &str, key: &str) -> Option<String> {
     Some(line[start..start + end].to_owned())
 }
 
-/// `path+file:///work/main/cuda-sys#cuda-host-sys@0.1.0` as `cuda-host-sys`.
+/// The package name in a package id: `path+file:///w/cuda-sys#cuda-host-sys@0.1.0` (name
+/// differs from the folder) or `path+file:///w/cuda-host#0.1.0` (name is the folder's).
 fn package_name(id: &str) -> Option<String> {
-    let (_, name_version) = id.rsplit_once('#')?;
-    let name = name_version.split('@').next()?;
-    let name = name.rsplit('/').next()?;
+    let (url, fragment) = id.rsplit_once('#')?;
+    let name = match fragment.split_once('@') {
+        Some((name, _version)) => name,
+        None => url.rsplit('/').next()?,
+    };
     Some(name.to_owned())
 }
 

@@ -1,0 +1,161 @@
+/*
+ * action.c - what stream operations and graph nodes do when they execute.
+ *
+ * The same action describes a stream operation and a graph node (a captured host function is
+ * the host node's action), so a graph launch runs its nodes' actions one after the other on the
+ * launching stream's worker. Sticky context errors are honoured here: once the context has one,
+ * host functions and memory work are skipped, while stream callbacks still run exactly once with
+ * the error as their status (as on the real driver).
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void sleep_us(unsigned long usec)
+{
+    struct timespec ts = { .tv_sec = (time_t)(usec / 1000000), .tv_nsec = (long)(usec % 1000000) * 1000 };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+static bool wait_condition_met(const struct cusw_action *a)
+{
+    unsigned int op = a->u.mem.flags & ~(unsigned int)CU_STREAM_WAIT_VALUE_FLUSH;
+    if (a->u.mem.is64) {
+        uint64_t v = __atomic_load_n((uint64_t *)(uintptr_t)a->u.mem.addr, __ATOMIC_ACQUIRE);
+        uint64_t ref = a->u.mem.value;
+        switch (op) {
+        case CU_STREAM_WAIT_VALUE_GEQ: return (int64_t)(v - ref) >= 0; /* cyclic comparison */
+        case CU_STREAM_WAIT_VALUE_EQ: return v == ref;
+        case CU_STREAM_WAIT_VALUE_AND: return (v & ref) != 0;
+        default: return ~(v | ref) != 0; /* NOR */
+        }
+    }
+    uint32_t v = __atomic_load_n((uint32_t *)(uintptr_t)a->u.mem.addr, __ATOMIC_ACQUIRE);
+    uint32_t ref = (uint32_t)a->u.mem.value;
+    switch (op) {
+    case CU_STREAM_WAIT_VALUE_GEQ: return (int32_t)(v - ref) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ: return v == ref;
+    case CU_STREAM_WAIT_VALUE_AND: return (v & ref) != 0;
+    default: return ~(v | ref) != 0;
+    }
+}
+
+/* The device polls memory; so do we, backing off from 1 us to 1 ms between reads. The wait gives
+ * up when the context gets a sticky error or is being reset, so a faulted or reset context never
+ * leaves a worker polling forever. */
+static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
+{
+    unsigned long delay = 1;
+    while (!wait_condition_met(a)) {
+        if (cusw_ctx_sticky(ctx) != CUDA_SUCCESS || atomic_load(&ctx->tearing_down))
+            return;
+        sleep_us(delay);
+        if (delay < 1000)
+            delay *= 2;
+    }
+}
+
+static void fill(const struct cusw_action *a)
+{
+    if (a->u.set.elem_size == 1) {
+        memset(a->u.set.dst, (int)(unsigned char)a->u.set.value, a->u.set.count);
+        return;
+    }
+    uint32_t *dst = a->u.set.dst;
+    for (size_t i = 0; i < a->u.set.count; i++)
+        dst[i] = a->u.set.value;
+}
+
+void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
+{
+    bool sticky = cusw_ctx_sticky(ctx) != CUDA_SUCCESS;
+    switch (a->kind) {
+    case CUSW_ACT_NOP:
+        break;
+    case CUSW_ACT_HOST_FN:
+        if (!sticky)
+            cusw_host_run_fn(ctx, a->u.host.fn, a->u.host.data);
+        break;
+    case CUSW_ACT_CALLBACK:
+        cusw_host_run_callback(ctx, a->u.callback.fn, a->u.callback.stream, a->u.callback.data);
+        break;
+    case CUSW_ACT_COPY:
+        if (!sticky && a->u.copy.bytes > 0)
+            memmove(a->u.copy.dst, a->u.copy.src, a->u.copy.bytes);
+        break;
+    case CUSW_ACT_SET:
+        if (!sticky)
+            fill(a);
+        break;
+    case CUSW_ACT_WRITE_VALUE:
+        if (sticky)
+            break;
+        if (a->u.mem.is64)
+            __atomic_store_n((uint64_t *)(uintptr_t)a->u.mem.addr, a->u.mem.value, __ATOMIC_RELEASE);
+        else
+            __atomic_store_n((uint32_t *)(uintptr_t)a->u.mem.addr, (uint32_t)a->u.mem.value,
+                             __ATOMIC_RELEASE);
+        break;
+    case CUSW_ACT_WAIT_VALUE:
+        if (!sticky)
+            wait_value(a, ctx);
+        break;
+    case CUSW_ACT_FAULT:
+        if (!sticky)
+            cusw_ctx_set_sticky(ctx, a->u.fault.code);
+        break;
+    case CUSW_ACT_SLEEP:
+        if (!sticky)
+            sleep_us(a->u.sleep.usec);
+        break;
+    case CUSW_ACT_EVENT_RECORD: {
+        cusw_lock_acquire();
+        struct cusw_event *e = a->u.record.event;
+        if (e->generation == a->u.record.generation) { /* not re-recorded since */
+            e->stamp_ms = cusw_now_ms();
+            e->stamped = true;
+        }
+        cusw_lock_release();
+        break;
+    }
+    case CUSW_ACT_GRAPH:
+        for (size_t i = 0; i < a->u.launch->n; i++)
+            cusw_action_run(&a->u.launch->actions[i], ctx);
+        break;
+    }
+}
+
+void cusw_action_release(struct cusw_action *a)
+{
+    if (a->kind == CUSW_ACT_EVENT_RECORD) {
+        cusw_event_unref(a->u.record.event);
+    } else if (a->kind == CUSW_ACT_GRAPH) {
+        /* The launch has finished: its user-object references go (destructors may now run). */
+        cusw_urefs_release(&a->u.launch->urefs);
+        free(a->u.launch->actions);
+        free(a->u.launch);
+    }
+    a->kind = CUSW_ACT_NOP;
+}
+
+CUgraphNodeType cusw_action_node_type(const struct cusw_action *a)
+{
+    switch (a->kind) {
+    case CUSW_ACT_HOST_FN:
+    case CUSW_ACT_CALLBACK: return CU_GRAPH_NODE_TYPE_HOST;
+    case CUSW_ACT_COPY: return CU_GRAPH_NODE_TYPE_MEMCPY;
+    case CUSW_ACT_SET: return CU_GRAPH_NODE_TYPE_MEMSET;
+    case CUSW_ACT_WRITE_VALUE:
+    case CUSW_ACT_WAIT_VALUE: return CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+    case CUSW_ACT_FAULT:
+    case CUSW_ACT_SLEEP: return CU_GRAPH_NODE_TYPE_KERNEL; /* stand-ins for kernels */
+    case CUSW_ACT_EVENT_RECORD: return CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+    case CUSW_ACT_GRAPH: return CU_GRAPH_NODE_TYPE_GRAPH;
+    case CUSW_ACT_NOP: break;
+    }
+    return CU_GRAPH_NODE_TYPE_EMPTY;
+}

@@ -1,0 +1,352 @@
+/*
+ * cudasw.h - the subset of NVIDIA's CUDA 13.5 driver API (cuda.h) that the software driver
+ * implements, declared by hand so the library builds on machines without CUDA headers.
+ *
+ * Every name, value, struct layout and signature below is copied from CUDA 13.5's cuda.h; the
+ * function names are the ones cuda.h's renaming macros expand to (cuMemAlloc -> cuMemAlloc_v2,
+ * cuStreamGetCaptureInfo -> cuStreamGetCaptureInfo_v3, ...), which are the symbols a real
+ * libcuda.so.1 exports. Enums that are only partly used list only the members used, with
+ * cuda.h's explicit values. The software driver's own test-control functions (cusw*) are
+ * declared at the end.
+ */
+#ifndef CUDASW_H
+#define CUDASW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CUDA_VERSION 13050
+
+typedef uint32_t cuuint32_t;
+typedef uint64_t cuuint64_t;
+
+typedef unsigned long long CUdeviceptr_v2;
+typedef CUdeviceptr_v2 CUdeviceptr;
+typedef int CUdevice_v1;
+typedef CUdevice_v1 CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUevent_st *CUevent;
+typedef struct CUstream_st *CUstream;
+typedef struct CUgraph_st *CUgraph;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUuserObject_st *CUuserObject;
+typedef struct CUgreenCtx_st *CUgreenCtx;
+
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
+#define CU_STREAM_LEGACY     ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+
+typedef enum cudaError_enum {
+    CUDA_SUCCESS                              = 0,
+    CUDA_ERROR_INVALID_VALUE                  = 1,
+    CUDA_ERROR_OUT_OF_MEMORY                  = 2,
+    CUDA_ERROR_NOT_INITIALIZED                = 3,
+    CUDA_ERROR_DEINITIALIZED                  = 4,
+    CUDA_ERROR_PROFILER_DISABLED              = 5,
+    CUDA_ERROR_PROFILER_NOT_INITIALIZED       = 6,
+    CUDA_ERROR_PROFILER_ALREADY_STARTED       = 7,
+    CUDA_ERROR_PROFILER_ALREADY_STOPPED       = 8,
+    CUDA_ERROR_STUB_LIBRARY                   = 34,
+    CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER     = 36,
+    CUDA_ERROR_DEVICE_UNAVAILABLE             = 46,
+    CUDA_ERROR_MULTICAST_RESOURCE_FULL        = 47,
+    CUDA_ERROR_NO_DEVICE                      = 100,
+    CUDA_ERROR_INVALID_DEVICE                 = 101,
+    CUDA_ERROR_DEVICE_NOT_LICENSED            = 102,
+    CUDA_ERROR_INVALID_IMAGE                  = 200,
+    CUDA_ERROR_INVALID_CONTEXT                = 201,
+    CUDA_ERROR_CONTEXT_ALREADY_CURRENT        = 202,
+    CUDA_ERROR_MAP_FAILED                     = 205,
+    CUDA_ERROR_UNMAP_FAILED                   = 206,
+    CUDA_ERROR_ARRAY_IS_MAPPED                = 207,
+    CUDA_ERROR_ALREADY_MAPPED                 = 208,
+    CUDA_ERROR_NO_BINARY_FOR_GPU              = 209,
+    CUDA_ERROR_ALREADY_ACQUIRED               = 210,
+    CUDA_ERROR_NOT_MAPPED                     = 211,
+    CUDA_ERROR_NOT_MAPPED_AS_ARRAY            = 212,
+    CUDA_ERROR_NOT_MAPPED_AS_POINTER          = 213,
+    CUDA_ERROR_ECC_UNCORRECTABLE              = 214,
+    CUDA_ERROR_UNSUPPORTED_LIMIT              = 215,
+    CUDA_ERROR_CONTEXT_ALREADY_IN_USE         = 216,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED        = 217,
+    CUDA_ERROR_INVALID_PTX                    = 218,
+    CUDA_ERROR_INVALID_GRAPHICS_CONTEXT       = 219,
+    CUDA_ERROR_NVLINK_UNCORRECTABLE           = 220,
+    CUDA_ERROR_JIT_COMPILER_NOT_FOUND         = 221,
+    CUDA_ERROR_UNSUPPORTED_PTX_VERSION        = 222,
+    CUDA_ERROR_JIT_COMPILATION_DISABLED       = 223,
+    CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY      = 224,
+    CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC       = 225,
+    CUDA_ERROR_CONTAINED                      = 226,
+    CUDA_ERROR_INSUFFICIENT_LOADER_VERSION    = 227,
+    CUDA_ERROR_INVALID_SOURCE                 = 300,
+    CUDA_ERROR_FILE_NOT_FOUND                 = 301,
+    CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND = 302,
+    CUDA_ERROR_SHARED_OBJECT_INIT_FAILED      = 303,
+    CUDA_ERROR_OPERATING_SYSTEM               = 304,
+    CUDA_ERROR_INVALID_HANDLE                 = 400,
+    CUDA_ERROR_ILLEGAL_STATE                  = 401,
+    CUDA_ERROR_LOSSY_QUERY                    = 402,
+    CUDA_ERROR_NOT_FOUND                      = 500,
+    CUDA_ERROR_NOT_READY                      = 600,
+    CUDA_ERROR_ILLEGAL_ADDRESS                = 700,
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES        = 701,
+    CUDA_ERROR_LAUNCH_TIMEOUT                 = 702,
+    CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING  = 703,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED    = 704,
+    CUDA_ERROR_PEER_ACCESS_NOT_ENABLED        = 705,
+    CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE         = 708,
+    CUDA_ERROR_CONTEXT_IS_DESTROYED           = 709,
+    CUDA_ERROR_ASSERT                         = 710,
+    CUDA_ERROR_TOO_MANY_PEERS                 = 711,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED     = 713,
+    CUDA_ERROR_HARDWARE_STACK_ERROR           = 714,
+    CUDA_ERROR_ILLEGAL_INSTRUCTION            = 715,
+    CUDA_ERROR_MISALIGNED_ADDRESS             = 716,
+    CUDA_ERROR_INVALID_ADDRESS_SPACE          = 717,
+    CUDA_ERROR_INVALID_PC                     = 718,
+    CUDA_ERROR_LAUNCH_FAILED                  = 719,
+    CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE   = 720,
+    CUDA_ERROR_TENSOR_MEMORY_LEAK             = 721,
+    CUDA_ERROR_NOT_PERMITTED                  = 800,
+    CUDA_ERROR_NOT_SUPPORTED                  = 801,
+    CUDA_ERROR_SYSTEM_NOT_READY               = 802,
+    CUDA_ERROR_SYSTEM_DRIVER_MISMATCH         = 803,
+    CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE = 804,
+    CUDA_ERROR_MPS_CONNECTION_FAILED          = 805,
+    CUDA_ERROR_MPS_RPC_FAILURE                = 806,
+    CUDA_ERROR_MPS_SERVER_NOT_READY           = 807,
+    CUDA_ERROR_MPS_MAX_CLIENTS_REACHED        = 808,
+    CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED    = 809,
+    CUDA_ERROR_MPS_CLIENT_TERMINATED          = 810,
+    CUDA_ERROR_CDP_NOT_SUPPORTED              = 811,
+    CUDA_ERROR_CDP_VERSION_MISMATCH           = 812,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED     = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED     = 901,
+    CUDA_ERROR_STREAM_CAPTURE_MERGE           = 902,
+    CUDA_ERROR_STREAM_CAPTURE_UNMATCHED       = 903,
+    CUDA_ERROR_STREAM_CAPTURE_UNJOINED        = 904,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION       = 905,
+    CUDA_ERROR_STREAM_CAPTURE_IMPLICIT        = 906,
+    CUDA_ERROR_CAPTURED_EVENT                 = 907,
+    CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD    = 908,
+    CUDA_ERROR_TIMEOUT                        = 909,
+    CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE      = 910,
+    CUDA_ERROR_EXTERNAL_DEVICE                = 911,
+    CUDA_ERROR_INVALID_CLUSTER_SIZE           = 912,
+    CUDA_ERROR_FUNCTION_NOT_LOADED            = 913,
+    CUDA_ERROR_INVALID_RESOURCE_TYPE          = 914,
+    CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION = 915,
+    CUDA_ERROR_KEY_ROTATION                   = 916,
+    CUDA_ERROR_STREAM_DETACHED                = 917,
+    CUDA_ERROR_GRAPH_RECAPTURE_FAILURE        = 918,
+    CUDA_ERROR_FABRIC_NOT_READY               = 919,
+    CUDA_ERROR_UNKNOWN                        = 999
+} CUresult;
+
+typedef enum CUdevice_attribute_enum {
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X = 2,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y = 3,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z = 4,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X = 5,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y = 6,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z = 7,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
+    CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY = 9,
+    CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
+    CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK = 12,
+    CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13,
+    CU_DEVICE_ATTRIBUTE_GPU_OVERLAP = 15,
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
+    CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT = 17,
+    CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
+    CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY = 19,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_MODE = 20,
+    CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS = 31,
+    CU_DEVICE_ATTRIBUTE_ECC_ENABLED = 32,
+    CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
+    CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
+    CU_DEVICE_ATTRIBUTE_TCC_DRIVER = 35,
+    CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE = 36,
+    CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH = 37,
+    CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
+    CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40,
+    CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
+    CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
+    CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+    CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED = 86,
+    CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS = 88,
+    CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1 = 94,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+    CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES = 98,
+    CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
+    CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR = 123
+} CUdevice_attribute;
+
+typedef enum CUctx_flags_enum {
+    CU_CTX_SCHED_AUTO          = 0x00,
+    CU_CTX_FLAGS_MASK          = 0xFF
+} CUctx_flags;
+
+typedef enum CUstream_flags_enum {
+    CU_STREAM_DEFAULT             = 0x0,
+    CU_STREAM_NON_BLOCKING        = 0x1
+} CUstream_flags;
+
+typedef enum CUevent_flags_enum {
+    CU_EVENT_DEFAULT        = 0x0,
+    CU_EVENT_BLOCKING_SYNC  = 0x1,
+    CU_EVENT_DISABLE_TIMING = 0x2,
+    CU_EVENT_INTERPROCESS   = 0x4
+} CUevent_flags;
+
+typedef enum CUevent_record_flags_enum {
+    CU_EVENT_RECORD_DEFAULT  = 0x0,
+    CU_EVENT_RECORD_EXTERNAL = 0x1
+} CUevent_record_flags;
+
+typedef enum CUevent_wait_flags_enum {
+    CU_EVENT_WAIT_DEFAULT  = 0x0,
+    CU_EVENT_WAIT_EXTERNAL = 0x1
+} CUevent_wait_flags;
+
+typedef enum CUstreamWaitValue_flags_enum {
+    CU_STREAM_WAIT_VALUE_GEQ   = 0x0,
+    CU_STREAM_WAIT_VALUE_EQ    = 0x1,
+    CU_STREAM_WAIT_VALUE_AND   = 0x2,
+    CU_STREAM_WAIT_VALUE_NOR   = 0x3,
+    CU_STREAM_WAIT_VALUE_FLUSH = 1<<30
+} CUstreamWaitValue_flags;
+
+typedef enum CUstreamWriteValue_flags_enum {
+    CU_STREAM_WRITE_VALUE_DEFAULT           = 0x0,
+    CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER = 0x1
+} CUstreamWriteValue_flags;
+
+typedef enum CUstreamCaptureStatus_enum {
+    CU_STREAM_CAPTURE_STATUS_NONE        = 0,
+    CU_STREAM_CAPTURE_STATUS_ACTIVE      = 1,
+    CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2
+} CUstreamCaptureStatus;
+
+typedef enum CUstreamCaptureMode_enum {
+    CU_STREAM_CAPTURE_MODE_GLOBAL       = 0,
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
+    CU_STREAM_CAPTURE_MODE_RELAXED      = 2
+} CUstreamCaptureMode;
+
+typedef enum CUgraphNodeType_enum {
+    CU_GRAPH_NODE_TYPE_KERNEL           = 0,
+    CU_GRAPH_NODE_TYPE_MEMCPY           = 1,
+    CU_GRAPH_NODE_TYPE_MEMSET           = 2,
+    CU_GRAPH_NODE_TYPE_HOST             = 3,
+    CU_GRAPH_NODE_TYPE_GRAPH            = 4,
+    CU_GRAPH_NODE_TYPE_EMPTY            = 5,
+    CU_GRAPH_NODE_TYPE_WAIT_EVENT       = 6,
+    CU_GRAPH_NODE_TYPE_EVENT_RECORD     = 7,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL = 8,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT   = 9,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC        = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE         = 11,
+    CU_GRAPH_NODE_TYPE_BATCH_MEM_OP     = 12,
+    CU_GRAPH_NODE_TYPE_CONDITIONAL      = 13,
+    CU_GRAPH_NODE_TYPE_MEMCPY_BATCH     = 14,
+    CU_GRAPH_NODE_TYPE_RESERVED_16      = 16,
+    CU_GRAPH_NODE_TYPE_EXTERNAL_ENGINE  = 17,
+    CU_GRAPH_NODE_TYPE_FABRIC_CPY_BATCH = 18,
+} CUgraphNodeType;
+
+typedef enum CUgraphDependencyType_enum {
+    CU_GRAPH_DEPENDENCY_TYPE_DEFAULT = 0,
+    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1
+} CUgraphDependencyType;
+
+typedef enum CUgraphInstantiate_flags_enum {
+    CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH  = 1
+  , CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD               = 2
+  , CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH        = 4
+  , CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY    = 8
+} CUgraphInstantiate_flags;
+
+typedef enum CUuserObject_flags_enum {
+    CU_USER_OBJECT_NO_DESTRUCTOR_SYNC = 1
+} CUuserObject_flags;
+
+typedef enum CUuserObjectRetain_flags_enum {
+    CU_GRAPH_USER_OBJECT_MOVE = 1
+} CUuserObjectRetain_flags;
+
+typedef enum CUhostTaskSyncMode_enum {
+    CU_HOST_TASK_BLOCKING = 0x0,
+    CU_HOST_TASK_SPINWAIT = 0x1,
+} CUhostTaskSyncMode;
+
+typedef enum CUdriverProcAddressQueryResult_enum {
+    CU_GET_PROC_ADDRESS_SUCCESS                = 0,
+    CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND       = 1,
+    CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2
+}  CUdriverProcAddressQueryResult;
+
+typedef enum CUdriverProcAddress_flags_enum {
+    CU_GET_PROC_ADDRESS_DEFAULT = 0,
+    CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1 << 0,
+    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1 << 1
+} CUdriverProcAddress_flags;
+
+#define CU_MEMHOSTALLOC_PORTABLE        0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP       0x02
+#define CU_MEMHOSTALLOC_WRITECOMBINED   0x04
+
+typedef void (*CUhostFn)(void *userData);
+typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
+
+typedef struct CUDA_HOST_NODE_PARAMS_st {
+    CUhostFn fn;
+    void* userData;
+} CUDA_HOST_NODE_PARAMS_v1;
+typedef CUDA_HOST_NODE_PARAMS_v1 CUDA_HOST_NODE_PARAMS;
+
+typedef struct CUgraphEdgeData_st {
+    unsigned char from_port;
+    unsigned char to_port;
+    unsigned char type;
+    unsigned char reserved[5];
+} CUgraphEdgeData;
+
+/* ---- Test-control API of the software driver (not part of CUDA) ---------------------------- */
+
+/* The next `count` calls of entry `entry` made from the calling thread return `code` and do
+ * nothing else. `entry` is a base name ("cuLaunchHostFunc", which also covers its _ptsz/_ptds
+ * variants) or an exported name ("cuMemAlloc_v2"). */
+CUresult cuswFailNextCalls(const char *entry, unsigned int count, CUresult code);
+/* Same, for calls from any thread. */
+CUresult cuswFailNextCallsAnyThread(const char *entry, unsigned int count, CUresult code);
+/* Put `ctx` into the sticky error `code` now, as a faulting kernel would. */
+CUresult cuswSetStickyError(CUcontext ctx, CUresult code);
+/* Enqueue on `stream` a stand-in for a faulting kernel: when the stream reaches it, the stream's
+ * context enters the sticky error `code`. */
+CUresult cuswLaunchFault(CUstream stream, CUresult code);
+/* Enqueue on `stream` a stand-in for a long kernel: the worker sleeps `microseconds`. */
+CUresult cuswLaunchSleep(CUstream stream, unsigned int microseconds);
+/* Report `version` from cuDriverGetVersion and hide from cuGetProcAddress every ABI newer than
+ * it; 0 restores the default. */
+CUresult cuswSetDriverVersion(int version);
+/* How many user-object destructors have run, and how many user objects are alive. */
+CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive);
+
+#endif /* CUDASW_H */

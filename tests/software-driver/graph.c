@@ -1,0 +1,399 @@
+/*
+ * graph.c - graphs and their nodes: creation, host and empty nodes, dependencies, queries,
+ * cloning, destruction. A node's dependencies are stored on the node (its incoming edges); a
+ * graph owns its nodes and its user-object references. Graphs belong to no context.
+ */
+#include "internal.h"
+#include "entries.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct cusw_graph *cusw_graph_new(void)
+{
+    struct cusw_graph *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return NULL;
+    g->handle = cusw_handle_new(CUSW_KIND_GRAPH, g);
+    if (g->handle == 0) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static void node_free(struct cusw_node *n)
+{
+    cusw_handle_remove(n->handle);
+    cusw_action_release(&n->action);
+    free(n->deps);
+    free(n);
+}
+
+void cusw_graph_free(struct cusw_graph *g)
+{
+    for (size_t i = 0; i < g->n_nodes; i++)
+        node_free(g->nodes[i]);
+    free(g->nodes);
+    cusw_urefs_release(&g->urefs); /* destructors may run now */
+    cusw_handle_remove(g->handle);
+    free(g);
+}
+
+static bool add_dep(struct cusw_node *n, struct cusw_node *dep)
+{
+    if (!cusw_reserve((void **)&n->deps, &n->deps_capacity, n->ndeps + 1, sizeof *n->deps))
+        return false;
+    n->deps[n->ndeps++] = dep;
+    return true;
+}
+
+static bool has_dep(const struct cusw_node *n, const struct cusw_node *dep)
+{
+    for (size_t i = 0; i < n->ndeps; i++)
+        if (n->deps[i] == dep)
+            return true;
+    return false;
+}
+
+struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_action *a,
+                                      struct cusw_node *const *deps, size_t ndeps)
+{
+    if (!cusw_reserve((void **)&g->nodes, &g->nodes_capacity, g->n_nodes + 1, sizeof *g->nodes))
+        return NULL;
+    struct cusw_node *n = calloc(1, sizeof *n);
+    if (n == NULL)
+        return NULL;
+    n->graph = g;
+    n->action = *a;
+    for (size_t i = 0; i < ndeps; i++) {
+        if (!add_dep(n, deps[i])) {
+            free(n->deps);
+            free(n);
+            return NULL;
+        }
+    }
+    n->handle = cusw_handle_new(CUSW_KIND_NODE, n);
+    if (n->handle == 0) {
+        free(n->deps);
+        free(n);
+        return NULL;
+    }
+    g->nodes[g->n_nodes++] = n;
+    return n;
+}
+
+/* [locked] Resolves an API dependency list: every entry a distinct node of `g`. */
+static CUresult resolve_deps(struct cusw_graph *g, const CUgraphNode *handles, size_t n,
+                             struct cusw_node ***out)
+{
+    *out = NULL;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (handles == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cusw_node **deps = malloc(n * sizeof *deps);
+    if (deps == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < n; i++) {
+        deps[i] = cusw_handle_get((uintptr_t)handles[i], CUSW_KIND_NODE);
+        bool duplicate = false;
+        for (size_t j = 0; j < i && !duplicate; j++)
+            duplicate = deps[j] == deps[i];
+        if (deps[i] == NULL || deps[i]->graph != g || duplicate) {
+            free(deps);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    *out = deps;
+    return CUDA_SUCCESS;
+}
+
+static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                         size_t numDependencies, const struct cusw_action *a)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (phGraphNode == NULL || (a->kind == CUSW_ACT_HOST_FN && a->u.host.fn == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    struct cusw_node **deps = NULL;
+    if (g == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        rc = resolve_deps(g, dependencies, numDependencies, &deps);
+    if (rc == CUDA_SUCCESS) {
+        struct cusw_node *n = cusw_graph_add_node(g, a, deps, numDependencies);
+        if (n == NULL)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            *phGraphNode = (CUgraphNode)n->handle;
+    }
+    free(deps);
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
+{
+    CUSW_ENTRY("cuGraphCreate", "cuGraphCreate");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (phGraph == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_graph *g = cusw_graph_new();
+    if (g == NULL)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        *phGraph = (CUgraph)g->handle;
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
+{
+    CUSW_ENTRY("cuGraphDestroy", "cuGraphDestroy");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    if (g == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (g->capture != NULL)
+        rc = CUDA_ERROR_ILLEGAL_STATE; /* owned by its capture until cuStreamEndCapture */
+    else
+        cusw_graph_free(g);
+    cusw_lock_release();
+    return rc;
+}
+
+static bool valid_host_params(const CUDA_HOST_NODE_PARAMS *p) { return p != NULL && p->fn != NULL; }
+
+CUSW_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                        const CUgraphNode *dependencies, size_t numDependencies,
+                                        const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    CUSW_ENTRY("cuGraphAddHostNode", "cuGraphAddHostNode");
+    struct cusw_action a = { .kind = CUSW_ACT_HOST_FN };
+    if (nodeParams != NULL) {
+        a.u.host.fn = nodeParams->fn;
+        a.u.host.data = nodeParams->userData;
+    }
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, &a);
+}
+
+CUSW_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                         const CUgraphNode *dependencies, size_t numDependencies)
+{
+    CUSW_ENTRY("cuGraphAddEmptyNode", "cuGraphAddEmptyNode");
+    struct cusw_action a = { .kind = CUSW_ACT_NOP };
+    return add_node(phGraphNode, hGraph, dependencies, numDependencies, &a);
+}
+
+CUSW_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from,
+                                               const CUgraphNode *to,
+                                               const CUgraphEdgeData *edgeData,
+                                               size_t numDependencies)
+{
+    CUSW_ENTRY("cuGraphAddDependencies", "cuGraphAddDependencies_v2");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (numDependencies > 0 && (from == NULL || to == NULL))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Only default edges: ports and types other than 0 concern kernel nodes. */
+    for (size_t i = 0; edgeData != NULL && i < numDependencies; i++) {
+        static const CUgraphEdgeData default_edge;
+        if (memcmp(&edgeData[i], &default_edge, sizeof default_edge) != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    cusw_lock_acquire();
+    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    if (g == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    /* Validate everything first, so that a failing call adds no edge at all. */
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
+        struct cusw_node *f = cusw_handle_get((uintptr_t)from[i], CUSW_KIND_NODE);
+        struct cusw_node *t = cusw_handle_get((uintptr_t)to[i], CUSW_KIND_NODE);
+        if (f == NULL || t == NULL || f->graph != g || t->graph != g || f == t || has_dep(t, f))
+            rc = CUDA_ERROR_INVALID_VALUE;
+        for (size_t j = 0; rc == CUDA_SUCCESS && j < i; j++)
+            if (from[j] == from[i] && to[j] == to[i])
+                rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
+        struct cusw_node *f = cusw_handle_get((uintptr_t)from[i], CUSW_KIND_NODE);
+        struct cusw_node *t = cusw_handle_get((uintptr_t)to[i], CUSW_KIND_NODE);
+        if (!add_dep(t, f))
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    CUSW_ENTRY("cuGraphGetNodes", "cuGraphGetNodes");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (numNodes == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    if (g == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (nodes == NULL) {
+        *numNodes = g->n_nodes;
+    } else {
+        /* As documented: fill what fits, NULL the rest, report how many were written. */
+        size_t k = *numNodes < g->n_nodes ? *numNodes : g->n_nodes;
+        for (size_t i = 0; i < *numNodes; i++)
+            nodes[i] = i < k ? (CUgraphNode)g->nodes[i]->handle : NULL;
+        *numNodes = k;
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+/* [locked] */
+static struct cusw_node *node_of(CUgraphNode handle)
+{
+    return cusw_handle_get((uintptr_t)handle, CUSW_KIND_NODE);
+}
+
+CUSW_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    CUSW_ENTRY("cuGraphNodeGetType", "cuGraphNodeGetType");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (type == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_node *n = node_of(hNode);
+    if (n == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        *type = cusw_action_node_type(&n->action);
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
+{
+    CUSW_ENTRY("cuGraphClone", "cuGraphClone");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (phGraphClone == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_graph *g = cusw_handle_get((uintptr_t)originalGraph, CUSW_KIND_GRAPH);
+    struct cusw_graph *clone = NULL;
+    if (g == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if ((clone = cusw_graph_new()) == NULL)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    /* Nodes first, then edges by index: an edge added with cuGraphAddDependencies may point from
+     * a node created later. */
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n_nodes; i++) {
+        g->nodes[i]->scratch = i;
+        if (cusw_graph_add_node(clone, &g->nodes[i]->action, NULL, 0) == NULL)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n_nodes; i++) {
+        const struct cusw_node *src = g->nodes[i];
+        for (size_t d = 0; rc == CUDA_SUCCESS && d < src->ndeps; d++)
+            if (!add_dep(clone->nodes[i], clone->nodes[src->deps[d]->scratch]))
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* The clone owns references of its own to the same user objects. */
+    if (rc == CUDA_SUCCESS && !cusw_urefs_copy(&clone->urefs, &g->urefs))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS)
+        *phGraphClone = (CUgraph)clone->handle;
+    else if (clone != NULL)
+        cusw_graph_free(clone);
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
+{
+    CUSW_ENTRY("cuGraphDestroyNode", "cuGraphDestroyNode");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_node *n = node_of(hNode);
+    if (n == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (n->graph->capture != NULL) {
+        rc = CUDA_ERROR_ILLEGAL_STATE; /* node removal is not permitted during capture */
+    } else {
+        struct cusw_graph *g = n->graph;
+        size_t at = 0;
+        for (size_t i = 0; i < g->n_nodes; i++) {
+            struct cusw_node *m = g->nodes[i];
+            if (m == n)
+                continue;
+            size_t kept = 0;
+            for (size_t d = 0; d < m->ndeps; d++)
+                if (m->deps[d] != n)
+                    m->deps[kept++] = m->deps[d];
+            m->ndeps = kept;
+            g->nodes[at++] = m;
+        }
+        g->n_nodes = at;
+        node_free(n);
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    CUSW_ENTRY("cuGraphHostNodeGetParams", "cuGraphHostNodeGetParams");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (nodeParams == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_node *n = node_of(hNode);
+    if (n == NULL || n->action.kind != CUSW_ACT_HOST_FN) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        nodeParams->fn = n->action.u.host.fn;
+        nodeParams->userData = n->action.u.host.data;
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode,
+                                              const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    CUSW_ENTRY("cuGraphHostNodeSetParams", "cuGraphHostNodeSetParams");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!valid_host_params(nodeParams))
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_node *n = node_of(hNode);
+    if (n == NULL || n->action.kind != CUSW_ACT_HOST_FN) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        n->action.u.host.fn = nodeParams->fn;
+        n->action.u.host.data = nodeParams->userData;
+    }
+    cusw_lock_release();
+    return rc;
+}

@@ -1,0 +1,262 @@
+/*
+ * graph_exec.c - executable graphs: instantiation, launch, destruction, executable updates.
+ *
+ * Instantiation flattens the graph into its nodes' actions in a topological order (Kahn's
+ * algorithm, ties broken by creation order), so the executable is independent of its graph from
+ * then on. The executable holds references to all of the graph's user objects until it is
+ * destroyed. A launch enqueues one stream operation carrying a snapshot of the actions (later
+ * cuGraphExecHostNodeSetParams calls do not affect a launch already enqueued) plus references to
+ * the user objects, dropped when the launch has finished. Launches of one executable are ordered
+ * behind each other, also across streams, as documented for cuGraphLaunch.
+ */
+#include "internal.h"
+#include "entries.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct cusw_exec {
+    uintptr_t handle;
+    struct cusw_ctx *ctx;
+    struct cusw_action *actions; /* topological order */
+    uintptr_t *node_handles;     /* the graph node each action came from */
+    size_t n;
+    struct cusw_uref_list urefs;
+    struct cusw_dep last_launch; /* stream NULL before the first launch */
+};
+
+static void exec_free(struct cusw_exec *x)
+{
+    cusw_handle_remove(x->handle);
+    cusw_urefs_release(&x->urefs); /* destructors may run now (in-flight launches hold theirs) */
+    if (x->last_launch.stream != NULL)
+        cusw_stream_unref(x->last_launch.stream);
+    free(x->actions);
+    free(x->node_handles);
+    free(x);
+}
+
+/* [locked] Fills x->actions / x->node_handles from g in a topological order. */
+static CUresult flatten(struct cusw_graph *g, struct cusw_exec *x)
+{
+    size_t n = g->n_nodes;
+    size_t *indegree = calloc(n + 1, sizeof *indegree);
+    size_t *offsets = calloc(n + 2, sizeof *offsets); /* dependents, in CSR form */
+    size_t *dependents = NULL;
+    size_t *queue = malloc((n + 1) * sizeof *queue);
+    x->actions = malloc((n + 1) * sizeof *x->actions);
+    x->node_handles = malloc((n + 1) * sizeof *x->node_handles);
+    CUresult rc = CUDA_SUCCESS;
+    size_t edges = 0;
+    for (size_t i = 0; i < n; i++) {
+        g->nodes[i]->scratch = i;
+        edges += g->nodes[i]->ndeps;
+    }
+    dependents = malloc((edges + 1) * sizeof *dependents);
+    if (indegree == NULL || offsets == NULL || dependents == NULL || queue == NULL ||
+        x->actions == NULL || x->node_handles == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        indegree[i] = g->nodes[i]->ndeps;
+        for (size_t d = 0; d < g->nodes[i]->ndeps; d++)
+            offsets[g->nodes[i]->deps[d]->scratch + 1]++;
+    }
+    for (size_t i = 0; i < n; i++)
+        offsets[i + 1] += offsets[i];
+    size_t *fill = calloc(n + 1, sizeof *fill);
+    if (fill == NULL) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t d = 0; d < g->nodes[i]->ndeps; d++) {
+            size_t from = g->nodes[i]->deps[d]->scratch;
+            dependents[offsets[from] + fill[from]++] = i;
+        }
+    }
+    free(fill);
+    size_t head = 0, tail = 0;
+    for (size_t i = 0; i < n; i++)
+        if (indegree[i] == 0)
+            queue[tail++] = i;
+    while (head < tail) {
+        size_t i = queue[head++];
+        x->actions[x->n] = g->nodes[i]->action;
+        x->node_handles[x->n] = g->nodes[i]->handle;
+        x->n++;
+        for (size_t k = offsets[i]; k < offsets[i + 1]; k++)
+            if (--indegree[dependents[k]] == 0)
+                queue[tail++] = dependents[k];
+    }
+    if (x->n != n)
+        rc = CUDA_ERROR_INVALID_VALUE; /* a cycle */
+out:
+    free(indegree);
+    free(offsets);
+    free(dependents);
+    free(queue);
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                                 unsigned long long flags)
+{
+    CUSW_ENTRY("cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    /* Graph memory nodes and node priorities do not exist here, so those flags change nothing.
+     * UPLOAD is only valid with cuGraphInstantiateWithParams; device launch is not modelled. */
+    const unsigned long long accepted =
+        CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+    if (phGraphExec == NULL || (flags & ~accepted) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *ctx = NULL;
+    struct cusw_exec *x = NULL;
+    rc = cusw_ctx_current(&ctx);
+    struct cusw_graph *g = NULL;
+    if (rc == CUDA_SUCCESS && (g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH)) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && (x = calloc(1, sizeof *x)) == NULL)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS) {
+        x->ctx = ctx;
+        rc = flatten(g, x);
+    }
+    if (rc == CUDA_SUCCESS && !cusw_urefs_copy(&x->urefs, &g->urefs))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS && (x->handle = cusw_handle_new(CUSW_KIND_EXEC, x)) == 0)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS)
+        *phGraphExec = (CUgraphExec)x->handle;
+    else if (x != NULL)
+        exec_free(x);
+    cusw_lock_release();
+    return rc;
+}
+
+/* [locked] A graph launched into a capturing stream joins the capture: its nodes are appended in
+ * their (valid) topological order, and the capture graph takes references to its user objects. */
+static CUresult capture_launch(struct cusw_exec *x, struct cusw_stream *s)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        CUresult rc = cusw_capture_add_node(s, &x->actions[i]);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    if (!cusw_urefs_copy(&s->capture->graph->urefs, &x->urefs)) {
+        cusw_capture_invalidate(s->capture);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool per_thread)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_exec *x = cusw_handle_get((uintptr_t)hGraphExec, CUSW_KIND_EXEC);
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    if (x == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_enqueue(s, &capturing);
+    if (rc == CUDA_SUCCESS && capturing) {
+        rc = capture_launch(x, s);
+    } else if (rc == CUDA_SUCCESS) {
+        struct cusw_launch *l = calloc(1, sizeof *l);
+        if (l == NULL || (l->actions = malloc((x->n + 1) * sizeof *l->actions)) == NULL ||
+            !cusw_urefs_copy(&l->urefs, &x->urefs)) {
+            if (l != NULL) {
+                cusw_urefs_release(&l->urefs);
+                free(l->actions);
+                free(l);
+            }
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            if (x->n > 0)
+                memcpy(l->actions, x->actions, x->n * sizeof *l->actions);
+            l->n = x->n;
+            struct cusw_action a = { .kind = CUSW_ACT_GRAPH, .u.launch = l };
+            size_t ndeps = x->last_launch.stream != NULL ? 1 : 0;
+            rc = cusw_stream_enqueue(s, &a, &x->last_launch, ndeps);
+            if (rc != CUDA_SUCCESS) {
+                cusw_action_release(&a);
+            } else {
+                if (x->last_launch.stream != NULL)
+                    cusw_stream_unref(x->last_launch.stream);
+                cusw_stream_ref(s);
+                x->last_launch.stream = s;
+                x->last_launch.seq = s->enqueued;
+            }
+        }
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    CUSW_ENTRY("cuGraphLaunch", "cuGraphLaunch");
+    return launch(hGraphExec, hStream, false);
+}
+
+CUSW_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{
+    CUSW_ENTRY("cuGraphLaunch", "cuGraphLaunch_ptsz");
+    return launch(hGraphExec, hStream, true);
+}
+
+CUSW_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    CUSW_ENTRY("cuGraphExecDestroy", "cuGraphExecDestroy");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_exec *x = cusw_handle_get((uintptr_t)hGraphExec, CUSW_KIND_EXEC);
+    if (x == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else
+        exec_free(x);
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                  const CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    CUSW_ENTRY("cuGraphExecHostNodeSetParams", "cuGraphExecHostNodeSetParams");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (nodeParams == NULL || nodeParams->fn == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_exec *x = cusw_handle_get((uintptr_t)hGraphExec, CUSW_KIND_EXEC);
+    if (x == NULL) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        /* Matched by handle: node handles are never reused, so this stays right even after the
+         * original graph or node has been destroyed. */
+        rc = CUDA_ERROR_INVALID_VALUE;
+        for (size_t i = 0; i < x->n; i++) {
+            if (x->node_handles[i] == (uintptr_t)hNode && x->actions[i].kind == CUSW_ACT_HOST_FN) {
+                x->actions[i].u.host.fn = nodeParams->fn;
+                x->actions[i].u.host.data = nodeParams->userData;
+                rc = CUDA_SUCCESS;
+                break;
+            }
+        }
+    }
+    cusw_lock_release();
+    return rc;
+}

@@ -1,0 +1,401 @@
+/*
+ * internal.h - shared internals of the software CUDA driver.
+ *
+ * Concurrency model (read this first):
+ *  - One process-wide mutex, `cusw_lock`, guards every driver object (contexts, streams and
+ *    their queues, events, captures, graphs, executables, user objects, the handle registry,
+ *    the allocation table). API calls take it for their bookkeeping and never call user code
+ *    while holding it. A single lock keeps the many cross-object rules (legacy-stream ordering,
+ *    capture invalidation, ownership of user objects) easy to get right; the work itself (host
+ *    functions, copies, sleeps, waits) always runs unlocked.
+ *  - `cusw_progress` is broadcast (under the lock) whenever a stream operation completes or a
+ *    stream or context changes state; everything that waits for stream progress (synchronize
+ *    calls, stream workers waiting for cross-stream dependencies) waits on it.
+ *  - Each stream has one worker thread that runs its operations in FIFO order. Host functions
+ *    and stream callbacks of all streams run on one process-wide host-function thread
+ *    (host_thread.c), as on the real driver. User-object destructors run on one process-wide
+ *    destructor thread (user_object.c).
+ *  - Handles given to the application are opaque numbers from the registry (registry.c), never
+ *    pointers and never reused, so a stale or made-up handle is detected, never dereferenced.
+ *
+ * Every function in this file whose comment says "[locked]" must be called with cusw_lock held.
+ */
+#ifndef CUSW_INTERNAL_H
+#define CUSW_INTERNAL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include "cudasw.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- Export and entry-point prologue --------------------------------------------------------- */
+
+#define CUSW_EXPORT __attribute__((visibility("default")))
+
+#ifdef CUSW_VARIANT_STUB
+#define CUSW_IS_STUB 1
+#else
+#define CUSW_IS_STUB 0
+#endif
+
+/* First statement of every exported function. The stub variant answers like NVIDIA's toolkit
+ * stub libcuda.so; otherwise armed fault injections (fault.c) take precedence over the call. */
+#define CUSW_ENTRY(base, symbol)                                                                 \
+    do {                                                                                         \
+        if (CUSW_IS_STUB)                                                                        \
+            return CUDA_ERROR_STUB_LIBRARY;                                                      \
+        CUresult cusw_injected_;                                                                 \
+        if (cusw_fault_injected((base), (symbol), &cusw_injected_))                              \
+            return cusw_injected_;                                                               \
+    } while (0)
+
+/* ---- Limits and defaults --------------------------------------------------------------------- */
+
+#define CUSW_MAX_DEVICES 8
+#define CUSW_DEFAULT_DRIVER_VERSION 13050
+#define CUSW_DEVICE_MEMORY_BYTES (16ULL << 30)
+#define CUSW_STREAM_PRIORITY_GREATEST (-5)
+#define CUSW_STREAM_PRIORITY_LEAST 0
+
+/* ---- Global lock (runtime.c) ----------------------------------------------------------------- */
+
+extern pthread_mutex_t cusw_lock;
+extern pthread_cond_t cusw_progress;
+
+void cusw_lock_acquire(void);
+void cusw_lock_release(void);
+void cusw_wait_progress(void);      /* [locked] waits for the next broadcast of cusw_progress */
+void cusw_broadcast_progress(void); /* [locked] */
+
+/* Creates a detached internal thread (pins the library in memory first, so that a dlclose by
+ * the application cannot unmap code that driver threads are still running). */
+bool cusw_spawn_thread(void *(*fn)(void *), void *arg);
+
+/* Configuration read from the environment when the library is loaded. */
+int cusw_config_device_count(void);
+int cusw_config_driver_version(void);
+
+/* Per-thread serial number: unique for the process lifetime, unlike pthread_t. */
+uint64_t cusw_thread_serial(void);
+
+/* Grows *array (of *capacity elements of elem_size bytes) to hold at least `needed`. */
+bool cusw_reserve(void **array, size_t *capacity, size_t needed, size_t elem_size);
+
+/* ---- Initialisation and devices (device.c) --------------------------------------------------- */
+
+CUresult cusw_require_init(void); /* CUDA_ERROR_NOT_INITIALIZED before a successful cuInit */
+int cusw_device_count(void);
+
+/* ---- Driver version and entry table (proc_address.c) ----------------------------------------- */
+
+int cusw_reported_driver_version(void);
+bool cusw_entry_name_known(const char *name); /* base or exported name of an entry or control */
+
+/* ---- Fault injection (fault.c) ---------------------------------------------------------------- */
+
+bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
+
+/* ---- Handle registry (registry.c) ------------------------------------------------------------ */
+
+enum cusw_kind {
+    CUSW_KIND_CONTEXT = 1,
+    CUSW_KIND_STREAM,
+    CUSW_KIND_EVENT,
+    CUSW_KIND_GRAPH,
+    CUSW_KIND_NODE,
+    CUSW_KIND_EXEC,
+    CUSW_KIND_USER_OBJECT,
+};
+
+/* Open-addressing hash map from non-zero keys (> 1) to pointers. */
+struct cusw_map {
+    struct cusw_map_slot *slots;
+    size_t capacity, used, tombstones;
+};
+bool cusw_map_put(struct cusw_map *m, uintptr_t key, void *value);
+void *cusw_map_get(const struct cusw_map *m, uintptr_t key);
+void *cusw_map_remove(struct cusw_map *m, uintptr_t key);
+/* Iteration: start with *cursor = 0; returns false at the end. */
+bool cusw_map_next(const struct cusw_map *m, size_t *cursor, uintptr_t *key, void **value);
+
+uintptr_t cusw_handle_new(enum cusw_kind kind, void *object);   /* [locked] 0 when out of memory */
+void *cusw_handle_get(uintptr_t handle, enum cusw_kind kind);   /* [locked] NULL unless live */
+void cusw_handle_remove(uintptr_t handle);                      /* [locked] */
+
+/* ---- Actions: what a stream operation or a graph node does (action.c) ------------------------ */
+
+struct cusw_ctx;
+struct cusw_stream;
+struct cusw_event;
+struct cusw_launch;
+
+enum cusw_action_kind {
+    CUSW_ACT_NOP,          /* barrier (event wait) or empty graph node */
+    CUSW_ACT_HOST_FN,      /* cuLaunchHostFunc / host node: skipped once the context is sticky */
+    CUSW_ACT_CALLBACK,     /* cuStreamAddCallback: always runs once, with the error status */
+    CUSW_ACT_COPY,
+    CUSW_ACT_SET,
+    CUSW_ACT_WRITE_VALUE,
+    CUSW_ACT_WAIT_VALUE,
+    CUSW_ACT_FAULT,        /* cuswLaunchFault: the stand-in for a faulting kernel */
+    CUSW_ACT_SLEEP,        /* cuswLaunchSleep: the stand-in for a long kernel */
+    CUSW_ACT_EVENT_RECORD, /* stream only */
+    CUSW_ACT_GRAPH,        /* stream only: one launch of an executable graph */
+};
+
+struct cusw_action {
+    enum cusw_action_kind kind;
+    union {
+        struct { CUhostFn fn; void *data; } host;
+        struct { CUstreamCallback fn; void *data; CUstream stream; } callback;
+        struct { void *dst; const void *src; size_t bytes; } copy;
+        struct { void *dst; unsigned int value; unsigned int elem_size; size_t count; } set;
+        struct { CUdeviceptr addr; uint64_t value; unsigned int flags; bool is64; } mem;
+        struct { CUresult code; } fault;
+        struct { unsigned int usec; } sleep;
+        struct { struct cusw_event *event; uint64_t generation; } record;
+        struct cusw_launch *launch;
+    } u;
+};
+
+/* References to user objects, as held by a graph, an executable or a launch (user_object.c). */
+struct cusw_uref_list {
+    struct cusw_uref *items;
+    size_t n, capacity;
+};
+
+/* One launch of an executable graph: a snapshot of its nodes' actions in a topological order
+ * (the real driver snapshots node parameters at launch too), and the references to the
+ * executable's user objects that the launch holds until it has finished. */
+struct cusw_launch {
+    struct cusw_action *actions;
+    size_t n;
+    struct cusw_uref_list urefs;
+};
+
+/* Runs the action on the calling (worker) thread, unlocked. */
+void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx);
+/* [locked] Drops the references the action holds (event, launch snapshot). */
+void cusw_action_release(struct cusw_action *a);
+CUgraphNodeType cusw_action_node_type(const struct cusw_action *a);
+
+/* ---- Host-function thread (host_thread.c) ---------------------------------------------------- */
+
+/* Run on the single host-function thread and wait for it to finish. The host function is skipped
+ * if the context has a sticky error by the time the host thread reaches it; the callback runs
+ * with that error as its status. */
+void cusw_host_run_fn(struct cusw_ctx *ctx, CUhostFn fn, void *data);
+void cusw_host_run_callback(struct cusw_ctx *ctx, CUstreamCallback fn, CUstream stream,
+                            void *data);
+
+/* ---- Contexts (context.c) -------------------------------------------------------------------- */
+
+struct cusw_ctx {
+    uintptr_t handle;
+    int device;
+    unsigned int flags;
+    int retain_count;
+    bool active;
+    atomic_int sticky;          /* CUresult; never cleared for the process */
+    atomic_bool tearing_down;   /* makes wait-value polls give up while the context is reset */
+    struct cusw_stream *legacy; /* while active */
+    struct cusw_stream *streams; /* every stream of the context, also destroyed ones still draining */
+    struct cusw_event *events;
+};
+
+/* [locked] The calling thread's current context, checked: CUDA_ERROR_INVALID_CONTEXT if none,
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED if it is an inactive primary context, its sticky error if any. */
+CUresult cusw_ctx_current(struct cusw_ctx **out);
+/* [locked] Same checks for a context reached through an object. */
+CUresult cusw_ctx_check(const struct cusw_ctx *ctx);
+CUresult cusw_ctx_sticky(const struct cusw_ctx *ctx); /* CUDA_SUCCESS or the sticky error */
+void cusw_ctx_set_sticky(struct cusw_ctx *ctx, CUresult code); /* first error wins */
+void cusw_contexts_init(int device_count); /* [locked] by cuInit */
+
+/* ---- Streams (stream.c) ---------------------------------------------------------------------- */
+
+enum cusw_stream_kind { CUSW_STREAM_USER, CUSW_STREAM_LEGACY, CUSW_STREAM_PER_THREAD };
+
+struct cusw_dep {
+    struct cusw_stream *stream; /* referenced */
+    uint64_t seq;               /* satisfied once stream->completed >= seq */
+};
+
+struct cusw_op {
+    struct cusw_op *next;
+    uint64_t seq;
+    struct cusw_dep *deps;
+    size_t ndeps;
+    struct cusw_action action;
+};
+
+struct cusw_capture;
+struct cusw_node;
+
+struct cusw_stream {
+    uintptr_t handle; /* 0 once destroyed */
+    struct cusw_ctx *ctx;
+    enum cusw_stream_kind kind;
+    unsigned int flags;
+    int priority;
+    unsigned long long id;
+    unsigned int refs; /* the worker's, plus one per dependency or event that names the stream */
+    bool destroyed;
+    pthread_cond_t wake; /* the worker waits here for new operations */
+    struct cusw_op *head, *tail;
+    uint64_t enqueued, completed;
+    struct cusw_stream *ctx_prev, *ctx_next;
+    /* Capture state (capture.c). */
+    struct cusw_capture *capture;
+    struct cusw_node **cap_deps;
+    size_t n_cap_deps, cap_deps_capacity;
+    CUgraphNode *info_nodes; /* arrays handed out by cuStreamGetCaptureInfo */
+    CUgraphEdgeData *info_edges;
+    size_t info_capacity;
+};
+
+/* [locked] Resolves an API stream argument: NULL means the legacy stream, or the per-thread stream
+ * for _ptsz/_ptds entry points; CU_STREAM_LEGACY / CU_STREAM_PER_THREAD name the current
+ * context's. Checks the context (see cusw_ctx_check). */
+CUresult cusw_stream_resolve(CUstream handle, bool per_thread, struct cusw_stream **out);
+/* [locked] Appends an operation (with extra dependencies, also the implicit legacy-stream ones). */
+CUresult cusw_stream_enqueue(struct cusw_stream *s, const struct cusw_action *a,
+                             const struct cusw_dep *extra, size_t nextra);
+/* [locked] Waits until the stream has completed everything enqueued so far. */
+void cusw_stream_drain(struct cusw_stream *s);
+/* [locked] Waits until every stream of the context has completed everything enqueued so far. */
+void cusw_ctx_drain(struct cusw_ctx *ctx);
+bool cusw_stream_syncs_with_legacy(const struct cusw_stream *s); /* blocking or per-thread */
+void cusw_stream_ref(struct cusw_stream *s);   /* [locked] */
+void cusw_stream_unref(struct cusw_stream *s); /* [locked] */
+struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_kind kind,
+                                       unsigned int flags, int priority); /* [locked] */
+/* [locked] Invalidates the handle at once; the worker drains pending work, then exits. */
+void cusw_stream_destroy(struct cusw_stream *s);
+/* Submits a stream-ordered action (takes the lock): checks initialisation, resolves the stream,
+ * applies the capture rules (while capturing, the action becomes a graph node) and enqueues it. */
+CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a);
+
+/* ---- Events (event.c) ------------------------------------------------------------------------ */
+
+struct cusw_event {
+    uintptr_t handle; /* 0 once destroyed */
+    struct cusw_ctx *ctx;
+    unsigned int flags;
+    unsigned int refs; /* the handle's, plus one per pending record operation */
+    struct cusw_stream *stream; /* last record point, or NULL: never recorded */
+    uint64_t seq;
+    uint64_t generation;  /* bumped by each record; a record operation only stamps its own */
+    bool stamped;
+    double stamp_ms;
+    /* Set when last recorded inside a capture: the capture and its dependency set then. */
+    uint64_t capture_id;
+    struct cusw_node **cap_nodes;
+    size_t n_cap_nodes;
+    struct cusw_event *ctx_prev, *ctx_next;
+};
+
+void cusw_event_unref(struct cusw_event *e); /* [locked] */
+void cusw_event_destroy(struct cusw_event *e); /* [locked] invalidates the handle */
+double cusw_now_ms(void);
+
+/* ---- Stream capture (capture.c) -------------------------------------------------------------- */
+
+struct cusw_graph;
+
+struct cusw_capture {
+    uint64_t id;
+    CUstreamCaptureMode mode;
+    bool invalidated;
+    uint64_t thread_serial; /* the thread that began it */
+    struct cusw_graph *graph;
+    struct cusw_stream *origin;
+    struct cusw_stream **members; /* origin included */
+    size_t n_members, members_capacity;
+    struct cusw_capture *next;
+};
+
+/* [locked] Called before an operation is enqueued on `s`: answers 906 (and invalidates) when `s` is
+ * the legacy stream while a blocking stream of its context captures, 901 on an invalidated capture.
+ * *capturing tells whether the operation must become a graph node (cusw_capture_add_node). */
+CUresult cusw_capture_check_enqueue(struct cusw_stream *s, bool *capturing);
+/* [locked] Adds a node for the action to the capture of `s`, depending on the current
+ * dependencies of `s`, and makes it the new dependency set. */
+CUresult cusw_capture_add_node(struct cusw_stream *s, const struct cusw_action *a);
+/* [locked] For stream-synchronising calls on `s` (synchronize, query): answers 900/901/906 and
+ * invalidates as the real driver does. */
+CUresult cusw_capture_check_sync(struct cusw_stream *s);
+/* [locked] For "potentially unsafe" calls (allocation, synchronous copies, context sync). */
+CUresult cusw_capture_check_unsafe(void);
+/* [locked] Marks the capture invalidated (it stays until cuStreamEndCapture). */
+void cusw_capture_invalidate(struct cusw_capture *c);
+/* [locked] Event waits across streams during capture (fork/join): `s` joins capture `c` with the
+ * given dependency set, or (already a member) adds the nodes to its dependency set. */
+CUresult cusw_capture_join(struct cusw_capture *c, struct cusw_stream *s,
+                           struct cusw_node *const *nodes, size_t n);
+/* [locked] A stream leaves its capture because it is being destroyed. */
+void cusw_capture_stream_gone(struct cusw_stream *s);
+struct cusw_capture *cusw_capture_find(uint64_t id); /* [locked] */
+
+/* ---- Graphs and executables (graph.c, graph_exec.c) ------------------------------------------ */
+
+struct cusw_user_object;
+
+struct cusw_uref {
+    struct cusw_user_object *object;
+    unsigned int count;
+};
+
+struct cusw_node {
+    uintptr_t handle;
+    struct cusw_graph *graph;
+    struct cusw_action action;
+    struct cusw_node **deps;
+    size_t ndeps, deps_capacity;
+    size_t scratch;       /* index during instantiation and cloning */
+    uint64_t visit_epoch; /* cuStreamEndCapture's join check */
+};
+
+struct cusw_graph {
+    uintptr_t handle;
+    struct cusw_node **nodes;
+    size_t n_nodes, nodes_capacity;
+    struct cusw_uref_list urefs;
+    struct cusw_capture *capture; /* non-NULL while a capture builds this graph */
+};
+
+struct cusw_graph *cusw_graph_new(void); /* [locked] registered */
+void cusw_graph_free(struct cusw_graph *g); /* [locked] unregisters, releases user objects */
+/* [locked] Adds a node; deps must be nodes of g. */
+struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_action *a,
+                                      struct cusw_node *const *deps, size_t ndeps);
+
+/* ---- User objects (user_object.c) ------------------------------------------------------------ */
+
+struct cusw_user_object {
+    uintptr_t handle;
+    void *ptr;
+    CUhostFn destroy;
+    unsigned long long refs;
+};
+
+void cusw_user_object_retain(struct cusw_user_object *o, unsigned int count);  /* [locked] */
+void cusw_user_object_release(struct cusw_user_object *o, unsigned int count); /* [locked] */
+/* [locked] Reference lists, as held by graphs, executables and launches. */
+bool cusw_urefs_add(struct cusw_uref_list *l, struct cusw_user_object *o, unsigned int count);
+/* Adds src's references to dst, as new references (retained). */
+bool cusw_urefs_copy(struct cusw_uref_list *dst, const struct cusw_uref_list *src);
+void cusw_urefs_release(struct cusw_uref_list *l); /* releases all and frees the list */
+
+/* ---- Memory (memory.c) ----------------------------------------------------------------------- */
+
+void cusw_memory_release_context(struct cusw_ctx *ctx); /* [locked] frees its allocations */
+
+#endif /* CUSW_INTERNAL_H */

@@ -1,0 +1,431 @@
+/*
+ * memory.c - memory management and copies. Host memory stands in for device memory: a
+ * CUdeviceptr is a plain host address, so device memory is as accessible from the host as from
+ * stream operations (which, like the unified addressing of the real device, is what host-side
+ * tests want).
+ *
+ * Allocations are tracked per context (freed when the context is reset or released) and
+ * checked on free. Synchronous copies and sets behave like the real driver's: they are ordered
+ * on the legacy stream (or the per-thread stream for the _ptds forms), so they wait for earlier
+ * work of blocking streams, and return when done. Frees synchronise the context first, as the
+ * real driver's implicit synchronisation does, so that pending stream work never touches freed
+ * memory.
+ */
+#include "internal.h"
+#include "entries.h"
+
+#include <stdlib.h>
+
+struct allocation {
+    size_t size;
+    struct cusw_ctx *ctx;
+    bool host; /* cuMemAllocHost / cuMemHostAlloc */
+};
+
+static struct cusw_map allocations; /* base address -> struct allocation */
+static size_t device_bytes_in_use;
+
+#define ALLOCATION_ALIGNMENT 256 /* cudaMalloc guarantees at least 256 bytes */
+
+/* [locked] */
+static CUresult allocate(size_t size, bool host, void **out)
+{
+    struct cusw_ctx *ctx = NULL;
+    CUresult rc = cusw_ctx_current(&ctx);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_unsafe();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!host && size > CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct allocation *a = malloc(sizeof *a);
+    void *p = NULL;
+    if (a == NULL || posix_memalign(&p, ALLOCATION_ALIGNMENT, size) != 0 ||
+        !cusw_map_put(&allocations, (uintptr_t)p, a)) {
+        free(a);
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    a->size = size;
+    a->ctx = ctx;
+    a->host = host;
+    if (!host)
+        device_bytes_in_use += size;
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+/* [locked] */
+static void release(void *p, struct allocation *a)
+{
+    cusw_map_remove(&allocations, (uintptr_t)p);
+    if (!a->host)
+        device_bytes_in_use -= a->size;
+    free(a);
+    free(p);
+}
+
+/* [locked] */
+static CUresult deallocate(void *p, bool host)
+{
+    struct cusw_ctx *ctx = NULL;
+    CUresult rc = cusw_ctx_current(&ctx);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_unsafe();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct allocation *a = cusw_map_get(&allocations, (uintptr_t)p);
+    if (a == NULL || a->host != host)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_ctx_drain(a->ctx);
+    /* Another thread may have freed it while the lock was released for the drain. */
+    a = cusw_map_get(&allocations, (uintptr_t)p);
+    if (a == NULL || a->host != host)
+        return CUDA_ERROR_INVALID_VALUE;
+    release(p, a);
+    return cusw_ctx_sticky(ctx);
+}
+
+void cusw_memory_release_context(struct cusw_ctx *ctx)
+{
+    size_t cursor = 0;
+    uintptr_t key;
+    void *value;
+    while (cusw_map_next(&allocations, &cursor, &key, &value)) {
+        struct allocation *a = value;
+        if (a->ctx == ctx)
+            release((void *)key, a); /* removal leaves a tombstone: iteration stays valid */
+    }
+}
+
+CUSW_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    CUSW_ENTRY("cuMemAlloc", "cuMemAlloc_v2");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (dptr == NULL || bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = NULL;
+    cusw_lock_acquire();
+    rc = allocate(bytesize, false, &p);
+    cusw_lock_release();
+    if (rc == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)(uintptr_t)p;
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    CUSW_ENTRY("cuMemFree", "cuMemFree_v2");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS || dptr == 0)
+        return rc;
+    cusw_lock_acquire();
+    rc = deallocate((void *)(uintptr_t)dptr, false);
+    cusw_lock_release();
+    return rc;
+}
+
+static const unsigned int host_alloc_flags =
+    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+
+static CUresult host_alloc(void **pp, size_t bytesize, unsigned int flags)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (pp == NULL || bytesize == 0 || (flags & ~host_alloc_flags) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    rc = allocate(bytesize, true, pp);
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+    CUSW_ENTRY("cuMemAllocHost", "cuMemAllocHost_v2");
+    return host_alloc(pp, bytesize, 0);
+}
+
+CUSW_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    CUSW_ENTRY("cuMemHostAlloc", "cuMemHostAlloc");
+    return host_alloc(pp, bytesize, Flags);
+}
+
+CUSW_EXPORT CUresult cuMemFreeHost(void *p)
+{
+    CUSW_ENTRY("cuMemFreeHost", "cuMemFreeHost");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    rc = deallocate(p, true);
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    CUSW_ENTRY("cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (pdptr == NULL || p == NULL || Flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *ctx = NULL;
+    rc = cusw_ctx_current(&ctx);
+    if (rc == CUDA_SUCCESS) {
+        /* Any address inside a page-locked allocation maps to itself. */
+        rc = CUDA_ERROR_INVALID_VALUE;
+        size_t cursor = 0;
+        uintptr_t base;
+        void *value;
+        while (cusw_map_next(&allocations, &cursor, &base, &value)) {
+            struct allocation *a = value;
+            if (a->host && (uintptr_t)p >= base && (uintptr_t)p - base < a->size) {
+                *pdptr = (CUdeviceptr)(uintptr_t)p;
+                rc = CUDA_SUCCESS;
+                break;
+            }
+        }
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    CUSW_ENTRY("cuMemGetInfo", "cuMemGetInfo_v2");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (free == NULL || total == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *ctx = NULL;
+    rc = cusw_ctx_current(&ctx);
+    if (rc == CUDA_SUCCESS) {
+        *total = (size_t)CUSW_DEVICE_MEMORY_BYTES;
+        *free = (size_t)CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use;
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+/* ---- Copies and sets ------------------------------------------------------------------------- */
+
+static struct cusw_action copy_action(void *dst, const void *src, size_t bytes)
+{
+    struct cusw_action a = { .kind = CUSW_ACT_COPY, .u.copy = { dst, src, bytes } };
+    return a;
+}
+
+static struct cusw_action set_action(CUdeviceptr dst, unsigned int value, unsigned int elem_size,
+                                     size_t count)
+{
+    struct cusw_action a = { .kind = CUSW_ACT_SET,
+                             .u.set = { (void *)(uintptr_t)dst, value, elem_size, count } };
+    return a;
+}
+
+static bool valid(const struct cusw_action *a)
+{
+    if (a->kind == CUSW_ACT_COPY)
+        return a->u.copy.bytes == 0 || (a->u.copy.dst != NULL && a->u.copy.src != NULL);
+    return a->u.set.count == 0 ||
+           (a->u.set.dst != NULL && (uintptr_t)a->u.set.dst % a->u.set.elem_size == 0);
+}
+
+/* A synchronous copy or set: enqueued on the legacy (or per-thread) stream, then waited for. */
+static CUresult run_sync(bool per_thread, const struct cusw_action *a)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!valid(a))
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    rc = cusw_capture_check_unsafe();
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_stream_resolve(NULL, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_sync(s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_stream_enqueue(s, a, NULL, 0);
+    if (rc == CUDA_SUCCESS) {
+        cusw_stream_drain(s);
+        rc = cusw_ctx_sticky(s->ctx);
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+static CUresult run_async(CUstream stream, bool per_thread, const struct cusw_action *a)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (!valid(a))
+        return CUDA_ERROR_INVALID_VALUE;
+    return cusw_submit(stream, per_thread, a);
+}
+
+#define HOST(p) ((void *)(uintptr_t)(p))
+
+CUSW_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    CUSW_ENTRY("cuMemcpyHtoD", "cuMemcpyHtoD_v2");
+    struct cusw_action a = copy_action(HOST(dstDevice), srcHost, ByteCount);
+    return run_sync(false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
+                                          size_t ByteCount)
+{
+    CUSW_ENTRY("cuMemcpyHtoD", "cuMemcpyHtoD_v2_ptds");
+    struct cusw_action a = copy_action(HOST(dstDevice), srcHost, ByteCount);
+    return run_sync(true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    CUSW_ENTRY("cuMemcpyDtoH", "cuMemcpyDtoH_v2");
+    struct cusw_action a = copy_action(dstHost, HOST(srcDevice), ByteCount);
+    return run_sync(false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    CUSW_ENTRY("cuMemcpyDtoH", "cuMemcpyDtoH_v2_ptds");
+    struct cusw_action a = copy_action(dstHost, HOST(srcDevice), ByteCount);
+    return run_sync(true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                     size_t ByteCount)
+{
+    CUSW_ENTRY("cuMemcpyDtoD", "cuMemcpyDtoD_v2");
+    struct cusw_action a = copy_action(HOST(dstDevice), HOST(srcDevice), ByteCount);
+    return run_sync(false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                          size_t ByteCount)
+{
+    CUSW_ENTRY("cuMemcpyDtoD", "cuMemcpyDtoD_v2_ptds");
+    struct cusw_action a = copy_action(HOST(dstDevice), HOST(srcDevice), ByteCount);
+    return run_sync(true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
+                                          size_t ByteCount, CUstream hStream)
+{
+    CUSW_ENTRY("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2");
+    struct cusw_action a = copy_action(HOST(dstDevice), srcHost, ByteCount);
+    return run_async(hStream, false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
+                                               size_t ByteCount, CUstream hStream)
+{
+    CUSW_ENTRY("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2_ptsz");
+    struct cusw_action a = copy_action(HOST(dstDevice), srcHost, ByteCount);
+    return run_async(hStream, true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+                                          CUstream hStream)
+{
+    CUSW_ENTRY("cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2");
+    struct cusw_action a = copy_action(dstHost, HOST(srcDevice), ByteCount);
+    return run_async(hStream, false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
+                                               size_t ByteCount, CUstream hStream)
+{
+    CUSW_ENTRY("cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2_ptsz");
+    struct cusw_action a = copy_action(dstHost, HOST(srcDevice), ByteCount);
+    return run_async(hStream, true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                          size_t ByteCount, CUstream hStream)
+{
+    CUSW_ENTRY("cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2");
+    struct cusw_action a = copy_action(HOST(dstDevice), HOST(srcDevice), ByteCount);
+    return run_async(hStream, false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                               size_t ByteCount, CUstream hStream)
+{
+    CUSW_ENTRY("cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2_ptsz");
+    struct cusw_action a = copy_action(HOST(dstDevice), HOST(srcDevice), ByteCount);
+    return run_async(hStream, true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    CUSW_ENTRY("cuMemsetD8", "cuMemsetD8_v2");
+    struct cusw_action a = set_action(dstDevice, uc, 1, N);
+    return run_sync(false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    CUSW_ENTRY("cuMemsetD8", "cuMemsetD8_v2_ptds");
+    struct cusw_action a = set_action(dstDevice, uc, 1, N);
+    return run_sync(true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    CUSW_ENTRY("cuMemsetD32", "cuMemsetD32_v2");
+    struct cusw_action a = set_action(dstDevice, ui, 4, N);
+    return run_sync(false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    CUSW_ENTRY("cuMemsetD32", "cuMemsetD32_v2_ptds");
+    struct cusw_action a = set_action(dstDevice, ui, 4, N);
+    return run_sync(true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                     CUstream hStream)
+{
+    CUSW_ENTRY("cuMemsetD8Async", "cuMemsetD8Async");
+    struct cusw_action a = set_action(dstDevice, uc, 1, N);
+    return run_async(hStream, false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+                                          CUstream hStream)
+{
+    CUSW_ENTRY("cuMemsetD8Async", "cuMemsetD8Async_ptsz");
+    struct cusw_action a = set_action(dstDevice, uc, 1, N);
+    return run_async(hStream, true, &a);
+}
+
+CUSW_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                                      CUstream hStream)
+{
+    CUSW_ENTRY("cuMemsetD32Async", "cuMemsetD32Async");
+    struct cusw_action a = set_action(dstDevice, ui, 4, N);
+    return run_async(hStream, false, &a);
+}
+
+CUSW_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
+                                           CUstream hStream)
+{
+    CUSW_ENTRY("cuMemsetD32Async", "cuMemsetD32Async_ptsz");
+    struct cusw_action a = set_action(dstDevice, ui, 4, N);
+    return run_async(hStream, true, &a);
+}

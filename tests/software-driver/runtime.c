@@ -1,0 +1,102 @@
+/*
+ * runtime.c - process-wide plumbing: the global lock, internal thread creation, configuration
+ * read from the environment at load time, per-thread serial numbers, a growth helper.
+ */
+#include "internal.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+pthread_mutex_t cusw_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_cond_t cusw_progress = PTHREAD_COND_INITIALIZER;
+
+void cusw_lock_acquire(void) { pthread_mutex_lock(&cusw_lock); }
+void cusw_lock_release(void) { pthread_mutex_unlock(&cusw_lock); }
+void cusw_wait_progress(void) { pthread_cond_wait(&cusw_progress, &cusw_lock); }
+void cusw_broadcast_progress(void) { pthread_cond_broadcast(&cusw_progress); }
+
+/* ---- Configuration ------------------------------------------------------------------------- */
+
+static int config_device_count = 1;
+static int config_driver_version = CUSW_DEFAULT_DRIVER_VERSION;
+
+static bool parse_int(const char *text, long min, long max, int *out)
+{
+    if (text == NULL || *text == '\0')
+        return false;
+    char *end = NULL;
+    long value = strtol(text, &end, 10);
+    if (*end != '\0' || value < min || value > max)
+        return false;
+    *out = (int)value;
+    return true;
+}
+
+/* Read once at load, as a real driver reads its environment once: tests that need another
+ * configuration load the library in a fresh process. Invalid values are ignored. */
+__attribute__((constructor)) static void read_configuration(void)
+{
+    parse_int(getenv("CUSW_DEVICE_COUNT"), 0, CUSW_MAX_DEVICES, &config_device_count);
+    parse_int(getenv("CUSW_DRIVER_VERSION"), 1000, 1000000, &config_driver_version);
+}
+
+int cusw_config_device_count(void) { return config_device_count; }
+int cusw_config_driver_version(void) { return config_driver_version; }
+
+/* ---- Threads -------------------------------------------------------------------------------- */
+
+/* Once a driver thread exists, unloading the library would pull its code from under that thread
+ * (e.g. a test that dlcloses the driver while a stream still drains). A real libcuda is never
+ * unloaded either, so mark the library RTLD_NODELETE the first time a thread is started. */
+static void pin_library(void)
+{
+    Dl_info info;
+    if (dladdr((void *)&pin_library, &info) == 0 || info.dli_fname == NULL)
+        return;
+    void *self = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+    if (self != NULL)
+        dlclose(self); /* drops the extra reference; NODELETE stays */
+}
+
+static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
+
+bool cusw_spawn_thread(void *(*fn)(void *), void *arg)
+{
+    pthread_once(&pin_once, pin_library);
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0)
+        return false;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t thread;
+    int rc = pthread_create(&thread, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    return rc == 0;
+}
+
+static atomic_uint_fast64_t next_thread_serial = 1;
+static _Thread_local uint64_t thread_serial;
+
+uint64_t cusw_thread_serial(void)
+{
+    if (thread_serial == 0)
+        thread_serial = atomic_fetch_add(&next_thread_serial, 1);
+    return thread_serial;
+}
+
+/* ---- Growth helper -------------------------------------------------------------------------- */
+
+bool cusw_reserve(void **array, size_t *capacity, size_t needed, size_t elem_size)
+{
+    if (needed <= *capacity)
+        return true;
+    size_t new_capacity = *capacity ? *capacity * 2 : 4;
+    while (new_capacity < needed)
+        new_capacity *= 2;
+    void *grown = realloc(*array, new_capacity * elem_size);
+    if (grown == NULL)
+        return false;
+    *array = grown;
+    *capacity = new_capacity;
+    return true;
+}

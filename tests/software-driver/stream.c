@@ -1,0 +1,555 @@
+/*
+ * stream.c - streams: one worker thread per stream runs its operations in FIFO order.
+ *
+ * Ordering between streams is expressed as dependencies of an operation on a point of another
+ * stream ("stream X has completed its operation number N"). They come from event waits and from
+ * the legacy default stream's implicit synchronisation:
+ *  - an operation on the legacy stream depends on everything enqueued so far on every blocking
+ *    stream (flags 0, and per-thread default streams) of its context;
+ *  - an operation on a blocking stream depends on everything enqueued so far on the legacy
+ *    stream.
+ * Non-blocking streams take part in neither. Dependencies only ever name earlier operations, so
+ * they cannot form cycles.
+ *
+ * A destroyed stream loses its handle at once; its worker still drains what was enqueued (as a
+ * device would) and then exits. A stream object is freed when its worker has exited and no
+ * dependency or event names it any more (reference count).
+ */
+#include "internal.h"
+#include "entries.h"
+
+#include <stdlib.h>
+
+static unsigned long long next_stream_id = 1;
+
+bool cusw_stream_syncs_with_legacy(const struct cusw_stream *s)
+{
+    return s->kind == CUSW_STREAM_PER_THREAD ||
+           (s->kind == CUSW_STREAM_USER && (s->flags & CU_STREAM_NON_BLOCKING) == 0);
+}
+
+void cusw_stream_ref(struct cusw_stream *s) { s->refs++; }
+
+void cusw_stream_unref(struct cusw_stream *s)
+{
+    if (--s->refs != 0)
+        return;
+    free(s->cap_deps);
+    free(s->info_nodes);
+    free(s->info_edges);
+    pthread_cond_destroy(&s->wake);
+    free(s);
+}
+
+static void op_free(struct cusw_op *op)
+{
+    for (size_t i = 0; i < op->ndeps; i++)
+        cusw_stream_unref(op->deps[i].stream);
+    free(op->deps);
+    cusw_action_release(&op->action);
+    free(op);
+}
+
+static bool deps_done(const struct cusw_op *op)
+{
+    for (size_t i = 0; i < op->ndeps; i++)
+        if (op->deps[i].stream->completed < op->deps[i].seq)
+            return false;
+    return true;
+}
+
+static void ctx_unlink(struct cusw_stream *s)
+{
+    if (s->ctx_prev != NULL)
+        s->ctx_prev->ctx_next = s->ctx_next;
+    else
+        s->ctx->streams = s->ctx_next;
+    if (s->ctx_next != NULL)
+        s->ctx_next->ctx_prev = s->ctx_prev;
+    s->ctx_prev = s->ctx_next = NULL;
+}
+
+static void *worker_main(void *arg)
+{
+    struct cusw_stream *s = arg;
+    cusw_lock_acquire();
+    for (;;) {
+        while (s->head == NULL && !s->destroyed)
+            pthread_cond_wait(&s->wake, &cusw_lock);
+        struct cusw_op *op = s->head;
+        if (op == NULL)
+            break; /* destroyed and drained */
+        while (!deps_done(op))
+            cusw_wait_progress();
+        cusw_lock_release();
+        /* Sticky errors are handled by the action: host functions are skipped, callbacks get
+         * the error, the rest completes at once, so a faulted context drains quickly. */
+        cusw_action_run(&op->action, s->ctx);
+        cusw_lock_acquire();
+        s->head = op->next;
+        if (s->head == NULL)
+            s->tail = NULL;
+        s->completed = op->seq;
+        op_free(op);
+        cusw_broadcast_progress();
+    }
+    ctx_unlink(s);
+    cusw_broadcast_progress();
+    cusw_stream_unref(s); /* the worker's reference */
+    cusw_lock_release();
+    return NULL;
+}
+
+struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_kind kind,
+                                       unsigned int flags, int priority)
+{
+    struct cusw_stream *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return NULL;
+    if (pthread_cond_init(&s->wake, NULL) != 0) {
+        free(s);
+        return NULL;
+    }
+    s->ctx = ctx;
+    s->kind = kind;
+    s->flags = flags;
+    s->priority = priority;
+    s->refs = 1; /* the worker's */
+    s->handle = cusw_handle_new(CUSW_KIND_STREAM, s);
+    if (s->handle == 0 || !cusw_spawn_thread(worker_main, s)) {
+        if (s->handle != 0)
+            cusw_handle_remove(s->handle);
+        pthread_cond_destroy(&s->wake);
+        free(s);
+        return NULL;
+    }
+    s->id = next_stream_id++;
+    s->ctx_next = ctx->streams;
+    if (ctx->streams != NULL)
+        ctx->streams->ctx_prev = s;
+    ctx->streams = s;
+    return s;
+}
+
+void cusw_stream_destroy(struct cusw_stream *s)
+{
+    if (s->handle != 0) {
+        cusw_handle_remove(s->handle);
+        s->handle = 0;
+    }
+    s->destroyed = true;
+    if (s->capture != NULL)
+        cusw_capture_stream_gone(s);
+    pthread_cond_signal(&s->wake);
+}
+
+/* ---- Per-thread default streams ------------------------------------------------------------- */
+
+/* Per thread, the handle of its per-thread stream in each device's primary context. Handles,
+ * not pointers: a context reset destroys the stream behind the thread's back, and a stale
+ * handle is then simply not found. The streams are destroyed when the thread exits. */
+struct thread_streams {
+    uintptr_t handles[CUSW_MAX_DEVICES];
+};
+
+/* Kept as a thread-specific value (not a _Thread_local pointer): pthread clears it before calling
+ * the destructor, so a CUDA call made by a later destructor of the exiting thread starts afresh
+ * instead of finding freed memory. */
+static pthread_key_t thread_streams_key;
+static pthread_once_t thread_streams_once = PTHREAD_ONCE_INIT;
+
+static void thread_streams_exit(void *p)
+{
+    struct thread_streams *ts = p;
+    cusw_lock_acquire();
+    for (int i = 0; i < CUSW_MAX_DEVICES; i++) {
+        struct cusw_stream *s = cusw_handle_get(ts->handles[i], CUSW_KIND_STREAM);
+        if (s != NULL)
+            cusw_stream_destroy(s);
+    }
+    cusw_lock_release();
+    free(ts);
+}
+
+static void make_thread_streams_key(void)
+{
+    pthread_key_create(&thread_streams_key, thread_streams_exit);
+}
+
+static CUresult per_thread_stream(struct cusw_ctx *ctx, struct cusw_stream **out)
+{
+    pthread_once(&thread_streams_once, make_thread_streams_key);
+    struct thread_streams *ts = pthread_getspecific(thread_streams_key);
+    if (ts == NULL) {
+        ts = calloc(1, sizeof *ts);
+        if (ts == NULL || pthread_setspecific(thread_streams_key, ts) != 0) {
+            free(ts);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    uintptr_t *slot = &ts->handles[ctx->device];
+    struct cusw_stream *s = cusw_handle_get(*slot, CUSW_KIND_STREAM);
+    if (s == NULL) {
+        s = cusw_stream_create(ctx, CUSW_STREAM_PER_THREAD, 0, 0);
+        if (s == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        *slot = s->handle;
+    }
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+/* ---- Resolution, enqueue, waiting ----------------------------------------------------------- */
+
+CUresult cusw_stream_resolve(CUstream handle, bool per_thread, struct cusw_stream **out)
+{
+    if (handle == NULL)
+        handle = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    if (handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
+        struct cusw_ctx *ctx = NULL;
+        CUresult rc = cusw_ctx_current(&ctx);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        if (handle == CU_STREAM_PER_THREAD)
+            return per_thread_stream(ctx, out);
+        *out = ctx->legacy;
+        return CUDA_SUCCESS;
+    }
+    struct cusw_stream *s = cusw_handle_get((uintptr_t)handle, CUSW_KIND_STREAM);
+    if (s == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult rc = cusw_ctx_check(s->ctx);
+    if (rc == CUDA_SUCCESS)
+        *out = s;
+    return rc;
+}
+
+static bool pending(const struct cusw_stream *s) { return s->completed < s->enqueued; }
+
+static void add_dep(struct cusw_op *op, struct cusw_stream *on, uint64_t seq)
+{
+    cusw_stream_ref(on);
+    op->deps[op->ndeps].stream = on;
+    op->deps[op->ndeps].seq = seq;
+    op->ndeps++;
+}
+
+CUresult cusw_stream_enqueue(struct cusw_stream *s, const struct cusw_action *a,
+                             const struct cusw_dep *extra, size_t nextra)
+{
+    struct cusw_ctx *ctx = s->ctx;
+    size_t max_deps = nextra + 1;
+    if (s->kind == CUSW_STREAM_LEGACY)
+        for (struct cusw_stream *t = ctx->streams; t != NULL; t = t->ctx_next)
+            max_deps++;
+    struct cusw_op *op = calloc(1, sizeof *op);
+    struct cusw_dep *deps = calloc(max_deps, sizeof *deps);
+    if (op == NULL || deps == NULL) {
+        free(op);
+        free(deps);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->deps = deps;
+    for (size_t i = 0; i < nextra; i++)
+        if (extra[i].stream->completed < extra[i].seq)
+            add_dep(op, extra[i].stream, extra[i].seq);
+    if (s->kind == CUSW_STREAM_LEGACY) {
+        for (struct cusw_stream *t = ctx->streams; t != NULL; t = t->ctx_next)
+            if (t != s && cusw_stream_syncs_with_legacy(t) && pending(t))
+                add_dep(op, t, t->enqueued);
+    } else if (cusw_stream_syncs_with_legacy(s) && ctx->legacy != NULL && pending(ctx->legacy)) {
+        add_dep(op, ctx->legacy, ctx->legacy->enqueued);
+    }
+    op->action = *a;
+    op->seq = ++s->enqueued;
+    if (s->tail != NULL)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    pthread_cond_signal(&s->wake);
+    return CUDA_SUCCESS;
+}
+
+void cusw_stream_drain(struct cusw_stream *s)
+{
+    uint64_t target = s->enqueued;
+    cusw_stream_ref(s); /* the worker may exit and drop its reference meanwhile */
+    while (s->completed < target)
+        cusw_wait_progress();
+    cusw_stream_unref(s);
+}
+
+void cusw_ctx_drain(struct cusw_ctx *ctx)
+{
+    size_t n = 0;
+    for (struct cusw_stream *s = ctx->streams; s != NULL; s = s->ctx_next)
+        n++;
+    struct cusw_dep *targets = calloc(n ? n : 1, sizeof *targets);
+    if (targets == NULL) {
+        /* Out of memory: fall back to waiting stream by stream until all are idle. */
+        for (bool busy = true; busy;) {
+            busy = false;
+            for (struct cusw_stream *s = ctx->streams; s != NULL && !busy; s = s->ctx_next)
+                busy = pending(s);
+            if (busy)
+                cusw_wait_progress();
+        }
+        return;
+    }
+    size_t k = 0;
+    for (struct cusw_stream *s = ctx->streams; s != NULL; s = s->ctx_next) {
+        cusw_stream_ref(s);
+        targets[k].stream = s;
+        targets[k].seq = s->enqueued;
+        k++;
+    }
+    for (size_t i = 0; i < k; i++) {
+        while (targets[i].stream->completed < targets[i].seq)
+            cusw_wait_progress();
+    }
+    for (size_t i = 0; i < k; i++)
+        cusw_stream_unref(targets[i].stream);
+    free(targets);
+}
+
+CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    rc = cusw_stream_resolve(stream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_enqueue(s, &capturing);
+    if (rc == CUDA_SUCCESS)
+        rc = capturing ? cusw_capture_add_node(s, a) : cusw_stream_enqueue(s, a, NULL, 0);
+    cusw_lock_release();
+    return rc;
+}
+
+/* ---- Stream API ------------------------------------------------------------------------------ */
+
+static CUresult create(CUstream *phStream, unsigned int flags, int priority)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (phStream == NULL || (flags & ~(unsigned int)CU_STREAM_NON_BLOCKING) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Like the real driver, out-of-range priorities are clamped, not rejected. */
+    if (priority < CUSW_STREAM_PRIORITY_GREATEST)
+        priority = CUSW_STREAM_PRIORITY_GREATEST;
+    if (priority > CUSW_STREAM_PRIORITY_LEAST)
+        priority = CUSW_STREAM_PRIORITY_LEAST;
+    cusw_lock_acquire();
+    struct cusw_ctx *ctx = NULL;
+    rc = cusw_ctx_current(&ctx);
+    if (rc == CUDA_SUCCESS) {
+        struct cusw_stream *s = cusw_stream_create(ctx, CUSW_STREAM_USER, flags, priority);
+        if (s == NULL)
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            *phStream = (CUstream)s->handle;
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    CUSW_ENTRY("cuStreamCreate", "cuStreamCreate");
+    return create(phStream, Flags, CUSW_STREAM_PRIORITY_LEAST);
+}
+
+CUSW_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                                int priority)
+{
+    CUSW_ENTRY("cuStreamCreateWithPriority", "cuStreamCreateWithPriority");
+    return create(phStream, flags, priority);
+}
+
+CUSW_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    CUSW_ENTRY("cuStreamDestroy", "cuStreamDestroy_v2");
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    if (hStream != NULL && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD)
+        s = cusw_handle_get((uintptr_t)hStream, CUSW_KIND_STREAM);
+    if (s == NULL) {
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    } else {
+        /* Returns at once; pending work still runs. With a sticky error the call answers the
+         * error, but the stream is destroyed all the same so that nothing leaks. */
+        rc = cusw_ctx_sticky(s->ctx);
+        cusw_stream_destroy(s);
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+static CUresult synchronize(CUstream hStream, bool per_thread)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_sync(s);
+    if (rc == CUDA_SUCCESS) {
+        cusw_stream_drain(s);
+        rc = cusw_ctx_sticky(s->ctx);
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
+{
+    CUSW_ENTRY("cuStreamSynchronize", "cuStreamSynchronize");
+    return synchronize(hStream, false);
+}
+
+CUSW_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+{
+    CUSW_ENTRY("cuStreamSynchronize", "cuStreamSynchronize_ptsz");
+    return synchronize(hStream, true);
+}
+
+static CUresult query(CUstream hStream, bool per_thread)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_sync(s);
+    if (rc == CUDA_SUCCESS && pending(s))
+        rc = CUDA_ERROR_NOT_READY;
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuStreamQuery(CUstream hStream)
+{
+    CUSW_ENTRY("cuStreamQuery", "cuStreamQuery");
+    return query(hStream, false);
+}
+
+CUSW_EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
+{
+    CUSW_ENTRY("cuStreamQuery", "cuStreamQuery_ptsz");
+    return query(hStream, true);
+}
+
+/* The getters: resolve the stream and read one property. */
+enum property { PROP_FLAGS, PROP_PRIORITY, PROP_CTX, PROP_ID };
+
+static CUresult get_property(CUstream hStream, bool per_thread, enum property p, void *out)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS) {
+        switch (p) {
+        case PROP_FLAGS: *(unsigned int *)out = s->flags; break;
+        case PROP_PRIORITY: *(int *)out = s->priority; break;
+        case PROP_CTX: *(CUcontext *)out = (CUcontext)s->ctx->handle; break;
+        case PROP_ID: *(unsigned long long *)out = s->id; break;
+        }
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
+{
+    CUSW_ENTRY("cuStreamGetFlags", "cuStreamGetFlags");
+    return get_property(hStream, false, PROP_FLAGS, flags);
+}
+
+CUSW_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
+{
+    CUSW_ENTRY("cuStreamGetFlags", "cuStreamGetFlags_ptsz");
+    return get_property(hStream, true, PROP_FLAGS, flags);
+}
+
+CUSW_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
+{
+    CUSW_ENTRY("cuStreamGetPriority", "cuStreamGetPriority");
+    return get_property(hStream, false, PROP_PRIORITY, priority);
+}
+
+CUSW_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
+{
+    CUSW_ENTRY("cuStreamGetPriority", "cuStreamGetPriority_ptsz");
+    return get_property(hStream, true, PROP_PRIORITY, priority);
+}
+
+CUSW_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    CUSW_ENTRY("cuStreamGetCtx", "cuStreamGetCtx");
+    return get_property(hStream, false, PROP_CTX, pctx);
+}
+
+CUSW_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
+{
+    CUSW_ENTRY("cuStreamGetCtx", "cuStreamGetCtx_ptsz");
+    return get_property(hStream, true, PROP_CTX, pctx);
+}
+
+/* The _v2 form also reports a green context; this driver has none. */
+static CUresult get_ctx_v2(CUstream hStream, bool per_thread, CUcontext *pCtx,
+                           CUgreenCtx *pGreenCtx)
+{
+    if (pCtx == NULL && pGreenCtx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUcontext ctx = NULL;
+    CUresult rc = get_property(hStream, per_thread, PROP_CTX, &ctx);
+    if (rc == CUDA_SUCCESS) {
+        if (pCtx != NULL)
+            *pCtx = ctx;
+        if (pGreenCtx != NULL)
+            *pGreenCtx = NULL;
+    }
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
+{
+    CUSW_ENTRY("cuStreamGetCtx", "cuStreamGetCtx_v2");
+    return get_ctx_v2(hStream, false, pCtx, pGreenCtx);
+}
+
+CUSW_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx,
+                                            CUgreenCtx *pGreenCtx)
+{
+    CUSW_ENTRY("cuStreamGetCtx", "cuStreamGetCtx_v2_ptsz");
+    return get_ctx_v2(hStream, true, pCtx, pGreenCtx);
+}
+
+CUSW_EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+    CUSW_ENTRY("cuStreamGetId", "cuStreamGetId");
+    return get_property(hStream, false, PROP_ID, streamId);
+}
+
+CUSW_EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
+{
+    CUSW_ENTRY("cuStreamGetId", "cuStreamGetId_ptsz");
+    return get_property(hStream, true, PROP_ID, streamId);
+}
