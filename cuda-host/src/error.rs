@@ -22,6 +22,16 @@ pub enum Error {
         status: CaptureState,
     },
 
+    /// A graph builder's stream is no longer capturing.
+    #[error(
+        "the graph builder's stream is not capturing{}: end the builder and capture again",
+        if *invalidated { " (a forbidden call invalidated the capture)" } else { "" }
+    )]
+    CaptureNotActive {
+        /// Whether the capture was invalidated (rather than ended elsewhere).
+        invalidated: bool,
+    },
+
     /// A cuda-host call was made from inside a host function. The driver forbids CUDA calls
     /// there: they may fail, or deadlock waiting on the stream the host function is blocking.
     #[error(

@@ -23,6 +23,7 @@ pub trait HostLaunch<F>: sealed::Sealed {
 mod sealed {
     pub trait Sealed {}
     impl Sealed for crate::Stream {}
+    impl Sealed for crate::GraphBuilder<'_> {}
     impl<T: Sealed + ?Sized> Sealed for &T {}
     impl<T: Sealed + ?Sized> Sealed for std::sync::Arc<T> {}
 }
@@ -41,6 +42,10 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 
 /// Enqueues `function` on `target`, to run after all work enqueued there before it and before
 /// all work enqueued after it.
+///
+/// On a [`GraphBuilder`](crate::GraphBuilder), `function` is `Fn() + Send + Sync + 'static` and
+/// becomes a host node of the graph, which runs it on every launch (see
+/// [`GraphBuilder::callback`](crate::GraphBuilder::callback)).
 ///
 /// On a [`Stream`], `function` is `FnMut() + Send + 'static` and runs exactly once, on the
 /// driver's host-function thread. It is called through a reference, so the values it captures

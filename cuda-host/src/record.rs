@@ -6,10 +6,12 @@
 //! table of two functions: run the payload, and drop the whole record.
 
 use crate::context::ContextShared;
+use cuda_host_sys::{CUuserObject, CUuserObject_st};
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::ffi::c_void;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 /// The common start of every record.
 #[repr(C)]
@@ -41,8 +43,8 @@ impl RecordHeader {
     /// Runs the record's payload.
     ///
     /// # Safety
-    /// `record` must be live and owned by the caller, and a run-once record must not have run
-    /// before.
+    /// `record` must be live; a run-once record must be owned by the caller and not have run
+    /// before. (A graph's callable and copied bytes may run many times.)
     pub(crate) unsafe fn run(record: NonNull<RecordHeader>) {
         // SAFETY: the record is live (caller); `run` matches the record's concrete type.
         unsafe { ((*record.as_ptr()).operations.run)(record) }
@@ -82,6 +84,87 @@ where
         };
     }
     new_callable(&Operations::<F>::TABLE, Some(context), callable)
+}
+
+/// A callable shared by a graph's host nodes, through a type-erased, reference-counted handle.
+pub type HostCallable = Arc<dyn Fn() + Send + Sync + 'static>;
+
+/// The payload of a graph's callable: the callable, and the user object that owns the record.
+pub(crate) struct GraphCallable {
+    pub(crate) callable: HostCallable,
+    user_object: AtomicPtr<CUuserObject_st>,
+}
+
+impl GraphCallable {
+    /// The user object owning this record (null until it is created).
+    pub(crate) fn user_object(&self) -> CUuserObject {
+        self.user_object.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_user_object(&self, object: CUuserObject) {
+        self.user_object.store(object, Ordering::Release);
+    }
+}
+
+static GRAPH_CALLABLE: RecordOperations = RecordOperations {
+    run: run_graph_callable,
+    drop: drop_callable::<GraphCallable>,
+};
+
+/// A graph's callable: it may run many times, on any thread the driver runs host nodes on.
+pub(crate) fn new_graph_callable(
+    context: Arc<ContextShared>,
+    callable: HostCallable,
+) -> NonNull<RecordHeader> {
+    let payload = GraphCallable {
+        callable,
+        user_object: AtomicPtr::new(ptr::null_mut()),
+    };
+    new_callable(&GRAPH_CALLABLE, Some(context), payload)
+}
+
+/// The graph callable in `record`, or `None` for another kind of record.
+///
+/// # Safety
+/// `record` must be live for `'a`.
+pub(crate) unsafe fn as_graph_callable<'a>(
+    record: NonNull<RecordHeader>,
+) -> Option<&'a GraphCallable> {
+    // SAFETY: the record is live (caller); its header is its first field.
+    let header = unsafe { record.as_ref() };
+    if !ptr::eq(header.operations, &GRAPH_CALLABLE) {
+        return None;
+    }
+    // SAFETY: the operations table identifies a `CallableRecord<GraphCallable>`.
+    Some(unsafe { &(*record.cast::<CallableRecord<GraphCallable>>().as_ptr()).callable })
+}
+
+unsafe fn run_graph_callable(record: NonNull<RecordHeader>) {
+    // SAFETY: created by `new_graph_callable`; concurrent runs only share `&GraphCallable`, and
+    // the callable is `Sync`.
+    let record = unsafe { &*record.cast::<CallableRecord<GraphCallable>>().as_ptr() };
+    (record.callable.callable)();
+}
+
+/// Owns a record and drops it when dropped: how an executable keeps the callables set on it.
+pub(crate) struct OwnedRecord(NonNull<RecordHeader>);
+
+// SAFETY: records own only `Send` payloads.
+unsafe impl Send for OwnedRecord {}
+
+impl OwnedRecord {
+    /// # Safety
+    /// `record` must be live and exclusively owned by the caller; ownership passes to the result.
+    pub(crate) unsafe fn new(record: NonNull<RecordHeader>) -> Self {
+        OwnedRecord(record)
+    }
+}
+
+impl Drop for OwnedRecord {
+    fn drop(&mut self) {
+        // SAFETY: owned exclusively (see `new`), dropped once.
+        unsafe { RecordHeader::drop(self.0.as_ptr()) };
+    }
 }
 
 /// A record that only owns `value`, to be dropped on a caller's thread.

@@ -93,3 +93,16 @@ pub(crate) unsafe extern "C" fn run_once_callback(
     // SAFETY: the record is finished and owned here; ownership passes to the list.
     unsafe { reclaim::push(record.as_ptr()) };
 }
+
+/// The `CUhostFn` of graph host nodes: runs the callable (or copied-bytes function), which stays
+/// owned by a user object of the graph or by the executable.
+///
+/// # Safety
+/// `data` must be a graph callable or copied-bytes record kept alive while graphs can run it.
+pub(crate) unsafe extern "C" fn graph_host_fn(data: *mut c_void) {
+    if let Some(record) = NonNull::new(data.cast::<RecordHeader>()) {
+        // SAFETY: the record's owner keeps it alive while a graph can run it; these records may
+        // run many times.
+        unsafe { run_caught(record, None) };
+    }
+}

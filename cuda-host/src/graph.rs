@@ -1,0 +1,372 @@
+//! Graphs built node by node, and their host nodes.
+
+use crate::context::Context;
+use crate::error::Result;
+use crate::graph_exec::GraphExec;
+use crate::host_launch::UserData;
+use crate::reclaim;
+use crate::record::{self, HostCallable, RecordHeader};
+use crate::trampoline::{self, ensure_outside_host_function};
+use crate::user_object;
+use cuda_host_sys::{CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphNode, CUgraphNodeType};
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+/// A CUDA graph: work (host nodes here; kernels through the raw handle) that can be
+/// instantiated into [`GraphExec`]s and launched many times.
+///
+/// The graph owns its host nodes' callables through CUDA user objects: a callable lives while any
+/// graph, clone, executable or launch in flight can run it, and is dropped afterwards on a
+/// caller's thread. A `Graph` can move between threads but not be shared: the driver does not
+/// synchronise calls on one graph.
+#[derive(Debug)]
+pub struct Graph {
+    context: Context,
+    raw: CUgraph,
+    // Graph calls must be serialised by the caller: `Send` but not `Sync`.
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+// SAFETY: the driver allows a graph to be used from any thread, one at a time; `Graph` is not
+// `Sync`, so `&Graph` never crosses threads.
+unsafe impl Send for Graph {}
+
+impl Graph {
+    /// Creates an empty graph.
+    ///
+    /// # Errors
+    /// The driver's error from `cuGraphCreate`.
+    #[doc(alias = "cuGraphCreate")]
+    pub fn new(context: &Context) -> Result<Graph> {
+        ensure_outside_host_function("Graph::new")?;
+        let shared = &context.shared;
+        shared.take_drop_error()?;
+        shared.bind_to_thread()?;
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer.
+        let result = unsafe { shared.driver().cuGraphCreate(&mut raw, 0) };
+        shared.driver().check("cuGraphCreate", result)?;
+        // SAFETY: a fresh graph, owned from here on.
+        Ok(unsafe { Graph::from_raw(context, raw) })
+    }
+
+    /// Takes ownership of a graph made elsewhere (it is destroyed when dropped).
+    ///
+    /// # Safety
+    /// `raw` must be a live graph of `context` that nothing else destroys or uses concurrently.
+    pub unsafe fn from_raw(context: &Context, raw: CUgraph) -> Graph {
+        Graph {
+            context: context.clone(),
+            raw,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The driver's handle, valid while this `Graph` exists.
+    pub fn as_raw(&self) -> CUgraph {
+        self.raw
+    }
+
+    /// The context the graph belongs to.
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    /// Adds a host node running `callable` on every launch, after `dependencies`.
+    ///
+    /// # Errors
+    /// The driver's error; nothing stays attached to the graph then.
+    #[doc(alias = "cuGraphAddHostNode")]
+    pub fn add_host_node<F>(
+        &self,
+        dependencies: &[&HostNode<'_>],
+        callable: F,
+    ) -> Result<HostNode<'_>>
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        self.add_host_node_shared(dependencies, Arc::new(callable))
+    }
+
+    /// As [`add_host_node`](Self::add_host_node), with a callable shared with other nodes.
+    ///
+    /// # Errors
+    /// As [`add_host_node`](Self::add_host_node).
+    pub fn add_host_node_shared(
+        &self,
+        dependencies: &[&HostNode<'_>],
+        callable: HostCallable,
+    ) -> Result<HostNode<'_>> {
+        ensure_outside_host_function("Graph::add_host_node")?;
+        reclaim::reclaim();
+        let driver = self.context.driver();
+        let record = record::new_graph_callable(Arc::clone(&self.context.shared), callable);
+        // SAFETY: the graph is live and not shared; the fresh record passes to the user object,
+        // which keeps it alive as long as the node can run.
+        unsafe {
+            user_object::attach_for(driver, self.raw, record, || {
+                self.add_host_node_with(
+                    dependencies,
+                    trampoline::graph_host_fn,
+                    record.as_ptr().cast(),
+                )
+            })
+        }
+    }
+
+    /// Adds a host node running a C function on every launch. With [`UserData::Copied`], the
+    /// graph owns the copy (through a user object) like a closure.
+    ///
+    /// # Safety
+    /// As [`host_launch_raw`](crate::host_launch_raw), for every launch: the function must be
+    /// callable with the pointer on the driver's thread each time the graph runs, and a
+    /// pass-through pointer must stay valid while any graph, executable or launch can run it.
+    ///
+    /// # Errors
+    /// The driver's error; nothing stays attached to the graph then.
+    pub unsafe fn add_host_node_raw(
+        &self,
+        dependencies: &[&HostNode<'_>],
+        function: unsafe extern "C" fn(*mut c_void),
+        user_data: UserData<'_>,
+    ) -> Result<HostNode<'_>> {
+        ensure_outside_host_function("Graph::add_host_node_raw")?;
+        reclaim::reclaim();
+        let pointer = match user_data {
+            UserData::None => ptr::null_mut(),
+            UserData::PassThrough(pointer) => pointer,
+            UserData::Copied(bytes) => {
+                let driver = self.context.driver();
+                let shared = Arc::clone(&self.context.shared);
+                let record = record::new_with_bytes(shared, function, bytes);
+                // SAFETY: as in `add_host_node_shared`.
+                return unsafe {
+                    user_object::attach_for(driver, self.raw, record, || {
+                        self.add_host_node_with(
+                            dependencies,
+                            trampoline::graph_host_fn,
+                            record.as_ptr().cast(),
+                        )
+                    })
+                };
+            }
+        };
+        // SAFETY: the caller vouches for `function` and `pointer`.
+        unsafe { self.add_host_node_with(dependencies, function, pointer) }
+    }
+
+    /// # Safety
+    /// `function` must be callable with `data` whenever the graph runs.
+    unsafe fn add_host_node_with(
+        &self,
+        dependencies: &[&HostNode<'_>],
+        function: unsafe extern "C" fn(*mut c_void),
+        data: *mut c_void,
+    ) -> Result<HostNode<'_>> {
+        let driver = self.context.driver();
+        let dependencies: Vec<CUgraphNode> = dependencies.iter().map(|node| node.raw).collect();
+        let params = CUDA_HOST_NODE_PARAMS {
+            fn_: Some(function),
+            userData: data,
+        };
+        let mut node = ptr::null_mut();
+        // SAFETY: the graph is live; the dependencies are nodes of live graphs (the driver
+        // rejects nodes of another graph); the caller vouches for `function` and `data`.
+        let result = unsafe {
+            driver.cuGraphAddHostNode(
+                &mut node,
+                self.raw,
+                dependencies.as_ptr(),
+                dependencies.len(),
+                &params,
+            )
+        };
+        driver.check("cuGraphAddHostNode", result)?;
+        Ok(HostNode {
+            graph: self,
+            raw: node,
+        })
+    }
+
+    /// The graph's host nodes (also those added by stream capture).
+    ///
+    /// # Errors
+    /// The driver's error from `cuGraphGetNodes` or `cuGraphNodeGetType`.
+    #[doc(alias = "cuGraphGetNodes")]
+    pub fn host_nodes(&self) -> Result<Vec<HostNode<'_>>> {
+        ensure_outside_host_function("Graph::host_nodes")?;
+        let driver = self.context.driver();
+        let mut count = 0;
+        // SAFETY: a null array asks for the count only.
+        let result = unsafe { driver.cuGraphGetNodes(self.raw, ptr::null_mut(), &mut count) };
+        driver.check("cuGraphGetNodes", result)?;
+        let mut nodes = vec![ptr::null_mut(); count];
+        // SAFETY: the array holds `count` nodes.
+        let result = unsafe { driver.cuGraphGetNodes(self.raw, nodes.as_mut_ptr(), &mut count) };
+        driver.check("cuGraphGetNodes", result)?;
+        nodes.truncate(count);
+        let mut host_nodes = Vec::new();
+        for node in nodes {
+            let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+            // SAFETY: `node` is a node of this graph.
+            let result = unsafe { driver.cuGraphNodeGetType(node, &mut kind) };
+            driver.check("cuGraphNodeGetType", result)?;
+            if kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
+                host_nodes.push(HostNode {
+                    graph: self,
+                    raw: node,
+                });
+            }
+        }
+        Ok(host_nodes)
+    }
+
+    /// Instantiates the graph. The executable takes its own references to the graph's
+    /// callables: it keeps working, and keeps them alive, after the graph is dropped.
+    ///
+    /// # Errors
+    /// The driver's error from `cuGraphInstantiateWithFlags` (or from attaching the executable's
+    /// bookkeeping).
+    #[doc(alias = "cuGraphInstantiate")]
+    pub fn instantiate(&self) -> Result<GraphExec> {
+        ensure_outside_host_function("Graph::instantiate")?;
+        reclaim::reclaim();
+        self.context.shared.take_drop_error()?;
+        GraphExec::instantiate(self)
+    }
+
+    /// A copy of the graph (`cuGraphClone`), owning its own references to the callables.
+    ///
+    /// # Errors
+    /// The driver's error from `cuGraphClone`.
+    #[doc(alias = "cuGraphClone")]
+    pub fn try_clone(&self) -> Result<Graph> {
+        ensure_outside_host_function("Graph::try_clone")?;
+        let driver = self.context.driver();
+        let mut raw = ptr::null_mut();
+        // SAFETY: a live graph; `raw` is a valid out-pointer.
+        let result = unsafe { driver.cuGraphClone(&mut raw, self.raw) };
+        driver.check("cuGraphClone", result)?;
+        // SAFETY: a fresh graph, owned from here on.
+        Ok(unsafe { Graph::from_raw(&self.context, raw) })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        let shared = Arc::clone(&self.context.shared);
+        let raw = crate::handle::SendHandle::new(self.raw);
+        // Executables and launches in flight keep their own references to the callables.
+        reclaim::call_outside_host_function(move || {
+            // SAFETY: owned by this `Graph`, destroyed once.
+            let result = unsafe { shared.driver().cuGraphDestroy(raw.get()) };
+            if let Err(error) = shared.driver().check("cuGraphDestroy", result) {
+                shared.record_drop_error("graph", error);
+            }
+        });
+    }
+}
+
+/// A host node of a [`Graph`].
+#[derive(Debug, Clone, Copy)]
+pub struct HostNode<'graph> {
+    graph: &'graph Graph,
+    raw: CUgraphNode,
+}
+
+impl<'graph> HostNode<'graph> {
+    /// The driver's handle, valid while the graph exists.
+    pub fn as_raw(&self) -> CUgraphNode {
+        self.raw
+    }
+
+    /// The graph it belongs to.
+    pub fn graph(&self) -> &'graph Graph {
+        self.graph
+    }
+
+    /// The node's callable in the graph, if cuda-host set it (not for raw C functions).
+    ///
+    /// # Errors
+    /// The driver's error from `cuGraphHostNodeGetParams`.
+    #[doc(alias = "cuGraphHostNodeGetParams")]
+    pub fn callable(&self) -> Result<Option<HostCallable>> {
+        ensure_outside_host_function("HostNode::callable")?;
+        Ok(self.graph_callable()?.map(|(_, callable)| callable))
+    }
+
+    /// The node's record in the graph, when it holds a cuda-host callable.
+    fn graph_callable(&self) -> Result<Option<(NonNull<RecordHeader>, HostCallable)>> {
+        let driver = self.graph.context.driver();
+        let mut params = CUDA_HOST_NODE_PARAMS {
+            fn_: None,
+            userData: ptr::null_mut(),
+        };
+        // SAFETY: a node of the live graph; `params` is a valid out-pointer.
+        let result = unsafe { driver.cuGraphHostNodeGetParams(self.raw, &mut params) };
+        driver.check("cuGraphHostNodeGetParams", result)?;
+        let ours = params.fn_.is_some_and(|function| {
+            std::ptr::fn_addr_eq(
+                function,
+                trampoline::graph_host_fn as unsafe extern "C" fn(*mut c_void),
+            )
+        });
+        let Some(record) = NonNull::new(params.userData.cast::<RecordHeader>()).filter(|_| ours)
+        else {
+            return Ok(None);
+        };
+        // SAFETY: the graph's user object keeps the record alive while the graph (borrowed here)
+        // exists.
+        Ok(unsafe { record::as_graph_callable(record) }
+            .map(|graph_callable| (record, Arc::clone(&graph_callable.callable))))
+    }
+
+    /// Replaces the node's callable in the graph (executables made before keep theirs). The
+    /// graph owns the new one like the first; it releases the old one, which lives on while
+    /// executables made before can run it.
+    ///
+    /// # Errors
+    /// The driver's error; the node is unchanged then.
+    #[doc(alias = "cuGraphHostNodeSetParams")]
+    pub fn set_callable<F>(&self, callable: F) -> Result<()>
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        self.set_callable_shared(Arc::new(callable))
+    }
+
+    /// As [`set_callable`](Self::set_callable), with a shared callable.
+    ///
+    /// # Errors
+    /// As [`set_callable`](Self::set_callable).
+    pub fn set_callable_shared(&self, callable: HostCallable) -> Result<()> {
+        ensure_outside_host_function("HostNode::set_callable")?;
+        reclaim::reclaim();
+        let graph = self.graph;
+        let driver = graph.context.driver();
+        let old = self.graph_callable()?;
+        let record = record::new_graph_callable(Arc::clone(&graph.context.shared), callable);
+        // SAFETY: the graph is live and not shared; the fresh record passes to the user object,
+        // which keeps it alive as long as the node can run it.
+        unsafe {
+            user_object::attach_for(driver, graph.raw, record, || {
+                let params = CUDA_HOST_NODE_PARAMS {
+                    fn_: Some(trampoline::graph_host_fn),
+                    userData: record.as_ptr().cast(),
+                };
+                let result = driver.cuGraphHostNodeSetParams(self.raw, &params);
+                Ok(driver.check("cuGraphHostNodeSetParams", result)?)
+            })?;
+        }
+        if let Some((old_record, _)) = old {
+            // SAFETY: the old record is alive while the graph holds its user object.
+            if let Some(old) = unsafe { record::as_graph_callable(old_record) } {
+                // SAFETY: the graph holds that user object's reference.
+                unsafe { user_object::release_from_graph(driver, graph.raw, old.user_object()) };
+            }
+        }
+        Ok(())
+    }
+}

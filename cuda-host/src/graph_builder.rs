@@ -1,0 +1,230 @@
+//! Building a graph by capturing a stream, with host functions the graph owns.
+
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+use crate::host_launch::{HostLaunch, UserData};
+use crate::reclaim;
+use crate::record::{self, HostCallable};
+use crate::stream::Stream;
+use crate::trampoline::{self, ensure_outside_host_function};
+use crate::user_object;
+use cuda_host_sys::{CUgraph, CUstreamCaptureMode, CUstreamCaptureStatus};
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Arc;
+
+/// How a capture limits other calls while it runs (`CUstreamCaptureMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CaptureMode {
+    /// Calls that could break the capture are refused on every thread
+    /// (`CU_STREAM_CAPTURE_MODE_GLOBAL`).
+    #[default]
+    Global,
+    /// ... on the capturing thread only (`CU_STREAM_CAPTURE_MODE_THREAD_LOCAL`).
+    ThreadLocal,
+    /// No such calls are refused (`CU_STREAM_CAPTURE_MODE_RELAXED`).
+    Relaxed,
+}
+
+/// Records the work enqueued on a stream into a [`Graph`] instead of running it.
+///
+/// Enqueue device work on [`stream`](Self::stream) as usual; add host functions with
+/// [`callback`](Self::callback) (or [`host_launch`](crate::host_launch) on the builder), which
+/// takes `Fn` because the graph runs it on every launch. Dropping the builder without
+/// [`end`](Self::end) ends the capture and discards the graph.
+#[derive(Debug)]
+pub struct GraphBuilder<'stream> {
+    stream: &'stream Stream,
+    ended: bool,
+}
+
+impl<'stream> GraphBuilder<'stream> {
+    /// Starts capturing `stream`.
+    ///
+    /// # Errors
+    /// The driver's error from `cuStreamBeginCapture_v2` (for example, the legacy stream cannot
+    /// be captured, nor a stream already capturing).
+    #[doc(alias = "cuStreamBeginCapture")]
+    pub fn begin(stream: &'stream Stream, mode: CaptureMode) -> Result<Self> {
+        ensure_outside_host_function("GraphBuilder::begin")?;
+        stream.prepare()?;
+        let mode = match mode {
+            CaptureMode::Global => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Relaxed => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        };
+        let driver = stream.context().driver();
+        // SAFETY: the stream handle is valid while `stream` exists.
+        let result = unsafe { driver.cuStreamBeginCapture_v2(stream.as_raw(), mode) };
+        driver.check("cuStreamBeginCapture_v2", result)?;
+        Ok(GraphBuilder {
+            stream,
+            ended: false,
+        })
+    }
+
+    /// The stream being captured: enqueue the graph's device work here.
+    pub fn stream(&self) -> &'stream Stream {
+        self.stream
+    }
+
+    /// Adds a host node that runs `callable` on every launch of the graph, in stream order. The
+    /// graph owns it through a CUDA user object: it lives while any graph, clone, executable or
+    /// launch in flight can run it, and is dropped afterwards on a caller's thread.
+    ///
+    /// # Errors
+    /// [`Error::CaptureNotActive`] when the capture was invalidated or ended; the driver's error
+    /// otherwise. On error nothing stays attached to the graph.
+    pub fn callback<F>(&self, callable: F) -> Result<()>
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        self.callback_shared(Arc::new(callable))
+    }
+
+    /// As [`callback`](Self::callback), with a shared callable.
+    ///
+    /// # Errors
+    /// As [`callback`](Self::callback).
+    pub fn callback_shared(&self, callable: HostCallable) -> Result<()> {
+        ensure_outside_host_function("GraphBuilder::callback")?;
+        reclaim::reclaim();
+        let graph = self.capturing_graph()?;
+        let driver = self.stream.context().driver();
+        let record =
+            record::new_graph_callable(Arc::clone(&self.stream.context().shared), callable);
+        // SAFETY: the graph under construction is live while the capture is; the fresh record
+        // passes to the user object, which keeps it alive as long as the captured node can run.
+        unsafe {
+            user_object::attach_for(driver, graph, record, || {
+                self.add_node(trampoline::graph_host_fn, record.as_ptr().cast())
+            })
+        }
+    }
+
+    /// Adds a host node running a C function on every launch. With [`UserData::Copied`], the
+    /// graph owns the copy like a callable.
+    ///
+    /// # Safety
+    /// As [`Graph::add_host_node_raw`].
+    ///
+    /// # Errors
+    /// As [`callback`](Self::callback).
+    pub unsafe fn callback_raw(
+        &self,
+        function: unsafe extern "C" fn(*mut c_void),
+        user_data: UserData<'_>,
+    ) -> Result<()> {
+        ensure_outside_host_function("GraphBuilder::callback_raw")?;
+        reclaim::reclaim();
+        let graph = self.capturing_graph()?;
+        let pointer = match user_data {
+            UserData::None => ptr::null_mut(),
+            UserData::PassThrough(pointer) => pointer,
+            UserData::Copied(bytes) => {
+                let driver = self.stream.context().driver();
+                let shared = Arc::clone(&self.stream.context().shared);
+                let record = record::new_with_bytes(shared, function, bytes);
+                // SAFETY: as in `callback_shared`.
+                return unsafe {
+                    user_object::attach_for(driver, graph, record, || {
+                        self.add_node(trampoline::graph_host_fn, record.as_ptr().cast())
+                    })
+                };
+            }
+        };
+        // SAFETY: the caller vouches for `function` and `pointer`.
+        unsafe { self.add_node(function, pointer) }
+    }
+
+    /// Ends the capture and returns the graph.
+    ///
+    /// # Errors
+    /// The driver's error from `cuStreamEndCapture` (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`
+    /// when a forbidden call broke the capture).
+    #[doc(alias = "cuStreamEndCapture")]
+    pub fn end(mut self) -> Result<Graph> {
+        ensure_outside_host_function("GraphBuilder::end")?;
+        self.ended = true;
+        let graph = self.end_capture()?;
+        // SAFETY: a graph fresh from the capture, owned from here on.
+        Ok(unsafe { Graph::from_raw(self.stream.context(), graph) })
+    }
+
+    fn end_capture(&self) -> Result<CUgraph> {
+        let driver = self.stream.context().driver();
+        let mut graph = ptr::null_mut();
+        // SAFETY: the stream is capturing (begun by this builder); `graph` is a valid out-pointer.
+        let result = unsafe { driver.cuStreamEndCapture(self.stream.as_raw(), &mut graph) };
+        driver.check("cuStreamEndCapture", result)?;
+        Ok(graph)
+    }
+
+    /// The graph under construction, while the capture is active.
+    fn capturing_graph(&self) -> Result<CUgraph> {
+        self.stream.prepare()?;
+        let driver = self.stream.context().driver();
+        let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut graph = ptr::null_mut();
+        // SAFETY: valid stream; the out-pointers are valid or null where the driver allows it.
+        let result = unsafe {
+            driver.cuStreamGetCaptureInfo_v3(
+                self.stream.as_raw(),
+                &mut status,
+                ptr::null_mut(),
+                &mut graph,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        };
+        driver.check("cuStreamGetCaptureInfo_v3", result)?;
+        match status {
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE if !graph.is_null() => Ok(graph),
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
+                Err(Error::CaptureNotActive { invalidated: true })
+            }
+            _ => Err(Error::CaptureNotActive { invalidated: false }),
+        }
+    }
+
+    /// # Safety
+    /// `function` must be callable with `data` whenever the graph runs; the stream captures.
+    unsafe fn add_node(
+        &self,
+        function: unsafe extern "C" fn(*mut c_void),
+        data: *mut c_void,
+    ) -> Result<()> {
+        let driver = self.stream.context().driver();
+        // SAFETY: per the caller; on a capturing stream this adds a host node to the graph.
+        let result = unsafe { driver.cuLaunchHostFunc(self.stream.as_raw(), Some(function), data) };
+        Ok(driver.check("cuLaunchHostFunc", result)?)
+    }
+}
+
+impl Drop for GraphBuilder<'_> {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        // Ends the capture so the stream is usable again, and discards the graph (with the
+        // references it holds to callables).
+        match self.end_capture() {
+            Ok(graph) if !graph.is_null() => {
+                // SAFETY: a graph fresh from the capture, owned here.
+                drop(unsafe { Graph::from_raw(self.stream.context(), graph) });
+            }
+            Ok(_) => {}
+            Err(error) => log::warn!("ending an abandoned capture: {error}"),
+        }
+    }
+}
+
+impl<F> HostLaunch<F> for GraphBuilder<'_>
+where
+    F: Fn() + Send + Sync + 'static,
+{
+    fn host_launch(&self, function: F) -> Result<()> {
+        self.callback(function)
+    }
+}

@@ -1,0 +1,108 @@
+//! A graph with two host nodes around a kernel, launched three times.
+//!
+//! The graph is built by capturing a stream: a callback counts launches, the kernel fills a
+//! buffer, the buffer is copied to pinned memory, and a second callback checks it. The graph
+//! owns both callbacks: they run on every launch and are dropped once the graph, its executable
+//! and their launches are gone.
+//!
+//! Run: `cargo run --example graph_host_nodes`. Without a CUDA driver and GPU it prints one line
+//! saying why and exits with status 1.
+
+mod common;
+
+use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_host};
+use cuda_host::{CaptureMode, Device, GraphBuilder, Stream, StreamFlags};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const N: u32 = 1 << 16;
+const LAUNCHES: usize = 3;
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(reason) => {
+            eprintln!("graph_host_nodes: {reason}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Counts, shared by the callbacks and `main`.
+#[derive(Default)]
+struct Counts {
+    before_kernel: AtomicUsize,
+    after_kernel: AtomicUsize,
+    correct_results: AtomicUsize,
+}
+
+fn run() -> Result<(), String> {
+    let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
+    let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
+    let context = device.primary_context().map_err(|e| e.to_string())?;
+    let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
+    let kernels = Kernels::load(driver).map_err(|e| format!("cannot load the kernels: {e}"))?;
+    let data = DeviceBuffer::new(driver, N as usize * 4)?;
+    let results = Arc::new(PinnedBuffer::new(driver, N as usize)?);
+    let counts = Arc::new(Counts::default());
+    let multiplier = 5u32;
+
+    let builder = GraphBuilder::begin(&stream, CaptureMode::Global).map_err(|e| e.to_string())?;
+    let before = Arc::clone(&counts);
+    builder
+        .callback(move || {
+            before.before_kernel.fetch_add(1, Ordering::SeqCst);
+        })
+        .map_err(|e| e.to_string())?;
+    kernels.launch(
+        kernels.fill_iota,
+        N,
+        builder.stream(),
+        &[argument(&data.address), argument(&N), argument(&multiplier)],
+    )?;
+    copy_to_host(driver, &results, &data, builder.stream())?;
+    let (after, host_results) = (Arc::clone(&counts), Arc::clone(&results));
+    builder
+        .callback(move || {
+            after.after_kernel.fetch_add(1, Ordering::SeqCst);
+            if (0..N).all(|i| host_results.get(i) == i * multiplier) {
+                after.correct_results.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let graph = builder.end().map_err(|e| e.to_string())?;
+    println!(
+        "captured a graph with {} host nodes around the kernel",
+        graph.host_nodes().map_err(|e| e.to_string())?.len()
+    );
+
+    let executable = graph.instantiate().map_err(|e| e.to_string())?;
+    drop(graph); // the executable keeps the callbacks alive on its own
+    for _ in 0..LAUNCHES {
+        executable.launch(&stream).map_err(|e| e.to_string())?;
+    }
+    stream.synchronize().map_err(|e| e.to_string())?;
+    let (before, after, correct) = (
+        counts.before_kernel.load(Ordering::SeqCst),
+        counts.after_kernel.load(Ordering::SeqCst),
+        counts.correct_results.load(Ordering::SeqCst),
+    );
+    println!("launched {LAUNCHES} times: first host node ran {before} times, second {after} times");
+    println!("the second host node saw the kernel's {N} results correct in {correct} launches");
+    drop(executable);
+    // The callbacks' captured values go once the executable is gone; a caller reclaims them.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while Arc::strong_count(&counts) > 1 {
+        if std::time::Instant::now() > deadline {
+            return Err("the callbacks were not released after the executable".to_owned());
+        }
+        cuda_host::reclaim();
+        std::thread::yield_now();
+    }
+    println!("both callbacks were released after the executable was dropped");
+    if (before, after, correct) != (LAUNCHES, LAUNCHES, LAUNCHES) {
+        return Err("the host nodes did not run once per launch".to_owned());
+    }
+    Ok(())
+}

@@ -1,0 +1,463 @@
+//! Graphs own their host functions: the builder's callback, explicit host nodes, executables,
+//! clones and replacements keep a callable alive exactly as long as something can run it, and
+//! release it on a caller's thread. Every test holds [`suite::capture_lock`]: captures and
+//! graph calls must not overlap a global-mode capture of another test.
+
+use cuda_host::{
+    CaptureMode, Context, Error, Graph, GraphBuilder, HostCallable, HostFunctionPanic, Stream,
+    StreamFlags, UserData, host_launch,
+};
+use cuda_host_sys::CUresult;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use suite::{Gate, Tally, capture_lock, context, wait_until};
+
+fn new_stream(context: &Context) -> Stream {
+    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
+}
+
+/// Reclaims until `tally` counts `drops` drops; fails after the harness's bound.
+fn wait_for_drops(tally: &Tally, drops: usize, what: &str) {
+    wait_until(what, || {
+        cuda_host::reclaim();
+        tally.drops() >= drops
+    });
+    assert_eq!(tally.drops(), drops, "{what}: dropped more than once");
+}
+
+/// Gives a wrongly early release a chance to show, then checks that nothing was released.
+fn assert_still_held(tally: &Tally, what: &str) {
+    std::thread::sleep(Duration::from_millis(20));
+    cuda_host::reclaim();
+    assert_eq!(tally.drops(), 0, "{what}");
+}
+
+#[test]
+fn a_captured_callback_runs_on_every_launch_and_is_dropped_after_the_last_executable() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let builder = GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
+    let probe = tally.probe();
+    builder.callback(move || probe.ran()).expect("callback");
+    let graph = builder.end().expect("capture ends");
+    let executable = graph.instantiate().expect("instantiates");
+    drop(graph);
+    for _ in 0..5 {
+        executable.launch(&stream).expect("launch");
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 5);
+    assert_still_held(&tally, "released while an executable exists");
+
+    drop(executable);
+    wait_for_drops(
+        &tally,
+        1,
+        "the callable to be released after the executable",
+    );
+    let (ran_on, dropped_on) = (tally.run_threads()[0], tally.drop_threads()[0]);
+    assert_ne!(
+        dropped_on, ran_on,
+        "dropped on the driver's host-function thread"
+    );
+    assert_eq!(dropped_on, std::thread::current().id());
+}
+
+#[test]
+fn host_launch_on_a_builder_adds_a_callback_the_graph_owns() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let builder = GraphBuilder::begin(&stream, CaptureMode::ThreadLocal).expect("capture begins");
+    let counter = Arc::clone(&runs);
+    host_launch(&builder, move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+    })
+    .expect("forwarded to the builder");
+    // The stream itself still refuses run-once host functions while it captures.
+    assert!(matches!(
+        host_launch(&stream, || {}),
+        Err(Error::StreamCapturing { .. })
+    ));
+    let graph = builder.end().expect("capture ends");
+    let executable = graph.instantiate().expect("instantiates");
+    executable.launch(&stream).expect("launch");
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn the_graph_dropped_during_a_long_host_function_frees_nothing_until_it_returns() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let (started, release) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let graph = Graph::new(&context).expect("graph");
+    let (probe, node_started, node_release) =
+        (tally.probe(), Arc::clone(&started), Arc::clone(&release));
+    let data = vec![7u8; 4096];
+    graph
+        .add_host_node(&[], move || {
+            node_started.store(true, Ordering::SeqCst);
+            let deadline = std::time::Instant::now() + suite::TIMEOUT;
+            while !node_release.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            // Still reading what it captured: nothing may have been freed.
+            assert!(data.iter().all(|&byte| byte == 7));
+            probe.ran();
+        })
+        .expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    executable.launch(&stream).expect("launch");
+    wait_until("the host function to start", || {
+        started.load(Ordering::SeqCst)
+    });
+
+    drop(graph);
+    drop(executable);
+    assert_still_held(&tally, "freed while its host function was running");
+
+    release.store(true, Ordering::SeqCst);
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1);
+    wait_for_drops(&tally, 1, "the callable to be released after it returned");
+}
+
+#[test]
+fn two_executables_keep_the_callable_until_both_are_gone() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = Graph::new(&context).expect("graph");
+    let probe = tally.probe();
+    graph
+        .add_host_node(&[], move || probe.ran())
+        .expect("host node");
+    let (first, second) = (graph.instantiate().unwrap(), graph.instantiate().unwrap());
+    drop(graph);
+    first.launch(&stream).unwrap();
+    second.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(tally.runs(), 2);
+
+    drop(first);
+    assert_still_held(&tally, "released while the second executable exists");
+    second.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(tally.runs(), 3);
+    drop(second);
+    wait_for_drops(
+        &tally,
+        1,
+        "the callable to be released after both executables",
+    );
+}
+
+#[test]
+fn a_clone_keeps_the_callable_after_the_original_is_gone() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = Graph::new(&context).expect("graph");
+    let probe = tally.probe();
+    graph
+        .add_host_node(&[], move || probe.ran())
+        .expect("host node");
+    let clone = graph.try_clone().expect("clone");
+    drop(graph);
+    assert_still_held(&tally, "released while a clone exists");
+    let executable = clone.instantiate().expect("the clone instantiates");
+    executable.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(tally.runs(), 1);
+    drop((clone, executable));
+    wait_for_drops(&tally, 1, "the callable to be released after the clone");
+}
+
+#[test]
+fn dependencies_order_host_nodes_on_every_launch() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let graph = Graph::new(&context).expect("graph");
+    let entry = |name: &'static str| {
+        let log = Arc::clone(&log);
+        move || log.lock().unwrap().push(name)
+    };
+    let first = graph.add_host_node(&[], entry("first")).unwrap();
+    let second = graph.add_host_node(&[&first], entry("second")).unwrap();
+    graph.add_host_node(&[&second], entry("third")).unwrap();
+    let executable = graph.instantiate().unwrap();
+    for _ in 0..3 {
+        executable.launch(&stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(*log.lock().unwrap(), ["first", "second", "third"].repeat(3));
+}
+
+#[test]
+fn a_callable_replaced_in_an_executable_runs_from_the_next_launch_and_the_old_one_is_released_when_unreachable()
+ {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let (old, new) = (Tally::new(), Tally::new());
+    let graph = Graph::new(&context).expect("graph");
+    let probe = old.probe();
+    let node = graph.add_host_node(&[], move || probe.ran()).unwrap();
+    let executable = graph.instantiate().unwrap();
+    executable.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!((old.runs(), new.runs()), (1, 0));
+
+    let probe = new.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("replaced in the executable");
+    executable.launch(&stream).unwrap();
+    executable.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!((old.runs(), new.runs()), (1, 2));
+    // The graph still runs the old one in new executables, so it must stay.
+    let from_graph = graph.instantiate().unwrap();
+    from_graph.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(old.runs(), 2);
+    drop((graph, from_graph));
+    assert_still_held(
+        &old,
+        "the old callable released while the executable holds it",
+    );
+
+    drop(executable);
+    wait_for_drops(&old, 1, "the old callable to be released");
+    wait_for_drops(
+        &new,
+        1,
+        "the new callable to be released with the executable",
+    );
+}
+
+#[test]
+fn a_callable_replaced_in_the_graph_is_read_back_and_new_executables_run_it() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let (old, new) = (Tally::new(), Tally::new());
+    let graph = Graph::new(&context).expect("graph");
+    let probe = old.probe();
+    let node = graph.add_host_node(&[], move || probe.ran()).unwrap();
+    let before = graph.instantiate().unwrap();
+
+    let probe = new.probe();
+    let replacement: HostCallable = Arc::new(move || probe.ran());
+    node.set_callable_shared(Arc::clone(&replacement)).unwrap();
+    let read_back = node.callable().unwrap().expect("a cuda-host callable");
+    assert!(Arc::ptr_eq(&read_back, &replacement));
+    drop((read_back, replacement));
+
+    let after = graph.instantiate().unwrap();
+    before.launch(&stream).unwrap();
+    after.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(
+        (old.runs(), new.runs()),
+        (1, 1),
+        "each executable runs its own"
+    );
+    drop(before);
+    wait_for_drops(
+        &old,
+        1,
+        "the old callable, once no graph or executable has it",
+    );
+    assert_eq!(new.drops(), 0);
+    drop((graph, after));
+    wait_for_drops(
+        &new,
+        1,
+        "the new callable with the graph and its executable",
+    );
+}
+
+#[test]
+fn a_panic_in_a_graph_host_node_is_reported_and_the_launch_goes_on() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let hook_reports = Arc::clone(&reports);
+    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+        if panic.message.starts_with("deliberate graph") {
+            hook_reports
+                .lock()
+                .unwrap()
+                .push((panic.message.to_owned(), panic.stream.is_none()));
+        }
+    });
+    let tally = Tally::new();
+    let graph = Graph::new(&context).unwrap();
+    let panicking = graph
+        .add_host_node(&[], || panic!("deliberate graph node panic"))
+        .unwrap();
+    let probe = tally.probe();
+    graph
+        .add_host_node(&[&panicking], move || probe.ran())
+        .unwrap();
+    let executable = graph.instantiate().unwrap();
+    executable.launch(&stream).unwrap();
+    executable.launch(&stream).unwrap();
+    stream.synchronize().expect("the stream goes on");
+    cuda_host::clear_host_panic_hook();
+    assert_eq!(tally.runs(), 2);
+    assert_eq!(
+        *reports.lock().unwrap(),
+        vec![("deliberate graph node panic".to_owned(), true); 2]
+    );
+}
+
+static COPIED_SUM: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn sum_32_bytes(data: *mut c_void) {
+    // SAFETY: the node was added with 32 copied bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), 32) };
+    let sum: usize = bytes.iter().map(|&byte| usize::from(byte)).sum();
+    COPIED_SUM.fetch_add(sum, Ordering::SeqCst);
+}
+
+#[test]
+fn copied_bytes_live_with_the_graph_for_every_launch() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let mut bytes = vec![1u8; 32];
+    let builder = GraphBuilder::begin(&stream, CaptureMode::Global).unwrap();
+    // SAFETY: the function reads exactly the 32 bytes it is given and keeps no pointer.
+    unsafe { builder.callback_raw(sum_32_bytes, UserData::Copied(&bytes)) }.unwrap();
+    bytes.fill(100);
+    drop(bytes);
+    let graph = builder.end().unwrap();
+    let executable = graph.instantiate().unwrap();
+    drop(graph);
+    for _ in 0..4 {
+        executable.launch(&stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    assert_eq!(COPIED_SUM.load(Ordering::SeqCst), 4 * 32);
+}
+
+#[test]
+fn an_abandoned_builder_ends_the_capture_and_releases_its_callables() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    {
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Global).unwrap();
+        let probe = tally.probe();
+        builder.callback(move || probe.ran()).unwrap();
+    }
+    wait_for_drops(&tally, 1, "the discarded graph's callable to be released");
+    assert_eq!(stream.capture_state().unwrap(), None, "the capture ended");
+    let after = tally.probe();
+    host_launch(&stream, move || after.ran()).expect("the stream works again");
+    stream.synchronize().unwrap();
+    assert_eq!(tally.runs(), 1, "the captured callback never ran");
+}
+
+#[test]
+fn a_callback_on_an_invalidated_capture_is_refused() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let builder = GraphBuilder::begin(&stream, CaptureMode::Global).unwrap();
+    // Synchronizing a capturing stream invalidates the capture.
+    let driver = context.driver();
+    // SAFETY: a valid stream.
+    let result = unsafe { driver.cuStreamSynchronize(stream.as_raw()) };
+    assert_ne!(result, CUresult::CUDA_SUCCESS);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    let error = builder.callback(move || probe.ran()).unwrap_err();
+    assert_eq!(error, Error::CaptureNotActive { invalidated: true });
+    assert_eq!(tally.drops(), 1, "the refused callable is dropped at once");
+    let ended = builder.end().unwrap_err();
+    assert_eq!(
+        ended.driver_result(),
+        Some(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    );
+}
+
+#[test]
+fn failures_while_attaching_a_callable_leave_no_leak_and_nothing_attached() {
+    let _alone = capture_lock();
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "failures_while_attaching_a_callable_leave_no_leak_and_nothing_attached",
+            "fault injection needs the software driver",
+        );
+    };
+    let context = context();
+    let stream = new_stream(&context);
+    let (_, alive_before) = controls.user_object_stats();
+    let builder = GraphBuilder::begin(&stream, CaptureMode::ThreadLocal).unwrap();
+    for (entry, failing) in [
+        (c"cuUserObjectCreate", "creating the user object"),
+        (c"cuGraphRetainUserObject", "moving it into the graph"),
+        (c"cuLaunchHostFunc", "adding the node"),
+    ] {
+        let tally = Tally::new();
+        let probe = tally.probe();
+        controls.fail_next_calls(entry, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        let error = builder.callback(move || probe.ran()).unwrap_err();
+        assert_eq!(
+            error.driver_result(),
+            Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+            "{failing}"
+        );
+        wait_for_drops(&tally, 1, failing);
+    }
+    let graph = builder.end().unwrap();
+    assert!(graph.host_nodes().unwrap().is_empty(), "no node was added");
+    drop(graph);
+    wait_until("no user object to stay alive", || {
+        cuda_host::reclaim();
+        controls.user_object_stats().1 <= alive_before
+    });
+}
+
+#[test]
+fn a_held_launch_keeps_the_callable_of_a_destroyed_executable() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    let graph = Graph::new(&context).unwrap();
+    let probe = tally.probe();
+    graph.add_host_node(&[], move || probe.ran()).unwrap();
+    let executable = graph.instantiate().unwrap();
+    drop(graph);
+    gate.hold(&stream);
+    executable.launch(&stream).unwrap();
+    drop(executable);
+    assert_still_held(&tally, "released while a launch was in flight");
+    gate.open();
+    stream.synchronize().unwrap();
+    assert_eq!(tally.runs(), 1);
+    wait_for_drops(&tally, 1, "the callable to be released after the launch");
+}
