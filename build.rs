@@ -1,5 +1,8 @@
-//! Builds the software CUDA driver the integration tests load (`tests/software-driver/`) into
-//! shared objects, and tells the tests where they are through `CUDA_SOFTWARE_DRIVER_DIR`:
+//! Builds the C parts of the suite:
+//! - `benches/floor.c`, the benchmark's floor (`cuLaunchHostFunc` called from C), a static
+//!   library the benchmark links;
+//! - the software CUDA driver the integration tests load (`tests/software-driver/`), as shared
+//!   objects, whose folder the tests learn through `CUDA_SOFTWARE_DRIVER_DIR`:
 //! - `libcudasw.so`: the software driver;
 //! - `libcudasw-stub.so`: the same sources acting as the toolkit's stub `libcuda.so` (every entry
 //!   point answers `CUDA_ERROR_STUB_LIBRARY`);
@@ -17,12 +20,24 @@ const VARIANTS: [(&str, Option<&str>); 3] = [
 ];
 
 fn main() {
+    println!("cargo:rerun-if-changed=benches/floor.c");
+    // Linked by the benchmark alone (`#[link]` there): only the search path is announced.
+    cc::Build::new()
+        .file("benches/floor.c")
+        .warnings(true)
+        .extra_warnings(true)
+        .warnings_into_errors(true)
+        .cargo_metadata(false)
+        .compile("hostfn_floor");
+    let out_dir = env::var("OUT_DIR").expect("cargo sets OUT_DIR");
+    println!("cargo:rustc-link-search=native={out_dir}");
+
     println!("cargo:rerun-if-changed={SOURCE_DIR}");
     // The software driver is built on POSIX threads; elsewhere the tests use the real driver only.
     if env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;
     }
-    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let out_dir = PathBuf::from(out_dir);
     let sources = c_sources(Path::new(SOURCE_DIR));
     for source in &sources {
         println!("cargo:rerun-if-changed={}", source.display());

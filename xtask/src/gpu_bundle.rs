@@ -2,7 +2,8 @@
 //! NVIDIA driver but no Rust toolchain.
 //!
 //! DIR gets `tests/` (every test binary of the workspace, stripped), `examples/` (the release
-//! examples), `lib/` (the software driver libraries, for the tests that use them) and
+//! examples), `benches/` (the benchmarks), `lib/` (the software driver libraries, for the tests
+//! that use them) and
 //! `run-tests.sh`, which runs every test binary with `CUDA_TEST_DRIVER=real` unless told
 //! otherwise and passes its arguments on (e.g. `--test-threads=4`).
 
@@ -25,13 +26,14 @@ exit $status
 "#;
 
 pub(crate) fn run(root: &Path, dir: &Path) -> Result<(), String> {
-    let tests = test_binaries(root)?;
+    let tests = built_binaries(root, &["test", "--workspace", "--no-run"], None)?;
+    let benches = built_binaries(root, &["bench", "--workspace", "--no-run"], Some("bench"))?;
     crate::run(
         Command::new(cargo())
             .current_dir(root)
             .args(["build", "--release", "--examples"]),
     )?;
-    for sub in ["tests", "examples", "lib"] {
+    for sub in ["tests", "examples", "benches", "lib"] {
         let path = dir.join(sub);
         if path.exists() {
             std::fs::remove_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -40,6 +42,9 @@ pub(crate) fn run(root: &Path, dir: &Path) -> Result<(), String> {
     }
     for (name, executable) in &tests {
         copy_stripped(executable, &dir.join("tests").join(name))?;
+    }
+    for (name, executable) in &benches {
+        copy_stripped(executable, &dir.join("benches").join(name))?;
     }
     let examples = root.join("target/release/examples");
     for entry in read_dir(&root.join("examples"))? {
@@ -79,16 +84,23 @@ fn cargo() -> String {
     std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }
 
-/// Builds every test binary of the workspace; returns each with a readable name.
-fn test_binaries(root: &Path) -> Result<Vec<(String, PathBuf)>, String> {
+/// Runs `cargo <arguments> --message-format=json` and returns every test-profile executable it
+/// built (of targets of `kind` only, when given), each with a readable name.
+fn built_binaries(
+    root: &Path,
+    arguments: &[&str],
+    kind: Option<&str>,
+) -> Result<Vec<(String, PathBuf)>, String> {
     let output = Command::new(cargo())
         .current_dir(root)
-        .args(["test", "--workspace", "--no-run", "--message-format=json"])
+        .args(arguments)
+        .arg("--message-format=json")
         .output()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !output.status.success() {
         return Err(format!(
-            "cargo test --no-run failed:\n{}",
+            "cargo {} failed:\n{}",
+            arguments.join(" "),
             String::from_utf8_lossy(&output.stderr)
         ));
     }
@@ -96,6 +108,9 @@ fn test_binaries(root: &Path) -> Result<Vec<(String, PathBuf)>, String> {
     for line in String::from_utf8_lossy(&output.stdout).lines() {
         // Cargo's JSON messages: a test artifact names its executable and its target.
         if !line.contains(r#""reason":"compiler-artifact""#) || !line.contains(r#""test":true"#) {
+            continue;
+        }
+        if kind.is_some_and(|kind| !line.contains(&format!(r#""kind":["{kind}"]"#))) {
             continue;
         }
         let (Some(executable), Some(target)) =
@@ -109,7 +124,7 @@ fn test_binaries(root: &Path) -> Result<Vec<(String, PathBuf)>, String> {
         binaries.push((format!("{package}.{target}"), PathBuf::from(executable)));
     }
     if binaries.is_empty() {
-        return Err("cargo built no test binaries".to_owned());
+        return Err(format!("cargo {} built no binaries", arguments.join(" ")));
     }
     Ok(binaries)
 }

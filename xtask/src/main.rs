@@ -4,11 +4,14 @@
 //!   headers are found at build time, from the pinned CUDA header wheel or from `--include DIR`;
 //! - `bindings --check`: fail when the committed snapshot differs from a fresh generation;
 //! - `gpu-bundle DIR`: build the test binaries and release examples and gather them, with the
-//!   software driver and a runner script, into DIR, to run on a GPU machine without Rust.
+//!   software driver and a runner script, into DIR, to run on a GPU machine without Rust;
+//! - `cold-build [--compare DIR]...`: time cold builds of cuda-host in snapshot mode against
+//!   other Cargo projects.
 
 #[path = "../../cuda-sys/build/bindings.rs"]
 #[allow(dead_code)]
 mod bindings;
+mod cold_build;
 mod gpu_bundle;
 
 use std::path::{Path, PathBuf};
@@ -31,6 +34,9 @@ tasks:
   bindings --check [--include DIR]   fail when the committed snapshot differs from a fresh one
   gpu-bundle DIR                     build the test binaries and release examples, and gather
                                      them with the software driver and run-tests.sh into DIR
+  cold-build [--compare DIR]... [--runs N]
+                                     time cold builds of cuda-host in snapshot mode against the
+                                     Cargo projects in each DIR (median of N, default 3)
 ";
 
 fn main() -> ExitCode {
@@ -41,6 +47,7 @@ fn main() -> ExitCode {
             [dir] => gpu_bundle::run(&workspace_root(), Path::new(dir)),
             _ => Err(format!("gpu-bundle takes one directory\n\n{USAGE}")),
         },
+        Some("cold-build") => cold_build::run(&workspace_root(), &args[1..]),
         Some("-h" | "--help") => {
             print!("{USAGE}");
             Ok(())

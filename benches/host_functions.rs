@@ -1,0 +1,460 @@
+//! What a stream-ordered host function costs, against the driver's own floor, in one process.
+//!
+//! Run: `cargo bench --bench host_functions` (add `-- --quick` for a short run). Forms measured on
+//! one non-blocking stream, each `LAUNCHES` host functions per repetition, repetitions
+//! interleaved, medians reported:
+//! 1. the floor: `cuLaunchHostFunc` called from C (`benches/floor.c`) with a C host function,
+//!    through the pointer the platform loader gives;
+//! 2. the same call from Rust through the cuda-host-sys table;
+//! 3. `cuStreamAddCallback` through the table, the primitive `host_launch` uses;
+//! 4. `host_launch` with a closure capturing a small value;
+//! 5. `host_launch_raw` with a pass-through pointer, and with copied bytes.
+//!
+//! Then a trivial entry point (`cuStreamIsCapturing`) through the table against the direct
+//! pointer, and loading the driver (open + table ready, no `cuInit`) in fresh processes.
+//!
+//! Enqueue cost is the time to enqueue all launches over their count; callbacks per second is
+//! the count over the time until the stream drained. Allocations are counted by a counting global
+//! allocator over the enqueue, the drain and the reclaim.
+
+use cuda_host::cuda_host_sys::{CUresult, CUstream, CUstreamCaptureStatus, Driver, LoadOptions};
+use cuda_host::{Stream, StreamFlags, UserData, host_launch, host_launch_raw};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::ffi::c_void;
+use std::hint::black_box;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Counts the Rust heap allocations of the whole process.
+struct CountingAllocator;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(pointer, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+type LaunchHostFunc = unsafe extern "C" fn(
+    CUstream,
+    Option<unsafe extern "C" fn(*mut c_void)>,
+    *mut c_void,
+) -> CUresult;
+
+#[link(name = "hostfn_floor", kind = "static")]
+unsafe extern "C" {
+    fn floor_count_call(counter: *mut c_void);
+    fn floor_launch_host_funcs(
+        launch: LaunchHostFunc,
+        stream: CUstream,
+        counter: *mut u64,
+        launches: u64,
+    ) -> CUresult;
+}
+
+unsafe extern "C" fn count_call_with_status(
+    _stream: CUstream,
+    _status: CUresult,
+    counter: *mut c_void,
+) {
+    // SAFETY: enqueued with the address of the bench's counter.
+    unsafe { floor_count_call(counter) };
+}
+
+const LOAD_ONCE: &str = "--measure-load-once";
+
+struct Settings {
+    launches: u64,
+    repetitions: usize,
+    trivial_calls: usize,
+    load_processes: usize,
+}
+
+fn main() {
+    if std::env::args().any(|argument| argument == LOAD_ONCE) {
+        measure_load_once();
+        return;
+    }
+    let quick = std::env::args().any(|argument| argument == "--quick");
+    let settings = if quick {
+        Settings {
+            launches: 20_000,
+            repetitions: 5,
+            trivial_calls: 1_000_000,
+            load_processes: 5,
+        }
+    } else {
+        Settings {
+            launches: 200_000,
+            repetitions: 7,
+            trivial_calls: 10_000_000,
+            load_processes: 21,
+        }
+    };
+    if let Err(reason) = run(&settings) {
+        eprintln!("host_functions: {reason}");
+        std::process::exit(1);
+    }
+}
+
+/// One measured form: enqueues `launches` host functions that bump `counter`.
+struct Form {
+    name: &'static str,
+    enqueue: fn(&Bench, u64),
+}
+
+struct Bench {
+    driver: &'static std::sync::Arc<Driver>,
+    stream: Stream,
+    direct_launch: LaunchHostFunc,
+    counter: &'static AtomicU64,
+}
+
+impl Bench {
+    fn counter_pointer(&self) -> *mut c_void {
+        self.counter.as_ptr().cast()
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Sample {
+    enqueue_ns: f64,
+    callbacks_per_second: f64,
+    allocations: f64,
+    bytes: f64,
+}
+
+fn forms() -> Vec<Form> {
+    vec![
+        Form {
+            name: "floor: cuLaunchHostFunc from C",
+            enqueue: |bench, launches| {
+                // SAFETY: the pointer is the driver's cuLaunchHostFunc; the counter outlives the
+                // launches (it is static).
+                let result = unsafe {
+                    floor_launch_host_funcs(
+                        bench.direct_launch,
+                        bench.stream.as_raw(),
+                        bench.counter.as_ptr(),
+                        launches,
+                    )
+                };
+                assert_eq!(result, CUresult::CUDA_SUCCESS);
+            },
+        },
+        Form {
+            name: "cuLaunchHostFunc via the table",
+            enqueue: |bench, launches| {
+                for _ in 0..launches {
+                    // SAFETY: as above.
+                    let result = unsafe {
+                        bench.driver.cuLaunchHostFunc(
+                            bench.stream.as_raw(),
+                            Some(floor_count_call),
+                            bench.counter_pointer(),
+                        )
+                    };
+                    assert_eq!(result, CUresult::CUDA_SUCCESS);
+                }
+            },
+        },
+        Form {
+            name: "cuStreamAddCallback via the table",
+            enqueue: |bench, launches| {
+                for _ in 0..launches {
+                    // SAFETY: as above.
+                    let result = unsafe {
+                        bench.driver.cuStreamAddCallback(
+                            bench.stream.as_raw(),
+                            Some(count_call_with_status),
+                            bench.counter_pointer(),
+                            0,
+                        )
+                    };
+                    assert_eq!(result, CUresult::CUDA_SUCCESS);
+                }
+            },
+        },
+        Form {
+            name: "host_launch, closure",
+            enqueue: |bench, launches| {
+                let counter = bench.counter;
+                for launch in 0..launches {
+                    host_launch(&bench.stream, move || {
+                        counter.fetch_add(black_box(launch) & 1 | 1, Ordering::Relaxed);
+                    })
+                    .expect("launch");
+                }
+            },
+        },
+        Form {
+            name: "host_launch_raw, pass-through",
+            enqueue: |bench, launches| {
+                for _ in 0..launches {
+                    // SAFETY: the C function only bumps the static counter it is given.
+                    unsafe {
+                        host_launch_raw(
+                            &bench.stream,
+                            floor_count_call,
+                            UserData::PassThrough(bench.counter_pointer()),
+                        )
+                    }
+                    .expect("launch");
+                }
+            },
+        },
+        Form {
+            name: "host_launch_raw, 8 copied bytes",
+            enqueue: |bench, launches| {
+                let address = (bench.counter_pointer() as usize).to_ne_bytes();
+                for _ in 0..launches {
+                    // SAFETY: the function reads the counter's address from the 8 copied bytes.
+                    unsafe {
+                        host_launch_raw(
+                            &bench.stream,
+                            count_call_through_bytes,
+                            UserData::Copied(&address),
+                        )
+                    }
+                    .expect("launch");
+                }
+            },
+        },
+    ]
+}
+
+unsafe extern "C" fn count_call_through_bytes(bytes: *mut c_void) {
+    // SAFETY: launched with the 8 bytes of the counter's address.
+    let address = unsafe { bytes.cast::<usize>().read() };
+    // SAFETY: the address of the bench's static counter.
+    unsafe { floor_count_call(std::ptr::with_exposed_provenance_mut(address)) };
+}
+
+fn measure(bench: &Bench, form: &Form, launches: u64) -> Sample {
+    bench.stream.synchronize().expect("synchronize");
+    let before = bench.counter.load(Ordering::SeqCst);
+    let (allocations, bytes) = (
+        ALLOCATIONS.load(Ordering::SeqCst),
+        ALLOCATED_BYTES.load(Ordering::SeqCst),
+    );
+    let start = Instant::now();
+    (form.enqueue)(bench, launches);
+    let enqueued = start.elapsed();
+    bench.stream.synchronize().expect("synchronize");
+    let drained = start.elapsed();
+    cuda_host::reclaim();
+    let ran = bench.counter.load(Ordering::SeqCst) - before;
+    assert_eq!(
+        ran, launches,
+        "{}: every host function runs once",
+        form.name
+    );
+    Sample {
+        enqueue_ns: enqueued.as_secs_f64() * 1e9 / launches as f64,
+        callbacks_per_second: launches as f64 / drained.as_secs_f64(),
+        allocations: (ALLOCATIONS.load(Ordering::SeqCst) - allocations) as f64 / launches as f64,
+        bytes: (ALLOCATED_BYTES.load(Ordering::SeqCst) - bytes) as f64 / launches as f64,
+    }
+}
+
+fn run(settings: &Settings) -> Result<(), String> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let driver = cuda_host::driver().map_err(|e| e.to_string())?;
+    let device = cuda_host::Device::get(driver, 0).map_err(|e| e.to_string())?;
+    let name = device.name().map_err(|e| e.to_string())?;
+    let context = device.primary_context().map_err(|e| e.to_string())?;
+    let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
+    // SAFETY: reopening the loaded driver library.
+    let library =
+        unsafe { libloading::Library::new(driver.library_name()) }.map_err(|e| e.to_string())?;
+    // SAFETY: `cuLaunchHostFunc` has this C signature.
+    let direct_launch: LaunchHostFunc =
+        *unsafe { library.get(c"cuLaunchHostFunc") }.map_err(|e| e.to_string())?;
+    let bench = Bench {
+        driver,
+        stream,
+        direct_launch,
+        counter: &COUNTER,
+    };
+    println!(
+        "{name}, CUDA {} driver ({}); {} host functions per repetition, median of {}",
+        cuda_host::cuda_host_sys::version_text(driver.version()),
+        driver.library_name(),
+        settings.launches,
+        settings.repetitions
+    );
+
+    let forms = forms();
+    for form in &forms {
+        measure(&bench, form, settings.launches / 10);
+    }
+    let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); forms.len()];
+    for repetition in 0..settings.repetitions {
+        // Rotate the order so that no form always runs right after another.
+        for offset in 0..forms.len() {
+            let index = (repetition + offset) % forms.len();
+            samples[index].push(measure(&bench, &forms[index], settings.launches));
+        }
+    }
+    let medians: Vec<Sample> = samples
+        .iter()
+        .map(|samples| median_sample(samples))
+        .collect();
+    let floor = medians[0];
+    println!();
+    println!(
+        "{:<34} {:>11} {:>8} {:>12} {:>8} {:>9} {:>9}",
+        "form", "enqueue ns", "ratio", "callbacks/s", "ratio", "allocs", "bytes"
+    );
+    for (form, sample) in forms.iter().zip(&medians) {
+        println!(
+            "{:<34} {:>11.0} {:>8.3} {:>12.0} {:>8.3} {:>9.2} {:>9.1}",
+            form.name,
+            sample.enqueue_ns,
+            sample.enqueue_ns / floor.enqueue_ns,
+            sample.callbacks_per_second,
+            sample.callbacks_per_second / floor.callbacks_per_second,
+            sample.allocations,
+            sample.bytes
+        );
+    }
+    println!("(ratios to the floor; allocations and bytes per launch, Rust heap)");
+
+    trivial_call(&bench, &library, settings)?;
+    load_cost(settings)?;
+    Ok(())
+}
+
+fn median_sample(samples: &[Sample]) -> Sample {
+    let median_of = |value: fn(&Sample) -> f64| {
+        let mut values: Vec<f64> = samples.iter().map(value).collect();
+        median(&mut values)
+    };
+    Sample {
+        enqueue_ns: median_of(|s| s.enqueue_ns),
+        callbacks_per_second: median_of(|s| s.callbacks_per_second),
+        allocations: median_of(|s| s.allocations),
+        bytes: median_of(|s| s.bytes),
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn trivial_call(
+    bench: &Bench,
+    library: &libloading::Library,
+    settings: &Settings,
+) -> Result<(), String> {
+    type IsCapturing = unsafe extern "C" fn(CUstream, *mut CUstreamCaptureStatus) -> CUresult;
+    // SAFETY: `cuStreamIsCapturing` has this C signature.
+    let direct: IsCapturing =
+        *unsafe { library.get(c"cuStreamIsCapturing") }.map_err(|e| e.to_string())?;
+    let stream = bench.stream.as_raw();
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let time = |call: &mut dyn FnMut()| {
+        let start = Instant::now();
+        for _ in 0..settings.trivial_calls {
+            call();
+        }
+        start.elapsed().as_secs_f64() * 1e9 / settings.trivial_calls as f64
+    };
+    let (mut pointer, mut table) = (Vec::new(), Vec::new());
+    for _ in 0..settings.repetitions {
+        pointer.push(time(&mut || {
+            // SAFETY: a live stream and a valid out-pointer.
+            black_box(unsafe { black_box(direct)(black_box(stream), &mut status) });
+        }));
+        table.push(time(&mut || {
+            // SAFETY: as above.
+            black_box(unsafe {
+                black_box(bench.driver).cuStreamIsCapturing(black_box(stream), &mut status)
+            });
+        }));
+    }
+    let (pointer, table) = (median(&mut pointer), median(&mut table));
+    println!();
+    println!(
+        "cuStreamIsCapturing, median of {} runs of {} calls:",
+        settings.repetitions, settings.trivial_calls
+    );
+    println!("  direct pointer (platform loader)  {pointer:8.2} ns");
+    println!(
+        "  through the table                 {table:8.2} ns  ({:+.2} ns)",
+        table - pointer
+    );
+    Ok(())
+}
+
+/// In a fresh process: microseconds to open the library, then to resolve the table.
+fn measure_load_once() {
+    let name = std::env::var("HOST_FUNCTIONS_LIBRARY").expect("set by the parent");
+    let start = Instant::now();
+    // SAFETY: opening the driver library, as every CUDA program does.
+    let library = unsafe { libloading::Library::new(&name) }.expect("the library opens");
+    let opened = start.elapsed();
+    // Opening again returns the loaded library: what remains is resolving the table.
+    let driver = Driver::open(&name).expect("the driver loads");
+    let ready = start.elapsed();
+    println!("{} {}", opened.as_nanos(), (ready - opened).as_nanos());
+    drop((driver, library));
+}
+
+fn load_cost(settings: &Settings) -> Result<(), String> {
+    let name = Driver::load(&LoadOptions::default())
+        .map_err(|e| e.to_string())?
+        .library_name()
+        .to_owned();
+    let executable = std::env::current_exe().map_err(|e| e.to_string())?;
+    let (mut open, mut table) = (Vec::new(), Vec::new());
+    for _ in 0..settings.load_processes {
+        let output = Command::new(&executable)
+            .arg(LOAD_ONCE)
+            .env("HOST_FUNCTIONS_LIBRARY", &name)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let fields: Vec<f64> = text
+            .split_whitespace()
+            .filter_map(|field| field.parse().ok())
+            .collect();
+        let [opened, resolved] = fields[..] else {
+            return Err(format!("a load-measuring process failed: {text}"));
+        };
+        open.push(opened);
+        table.push(resolved);
+    }
+    let open = Duration::from_nanos(median(&mut open) as u64);
+    let table = Duration::from_nanos(median(&mut table) as u64);
+    println!();
+    println!(
+        "loading {name} without cuInit, each in a fresh process, median of {}:",
+        settings.load_processes
+    );
+    println!(
+        "  open the library                  {:8.3} ms",
+        open.as_secs_f64() * 1e3
+    );
+    println!(
+        "  then make the table ready         {:8.3} ms more",
+        table.as_secs_f64() * 1e3
+    );
+    Ok(())
+}
