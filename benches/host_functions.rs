@@ -7,7 +7,8 @@
 //!    through the pointer the platform loader gives;
 //! 2. the same call from Rust through the cuda-host-sys table;
 //! 3. `cuStreamAddCallback` through the table, the primitive `host_launch` uses;
-//! 4. `host_launch` with a closure capturing a small value;
+//! 4. `host_launch` with a closure capturing a small value, reclaiming on every launch (the
+//!    default) and on every 32nd;
 //! 5. `host_launch_raw` with a pass-through pointer, and with copied bytes.
 //!
 //! Then a trivial entry point (`cuStreamIsCapturing`) through the table against the direct
@@ -22,6 +23,7 @@ use cuda_host::{Stream, StreamFlags, UserData, host_launch, host_launch_raw};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::c_void;
 use std::hint::black_box;
+use std::num::NonZeroU32;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -200,6 +202,20 @@ fn forms() -> Vec<Form> {
                     })
                     .expect("launch");
                 }
+            },
+        },
+        Form {
+            name: "host_launch, closure, reclaim/32",
+            enqueue: |bench, launches| {
+                let counter = bench.counter;
+                cuda_host::set_launch_reclaim_interval(NonZeroU32::new(32).expect("non-zero"));
+                for launch in 0..launches {
+                    host_launch(&bench.stream, move || {
+                        counter.fetch_add(black_box(launch) & 1 | 1, Ordering::Relaxed);
+                    })
+                    .expect("launch");
+                }
+                cuda_host::set_launch_reclaim_interval(NonZeroU32::MIN);
             },
         },
         Form {

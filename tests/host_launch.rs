@@ -141,26 +141,34 @@ fn a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second(
 
 #[test]
 fn two_streams_keep_their_own_order_and_data() {
+    // Not held at a gate: the real driver blocks host-function enqueues once a bounded number
+    // are pending, so thousands held behind a gate only this thread opens would never enqueue.
     const LAUNCHES: usize = 2000;
     let context = context();
     let streams = [new_stream(&context), new_stream(&context)];
-    let gate = Gate::new(&context);
-    let logs: [Arc<Mutex<Vec<usize>>>; 2] = Default::default();
-    for stream in &streams {
-        gate.hold(stream);
-    }
+    let words = Arc::new(MappedWords::new(&context, 2));
+    type Log = Arc<Mutex<Vec<(usize, u32)>>>;
+    let logs: [Log; 2] = Default::default();
     for i in 0..LAUNCHES {
-        for (stream, log) in streams.iter().zip(&logs) {
-            let log = Arc::clone(log);
-            host_launch(stream, move || log.lock().unwrap().push(i)).expect("launch");
+        for (index, (stream, log)) in streams.iter().zip(&logs).enumerate() {
+            // Each stream writes its own data before each host function, which reads it back.
+            let value = u32::try_from(i * 2 + index).expect("small");
+            words.write_in_stream(stream, index, value);
+            let (log, words) = (Arc::clone(log), Arc::clone(&words));
+            host_launch(stream, move || {
+                log.lock().unwrap().push((i, words.get(index)))
+            })
+            .expect("launch");
         }
     }
-    gate.open();
     for stream in &streams {
         stream.synchronize().expect("synchronize");
     }
-    for log in &logs {
-        assert_eq!(*log.lock().unwrap(), (0..LAUNCHES).collect::<Vec<_>>());
+    for (index, log) in logs.iter().enumerate() {
+        let expected: Vec<(usize, u32)> = (0..LAUNCHES)
+            .map(|i| (i, u32::try_from(i * 2 + index).expect("small")))
+            .collect();
+        assert_eq!(*log.lock().unwrap(), expected, "stream {index}");
     }
 }
 
@@ -211,6 +219,30 @@ fn every_launch_reclaims_the_records_finished_before_it() {
         tally.drops() == 1
     });
     assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+    stream.synchronize().expect("synchronize");
+}
+
+#[test]
+fn with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims() {
+    // Alone in a process: the interval is process-wide, and other threads reclaim too.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims",
+            &[],
+        );
+    }
+    cuda_host::set_launch_reclaim_interval(std::num::NonZeroU32::new(3).unwrap());
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch 1");
+    wait_until("the host function to run", || tally.runs() == 1);
+    host_launch(&stream, || {}).expect("launch 2");
+    assert_eq!(tally.drops(), 0, "launch 2 of 3 does not reclaim");
+    host_launch(&stream, || {}).expect("launch 3");
+    assert_eq!(tally.drops(), 1, "launch 3 of 3 reclaims");
     stream.synchronize().expect("synchronize");
 }
 

@@ -50,7 +50,8 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// On a [`Stream`], `function` is `FnMut() + Send + 'static` and runs exactly once, on the
 /// driver's host-function thread. It is called through a reference, so the values it captures
 /// stay in its launch record, which cuda-host drops later on a thread that calls into cuda-host
-/// (the next launch, a synchronize, [`reclaim`](crate::reclaim)): a captured buffer may free
+/// (the next launch, a synchronize, [`reclaim`](crate::reclaim); see
+/// [`set_launch_reclaim_interval`](crate::set_launch_reclaim_interval)): a captured buffer may free
 /// device memory in its `Drop`, which is forbidden on the driver's thread. (A `FnOnce` would drop
 /// its captures at the end of its call, there.) After [`Stream::synchronize`] returns, the
 /// values captured by host functions launched before it on that stream have been dropped.
@@ -152,8 +153,8 @@ impl Stream {
     #[inline]
     fn prepare_launch(&self) -> Result<Arc<crate::context::ContextShared>> {
         ensure_outside_host_function("host_launch")?;
-        // Every launch drains: the list stays bounded, and memory freed here is reused at once.
-        reclaim::reclaim();
+        // Launches drain: the list stays bounded, and memory freed here is reused at once.
+        reclaim::reclaim_on_launch();
         self.prepare()?;
         ensure_not_capturing(self.context().driver(), self.as_raw())?;
         Ok(Arc::clone(&self.context().shared))

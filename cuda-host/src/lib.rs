@@ -58,7 +58,7 @@ pub use graph_builder::{CaptureMode, GraphBuilder};
 pub use graph_exec::GraphExec;
 pub use host_launch::{HostLaunch, UserData, host_launch, host_launch_raw};
 pub use panic_report::{HostFunctionPanic, clear_host_panic_hook, set_host_panic_hook};
-pub use reclaim::reclaim;
+pub use reclaim::{reclaim, set_launch_reclaim_interval};
 pub use record::HostCallable;
 pub use stream::{Stream, StreamFlags};
 pub use trampoline::in_host_function;

@@ -10,11 +10,44 @@
 
 use crate::record::{self, RecordHeader};
 use crate::trampoline::in_host_function;
+use std::cell::Cell;
+use std::num::NonZeroU32;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 static FINISHED: AtomicPtr<RecordHeader> = AtomicPtr::new(ptr::null_mut());
+static LAUNCH_INTERVAL: AtomicU32 = AtomicU32::new(1);
+
+thread_local! {
+    static LAUNCHES_SINCE_RECLAIM: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Makes launches reclaim on every `launches`-th launch of each thread instead of on every
+/// launch (the default, 1). Synchronize, stream drop and [`reclaim`] always reclaim.
+///
+/// Each reclaim takes the list's head from the driver's thread, which pushes onto it; with a
+/// larger interval that cache line moves less often, at the cost of up to `launches` more
+/// finished records (and their captured values) per launching thread waiting to be dropped.
+/// `docs/PERFORMANCE.md` has the measurements.
+pub fn set_launch_reclaim_interval(launches: NonZeroU32) {
+    LAUNCH_INTERVAL.store(launches.get(), Ordering::Relaxed);
+}
+
+/// What each launch calls: reclaims on every interval-th launch of the calling thread.
+#[inline]
+pub(crate) fn reclaim_on_launch() {
+    let interval = LAUNCH_INTERVAL.load(Ordering::Relaxed);
+    let due = LAUNCHES_SINCE_RECLAIM.with(|count| {
+        let launches = count.get() + 1;
+        let due = launches >= interval;
+        count.set(if due { 0 } else { launches });
+        due
+    });
+    if due {
+        reclaim();
+    }
+}
 
 /// Pushes a finished record.
 ///
