@@ -154,7 +154,10 @@ impl Driver {
                     return Driver::from_library(library, shown, options.per_thread_default_stream);
                 }
                 Err(error) => {
-                    messages.push(error.to_string());
+                    // libloading's own text is "dlopen failed"; the loader's reason is its source.
+                    let reason = std::error::Error::source(&error)
+                        .map_or_else(|| error.to_string(), |source| source.to_string());
+                    messages.push(reason);
                     tried.push(shown);
                 }
             }
