@@ -1324,13 +1324,6 @@ fn dropping_the_last_reference_outside_a_launch_runs_the_destructor_inside_that_
     // drops the last reference, inside the call (`cuUserObjectRelease`, `cuGraphDestroy`, or
     // `cuGraphExecDestroy` of an executable never launched); only references a launch held go
     // later, on a driver thread (see the test above with a launch in flight).
-    if test_driver().is_software() {
-        return suite::skip(
-            "dropping_the_last_reference_outside_a_launch_runs_the_destructor_inside_that_call",
-            "KNOWN DIVERGENCE: the software driver runs every destructor later on its own \
-             destructor thread, where the real driver runs it inside the releasing call",
-        );
-    }
     let _shared = shared();
     let _context = current_context();
     let here = std::thread::current().id();

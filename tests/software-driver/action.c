@@ -134,8 +134,9 @@ void cusw_action_release(struct cusw_action *a)
     if (a->kind == CUSW_ACT_EVENT_RECORD) {
         cusw_event_unref(a->u.record.event);
     } else if (a->kind == CUSW_ACT_GRAPH) {
-        /* The launch has finished: its user-object references go (destructors may now run). */
-        cusw_urefs_release(&a->u.launch->urefs);
+        /* The launch has finished: its user-object references go (destructors may now run, on
+         * the destructor thread). */
+        cusw_urefs_release(&a->u.launch->urefs, CUSW_DESTROY_DRIVER_THREAD);
         free(a->u.launch->actions);
         free(a->u.launch);
     }

@@ -35,7 +35,7 @@ void cusw_graph_free(struct cusw_graph *g)
     for (size_t i = 0; i < g->n_nodes; i++)
         node_free(g->nodes[i]);
     free(g->nodes);
-    cusw_urefs_release(&g->urefs); /* destructors may run now */
+    cusw_urefs_release(&g->urefs, CUSW_DESTROY_INLINE); /* destructors may run in this call */
     cusw_handle_remove(g->handle);
     free(g);
 }

@@ -7,7 +7,9 @@
  * destroyed. A launch enqueues one stream operation carrying a snapshot of the actions (later
  * cuGraphExecHostNodeSetParams calls do not affect a launch already enqueued) plus references to
  * the user objects, dropped when the launch has finished. Launches of one executable are ordered
- * behind each other, also across streams, as documented for cuGraphLaunch.
+ * behind each other, also across streams, as documented for cuGraphLaunch. Destructors made due
+ * by a launch, or by destroying an executable that has been launched, run on the destructor
+ * thread; those made due by destroying one never launched run inside cuGraphExecDestroy.
  */
 #include "internal.h"
 #include "entries.h"
@@ -23,12 +25,16 @@ struct cusw_exec {
     size_t n;
     struct cusw_uref_list urefs;
     struct cusw_dep last_launch; /* stream NULL before the first launch */
+    bool launched;               /* its user objects then die on the destructor thread */
 };
 
 static void exec_free(struct cusw_exec *x)
 {
     cusw_handle_remove(x->handle);
-    cusw_urefs_release(&x->urefs); /* destructors may run now (in-flight launches hold theirs) */
+    /* Destructors may run now (in-flight launches hold references of their own): inside this
+     * call for an executable never launched, else on the destructor thread. */
+    cusw_urefs_release(&x->urefs,
+                       x->launched ? CUSW_DESTROY_DRIVER_THREAD : CUSW_DESTROY_INLINE);
     if (x->last_launch.stream != NULL)
         cusw_stream_unref(x->last_launch.stream);
     free(x->actions);
@@ -176,7 +182,7 @@ static CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool per_thread
         if (l == NULL || (l->actions = malloc((x->n + 1) * sizeof *l->actions)) == NULL ||
             !cusw_urefs_copy(&l->urefs, &x->urefs)) {
             if (l != NULL) {
-                cusw_urefs_release(&l->urefs);
+                cusw_urefs_release(&l->urefs, CUSW_DESTROY_DRIVER_THREAD);
                 free(l->actions);
                 free(l);
             }
@@ -196,6 +202,7 @@ static CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool per_thread
                 cusw_stream_ref(s);
                 x->last_launch.stream = s;
                 x->last_launch.seq = s->enqueued;
+                x->launched = true;
             }
         }
     }

@@ -13,8 +13,10 @@
  *    calls, stream workers waiting for cross-stream dependencies) waits on it.
  *  - Each stream has one worker thread that runs its operations in FIFO order. Host functions
  *    and stream callbacks of all streams run on one process-wide host-function thread
- *    (host_thread.c), as on the real driver. User-object destructors run on one process-wide
- *    destructor thread (user_object.c).
+ *    (host_thread.c), as on the real driver. A user object's destructor runs where the real
+ *    driver runs it (user_object.c): on the thread whose API call dropped the last reference,
+ *    inside that call but after it has let go of cusw_lock (cusw_lock_release runs it), or, for
+ *    references a launch or a launched executable held, on one process-wide destructor thread.
  *  - Handles given to the application are opaque numbers from the registry (registry.c), never
  *    pointers and never reused, so a stale or made-up handle is detected, never dereferenced.
  *
@@ -70,6 +72,8 @@ extern pthread_mutex_t cusw_lock;
 extern pthread_cond_t cusw_progress;
 
 void cusw_lock_acquire(void);
+/* Unlocks, then runs the user-object destructors this thread's releases made due (inline ones,
+ * see user_object.c): the one place where a driver call runs user code on the caller's thread. */
 void cusw_lock_release(void);
 void cusw_wait_progress(void);      /* [locked] waits for the next broadcast of cusw_progress */
 void cusw_broadcast_progress(void); /* [locked] */
@@ -384,15 +388,30 @@ struct cusw_user_object {
     void *ptr;
     CUhostFn destroy;
     unsigned long long refs;
+    struct cusw_user_object *next_due; /* once unreferenced: in a queue of due destructors */
+    pthread_t due_on;                  /* inline: the thread whose release made it due */
 };
 
-void cusw_user_object_retain(struct cusw_user_object *o, unsigned int count);  /* [locked] */
-void cusw_user_object_release(struct cusw_user_object *o, unsigned int count); /* [locked] */
+/* Where the destructor runs when a release drops the last reference (measured on the real
+ * driver). INLINE: on the releasing thread, inside the releasing API call, after it has let go of
+ * cusw_lock (cusw_lock_release runs it); for the references of the application, of a graph and
+ * of an executable never launched. DRIVER_THREAD: later, on the destructor thread; for the
+ * references a launch held, and those of an executable that has been launched. */
+enum cusw_destroy_route { CUSW_DESTROY_INLINE, CUSW_DESTROY_DRIVER_THREAD };
+
+void cusw_user_object_retain(struct cusw_user_object *o, unsigned int count); /* [locked] */
+void cusw_user_object_release(struct cusw_user_object *o, unsigned int count,
+                              enum cusw_destroy_route route); /* [locked] */
 /* [locked] Reference lists, as held by graphs, executables and launches. */
 bool cusw_urefs_add(struct cusw_uref_list *l, struct cusw_user_object *o, unsigned int count);
 /* Adds src's references to dst, as new references (retained). */
 bool cusw_urefs_copy(struct cusw_uref_list *dst, const struct cusw_uref_list *src);
-void cusw_urefs_release(struct cusw_uref_list *l); /* releases all and frees the list */
+/* Releases all and frees the list. */
+void cusw_urefs_release(struct cusw_uref_list *l, enum cusw_destroy_route route);
+/* Used by cusw_lock_release: takes, [locked], the inline destructors this thread's releases made
+ * due (NULL if none), then runs them, unlocked, in the order they became due. */
+struct cusw_user_object *cusw_take_inline_destructors(void);
+void cusw_run_inline_destructors(struct cusw_user_object *due);
 
 /* ---- Memory (memory.c) ----------------------------------------------------------------------- */
 

@@ -12,7 +12,14 @@ pthread_mutex_t cusw_lock = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t cusw_progress = PTHREAD_COND_INITIALIZER;
 
 void cusw_lock_acquire(void) { pthread_mutex_lock(&cusw_lock); }
-void cusw_lock_release(void) { pthread_mutex_unlock(&cusw_lock); }
+
+void cusw_lock_release(void)
+{
+    struct cusw_user_object *due = cusw_take_inline_destructors();
+    pthread_mutex_unlock(&cusw_lock);
+    cusw_run_inline_destructors(due); /* user code: never under the lock */
+}
+
 void cusw_wait_progress(void) { pthread_cond_wait(&cusw_progress, &cusw_lock); }
 void cusw_broadcast_progress(void) { pthread_cond_broadcast(&cusw_progress); }
 
