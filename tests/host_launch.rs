@@ -392,31 +392,6 @@ fn an_injected_refusal_drops_the_closure_at_once_without_running_it() {
     assert_eq!(tally.runs(), 0);
 }
 
-/// Makes the stream's context fail as a kernel storing to an invalid address does: on the real
-/// driver with that kernel, on the software driver with its stand-in.
-fn launch_fault(stream: &Stream, kernels: Option<&Kernels<'_>>) {
-    match kernels {
-        Some(kernels) => {
-            let mut address = 0x10u64;
-            let mut value = 7u32;
-            let mut arguments = [(&raw mut address).cast::<c_void>(), (&raw mut value).cast()];
-            // SAFETY: the arguments match `store_to_address`; the fault is the point.
-            unsafe {
-                kernels.launch(
-                    kernels.store_to_address,
-                    1,
-                    1,
-                    stream.as_raw(),
-                    &mut arguments,
-                )
-            }
-            .expect("the faulting kernel is enqueued");
-        }
-        None => suite::software::expect_controls()
-            .launch_fault(stream, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
-    }
-}
-
 #[test]
 fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
     if !suite::in_child_process() {
@@ -431,7 +406,7 @@ fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
     let driver = Arc::clone(context.driver());
     let kernels = (test_driver().kind == DriverKind::Real)
         .then(|| Kernels::load(&driver).expect("PTX loads"));
-    launch_fault(&stream, kernels.as_ref());
+    suite::kernels::launch_fault(&stream, kernels.as_ref());
     let error = stream.synchronize().unwrap_err();
     assert_eq!(
         error.driver_result(),
@@ -474,7 +449,7 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
         let probe = before.probe();
         host_launch(&faulting, move || probe.ran()).expect("launch");
     }
-    launch_fault(&faulting, kernels.as_ref());
+    suite::kernels::launch_fault(&faulting, kernels.as_ref());
     for _ in 0..EACH {
         let probe = after.probe();
         host_launch(&faulting, move || probe.ran()).expect("launch");

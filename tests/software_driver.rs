@@ -1813,31 +1813,6 @@ fn destroying_a_stream_with_pending_work_returns_at_once_and_the_work_still_runs
     });
 }
 
-/// Fails the stream's context as a kernel storing to address 0x10 does: with that kernel on the
-/// real driver, with the software driver's stand-in there.
-fn launch_fault(stream: &Stream, kernels: Option<&Kernels<'_>>) {
-    match kernels {
-        Some(kernels) => {
-            let mut address = 0x10u64;
-            let mut value = 7u32;
-            let mut arguments = [(&raw mut address).cast::<c_void>(), (&raw mut value).cast()];
-            // SAFETY: the arguments match `store_to_address`; the fault is the point.
-            unsafe {
-                kernels.launch(
-                    kernels.store_to_address,
-                    1,
-                    1,
-                    stream.as_raw(),
-                    &mut arguments,
-                )
-            }
-            .expect("the faulting kernel is enqueued");
-        }
-        None => suite::software::expect_controls()
-            .launch_fault(stream, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
-    }
-}
-
 #[test]
 fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_error_once() {
     let test =
@@ -1858,7 +1833,7 @@ fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_e
         "cuLaunchHostFunc",
         launch_host(stream.as_raw(), log.marker("before")),
     );
-    launch_fault(&stream, kernels.as_ref());
+    suite::kernels::launch_fault(&stream, kernels.as_ref());
     ok(
         "cuLaunchHostFunc",
         launch_host(stream.as_raw(), log.marker("after")),

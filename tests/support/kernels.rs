@@ -101,3 +101,31 @@ impl Drop for Kernels<'_> {
         }
     }
 }
+
+/// Fails the stream's context as a kernel storing to address 0x10 does: with that kernel on the
+/// real driver (`kernels` given), with the software driver's stand-in otherwise.
+///
+/// # Panics
+/// When the fault cannot be enqueued.
+pub fn launch_fault(stream: &cuda_host::Stream, kernels: Option<&Kernels<'_>>) {
+    match kernels {
+        Some(kernels) => {
+            let mut address = 0x10u64;
+            let mut value = 7u32;
+            let mut arguments = [(&raw mut address).cast::<c_void>(), (&raw mut value).cast()];
+            // SAFETY: the arguments match `store_to_address`; the fault is the point.
+            unsafe {
+                kernels.launch(
+                    kernels.store_to_address,
+                    1,
+                    1,
+                    stream.as_raw(),
+                    &mut arguments,
+                )
+            }
+            .expect("the faulting kernel is enqueued");
+        }
+        None => crate::software::expect_controls()
+            .launch_fault(stream, cuda_host_sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+    }
+}
