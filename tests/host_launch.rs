@@ -18,13 +18,14 @@ fn new_stream(context: &Context) -> Stream {
 
 #[test]
 fn runs_after_the_work_enqueued_before_and_before_the_work_enqueued_after() {
+    // No gate here: on the real driver, enqueueing a copy of mapped host memory after a host
+    // function that waits behind a stream wait blocks until the wait is released, so a thread
+    // that would release it afterwards never does (seen on an H200, driver 580.159.04).
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let words = Arc::new(MappedWords::new(&context, 3));
     let seen_by_host_function = Arc::new(Mutex::new(None));
 
-    gate.hold(&stream);
     words.write_in_stream(&stream, 0, 1);
     let (host_words, seen) = (Arc::clone(&words), Arc::clone(&seen_by_host_function));
     host_launch(&stream, move || {
@@ -34,13 +35,7 @@ fn runs_after_the_work_enqueued_before_and_before_the_work_enqueued_after() {
     .expect("launch");
     // Copies the host function's word: 2 only if the copy runs after it.
     words.copy_in_stream(&stream, 1, 2);
-    assert_eq!(
-        *seen_by_host_function.lock().unwrap(),
-        None,
-        "ran before the gate opened"
-    );
 
-    gate.open();
     stream.synchronize().expect("synchronize");
     assert_eq!(*seen_by_host_function.lock().unwrap(), Some(1));
     assert_eq!(words.get(2), 2);
@@ -474,6 +469,17 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
 
 #[test]
 fn eight_threads_launching_on_four_streams_lose_nothing() {
+    // Alone in a process. On the real driver the host functions of all streams share one
+    // thread, and a flood of enqueues makes later enqueues wait for it: beside a test that holds
+    // a host function behind a gate it opens only after its next enqueue, both would wait for
+    // each other (seen on an H200).
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "eight_threads_launching_on_four_streams_lose_nothing",
+            &[],
+        );
+    }
     const THREADS: usize = 8;
     const LAUNCHES: usize = 100_000;
     let context = context();

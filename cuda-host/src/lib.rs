@@ -30,7 +30,10 @@
 //! A host function blocks its stream, and on the real driver all host functions of a process
 //! share one thread. So a host function must not wait for anything that needs the stream to
 //! advance, and a thread that waits for a stream (synchronize) must not hold a lock the host
-//! function needs: neither ever wakes.
+//! function needs: neither ever wakes. Some enqueues wait too: on the real driver, a copy of
+//! mapped host memory enqueued after a host function that is held behind a stream wait does not
+//! return until the wait is released (`docs/REAL-DRIVER.md`), so the thread that would release
+//! it must not be the one enqueueing.
 
 mod capture_check;
 mod context;
