@@ -18,6 +18,16 @@ fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
 }
 
+/// A graph with one host node that counts its runs in `tally`.
+fn counting_graph(context: &Context, tally: &Arc<Tally>) -> Graph {
+    let graph = Graph::new(context).expect("graph");
+    let probe = tally.probe();
+    graph
+        .add_host_node(&[], move || probe.ran())
+        .expect("host node");
+    graph
+}
+
 /// Reclaims until `tally` counts `drops` drops; fails after the harness's bound.
 fn wait_for_drops(tally: &Tally, drops: usize, what: &str) {
     wait_until(what, || {
@@ -140,11 +150,7 @@ fn two_executables_keep_the_callable_until_both_are_gone() {
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
-    let graph = Graph::new(&context).expect("graph");
-    let probe = tally.probe();
-    graph
-        .add_host_node(&[], move || probe.ran())
-        .expect("host node");
+    let graph = counting_graph(&context, &tally);
     let (first, second) = (graph.instantiate().unwrap(), graph.instantiate().unwrap());
     drop(graph);
     first.launch(&stream).unwrap();
@@ -171,11 +177,7 @@ fn a_clone_keeps_the_callable_after_the_original_is_gone() {
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
-    let graph = Graph::new(&context).expect("graph");
-    let probe = tally.probe();
-    graph
-        .add_host_node(&[], move || probe.ran())
-        .expect("host node");
+    let graph = counting_graph(&context, &tally);
     let clone = graph.try_clone().expect("clone");
     drop(graph);
     assert_still_held(&tally, "released while a clone exists");
@@ -447,9 +449,7 @@ fn a_held_launch_keeps_the_callable_of_a_destroyed_executable() {
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
     let tally = Tally::new();
-    let graph = Graph::new(&context).unwrap();
-    let probe = tally.probe();
-    graph.add_host_node(&[], move || probe.ran()).unwrap();
+    let graph = counting_graph(&context, &tally);
     let executable = graph.instantiate().unwrap();
     drop(graph);
     gate.hold(&stream);

@@ -909,22 +909,27 @@ fn a_blocking_capture_refuses_a_legacy_launch_as_implicit_and_is_invalidated() {
     assert_eq!(count(&runs), 0, "a refused launch enqueued nothing");
 }
 
-#[test]
-fn a_blocking_capture_refuses_a_legacy_synchronize_as_implicit_and_is_invalidated() {
-    let _alone = alone();
-    let context = current_context();
-    let stream = blocking(&context);
+/// Synchronizing the legacy stream while `stream` captures in global mode answers `expected` and
+/// invalidates the capture, which then ends without a graph.
+fn assert_legacy_synchronize_invalidates(stream: &Stream, expected: CUresult) {
     let capture = Capture::begin(stream.as_raw(), GLOBAL);
-    assert_eq!(
-        synchronize(CU_STREAM_LEGACY),
-        CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
-    );
+    assert_eq!(synchronize(CU_STREAM_LEGACY), expected);
     assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, INVALIDATED));
     assert_eq!(
         capture.end().err().map(|(result, _)| result),
         Some(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
     );
     ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
+}
+
+#[test]
+fn a_blocking_capture_refuses_a_legacy_synchronize_as_implicit_and_is_invalidated() {
+    let _alone = alone();
+    let context = current_context();
+    assert_legacy_synchronize_invalidates(
+        &blocking(&context),
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+    );
 }
 
 #[test]
@@ -964,18 +969,10 @@ fn a_non_blocking_capture_leaves_the_legacy_stream_free_to_launch_and_run() {
 fn a_non_blocking_global_capture_refuses_a_legacy_synchronize_as_unsupported_and_is_invalidated() {
     let _alone = alone();
     let context = current_context();
-    let stream = non_blocking(&context);
-    let capture = Capture::begin(stream.as_raw(), GLOBAL);
-    assert_eq!(
-        synchronize(CU_STREAM_LEGACY),
-        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    assert_legacy_synchronize_invalidates(
+        &non_blocking(&context),
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
     );
-    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, INVALIDATED));
-    assert_eq!(
-        capture.end().err().map(|(result, _)| result),
-        Some(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
-    );
-    ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
 }
 
 #[test]
