@@ -18,9 +18,9 @@ fn new_stream(context: &Context) -> Stream {
 
 #[test]
 fn runs_after_the_work_enqueued_before_and_before_the_work_enqueued_after() {
-    // No gate here: on the real driver, enqueueing a copy of mapped host memory after a host
-    // function that waits behind a stream wait blocks until the wait is released, so a thread
-    // that would release it afterwards never does (seen on an H200, driver 580.159.04).
+    // No gate here: a copy between mapped host buffers is done synchronously, its enqueue
+    // returning only once the stream has reached it, so a thread that would open a gate before it
+    // afterwards never does (docs/REAL-DRIVER.md).
     let context = context();
     let stream = new_stream(&context);
     let words = Arc::new(MappedWords::new(&context, 3));

@@ -286,6 +286,9 @@ void cusw_stream_destroy(struct cusw_stream *s);
 /* Submits a stream-ordered action (takes the lock): checks initialisation, resolves the stream,
  * applies the capture rules (while capturing, the action becomes a graph node) and enqueues it. */
 CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a);
+/* Same, but unless the action was captured, returns only once the stream has run it (in its
+ * order, on its worker), answering the context's sticky error if one arose meanwhile. */
+CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a);
 
 /* ---- Events (event.c) ------------------------------------------------------------------------ */
 

@@ -7,9 +7,10 @@
  * Allocations are tracked per context (freed when the context is reset or released) and
  * checked on free. Synchronous copies and sets behave like the real driver's: they are ordered
  * on the legacy stream (or the per-thread stream for the _ptds forms), so they wait for earlier
- * work of blocking streams, and return when done. Frees synchronise the context first, as the
- * real driver's implicit synchronisation does, so that pending stream work never touches freed
- * memory.
+ * work of blocking streams, and return when done. Async copies and sets return at once, except
+ * the copies the real driver does synchronously (copy_waits_for_stream). Frees synchronise the
+ * context first, as the real driver's implicit synchronisation does, so that pending stream work
+ * never touches freed memory.
  */
 #include "internal.h"
 #include "entries.h"
@@ -84,6 +85,20 @@ static CUresult deallocate(void *p, bool host)
         return CUDA_ERROR_INVALID_VALUE;
     release(p, a);
     return cusw_ctx_sticky(ctx);
+}
+
+/* [locked] The allocation that holds address p, or NULL: then p is pageable host memory. */
+static struct allocation *allocation_of(const void *p)
+{
+    size_t cursor = 0;
+    uintptr_t base;
+    void *value;
+    while (cusw_map_next(&allocations, &cursor, &base, &value)) {
+        struct allocation *a = value;
+        if ((uintptr_t)p >= base && (uintptr_t)p - base < a->size)
+            return a;
+    }
+    return NULL;
 }
 
 void cusw_memory_release_context(struct cusw_ctx *ctx)
@@ -180,18 +195,11 @@ CUSW_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, u
     rc = cusw_ctx_current(&ctx);
     if (rc == CUDA_SUCCESS) {
         /* Any address inside a page-locked allocation maps to itself. */
-        rc = CUDA_ERROR_INVALID_VALUE;
-        size_t cursor = 0;
-        uintptr_t base;
-        void *value;
-        while (cusw_map_next(&allocations, &cursor, &base, &value)) {
-            struct allocation *a = value;
-            if (a->host && (uintptr_t)p >= base && (uintptr_t)p - base < a->size) {
-                *pdptr = (CUdeviceptr)(uintptr_t)p;
-                rc = CUDA_SUCCESS;
-                break;
-            }
-        }
+        const struct allocation *a = allocation_of(p);
+        if (a != NULL && a->host)
+            *pdptr = (CUdeviceptr)(uintptr_t)p;
+        else
+            rc = CUDA_ERROR_INVALID_VALUE;
     }
     cusw_lock_release();
     return rc;
@@ -265,6 +273,22 @@ static CUresult run_sync(bool per_thread, const struct cusw_action *a)
     return rc;
 }
 
+/* An async copy between two host buffers (page-locked or pageable), or into pageable host
+ * memory: the real driver does it synchronously, so its enqueue returns only once the stream has
+ * reached and done it (docs/REAL-DRIVER.md). Here the stream's worker does the copy, in order,
+ * while the caller waits. Every other copy and set returns at once. */
+static bool copy_waits_for_stream(const struct cusw_action *a)
+{
+    if (a->kind != CUSW_ACT_COPY)
+        return false;
+    cusw_lock_acquire();
+    const struct allocation *dst = allocation_of(a->u.copy.dst);
+    const struct allocation *src = allocation_of(a->u.copy.src);
+    bool waits = dst == NULL || (dst->host && (src == NULL || src->host));
+    cusw_lock_release();
+    return waits;
+}
+
 static CUresult run_async(CUstream stream, bool per_thread, const struct cusw_action *a)
 {
     CUresult rc = cusw_require_init();
@@ -272,6 +296,8 @@ static CUresult run_async(CUstream stream, bool per_thread, const struct cusw_ac
         return rc;
     if (!valid(a))
         return CUDA_ERROR_INVALID_VALUE;
+    if (copy_waits_for_stream(a))
+        return cusw_submit_and_wait(stream, per_thread, a);
     return cusw_submit(stream, per_thread, a);
 }
 

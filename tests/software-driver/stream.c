@@ -313,7 +313,7 @@ void cusw_ctx_drain(struct cusw_ctx *ctx)
     free(targets);
 }
 
-CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a)
+static CUresult submit(CUstream stream, bool per_thread, const struct cusw_action *a, bool wait)
 {
     CUresult rc = cusw_require_init();
     if (rc != CUDA_SUCCESS)
@@ -326,8 +326,22 @@ CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action 
         rc = cusw_capture_check_enqueue(s, &capturing);
     if (rc == CUDA_SUCCESS)
         rc = capturing ? cusw_capture_add_node(s, a) : cusw_stream_enqueue(s, a, NULL, 0);
+    if (rc == CUDA_SUCCESS && wait && !capturing) {
+        cusw_stream_drain(s); /* lets go of the lock while it waits */
+        rc = cusw_ctx_sticky(s->ctx);
+    }
     cusw_lock_release();
     return rc;
+}
+
+CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a)
+{
+    return submit(stream, per_thread, a, false);
+}
+
+CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a)
+{
+    return submit(stream, per_thread, a, true);
 }
 
 /* ---- Stream API ------------------------------------------------------------------------------ */

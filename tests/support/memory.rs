@@ -101,6 +101,9 @@ impl MappedWords {
     }
 
     /// Enqueues on `stream` a device-side copy of the word at `from` to the word at `to`.
+    ///
+    /// A copy between host buffers: it returns only once the stream has reached and done it
+    /// (`docs/REAL-DRIVER.md`), so never call it behind a gate that this thread opens later.
     pub fn copy_in_stream(&self, stream: &Stream, from: usize, to: usize) {
         // SAFETY: both addresses are device-accessible memory of the stream's context.
         let result = unsafe {
