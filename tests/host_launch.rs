@@ -371,17 +371,13 @@ fn an_injected_refusal_drops_the_closure_at_once_without_running_it() {
     let stream = new_stream(&context);
     let tally = Tally::new();
     let probe = tally.probe();
-    controls.fail_next_calls(
-        c"cuStreamAddCallback",
-        1,
-        CUresult::CUDA_ERROR_OUT_OF_MEMORY,
-    );
+    controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     let error = host_launch(&stream, move || probe.ran()).unwrap_err();
     assert_eq!(
         error.driver_result(),
         Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
     );
-    assert!(error.to_string().contains("cuStreamAddCallback"), "{error}");
+    assert!(error.to_string().contains("cuLaunchHostFunc"), "{error}");
     assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
     stream.synchronize().expect("synchronize");
     assert_eq!(tally.runs(), 0);
@@ -465,6 +461,154 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
     }
     drop((faulting, waiting));
     std::mem::forget(kernels);
+}
+
+#[test]
+fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_dropped() {
+    // Nothing observes the failure but the streams' drops: an owned stream, and a borrowed
+    // wrapper of a stream that stays alive (whose drop destroys nothing).
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_dropped",
+            &[],
+        );
+    }
+    const EACH: usize = 50;
+    let context = context();
+    let (owned, kept) = (new_stream(&context), new_stream(&context));
+    // SAFETY: `kept` outlives the wrapper.
+    let borrowed = unsafe { Stream::borrow_raw(&context, kept.as_raw()) };
+    let gate = Gate::new(&context);
+    let driver = Arc::clone(context.driver());
+    let kernels = (test_driver().kind == DriverKind::Real)
+        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let (on_owned, on_borrowed) = (Tally::new(), Tally::new());
+
+    gate.hold(&owned);
+    gate.hold(&borrowed);
+    suite::kernels::launch_fault(&owned, kernels.as_ref());
+    for _ in 0..EACH {
+        let probe = on_owned.probe();
+        host_launch(&owned, move || probe.ran()).expect("launch");
+        let probe = on_borrowed.probe();
+        host_launch(&borrowed, move || probe.ran()).expect("launch");
+    }
+    gate.open();
+    drop(borrowed);
+    wait_until("the borrowed wrapper's records to be reclaimed", || {
+        cuda_host::reclaim();
+        on_borrowed.drops() == EACH
+    });
+    drop(owned);
+    wait_until("the owned stream's records to be reclaimed", || {
+        cuda_host::reclaim();
+        on_owned.drops() == EACH
+    });
+    assert_eq!(on_owned.runs(), 0, "work after the fault never runs");
+    assert!(on_borrowed.runs() <= EACH);
+    for tally in [&on_owned, &on_borrowed] {
+        assert_eq!(tally.drops(), EACH, "each record reclaimed exactly once");
+    }
+    std::mem::forget((kept, kernels));
+}
+
+/// Counts the heap allocations of each thread, to show what a launch allocates.
+mod allocations {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    struct PerThreadCount;
+
+    thread_local! {
+        static COUNT: Cell<usize> = const { Cell::new(0) };
+    }
+
+    // SAFETY: forwards to the system allocator unchanged; only counts.
+    unsafe impl GlobalAlloc for PerThreadCount {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let _ = COUNT.try_with(|count| count.set(count.get() + 1));
+            // SAFETY: same contract as the caller's.
+            unsafe { System.alloc(layout) }
+        }
+
+        unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
+            // SAFETY: same contract as the caller's.
+            unsafe { System.dealloc(pointer, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: PerThreadCount = PerThreadCount;
+
+    /// The calling thread's allocations during `work`.
+    pub fn during(work: impl FnOnce()) -> usize {
+        let before = COUNT.with(Cell::get);
+        work();
+        COUNT.with(Cell::get) - before
+    }
+}
+
+#[test]
+fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm() {
+    // Alone in a process: a test thread that reclaims takes the freed slots into its own free
+    // list, and this thread would then allocate new ones.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm",
+            &[],
+        );
+    }
+    const LAUNCHES: usize = 1_000;
+    static RAN: AtomicUsize = AtomicUsize::new(0);
+    let context = context();
+    let stream = new_stream(&context);
+    // Launches closures capturing `N` words (and nothing else), then synchronizes.
+    fn closures<const N: usize>(stream: &Stream) {
+        for launch in 0..LAUNCHES {
+            let words = [launch as u64; N];
+            host_launch(stream, move || {
+                RAN.fetch_add(words.len(), Ordering::Relaxed);
+            })
+            .expect("launch");
+        }
+        stream.synchronize().expect("synchronize");
+    }
+    // Launches a C function with `len` copied bytes, then synchronizes.
+    fn copies(stream: &Stream, len: usize) {
+        let bytes = vec![0u8; len];
+        for _ in 0..LAUNCHES {
+            // SAFETY: `count_run` ignores its bytes.
+            unsafe { host_launch_raw(stream, count_run, UserData::Copied(&bytes)) }
+                .expect("launch");
+        }
+        stream.synchronize().expect("synchronize");
+    }
+    closures::<8>(&stream); // the slots exist now
+    RAN.store(0, Ordering::Relaxed);
+    assert_eq!(
+        allocations::during(|| closures::<8>(&stream)),
+        0,
+        "64 bytes inline"
+    );
+    assert_eq!(RAN.load(Ordering::Relaxed), LAUNCHES * 8);
+    assert_eq!(
+        allocations::during(|| closures::<9>(&stream)),
+        LAUNCHES,
+        "72 bytes boxed"
+    );
+    RUNS_COUNTED.store(0, Ordering::Relaxed);
+    let short = allocations::during(|| copies(&stream, 48)) - 1; // less the Vec of the bytes
+    let long = allocations::during(|| copies(&stream, 49)) - 1;
+    assert_eq!((short, long), (0, LAUNCHES), "48 bytes inline, 49 boxed");
+    assert_eq!(RUNS_COUNTED.load(Ordering::Relaxed), 2 * LAUNCHES);
+}
+
+static RUNS_COUNTED: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn count_run(_bytes: *mut c_void) {
+    RUNS_COUNTED.fetch_add(1, Ordering::Relaxed);
 }
 
 #[test]

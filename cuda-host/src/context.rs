@@ -1,5 +1,6 @@
 //! Devices and their primary contexts.
 
+use crate::context_failure;
 use crate::error::{Error, Result};
 use crate::reclaim;
 use crate::trampoline::ensure_outside_host_function;
@@ -198,6 +199,7 @@ impl Context {
         let driver = &self.shared.driver;
         // SAFETY: no arguments; the context is current.
         let result = unsafe { driver.cuCtxSynchronize() };
+        context_failure::note(&self.shared, result);
         reclaim::reclaim();
         Ok(driver.check("cuCtxSynchronize", result)?)
     }

@@ -1,13 +1,14 @@
 //! `host_launch`: enqueue host code in stream order.
 
 use crate::capture_check::ensure_not_capturing;
+use crate::context_failure;
 use crate::error::Result;
+use crate::launch_slot::{self, LaunchSlot};
 use crate::reclaim;
-use crate::record::{self, RecordHeader};
+use crate::record::{self, Closure, RecordHeader};
 use crate::stream::Stream;
 use crate::trampoline::{self, ensure_outside_host_function};
 use std::ffi::c_void;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// A target [`host_launch`] can enqueue `F` on: a [`Stream`] runs it once; a graph builder adds
@@ -63,7 +64,11 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// thread that waits for the stream: both never finish.
 ///
 /// If the stream's context fails (a kernel's illegal address), the driver never runs `function`;
-/// its record is still handed back and reclaimed.
+/// its record is reclaimed when cuda-host sees the failure (a synchronize or launch answering
+/// it), at the latest when the stream is dropped.
+///
+/// A closure of up to 64 bytes is stored in a reused launch slot: once as many slots exist as
+/// launches are in flight, a launch allocates nothing.
 ///
 /// # Errors
 /// - [`Error::StreamCapturing`](crate::Error::StreamCapturing) when the stream is being captured
@@ -82,6 +87,7 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// ```
 #[doc(alias = "cuLaunchHostFunc")]
 #[doc(alias = "cuStreamAddCallback")]
+#[doc(alias = "launch_host_func")]
 pub fn host_launch<T, F>(target: &T, function: F) -> Result<()>
 where
     T: HostLaunch<F> + ?Sized,
@@ -95,7 +101,7 @@ where
 {
     fn host_launch(&self, function: F) -> Result<()> {
         let context = self.prepare_launch()?;
-        enqueue_run_once(self, record::new_run_once(context, function))
+        enqueue_run_once(self, record::new_run_once(context, Closure(function)))
     }
 }
 
@@ -115,8 +121,9 @@ pub enum UserData<'a> {
 /// as [`host_launch`].
 ///
 /// With [`UserData::None`] or [`UserData::PassThrough`] this is one `cuLaunchHostFunc` call and no
-/// allocation. With [`UserData::Copied`], one launch record holds the copy until the function
-/// has run (or until the driver hands it back unrun after a context failure).
+/// allocation. With [`UserData::Copied`], a launch record holds the copy until the function has
+/// run (or, if the context fails first, until cuda-host reclaims it unrun); up to 48 bytes are
+/// copied into a reused launch slot without allocating.
 ///
 /// # Safety
 /// 1. `function` must be safe to call on the driver's host-function thread with the pointer it
@@ -138,13 +145,14 @@ pub unsafe fn host_launch_raw(
         UserData::None => std::ptr::null_mut(),
         UserData::PassThrough(pointer) => pointer,
         UserData::Copied(bytes) => {
-            return enqueue_run_once(stream, record::new_with_bytes(context, function, bytes));
+            return enqueue_run_once(stream, record::new_run_once_bytes(context, function, bytes));
         }
     };
     let driver = stream.context().driver();
     // SAFETY: the stream handle is valid while `stream` exists; the caller vouches for `function`
     // and `pointer`.
     let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(function), pointer) };
+    context_failure::note(&context, result);
     Ok(driver.check("cuLaunchHostFunc", result)?)
 }
 
@@ -161,25 +169,30 @@ impl Stream {
     }
 }
 
-/// Hands a run-once record to the driver. `cuStreamAddCallback` is used rather than
-/// `cuLaunchHostFunc` because it hands every record back exactly once, with an error status when
-/// the context has failed, where `cuLaunchHostFunc` would silently never run it and leak it.
-fn enqueue_run_once(stream: &Stream, record: NonNull<RecordHeader>) -> Result<()> {
-    let driver = stream.context().driver();
-    // SAFETY: the stream handle is valid while `stream` exists; the callback takes ownership of
-    // the record when the driver calls it, which it does exactly once if this call succeeds.
+/// Hands a run-once record to the driver with `cuLaunchHostFunc`, under a launch ticket rather
+/// than its address: if the context fails, the driver never calls the function, and cuda-host
+/// abandons the record instead (`context_failure`); a call that came late would find its ticket
+/// stale.
+fn enqueue_run_once(stream: &Stream, slot: LaunchSlot) -> Result<()> {
+    let context = &stream.context().shared;
+    let driver = context.driver();
+    stream.note_launch();
+    let ticket = slot.begin_launch(Arc::as_ptr(context).addr(), stream.as_raw());
+    // SAFETY: the stream handle is valid while `stream` exists; the ticket names a slot whose
+    // record stays valid until it is claimed, and the trampoline claims before it runs.
     let result = unsafe {
-        driver.cuStreamAddCallback(
+        driver.cuLaunchHostFunc(
             stream.as_raw(),
-            Some(trampoline::run_once_callback),
-            record.as_ptr().cast(),
-            0,
+            Some(trampoline::run_once_host_fn),
+            ticket.into_user_data(),
         )
     };
-    if let Err(error) = driver.check("cuStreamAddCallback", result) {
-        // SAFETY: the driver refused the record, so it is still exclusively ours.
-        unsafe { RecordHeader::drop(record.as_ptr()) };
+    if let Err(error) = driver.check("cuLaunchHostFunc", result) {
+        // SAFETY: the driver refused the launch, so its record is exclusively ours again.
+        unsafe { RecordHeader::drop(launch_slot::refused(ticket).as_ptr()) };
+        context_failure::note(context, result);
         return Err(error.into());
     }
+    launch_slot::launched(ticket);
     Ok(())
 }

@@ -13,10 +13,15 @@
 //! ```
 //!
 //! # How it works
-//! - [`host_launch`] boxes the closure in a launch record (one allocation) and enqueues an
-//!   `extern "C"` trampoline with the record as its user data. The trampoline runs the closure
-//!   under `catch_unwind` on the driver's thread, then pushes the record onto a lock-free reclaim
-//!   list. Records are dropped on threads that call into cuda-host, never on the driver's.
+//! - [`host_launch`] puts the closure in a launch record (a reused slot; a closure of up to 64
+//!   bytes needs no allocation) and enqueues an `extern "C"` trampoline with `cuLaunchHostFunc`.
+//!   The trampoline claims the record, runs the closure under `catch_unwind` on the driver's
+//!   thread, then pushes the record onto a lock-free reclaim list. Records are dropped on threads
+//!   that call into cuda-host, never on the driver's.
+//! - The driver never runs host functions of a context that failed (a kernel's illegal address):
+//!   cuda-host then reclaims their records itself, when a call answers the failure, and at the
+//!   latest when their stream is dropped. The driver holds a ticket, not the record's address,
+//!   so a call that came after all would find its ticket stale.
 //! - A stream that is being captured into a graph is refused before anything is enqueued: a graph
 //!   runs its host functions on every launch, or never, so graph builders own their callables.
 //! - If the driver refuses a launch, the record is dropped at once on the calling thread.
@@ -30,13 +35,14 @@
 //! A host function blocks its stream, and on the real driver all host functions of a process
 //! share one thread. So a host function must not wait for anything that needs the stream to
 //! advance, and a thread that waits for a stream (synchronize) must not hold a lock the host
-//! function needs: neither ever wakes. Some enqueues wait too: on the real driver, a copy of
-//! mapped host memory enqueued after a host function that is held behind a stream wait does not
-//! return until the wait is released (`docs/REAL-DRIVER.md`), so the thread that would release
-//! it must not be the one enqueueing.
+//! function needs: neither ever wakes. Some enqueues wait too: on the real driver, an async copy
+//! between two host buffers, or into pageable host memory, does not return until the stream has
+//! reached it (`docs/REAL-DRIVER.md`), so the thread that would release what the stream waits
+//! for must not be the one enqueueing such a copy.
 
 mod capture_check;
 mod context;
+mod context_failure;
 mod error;
 mod event;
 mod graph;
@@ -44,6 +50,7 @@ mod graph_builder;
 mod graph_exec;
 mod handle;
 mod host_launch;
+mod launch_slot;
 mod panic_report;
 mod reclaim;
 mod record;

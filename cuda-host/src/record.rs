@@ -1,14 +1,18 @@
 //! Launch records: one heap allocation per launch that owns what the host function needs (a
 //! closure, or a copy of C user data) until it has run and been reclaimed.
 //!
-//! Every record starts with a [`RecordHeader`], so the driver's `void *userData` can point at any
-//! kind of record and the trampoline and the reclaim list treat them alike through the header's
-//! table of two functions: run the payload, and drop the whole record.
+//! Every record starts with a [`RecordHeader`], so the trampolines and the reclaim list treat all
+//! kinds of record alike through the header's table of two functions: run the payload, and drop
+//! the whole record. Run-once records live in launch slots (`launch_slot`), with their payload
+//! inline when it is small; graph callables, copied bytes of graph nodes and deferred drops are
+//! boxed.
 
 use crate::context::ContextShared;
+use crate::launch_slot::{self, INLINE_ALIGN, INLINE_BYTES, LaunchSlot};
 use cuda_host_sys::{CUuserObject, CUuserObject_st};
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::ffi::c_void;
+use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -21,7 +25,7 @@ pub(crate) struct RecordHeader {
     operations: &'static RecordOperations,
     /// Keeps the context retained while the driver may still call into the record, so that no
     /// record outlives its context. `None` for records not tied to one.
-    _context: Option<Arc<ContextShared>>,
+    context: Option<Arc<ContextShared>>,
 }
 
 struct RecordOperations {
@@ -36,8 +40,15 @@ impl RecordHeader {
         RecordHeader {
             next: ptr::null_mut(),
             operations,
-            _context: context,
+            context,
         }
+    }
+
+    /// The address of the record's context, which identifies it; 0 when it has none.
+    pub(crate) fn context_address(&self) -> usize {
+        self.context
+            .as_ref()
+            .map_or(0, |context| Arc::as_ptr(context).addr())
     }
 
     /// Runs the record's payload.
@@ -70,20 +81,143 @@ struct CallableRecord<F> {
     callable: F,
 }
 
-/// A run-once host function: `FnMut` so that it is called through a reference, leaving its
-/// captured values in the record to be dropped on a caller's thread.
-pub(crate) fn new_run_once<F>(context: Arc<ContextShared>, callable: F) -> NonNull<RecordHeader>
-where
-    F: FnMut() + Send + 'static,
-{
-    struct Operations<F>(F);
-    impl<F: FnMut() + Send + 'static> Operations<F> {
+/// What a run-once record holds: run once on the driver's thread, dropped on a caller's.
+pub(crate) trait RunOnce: Send + 'static {
+    fn run(&mut self);
+}
+
+/// A run-once closure: `FnMut` so that it is called through a reference, leaving its captured
+/// values in the record to be dropped on a caller's thread.
+pub(crate) struct Closure<F>(pub(crate) F);
+
+impl<F: FnMut() + Send + 'static> RunOnce for Closure<F> {
+    fn run(&mut self) {
+        (self.0)()
+    }
+}
+
+impl<P: RunOnce> RunOnce for Box<P> {
+    fn run(&mut self) {
+        (**self).run();
+    }
+}
+
+/// A C function with up to [`SMALL_BYTES`] copied bytes, inside the slot.
+#[repr(C, align(16))]
+struct SmallBytes {
+    function: unsafe extern "C" fn(*mut c_void),
+    len: usize,
+    bytes: [MaybeUninit<u8>; SMALL_BYTES],
+}
+
+const SMALL_BYTES: usize = INLINE_BYTES - 16;
+const _: () = assert!(size_of::<SmallBytes>() == INLINE_BYTES);
+
+impl RunOnce for SmallBytes {
+    fn run(&mut self) {
+        debug_assert!(self.len <= SMALL_BYTES);
+        // SAFETY: the caller of `host_launch_raw` vouched for the function with a pointer to its
+        // copied bytes, valid during the call.
+        unsafe { (self.function)(self.bytes.as_mut_ptr().cast()) }
+    }
+}
+
+/// A C function with more copied bytes, in a 16-byte-aligned box.
+struct LargeBytes {
+    function: unsafe extern "C" fn(*mut c_void),
+    bytes: Box<[MaybeUninit<u128>]>,
+}
+
+impl RunOnce for LargeBytes {
+    fn run(&mut self) {
+        // SAFETY: as for `SmallBytes`.
+        unsafe { (self.function)(self.bytes.as_mut_ptr().cast()) }
+    }
+}
+
+/// A run-once record for `function` with its own copy of `bytes`.
+pub(crate) fn new_run_once_bytes(
+    context: Arc<ContextShared>,
+    function: unsafe extern "C" fn(*mut c_void),
+    bytes: &[u8],
+) -> LaunchSlot {
+    if bytes.len() <= SMALL_BYTES {
+        let mut small = SmallBytes {
+            function,
+            len: bytes.len(),
+            bytes: [MaybeUninit::uninit(); SMALL_BYTES],
+        };
+        // SAFETY: `bytes.len()` fits the array; `[MaybeUninit<u8>]` accepts any bytes.
+        unsafe {
+            ptr::copy_nonoverlapping(bytes.as_ptr(), small.bytes.as_mut_ptr().cast(), bytes.len());
+        }
+        new_run_once(context, small)
+    } else {
+        let mut copy = Box::new_uninit_slice(bytes.len().div_ceil(size_of::<u128>()));
+        // SAFETY: the box holds at least `bytes.len()` bytes.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), copy.as_mut_ptr().cast(), bytes.len()) };
+        new_run_once(
+            context,
+            LargeBytes {
+                function,
+                bytes: copy,
+            },
+        )
+    }
+}
+
+/// A run-once record in a launch slot: `payload` inline when it fits, else boxed.
+pub(crate) fn new_run_once<P: RunOnce>(context: Arc<ContextShared>, payload: P) -> LaunchSlot {
+    if size_of::<P>() <= INLINE_BYTES && align_of::<P>() <= INLINE_ALIGN {
+        new_in_slot(context, payload)
+    } else {
+        new_in_slot(context, Box::new(payload))
+    }
+}
+
+fn new_in_slot<P: RunOnce>(context: Arc<ContextShared>, payload: P) -> LaunchSlot {
+    struct Operations<P>(P);
+    impl<P: RunOnce> Operations<P> {
         const TABLE: RecordOperations = RecordOperations {
-            run: run_mut::<F>,
-            drop: drop_callable::<F>,
+            run: run_in_slot::<P>,
+            drop: drop_in_slot::<P>,
         };
     }
-    new_callable(&Operations::<F>::TABLE, Some(context), callable)
+    let slot = LaunchSlot::acquire();
+    debug_assert!(size_of::<P>() <= INLINE_BYTES && align_of::<P>() <= INLINE_ALIGN);
+    // SAFETY: the slot is free and this thread's: its header and payload memory are unused, and
+    // the payload memory fits `P` (checked by the caller).
+    unsafe {
+        slot.record()
+            .write(RecordHeader::new(&Operations::<P>::TABLE, Some(context)));
+        slot.payload().cast::<P>().write(payload);
+    }
+    slot
+}
+
+unsafe fn run_in_slot<P: RunOnce>(record: NonNull<RecordHeader>) {
+    // SAFETY: created by `new_in_slot::<P>`; a run-once record runs once, by its claimer, so
+    // this is the only reference to the payload.
+    unsafe { (*launch_slot::payload_of(record).cast::<P>()).run() }
+}
+
+unsafe fn drop_in_slot<P>(record: NonNull<RecordHeader>) {
+    // SAFETY: created by `new_in_slot::<P>` and claimed by the caller: the payload and header
+    // are dropped once, then the slot is free.
+    unsafe {
+        ptr::drop_in_place(launch_slot::payload_of(record).cast::<P>());
+        ptr::drop_in_place(record.as_ptr());
+        launch_slot::release(record);
+    }
+}
+
+/// A record that only holds `context`, for watching a stream for its context's failure.
+pub(crate) fn new_failure_watch(context: Arc<ContextShared>) -> NonNull<RecordHeader> {
+    static OPERATIONS: RecordOperations = RecordOperations {
+        run: run_nothing,
+        drop: drop_callable::<()>,
+    };
+    new_callable(&OPERATIONS, Some(context), ())
 }
 
 /// A callable shared by a graph's host nodes, through a type-erased, reference-counted handle.
@@ -192,13 +326,6 @@ fn new_callable<F>(
     NonNull::from(Box::leak(record)).cast()
 }
 
-unsafe fn run_mut<F: FnMut()>(record: NonNull<RecordHeader>) {
-    // SAFETY: created by `new_run_once::<F>`; a run-once record runs once, so this is the only
-    // reference to the callable.
-    let record = unsafe { &mut *record.cast::<CallableRecord<F>>().as_ptr() };
-    (record.callable)();
-}
-
 unsafe fn run_nothing(_record: NonNull<RecordHeader>) {}
 
 unsafe fn drop_callable<F>(record: NonNull<RecordHeader>) {
@@ -251,7 +378,8 @@ impl BytesRecord {
     }
 }
 
-/// A record that calls `function` with a pointer to its own copy of `bytes`.
+/// A graph node's record that calls `function` with a pointer to its own copy of `bytes`, on
+/// every run.
 pub(crate) fn new_with_bytes(
     context: Arc<ContextShared>,
     function: unsafe extern "C" fn(*mut c_void),

@@ -2,6 +2,7 @@
 
 use crate::capture_check;
 use crate::context::Context;
+use crate::context_failure;
 use crate::error::{CaptureState, Result};
 use crate::event::Event;
 use crate::handle::SendHandle;
@@ -9,6 +10,7 @@ use crate::reclaim;
 use crate::trampoline::ensure_outside_host_function;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How a new stream orders itself against the legacy default stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -40,11 +42,14 @@ pub struct Stream {
     context: Context,
     raw: CUstream,
     ownership: Ownership,
+    /// Whether run-once host functions were launched through this value: its drop then watches
+    /// the stream for the context's failure (`context_failure`).
+    launched: AtomicBool,
 }
 
 // SAFETY: `raw` is a driver handle, valid from any thread; the driver API is thread-safe.
 unsafe impl Send for Stream {}
-// SAFETY: as above; `Stream` has no interior mutability.
+// SAFETY: as above; its only interior mutability is an atomic.
 unsafe impl Sync for Stream {}
 
 impl Stream {
@@ -70,6 +75,7 @@ impl Stream {
             context: context.clone(),
             raw,
             ownership: Ownership::Owned,
+            launched: AtomicBool::new(false),
         })
     }
 
@@ -80,6 +86,7 @@ impl Stream {
             context: context.clone(),
             raw: CU_STREAM_LEGACY,
             ownership: Ownership::Special,
+            launched: AtomicBool::new(false),
         }
     }
 
@@ -89,6 +96,7 @@ impl Stream {
             context: context.clone(),
             raw: CU_STREAM_PER_THREAD,
             ownership: Ownership::Special,
+            launched: AtomicBool::new(false),
         }
     }
 
@@ -111,6 +119,7 @@ impl Stream {
             context: context.clone(),
             raw,
             ownership,
+            launched: AtomicBool::new(false),
         }
     }
 
@@ -122,6 +131,14 @@ impl Stream {
     /// The context the stream belongs to.
     pub fn context(&self) -> &Context {
         &self.context
+    }
+
+    /// Marks that run-once host functions were launched through this value.
+    #[inline]
+    pub(crate) fn note_launch(&self) {
+        if !self.launched.load(Ordering::Relaxed) {
+            self.launched.store(true, Ordering::Relaxed);
+        }
     }
 
     /// Prepares a call on this stream: the context's deferred drop errors, and the current
@@ -150,6 +167,7 @@ impl Stream {
         let driver = self.context.shared.driver();
         // SAFETY: the stream handle is valid while `self` exists.
         let result = unsafe { driver.cuStreamSynchronize(self.raw) };
+        context_failure::note(&self.context.shared, result);
         reclaim::reclaim();
         Ok(driver.check("cuStreamSynchronize", result)?)
     }
@@ -166,10 +184,14 @@ impl Stream {
         // SAFETY: the stream handle is valid while `self` exists.
         match unsafe { driver.cuStreamQuery(self.raw) } {
             CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            result => driver
-                .check("cuStreamQuery", result)
-                .map(|()| true)
-                .map_err(Into::into),
+            result => {
+                context_failure::note(&self.context.shared, result);
+                reclaim::reclaim();
+                driver
+                    .check("cuStreamQuery", result)
+                    .map(|()| true)
+                    .map_err(Into::into)
+            }
         }
     }
 
@@ -203,21 +225,35 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.ownership != Ownership::Owned {
+        let launched = *self.launched.get_mut();
+        if self.ownership != Ownership::Owned && !launched {
             return;
         }
         let shared = std::sync::Arc::clone(&self.context.shared);
         let raw = SendHandle::new(self.raw);
-        // Pending work still runs after `cuStreamDestroy`: records enqueued here stay owned by the
-        // driver until it hands them back, and keep the context retained until then.
-        let destroy = move || {
-            // SAFETY: the stream was created by `Stream::new` and is destroyed once.
-            let result = unsafe { shared.driver().cuStreamDestroy_v2(raw.get()) };
-            if let Err(error) = shared.driver().check("cuStreamDestroy_v2", result) {
-                shared.record_drop_error("stream", error);
+        let owned = self.ownership == Ownership::Owned;
+        // Pending work still runs after `cuStreamDestroy`, and launch records stay owned by the
+        // driver until their host functions ran (and keep the context retained until then). If
+        // the context fails first, they never run: the watch reclaims them.
+        let tear_down = move || {
+            let raw = raw.get();
+            if launched {
+                if !owned && let Err(error) = shared.bind_to_thread() {
+                    log::error!("cannot watch a dropped stream for its context's failure: {error}");
+                } else {
+                    context_failure::watch_stream(&shared, raw);
+                }
+            }
+            if owned {
+                // SAFETY: the stream was created by `Stream::new` and is destroyed once.
+                let result = unsafe { shared.driver().cuStreamDestroy_v2(raw) };
+                context_failure::note(&shared, result);
+                if let Err(error) = shared.driver().check("cuStreamDestroy_v2", result) {
+                    shared.record_drop_error("stream", error);
+                }
             }
             reclaim::reclaim();
         };
-        reclaim::call_outside_host_function(destroy);
+        reclaim::call_outside_host_function(tear_down);
     }
 }

@@ -5,10 +5,11 @@
 //! driver; it reports the panic and hands the record to the reclaim list. It never drops user
 //! values itself.
 
+use crate::launch_slot::{self, Ticket};
 use crate::panic_report;
 use crate::reclaim;
 use crate::record::{self, RecordHeader};
-use cuda_host_sys::{CUresult, CUstream};
+use cuda_host_sys::CUstream;
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -69,27 +70,19 @@ unsafe fn run_caught(record: NonNull<RecordHeader>, stream: Option<CUstream>) {
     }
 }
 
-/// The `CUstreamCallback` of run-once records. The driver calls it exactly once per enqueued
-/// record: with `CUDA_SUCCESS` to run it in stream order, or with the context's error when the
-/// context has failed, in which case the payload is not run. Either way the record goes to the
-/// reclaim list.
+/// The `CUhostFn` of run-once records; its user data is a launch ticket, not an address. The
+/// driver calls it at most once per launch; a stale ticket (its record was abandoned after the
+/// context failed, or was run already) is ignored. A run record goes to the reclaim list.
 ///
 /// # Safety
-/// `data` must be a run-once record enqueued by cuda-host, passed to the driver once.
-pub(crate) unsafe extern "C" fn run_once_callback(
-    stream: CUstream,
-    status: CUresult,
-    data: *mut c_void,
-) {
-    let Some(record) = NonNull::new(data.cast::<RecordHeader>()) else {
+/// `data` must be a ticket of `launch_slot`, given to the driver by a launch.
+pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
+    let Some((record, stream)) = launch_slot::claim(Ticket::from_user_data(data)) else {
+        log::debug!("ignored a host function call with a stale launch ticket");
         return;
     };
-    if status == CUresult::CUDA_SUCCESS {
-        // SAFETY: the driver hands each record back once; it is owned here.
-        unsafe { run_caught(record, Some(stream)) };
-    } else {
-        log::debug!("host function skipped: its context failed with {status}");
-    }
+    // SAFETY: claimed: the record is owned here and has not run.
+    unsafe { run_caught(record, Some(stream)) };
     // SAFETY: the record is finished and owned here; ownership passes to the list.
     unsafe { reclaim::push(record.as_ptr()) };
 }

@@ -1,0 +1,121 @@
+//! A failed context: reclaiming the run-once records its driver will never run.
+//!
+//! After a sticky error (a kernel's illegal address, a device-side assert, ...), the driver never
+//! calls host functions of that context again, so their launch records would leak, together
+//! with the context reference each holds. cuda-host abandons them (claims their launch slots,
+//! see `launch_slot`, and reclaims them on a caller's thread) as soon as it sees such an error:
+//! from a synchronize, a refused launch, a stream's destruction, or the watch each stream that
+//! launched gets when it is dropped. The watch is a `cuStreamAddCallback`, which the driver
+//! calls exactly once also after a failure, with the error as its status; so the records of a
+//! stream are reclaimed at the latest when that stream is torn down, even if nothing else called
+//! into cuda-host after the failure.
+
+use crate::capture_check;
+use crate::context::ContextShared;
+use crate::launch_slot;
+use crate::reclaim;
+use crate::record::{self, RecordHeader};
+use cuda_host_sys::{CUresult, CUstream};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Whether `result` is an error after which the context runs no more work: those `cuda.h`
+/// documents as leaving the process "in an inconsistent state", and the device-side assert.
+pub(crate) fn is_sticky(result: CUresult) -> bool {
+    matches!(
+        result,
+        CUresult::CUDA_ERROR_CONTAINED
+            | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUresult::CUDA_ERROR_ASSERT
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | CUresult::CUDA_ERROR_TENSOR_MEMORY_LEAK
+    )
+}
+
+/// Abandons the context's launched records when `result` says it failed. Only pushes onto the
+/// reclaim list, so it is right on any thread; the caller reclaims.
+pub(crate) fn note(context: &ContextShared, result: CUresult) {
+    if is_sticky(result) {
+        abandon(std::ptr::from_ref(context).addr(), result);
+    }
+}
+
+fn abandon(context_address: usize, result: CUresult) {
+    let mut count = 0usize;
+    launch_slot::abandon_launched(context_address, |record| {
+        count += 1;
+        // SAFETY: abandoning claimed the record; ownership passes to the list.
+        unsafe { reclaim::push(record.as_ptr()) };
+    });
+    if count > 0 {
+        log::debug!("the context failed with {result}: {count} host functions will never run");
+    }
+}
+
+/// Watches `stream` for the failure of its context: the driver calls the watch once, after the
+/// stream's earlier work, with the context's error if it failed, and the records launched
+/// before it are then abandoned. Used when a stream that launched is dropped.
+pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
+    let driver = context.driver();
+    // A callback added to a capturing stream would join, and on the legacy stream invalidate,
+    // the capture: leave such a stream alone.
+    if !matches!(capture_check::capture_state(driver, stream), Ok(None)) {
+        log::debug!("not watching a capturing stream for its context's failure");
+        return;
+    }
+    let watch = record::new_failure_watch(Arc::clone(context));
+    // SAFETY: the stream handle is valid (the caller's); the callback takes ownership of the
+    // watch when the driver calls it, which it does exactly once if this call succeeds.
+    let result = unsafe {
+        driver.cuStreamAddCallback(stream, Some(failure_watch), watch.as_ptr().cast(), 0)
+    };
+    if result != CUresult::CUDA_SUCCESS {
+        // SAFETY: refused, so the watch is still exclusively ours.
+        unsafe { RecordHeader::drop(watch.as_ptr()) };
+        note(context, result);
+    }
+}
+
+/// The `CUstreamCallback` of a failure watch.
+///
+/// # Safety
+/// `data` must be a record of `record::new_failure_watch`, given to the driver once.
+unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *mut c_void) {
+    let watch = data.cast::<RecordHeader>();
+    if status != CUresult::CUDA_SUCCESS {
+        // SAFETY: the driver hands the watch back once; it is live until pushed below.
+        abandon(unsafe { (*watch).context_address() }, status);
+    }
+    // SAFETY: the watch is owned here; ownership passes to the list (its context reference is
+    // dropped on a caller's thread).
+    unsafe { reclaim::push(watch) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_faults_are_sticky_and_ordinary_errors_are_not() {
+        assert!(is_sticky(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS));
+        assert!(is_sticky(CUresult::CUDA_ERROR_LAUNCH_FAILED));
+        assert!(is_sticky(CUresult::CUDA_ERROR_ASSERT));
+        for ordinary in [
+            CUresult::CUDA_SUCCESS,
+            CUresult::CUDA_ERROR_NOT_READY,
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            CUresult::CUDA_ERROR_INVALID_HANDLE,
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+        ] {
+            assert!(!is_sticky(ordinary), "{ordinary}");
+        }
+    }
+}
