@@ -1,12 +1,13 @@
 //! What a stream-ordered host function costs, against the driver's own floor, in one process.
 //!
 //! Run: `cargo bench --bench host_functions` (add `-- --quick` for a short run). Forms measured on
-//! one non-blocking stream, each `LAUNCHES` host functions per repetition, repetitions
-//! interleaved, medians reported:
+//! one non-blocking stream, in rounds that measure every form once (the order rotates); each
+//! ratio is the median of the rounds' ratios to the floor of the same round:
 //! 1. the floor: `cuLaunchHostFunc` called from C (`benches/floor.c`) with a C host function,
 //!    through the pointer the platform loader gives;
 //! 2. the same call from Rust through the cuda-host-sys table;
-//! 3. `cuStreamAddCallback` through the table, the primitive `host_launch` uses;
+//! 3. `cuStreamAddCallback` through the table, the primitive that calls back even after a context
+//!    failure, for comparison;
 //! 4. `host_launch` with a closure capturing a small value, reclaiming on every launch (the
 //!    default) and on every 32nd;
 //! 5. `host_launch_raw` with a pass-through pointer, and with copied bytes.
@@ -102,8 +103,8 @@ fn main() {
         }
     } else {
         Settings {
-            launches: 200_000,
-            repetitions: 7,
+            launches: 100_000,
+            repetitions: 15,
             trivial_calls: 10_000_000,
             load_processes: 21,
         }
@@ -308,7 +309,7 @@ fn run(settings: &Settings) -> Result<(), String> {
         counter: &COUNTER,
     };
     println!(
-        "{name}, CUDA {} driver ({}); {} host functions per repetition, median of {}",
+        "{name}, CUDA {} driver ({}); {} host functions per form and round, {} rounds",
         cuda_host::cuda_host_sys::version_text(driver.version()),
         driver.library_name(),
         settings.launches,
@@ -319,54 +320,72 @@ fn run(settings: &Settings) -> Result<(), String> {
     for form in &forms {
         measure(&bench, form, settings.launches / 10);
     }
+    // Each round measures every form once, in a rotated order so that no form always runs right
+    // after another; a form's ratios are taken against the floor of the same round (paired), so
+    // that the machine's drift between rounds cancels.
     let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); forms.len()];
-    for repetition in 0..settings.repetitions {
-        // Rotate the order so that no form always runs right after another.
+    for round in 0..settings.repetitions {
         for offset in 0..forms.len() {
-            let index = (repetition + offset) % forms.len();
+            let index = (round + offset) % forms.len();
             samples[index].push(measure(&bench, &forms[index], settings.launches));
         }
     }
-    let medians: Vec<Sample> = samples
-        .iter()
-        .map(|samples| median_sample(samples))
-        .collect();
-    let floor = medians[0];
+    let floor = &samples[0];
     println!();
     println!(
-        "{:<34} {:>11} {:>8} {:>12} {:>8} {:>9} {:>9}",
-        "form", "enqueue ns", "ratio", "callbacks/s", "ratio", "allocs", "bytes"
+        "{:<34} {:>10} {:>8} {:>13} {:>12} {:>8} {:>13} {:>7} {:>7}",
+        "form",
+        "enqueue ns",
+        "ratio",
+        "ratio range",
+        "callbacks/s",
+        "ratio",
+        "ratio range",
+        "allocs",
+        "bytes"
     );
-    for (form, sample) in forms.iter().zip(&medians) {
+    for (form, samples) in forms.iter().zip(&samples) {
+        let median_of = |value: fn(&Sample) -> f64| {
+            let mut values: Vec<f64> = samples.iter().map(value).collect();
+            median(&mut values)
+        };
+        let paired = |value: fn(&Sample) -> f64| {
+            let mut ratios: Vec<f64> = samples
+                .iter()
+                .zip(floor)
+                .map(|(sample, floor)| value(sample) / value(floor))
+                .collect();
+            let median = median(&mut ratios);
+            (
+                median,
+                ratios[ratios.len() / 4],
+                ratios[ratios.len() * 3 / 4],
+            )
+        };
+        let (enqueue, enqueue_low, enqueue_high) = paired(|s| s.enqueue_ns);
+        let (rate, rate_low, rate_high) = paired(|s| s.callbacks_per_second);
         println!(
-            "{:<34} {:>11.0} {:>8.3} {:>12.0} {:>8.3} {:>9.2} {:>9.1}",
+            "{:<34} {:>10.0} {:>8.3} {:>13} {:>12.0} {:>8.3} {:>13} {:>7.2} {:>7.1}",
             form.name,
-            sample.enqueue_ns,
-            sample.enqueue_ns / floor.enqueue_ns,
-            sample.callbacks_per_second,
-            sample.callbacks_per_second / floor.callbacks_per_second,
-            sample.allocations,
-            sample.bytes
+            median_of(|s| s.enqueue_ns),
+            enqueue,
+            format!("{enqueue_low:.3}-{enqueue_high:.3}"),
+            median_of(|s| s.callbacks_per_second),
+            rate,
+            format!("{rate_low:.3}-{rate_high:.3}"),
+            median_of(|s| s.allocations),
+            median_of(|s| s.bytes),
         );
     }
-    println!("(ratios to the floor; allocations and bytes per launch, Rust heap)");
+    println!(
+        "(absolute figures: medians of {} rounds; ratios: medians of each round's ratio to that \
+         round's floor, with their interquartile range; allocations and bytes per launch, Rust heap)",
+        settings.repetitions
+    );
 
     trivial_call(&bench, &library, settings)?;
     load_cost(settings)?;
     Ok(())
-}
-
-fn median_sample(samples: &[Sample]) -> Sample {
-    let median_of = |value: fn(&Sample) -> f64| {
-        let mut values: Vec<f64> = samples.iter().map(value).collect();
-        median(&mut values)
-    };
-    Sample {
-        enqueue_ns: median_of(|s| s.enqueue_ns),
-        callbacks_per_second: median_of(|s| s.callbacks_per_second),
-        allocations: median_of(|s| s.allocations),
-        bytes: median_of(|s| s.bytes),
-    }
 }
 
 fn median(values: &mut [f64]) -> f64 {
