@@ -5,7 +5,8 @@
 //! ratio is the median of the rounds' ratios to the floor of the same round:
 //! 1. the floor: `cuLaunchHostFunc` called from C (`benches/floor.c`) with a C host function,
 //!    through the pointer the platform loader gives;
-//! 2. the same call from Rust through the cuda-host-sys table;
+//! 2. the same call from Rust through the cuda-host-sys table, alone and each after the capture
+//!    check `host_launch` makes (`cuStreamIsCapturing`);
 //! 3. `cuStreamAddCallback` through the table, the primitive that calls back even after a context
 //!    failure, for comparison;
 //! 4. `host_launch` with a closure capturing a small value, reclaiming on every launch (the
@@ -166,6 +167,27 @@ fn forms() -> Vec<Form> {
                 for _ in 0..launches {
                     // SAFETY: as above.
                     let result = unsafe {
+                        bench.driver.cuLaunchHostFunc(
+                            bench.stream.as_raw(),
+                            Some(floor_count_call),
+                            bench.counter_pointer(),
+                        )
+                    };
+                    assert_eq!(result, CUresult::CUDA_SUCCESS);
+                }
+            },
+        },
+        Form {
+            name: "cuLaunchHostFunc + capture check",
+            enqueue: |bench, launches| {
+                let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+                for _ in 0..launches {
+                    // SAFETY: a live stream and a valid out-pointer; then as above.
+                    let result = unsafe {
+                        let result = bench
+                            .driver
+                            .cuStreamIsCapturing(bench.stream.as_raw(), &mut status);
+                        assert_eq!(result, CUresult::CUDA_SUCCESS);
                         bench.driver.cuLaunchHostFunc(
                             bench.stream.as_raw(),
                             Some(floor_count_call),

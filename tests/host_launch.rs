@@ -585,8 +585,14 @@ fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm
         }
         stream.synchronize().expect("synchronize");
     }
-    closures::<8>(&stream); // the slots exist now
-    RAN.store(0, Ordering::Relaxed);
+    // Warm: hold the stream so that every launch is in flight at once; the slots exist now.
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    for _ in 0..LAUNCHES {
+        host_launch(&stream, || {}).expect("launch");
+    }
+    gate.open();
+    stream.synchronize().expect("synchronize");
     assert_eq!(
         allocations::during(|| closures::<8>(&stream)),
         0,
