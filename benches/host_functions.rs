@@ -63,6 +63,14 @@ type LaunchHostFunc = unsafe extern "C" fn(
 #[link(name = "hostfn_floor", kind = "static")]
 unsafe extern "C" {
     fn floor_count_call(counter: *mut c_void);
+    fn floor_count_call_spinning(counter: *mut c_void);
+    fn floor_launch_host_funcs_spinning(
+        launch: LaunchHostFunc,
+        stream: CUstream,
+        counter: *mut u64,
+        launches: u64,
+        spin_ns: u64,
+    ) -> CUresult;
     fn floor_launch_host_funcs(
         launch: LaunchHostFunc,
         stream: CUstream,
@@ -159,6 +167,38 @@ fn forms() -> Vec<Form> {
                     )
                 };
                 assert_eq!(result, CUresult::CUDA_SUCCESS);
+            },
+        },
+        Form {
+            name: "calibration: +200 ns enqueuing",
+            enqueue: |bench, launches| {
+                // SAFETY: as for the floor.
+                let result = unsafe {
+                    floor_launch_host_funcs_spinning(
+                        bench.direct_launch,
+                        bench.stream.as_raw(),
+                        bench.counter.as_ptr(),
+                        launches,
+                        200,
+                    )
+                };
+                assert_eq!(result, CUresult::CUDA_SUCCESS);
+            },
+        },
+        Form {
+            name: "calibration: +200 ns in callback",
+            enqueue: |bench, launches| {
+                for _ in 0..launches {
+                    // SAFETY: as for the floor; the function only spins and bumps the counter.
+                    let result = unsafe {
+                        (bench.direct_launch)(
+                            bench.stream.as_raw(),
+                            Some(floor_count_call_spinning),
+                            bench.counter_pointer(),
+                        )
+                    };
+                    assert_eq!(result, CUresult::CUDA_SUCCESS);
+                }
             },
         },
         Form {

@@ -1,6 +1,7 @@
 //! Events: points in a stream that other streams and the host can wait for.
 
 use crate::context::Context;
+use crate::context_failure;
 use crate::error::Result;
 use crate::handle::SendHandle;
 use crate::reclaim;
@@ -87,6 +88,7 @@ impl Event {
         let driver = self.context.shared.driver();
         // SAFETY: the handle is valid while `self` exists.
         let result = unsafe { driver.cuEventSynchronize(self.raw) };
+        context_failure::note(&self.context.shared, result);
         reclaim::reclaim();
         Ok(driver.check("cuEventSynchronize", result)?)
     }
