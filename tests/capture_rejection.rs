@@ -3,11 +3,11 @@
 //! time ([`suite::capture_lock`]) in their own test binary.
 
 use cuda_host::{CaptureState, Context, Error, Stream, StreamFlags, host_launch};
-use cuda_host_sys::{CUgraph, CUgraphExec, CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
+use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
-use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use suite::capture::{Capture, Graph, is_capturing};
 use suite::{Tally, capture_lock, context};
 
 fn new_stream(context: &Context) -> Stream {
@@ -19,56 +19,13 @@ unsafe extern "C" fn add_one(counter: *mut c_void) {
     unsafe { &*counter.cast::<AtomicUsize>() }.fetch_add(1, Ordering::SeqCst);
 }
 
-fn begin_capture(stream: &Stream, mode: CUstreamCaptureMode) {
-    let driver = stream.context().driver();
-    // SAFETY: a valid stream that is not capturing.
-    let result = unsafe { driver.cuStreamBeginCapture_v2(stream.as_raw(), mode) };
-    driver
-        .check("cuStreamBeginCapture_v2", result)
-        .expect("capture begins");
-}
-
-fn end_capture(stream: &Stream) -> Result<CUgraph, CUresult> {
-    let driver = stream.context().driver();
-    let mut graph = ptr::null_mut();
-    // SAFETY: `graph` is a valid out-pointer.
-    let result = unsafe { driver.cuStreamEndCapture(stream.as_raw(), &mut graph) };
-    result.ok().map(|()| graph)
-}
-
 /// Instantiates `graph`, launches it `times` times on `stream`, waits, and destroys both.
-fn run_graph(graph: CUgraph, stream: &Stream, times: usize) {
-    let driver = stream.context().driver();
-    let mut exec: CUgraphExec = ptr::null_mut();
-    // SAFETY: `graph` is a live graph; `exec` is a valid out-pointer.
-    let result = unsafe { driver.cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
-    driver
-        .check("cuGraphInstantiateWithFlags", result)
-        .expect("instantiates");
+fn run_graph(graph: Graph, stream: &Stream, times: usize) {
+    let exec = graph.instantiate();
     for _ in 0..times {
-        // SAFETY: both handles are live.
-        let result = unsafe { driver.cuGraphLaunch(exec, stream.as_raw()) };
-        driver.check("cuGraphLaunch", result).expect("launches");
+        exec.launch(stream.as_raw());
     }
     stream.synchronize().expect("synchronize");
-    // SAFETY: both are live and destroyed once.
-    unsafe {
-        driver
-            .check("cuGraphExecDestroy", driver.cuGraphExecDestroy(exec))
-            .unwrap();
-        driver
-            .check("cuGraphDestroy", driver.cuGraphDestroy(graph))
-            .unwrap();
-    }
-}
-
-fn capture_status(stream: &Stream) -> CUstreamCaptureStatus {
-    let driver = stream.context().driver();
-    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: valid stream and out-pointer.
-    let result = unsafe { driver.cuStreamIsCapturing(stream.as_raw(), &mut status) };
-    driver.check("cuStreamIsCapturing", result).unwrap();
-    status
 }
 
 #[test]
@@ -78,7 +35,10 @@ fn a_capturing_stream_is_refused_and_its_capture_still_yields_a_graph_that_runs(
     let stream = new_stream(&context);
     let tally = Tally::new();
     let nodes_run = Arc::new(AtomicUsize::new(0));
-    begin_capture(&stream, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL);
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
 
     let probe = tally.probe();
     let error = host_launch(&stream, move || probe.ran()).unwrap_err();
@@ -95,8 +55,11 @@ fn a_capturing_stream_is_refused_and_its_capture_still_yields_a_graph_that_runs(
         "refused closures are dropped at once"
     );
     assert_eq!(
-        capture_status(&stream),
-        CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        is_capturing(stream.as_raw()),
+        (
+            CUresult::CUDA_SUCCESS,
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        )
     );
 
     // A host node the graph owns the data of (`nodes_run` outlives the graph).
@@ -105,7 +68,7 @@ fn a_capturing_stream_is_refused_and_its_capture_still_yields_a_graph_that_runs(
     // SAFETY: the counter outlives the graph run below.
     let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(add_one), counter) };
     driver.check("cuLaunchHostFunc", result).unwrap();
-    let graph = end_capture(&stream).expect("the capture is still valid");
+    let graph = capture.end().expect("the capture is still valid");
     run_graph(graph, &stream, 2);
     assert_eq!(nodes_run.load(Ordering::SeqCst), 2);
     assert_eq!(tally.runs(), 0);
@@ -118,8 +81,8 @@ fn the_legacy_stream_is_refused_while_a_blocking_stream_captures() {
     let blocking = Stream::new(&context, StreamFlags::Blocking).expect("stream");
     let legacy = Stream::legacy(&context);
     let nodes_run = Arc::new(AtomicUsize::new(0));
-    begin_capture(
-        &blocking,
+    let capture = Capture::begin(
+        blocking.as_raw(),
         CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
     );
 
@@ -134,8 +97,11 @@ fn the_legacy_stream_is_refused_while_a_blocking_stream_captures() {
     );
     assert_eq!((tally.runs(), tally.drops()), (0, 1));
     assert_eq!(
-        capture_status(&blocking),
-        CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        is_capturing(blocking.as_raw()),
+        (
+            CUresult::CUDA_SUCCESS,
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        ),
         "the check must not disturb the capture"
     );
 
@@ -144,7 +110,7 @@ fn the_legacy_stream_is_refused_while_a_blocking_stream_captures() {
     // SAFETY: the counter outlives the graph run below.
     let result = unsafe { driver.cuLaunchHostFunc(blocking.as_raw(), Some(add_one), counter) };
     driver.check("cuLaunchHostFunc", result).unwrap();
-    let graph = end_capture(&blocking).expect("the capture is still valid");
+    let graph = capture.end().expect("the capture is still valid");
     run_graph(graph, &blocking, 3);
     assert_eq!(nodes_run.load(Ordering::SeqCst), 3);
 }
@@ -154,15 +120,21 @@ fn an_invalidated_capture_is_refused_until_it_ends() {
     let _alone = capture_lock();
     let context = context();
     let stream = new_stream(&context);
-    begin_capture(&stream, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL);
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
     // Synchronizing a capturing stream is illegal and invalidates the capture.
     let driver = context.driver();
     // SAFETY: a valid stream.
     let result = unsafe { driver.cuStreamSynchronize(stream.as_raw()) };
     assert_ne!(result, CUresult::CUDA_SUCCESS);
     assert_eq!(
-        capture_status(&stream),
-        CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+        is_capturing(stream.as_raw()),
+        (
+            CUresult::CUDA_SUCCESS,
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED
+        )
     );
     let error = host_launch(&stream, || {}).unwrap_err();
     assert_eq!(
@@ -172,8 +144,8 @@ fn an_invalidated_capture_is_refused_until_it_ends() {
         }
     );
     assert_eq!(
-        end_capture(&stream),
-        Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+        capture.end().err().map(|(result, _)| result),
+        Some(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
     );
     // Once ended, the stream takes host functions again.
     let tally = Tally::new();

@@ -20,11 +20,10 @@
 
 use cuda_host::{Context, Event, EventFlags, Stream, StreamFlags};
 use cuda_host_sys::{
-    Availability, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUdeviceptr,
-    CUdriverProcAddress_flags, CUdriverProcAddressQueryResult, CUevent, CUgraph, CUgraphExec,
-    CUgraphNode, CUgraphNodeType, CUhostTaskSyncMode, CUresult, CUstream, CUstream_flags,
-    CUstreamCaptureMode, CUstreamCaptureStatus, CUuserObject, CUuserObject_flags,
-    CUuserObjectRetain_flags, Driver, Error,
+    Availability, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUdeviceptr, CUdriverProcAddress_flags,
+    CUdriverProcAddressQueryResult, CUevent, CUgraphNodeType, CUhostTaskSyncMode, CUresult,
+    CUstream, CUstream_flags, CUstreamCaptureMode, CUstreamCaptureStatus, CUuserObject,
+    CUuserObject_flags, CUuserObjectRetain_flags, Driver, Error,
 };
 use std::ffi::{c_char, c_uint, c_void};
 use std::ptr;
@@ -34,22 +33,16 @@ use std::sync::{
 };
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
+use suite::capture::{Capture, Graph, is_capturing};
+use suite::host_function::{host_params, launch_host, leak_closure, run_closure};
 use suite::kernels::Kernels;
 use suite::software::Controls;
-use suite::{DriverKind, Gate, MappedWords, test_driver, wait_until};
+use suite::{DriverKind, Gate, MappedWords, ok, test_driver, wait_until};
 
 // ---- Harness for this file ----------------------------------------------------------------------
 
 fn driver() -> &'static Driver {
     &test_driver().driver
-}
-
-/// Panics with the driver's typed error unless `result` is success.
-#[track_caller]
-fn ok(call: &'static str, result: CUresult) {
-    if let Err(error) = driver().check(call, result) {
-        panic!("{error}");
-    }
 }
 
 /// The primary context, made current on the calling thread: legacy-stream calls and raw
@@ -131,34 +124,6 @@ impl<T> SendHandle<T> {
 }
 
 // ---- Host functions -----------------------------------------------------------------------------
-
-type HostClosure = Box<dyn Fn() + Send + Sync>;
-
-/// User data for [`run_closure`]: the closure, leaked.
-fn leak_closure(closure: impl Fn() + Send + Sync + 'static) -> *mut c_void {
-    Box::into_raw(Box::new(Box::new(closure) as HostClosure)).cast()
-}
-
-unsafe extern "C" fn run_closure(data: *mut c_void) {
-    // SAFETY: `data` comes from `leak_closure`, whose box is never freed.
-    let closure = unsafe { &*data.cast::<HostClosure>() };
-    closure();
-}
-
-/// Raw `cuLaunchHostFunc` of `closure` on `stream`: the driver's answer.
-fn launch_host(stream: CUstream, closure: impl Fn() + Send + Sync + 'static) -> CUresult {
-    let data = leak_closure(closure);
-    // SAFETY: `run_closure` accepts `data` on any thread, any number of times, for the process's
-    // lifetime.
-    unsafe { driver().cuLaunchHostFunc(stream, Some(run_closure), data) }
-}
-
-fn host_params(closure: impl Fn() + Send + Sync + 'static) -> CUDA_HOST_NODE_PARAMS {
-    CUDA_HOST_NODE_PARAMS {
-        fn_: Some(run_closure),
-        userData: leak_closure(closure),
-    }
-}
 
 /// What host functions saw, in the order they ran.
 #[derive(Debug, Clone, Default)]
@@ -277,15 +242,6 @@ fn elapsed_ms(start: &Event, end: &Event) -> (CUresult, f32) {
     (result, milliseconds)
 }
 
-/// `cuStreamIsCapturing`: the driver's answer and the status it wrote.
-fn is_capturing(stream: CUstream) -> (CUresult, CUstreamCaptureStatus) {
-    // A value the driver never writes, so that an unwritten status shows.
-    let mut status = CUstreamCaptureStatus(77);
-    // SAFETY: a live stream or a special handle with the context current; valid out-pointer.
-    let result = unsafe { driver().cuStreamIsCapturing(stream, &mut status) };
-    (result, status)
-}
-
 const SUCCESS: CUresult = CUresult::CUDA_SUCCESS;
 const NONE: CUstreamCaptureStatus = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
 const ACTIVE: CUstreamCaptureStatus = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE;
@@ -293,140 +249,6 @@ const INVALIDATED: CUstreamCaptureStatus =
     CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED;
 const GLOBAL: CUstreamCaptureMode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
 const RELAXED: CUstreamCaptureMode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-
-/// A capture going on; dropping it ends it (and destroys the graph), so that no test leaves a
-/// capture behind when it fails.
-struct Capture {
-    stream: CUstream,
-    ended: bool,
-}
-
-impl Capture {
-    #[track_caller]
-    fn begin(stream: CUstream, mode: CUstreamCaptureMode) -> Capture {
-        // SAFETY: a live stream that is not capturing.
-        ok("cuStreamBeginCapture_v2", unsafe {
-            driver().cuStreamBeginCapture_v2(stream, mode)
-        });
-        Capture {
-            stream,
-            ended: false,
-        }
-    }
-
-    /// Ends the capture: its graph, or the driver's answer and the graph handle it wrote.
-    fn end(mut self) -> Result<Graph, (CUresult, CUgraph)> {
-        self.ended = true;
-        end_capture(self.stream)
-    }
-}
-
-fn end_capture(stream: CUstream) -> Result<Graph, (CUresult, CUgraph)> {
-    let mut graph = ptr::null_mut();
-    // SAFETY: a live stream and a valid out-pointer.
-    let result = unsafe { driver().cuStreamEndCapture(stream, &mut graph) };
-    if result == SUCCESS && !graph.is_null() {
-        Ok(Graph(graph))
-    } else {
-        Err((result, graph))
-    }
-}
-
-impl Drop for Capture {
-    fn drop(&mut self) {
-        if !self.ended {
-            let _ = end_capture(self.stream);
-        }
-    }
-}
-
-/// A graph, destroyed on drop.
-struct Graph(CUgraph);
-
-impl Graph {
-    fn new() -> Graph {
-        let mut graph = ptr::null_mut();
-        // SAFETY: a valid out-pointer; flags must be 0.
-        ok("cuGraphCreate", unsafe {
-            driver().cuGraphCreate(&mut graph, 0)
-        });
-        Graph(graph)
-    }
-
-    fn add_host_node(
-        &self,
-        dependencies: &[CUgraphNode],
-        closure: impl Fn() + Send + Sync + 'static,
-    ) -> CUgraphNode {
-        let params = host_params(closure);
-        let mut node = ptr::null_mut();
-        // SAFETY: a live graph, nodes of it, and parameters whose data lives for the process.
-        ok("cuGraphAddHostNode", unsafe {
-            driver().cuGraphAddHostNode(
-                &mut node,
-                self.0,
-                dependencies.as_ptr(),
-                dependencies.len(),
-                &params,
-            )
-        });
-        node
-    }
-
-    /// `to` runs after `from` (`cuGraphAddDependencies_v2`, default edge).
-    fn add_dependency(&self, from: CUgraphNode, to: CUgraphNode) {
-        // SAFETY: a live graph and two of its nodes; no edge data means default edges.
-        ok("cuGraphAddDependencies_v2", unsafe {
-            driver().cuGraphAddDependencies_v2(self.0, &from, &to, ptr::null(), 1)
-        });
-    }
-
-    fn instantiate(&self) -> Exec {
-        let mut exec = ptr::null_mut();
-        // SAFETY: a live graph and a valid out-pointer; the context is current.
-        ok("cuGraphInstantiateWithFlags", unsafe {
-            driver().cuGraphInstantiateWithFlags(&mut exec, self.0, 0)
-        });
-        Exec(exec)
-    }
-
-    fn clone_graph(&self) -> Graph {
-        let mut clone = ptr::null_mut();
-        // SAFETY: a live graph and a valid out-pointer.
-        ok("cuGraphClone", unsafe {
-            driver().cuGraphClone(&mut clone, self.0)
-        });
-        Graph(clone)
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        // SAFETY: a live graph, destroyed once. (Its answer is not checked: a panic here, while a
-        // failed test unwinds, would abort the whole test binary.)
-        let _ = unsafe { driver().cuGraphDestroy(self.0) };
-    }
-}
-
-/// An executable graph, destroyed on drop (launches in flight still finish).
-struct Exec(CUgraphExec);
-
-impl Exec {
-    #[track_caller]
-    fn launch(&self, stream: CUstream) {
-        // SAFETY: a live executable and a live stream.
-        ok("cuGraphLaunch", unsafe {
-            driver().cuGraphLaunch(self.0, stream)
-        });
-    }
-}
-
-impl Drop for Exec {
-    fn drop(&mut self) {
-        // SAFETY: a live executable, destroyed once. (Not checked, as for `Graph`.)
-        let _ = unsafe { driver().cuGraphExecDestroy(self.0) };
-    }
-}
 
 // ---- 1. Ordering of host functions --------------------------------------------------------------
 

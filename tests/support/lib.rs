@@ -5,6 +5,9 @@
 //!   driver built from `tests/software-driver/`) or `auto` (the default: the real driver when it
 //!   loads and has a device, else the software one). It also becomes the process-wide driver of
 //!   `cuda-host-sys`, and the choice is printed once.
+//! - [`ok`] panics with the driver's typed error unless a raw driver call succeeded.
+//! - [`capture`] has raw stream capture and graph handles that end or destroy themselves on drop,
+//!   and [`host_function`] closures as raw host functions, for tests that call the driver directly.
 //! - [`software`] reaches the software driver's fault-injection controls.
 //! - [`wait_until`] is the only way tests wait: every wait has a bound and fails with a message.
 //! - [`run_in_child`] runs one test in a child process, for what poisons a process (a sticky
@@ -13,8 +16,10 @@
 //! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
 //!   either driver without kernels.
 
+pub mod capture;
 pub mod child;
 pub mod exclusive;
+pub mod host_function;
 pub mod kernels;
 pub mod memory;
 pub mod selection;
@@ -26,7 +31,7 @@ pub use child::{in_child_process, run_in_child};
 pub use exclusive::capture_lock;
 pub use memory::{Gate, MappedWords};
 pub use selection::{
-    DriverKind, TestDriver, context, skip, skip_unless_real, software_driver_path, test_driver,
+    DriverKind, TestDriver, context, ok, skip, skip_unless_real, software_driver_path, test_driver,
 };
 pub use tally::{DropProbe, Tally};
 pub use wait::{TIMEOUT, wait_until};

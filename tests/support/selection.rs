@@ -107,6 +107,18 @@ fn real_driver_usable() -> Result<(), String> {
     Ok(())
 }
 
+/// Panics with the test driver's typed error, naming `call`, unless `result` is success: for tests
+/// that call the driver directly.
+///
+/// # Panics
+/// When `result` is not success.
+#[track_caller]
+pub fn ok(call: &'static str, result: CUresult) {
+    if let Err(error) = test_driver().driver.check(call, result) {
+        panic!("{error}");
+    }
+}
+
 /// `true` (and a note on stderr) when the test needs the real driver and this is the software
 /// one: the caller returns early.
 pub fn skip_unless_real(test: &str, why: &str) -> bool {
