@@ -8,7 +8,10 @@
 //! launched gets when it is dropped. The watch is a `cuStreamAddCallback`, which the driver
 //! calls exactly once also after a failure, with the error as its status; so the records of a
 //! stream are reclaimed at the latest when that stream is torn down, even if nothing else called
-//! into cuda-host after the failure.
+//! into cuda-host after the failure. (A [`Stream::per_thread`](crate::Stream::per_thread) value
+//! shared between threads is watched on the dropping thread's default stream; records launched
+//! through it from other threads are then reclaimed when any call answers the failure. A stream
+//! that is capturing when dropped is not watched: a callback would join the capture.)
 
 use crate::capture_check;
 use crate::context::ContextShared;
