@@ -513,6 +513,125 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
     std::mem::forget((kept, kernels));
 }
 
+#[test]
+fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() {
+    // Two `Context` values of one primary context: a failure seen through one reclaims what was
+    // launched through the other, whose stream stays alive.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "records_are_reclaimed_when_the_failure_shows_through_another_context_value",
+            &[],
+        );
+    }
+    const EACH: usize = 20;
+    let first = context();
+    let second = cuda_host::Device::get(first.driver(), 0)
+        .and_then(|device| device.primary_context())
+        .expect("a second value of the primary context");
+    assert_eq!(first.as_raw(), second.as_raw());
+    let (held, faulting) = (new_stream(&first), new_stream(&second));
+    let gate = Gate::new(&first);
+    let driver = Arc::clone(first.driver());
+    let kernels = (test_driver().kind == DriverKind::Real)
+        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let tally = Tally::new();
+    gate.hold(&held);
+    for _ in 0..EACH {
+        let probe = tally.probe();
+        host_launch(&held, move || probe.ran()).expect("launch");
+    }
+    suite::kernels::launch_fault(&faulting, kernels.as_ref());
+    assert!(faulting.synchronize().is_err(), "the fault is reported");
+    wait_until("the held stream's records to be reclaimed", || {
+        cuda_host::reclaim();
+        tally.drops() == EACH
+    });
+    assert_eq!(tally.runs(), 0, "work behind the gate never ran");
+    std::mem::forget((held, faulting, kernels));
+}
+
+#[test]
+fn reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread() {
+    // Alone in a process, so that no other test's thread takes the finished record first.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread",
+            &[],
+        );
+    }
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    let reclaimed = Arc::new(AtomicUsize::new(usize::MAX));
+    // Both run after the gate opens: the first is finished when the second reclaims.
+    gate.hold(&stream);
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch");
+    let inner = Arc::clone(&reclaimed);
+    host_launch(&stream, move || {
+        inner.store(cuda_host::reclaim(), Ordering::SeqCst);
+    })
+    .expect("launch");
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(reclaimed.load(Ordering::SeqCst), 0);
+    assert_eq!(tally.drops(), 1);
+    assert_ne!(
+        tally.drop_threads(),
+        tally.run_threads(),
+        "not dropped on the driver's thread"
+    );
+}
+
+#[test]
+fn a_captured_value_whose_drop_panics_still_lets_its_context_go() {
+    // Alone in a process: the harness's own context would keep the primary context retained.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_captured_value_whose_drop_panics_still_lets_its_context_go",
+            &[],
+        );
+    }
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("deliberate panic in a captured value's Drop");
+        }
+    }
+    let driver = Arc::clone(&test_driver().driver);
+    let device = cuda_host::Device::get(&driver, 0).expect("device 0");
+    let context = device.primary_context().expect("primary context");
+    let stream = new_stream(&context);
+    let value = PanicsOnDrop;
+    host_launch(&stream, move || {
+        let _ = &value;
+    })
+    .expect("launch");
+    let synchronized =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stream.synchronize()));
+    assert!(
+        synchronized.is_err(),
+        "the Drop's panic continues in the reclaiming call"
+    );
+    drop((stream, context));
+    let primary_context_active = || {
+        let (mut flags, mut active) = (0, 0);
+        // SAFETY: a device of this driver and valid out-pointers.
+        let result =
+            unsafe { driver.cuDevicePrimaryCtxGetState(device.as_raw(), &mut flags, &mut active) };
+        assert_eq!(result, CUresult::CUDA_SUCCESS);
+        active != 0
+    };
+    wait_until("the primary context to be released", || {
+        cuda_host::reclaim();
+        !primary_context_active()
+    });
+}
+
 /// Counts the heap allocations of each thread, to show what a launch allocates.
 mod allocations {
     use std::alloc::{GlobalAlloc, Layout, System};

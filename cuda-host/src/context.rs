@@ -210,6 +210,10 @@ impl ContextShared {
         &self.driver
     }
 
+    pub(crate) fn raw(&self) -> CUcontext {
+        self.raw
+    }
+
     pub(crate) fn bind_to_thread(&self) -> Result<()> {
         let mut current = ptr::null_mut();
         // SAFETY: `current` is a valid out-pointer.

@@ -15,12 +15,13 @@
 
 use crate::capture_check;
 use crate::context::ContextShared;
-use crate::launch_slot;
+use crate::launch_slot::{self, Ticket};
 use crate::reclaim;
 use crate::record::{self, RecordHeader};
 use cuda_host_sys::{CUresult, CUstream};
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Whether `result` is an error after which the context runs no more work: those `cuda.h`
 /// documents as leaving the process "in an inconsistent state", and the device-side assert.
@@ -45,19 +46,52 @@ pub(crate) fn is_sticky(result: CUresult) -> bool {
 /// reclaim list, so it is right on any thread; the caller reclaims.
 pub(crate) fn note(context: &ContextShared, result: CUresult) {
     if is_sticky(result) {
-        abandon(std::ptr::from_ref(context).addr(), result);
+        failed(context.raw().addr(), result);
     }
 }
 
-fn abandon(context_address: usize, result: CUresult) {
+/// Whether any context failed; then [`FAILED`] lists them. Set before scanning, and read by each
+/// launch after it marked its slot launched (both sequentially consistent), so that a launch
+/// racing with the scan is abandoned by one of the two.
+static ANY_FAILED: AtomicBool = AtomicBool::new(false);
+/// The contexts that failed (`CUcontext` addresses). A failure is sticky: they stay failed.
+static FAILED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+fn failed(context: usize, result: CUresult) {
+    {
+        let mut failed = FAILED
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !failed.contains(&context) {
+            failed.push(context);
+        }
+    }
+    ANY_FAILED.store(true, Ordering::SeqCst);
     let mut count = 0usize;
-    launch_slot::abandon_launched(context_address, |record| {
+    launch_slot::abandon_launched(context, |record| {
         count += 1;
         // SAFETY: abandoning claimed the record; ownership passes to the list.
         unsafe { reclaim::push(record.as_ptr()) };
     });
     if count > 0 {
         log::debug!("the context failed with {result}: {count} host functions will never run");
+    }
+}
+
+/// Called after a launch was marked launched: abandons it at once if its context (a `CUcontext`
+/// address) failed meanwhile, in case a scan for that failure ran before it was marked.
+#[inline]
+pub(crate) fn after_launch(context: usize, ticket: Ticket) {
+    if !ANY_FAILED.load(Ordering::SeqCst) {
+        return;
+    }
+    let failed = FAILED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .contains(&context);
+    if failed && let Some(record) = launch_slot::abandon_ticket(ticket) {
+        // SAFETY: abandoning claimed the record; ownership passes to the list.
+        unsafe { reclaim::push(record.as_ptr()) };
     }
 }
 
@@ -68,9 +102,18 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
     let driver = context.driver();
     // A callback added to a capturing stream would join, and on the legacy stream invalidate,
     // the capture: leave such a stream alone.
-    if !matches!(capture_check::capture_state(driver, stream), Ok(None)) {
-        log::debug!("not watching a capturing stream for its context's failure");
-        return;
+    match capture_check::capture_state(driver, stream) {
+        Ok(None) => {}
+        Ok(Some(_)) => {
+            log::debug!("not watching a capturing stream for its context's failure");
+            return;
+        }
+        Err(error) => {
+            if let Some(result) = error.driver_result() {
+                note(context, result);
+            }
+            return;
+        }
     }
     let watch = record::new_failure_watch(Arc::clone(context));
     // SAFETY: the stream handle is valid (the caller's); the callback takes ownership of the
@@ -91,9 +134,9 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
 /// `data` must be a record of `record::new_failure_watch`, given to the driver once.
 unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *mut c_void) {
     let watch = data.cast::<RecordHeader>();
-    if status != CUresult::CUDA_SUCCESS {
+    if is_sticky(status) {
         // SAFETY: the driver hands the watch back once; it is live until pushed below.
-        abandon(unsafe { (*watch).context_address() }, status);
+        failed(unsafe { (*watch).context_handle() }, status);
     }
     // SAFETY: the watch is owned here; ownership passes to the list (its context reference is
     // dropped on a caller's thread).
@@ -103,6 +146,29 @@ unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *m
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::launch_slot::LaunchSlot;
+    use std::ptr;
+
+    #[test]
+    fn a_launch_marked_launched_after_its_contexts_scan_is_abandoned_by_the_launcher() {
+        const CONTEXT: usize = 0x2000_0000;
+        // The interleaving: the launch is being made while the context fails and is scanned.
+        let ticket = LaunchSlot::acquire().begin_launch(CONTEXT, ptr::null_mut());
+        failed(CONTEXT, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+        launch_slot::launched(ticket);
+        after_launch(CONTEXT, ticket);
+        assert!(
+            launch_slot::claim(ticket).is_none(),
+            "abandoned: the host function would find its ticket stale"
+        );
+        // Another context's launch is left alone.
+        let other = LaunchSlot::acquire().begin_launch(CONTEXT + 8, ptr::null_mut());
+        launch_slot::launched(other);
+        after_launch(CONTEXT + 8, other);
+        let (record, _) = launch_slot::claim(other).expect("still live");
+        // SAFETY: the test's records hold nothing to drop.
+        unsafe { launch_slot::release(record) };
+    }
 
     #[test]
     fn kernel_faults_are_sticky_and_ordinary_errors_are_not() {

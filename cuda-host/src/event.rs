@@ -104,10 +104,13 @@ impl Event {
         // SAFETY: the handle is valid while `self` exists.
         match unsafe { driver.cuEventQuery(self.raw) } {
             CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            result => driver
-                .check("cuEventQuery", result)
-                .map(|()| true)
-                .map_err(Into::into),
+            result => {
+                context_failure::note(&self.context.shared, result);
+                driver
+                    .check("cuEventQuery", result)
+                    .map(|()| true)
+                    .map_err(Into::into)
+            }
         }
     }
 

@@ -55,7 +55,8 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// [`set_launch_reclaim_interval`](crate::set_launch_reclaim_interval)): a captured buffer may free
 /// device memory in its `Drop`, which is forbidden on the driver's thread. (A `FnOnce` would drop
 /// its captures at the end of its call, there.) After [`Stream::synchronize`] returns, the
-/// values captured by host functions launched before it on that stream have been dropped.
+/// values captured by host functions launched before it on that stream have been dropped, unless
+/// another thread took them from the reclaim list first: that thread drops them.
 ///
 /// Inside `function`, CUDA calls are forbidden: cuda-host's own return
 /// [`Error::InHostFunction`](crate::Error::InHostFunction). A panic is caught, logged, passed to
@@ -164,8 +165,13 @@ impl Stream {
         // Launches drain: the list stays bounded, and memory freed here is reused at once.
         reclaim::reclaim_on_launch();
         self.prepare()?;
-        ensure_not_capturing(self.context().driver(), self.as_raw())?;
-        Ok(Arc::clone(&self.context().shared))
+        let shared = &self.context().shared;
+        ensure_not_capturing(shared.driver(), self.as_raw()).inspect_err(|error| {
+            if let Some(result) = error.driver_result() {
+                context_failure::note(shared, result);
+            }
+        })?;
+        Ok(Arc::clone(shared))
     }
 }
 
@@ -177,7 +183,7 @@ fn enqueue_run_once(stream: &Stream, slot: LaunchSlot) -> Result<()> {
     let context = &stream.context().shared;
     let driver = context.driver();
     stream.note_launch();
-    let ticket = slot.begin_launch(Arc::as_ptr(context).addr(), stream.as_raw());
+    let ticket = slot.begin_launch(context.raw().addr(), stream.as_raw());
     // SAFETY: the stream handle is valid while `stream` exists; the ticket names a slot whose
     // record stays valid until it is claimed, and the trampoline claims before it runs.
     let result = unsafe {
@@ -188,11 +194,15 @@ fn enqueue_run_once(stream: &Stream, slot: LaunchSlot) -> Result<()> {
         )
     };
     if let Err(error) = driver.check("cuLaunchHostFunc", result) {
-        // SAFETY: the driver refused the launch, so its record is exclusively ours again.
-        unsafe { RecordHeader::drop(launch_slot::refused(ticket).as_ptr()) };
+        match launch_slot::refused(ticket) {
+            // SAFETY: the driver refused the launch, so its record is exclusively ours again.
+            Some(record) => unsafe { RecordHeader::drop(record.as_ptr()) },
+            None => log::error!("the driver ran a host function whose launch it refused"),
+        }
         context_failure::note(context, result);
         return Err(error.into());
     }
     launch_slot::launched(ticket);
+    context_failure::after_launch(context.raw().addr(), ticket);
     Ok(())
 }

@@ -15,9 +15,10 @@
 //! freed first: a launching thread that also reclaims reuses slots still in its cache.
 //!
 //! A slot's life: free → launching (the record is written; the driver is being asked) → launched
-//! (the driver accepted it) → claimed (by the host function, by the launching thread when the
-//! driver refused, or by an abandoning thread) → free again once its record was dropped, on a
-//! caller's thread, through the reclaim list.
+//! (the driver accepted it) → claimed (by the host function, or by the launching thread when the
+//! driver refused) → free again once its record was dropped, on a caller's thread, through the
+//! reclaim list. A launched record can instead be abandoned after its context failed; its slot
+//! is then retired, never reused, since the driver may still hold its ticket.
 
 use crate::record::RecordHeader;
 use cuda_host_sys::CUstream;
@@ -44,10 +45,10 @@ pub(crate) const INLINE_ALIGN: usize = 16;
 #[repr(C, align(128))]
 pub(crate) struct Slot {
     record: UnsafeCell<MaybeUninit<RecordHeader>>,
-    /// `generation << 2 | phase`.
+    /// `generation << 3 | phase`.
     state: AtomicU64,
     payload: UnsafeCell<InlinePayload>,
-    /// The address of the launch's context (its `ContextShared`), for abandoning.
+    /// The launch's context (the driver's `CUcontext`, as an address), for abandoning.
     context: AtomicUsize,
     /// The stream launched on, for panic reports. Written before the launch is published.
     stream: UnsafeCell<CUstream>,
@@ -65,14 +66,17 @@ const _: () = assert!(offset_of!(Slot, payload) == 32);
 const _: () = assert!(align_of::<InlinePayload>() == INLINE_ALIGN);
 
 // SAFETY: the plain fields are written only by the slot's current owner, and ownership passes
-// between threads through `state` (release/acquire) or the free lists' mutex.
+// between threads through `state` (release/acquire), the reclaim list (release/acquire) or the
+// pool's mutex.
 unsafe impl Sync for Slot {}
 
 const FREE: u64 = 0;
 const LAUNCHING: u64 = 1;
 const LAUNCHED: u64 = 2;
 const CLAIMED: u64 = 3;
-const PHASE_BITS: u32 = 2;
+/// Claimed by abandoning: the driver may still hold the ticket, so the slot is never reused.
+const ABANDONED: u64 = 4;
+const PHASE_BITS: u32 = 3;
 
 fn state(generation: u32, phase: u64) -> u64 {
     (u64::from(generation) << PHASE_BITS) | phase
@@ -216,14 +220,32 @@ impl LocalFree {
         self.len.set(self.len.get() + 1);
     }
 
-    /// Moves up to `count` slots to the pool.
-    fn give_back(&self, count: u32) {
+    /// Moves all but the `keep` most recently freed slots to the pool.
+    fn keep_only(&self, keep: u32) {
+        if self.len.get() <= keep {
+            return;
+        }
+        // The list runs from the most recently freed; cut it after `keep` slots.
+        let mut rest = self.head.get();
+        let mut last_kept = None;
+        for _ in 0..keep {
+            let slot = slot(rest).expect("free slots exist");
+            last_kept = Some(slot);
+            // SAFETY: the slot is on this thread's list, which owns its `next_free`.
+            rest = unsafe { *slot.next_free.get() };
+        }
+        match last_kept {
+            // SAFETY: as above.
+            Some(slot) => unsafe { *slot.next_free.get() = NO_SLOT },
+            None => self.head.set(NO_SLOT),
+        }
+        self.len.set(keep);
         let mut pool = pool();
-        for _ in 0..count {
-            match self.pop() {
-                Some(slot) => pool.free.push(slot.index),
-                None => break,
-            }
+        while rest != NO_SLOT {
+            let slot = slot(rest).expect("free slots exist");
+            pool.free.push(rest);
+            // SAFETY: as above; the slot passes to the pool after its link was read.
+            rest = unsafe { *slot.next_free.get() };
         }
     }
 
@@ -241,7 +263,7 @@ impl LocalFree {
 
 impl Drop for LocalFree {
     fn drop(&mut self) {
-        self.give_back(u32::MAX);
+        self.keep_only(0);
     }
 }
 
@@ -274,7 +296,7 @@ fn release_free(slot: &'static Slot) {
     let kept = LOCAL_FREE.try_with(|local| {
         local.push(slot);
         if local.len.get() > LOCAL_LIMIT {
-            local.give_back(LOCAL_LIMIT / 2);
+            local.keep_only(LOCAL_LIMIT / 2);
         }
     });
     if kept.is_err() {
@@ -326,32 +348,35 @@ impl LaunchSlot {
 }
 
 /// The driver accepted the launch: from now on, abandoning may claim it too.
+///
+/// Sequentially consistent, like the failure flag that abandoning sets before it scans and that
+/// the launcher reads after this (see `context_failure`): either the scan sees this launch
+/// launched, or the launcher sees the failure.
 pub(crate) fn launched(ticket: Ticket) {
     let slot = slot(ticket.index()).expect("tickets name existing slots");
     // Fails when the host function already claimed the slot, which is fine.
     let _ = slot.state.compare_exchange(
         state(ticket.generation(), LAUNCHING),
         state(ticket.generation(), LAUNCHED),
-        Ordering::Release,
+        Ordering::SeqCst,
         Ordering::Relaxed,
     );
 }
 
-/// The driver refused the launch: the record is the caller's again, to drop.
-pub(crate) fn refused(ticket: Ticket) -> NonNull<RecordHeader> {
+/// The driver refused the launch: the record is the caller's again, to drop. `None` if the
+/// driver called the function of a launch it refused (then whoever claimed it owns it).
+pub(crate) fn refused(ticket: Ticket) -> Option<NonNull<RecordHeader>> {
     let slot = slot(ticket.index()).expect("tickets name existing slots");
-    let claimed = slot.state.compare_exchange(
-        state(ticket.generation(), LAUNCHING),
-        state(ticket.generation(), CLAIMED),
-        Ordering::Acquire,
-        Ordering::Relaxed,
-    );
     // Nothing else claims a launching slot: the host function of a refused launch never runs.
-    debug_assert!(
-        claimed.is_ok(),
-        "a refused launch's slot is still launching"
-    );
-    NonNull::from(slot).cast()
+    slot.state
+        .compare_exchange(
+            state(ticket.generation(), LAUNCHING),
+            state(ticket.generation(), CLAIMED),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .ok()
+        .map(|_| NonNull::from(slot).cast())
 }
 
 /// Claims the record of `ticket` for running it: `None` when the ticket is stale (its launch was
@@ -389,22 +414,34 @@ pub(crate) fn abandon_launched(context: usize, mut abandoned: impl FnMut(NonNull
         for offset in 0..FIRST_SEGMENT << segment {
             // SAFETY: segments below `segments` exist and are never freed.
             let slot = unsafe { &*base.add(offset) };
-            let current = slot.state.load(Ordering::Acquire);
-            if phase(current) != LAUNCHED || slot.context.load(Ordering::Relaxed) != context {
-                continue;
-            }
-            // The same generation still launched means the same launch: `context` was its own.
-            let claimed = slot.state.compare_exchange(
-                current,
-                state(generation(current), CLAIMED),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            );
-            if claimed.is_ok() {
-                abandoned(NonNull::from(slot).cast());
+            let current = slot.state.load(Ordering::SeqCst);
+            if phase(current) == LAUNCHED && slot.context.load(Ordering::Relaxed) == context {
+                // The same generation still launched means the same launch: `context` was its
+                // own.
+                if let Some(record) = abandon(slot, current) {
+                    abandoned(record);
+                }
             }
         }
     }
+}
+
+fn abandon(slot: &'static Slot, launched: u64) -> Option<NonNull<RecordHeader>> {
+    slot.state
+        .compare_exchange(
+            launched,
+            state(generation(launched), ABANDONED),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .ok()
+        .map(|_| NonNull::from(slot).cast())
+}
+
+/// Abandons the launch of `ticket` if it is still launched and unclaimed: its context failed.
+pub(crate) fn abandon_ticket(ticket: Ticket) -> Option<NonNull<RecordHeader>> {
+    let slot = slot(ticket.index()).expect("tickets name existing slots");
+    abandon(slot, state(ticket.generation(), LAUNCHED))
 }
 
 /// Frees the slot of a claimed record whose header and payload have been dropped.
@@ -415,7 +452,13 @@ pub(crate) unsafe fn release(record: NonNull<RecordHeader>) {
     // SAFETY: slot records are slots (the header is at offset 0); slots are never freed.
     let slot: &'static Slot = unsafe { &*record.cast::<Slot>().as_ptr() };
     let current = slot.state.load(Ordering::Relaxed);
-    debug_assert_eq!(phase(current), CLAIMED);
+    debug_assert!(matches!(phase(current), CLAIMED | ABANDONED));
+    if phase(current) == ABANDONED {
+        // The driver may still hold the ticket, and a reused slot could make it live again
+        // (once its generation wrapped around): an abandoned slot is retired. Abandoning
+        // happens only after a context failed, so few are.
+        return;
+    }
     slot.state
         .store(state(generation(current), FREE), Ordering::Release);
     release_free(slot);
@@ -504,9 +547,12 @@ mod tests {
         for record in abandoned {
             finish(record);
         }
+        let next = launch(CONTEXT);
+        assert_ne!(next.index(), mine.index(), "an abandoned slot is retired");
+        finish(claim(next).expect("live").0);
         let (record, _) = claim(other).expect("another context's record is untouched");
         finish(record);
-        finish(refused(launching));
+        finish(refused(launching).expect("a launching slot is refused"));
     }
 
     #[test]

@@ -75,7 +75,8 @@ pub(crate) unsafe fn push(record: *mut RecordHeader) {
 /// When a captured value's `Drop` panics, the panic continues here after the remaining records
 /// were dropped (or is logged when this thread is already panicking).
 pub fn reclaim() -> usize {
-    if FINISHED.load(Ordering::Relaxed).is_null() {
+    // Inside a host function this is the driver's thread, where no user `Drop` may run.
+    if FINISHED.load(Ordering::Relaxed).is_null() || in_host_function() {
         return 0;
     }
     // Acquire pairs with the pushes' Release: what the host functions wrote is visible here.

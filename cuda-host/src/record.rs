@@ -1,4 +1,4 @@
-//! Launch records: one heap allocation per launch that owns what the host function needs (a
+//! Launch records: the memory per launch that owns what the host function needs (a
 //! closure, or a copy of C user data) until it has run and been reclaimed.
 //!
 //! Every record starts with a [`RecordHeader`], so the trampolines and the reclaim list treat all
@@ -44,11 +44,11 @@ impl RecordHeader {
         }
     }
 
-    /// The address of the record's context, which identifies it; 0 when it has none.
-    pub(crate) fn context_address(&self) -> usize {
+    /// The record's context (the driver's `CUcontext`, as an address); 0 when it has none.
+    pub(crate) fn context_handle(&self) -> usize {
         self.context
             .as_ref()
-            .map_or(0, |context| Arc::as_ptr(context).addr())
+            .map_or(0, |context| context.raw().addr())
     }
 
     /// Runs the record's payload.
@@ -202,13 +202,22 @@ unsafe fn run_in_slot<P: RunOnce>(record: NonNull<RecordHeader>) {
 }
 
 unsafe fn drop_in_slot<P>(record: NonNull<RecordHeader>) {
-    // SAFETY: created by `new_in_slot::<P>` and claimed by the caller: the payload and header
-    // are dropped once, then the slot is free.
-    unsafe {
-        ptr::drop_in_place(launch_slot::payload_of(record).cast::<P>());
-        ptr::drop_in_place(record.as_ptr());
-        launch_slot::release(record);
+    /// Drops the header and frees the slot, also when the payload's `Drop` panics.
+    struct Finish(NonNull<RecordHeader>);
+    impl Drop for Finish {
+        fn drop(&mut self) {
+            // SAFETY: the header is dropped once, after the payload; then nothing is left in the
+            // slot, which its claimer (the caller of `drop_in_slot`) frees.
+            unsafe {
+                ptr::drop_in_place(self.0.as_ptr());
+                launch_slot::release(self.0);
+            }
+        }
     }
+    let _finish = Finish(record);
+    // SAFETY: created by `new_in_slot::<P>` and claimed by the caller: the payload is dropped
+    // once.
+    unsafe { ptr::drop_in_place(launch_slot::payload_of(record).cast::<P>()) };
 }
 
 /// A record that only holds `context`, for watching a stream for its context's failure.

@@ -154,7 +154,10 @@ impl Stream {
 
     /// Blocks until all work enqueued on the stream has finished, then reclaims finished launch
     /// records: the values captured by host functions launched on this stream before the call
-    /// have been dropped when it returns.
+    /// have been dropped when it returns, unless another thread that reclaims at the same time
+    /// (any cuda-host call does) took them first; that thread drops them, maybe still when this
+    /// returns. Waiting for it would deadlock where a captured value's `Drop` needs a lock the
+    /// synchronizing thread holds.
     ///
     /// # Errors
     /// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function (waiting
