@@ -514,6 +514,66 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
 }
 
 #[test]
+fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
+    // Alone in a process: the failure stays with it.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "launches_racing_a_context_failure_on_four_threads_drop_every_record_once",
+            &[],
+        );
+    }
+    const THREADS: usize = 4;
+    const LAUNCHES: usize = 3_000;
+    let context = context();
+    let driver = Arc::clone(context.driver());
+    let kernels = (test_driver().kind == DriverKind::Real)
+        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let faulting = new_stream(&context);
+    let tally = Tally::new();
+    let start = std::sync::Barrier::new(THREADS + 1);
+    let attempts: usize = std::thread::scope(|scope| {
+        let launchers: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let (context, tally, start) = (&context, &tally, &start);
+                scope.spawn(move || {
+                    let stream = new_stream(context);
+                    start.wait();
+                    let mut attempts = 0;
+                    for _ in 0..LAUNCHES {
+                        let probe = tally.probe();
+                        attempts += 1;
+                        if host_launch(&stream, move || probe.ran()).is_err() {
+                            break; // refused after the failure; the closure was dropped
+                        }
+                    }
+                    attempts
+                })
+            })
+            .collect();
+        start.wait();
+        std::thread::sleep(std::time::Duration::from_micros(300));
+        suite::kernels::launch_fault(&faulting, kernels.as_ref());
+        launchers
+            .into_iter()
+            .map(|launcher| launcher.join().unwrap())
+            .sum()
+    });
+    wait_until("every record to be dropped", || {
+        cuda_host::reclaim();
+        tally.drops() >= attempts
+    });
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    cuda_host::reclaim();
+    assert_eq!(tally.drops(), attempts, "each record dropped exactly once");
+    assert!(
+        tally.runs() < attempts,
+        "the failure came while the threads launched: some closures never ran"
+    );
+    std::mem::forget((faulting, kernels));
+}
+
+#[test]
 fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() {
     // Two `Context` values of one primary context: a failure seen through one reclaims what was
     // launched through the other, whose stream stays alive.
