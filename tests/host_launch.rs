@@ -169,6 +169,14 @@ fn two_streams_keep_their_own_order_and_data() {
 
 #[test]
 fn captured_values_are_dropped_once_after_the_run_on_a_caller_thread() {
+    // Alone in a process: another test's thread that reclaims first would drop the value.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "captured_values_are_dropped_once_after_the_run_on_a_caller_thread",
+            &[],
+        );
+    }
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
@@ -524,13 +532,17 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
         );
     }
     const THREADS: usize = 4;
-    const LAUNCHES: usize = 3_000;
     let context = context();
+    let faulting = new_stream(&context); // also makes the context current, for the module
     let driver = Arc::clone(context.driver());
     let kernels = (test_driver().kind == DriverKind::Real)
         .then(|| Kernels::load(&driver).expect("PTX loads"));
-    let faulting = new_stream(&context);
     let tally = Tally::new();
+    // The fault waits behind a gate that opens while the threads launch: a host write, so the
+    // flood of launches cannot delay it. Each thread launches until the driver refuses it.
+    let gate = Gate::new(&context);
+    gate.hold(&faulting);
+    suite::kernels::launch_fault(&faulting, kernels.as_ref());
     let start = std::sync::Barrier::new(THREADS + 1);
     let attempts: usize = std::thread::scope(|scope| {
         let launchers: Vec<_> = (0..THREADS)
@@ -539,21 +551,27 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
                 scope.spawn(move || {
                     let stream = new_stream(context);
                     start.wait();
+                    let began = std::time::Instant::now();
                     let mut attempts = 0;
-                    for _ in 0..LAUNCHES {
+                    loop {
                         let probe = tally.probe();
                         attempts += 1;
                         if host_launch(&stream, move || probe.ran()).is_err() {
-                            break; // refused after the failure; the closure was dropped
+                            return attempts; // refused after the failure: dropped, not run
                         }
+                        assert!(
+                            began.elapsed() < suite::TIMEOUT,
+                            "no launch was refused within {:?} of the failure",
+                            suite::TIMEOUT
+                        );
                     }
-                    attempts
                 })
             })
             .collect();
         start.wait();
         std::thread::sleep(std::time::Duration::from_micros(300));
-        suite::kernels::launch_fault(&faulting, kernels.as_ref());
+        gate.open();
+        assert!(faulting.synchronize().is_err(), "the fault is reported");
         launchers
             .into_iter()
             .map(|launcher| launcher.join().unwrap())
@@ -567,8 +585,8 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
     cuda_host::reclaim();
     assert_eq!(tally.drops(), attempts, "each record dropped exactly once");
     assert!(
-        tally.runs() < attempts,
-        "the failure came while the threads launched: some closures never ran"
+        tally.runs() <= attempts - THREADS,
+        "refused closures never ran"
     );
     std::mem::forget((faulting, kernels));
 }
