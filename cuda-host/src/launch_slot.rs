@@ -5,10 +5,10 @@
 //! then reclaim the record itself, at a time when nothing proves the driver will not still call
 //! it. So the driver never holds a record's address: it holds a *ticket*, a slot index and a
 //! generation. Slots live in a table that is never freed, and each slot's state names the
-//! generation of the launch it holds. Whoever moves a slot from launched to claimed with a
+//! generation of the launch it holds. Whoever moves a slot out of launched with a
 //! compare-and-swap owns its record: the host function about to run it, or cuda-host abandoning
 //! it after its context failed. A late or repeated call with a stale ticket finds another
-//! generation, or a claimed slot, and does nothing.
+//! generation, or a claimed or abandoned slot, and does nothing.
 //!
 //! A payload of up to [`INLINE_BYTES`] lives inside the slot, so once the table has grown to the
 //! launches in flight a launch allocates nothing. Free slots are kept per thread, most recently
