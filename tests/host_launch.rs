@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use suite::kernels::Kernels;
-use suite::{DriverKind, Gate, MappedWords, Tally, context, test_driver, wait_until};
+use suite::{Gate, MappedWords, Tally, context, test_driver, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -403,8 +403,7 @@ fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
     let context = context();
     let stream = new_stream(&context);
     let driver = Arc::clone(context.driver());
-    let kernels = (test_driver().kind == DriverKind::Real)
-        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let kernels = suite::kernels::for_faults(&driver);
     suite::kernels::launch_fault(&stream, kernels.as_ref());
     let error = stream.synchronize().unwrap_err();
     assert_eq!(
@@ -438,8 +437,7 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
     let (faulting, waiting) = (new_stream(&context), new_stream(&context));
     let gate = Gate::new(&context);
     let driver = Arc::clone(context.driver());
-    let kernels = (test_driver().kind == DriverKind::Real)
-        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let kernels = suite::kernels::for_faults(&driver);
     let (before, after, elsewhere) = (Tally::new(), Tally::new(), Tally::new());
 
     gate.hold(&faulting);
@@ -489,8 +487,7 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
     let borrowed = unsafe { Stream::borrow_raw(&context, kept.as_raw()) };
     let gate = Gate::new(&context);
     let driver = Arc::clone(context.driver());
-    let kernels = (test_driver().kind == DriverKind::Real)
-        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let kernels = suite::kernels::for_faults(&driver);
     let (on_owned, on_borrowed) = (Tally::new(), Tally::new());
 
     gate.hold(&owned);
@@ -535,8 +532,7 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
     let context = context();
     let faulting = new_stream(&context); // also makes the context current, for the module
     let driver = Arc::clone(context.driver());
-    let kernels = (test_driver().kind == DriverKind::Real)
-        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let kernels = suite::kernels::for_faults(&driver);
     let tally = Tally::new();
     // The fault waits behind a gate that opens while the threads launch: a host write, so the
     // flood of launches cannot delay it. Each thread launches until the driver refuses it.
@@ -611,8 +607,7 @@ fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() 
     let (held, faulting) = (new_stream(&first), new_stream(&second));
     let gate = Gate::new(&first);
     let driver = Arc::clone(first.driver());
-    let kernels = (test_driver().kind == DriverKind::Real)
-        .then(|| Kernels::load(&driver).expect("PTX loads"));
+    let kernels = suite::kernels::for_faults(&driver);
     let tally = Tally::new();
     gate.hold(&held);
     for _ in 0..EACH {

@@ -35,9 +35,8 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 use suite::capture::{Capture, Graph, is_capturing};
 use suite::host_function::{host_params, launch_host, leak_closure, run_closure};
-use suite::kernels::Kernels;
 use suite::software::Controls;
-use suite::{DriverKind, Gate, MappedWords, ok, test_driver, wait_until};
+use suite::{Gate, MappedWords, ok, test_driver, wait_until};
 
 // ---- Harness for this file ----------------------------------------------------------------------
 
@@ -1644,8 +1643,7 @@ fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_e
     }
     let context = current_context();
     let stream = non_blocking(&context);
-    let kernels = (test_driver().kind == DriverKind::Real)
-        .then(|| Kernels::load(driver()).expect("PTX loads"));
+    let kernels = suite::kernels::for_faults(driver());
     let gate = Gate::new(&context);
     let (log, callback) = (Log::default(), leak(CallbackProbe::default()));
 

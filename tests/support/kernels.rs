@@ -102,6 +102,16 @@ impl Drop for Kernels<'_> {
     }
 }
 
+/// What [`launch_fault`] needs on the test driver: the kernels, loaded into the current context,
+/// on the real driver; nothing on the software driver, whose stand-in needs no module.
+///
+/// # Panics
+/// When the real driver cannot load the PTX.
+pub fn for_faults(driver: &Driver) -> Option<Kernels<'_>> {
+    (crate::test_driver().kind == crate::DriverKind::Real)
+        .then(|| Kernels::load(driver).expect("PTX loads"))
+}
+
 /// Fails the stream's context as a kernel storing to address 0x10 does: with that kernel on the
 /// real driver (`kernels` given), with the software driver's stand-in otherwise.
 ///
