@@ -1571,6 +1571,68 @@ fn user_object_stats_count_live_user_objects_and_destructors_run() {
     assert_eq!(probe.runs(), 1);
 }
 
+#[test]
+fn a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held() {
+    let test = "a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held";
+    let Some(controls) = controls_or_skip(test) else {
+        return;
+    };
+    // Alone in a process: a delay armed for any thread would hold other tests' calls too.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = current_context();
+    let stream = non_blocking(&context);
+    const DELAY: Duration = Duration::from_millis(200);
+    controls.delay_next_calls(c"cuStreamQuery", 1, DELAY);
+    let start = Instant::now();
+    assert_eq!(synchronize(stream.as_raw()), CUresult::CUDA_SUCCESS);
+    assert!(start.elapsed() < DELAY, "another entry point was held");
+    assert_eq!(query(stream.as_raw()), CUresult::CUDA_SUCCESS);
+    assert!(start.elapsed() >= DELAY, "the delayed call returned early");
+    let again = Instant::now();
+    assert_eq!(query(stream.as_raw()), CUresult::CUDA_SUCCESS);
+    assert!(
+        again.elapsed() < DELAY,
+        "the delay applies to the next call only"
+    );
+}
+
+#[test]
+fn calls_naming_a_destroyed_handle_are_counted() {
+    let test = "calls_naming_a_destroyed_handle_are_counted";
+    let Some(controls) = controls_or_skip(test) else {
+        return;
+    };
+    // Alone in a process: the count is process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let _context = current_context();
+    let mut stream = ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is current.
+    ok("cuStreamCreate", unsafe {
+        driver().cuStreamCreate(&mut stream, CUstream_flags::CU_STREAM_NON_BLOCKING.0)
+    });
+    assert_eq!(query(stream), CUresult::CUDA_SUCCESS);
+    let before = controls.stale_handle_uses();
+    // SAFETY: a live stream, destroyed once; the stale handle is used on purpose.
+    ok("cuStreamDestroy_v2", unsafe {
+        driver().cuStreamDestroy_v2(stream)
+    });
+    assert_eq!(
+        controls.stale_handle_uses(),
+        before,
+        "a live handle is not stale"
+    );
+    assert_eq!(query(stream), CUresult::CUDA_ERROR_INVALID_HANDLE);
+    assert_eq!(synchronize(stream), CUresult::CUDA_ERROR_INVALID_HANDLE);
+    assert_eq!(controls.stale_handle_uses(), before + 2);
+    // A made-up handle the driver never issued is not a destroyed one.
+    assert_eq!(query(0x40 as CUstream), CUresult::CUDA_ERROR_INVALID_HANDLE);
+    assert_eq!(controls.stale_handle_uses(), before + 2);
+}
+
 // ---- 7. Destroyed streams and sticky errors -----------------------------------------------------
 
 #[test]

@@ -348,5 +348,11 @@ CUresult cuswLaunchSleep(CUstream stream, unsigned int microseconds);
 CUresult cuswSetDriverVersion(int version);
 /* How many user-object destructors have run, and how many user objects are alive. */
 CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive);
+/* The next `count` calls of `entry` (from any thread) sleep `microseconds` before doing anything,
+ * injected failures included: a test holds a race's window open with it. */
+CUresult cuswDelayNextCalls(const char *entry, unsigned int count, unsigned int microseconds);
+/* How many calls named a stream, event, graph or other handle after it was destroyed (the real
+ * driver may crash on those; this one answers an error and counts them). */
+CUresult cuswStaleHandleUses(unsigned long long *count);
 
 #endif /* CUDASW_H */

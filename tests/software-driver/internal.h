@@ -53,6 +53,7 @@
     do {                                                                                         \
         if (CUSW_IS_STUB)                                                                        \
             return CUDA_ERROR_STUB_LIBRARY;                                                      \
+        cusw_delay_injected((base), (symbol));                                                   \
         CUresult cusw_injected_;                                                                 \
         if (cusw_fault_injected((base), (symbol), &cusw_injected_))                              \
             return cusw_injected_;                                                               \
@@ -105,6 +106,13 @@ bool cusw_entry_name_known(const char *name); /* base or exported name of an ent
 /* ---- Fault injection (fault.c) ---------------------------------------------------------------- */
 
 bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
+
+/* ---- Delays and stale-handle counting (delay.c) ---------------------------------------------- */
+
+/* Sleeps first when a delay of this entry is armed. */
+void cusw_delay_injected(const char *base, const char *symbol);
+/* Counts a call that named a handle the driver issued and has since destroyed. */
+void cusw_note_stale_handle(void);
 
 /* ---- Handle registry (registry.c) ------------------------------------------------------------ */
 

@@ -146,6 +146,8 @@ static const struct entry entries[] = {
     CONTROL(cuswLaunchSleep),
     CONTROL(cuswSetDriverVersion),
     CONTROL(cuswUserObjectStats),
+    CONTROL(cuswDelayNextCalls),
+    CONTROL(cuswStaleHandleUses),
 };
 
 #define ENTRY_COUNT (sizeof entries / sizeof entries[0])

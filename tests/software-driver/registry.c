@@ -155,6 +155,9 @@ uintptr_t cusw_handle_new(enum cusw_kind kind, void *object)
 void *cusw_handle_get(uintptr_t handle, enum cusw_kind kind)
 {
     struct registration *r = cusw_map_get(&handles, handle);
+    if (r == NULL && handle > HANDLE_BASE && handle < HANDLE_BASE + next_handle_number * HANDLE_STEP &&
+        (handle - HANDLE_BASE) % HANDLE_STEP == 0)
+        cusw_note_stale_handle();
     return (r != NULL && r->kind == kind) ? r->object : NULL;
 }
 

@@ -21,6 +21,8 @@ pub struct Controls {
     launch_sleep: unsafe extern "C" fn(CUstream, c_uint) -> CUresult,
     set_driver_version: unsafe extern "C" fn(c_int) -> CUresult,
     user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
+    delay_next_calls: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> CUresult,
+    stale_handle_uses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
 }
 
 /// The controls, when the tests run on the software driver; `None` on the real one.
@@ -61,6 +63,8 @@ impl Controls {
             launch_sleep: symbol!(library, c"cuswLaunchSleep"),
             set_driver_version: symbol!(library, c"cuswSetDriverVersion"),
             user_object_stats: symbol!(library, c"cuswUserObjectStats"),
+            delay_next_calls: symbol!(library, c"cuswDelayNextCalls"),
+            stale_handle_uses: symbol!(library, c"cuswStaleHandleUses"),
             _library: library,
         }
     }
@@ -109,6 +113,23 @@ impl Controls {
         // SAFETY: both out-pointers are valid.
         check(unsafe { (self.user_object_stats)(&mut destroyed, &mut alive) });
         (destroyed, alive)
+    }
+
+    /// The next `count` calls of `entry`, from any thread, sleep `delay` before doing anything:
+    /// holds a race's window open (another thread acts while the call is held).
+    pub fn delay_next_calls(&self, entry: &CStr, count: u32, delay: std::time::Duration) {
+        let microseconds = u32::try_from(delay.as_micros()).expect("a delay of under an hour");
+        // SAFETY: `entry` is NUL-terminated.
+        check(unsafe { (self.delay_next_calls)(entry.as_ptr(), count, microseconds) });
+    }
+
+    /// How many calls so far named a handle after it was destroyed (the real driver may crash on
+    /// those).
+    pub fn stale_handle_uses(&self) -> u64 {
+        let mut count = 0;
+        // SAFETY: a valid out-pointer.
+        check(unsafe { (self.stale_handle_uses)(&mut count) });
+        count
     }
 }
 
