@@ -2,11 +2,14 @@
 //! intact. A global-mode capture forbids other threads' unsafe calls, so these tests run one at a
 //! time ([`suite::capture_lock`]) in their own test binary.
 
-use cuda_host::{CaptureState, Context, Error, Stream, StreamFlags, host_launch};
+use cuda_host::{
+    CaptureMode, CaptureState, Context, Error, GraphBuilder, Stream, StreamFlags, host_launch,
+};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use suite::capture::{Capture, Graph, is_capturing};
 use suite::{Tally, capture_lock, context};
 
@@ -153,4 +156,242 @@ fn an_invalidated_capture_is_refused_until_it_ends() {
     host_launch(&stream, move || probe.ran()).expect("launch after the capture ended");
     stream.synchronize().expect("synchronize");
     assert_eq!((tally.runs(), tally.drops()), (1, 1));
+}
+
+/// Device memory freed in its `Drop`, which keeps what `cuMemFree_v2` answered: a captured
+/// value whose drop would invalidate a global-mode capture if it ran during one.
+struct DeviceBuffer {
+    pointer: cuda_host_sys::CUdeviceptr,
+    frees: Arc<Mutex<Vec<CUresult>>>,
+}
+
+impl DeviceBuffer {
+    fn new(context: &Context, frees: &Arc<Mutex<Vec<CUresult>>>) -> DeviceBuffer {
+        context.bind_to_thread().expect("the context binds");
+        let mut pointer = 0;
+        // SAFETY: a valid out-pointer; the context is current.
+        suite::ok("cuMemAlloc_v2", unsafe {
+            context.driver().cuMemAlloc_v2(&mut pointer, 256)
+        });
+        DeviceBuffer {
+            pointer,
+            frees: Arc::clone(frees),
+        }
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `new`, freed once.
+        let result = unsafe { suite::test_driver().driver.cuMemFree_v2(self.pointer) };
+        self.frees.lock().unwrap().push(result);
+    }
+}
+
+/// Launches a host function holding a [`DeviceBuffer`] on `stream` and waits until it ran: its
+/// record then waits for a drain.
+fn finished_record_holding_device_memory(
+    context: &Context,
+    stream: &Stream,
+) -> Arc<Mutex<Vec<CUresult>>> {
+    let frees = Arc::default();
+    let buffer = DeviceBuffer::new(context, &frees);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(stream, move || {
+        let _ = &buffer;
+        probe.ran();
+    })
+    .expect("launch");
+    suite::wait_until("the host function to run", || tally.runs() == 1);
+    frees
+}
+
+#[test]
+fn no_drain_runs_on_a_thread_that_is_capturing() {
+    // Alone in a process, so that the finished record waits for this thread's drain.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "no_drain_runs_on_a_thread_that_is_capturing",
+            &[],
+        );
+    }
+    let _alone = capture_lock();
+    let context = context();
+    let (stream, captured) = (new_stream(&context), new_stream(&context));
+    let frees = finished_record_holding_device_memory(&context, &stream);
+    let builder = GraphBuilder::begin(&captured, CaptureMode::Global).expect("capture begins");
+    builder
+        .callback(|| {})
+        .expect("the capture takes a callback");
+    assert!(
+        frees.lock().unwrap().is_empty(),
+        "a value was dropped on a thread that is capturing"
+    );
+    let graph = builder.end().expect("the capture was not invalidated");
+    drop(graph);
+    cuda_host::reclaim();
+    assert_eq!(*frees.lock().unwrap(), [CUresult::CUDA_SUCCESS]);
+}
+
+#[test]
+fn no_drain_runs_while_another_threads_global_capture_is_open() {
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "no_drain_runs_while_another_threads_global_capture_is_open",
+            &[],
+        );
+    }
+    let _alone = capture_lock();
+    let context = context();
+    let (stream, captured) = (new_stream(&context), new_stream(&context));
+    let frees = finished_record_holding_device_memory(&context, &stream);
+    let began = std::sync::Barrier::new(2);
+    let drained = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        let capturing = scope.spawn(|| {
+            let builder =
+                GraphBuilder::begin(&captured, CaptureMode::Global).expect("capture begins");
+            began.wait();
+            drained.wait();
+            builder.end().map(drop)
+        });
+        began.wait();
+        // Any cuda-host call drains; a launch on another stream is allowed during the capture.
+        let launched = host_launch(&stream, || {});
+        cuda_host::reclaim();
+        let dropped_during_capture = frees.lock().unwrap().clone();
+        drained.wait();
+        let ended = capturing.join().unwrap();
+        launched.expect("launch");
+        assert_eq!(
+            dropped_during_capture,
+            [],
+            "a value was dropped while a global-mode capture is open"
+        );
+        ended.expect("the other thread's capture was not invalidated");
+    });
+    stream.synchronize().expect("synchronize");
+    assert_eq!(*frees.lock().unwrap(), [CUresult::CUDA_SUCCESS]);
+}
+
+#[test]
+fn a_capture_begun_while_a_launch_is_in_flight_never_captures_the_run_once_record() {
+    let test = "a_capture_begun_while_a_launch_is_in_flight_never_captures_the_run_once_record";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "holding a launch inside the driver is a software-driver control",
+        );
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    // The launch passes its capture check, then is held inside the driver while the capture
+    // begins on another thread.
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
+    let launched = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture begins");
+        let launched = launcher.join().unwrap();
+        let graph = builder.end().expect("capture ends");
+        (launched, graph.host_nodes().expect("nodes").len())
+    });
+    let (launched, nodes) = launched;
+    stream.synchronize().expect("synchronize");
+    cuda_host::reclaim();
+    match launched {
+        Ok(()) => {
+            assert_eq!(nodes, 0, "the run-once record became a node of the graph");
+            assert_eq!((tally.runs(), tally.drops()), (1, 1));
+        }
+        Err(error) => {
+            assert!(matches!(error, Error::StreamCapturing { .. }), "{error}");
+            assert_eq!((tally.runs(), tally.drops()), (0, 1));
+        }
+    }
+}
+
+#[test]
+fn a_launch_captured_by_a_capture_other_code_began_is_refused_and_its_closure_dropped() {
+    let test = "a_launch_captured_by_a_capture_other_code_began_is_refused_and_its_closure_dropped";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "holding a launch inside the driver is a software-driver control",
+        );
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
+    let (launched, graph) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let probe = tally.probe();
+            let launched = host_launch(&stream, move || probe.ran());
+            (launched, std::thread::current().id())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // Other code captures the stream with the driver's own call: cuda-host cannot hold it.
+        let capture = Capture::begin(
+            stream.as_raw(),
+            CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        );
+        let launched = launcher.join().unwrap();
+        (launched, capture.end().expect("the capture ends"))
+    });
+    let (launched, launcher) = launched;
+    assert_eq!(
+        launched,
+        Err(Error::StreamCapturing {
+            status: CaptureState::Active
+        }),
+        "a launch that became a graph node was reported as enqueued"
+    );
+    assert_eq!(
+        tally.drop_threads(),
+        [launcher],
+        "dropped at once, on the launching thread"
+    );
+    // The node it left in the other code's graph does nothing, however often the graph runs.
+    run_graph(graph, &stream, 3);
+    assert_eq!(tally.runs(), 0);
+}
+
+#[test]
+fn a_failed_end_leaves_the_stream_usable() {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "a_failed_end_leaves_the_stream_usable",
+            "failing cuStreamEndCapture is a software-driver control",
+        );
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let builder = GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
+    controls.fail_next_calls(c"cuStreamEndCapture", 1, CUresult::CUDA_ERROR_UNKNOWN);
+    let error = builder.end().unwrap_err();
+    assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_UNKNOWN));
+    assert_eq!(
+        is_capturing(stream.as_raw()),
+        (
+            CUresult::CUDA_SUCCESS,
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        ),
+        "the stream was left capturing"
+    );
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("the stream takes host functions again");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1);
 }

@@ -417,6 +417,7 @@ fn failures_while_attaching_a_callable_leave_no_leak_and_nothing_attached() {
     let stream = new_stream(&context);
     let (_, alive_before) = controls.user_object_stats();
     let builder = GraphBuilder::begin(&stream, CaptureMode::ThreadLocal).unwrap();
+    let mut refused = Vec::new();
     for (entry, failing) in [
         (c"cuUserObjectCreate", "creating the user object"),
         (c"cuGraphRetainUserObject", "moving it into the graph"),
@@ -431,9 +432,15 @@ fn failures_while_attaching_a_callable_leave_no_leak_and_nothing_attached() {
             Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY),
             "{failing}"
         );
-        wait_for_drops(&tally, 1, failing);
+        // Not dropped on a thread that is capturing: a Drop could invalidate the capture.
+        assert_eq!(tally.drops(), 0, "{failing}: dropped during the capture");
+        refused.push((tally, failing));
     }
     let graph = builder.end().unwrap();
+    for (tally, failing) in refused {
+        wait_for_drops(&tally, 1, failing);
+        assert_eq!(tally.runs(), 0);
+    }
     assert!(graph.host_nodes().unwrap().is_empty(), "no node was added");
     drop(graph);
     wait_until("no user object to stay alive", || {
@@ -460,4 +467,34 @@ fn a_held_launch_keeps_the_callable_of_a_destroyed_executable() {
     stream.synchronize().unwrap();
     assert_eq!(tally.runs(), 1);
     wait_for_drops(&tally, 1, "the callable to be released after the launch");
+}
+
+#[test]
+fn replacing_an_executables_callable_before_every_launch_keeps_a_bounded_number_alive() {
+    const ITERATIONS: usize = 50;
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let graph = Graph::new(&context).expect("graph");
+    let node = graph.add_host_node(&[], || {}).expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let tally = Tally::new();
+    for iteration in 0..ITERATIONS {
+        let probe = tally.probe();
+        executable
+            .set_host_node_callable(&node, move || probe.ran())
+            .expect("replaced");
+        executable.launch(&stream).expect("launch");
+        stream.synchronize().expect("synchronize");
+        cuda_host::reclaim();
+        let alive = iteration + 1 - tally.drops();
+        assert!(
+            alive <= 2,
+            "{alive} replaced callables alive after {} replacements",
+            iteration + 1
+        );
+    }
+    assert_eq!(tally.runs(), ITERATIONS);
+    drop((executable, graph));
+    wait_for_drops(&tally, ITERATIONS, "every replacement to be released");
 }

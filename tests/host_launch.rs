@@ -684,12 +684,8 @@ fn a_captured_value_whose_drop_panics_still_lets_its_context_go() {
         let _ = &value;
     })
     .expect("launch");
-    let synchronized =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stream.synchronize()));
-    assert!(
-        synchronized.is_err(),
-        "the Drop's panic continues in the reclaiming call"
-    );
+    // The Drop's panic is reported through the hook; the reclaiming call goes on.
+    stream.synchronize().expect("synchronize");
     drop((stream, context));
     let primary_context_active = || {
         let (mut flags, mut active) = (0, 0);
@@ -879,4 +875,501 @@ fn cuda_host_calls_inside_a_host_function_are_refused_without_reaching_the_drive
     assert!(!cuda_host::in_host_function());
     // The deferred destruction ran on this thread without error.
     Stream::new(&context, StreamFlags::NonBlocking).expect("no error was recorded");
+}
+
+// ---- Who drops what, and where panics go ------------------------------------------------------
+
+/// A captured value whose `Drop` panics.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        panic!("deliberate panic in a captured value's Drop");
+    }
+}
+
+/// Installs a panic hook that keeps the messages it is given.
+fn collect_panic_reports() -> Arc<Mutex<Vec<String>>> {
+    let reports: Arc<Mutex<Vec<String>>> = Arc::default();
+    let hook_reports = Arc::clone(&reports);
+    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+        hook_reports.lock().unwrap().push(panic.message.to_owned());
+    });
+    reports
+}
+
+#[test]
+fn a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on() {
+    // Alone in a process: the hook is process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on",
+            &[],
+        );
+    }
+    let reports = collect_panic_reports();
+    let context = context();
+    let stream = new_stream(&context);
+    let first = Tally::new();
+    let (probe, value) = (first.probe(), PanicsOnDrop);
+    host_launch(&stream, move || {
+        let _ = &value;
+        probe.ran();
+    })
+    .expect("launch");
+    wait_until("the first host function to run", || first.runs() == 1);
+    // The next launch drains the finished record first: its value's Drop panics there.
+    let second = Tally::new();
+    let probe = second.probe();
+    let launched = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        host_launch(&stream, move || probe.ran())
+    }));
+    assert!(
+        matches!(launched, Ok(Ok(()))),
+        "the launch that drained did not go on"
+    );
+    stream.synchronize().expect("synchronize");
+    assert_eq!((second.runs(), second.drops()), (1, 1));
+    assert_eq!(
+        first.drops(),
+        1,
+        "the panicking value's record was still dropped"
+    );
+    assert_eq!(
+        *reports.lock().unwrap(),
+        ["deliberate panic in a captured value's Drop"]
+    );
+}
+
+#[test]
+fn captured_values_are_dropped_on_the_thread_that_launched_them() {
+    let context = context();
+    let tally = Tally::new();
+    let ran = std::sync::Barrier::new(2);
+    let other_reclaimed = std::sync::Barrier::new(2);
+    let (dropped_elsewhere, launcher) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let stream = new_stream(&context);
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran()).expect("launch");
+            wait_until("the host function to run", || tally.runs() == 1);
+            ran.wait();
+            other_reclaimed.wait();
+            cuda_host::reclaim();
+            drop(stream);
+            std::thread::current().id()
+        });
+        ran.wait();
+        // Another thread's calls find the record finished: it is not this thread's to drop.
+        cuda_host::reclaim();
+        let scratch = new_stream(&context);
+        host_launch(&scratch, || {}).expect("launch");
+        scratch.synchronize().expect("synchronize");
+        let dropped_elsewhere = tally.drops();
+        other_reclaimed.wait();
+        (dropped_elsewhere, launcher.join().unwrap())
+    });
+    assert_eq!(
+        dropped_elsewhere, 0,
+        "dropped on a thread that did not launch it"
+    );
+    assert_eq!(tally.drop_threads(), [launcher]);
+}
+
+#[test]
+fn records_of_a_thread_that_exited_are_dropped_by_any_thread() {
+    let context = context();
+    let stream = Arc::new(new_stream(&context));
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let probe = tally.probe();
+            host_launch(&*stream, move || probe.ran()).expect("launch");
+        });
+    });
+    gate.open();
+    wait_until("the exited thread's record to be dropped here", || {
+        cuda_host::reclaim();
+        tally.drops() == 1
+    });
+    assert_eq!(tally.runs(), 1);
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+}
+
+#[test]
+fn a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_deadlock() {
+    // The value's Drop takes a lock that the second thread holds while it launches: had the
+    // second thread dropped it, it would wait for itself forever.
+    // In a child process, so that a deadlock fails the test within a bound.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_deadlock",
+            &[],
+        );
+    }
+    static SHARED_STATE: Mutex<u32> = Mutex::new(0);
+    struct NeedsTheLock;
+    impl Drop for NeedsTheLock {
+        fn drop(&mut self) {
+            *SHARED_STATE.lock().unwrap() += 1;
+        }
+    }
+    let context = context();
+    let tally = Tally::new();
+    let ran = std::sync::Barrier::new(2);
+    let done = std::sync::Barrier::new(2);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let stream = new_stream(&context);
+            let (probe, value) = (tally.probe(), NeedsTheLock);
+            host_launch(&stream, move || {
+                let _ = &value;
+                probe.ran();
+            })
+            .expect("launch");
+            wait_until("the host function to run", || tally.runs() == 1);
+            ran.wait();
+            done.wait();
+            stream.synchronize().expect("synchronize");
+        });
+        ran.wait();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let context = &context;
+        scope.spawn(move || {
+            let _held = SHARED_STATE.lock().unwrap();
+            let stream = new_stream(context);
+            host_launch(&stream, || {}).expect("launch");
+            stream.synchronize().expect("synchronize");
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(suite::TIMEOUT)
+            .expect("a thread holding the lock dropped a value that needs it, and deadlocked");
+        done.wait();
+    });
+    assert_eq!(*SHARED_STATE.lock().unwrap(), 1);
+}
+
+#[test]
+fn synchronize_drops_this_threads_values_while_other_threads_reclaim() {
+    const LAUNCHES: usize = 200;
+    let context = context();
+    let stream = new_stream(&context);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let tally = Tally::new();
+    let late = std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    cuda_host::reclaim();
+                    std::thread::yield_now();
+                }
+            });
+        }
+        let mut late = Vec::new();
+        for launch in 0..LAUNCHES {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran()).expect("launch");
+            stream.synchronize().expect("synchronize");
+            if tally.drops() != launch + 1 {
+                late.push(launch);
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        late
+    });
+    assert!(
+        late.is_empty(),
+        "not dropped when synchronize returned: launches {late:?}"
+    );
+    let me = std::thread::current().id();
+    assert!(tally.drop_threads().iter().all(|thread| *thread == me));
+}
+
+#[test]
+fn a_closure_refused_inside_a_host_function_is_dropped_on_a_callers_thread() {
+    let context = context();
+    let stream = Arc::new(new_stream(&context));
+    let graph = cuda_host::Graph::new(&context).expect("graph");
+    let tally = Tally::new();
+    let driver_thread = Arc::new(Mutex::new(None));
+    let (inner_stream, seen_thread) = (Arc::clone(&stream), Arc::clone(&driver_thread));
+    let (for_launch, for_node) = (tally.probe(), tally.probe());
+    let mut refused = Some((for_launch, for_node, graph));
+    host_launch(&*stream, move || {
+        *seen_thread.lock().unwrap() = Some(std::thread::current().id());
+        let (for_launch, for_node, graph) = refused.take().expect("runs once");
+        assert!(host_launch(&*inner_stream, move || for_launch.ran()).is_err());
+        assert!(graph.add_host_node(&[], move || for_node.ran()).is_err());
+        drop(graph);
+    })
+    .expect("launch");
+    stream.synchronize().expect("synchronize");
+    wait_until("both refused closures to be dropped", || {
+        cuda_host::reclaim();
+        tally.drops() == 2
+    });
+    let driver_thread = driver_thread
+        .lock()
+        .unwrap()
+        .expect("the host function ran");
+    assert!(
+        tally
+            .drop_threads()
+            .iter()
+            .all(|thread| *thread != driver_thread),
+        "a refused closure was dropped on the driver's thread"
+    );
+    assert_eq!(tally.runs(), 0);
+}
+
+#[test]
+fn a_panic_hook_that_replaces_itself_does_not_deadlock() {
+    // Alone in a process: the hook is process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_panic_hook_that_replaces_itself_does_not_deadlock",
+            &[],
+        );
+    }
+    let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (in_first, for_second) = (Arc::clone(&first), Arc::clone(&second));
+    cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
+        in_first.fetch_add(1, Ordering::SeqCst);
+        let in_second = Arc::clone(&for_second);
+        cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
+            in_second.fetch_add(1, Ordering::SeqCst);
+        });
+    });
+    let context = context();
+    let stream = new_stream(&context);
+    for _ in 0..2 {
+        host_launch(&stream, || panic!("deliberate panic in a host function")).expect("launch");
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        (first.load(Ordering::SeqCst), second.load(Ordering::SeqCst)),
+        (1, 1)
+    );
+}
+
+#[test]
+fn replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock() {
+    // Alone in a process: the hook is process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock",
+            &[],
+        );
+    }
+    struct ClearsOnDrop;
+    impl Drop for ClearsOnDrop {
+        fn drop(&mut self) {
+            cuda_host::clear_host_panic_hook();
+        }
+    }
+    let value = ClearsOnDrop;
+    cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
+        let _ = &value;
+    });
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        cuda_host::set_host_panic_hook(|_: &HostFunctionPanic<'_>| {});
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(suite::TIMEOUT)
+        .expect("replacing the hook deadlocked in the old hook's Drop");
+}
+
+#[test]
+fn the_panic_hook_runs_marked_as_inside_a_host_function() {
+    // Alone in a process: the hook is process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "the_panic_hook_runs_marked_as_inside_a_host_function",
+            &[],
+        );
+    }
+    let context = context();
+    let stream = Arc::new(new_stream(&context));
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (hook_stream, hook_seen) = (Arc::clone(&stream), Arc::clone(&seen));
+    cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
+        let mut seen = hook_seen.lock().unwrap();
+        seen.push(format!("marked: {}", cuda_host::in_host_function()));
+        seen.push(format!("reclaimed: {}", cuda_host::reclaim()));
+        seen.push(format!("synchronize: {:?}", hook_stream.synchronize()));
+    });
+    // A finished record waits for a drain when the hook runs.
+    let tally = Tally::new();
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let probe = tally.probe();
+    host_launch(&*stream, move || probe.ran()).expect("launch");
+    host_launch(&*stream, || panic!("deliberate panic in a host function")).expect("launch");
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [
+            "marked: true".to_owned(),
+            "reclaimed: 0".to_owned(),
+            format!(
+                "synchronize: {:?}",
+                Err::<(), _>(Error::InHostFunction {
+                    call: "Stream::synchronize"
+                })
+            ),
+        ]
+    );
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+}
+
+#[test]
+fn a_panic_payload_whose_drop_panics_does_not_disturb_the_stream() {
+    // Alone in a process: the panic is reported through the process-wide hook.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_panic_payload_whose_drop_panics_does_not_disturb_the_stream",
+            &[],
+        );
+    }
+    let reports = collect_panic_reports();
+    let context = context();
+    let stream = new_stream(&context);
+    host_launch(&stream, || std::panic::panic_any(PanicsOnDrop)).expect("launch");
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch after");
+    let synchronized =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stream.synchronize()));
+    assert!(
+        matches!(synchronized, Ok(Ok(()))),
+        "the payload's Drop panicked out of synchronize"
+    );
+    assert_eq!((tally.runs(), tally.drops()), (1, 1));
+    assert_eq!(
+        reports.lock().unwrap().len(),
+        1,
+        "the host function's panic is reported once"
+    );
+}
+
+#[test]
+fn a_logger_that_panics_does_not_abort_the_process() {
+    // Alone in a process: the logger is process-wide and set once.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_logger_that_panics_does_not_abort_the_process",
+            &[],
+        );
+    }
+    struct PanickingLogger;
+    impl log::Log for PanickingLogger {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, _: &log::Record<'_>) {
+            panic!("deliberate panic in a logger");
+        }
+        fn flush(&self) {}
+    }
+    log::set_logger(&PanickingLogger).expect("the first logger of this process");
+    log::set_max_level(log::LevelFilter::Error);
+    let context = context();
+    let stream = new_stream(&context);
+    host_launch(&stream, || panic!("deliberate panic in a host function")).expect("launch");
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch after");
+    stream.synchronize().expect("synchronize");
+    assert_eq!((tally.runs(), tally.drops()), (1, 1));
+}
+
+#[test]
+fn a_borrowed_stream_dropped_inside_a_host_function_is_not_touched_after_its_owner_destroyed_it() {
+    let test = "a_borrowed_stream_dropped_inside_a_host_function_is_not_touched_after_its_owner_destroyed_it";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "the real driver crashes on a destroyed handle; the software driver counts such calls",
+        );
+    };
+    // Alone in a process: the count of calls on destroyed handles is process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = context();
+    let owner = new_stream(&context);
+    // SAFETY: the wrapper is dropped (inside the host function below) before `owner`.
+    let borrowed = unsafe { Stream::borrow_raw(&context, owner.as_raw()) };
+    host_launch(&borrowed, || {}).expect("launch on the borrowed stream");
+    owner.synchronize().expect("synchronize");
+    let host = new_stream(&context);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    let mut borrowed = Some(borrowed);
+    host_launch(&host, move || {
+        drop(borrowed.take());
+        probe.ran();
+    })
+    .expect("launch");
+    wait_until("the wrapper to be dropped", || tally.runs() == 1);
+    let before = controls.stale_handle_uses();
+    drop(owner);
+    cuda_host::reclaim();
+    host.synchronize().expect("synchronize");
+    assert_eq!(
+        controls.stale_handle_uses(),
+        before,
+        "a call named the borrowed stream after its owner destroyed it"
+    );
+}
+
+#[test]
+fn creating_streams_and_events_and_using_the_special_streams_leave_the_current_context_alone() {
+    let context = context();
+    let driver = Arc::clone(context.driver());
+    let current = || {
+        let mut current = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        suite::ok("cuCtxGetCurrent", unsafe {
+            driver.cuCtxGetCurrent(&mut current)
+        });
+        current
+    };
+    // A thread of its own, with no context current.
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                assert!(current().is_null());
+                let stream = new_stream(&context);
+                assert!(current().is_null(), "Stream::new left its context current");
+                let event = cuda_host::Event::new(&context, cuda_host::EventFlags::DisableTiming)
+                    .expect("event");
+                assert!(current().is_null(), "Event::new left its context current");
+                event.record(&stream).expect("record");
+                let per_thread = Stream::per_thread(&context);
+                host_launch(&per_thread, || {}).expect("launch");
+                assert!(
+                    current().is_null(),
+                    "the per-thread stream left its context current"
+                );
+                per_thread.synchronize().expect("synchronize");
+                assert!(current().is_null());
+                let graph = cuda_host::Graph::new(&context).expect("graph");
+                assert!(current().is_null(), "Graph::new left its context current");
+                drop((graph, event, stream));
+            })
+            .join()
+            .unwrap();
+    });
 }

@@ -7,7 +7,12 @@
 //! legacy stream, a refused `cuLaunchHostFunc` invalidates the capture it would have joined.
 
 use crate::error::{CaptureState, Error, Result};
-use cuda_host_sys::{CUresult, CUstream, CUstreamCaptureStatus, Driver};
+use cuda_host_sys::{
+    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraphNode, CUgraphNodeType,
+    CUresult, CUstream, CUstreamCaptureStatus, Driver,
+};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// What `cuStreamIsCapturing` says of `stream`: `None` when it is not capturing.
 pub(crate) fn capture_state(driver: &Driver, stream: CUstream) -> Result<Option<CaptureState>> {
@@ -38,4 +43,160 @@ pub(crate) fn ensure_not_capturing(driver: &Driver, stream: CUstream) -> Result<
         None => Ok(()),
         Some(status) => Err(Error::StreamCapturing { status }),
     }
+}
+
+// ---- Launches and captures of one stream exclude each other ------------------------------------
+
+/// Launches in flight and captures beginning, per group of streams. A launch holds its group
+/// from before its capture check until the driver accepted it; a capture begun through
+/// cuda-host first waits until no launch holds the group of its stream (or of the legacy
+/// stream, which a blocking stream's capture draws in). So the check's answer still holds when
+/// the driver takes the launch: a run-once record never becomes a node of such a capture.
+#[repr(align(128))]
+struct StreamGroup {
+    launching: AtomicUsize,
+    beginning: AtomicUsize,
+}
+
+const GROUPS: usize = 64;
+
+static GROUPS_OF_STREAMS: [StreamGroup; GROUPS] = [const {
+    StreamGroup {
+        launching: AtomicUsize::new(0),
+        beginning: AtomicUsize::new(0),
+    }
+}; GROUPS];
+
+fn group_of(stream: CUstream) -> &'static StreamGroup {
+    // The null stream means the legacy stream unless the per-thread default stream is on; both
+    // special streams share the legacy stream's group, which costs at most some waiting.
+    let key = if stream.is_null() || stream == CU_STREAM_PER_THREAD {
+        CU_STREAM_LEGACY.addr()
+    } else {
+        stream.addr()
+    };
+    let hash = (key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+    &GROUPS_OF_STREAMS[hash as usize % GROUPS]
+}
+
+/// Held by a launch from before its capture check until the driver accepted or refused it.
+pub(crate) struct LaunchInFlight(&'static StreamGroup);
+
+impl LaunchInFlight {
+    /// Waits while a capture of `stream`'s group is beginning, then holds the group.
+    #[inline]
+    pub(crate) fn enter(stream: CUstream) -> LaunchInFlight {
+        let group = group_of(stream);
+        loop {
+            // Sequentially consistent with `CaptureBeginning::wait_for_launches`: either the
+            // capture sees this launch and waits, or the launch sees the capture and waits.
+            group.launching.fetch_add(1, Ordering::SeqCst);
+            if group.beginning.load(Ordering::SeqCst) == 0 {
+                return LaunchInFlight(group);
+            }
+            group.launching.fetch_sub(1, Ordering::SeqCst);
+            while group.beginning.load(Ordering::SeqCst) != 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+impl Drop for LaunchInFlight {
+    fn drop(&mut self) {
+        self.0.launching.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Held while a capture of a stream begins: launches of its group (and of the legacy stream's)
+/// wait, and those in flight were waited for.
+pub(crate) struct CaptureBeginning {
+    groups: [&'static StreamGroup; 2],
+}
+
+impl CaptureBeginning {
+    /// Stops new launches on `stream`'s group and the legacy stream's, and waits until the
+    /// launches in flight there were accepted or refused.
+    pub(crate) fn wait_for_launches(stream: CUstream) -> CaptureBeginning {
+        let groups = [group_of(stream), group_of(CU_STREAM_LEGACY)];
+        for (index, group) in groups.iter().enumerate() {
+            if index == 1 && std::ptr::eq(groups[0], groups[1]) {
+                continue;
+            }
+            group.beginning.fetch_add(1, Ordering::SeqCst);
+        }
+        for group in groups {
+            while group.launching.load(Ordering::SeqCst) != 0 {
+                std::thread::yield_now();
+            }
+        }
+        CaptureBeginning { groups }
+    }
+}
+
+impl Drop for CaptureBeginning {
+    fn drop(&mut self) {
+        for (index, group) in self.groups.iter().enumerate() {
+            if index == 1 && std::ptr::eq(self.groups[0], self.groups[1]) {
+                continue;
+            }
+            group.beginning.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+// ---- Captures begun by other code ---------------------------------------------------------------
+
+/// Whether the launch whose host function is `function` with `user_data` became a node of a
+/// capture of `stream` that other code began between the check and the launch: the stream
+/// captures now, and that node is among the capture's last nodes (the driver shows no more). A
+/// capture that began after the launch does not hold it.
+pub(crate) fn captured_by_other_code(
+    driver: &Driver,
+    stream: CUstream,
+    function: unsafe extern "C" fn(*mut c_void),
+    user_data: *mut c_void,
+) -> bool {
+    if !matches!(capture_state(driver, stream), Ok(Some(_))) {
+        return false;
+    }
+    let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut last_nodes: *const CUgraphNode = std::ptr::null();
+    let mut count = 0usize;
+    // SAFETY: a valid stream; the out-pointers are valid or null where the driver allows it.
+    let result = unsafe {
+        driver.cuStreamGetCaptureInfo_v3(
+            stream,
+            &mut status,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            &mut last_nodes,
+            std::ptr::null_mut(),
+            &mut count,
+        )
+    };
+    if result != CUresult::CUDA_SUCCESS || last_nodes.is_null() {
+        return false;
+    }
+    // SAFETY: the driver hands back `count` nodes, valid until the next call on the stream.
+    let last_nodes = unsafe { std::slice::from_raw_parts(last_nodes, count) }.to_vec();
+    last_nodes.into_iter().any(|node| {
+        let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: a node of the capture's graph; `kind` is a valid out-pointer.
+        let result = unsafe { driver.cuGraphNodeGetType(node, &mut kind) };
+        if result != CUresult::CUDA_SUCCESS || kind != CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
+            return false;
+        }
+        let mut params = CUDA_HOST_NODE_PARAMS {
+            fn_: None,
+            userData: std::ptr::null_mut(),
+        };
+        // SAFETY: a host node of the capture's graph; `params` is a valid out-pointer.
+        let result = unsafe { driver.cuGraphHostNodeGetParams(node, &mut params) };
+        result == CUresult::CUDA_SUCCESS
+            && params.userData == user_data
+            && params
+                .fn_
+                .is_some_and(|found| std::ptr::fn_addr_eq(found, function))
+    })
 }

@@ -195,10 +195,11 @@ impl Context {
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Context::synchronize")?;
         self.shared.take_drop_error()?;
-        self.shared.bind_to_thread()?;
         let driver = &self.shared.driver;
         // SAFETY: no arguments; the context is current.
-        let result = unsafe { driver.cuCtxSynchronize() };
+        let result = self
+            .shared
+            .with_current(|| Ok(unsafe { driver.cuCtxSynchronize() }))?;
         context_failure::note(&self.shared, result);
         reclaim::reclaim();
         Ok(driver.check("cuCtxSynchronize", result)?)
@@ -212,6 +213,29 @@ impl ContextShared {
 
     pub(crate) fn raw(&self) -> CUcontext {
         self.raw
+    }
+
+    /// Runs `call` with this context current on the calling thread, then makes what was current
+    /// before current again: cuda-host leaves the thread's current context as it found it.
+    pub(crate) fn with_current<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
+        let mut previous = ptr::null_mut();
+        // SAFETY: `previous` is a valid out-pointer.
+        let result = unsafe { self.driver.cuCtxGetCurrent(&mut previous) };
+        self.driver.check("cuCtxGetCurrent", result)?;
+        if previous == self.raw {
+            return call();
+        }
+        // SAFETY: `raw` is a context this value retains.
+        let result = unsafe { self.driver.cuCtxSetCurrent(self.raw) };
+        self.driver.check("cuCtxSetCurrent", result)?;
+        let outcome = call();
+        // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
+        let result = unsafe { self.driver.cuCtxSetCurrent(previous) };
+        if let Err(error) = self.driver.check("cuCtxSetCurrent", result) {
+            // The call's own outcome matters more to the caller: what it did happened.
+            log::error!("cannot make the previous context current again: {error}");
+        }
+        outcome
     }
 
     pub(crate) fn bind_to_thread(&self) -> Result<()> {

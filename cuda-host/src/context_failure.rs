@@ -20,8 +20,9 @@ use crate::reclaim;
 use crate::record::{self, RecordHeader};
 use cuda_host_sys::{CUresult, CUstream};
 use std::ffi::c_void;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// Whether `result` is an error after which the context runs no more work: those `cuda.h`
 /// documents as leaving the process "in an inconsistent state", and the device-side assert.
@@ -43,55 +44,83 @@ pub(crate) fn is_sticky(result: CUresult) -> bool {
 }
 
 /// Abandons the context's launched records when `result` says it failed. Only pushes onto the
-/// reclaim list, so it is right on any thread; the caller reclaims.
+/// reclaim lists, so it is right on any thread; the records' home threads drop them.
 pub(crate) fn note(context: &ContextShared, result: CUresult) {
     if is_sticky(result) {
         failed(context.raw().addr(), result);
     }
 }
 
-/// Whether any context failed; then [`FAILED`] lists them. Set before scanning, and read by each
-/// launch after it marked its slot launched (both sequentially consistent), so that a launch
-/// racing with the scan is abandoned by one of the two.
-static ANY_FAILED: AtomicBool = AtomicBool::new(false);
 /// The contexts that failed (`CUcontext` addresses). A failure is sticky: they stay failed.
-static FAILED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static FAILED: FailedContexts = FailedContexts::new();
 
-fn failed(context: usize, result: CUresult) {
-    {
-        let mut failed = FAILED
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !failed.contains(&context) {
-            failed.push(context);
+/// The failed contexts, and the flag that makes a launch racing with a failure's scan safe.
+///
+/// The handshake: a failure is recorded (`any` set, sequentially consistent) before its scan
+/// walks the slots; a launch marks its slot launched (sequentially consistent) before it reads
+/// `any`. In the single total order of those operations, either the mark comes first, and the
+/// scan (which starts after the flag) sees the slot launched and abandons it; or the flag comes
+/// first, and the launch sees it and abandons its own slot. Both may try: the slot's
+/// compare-and-swap lets exactly one win.
+struct FailedContexts {
+    any: AtomicBool,
+    contexts: Mutex<Vec<usize>>,
+}
+
+impl FailedContexts {
+    const fn new() -> Self {
+        FailedContexts {
+            any: AtomicBool::new(false),
+            contexts: Mutex::new(Vec::new()),
         }
     }
-    ANY_FAILED.store(true, Ordering::SeqCst);
+
+    /// Records that `context` failed; from now on, launches of it abandon themselves.
+    fn record(&self, context: usize) {
+        {
+            let mut contexts = self.contexts.lock().unwrap_or_else(PoisonError::into_inner);
+            if !contexts.contains(&context) {
+                contexts.push(context);
+            }
+        }
+        self.any.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `context` failed; one sequentially consistent load while none has.
+    fn has_failed(&self, context: usize) -> bool {
+        self.any.load(Ordering::SeqCst)
+            && self
+                .contexts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(&context)
+    }
+}
+
+fn failed(context: usize, result: CUresult) {
+    FAILED.record(context);
     let mut count = 0usize;
     launch_slot::abandon_launched(context, |record| {
         count += 1;
-        // SAFETY: abandoning claimed the record; ownership passes to the list.
-        unsafe { reclaim::push(record.as_ptr()) };
+        // SAFETY: abandoning claimed the record; ownership passes to its home's list.
+        unsafe { reclaim::finish(record) };
     });
     if count > 0 {
         log::debug!("the context failed with {result}: {count} host functions will never run");
     }
 }
 
-/// Called after a launch was marked launched: abandons it at once if its context (a `CUcontext`
-/// address) failed meanwhile, in case a scan for that failure ran before it was marked.
+/// Marks the launch of `ticket` launched (the driver accepted it), then abandons it at once if
+/// its context (a `CUcontext` address) failed meanwhile: the other half of the handshake
+/// described at [`FailedContexts`].
 #[inline]
-pub(crate) fn after_launch(context: usize, ticket: Ticket) {
-    if !ANY_FAILED.load(Ordering::SeqCst) {
-        return;
-    }
-    let failed = FAILED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-        .contains(&context);
-    if failed && let Some(record) = launch_slot::abandon_ticket(ticket) {
-        // SAFETY: abandoning claimed the record; ownership passes to the list.
-        unsafe { reclaim::push(record.as_ptr()) };
+pub(crate) fn mark_launched(context: usize, ticket: Ticket) {
+    launch_slot::mark_launched(ticket);
+    if FAILED.has_failed(context)
+        && let Some(record) = launch_slot::abandon_ticket(ticket)
+    {
+        // SAFETY: abandoning claimed the record; ownership passes to its home's list.
+        unsafe { reclaim::finish(record) };
     }
 }
 
@@ -138,9 +167,9 @@ unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *m
         // SAFETY: the driver hands the watch back once; it is live until pushed below.
         failed(unsafe { (*watch).context_handle() }, status);
     }
-    // SAFETY: the watch is owned here; ownership passes to the list (its context reference is
-    // dropped on a caller's thread).
-    unsafe { reclaim::push(watch) };
+    // SAFETY: the watch is owned here; ownership passes to its home's list (its context
+    // reference is dropped on a caller's thread).
+    unsafe { reclaim::finish(NonNull::new_unchecked(watch)) };
 }
 
 #[cfg(test)]
@@ -154,17 +183,28 @@ mod tests {
         const CONTEXT: usize = 0x2000_0000;
         // The interleaving: the launch is being made while the context fails and is scanned.
         let ticket = LaunchSlot::acquire().begin_launch(CONTEXT, ptr::null_mut());
-        failed(CONTEXT, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
-        launch_slot::launched(ticket);
-        after_launch(CONTEXT, ticket);
+        FAILED.record(CONTEXT);
+        let mut scanned = 0;
+        launch_slot::abandon_launched(CONTEXT, |_| scanned += 1);
+        assert_eq!(
+            scanned, 0,
+            "the scan ran before the launch was marked launched"
+        );
+        // The launcher abandons it; its record is taken back here rather than pushed, since the
+        // test's slot holds no record header.
+        launch_slot::mark_launched(ticket);
+        assert!(FAILED.has_failed(CONTEXT));
+        let record = launch_slot::abandon_ticket(ticket).expect("abandoned by the launcher");
         assert!(
             launch_slot::claim(ticket).is_none(),
             "abandoned: the host function would find its ticket stale"
         );
+        // SAFETY: the test's records hold nothing to drop.
+        unsafe { launch_slot::release(record) };
         // Another context's launch is left alone.
+        assert!(!FAILED.has_failed(CONTEXT + 8));
         let other = LaunchSlot::acquire().begin_launch(CONTEXT + 8, ptr::null_mut());
-        launch_slot::launched(other);
-        after_launch(CONTEXT + 8, other);
+        mark_launched(CONTEXT + 8, other);
         let (record, _) = launch_slot::claim(other).expect("still live");
         // SAFETY: the test's records hold nothing to drop.
         unsafe { launch_slot::release(record) };

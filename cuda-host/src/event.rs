@@ -43,15 +43,16 @@ impl Event {
         ensure_outside_host_function("Event::new")?;
         let shared = &context.shared;
         shared.take_drop_error()?;
-        shared.bind_to_thread()?;
         let flags = match flags {
             EventFlags::Timing => CUevent_flags::CU_EVENT_DEFAULT,
             EventFlags::DisableTiming => CUevent_flags::CU_EVENT_DISABLE_TIMING,
         };
         let mut raw = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current.
-        let result = unsafe { shared.driver().cuEventCreate(&mut raw, flags.0) };
-        shared.driver().check("cuEventCreate", result)?;
+        shared.with_current(|| {
+            // SAFETY: `raw` is a valid out-pointer; the context is current.
+            let result = unsafe { shared.driver().cuEventCreate(&mut raw, flags.0) };
+            Ok(shared.driver().check("cuEventCreate", result)?)
+        })?;
         Ok(Event {
             context: context.clone(),
             raw,
@@ -70,11 +71,12 @@ impl Event {
     #[doc(alias = "cuEventRecord")]
     pub fn record(&self, stream: &Stream) -> Result<()> {
         ensure_outside_host_function("Event::record")?;
-        stream.prepare()?;
-        let driver = self.context.shared.driver();
-        // SAFETY: both handles are valid while their owners exist.
-        let result = unsafe { driver.cuEventRecord(self.raw, stream.as_raw()) };
-        Ok(driver.check("cuEventRecord", result)?)
+        stream.with_stream_context(|| {
+            let driver = self.context.shared.driver();
+            // SAFETY: both handles are valid while their owners exist.
+            let result = unsafe { driver.cuEventRecord(self.raw, stream.as_raw()) };
+            Ok(driver.check("cuEventRecord", result)?)
+        })
     }
 
     /// Blocks until the recorded work has finished, then reclaims finished launch records.

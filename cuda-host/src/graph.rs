@@ -43,11 +43,12 @@ impl Graph {
         ensure_outside_host_function("Graph::new")?;
         let shared = &context.shared;
         shared.take_drop_error()?;
-        shared.bind_to_thread()?;
         let mut raw = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer.
-        let result = unsafe { shared.driver().cuGraphCreate(&mut raw, 0) };
-        shared.driver().check("cuGraphCreate", result)?;
+        shared.with_current(|| {
+            // SAFETY: `raw` is a valid out-pointer; the context is current.
+            let result = unsafe { shared.driver().cuGraphCreate(&mut raw, 0) };
+            Ok(shared.driver().check("cuGraphCreate", result)?)
+        })?;
         // SAFETY: a fresh graph, owned from here on.
         Ok(unsafe { Graph::from_raw(context, raw) })
     }
@@ -87,6 +88,7 @@ impl Graph {
     where
         F: Fn() + Send + Sync + 'static,
     {
+        let callable = reclaim::outside_host_function("Graph::add_host_node", callable)?;
         self.add_host_node_shared(dependencies, Arc::new(callable))
     }
 
@@ -99,7 +101,7 @@ impl Graph {
         dependencies: &[&HostNode<'_>],
         callable: HostCallable,
     ) -> Result<HostNode<'_>> {
-        ensure_outside_host_function("Graph::add_host_node")?;
+        let callable = reclaim::outside_host_function("Graph::add_host_node", callable)?;
         reclaim::reclaim();
         let driver = self.context.driver();
         let record = record::new_graph_callable(Arc::clone(&self.context.shared), callable);
@@ -334,6 +336,7 @@ impl<'graph> HostNode<'graph> {
     where
         F: Fn() + Send + Sync + 'static,
     {
+        let callable = reclaim::outside_host_function("HostNode::set_callable", callable)?;
         self.set_callable_shared(Arc::new(callable))
     }
 
@@ -342,7 +345,7 @@ impl<'graph> HostNode<'graph> {
     /// # Errors
     /// As [`set_callable`](Self::set_callable).
     pub fn set_callable_shared(&self, callable: HostCallable) -> Result<()> {
-        ensure_outside_host_function("HostNode::set_callable")?;
+        let callable = reclaim::outside_host_function("HostNode::set_callable", callable)?;
         reclaim::reclaim();
         let graph = self.graph;
         let driver = graph.context.driver();

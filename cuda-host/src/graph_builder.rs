@@ -1,9 +1,10 @@
 //! Building a graph by capturing a stream, with host functions the graph owns.
 
+use crate::capture_check::{self, CaptureBeginning};
 use crate::error::{Error, Result};
 use crate::graph::Graph;
 use crate::host_launch::{HostLaunch, UserData};
-use crate::reclaim;
+use crate::reclaim::{self, CaptureMark};
 use crate::record::{self, HostCallable};
 use crate::stream::Stream;
 use crate::trampoline::{self, ensure_outside_host_function};
@@ -32,14 +33,39 @@ pub enum CaptureMode {
 /// [`callback`](Self::callback) (or [`host_launch`](crate::host_launch) on the builder), which
 /// takes `Fn` because the graph runs it on every launch. Dropping the builder without
 /// [`end`](Self::end) ends the capture and discards the graph.
+///
+/// A builder stays on the thread that began the capture: the driver ends a global or
+/// thread-local capture only on that thread, and one graph must not be used from two threads at
+/// once. So it is neither `Send` nor `Sync`:
+///
+/// ```compile_fail
+/// fn shared_between_threads(builder: &cuda_host::GraphBuilder<'_>) {
+///     std::thread::scope(|scope| {
+///         scope.spawn(|| builder.callback(|| {}));
+///     });
+/// }
+/// ```
+///
+/// ```compile_fail
+/// fn sent_to_another_thread(builder: cuda_host::GraphBuilder<'static>) {
+///     std::thread::spawn(move || builder.end());
+/// }
+/// ```
+///
+/// While the capture is open, this thread drops no finished records, and for a global-mode
+/// capture no thread does: a `Drop` that frees memory would invalidate the capture. Beginning a
+/// global-mode capture therefore waits for drops in progress on other threads, and beginning any
+/// capture waits for launches in flight on its stream: do not begin one while holding a lock that
+/// a captured value's `Drop` needs.
 #[derive(Debug)]
 pub struct GraphBuilder<'stream> {
     stream: &'stream Stream,
     ended: bool,
+    _capturing: CaptureMark,
 }
 
 impl<'stream> GraphBuilder<'stream> {
-    /// Starts capturing `stream`.
+    /// Starts capturing `stream`, once the launches in flight on it were handed to the driver.
     ///
     /// # Errors
     /// The driver's error from `cuStreamBeginCapture_v2` (for example, the legacy stream cannot
@@ -47,19 +73,23 @@ impl<'stream> GraphBuilder<'stream> {
     #[doc(alias = "cuStreamBeginCapture")]
     pub fn begin(stream: &'stream Stream, mode: CaptureMode) -> Result<Self> {
         ensure_outside_host_function("GraphBuilder::begin")?;
-        stream.prepare()?;
+        let capturing = CaptureMark::new(mode == CaptureMode::Global);
         let mode = match mode {
             CaptureMode::Global => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
             CaptureMode::ThreadLocal => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             CaptureMode::Relaxed => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         };
-        let driver = stream.context().driver();
-        // SAFETY: the stream handle is valid while `stream` exists.
-        let result = unsafe { driver.cuStreamBeginCapture_v2(stream.as_raw(), mode) };
-        driver.check("cuStreamBeginCapture_v2", result)?;
+        stream.with_stream_context(|| {
+            let _beginning = CaptureBeginning::wait_for_launches(stream.as_raw());
+            let driver = stream.context().driver();
+            // SAFETY: the stream handle is valid while `stream` exists.
+            let result = unsafe { driver.cuStreamBeginCapture_v2(stream.as_raw(), mode) };
+            Ok(driver.check("cuStreamBeginCapture_v2", result)?)
+        })?;
         Ok(GraphBuilder {
             stream,
             ended: false,
+            _capturing: capturing,
         })
     }
 
@@ -79,6 +109,7 @@ impl<'stream> GraphBuilder<'stream> {
     where
         F: Fn() + Send + Sync + 'static,
     {
+        let callable = reclaim::outside_host_function("GraphBuilder::callback", callable)?;
         self.callback_shared(Arc::new(callable))
     }
 
@@ -87,7 +118,7 @@ impl<'stream> GraphBuilder<'stream> {
     /// # Errors
     /// As [`callback`](Self::callback).
     pub fn callback_shared(&self, callable: HostCallable) -> Result<()> {
-        ensure_outside_host_function("GraphBuilder::callback")?;
+        let callable = reclaim::outside_host_function("GraphBuilder::callback", callable)?;
         reclaim::reclaim();
         let graph = self.capturing_graph()?;
         let driver = self.stream.context().driver();
@@ -145,40 +176,45 @@ impl<'stream> GraphBuilder<'stream> {
     #[doc(alias = "cuStreamEndCapture")]
     pub fn end(mut self) -> Result<Graph> {
         ensure_outside_host_function("GraphBuilder::end")?;
-        self.ended = true;
+        // On an error the builder's drop ends the capture if it is still open.
         let graph = self.end_capture()?;
+        self.ended = true;
         // SAFETY: a graph fresh from the capture, owned from here on.
         Ok(unsafe { Graph::from_raw(self.stream.context(), graph) })
     }
 
     fn end_capture(&self) -> Result<CUgraph> {
-        let driver = self.stream.context().driver();
         let mut graph = ptr::null_mut();
-        // SAFETY: the stream is capturing (begun by this builder); `graph` is a valid out-pointer.
-        let result = unsafe { driver.cuStreamEndCapture(self.stream.as_raw(), &mut graph) };
-        driver.check("cuStreamEndCapture", result)?;
+        self.stream.with_stream_context(|| {
+            let driver = self.stream.context().driver();
+            // SAFETY: the stream is capturing (begun by this builder, on this thread); `graph` is
+            // a valid out-pointer.
+            let result = unsafe { driver.cuStreamEndCapture(self.stream.as_raw(), &mut graph) };
+            Ok(driver.check("cuStreamEndCapture", result)?)
+        })?;
         Ok(graph)
     }
 
     /// The graph under construction, while the capture is active.
     fn capturing_graph(&self) -> Result<CUgraph> {
-        self.stream.prepare()?;
-        let driver = self.stream.context().driver();
         let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let mut graph = ptr::null_mut();
-        // SAFETY: valid stream; the out-pointers are valid or null where the driver allows it.
-        let result = unsafe {
-            driver.cuStreamGetCaptureInfo_v3(
-                self.stream.as_raw(),
-                &mut status,
-                ptr::null_mut(),
-                &mut graph,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                ptr::null_mut(),
-            )
-        };
-        driver.check("cuStreamGetCaptureInfo_v3", result)?;
+        self.stream.with_stream_context(|| {
+            let driver = self.stream.context().driver();
+            // SAFETY: valid stream; the out-pointers are valid or null where the driver allows it.
+            let result = unsafe {
+                driver.cuStreamGetCaptureInfo_v3(
+                    self.stream.as_raw(),
+                    &mut status,
+                    ptr::null_mut(),
+                    &mut graph,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                )
+            };
+            Ok(driver.check("cuStreamGetCaptureInfo_v3", result)?)
+        })?;
         match status {
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE if !graph.is_null() => Ok(graph),
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
@@ -195,10 +231,13 @@ impl<'stream> GraphBuilder<'stream> {
         function: unsafe extern "C" fn(*mut c_void),
         data: *mut c_void,
     ) -> Result<()> {
-        let driver = self.stream.context().driver();
-        // SAFETY: per the caller; on a capturing stream this adds a host node to the graph.
-        let result = unsafe { driver.cuLaunchHostFunc(self.stream.as_raw(), Some(function), data) };
-        Ok(driver.check("cuLaunchHostFunc", result)?)
+        self.stream.with_stream_context(|| {
+            let driver = self.stream.context().driver();
+            // SAFETY: per the caller; on a capturing stream this adds a host node to the graph.
+            let result =
+                unsafe { driver.cuLaunchHostFunc(self.stream.as_raw(), Some(function), data) };
+            Ok(driver.check("cuLaunchHostFunc", result)?)
+        })
     }
 }
 
@@ -207,8 +246,14 @@ impl Drop for GraphBuilder<'_> {
         if self.ended {
             return;
         }
-        // Ends the capture so the stream is usable again, and discards the graph (with the
-        // references it holds to callables).
+        // Ends the capture (when `end` failed, if it is still open) so the stream is usable
+        // again, and discards the graph (with the references it holds to callables).
+        let capturing = self.stream.with_stream_context(|| {
+            capture_check::capture_state(self.stream.context().driver(), self.stream.as_raw())
+        });
+        if matches!(capturing, Ok(None)) {
+            return;
+        }
         match self.end_capture() {
             Ok(graph) if !graph.is_null() => {
                 // SAFETY: a graph fresh from the capture, owned here.

@@ -1,6 +1,16 @@
-//! Executable graphs.
+//! Executable graphs, and the callables set on one executable's nodes.
+//!
+//! The graph's own callables are kept by the graph's user objects, which each executable
+//! references from its instantiation until it and its launches are gone. A callable set on an
+//! executable's node (`set_host_node_callable`) is the executable's own: it keeps it in an
+//! [`ExecutableCallables`], which a user object of the executable holds, so that it lives while
+//! the executable and its launches in flight can run it. A callable the executable set and then
+//! replaced is released as soon as no launch in flight can run it: each launch records a fence
+//! (an event) on its stream once the executable has callables of its own, and a replaced callable
+//! waits for the fences of the launches before its replacement, one per stream (a stream's
+//! launches finish in order). So replacing before every launch keeps a bounded number alive.
 
-use crate::context::Context;
+use crate::context::{Context, ContextShared};
 use crate::error::Result;
 use crate::graph::{Graph, HostNode};
 use crate::handle::SendHandle;
@@ -9,14 +19,14 @@ use crate::record::{self, HostCallable, OwnedRecord};
 use crate::stream::Stream;
 use crate::trampoline::{self, ensure_outside_host_function};
 use crate::user_object;
-use cuda_host_sys::{CUDA_HOST_NODE_PARAMS, CUgraphExec};
+use cuda_host_sys::{
+    CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
+    CUgraphNode_st, CUresult, CUstream, CUstream_st,
+};
 use std::marker::PhantomData;
 use std::ptr;
-use std::sync::{Arc, Mutex};
-
-/// Callables set on one executable's nodes. A user object of the executable holds them, so they
-/// live until the executable and its launches in flight are gone.
-type ExecutableCallables = Arc<Mutex<Vec<OwnedRecord>>>;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// An instantiated graph, launched on streams. It keeps the graph's callables alive on its own:
 /// the graph may be dropped first.
@@ -24,7 +34,7 @@ type ExecutableCallables = Arc<Mutex<Vec<OwnedRecord>>>;
 pub struct GraphExec {
     context: Context,
     raw: CUgraphExec,
-    callables: ExecutableCallables,
+    callables: Arc<Mutex<ExecutableCallables>>,
     // The driver does not synchronise calls on one executable: `Send` but not `Sync`.
     _not_sync: PhantomData<std::cell::Cell<()>>,
 }
@@ -33,9 +43,145 @@ pub struct GraphExec {
 // `GraphExec` is not `Sync`.
 unsafe impl Send for GraphExec {}
 
-impl std::fmt::Debug for OwnedRecord {
+/// The callables one executable set on its nodes, those it replaced that a launch in flight may
+/// still run, and the fences that tell when those launches finished.
+struct ExecutableCallables {
+    context: Arc<ContextShared>,
+    /// The callable set on each node.
+    current: Vec<(SendHandle<CUgraphNode_st>, OwnedRecord)>,
+    /// Per stream launched on, the fence of its latest launch.
+    fences: Vec<Arc<Fence>>,
+    /// Replaced callables, with the fences of the launches that may still run them.
+    replaced: Vec<(OwnedRecord, Vec<Arc<Fence>>)>,
+    /// A launch whose fence could not be recorded: replaced callables then stay until the
+    /// executable is gone.
+    unfenced: bool,
+}
+
+impl std::fmt::Debug for ExecutableCallables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("OwnedRecord")
+        f.debug_struct("ExecutableCallables")
+            .field("current", &self.current.len())
+            .field("replaced", &self.replaced.len())
+            .field("fences", &self.fences.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An event recorded after an executable's latest launch on one stream. Sealed once a replaced
+/// callable waits for it: it is never recorded again.
+struct Fence {
+    context: Arc<ContextShared>,
+    stream: SendHandle<CUstream_st>,
+    event: SendHandle<CUevent_st>,
+    sealed: AtomicBool,
+}
+
+impl Fence {
+    /// Whether the launch it was recorded after has finished (or never will: an error).
+    fn passed(&self) -> bool {
+        // SAFETY: the event is this fence's own, destroyed only when the fence is dropped.
+        let result = unsafe { self.context.driver().cuEventQuery(self.event.get()) };
+        result != CUresult::CUDA_ERROR_NOT_READY
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        // Fences are dropped on callers' threads: by the executable's calls, or with the
+        // executable's callables through the reclaim lists.
+        // SAFETY: created by `ExecutableCallables::fence`, destroyed once; a pending record
+        // finishes on its own.
+        let result = unsafe { self.context.driver().cuEventDestroy_v2(self.event.get()) };
+        if let Err(error) = self.context.driver().check("cuEventDestroy_v2", result) {
+            self.context.record_drop_error("event", error);
+        }
+    }
+}
+
+impl ExecutableCallables {
+    /// Records the fence of a launch on `stream`, when the executable has callables of its own.
+    fn fence(&mut self, stream: &Stream) {
+        if self.current.is_empty() || self.unfenced {
+            return;
+        }
+        let raw = stream.as_raw();
+        if let Err(error) = self.record_fence(raw) {
+            log::warn!("a launch's fence could not be recorded: {error}");
+            self.unfenced = true;
+        }
+    }
+
+    fn record_fence(&mut self, stream: CUstream) -> Result<()> {
+        let driver = self.context.driver();
+        let reusable = self
+            .fences
+            .iter()
+            .position(|fence| fence.stream.get() == stream)
+            .filter(|&index| !self.fences[index].sealed.load(Ordering::Relaxed));
+        let event = match reusable {
+            Some(index) => self.fences[index].event.get(),
+            None => {
+                let mut event: CUevent = ptr::null_mut();
+                self.context.with_current(|| {
+                    // SAFETY: a valid out-pointer; the context is current.
+                    let result = unsafe {
+                        driver.cuEventCreate(&mut event, CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
+                    };
+                    Ok(driver.check("cuEventCreate", result)?)
+                })?;
+                let fence = Arc::new(Fence {
+                    context: Arc::clone(&self.context),
+                    stream: SendHandle::new(stream),
+                    event: SendHandle::new(event),
+                    sealed: AtomicBool::new(false),
+                });
+                self.fences.retain(|old| old.stream.get() != stream);
+                self.fences.push(fence);
+                event
+            }
+        };
+        // SAFETY: the event is live; the stream is the launch's, valid during this call.
+        let result = unsafe { driver.cuEventRecord(event, stream) };
+        Ok(driver.check("cuEventRecord", result)?)
+    }
+
+    /// Sets `record` as `node`'s callable; the one it replaces waits for the launches so far.
+    fn set(&mut self, node: CUgraphNode, record: OwnedRecord) {
+        let previous = match self.current.iter_mut().find(|(set, _)| set.get() == node) {
+            Some((_, current)) => Some(std::mem::replace(current, record)),
+            None => {
+                self.current.push((SendHandle::new(node), record));
+                None
+            }
+        };
+        let Some(previous) = previous else {
+            return;
+        };
+        // Fences already passed need no waiting.
+        self.fences.retain(|fence| !fence.passed());
+        for fence in &self.fences {
+            fence.sealed.store(true, Ordering::Relaxed);
+        }
+        self.replaced.push((previous, self.fences.clone()));
+    }
+
+    /// Takes out the replaced callables no launch in flight can run any more, for the caller to
+    /// drop with no lock held.
+    fn take_unreachable(&mut self) -> Vec<OwnedRecord> {
+        if self.unfenced {
+            return Vec::new();
+        }
+        let mut unreachable = Vec::new();
+        let mut index = 0;
+        while index < self.replaced.len() {
+            if self.replaced[index].1.iter().all(|fence| fence.passed()) {
+                unreachable.push(self.replaced.swap_remove(index).0);
+            } else {
+                index += 1;
+            }
+        }
+        unreachable
     }
 }
 
@@ -46,15 +192,31 @@ impl GraphExec {
     pub(crate) fn instantiate(graph: &Graph) -> Result<GraphExec> {
         let context = graph.context();
         let driver = context.driver();
-        let callables: ExecutableCallables = Arc::default();
+        let callables = Arc::new(Mutex::new(ExecutableCallables {
+            context: Arc::clone(&context.shared),
+            current: Vec::new(),
+            fences: Vec::new(),
+            replaced: Vec::new(),
+            unfenced: false,
+        }));
         let holder = record::new_deferred_drop(Arc::clone(&callables));
         // SAFETY: the fresh record passes to the user object.
         let object = unsafe { user_object::create(driver, holder)? };
         // SAFETY: the graph is live and not shared; our fresh reference moves to it.
         unsafe { user_object::move_into_graph(driver, graph.as_raw(), object)? };
         let mut raw = ptr::null_mut();
-        // SAFETY: a live graph; `raw` is a valid out-pointer.
-        let result = unsafe { driver.cuGraphInstantiateWithFlags(&mut raw, graph.as_raw(), 0) };
+        let result = context.shared.with_current(|| {
+            // SAFETY: a live graph; `raw` is a valid out-pointer; the context is current.
+            Ok(unsafe { driver.cuGraphInstantiateWithFlags(&mut raw, graph.as_raw(), 0) })
+        });
+        let result = match result {
+            Ok(result) => result,
+            Err(error) => {
+                // SAFETY: the graph holds the reference moved to it above.
+                unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
+                return Err(error);
+            }
+        };
         // The executable (if any) holds its own reference now.
         // SAFETY: the graph holds the reference moved to it above.
         unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
@@ -72,6 +234,12 @@ impl GraphExec {
         self.raw
     }
 
+    fn callables(&self) -> MutexGuard<'_, ExecutableCallables> {
+        self.callables
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Enqueues one run of the graph on `stream`: every host node runs again.
     ///
     /// # Errors
@@ -80,17 +248,25 @@ impl GraphExec {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         ensure_outside_host_function("GraphExec::launch")?;
         reclaim::reclaim();
-        stream.prepare()?;
-        let driver = self.context.driver();
-        // SAFETY: both handles are live while their owners exist.
-        let result = unsafe { driver.cuGraphLaunch(self.raw, stream.as_raw()) };
-        Ok(driver.check("cuGraphLaunch", result)?)
+        let unreachable = stream.with_stream_context(|| {
+            let driver = self.context.driver();
+            // SAFETY: both handles are live while their owners exist.
+            let result = unsafe { driver.cuGraphLaunch(self.raw, stream.as_raw()) };
+            driver.check("cuGraphLaunch", result)?;
+            let mut callables = self.callables();
+            callables.fence(stream);
+            Ok(callables.take_unreachable())
+        })?;
+        drop(unreachable);
+        Ok(())
     }
 
     /// Replaces the callable of `node` (a host node of the graph this was instantiated from) in
     /// this executable only; launches enqueued afterwards run it. This executable owns the new
-    /// callable until it and its launches in flight are gone; the replaced one lives as long as
-    /// whatever else owns it (the graph, or this executable) can run it.
+    /// callable until it and its launches in flight are gone, or until it is replaced in turn
+    /// and no launch in flight can run it any more (launches through [`launch`](Self::launch)
+    /// are tracked; so a callable replaced before every launch keeps a bounded number alive).
+    /// The graph's own callable stays with the graph and its executables.
     ///
     /// # Errors
     /// The driver's error from `cuGraphExecHostNodeSetParams`; nothing changes then.
@@ -99,6 +275,8 @@ impl GraphExec {
     where
         F: Fn() + Send + Sync + 'static,
     {
+        let callable =
+            reclaim::outside_host_function("GraphExec::set_host_node_callable", callable)?;
         self.set_host_node_callable_shared(node, Arc::new(callable))
     }
 
@@ -111,29 +289,32 @@ impl GraphExec {
         node: &HostNode<'_>,
         callable: HostCallable,
     ) -> Result<()> {
-        ensure_outside_host_function("GraphExec::set_host_node_callable")?;
+        let callable =
+            reclaim::outside_host_function("GraphExec::set_host_node_callable", callable)?;
         reclaim::reclaim();
         let driver = self.context.driver();
         let record = record::new_graph_callable(Arc::clone(&self.context.shared), callable);
-        let mut callables = self
-            .callables
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        // SAFETY: a fresh record, owned from here on by the executable's list.
-        callables.push(unsafe { OwnedRecord::new(record) });
+        // SAFETY: a fresh record, owned from here on.
+        let owned = unsafe { OwnedRecord::new(record) };
         let params = CUDA_HOST_NODE_PARAMS {
             fn_: Some(trampoline::graph_host_fn),
             userData: record.as_ptr().cast(),
         };
-        // SAFETY: both handles are live; the executable's list keeps the record alive as long as
-        // the executable and its launches.
+        let mut callables = self.callables();
+        // SAFETY: both handles are live; the executable's callables keep the record alive as
+        // long as the executable and its launches can run it.
         let result =
             unsafe { driver.cuGraphExecHostNodeSetParams(self.raw, node.as_raw(), &params) };
         if let Err(error) = driver.check("cuGraphExecHostNodeSetParams", result) {
-            // Never handed to the driver: dropped at once.
-            callables.pop();
+            drop(callables);
+            // Never handed to the driver: dropped at once, with no lock held.
+            drop(owned);
             return Err(error.into());
         }
+        callables.set(node.as_raw(), owned);
+        let unreachable = callables.take_unreachable();
+        drop(callables);
+        drop(unreachable);
         Ok(())
     }
 }

@@ -1,11 +1,11 @@
 //! `host_launch`: enqueue host code in stream order.
 
-use crate::capture_check::ensure_not_capturing;
+use crate::capture_check::{self, LaunchInFlight, ensure_not_capturing};
 use crate::context_failure;
-use crate::error::Result;
+use crate::error::{CaptureState, Error, Result};
 use crate::launch_slot::{self, LaunchSlot};
 use crate::reclaim;
-use crate::record::{self, Closure, RecordHeader};
+use crate::record::{self, Closure, RunOnce};
 use crate::stream::Stream;
 use crate::trampoline::{self, ensure_outside_host_function};
 use std::ffi::c_void;
@@ -50,17 +50,20 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 ///
 /// On a [`Stream`], `function` is `FnMut() + Send + 'static` and runs exactly once, on the
 /// driver's host-function thread. It is called through a reference, so the values it captures
-/// stay in its launch record, which cuda-host drops later on a thread that calls into cuda-host
-/// (the next launch, a synchronize, [`reclaim`](crate::reclaim); see
-/// [`set_launch_reclaim_interval`](crate::set_launch_reclaim_interval)): a captured buffer may free
-/// device memory in its `Drop`, which is forbidden on the driver's thread. (A `FnOnce` would drop
-/// its captures at the end of its call, there.) After [`Stream::synchronize`] returns, the
-/// values captured by host functions launched before it on that stream have been dropped, unless
-/// another thread took them from the reclaim list first: that thread drops them.
+/// stay in its launch record, which is dropped later on **the thread that launched it**, at its
+/// next cuda-host call (the next launch, a synchronize, [`reclaim`](crate::reclaim); see
+/// [`set_launch_reclaim_interval`](crate::set_launch_reclaim_interval)), or, once that thread has
+/// exited, by any thread: a captured buffer may free device memory in its `Drop`, which is
+/// forbidden on the driver's thread. (A `FnOnce` would drop its captures at the end of its call,
+/// there.) After [`Stream::synchronize`] returns, the values captured by the host functions this
+/// thread launched before it on that stream have been dropped, unless this thread is capturing a
+/// stream or a global-mode capture begun through cuda-host is open (drops then wait for the
+/// next call that may make them; see [`reclaim`](crate::reclaim)).
 ///
 /// Inside `function`, CUDA calls are forbidden: cuda-host's own return
 /// [`Error::InHostFunction`](crate::Error::InHostFunction). A panic is caught, logged, passed to
-/// the hook of [`set_host_panic_hook`](crate::set_host_panic_hook), and the stream goes on.
+/// the hook of [`set_host_panic_hook`](crate::set_host_panic_hook), and the stream goes on; so is
+/// a panic in the `Drop` of a captured value, and the call that dropped it goes on.
 /// Whatever `function` waits for must not depend on work ordered after it, or on a lock held by a
 /// thread that waits for the stream: both never finish.
 ///
@@ -74,8 +77,13 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// # Errors
 /// - [`Error::StreamCapturing`](crate::Error::StreamCapturing) when the stream is being captured
 ///   (or is the legacy stream while a blocking stream captures): nothing is enqueued and the
-///   capture is left intact.
-/// - [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function.
+///   capture is left intact. A capture begun through cuda-host waits for launches in flight on
+///   its stream, so a launch either runs once or is refused, never captured. A capture other
+///   code begins between the check and the launch can capture it; where the driver shows that
+///   (the launch is the capture's last node), the launch is refused too, and the node left in
+///   that graph does nothing.
+/// - [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function; `function`
+///   is then dropped later on the thread whose host function is running, never on the driver's.
 /// - The driver's error when it refuses the launch; `function` is then dropped at once, on this
 ///   thread, without running.
 ///
@@ -101,8 +109,9 @@ where
     F: FnMut() + Send + 'static,
 {
     fn host_launch(&self, function: F) -> Result<()> {
-        let context = self.prepare_launch()?;
-        enqueue_run_once(self, record::new_run_once(context, Closure(function)))
+        let function = reclaim::outside_host_function("host_launch", function)?;
+        reclaim::reclaim_on_launch();
+        self.launch_run_once(Closure(function))
     }
 }
 
@@ -141,44 +150,68 @@ pub unsafe fn host_launch_raw(
     function: unsafe extern "C" fn(*mut c_void),
     user_data: UserData<'_>,
 ) -> Result<()> {
-    let context = stream.prepare_launch()?;
+    ensure_outside_host_function("host_launch_raw")?;
+    reclaim::reclaim_on_launch();
     let pointer = match user_data {
         UserData::None => std::ptr::null_mut(),
         UserData::PassThrough(pointer) => pointer,
         UserData::Copied(bytes) => {
-            return enqueue_run_once(stream, record::new_run_once_bytes(context, function, bytes));
+            return match record::CopiedBytes::new(function, bytes) {
+                record::CopiedBytes::Inline(payload) => stream.launch_run_once(payload),
+                record::CopiedBytes::Boxed(payload) => stream.launch_run_once(payload),
+            };
         }
     };
-    let driver = stream.context().driver();
-    // SAFETY: the stream handle is valid while `stream` exists; the caller vouches for `function`
-    // and `pointer`.
-    let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(function), pointer) };
-    context_failure::note(&context, result);
-    Ok(driver.check("cuLaunchHostFunc", result)?)
+    let context = &stream.context().shared;
+    stream.with_stream_context(|| {
+        let _in_flight = LaunchInFlight::enter(stream.as_raw());
+        stream.ensure_not_capturing()?;
+        let driver = context.driver();
+        // SAFETY: the stream handle is valid while `stream` exists; the caller vouches for
+        // `function` and `pointer`.
+        let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(function), pointer) };
+        context_failure::note(context, result);
+        Ok(driver.check("cuLaunchHostFunc", result)?)
+    })
 }
 
 impl Stream {
-    /// The checks before any launch; returns the context reference for the launch record.
-    #[inline]
-    fn prepare_launch(&self) -> Result<Arc<crate::context::ContextShared>> {
-        ensure_outside_host_function("host_launch")?;
-        // Launches drain: the list stays bounded, and memory freed here is reused at once.
-        reclaim::reclaim_on_launch();
-        self.prepare()?;
+    /// Launches a run-once record of `payload`, with the checks every launch makes: the
+    /// context's deferred errors, the special streams' current context, and the capture check,
+    /// which holds until the driver took the launch (`capture_check`).
+    fn launch_run_once<P: RunOnce>(&self, payload: P) -> Result<()> {
+        let mut payload = Some(payload);
+        let launched = self.with_stream_context(|| {
+            let _in_flight = LaunchInFlight::enter(self.as_raw());
+            self.ensure_not_capturing()?;
+            let context = Arc::clone(&self.context().shared);
+            let payload = payload.take().expect("made into a record once");
+            enqueue_run_once(self, record::new_run_once(context, payload))
+        });
+        if let Some(refused) = payload {
+            // Refused before a record was made: dropped as the reclaim rule allows.
+            reclaim::drop_when_allowed(refused);
+        }
+        launched
+    }
+
+    /// `Err(Error::StreamCapturing)` unless the stream is free of any capture; a failure the
+    /// check sees is noted.
+    fn ensure_not_capturing(&self) -> Result<()> {
         let shared = &self.context().shared;
         ensure_not_capturing(shared.driver(), self.as_raw()).inspect_err(|error| {
             if let Some(result) = error.driver_result() {
                 context_failure::note(shared, result);
             }
-        })?;
-        Ok(Arc::clone(shared))
+        })
     }
 }
 
 /// Hands a run-once record to the driver with `cuLaunchHostFunc`, under a launch ticket rather
 /// than its address: if the context fails, the driver never calls the function, and cuda-host
 /// abandons the record instead (`context_failure`); a call that came late would find its ticket
-/// stale.
+/// stale. Where other code began a capture of the stream between the check and the launch, the
+/// launch became a node of that graph: it is abandoned (the node then does nothing) and refused.
 fn enqueue_run_once(stream: &Stream, slot: LaunchSlot) -> Result<()> {
     let context = &stream.context().shared;
     let driver = context.driver();
@@ -194,15 +227,27 @@ fn enqueue_run_once(stream: &Stream, slot: LaunchSlot) -> Result<()> {
         )
     };
     if let Err(error) = driver.check("cuLaunchHostFunc", result) {
-        match launch_slot::refused(ticket) {
+        match launch_slot::take_refused(ticket) {
             // SAFETY: the driver refused the launch, so its record is exclusively ours again.
-            Some(record) => unsafe { RecordHeader::drop(record.as_ptr()) },
+            Some(record) => unsafe { reclaim::drop_soon(record) },
             None => log::error!("the driver ran a host function whose launch it refused"),
         }
         context_failure::note(context, result);
         return Err(error.into());
     }
-    launch_slot::launched(ticket);
-    context_failure::after_launch(context.raw().addr(), ticket);
+    context_failure::mark_launched(context.raw().addr(), ticket);
+    if capture_check::captured_by_other_code(
+        driver,
+        stream.as_raw(),
+        trampoline::run_once_host_fn,
+        ticket.into_user_data(),
+    ) && let Some(record) = launch_slot::abandon_ticket(ticket)
+    {
+        // SAFETY: abandoning claimed the record, which never ran: it is ours to drop.
+        unsafe { reclaim::drop_soon(record) };
+        return Err(Error::StreamCapturing {
+            status: CaptureState::Active,
+        });
+    }
     Ok(())
 }

@@ -4,31 +4,35 @@
 //! once its context has failed (a sticky error such as a kernel's illegal address). cuda-host must
 //! then reclaim the record itself, at a time when nothing proves the driver will not still call
 //! it. So the driver never holds a record's address: it holds a *ticket*, a slot index and a
-//! generation. Slots live in a table that is never freed, and each slot's state names the
-//! generation of the launch it holds. Whoever moves a slot out of launched with a
-//! compare-and-swap owns its record: the host function about to run it, or cuda-host abandoning
-//! it after its context failed. A late or repeated call with a stale ticket finds another
-//! generation, or a claimed or abandoned slot, and does nothing.
+//! generation. Each slot's state (`slot_state`) names the generation of the launch it holds, and
+//! whoever moves a slot out of launched with a compare-and-swap owns its record: the host
+//! function about to run it, or cuda-host abandoning it. A late or repeated call with a stale
+//! ticket finds another generation, or a claimed, abandoned or missing slot, and does nothing.
+//! Generations never repeat: a slot out of generations is retired, and a segment given back and
+//! made again starts above every generation it had issued.
 //!
 //! A payload of up to [`INLINE_BYTES`] lives inside the slot, so once the table has grown to the
-//! launches in flight a launch allocates nothing. Free slots are kept per thread, most recently
-//! freed first: a launching thread that also reclaims reuses slots still in its cache.
+//! launches in flight a launch allocates nothing. The table is made of segments that double in
+//! size. The first [`RESERVE_SEGMENTS`] are the reserve, never given back, and are cached per
+//! thread (most recently freed first: a launching thread that also drops its records reuses
+//! slots still in its cache). Slots beyond the reserve serve bursts: they are taken from the
+//! pool one at a time, go back to it in batches, and a segment whose slots all came back is
+//! freed. A slot that can never come back (retired) pins its segment.
 //!
-//! A slot's life: free → launching (the record is written; the driver is being asked) → launched
-//! (the driver accepted it) → claimed (by the host function, or by the launching thread when the
-//! driver refused) → free again once its record was dropped, on a caller's thread, through the
-//! reclaim list. A launched record can instead be abandoned after its context failed; its slot
-//! is then retired, never reused, since the driver may still hold its ticket.
+//! Freeing a segment races only with a host function presenting a stale ticket of it (after
+//! other code's graph captured a launch): every claim announces itself in [`CLAIMERS`] before
+//! it reads the table, and the freer unpublishes the segment, then waits for claims in progress.
 
 use crate::record::RecordHeader;
+use crate::slot_state::{Phase, Released, SlotState};
 use cuda_host_sys::CUstream;
-use std::alloc::{Layout, alloc_zeroed, handle_alloc_error};
-use std::cell::{Cell, UnsafeCell};
+use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::ffi::c_void;
 use std::mem::{MaybeUninit, offset_of};
 use std::ptr::{self, NonNull};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("launch tickets pack a slot index and a generation into a 64-bit pointer");
@@ -39,22 +43,21 @@ pub(crate) const INLINE_BYTES: usize = 64;
 pub(crate) const INLINE_ALIGN: usize = 16;
 
 /// One launch record's memory, two cache lines. The record header comes first, so a slot's
-/// address is its record's and the reclaim list treats slot records like any other. What the
-/// host function touches (header, state, and a payload of up to 32 bytes) shares the first line
-/// with it; what only launching and abandoning need is at the end.
+/// address is its record's and the reclaim lists treat slot records like any other. What the
+/// host function touches (header, state, stream, the payload's start) shares the first line;
+/// what only launching and abandoning need is at the end.
 #[repr(C, align(128))]
 pub(crate) struct Slot {
     record: UnsafeCell<MaybeUninit<RecordHeader>>,
-    /// `generation << 3 | phase`.
-    state: AtomicU64,
+    state: SlotState,
+    /// The stream launched on, for panic reports. Written before the launch is published.
+    stream: UnsafeCell<CUstream>,
     payload: UnsafeCell<InlinePayload>,
     /// The launch's context (the driver's `CUcontext`, as an address), for abandoning.
     context: AtomicUsize,
-    /// The stream launched on, for panic reports. Written before the launch is published.
-    stream: UnsafeCell<CUstream>,
     /// This slot's index in the table.
     index: u32,
-    /// The next free slot while this one is on a free list (owned by that list).
+    /// The next free slot while this one is on a thread's free list (owned by that list).
     next_free: UnsafeCell<u32>,
 }
 
@@ -62,33 +65,13 @@ pub(crate) struct Slot {
 struct InlinePayload([MaybeUninit<u8>; INLINE_BYTES]);
 
 const _: () = assert!(size_of::<Slot>() == 128 && offset_of!(Slot, record) == 0);
-const _: () = assert!(offset_of!(Slot, payload) == 32);
+const _: () = assert!(offset_of!(Slot, payload) == 48);
 const _: () = assert!(align_of::<InlinePayload>() == INLINE_ALIGN);
 
 // SAFETY: the plain fields are written only by the slot's current owner, and ownership passes
-// between threads through `state` (release/acquire), the reclaim list (release/acquire) or the
+// between threads through `state` (release/acquire), the reclaim lists (release/acquire) or the
 // pool's mutex.
 unsafe impl Sync for Slot {}
-
-const FREE: u64 = 0;
-const LAUNCHING: u64 = 1;
-const LAUNCHED: u64 = 2;
-const CLAIMED: u64 = 3;
-/// Claimed by abandoning: the driver may still hold the ticket, so the slot is never reused.
-const ABANDONED: u64 = 4;
-const PHASE_BITS: u32 = 3;
-
-fn state(generation: u32, phase: u64) -> u64 {
-    (u64::from(generation) << PHASE_BITS) | phase
-}
-
-fn phase(state: u64) -> u64 {
-    state & ((1 << PHASE_BITS) - 1)
-}
-
-fn generation(state: u64) -> u32 {
-    (state >> PHASE_BITS) as u32
-}
 
 /// What the driver holds for a launch: the slot index in the low 32 bits, its generation (never
 /// zero, so a ticket is never null) in the high 32.
@@ -124,18 +107,40 @@ impl Ticket {
 /// cover every `u32` index.
 const FIRST_SEGMENT: usize = 64;
 const SEGMENTS: usize = 26;
+/// Segments never given back: 16,320 slots, about 2 MiB.
+pub(crate) const RESERVE_SEGMENTS: usize = 8;
+/// Slots in the reserve.
+pub(crate) const RESERVE_SLOTS: usize = FIRST_SEGMENT * ((1 << RESERVE_SEGMENTS) - 1);
 
 static TABLE: [AtomicPtr<Slot>; SEGMENTS] = [const { AtomicPtr::new(ptr::null_mut()) }; SEGMENTS];
+/// Claims in progress (see the module documentation).
+static CLAIMERS: AtomicUsize = AtomicUsize::new(0);
 
-/// Free slots no thread holds, and how many segments exist.
 static POOL: Mutex<Pool> = Mutex::new(Pool {
-    free: Vec::new(),
-    segments: 0,
+    free: [const { Vec::new() }; SEGMENTS],
+    retired: [0; SEGMENTS],
+    first_generation: [1; SEGMENTS],
+    allocated: 0,
+    peak: 0,
 });
 
+/// Free slots no thread holds, per segment, and what the segments' lives need.
 struct Pool {
-    free: Vec<u32>,
-    segments: usize,
+    free: [Vec<u32>; SEGMENTS],
+    /// Slots that never come back, per segment.
+    retired: [u32; SEGMENTS],
+    /// The first generation of a segment's next incarnation: above every generation it issued.
+    first_generation: [u32; SEGMENTS],
+    allocated: usize,
+    peak: usize,
+}
+
+fn segment_len(segment: usize) -> usize {
+    FIRST_SEGMENT << segment
+}
+
+fn segment_start(segment: usize) -> usize {
+    FIRST_SEGMENT * ((1 << segment) - 1)
 }
 
 /// The segment and the offset in it of `index`.
@@ -145,56 +150,142 @@ fn locate(index: u32) -> (usize, usize) {
     (segment, biased - (FIRST_SEGMENT << segment))
 }
 
-/// The slot with this index, if its segment exists. Slots are never freed.
+/// The slot with this index, if its segment exists.
+///
+/// A slot of a segment beyond the reserve may only be used by its owner (a slot in use is never
+/// freed), by the pool's lock holder, or between a claim's announcement and its end.
 fn slot(index: u32) -> Option<&'static Slot> {
     let (segment, offset) = locate(index);
-    let base = TABLE.get(segment)?.load(Ordering::Acquire);
+    let base = TABLE.get(segment)?.load(Ordering::SeqCst);
     if base.is_null() {
         return None;
     }
-    // SAFETY: segment `segment` holds `FIRST_SEGMENT << segment` initialised slots and is never
-    // freed; `offset` is below that.
+    // SAFETY: segment `segment` holds `segment_len(segment)` initialised slots; `offset` is below
+    // that, and the caller keeps the segment from being freed (see above).
     Some(unsafe { &*base.add(offset) })
 }
 
+fn pool() -> MutexGuard<'static, Pool> {
+    POOL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn is_reserve(index: u32) -> bool {
+    (index as usize) < RESERVE_SLOTS
+}
+
 impl Pool {
-    /// Adds a segment and puts its slots on the free list.
+    /// Makes the lowest missing segment, its slots free in the pool.
     fn grow(&mut self) {
-        let segment = self.segments;
-        assert!(segment < SEGMENTS, "more than 2^32 launches in flight");
-        let len = FIRST_SEGMENT << segment;
+        let segment = (0..SEGMENTS)
+            .find(|&segment| TABLE[segment].load(Ordering::Relaxed).is_null())
+            .expect("more than 2^32 launches in flight");
+        let len = segment_len(segment);
         let layout = Layout::array::<Slot>(len).expect("a segment fits the address space");
         // SAFETY: the layout has a non-zero size.
-        let base = unsafe { alloc_zeroed(layout) }.cast::<Slot>();
+        let base = unsafe { alloc(layout) }.cast::<Slot>();
         if base.is_null() {
             handle_alloc_error(layout);
         }
-        let first = FIRST_SEGMENT * ((1 << segment) - 1);
+        let first = segment_start(segment);
         for offset in 0..len {
-            let index = (first + offset) as u32;
-            // SAFETY: `offset` is inside the fresh allocation, not yet visible to anyone; all-zero
-            // bytes are a valid free slot of generation 0 apart from its index, set here.
-            unsafe { ptr::addr_of_mut!((*base.add(offset)).index).write(index) };
+            // SAFETY: `offset` is inside the fresh allocation, not yet visible to anyone.
+            unsafe {
+                base.add(offset).write(Slot {
+                    record: UnsafeCell::new(MaybeUninit::uninit()),
+                    state: SlotState::new(self.first_generation[segment]),
+                    stream: UnsafeCell::new(ptr::null_mut()),
+                    payload: UnsafeCell::new(InlinePayload([MaybeUninit::uninit(); INLINE_BYTES])),
+                    context: AtomicUsize::new(0),
+                    index: (first + offset) as u32,
+                    next_free: UnsafeCell::new(NO_SLOT),
+                });
+            }
         }
-        TABLE[segment].store(base, Ordering::Release);
-        self.segments += 1;
-        self.free
-            .extend((first..first + len).rev().map(|index| index as u32));
+        TABLE[segment].store(base, Ordering::SeqCst);
+        self.free[segment] = (first..first + len)
+            .rev()
+            .map(|index| index as u32)
+            .collect();
+        self.allocated += len;
+        self.peak = self.peak.max(self.allocated);
     }
-}
 
-fn pool() -> std::sync::MutexGuard<'static, Pool> {
-    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    /// A free slot beyond the reserve, the lowest segment first, so that the highest empty out.
+    fn take_overflow(&mut self) -> Option<u32> {
+        self.free[RESERVE_SEGMENTS..].iter_mut().find_map(Vec::pop)
+    }
+
+    /// Takes up to `want` free reserve slots.
+    fn take_reserve(&mut self, want: usize, mut take: impl FnMut(u32)) -> usize {
+        let mut taken = 0;
+        for free in &mut self.free[..RESERVE_SEGMENTS] {
+            while taken < want
+                && let Some(index) = free.pop()
+            {
+                take(index);
+                taken += 1;
+            }
+        }
+        taken
+    }
+
+    /// Takes back freed slots; frees every segment beyond the reserve whose slots are all back.
+    fn give_back(&mut self, indices: impl IntoIterator<Item = u32>) {
+        let mut touched = [false; SEGMENTS];
+        for index in indices {
+            let (segment, _) = locate(index);
+            self.free[segment].push(index);
+            touched[segment] = true;
+        }
+        for (segment, _) in touched
+            .iter()
+            .enumerate()
+            .skip(RESERVE_SEGMENTS)
+            .filter(|(_, touched)| **touched)
+        {
+            if self.retired[segment] == 0 && self.free[segment].len() == segment_len(segment) {
+                self.free_segment(segment);
+            }
+        }
+    }
+
+    /// Frees a segment whose slots are all free in the pool.
+    fn free_segment(&mut self, segment: usize) {
+        let base = TABLE[segment].swap(ptr::null_mut(), Ordering::SeqCst);
+        // A claim that read the segment's address before it was unpublished is announced in
+        // CLAIMERS (sequentially consistent on both sides): wait for it to end.
+        while CLAIMERS.load(Ordering::SeqCst) != 0 {
+            std::hint::spin_loop();
+        }
+        let len = segment_len(segment);
+        let mut last = 0;
+        for offset in 0..len {
+            // SAFETY: the segment is still allocated and nobody else can reach it now.
+            let (_, generation) = unsafe { &*base.add(offset) }.state.load(Ordering::Relaxed);
+            last = last.max(generation);
+        }
+        // Free slots never hold the last generation (it retires them), so this does not wrap.
+        self.first_generation[segment] = last + 1;
+        self.free[segment] = Vec::new();
+        self.allocated -= len;
+        let layout = Layout::array::<Slot>(len).expect("a segment fits the address space");
+        // SAFETY: allocated by `grow` with this layout; no slot of it is in use or reachable.
+        unsafe { dealloc(base.cast(), layout) };
+    }
 }
 
 // ---- Per-thread free lists ---------------------------------------------------------------------
 
 const NO_SLOT: u32 = u32::MAX;
-/// How many slots a thread takes from the pool at once.
+/// How many reserve slots a thread takes from the pool at once.
 const REFILL: usize = 32;
-/// A thread keeps at most this many free slots; beyond, half go back to the pool.
+/// A thread keeps at most this many free reserve slots; beyond, half go back to the pool.
 const LOCAL_LIMIT: u32 = 512;
+/// Freed slots beyond the reserve go back to the pool in batches of this many (and at the end
+/// of every drain).
+const RETURN_BATCH: usize = 64;
 
+/// A thread's free reserve slots, linked through `next_free`.
 struct LocalFree {
     head: Cell<u32>,
     len: Cell<u32>,
@@ -206,7 +297,7 @@ impl LocalFree {
         if index == NO_SLOT {
             return None;
         }
-        let slot = slot(index).expect("free slots exist");
+        let slot = slot(index).expect("reserve slots exist");
         // SAFETY: the slot is on this thread's list, which owns its `next_free`.
         self.head.set(unsafe { *slot.next_free.get() });
         self.len.set(self.len.get() - 1);
@@ -229,7 +320,7 @@ impl LocalFree {
         let mut rest = self.head.get();
         let mut last_kept = None;
         for _ in 0..keep {
-            let slot = slot(rest).expect("free slots exist");
+            let slot = slot(rest).expect("reserve slots exist");
             last_kept = Some(slot);
             // SAFETY: the slot is on this thread's list, which owns its `next_free`.
             rest = unsafe { *slot.next_free.get() };
@@ -240,24 +331,16 @@ impl LocalFree {
             None => self.head.set(NO_SLOT),
         }
         self.len.set(keep);
-        let mut pool = pool();
-        while rest != NO_SLOT {
-            let slot = slot(rest).expect("free slots exist");
-            pool.free.push(rest);
+        pool().give_back(std::iter::from_fn(|| {
+            if rest == NO_SLOT {
+                return None;
+            }
+            let index = rest;
+            let slot = slot(index).expect("reserve slots exist");
             // SAFETY: as above; the slot passes to the pool after its link was read.
             rest = unsafe { *slot.next_free.get() };
-        }
-    }
-
-    fn refill(&self) {
-        let mut pool = pool();
-        if pool.free.is_empty() {
-            pool.grow();
-        }
-        let keep = pool.free.len().saturating_sub(REFILL);
-        for index in pool.free.drain(keep..) {
-            self.push(slot(index).expect("pooled slots exist"));
-        }
+            Some(index)
+        }));
     }
 }
 
@@ -267,41 +350,89 @@ impl Drop for LocalFree {
     }
 }
 
+/// A thread's freed slots beyond the reserve, waiting to go back to the pool.
+struct Returning(RefCell<Vec<u32>>);
+
+impl Returning {
+    fn flush(&self) {
+        let Ok(mut indices) = self.0.try_borrow_mut() else {
+            return;
+        };
+        if !indices.is_empty() {
+            pool().give_back(indices.drain(..));
+        }
+    }
+}
+
+impl Drop for Returning {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 thread_local! {
     static LOCAL_FREE: LocalFree = const {
         LocalFree { head: Cell::new(NO_SLOT), len: Cell::new(0) }
     };
+    static RETURNING: Returning = const { Returning(RefCell::new(Vec::new())) };
 }
 
 fn acquire_free() -> &'static Slot {
-    LOCAL_FREE
-        .try_with(|local| {
-            local.pop().unwrap_or_else(|| {
-                local.refill();
-                local.pop().expect("a refill yields a slot")
+    if let Ok(Some(slot)) = LOCAL_FREE.try_with(LocalFree::pop) {
+        return slot;
+    }
+    let mut pool = pool();
+    loop {
+        let mut first = None;
+        let refilled = LOCAL_FREE.try_with(|local| {
+            pool.take_reserve(REFILL, |index| match first {
+                None => first = Some(index),
+                Some(_) => local.push(slot(index).expect("pooled slots exist")),
             })
-        })
-        .unwrap_or_else(|_| {
-            // This thread's list is gone (the thread is exiting): use the pool directly.
-            let mut pool = pool();
-            if pool.free.is_empty() {
-                pool.grow();
-            }
-            let index = pool.free.pop().expect("the pool has grown");
-            slot(index).expect("pooled slots exist")
-        })
+        });
+        if refilled.is_err() {
+            // This thread's list is gone (the thread is exiting): take one reserve slot.
+            pool.take_reserve(1, |index| first = Some(index));
+        }
+        if let Some(index) = first.or_else(|| pool.take_overflow()) {
+            return slot(index).expect("pooled slots exist");
+        }
+        pool.grow();
+    }
 }
 
 fn release_free(slot: &'static Slot) {
-    let kept = LOCAL_FREE.try_with(|local| {
-        local.push(slot);
-        if local.len.get() > LOCAL_LIMIT {
-            local.keep_only(LOCAL_LIMIT / 2);
+    if is_reserve(slot.index) {
+        let kept = LOCAL_FREE.try_with(|local| {
+            local.push(slot);
+            if local.len.get() > LOCAL_LIMIT {
+                local.keep_only(LOCAL_LIMIT / 2);
+            }
+        });
+        if kept.is_err() {
+            pool().give_back([slot.index]);
         }
-    });
-    if kept.is_err() {
-        pool().free.push(slot.index);
+        return;
     }
+    let batched = RETURNING.try_with(|returning| {
+        let Ok(mut indices) = returning.0.try_borrow_mut() else {
+            return false;
+        };
+        indices.push(slot.index);
+        if indices.len() >= RETURN_BATCH {
+            pool().give_back(indices.drain(..));
+        }
+        true
+    });
+    if batched != Ok(true) {
+        pool().give_back([slot.index]);
+    }
+}
+
+/// Gives the slots beyond the reserve that this thread freed back to the pool, so that segments
+/// empty out: called at the end of every drain.
+pub(crate) fn return_released() {
+    let _ = RETURNING.try_with(Returning::flush);
 }
 
 // ---- Launching, claiming, abandoning -----------------------------------------------------------
@@ -334,134 +465,98 @@ impl LaunchSlot {
     /// host function can claim it.
     pub(crate) fn begin_launch(self, context: usize, stream: CUstream) -> Ticket {
         let slot = self.slot;
-        let current = slot.state.load(Ordering::Relaxed);
-        debug_assert_eq!(phase(current), FREE);
-        let generation = generation(current).wrapping_add(1).max(1);
         slot.context.store(context, Ordering::Relaxed);
-        // SAFETY: the slot is free and owned by this thread until the store below publishes it.
+        // SAFETY: the slot is free and owned by this thread until `begin` publishes it.
         unsafe { *slot.stream.get() = stream };
         // Release: the record and the fields above are visible to whoever claims the slot.
-        slot.state
-            .store(state(generation, LAUNCHING), Ordering::Release);
+        let generation = slot.state.begin();
         Ticket::new(slot.index, generation)
     }
 }
 
-/// The driver accepted the launch: from now on, abandoning may claim it too.
-///
-/// Sequentially consistent, like the failure flag that abandoning sets before it scans and that
-/// the launcher reads after this (see `context_failure`): either the scan sees this launch
-/// launched, or the launcher sees the failure.
-pub(crate) fn launched(ticket: Ticket) {
-    let slot = slot(ticket.index()).expect("tickets name existing slots");
-    // Fails when the host function already claimed the slot, which is fine.
-    let _ = slot.state.compare_exchange(
-        state(ticket.generation(), LAUNCHING),
-        state(ticket.generation(), LAUNCHED),
-        Ordering::SeqCst,
-        Ordering::Relaxed,
-    );
+/// The slot of a ticket whose launch the caller is making: its segment cannot be freed.
+fn own_slot(ticket: Ticket) -> &'static Slot {
+    slot(ticket.index()).expect("tickets of launches being made name existing slots")
 }
 
-/// The driver refused the launch: the record is the caller's again, to drop. `None` if the
+/// Marks the launch of `ticket` launched: the driver accepted it, and from now on abandoning
+/// may claim it too. Sequentially consistent with the failure flag (see `context_failure`).
+pub(crate) fn mark_launched(ticket: Ticket) {
+    // Fails when the host function already claimed the slot, which is fine.
+    let _ = own_slot(ticket).state.mark_launched(ticket.generation());
+}
+
+/// Takes back the record of a launch the driver refused, for the caller to drop. `None` if the
 /// driver called the function of a launch it refused (then whoever claimed it owns it).
-pub(crate) fn refused(ticket: Ticket) -> Option<NonNull<RecordHeader>> {
-    let slot = slot(ticket.index()).expect("tickets name existing slots");
-    // Nothing else claims a launching slot: the host function of a refused launch never runs.
+pub(crate) fn take_refused(ticket: Ticket) -> Option<NonNull<RecordHeader>> {
+    let slot = own_slot(ticket);
     slot.state
-        .compare_exchange(
-            state(ticket.generation(), LAUNCHING),
-            state(ticket.generation(), CLAIMED),
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        )
-        .ok()
-        .map(|_| NonNull::from(slot).cast())
+        .refuse(ticket.generation())
+        .then(|| NonNull::from(slot).cast())
 }
 
 /// Claims the record of `ticket` for running it: `None` when the ticket is stale (its launch was
-/// abandoned, or the slot holds another launch now) or was already claimed.
+/// abandoned, or the slot holds another launch now, or its segment is gone) or was already
+/// claimed.
 pub(crate) fn claim(ticket: Ticket) -> Option<(NonNull<RecordHeader>, CUstream)> {
-    let slot = slot(ticket.index())?;
-    let mut current = slot.state.load(Ordering::Relaxed);
-    loop {
-        if generation(current) != ticket.generation()
-            || !matches!(phase(current), LAUNCHING | LAUNCHED)
-        {
-            return None;
-        }
-        // Acquire: pairs with the launch's release; the record is visible.
-        match slot.state.compare_exchange_weak(
-            current,
-            state(ticket.generation(), CLAIMED),
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        ) {
-            // SAFETY: claimed: the slot and its fields are this thread's now.
-            Ok(_) => return Some((NonNull::from(slot).cast(), unsafe { *slot.stream.get() })),
-            Err(actual) => current = actual,
-        }
-    }
+    CLAIMERS.fetch_add(1, Ordering::SeqCst);
+    let claimed = slot(ticket.index())
+        .filter(|slot| slot.state.claim(ticket.generation()))
+        // SAFETY: claimed: the slot and its fields are this thread's now.
+        .map(|slot| (NonNull::from(slot).cast(), unsafe { *slot.stream.get() }));
+    CLAIMERS.fetch_sub(1, Ordering::Release);
+    claimed
 }
 
 /// Claims every launched, unclaimed record of the context at `context` and passes each to
 /// `abandoned`: the context failed, so the driver will never run them. Walks the whole table;
 /// only called after a failure.
 pub(crate) fn abandon_launched(context: usize, mut abandoned: impl FnMut(NonNull<RecordHeader>)) {
-    let segments = pool().segments;
-    for (segment, base) in TABLE.iter().enumerate().take(segments) {
-        let base = base.load(Ordering::Acquire);
-        for offset in 0..FIRST_SEGMENT << segment {
-            // SAFETY: segments below `segments` exist and are never freed.
+    let _pool = pool();
+    for (segment, base) in TABLE.iter().enumerate() {
+        let base = base.load(Ordering::SeqCst);
+        if base.is_null() {
+            continue;
+        }
+        for offset in 0..segment_len(segment) {
+            // SAFETY: the segment exists, and cannot be freed while the pool is locked here.
             let slot = unsafe { &*base.add(offset) };
-            let current = slot.state.load(Ordering::SeqCst);
-            if phase(current) == LAUNCHED && slot.context.load(Ordering::Relaxed) == context {
-                // The same generation still launched means the same launch: `context` was its
-                // own.
-                if let Some(record) = abandon(slot, current) {
-                    abandoned(record);
-                }
+            let (phase, generation) = slot.state.load(Ordering::SeqCst);
+            // The same generation still launched means the same launch: `context` was its own.
+            if phase == Phase::Launched
+                && slot.context.load(Ordering::Relaxed) == context
+                && slot.state.abandon(generation)
+            {
+                abandoned(NonNull::from(slot).cast());
             }
         }
     }
 }
 
-fn abandon(slot: &'static Slot, launched: u64) -> Option<NonNull<RecordHeader>> {
-    slot.state
-        .compare_exchange(
-            launched,
-            state(generation(launched), ABANDONED),
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        )
-        .ok()
-        .map(|_| NonNull::from(slot).cast())
-}
-
-/// Abandons the launch of `ticket` if it is still launched and unclaimed: its context failed.
+/// Abandons the launch of `ticket` if it is still launched and unclaimed: its context failed,
+/// or other code's capture took it.
 pub(crate) fn abandon_ticket(ticket: Ticket) -> Option<NonNull<RecordHeader>> {
-    let slot = slot(ticket.index()).expect("tickets name existing slots");
-    abandon(slot, state(ticket.generation(), LAUNCHED))
+    let slot = own_slot(ticket);
+    slot.state
+        .abandon(ticket.generation())
+        .then(|| NonNull::from(slot).cast())
 }
 
-/// Frees the slot of a claimed record whose header and payload have been dropped.
+/// Frees the slot of a claimed record whose header and payload have been dropped, or retires it.
 ///
 /// # Safety
 /// `record` must be a slot record claimed by the caller, with nothing left in it to drop.
 pub(crate) unsafe fn release(record: NonNull<RecordHeader>) {
-    // SAFETY: slot records are slots (the header is at offset 0); slots are never freed.
+    // SAFETY: slot records are slots (the header is at offset 0), and a claimed slot's segment
+    // is not freed.
     let slot: &'static Slot = unsafe { &*record.cast::<Slot>().as_ptr() };
-    let current = slot.state.load(Ordering::Relaxed);
-    debug_assert!(matches!(phase(current), CLAIMED | ABANDONED));
-    if phase(current) == ABANDONED {
-        // The driver may still hold the ticket, and a reused slot could make it live again
-        // (once its generation wrapped around): an abandoned slot is retired. Abandoning
-        // happens only after a context failed, so few are.
-        return;
+    match slot.state.release() {
+        Released::Reusable => release_free(slot),
+        Released::Retired => {
+            let (segment, _) = locate(slot.index);
+            pool().retired[segment] += 1;
+        }
     }
-    slot.state
-        .store(state(generation(current), FREE), Ordering::Release);
-    release_free(slot);
 }
 
 /// The payload of a slot record.
@@ -473,7 +568,64 @@ pub(crate) unsafe fn payload_of(record: NonNull<RecordHeader>) -> *mut u8 {
     unsafe { (*record.cast::<Slot>().as_ptr()).payload.get().cast() }
 }
 
-#[cfg(test)]
+// ---- Diagnostics -------------------------------------------------------------------------------
+
+/// What the launch-slot table holds, for diagnostics: see [`launch_slot_counts`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct LaunchSlotCounts {
+    /// Slots that exist (128 bytes each).
+    pub allocated: usize,
+    /// The most slots that existed at once.
+    pub peak: usize,
+    /// Slots never given back once made: the first 16,320 (about 2 MiB).
+    pub reserve: usize,
+    /// Launches the driver holds (or is being handed) whose host function has not run.
+    pub in_flight: usize,
+    /// Records whose host function ran, or whose context failed, waiting to be dropped (or
+    /// running now).
+    pub finished: usize,
+    /// Slots that are never used again: their launch was abandoned, or they ran out of
+    /// generations.
+    pub retired: usize,
+}
+
+/// Counts the launch-slot table's slots by what they hold. It walks the whole table under the
+/// pool's lock: a diagnostic, not for hot paths.
+///
+/// A closure of up to 64 bytes lives in a slot from its launch until its record is dropped; a
+/// burst of launches grows the table, and after the burst drained, slots beyond the reserve go
+/// back to the allocator.
+pub fn launch_slot_counts() -> LaunchSlotCounts {
+    let pool = pool();
+    let mut counts = LaunchSlotCounts {
+        allocated: pool.allocated,
+        peak: pool.peak,
+        reserve: RESERVE_SLOTS,
+        retired: pool.retired.iter().map(|&retired| retired as usize).sum(),
+        ..LaunchSlotCounts::default()
+    };
+    let mut abandoned_or_claimed = 0;
+    for (segment, base) in TABLE.iter().enumerate() {
+        let base = base.load(Ordering::SeqCst);
+        if base.is_null() {
+            continue;
+        }
+        for offset in 0..segment_len(segment) {
+            // SAFETY: the segment exists, and cannot be freed while the pool is locked here.
+            let (phase, _) = unsafe { &*base.add(offset) }.state.load(Ordering::Relaxed);
+            match phase {
+                Phase::Launching | Phase::Launched => counts.in_flight += 1,
+                Phase::Claimed | Phase::Abandoned => abandoned_or_claimed += 1,
+                Phase::Free => {}
+            }
+        }
+    }
+    counts.finished = abandoned_or_claimed - counts.retired.min(abandoned_or_claimed);
+    counts
+}
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -484,12 +636,14 @@ mod tests {
         assert_eq!(locate(64), (1, 0));
         assert_eq!(locate(191), (1, 127));
         assert_eq!(locate(192), (2, 0));
+        assert_eq!(segment_start(2), 192);
         let last = u32::MAX - FIRST_SEGMENT as u32;
         assert_eq!(
             locate(last),
             (SEGMENTS - 1, (FIRST_SEGMENT << (SEGMENTS - 1)) - 1)
         );
         assert!(slot(u32::MAX).is_none(), "beyond the last segment");
+        assert_eq!(RESERVE_SLOTS, segment_start(RESERVE_SEGMENTS));
     }
 
     #[test]
@@ -504,9 +658,8 @@ mod tests {
 
     /// Launches an empty record on a fresh slot, as `host_launch` does around the driver call.
     fn launch(context: usize) -> Ticket {
-        let slot = LaunchSlot::acquire();
-        let ticket = slot.begin_launch(context, ptr::null_mut());
-        launched(ticket);
+        let ticket = LaunchSlot::acquire().begin_launch(context, ptr::null_mut());
+        mark_launched(ticket);
         ticket
     }
 
@@ -552,17 +705,30 @@ mod tests {
         finish(claim(next).expect("live").0);
         let (record, _) = claim(other).expect("another context's record is untouched");
         finish(record);
-        finish(refused(launching).expect("a launching slot is refused"));
+        finish(take_refused(launching).expect("a launching slot is refused"));
     }
 
     #[test]
-    fn the_table_grows_past_its_first_segment_and_slots_come_back() {
-        let tickets: Vec<Ticket> = (0..3 * FIRST_SEGMENT).map(|_| launch(7)).collect();
-        let highest = tickets.iter().map(|ticket| ticket.index()).max().unwrap();
-        assert!(highest as usize >= FIRST_SEGMENT);
-        for ticket in tickets {
+    fn a_burst_beyond_the_reserve_is_given_back_and_its_stale_tickets_stay_stale() {
+        // More launches in flight at once than the reserve holds: the table grows past it.
+        let tickets: Vec<Ticket> = (0..RESERVE_SLOTS + 3 * FIRST_SEGMENT)
+            .map(|_| launch(7))
+            .collect();
+        let beyond: Vec<Ticket> = tickets
+            .iter()
+            .copied()
+            .filter(|ticket| !is_reserve(ticket.index()))
+            .collect();
+        assert!(!beyond.is_empty());
+        for &ticket in &tickets {
             let (record, _) = claim(ticket).expect("live");
             finish(record);
+        }
+        return_released();
+        // Other tests of this binary may hold slots beyond the reserve at the same time, so the
+        // segment of these may stay; a ticket of a freed or reused slot is stale either way.
+        for ticket in beyond {
+            assert!(claim(ticket).is_none(), "a stale ticket claimed a slot");
         }
     }
 }

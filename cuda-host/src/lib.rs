@@ -49,12 +49,16 @@ mod graph;
 mod graph_builder;
 mod graph_exec;
 mod handle;
+mod hook_cell;
 mod host_launch;
 mod launch_slot;
 mod panic_report;
 mod reclaim;
 mod record;
+mod record_list;
+mod slot_state;
 mod stream;
+mod sync;
 mod trampoline;
 mod user_object;
 
@@ -67,7 +71,10 @@ pub use graph::{Graph, HostNode};
 pub use graph_builder::{CaptureMode, GraphBuilder};
 pub use graph_exec::GraphExec;
 pub use host_launch::{HostLaunch, UserData, host_launch, host_launch_raw};
-pub use panic_report::{HostFunctionPanic, clear_host_panic_hook, set_host_panic_hook};
+pub use launch_slot::{LaunchSlotCounts, launch_slot_counts};
+pub use panic_report::{
+    HostFunctionPanic, PanicOrigin, clear_host_panic_hook, set_host_panic_hook,
+};
 pub use reclaim::{reclaim, set_launch_reclaim_interval};
 pub use record::HostCallable;
 pub use stream::{Stream, StreamFlags};

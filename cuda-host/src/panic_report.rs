@@ -1,58 +1,139 @@
-//! Reporting a panic caught in a host function: always to `log` at error level, and to a hook the
-//! application may install.
+//! Reporting panics caught in host functions and in the `Drop`s of their values: always to `log`
+//! at error level, and to a hook the application may install.
+//!
+//! Reporting never unwinds: a panicking logger or hook is caught. The hook is called through a
+//! clone taken under the lock and called with no lock held, so a hook may replace or clear
+//! itself; a replaced hook is dropped with no lock held too, and never on the driver's thread.
 
+use crate::hook_cell::HookCell;
+use crate::reclaim;
+use crate::record;
+use crate::trampoline::in_host_function;
 use cuda_host_sys::CUstream;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::RwLock;
+use std::sync::Arc;
 
-/// A panic caught in a host function.
+/// A panic caught in a host function, or in the `Drop` of a value a host function captured.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct HostFunctionPanic<'a> {
     /// The panic's message (`&str` or `String` payloads; a placeholder for others).
     pub message: &'a str,
-    /// The stream the host function was launched on; `None` for a graph's host node.
+    /// The stream the host function was launched on; `None` for a graph's host node, and for a
+    /// `Drop`.
     pub stream: Option<CUstream>,
+    /// Where the panic happened.
+    pub origin: PanicOrigin,
+}
+
+/// Where a reported panic happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PanicOrigin {
+    /// In a host function, on the driver's thread; the hook runs there, marked as inside a host
+    /// function.
+    HostFunction,
+    /// In the `Drop` of a value a host function (or graph node) owned, on the thread that
+    /// dropped it; the drain it happened in went on.
+    Drop,
 }
 
 type Hook = Box<dyn Fn(&HostFunctionPanic<'_>) + Send + Sync>;
 
-static HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+static HOOK: HookCell<Hook> = HookCell::new();
 
-/// Installs `hook`, called for every panic caught in a host function (after it is logged),
-/// replacing any earlier hook.
+/// Installs `hook`, called for every panic caught in a host function or in the `Drop` of a value
+/// a host function captured (after it is logged), replacing any earlier hook.
 ///
-/// The hook runs on the driver's host-function thread: like a host function, it must not call
-/// CUDA or wait for stream work. A panic in the hook is caught and logged.
+/// For a host function's panic, the hook runs on the driver's host-function thread, marked as
+/// inside a host function: like a host function, it must not call CUDA or wait for stream work
+/// (cuda-host's own calls return [`Error::InHostFunction`](crate::Error::InHostFunction) there).
+/// For a `Drop`'s panic it runs on the thread that dropped the value. A panic in the hook is
+/// caught and logged. The hook may replace or clear itself.
 pub fn set_host_panic_hook(hook: impl Fn(&HostFunctionPanic<'_>) + Send + Sync + 'static) {
-    *HOOK
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Box::new(hook));
+    let hook: Hook = Box::new(hook);
+    reclaim::drop_when_allowed(HOOK.replace(Some(Arc::new(hook))));
 }
 
 /// Removes the installed hook, if any.
 pub fn clear_host_panic_hook() {
-    *HOOK
-        .write()
-        .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+    reclaim::drop_when_allowed(HOOK.replace(None));
 }
 
-pub(crate) fn report(payload: &(dyn Any + Send), stream: Option<CUstream>) {
-    let message = payload
+fn message_of(payload: &(dyn Any + Send)) -> &str {
+    payload
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("a panic with a non-string payload");
-    match stream {
-        Some(stream) => log::error!("host function on stream {stream:p} panicked: {message}"),
-        None => log::error!("graph host node panicked: {message}"),
+        .unwrap_or("a panic with a non-string payload")
+}
+
+/// Reports a panic caught in a host function (on the driver's thread, which is marked), then
+/// hands its payload to a caller's thread to drop.
+pub(crate) fn report_host_function_panic(payload: Box<dyn Any + Send>, stream: Option<CUstream>) {
+    report(&*payload, stream, PanicOrigin::HostFunction);
+    dispose(payload);
+}
+
+/// Reports a panic caught in a `Drop` during a drain, then drops its payload (leaking it if its
+/// own `Drop` panics).
+pub(crate) fn report_drop_panic(payload: Box<dyn Any + Send>) {
+    report(&*payload, None, PanicOrigin::Drop);
+    dispose(payload);
+}
+
+/// Gets rid of a caught panic's payload without unwinding: on the driver's thread it is dropped
+/// later on a caller's; elsewhere now, and leaked if its `Drop` panics.
+pub(crate) fn dispose(payload: Box<dyn Any + Send>) {
+    if in_host_function() {
+        // SAFETY: a fresh record, owned here; ownership passes to the list.
+        unsafe { reclaim::defer(record::new_deferred_drop(PayloadDrop(Some(payload)))) };
+    } else {
+        drop(PayloadDrop(Some(payload)));
     }
-    let hook = HOOK.read().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(hook) = hook.as_ref() {
-        let panic = HostFunctionPanic { message, stream };
-        if catch_unwind(AssertUnwindSafe(|| hook(&panic))).is_err() {
-            log::error!("the host-function panic hook panicked");
+}
+
+/// Drops a payload, leaking it if its `Drop` panics, and leaking that panic's payload too.
+struct PayloadDrop(Option<Box<dyn Any + Send>>);
+
+impl Drop for PayloadDrop {
+    fn drop(&mut self) {
+        let payload = self.0.take();
+        if let Err(panicked) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            std::mem::forget(panicked);
+            let _ = catch_unwind(|| log::error!("a panic's payload panicked in its Drop; leaked"));
         }
+    }
+}
+
+fn report(payload: &(dyn Any + Send), stream: Option<CUstream>, origin: PanicOrigin) {
+    let message = message_of(payload);
+    let logged = catch_unwind(|| match (origin, stream) {
+        (PanicOrigin::Drop, _) => {
+            log::error!("the Drop of a value a host function captured panicked: {message}");
+        }
+        (_, Some(stream)) => log::error!("host function on stream {stream:p} panicked: {message}"),
+        (_, None) => log::error!("graph host node panicked: {message}"),
+    });
+    if let Err(panicked) = logged {
+        dispose(panicked);
+    }
+    let Some(hook) = HOOK.get() else {
+        return;
+    };
+    let panic = HostFunctionPanic {
+        message,
+        stream,
+        origin,
+    };
+    if let Err(panicked) = catch_unwind(AssertUnwindSafe(|| hook(&panic))) {
+        dispose(panicked);
+        let _ = catch_unwind(|| log::error!("the host-function panic hook panicked"));
+    }
+    // If the hook was replaced meanwhile, this clone may be its last reference: never drop it
+    // on the driver's thread.
+    if let Some(last) = Arc::into_inner(hook) {
+        reclaim::drop_when_allowed(last);
     }
 }

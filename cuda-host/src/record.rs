@@ -9,6 +9,8 @@
 
 use crate::context::ContextShared;
 use crate::launch_slot::{self, INLINE_ALIGN, INLINE_BYTES, LaunchSlot};
+use crate::reclaim::{self, Inbox};
+use crate::record_list::Linked;
 use cuda_host_sys::{CUuserObject, CUuserObject_st};
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::ffi::c_void;
@@ -26,6 +28,17 @@ pub(crate) struct RecordHeader {
     /// Keeps the context retained while the driver may still call into the record, so that no
     /// record outlives its context. `None` for records not tied to one.
     context: Option<Arc<ContextShared>>,
+    /// The inbox of the thread that made the record, which drops it once it is finished
+    /// (`reclaim`); `None` for records that go to the shared list.
+    home: Option<Arc<Inbox>>,
+}
+
+// SAFETY: `next` is the reclaim lists' link, touched only by the list that owns the record.
+unsafe impl Linked for RecordHeader {
+    fn next(node: *mut Self) -> *mut *mut Self {
+        // SAFETY: only the address of the field is taken; the caller owns the node.
+        unsafe { &raw mut (*node).next }
+    }
 }
 
 struct RecordOperations {
@@ -36,12 +49,34 @@ struct RecordOperations {
 }
 
 impl RecordHeader {
+    /// A header for a record made on a caller's thread, which becomes its home.
     fn new(operations: &'static RecordOperations, context: Option<Arc<ContextShared>>) -> Self {
         RecordHeader {
             next: ptr::null_mut(),
             operations,
             context,
+            home: reclaim::home(),
         }
+    }
+
+    /// A header for a record with no home thread: it goes where it is put.
+    fn homeless(operations: &'static RecordOperations) -> Self {
+        RecordHeader {
+            next: ptr::null_mut(),
+            operations,
+            context: None,
+            home: None,
+        }
+    }
+
+    /// The inbox of the thread that made the record.
+    pub(crate) fn home(&self) -> Option<&Inbox> {
+        self.home.as_deref()
+    }
+
+    /// The home inbox's address, or null: what the trampoline marks as the running record's home.
+    pub(crate) fn home_address(&self) -> *const Inbox {
+        self.home.as_ref().map_or(ptr::null(), Arc::as_ptr)
     }
 
     /// The record's context (the driver's `CUcontext`, as an address); 0 when it has none.
@@ -104,7 +139,7 @@ impl<P: RunOnce> RunOnce for Box<P> {
 
 /// A C function with up to [`SMALL_BYTES`] copied bytes, inside the slot.
 #[repr(C, align(16))]
-struct SmallBytes {
+pub(crate) struct SmallBytes {
     function: unsafe extern "C" fn(*mut c_void),
     len: usize,
     bytes: [MaybeUninit<u8>; SMALL_BYTES],
@@ -123,7 +158,7 @@ impl RunOnce for SmallBytes {
 }
 
 /// A C function with more copied bytes, in a 16-byte-aligned box.
-struct LargeBytes {
+pub(crate) struct LargeBytes {
     function: unsafe extern "C" fn(*mut c_void),
     bytes: Box<[MaybeUninit<u128>]>,
 }
@@ -135,34 +170,41 @@ impl RunOnce for LargeBytes {
     }
 }
 
-/// A run-once record for `function` with its own copy of `bytes`.
-pub(crate) fn new_run_once_bytes(
-    context: Arc<ContextShared>,
-    function: unsafe extern "C" fn(*mut c_void),
-    bytes: &[u8],
-) -> LaunchSlot {
-    if bytes.len() <= SMALL_BYTES {
-        let mut small = SmallBytes {
-            function,
-            len: bytes.len(),
-            bytes: [MaybeUninit::uninit(); SMALL_BYTES],
-        };
-        // SAFETY: `bytes.len()` fits the array; `[MaybeUninit<u8>]` accepts any bytes.
-        unsafe {
-            ptr::copy_nonoverlapping(bytes.as_ptr(), small.bytes.as_mut_ptr().cast(), bytes.len());
-        }
-        new_run_once(context, small)
-    } else {
-        let mut copy = Box::new_uninit_slice(bytes.len().div_ceil(size_of::<u128>()));
-        // SAFETY: the box holds at least `bytes.len()` bytes.
-        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), copy.as_mut_ptr().cast(), bytes.len()) };
-        new_run_once(
-            context,
-            LargeBytes {
+/// A C function with its own copy of its user data, as a run-once payload: inside the slot
+/// when the bytes fit it, else in a box.
+pub(crate) enum CopiedBytes {
+    Inline(SmallBytes),
+    Boxed(LargeBytes),
+}
+
+impl CopiedBytes {
+    pub(crate) fn new(function: unsafe extern "C" fn(*mut c_void), bytes: &[u8]) -> CopiedBytes {
+        if bytes.len() <= SMALL_BYTES {
+            let mut small = SmallBytes {
+                function,
+                len: bytes.len(),
+                bytes: [MaybeUninit::uninit(); SMALL_BYTES],
+            };
+            // SAFETY: `bytes.len()` fits the array; `[MaybeUninit<u8>]` accepts any bytes.
+            unsafe {
+                ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    small.bytes.as_mut_ptr().cast(),
+                    bytes.len(),
+                );
+            }
+            CopiedBytes::Inline(small)
+        } else {
+            let mut copy = Box::new_uninit_slice(bytes.len().div_ceil(size_of::<u128>()));
+            // SAFETY: the box holds at least `bytes.len()` bytes.
+            unsafe {
+                ptr::copy_nonoverlapping(bytes.as_ptr(), copy.as_mut_ptr().cast(), bytes.len());
+            }
+            CopiedBytes::Boxed(LargeBytes {
                 function,
                 bytes: copy,
-            },
-        )
+            })
+        }
     }
 }
 
@@ -310,7 +352,8 @@ impl Drop for OwnedRecord {
     }
 }
 
-/// A record that only owns `value`, to be dropped on a caller's thread.
+/// A record that only owns `value`, to be dropped on a caller's thread. It has no home: whoever
+/// makes it puts it on a list (it may be made on the driver's thread).
 pub(crate) fn new_deferred_drop<T: Send + 'static>(value: T) -> NonNull<RecordHeader> {
     struct Operations<T>(T);
     impl<T: Send + 'static> Operations<T> {
@@ -319,7 +362,7 @@ pub(crate) fn new_deferred_drop<T: Send + 'static>(value: T) -> NonNull<RecordHe
             drop: drop_callable::<T>,
         };
     }
-    new_callable(&Operations::<T>::TABLE, None, value)
+    boxed(RecordHeader::homeless(&Operations::<T>::TABLE), value)
 }
 
 fn new_callable<F>(
@@ -327,10 +370,11 @@ fn new_callable<F>(
     context: Option<Arc<ContextShared>>,
     callable: F,
 ) -> NonNull<RecordHeader> {
-    let record = Box::new(CallableRecord {
-        header: RecordHeader::new(operations, context),
-        callable,
-    });
+    boxed(RecordHeader::new(operations, context), callable)
+}
+
+fn boxed<F>(header: RecordHeader, callable: F) -> NonNull<RecordHeader> {
+    let record = Box::new(CallableRecord { header, callable });
     // `header` is the first field of a `repr(C)` struct: the record's address is the header's.
     NonNull::from(Box::leak(record)).cast()
 }

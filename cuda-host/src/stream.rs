@@ -7,7 +7,7 @@ use crate::error::{CaptureState, Result};
 use crate::event::Event;
 use crate::handle::SendHandle;
 use crate::reclaim;
-use crate::trampoline::ensure_outside_host_function;
+use crate::trampoline::{ensure_outside_host_function, in_host_function};
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,15 +62,16 @@ impl Stream {
         ensure_outside_host_function("Stream::new")?;
         let shared = &context.shared;
         shared.take_drop_error()?;
-        shared.bind_to_thread()?;
         let flags = match flags {
             StreamFlags::Blocking => CUstream_flags::CU_STREAM_DEFAULT,
             StreamFlags::NonBlocking => CUstream_flags::CU_STREAM_NON_BLOCKING,
         };
         let mut raw = ptr::null_mut();
-        // SAFETY: `raw` is a valid out-pointer; the context is current.
-        let result = unsafe { shared.driver().cuStreamCreate(&mut raw, flags.0) };
-        shared.driver().check("cuStreamCreate", result)?;
+        shared.with_current(|| {
+            // SAFETY: `raw` is a valid out-pointer; the context is current.
+            let result = unsafe { shared.driver().cuStreamCreate(&mut raw, flags.0) };
+            Ok(shared.driver().check("cuStreamCreate", result)?)
+        })?;
         Ok(Stream {
             context: context.clone(),
             raw,
@@ -141,23 +142,25 @@ impl Stream {
         }
     }
 
-    /// Prepares a call on this stream: the context's deferred drop errors, and the current
-    /// context for the special streams.
-    pub(crate) fn prepare(&self) -> Result<()> {
+    /// Runs `call`, a driver call on this stream, with what it needs: the context's deferred drop
+    /// errors are returned first, and for the special streams, which the driver resolves against
+    /// the current context, their context is made current for the call (and what was current
+    /// restored).
+    pub(crate) fn with_stream_context<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
         let shared = &self.context.shared;
         shared.take_drop_error()?;
         if self.ownership == Ownership::Special {
-            shared.bind_to_thread()?;
+            shared.with_current(call)
+        } else {
+            call()
         }
-        Ok(())
     }
 
-    /// Blocks until all work enqueued on the stream has finished, then reclaims finished launch
-    /// records: the values captured by host functions launched on this stream before the call
-    /// have been dropped when it returns, unless another thread that reclaims at the same time
-    /// (any cuda-host call does) took them first; that thread drops them, maybe still when this
-    /// returns. Waiting for it would deadlock where a captured value's `Drop` needs a lock the
-    /// synchronizing thread holds.
+    /// Blocks until all work enqueued on the stream has finished, then reclaims: the values
+    /// captured by host functions this thread launched on the stream before the call have been
+    /// dropped, here, when it returns (unless drops must wait: this thread is capturing, or a
+    /// global-mode capture begun through cuda-host is open; see [`reclaim`](crate::reclaim)).
+    /// Values other threads' host functions captured are theirs to drop.
     ///
     /// # Errors
     /// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function (waiting
@@ -166,13 +169,14 @@ impl Stream {
     #[doc(alias = "cuStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Stream::synchronize")?;
-        self.prepare()?;
-        let driver = self.context.shared.driver();
-        // SAFETY: the stream handle is valid while `self` exists.
-        let result = unsafe { driver.cuStreamSynchronize(self.raw) };
-        context_failure::note(&self.context.shared, result);
+        let shared = &self.context.shared;
+        let result = self.with_stream_context(|| {
+            // SAFETY: the stream handle is valid while `self` exists.
+            Ok(unsafe { shared.driver().cuStreamSynchronize(self.raw) })
+        })?;
+        context_failure::note(shared, result);
         reclaim::reclaim();
-        Ok(driver.check("cuStreamSynchronize", result)?)
+        Ok(shared.driver().check("cuStreamSynchronize", result)?)
     }
 
     /// Whether all work enqueued on the stream has finished (`cuStreamQuery`).
@@ -182,20 +186,18 @@ impl Stream {
     #[doc(alias = "cuStreamQuery")]
     pub fn is_complete(&self) -> Result<bool> {
         ensure_outside_host_function("Stream::is_complete")?;
-        self.prepare()?;
-        let driver = self.context.shared.driver();
-        // SAFETY: the stream handle is valid while `self` exists.
-        match unsafe { driver.cuStreamQuery(self.raw) } {
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            result => {
-                context_failure::note(&self.context.shared, result);
-                reclaim::reclaim();
-                driver
-                    .check("cuStreamQuery", result)
-                    .map(|()| true)
-                    .map_err(Into::into)
-            }
+        let shared = &self.context.shared;
+        let result = self.with_stream_context(|| {
+            // SAFETY: the stream handle is valid while `self` exists.
+            Ok(unsafe { shared.driver().cuStreamQuery(self.raw) })
+        })?;
+        if result == CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
         }
+        context_failure::note(shared, result);
+        reclaim::reclaim();
+        shared.driver().check("cuStreamQuery", result)?;
+        Ok(true)
     }
 
     /// Makes later work on this stream wait until `event` has completed.
@@ -205,11 +207,12 @@ impl Stream {
     #[doc(alias = "cuStreamWaitEvent")]
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         ensure_outside_host_function("Stream::wait_event")?;
-        self.prepare()?;
-        let driver = self.context.shared.driver();
-        // SAFETY: both handles are valid while their owners exist.
-        let result = unsafe { driver.cuStreamWaitEvent(self.raw, event.as_raw(), 0) };
-        Ok(driver.check("cuStreamWaitEvent", result)?)
+        self.with_stream_context(|| {
+            let driver = self.context.shared.driver();
+            // SAFETY: both handles are valid while their owners exist.
+            let result = unsafe { driver.cuStreamWaitEvent(self.raw, event.as_raw(), 0) };
+            Ok(driver.check("cuStreamWaitEvent", result)?)
+        })
     }
 
     /// Whether the stream is being captured into a graph (`cuStreamIsCapturing`); `None` when it
@@ -221,39 +224,53 @@ impl Stream {
     #[doc(alias = "cuStreamIsCapturing")]
     pub fn capture_state(&self) -> Result<Option<CaptureState>> {
         ensure_outside_host_function("Stream::capture_state")?;
-        self.prepare()?;
-        capture_check::capture_state(self.context.shared.driver(), self.raw)
+        self.with_stream_context(|| {
+            capture_check::capture_state(self.context.shared.driver(), self.raw)
+        })
     }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
         let launched = *self.launched.get_mut();
-        if self.ownership != Ownership::Owned && !launched {
+        if self.ownership != Ownership::Owned {
+            if !launched {
+                return;
+            }
+            if in_host_function() {
+                // Deferred, a call could reach a borrowed handle after its owner destroyed it;
+                // records a failed context never runs are then reclaimed when a call answers the
+                // failure.
+                log::debug!("a stream wrapper dropped inside a host function is not watched");
+                return;
+            }
+            let shared = &self.context.shared;
+            let watched = self.with_stream_context(|| {
+                context_failure::watch_stream(shared, self.raw);
+                Ok(())
+            });
+            if let Err(error) = watched {
+                log::error!("cannot watch a dropped stream for its context's failure: {error}");
+            }
+            reclaim::reclaim();
             return;
         }
         let shared = std::sync::Arc::clone(&self.context.shared);
         let raw = SendHandle::new(self.raw);
-        let owned = self.ownership == Ownership::Owned;
         // Pending work still runs after `cuStreamDestroy`, and launch records stay owned by the
         // driver until their host functions ran (and keep the context retained until then). If
-        // the context fails first, they never run: the watch reclaims them.
+        // the context fails first, they never run: the watch reclaims them. The handle is this
+        // value's own, so the teardown may be deferred from a host function.
         let tear_down = move || {
             let raw = raw.get();
             if launched {
-                if !owned && let Err(error) = shared.bind_to_thread() {
-                    log::error!("cannot watch a dropped stream for its context's failure: {error}");
-                } else {
-                    context_failure::watch_stream(&shared, raw);
-                }
+                context_failure::watch_stream(&shared, raw);
             }
-            if owned {
-                // SAFETY: the stream was created by `Stream::new` and is destroyed once.
-                let result = unsafe { shared.driver().cuStreamDestroy_v2(raw) };
-                context_failure::note(&shared, result);
-                if let Err(error) = shared.driver().check("cuStreamDestroy_v2", result) {
-                    shared.record_drop_error("stream", error);
-                }
+            // SAFETY: the stream was created by `Stream::new` and is destroyed once.
+            let result = unsafe { shared.driver().cuStreamDestroy_v2(raw) };
+            context_failure::note(&shared, result);
+            if let Err(error) = shared.driver().check("cuStreamDestroy_v2", result) {
+                shared.record_drop_error("stream", error);
             }
             reclaim::reclaim();
         };

@@ -16,14 +16,17 @@ use std::ptr::{self, NonNull};
 
 /// The user objects' destructor: only hands the record to the reclaim list.
 unsafe extern "C" fn release_record(data: *mut c_void) {
-    // SAFETY: the user object owned the record and is gone, so the record is finished and ours.
-    unsafe { reclaim::push(data.cast()) };
+    if let Some(record) = NonNull::new(data.cast()) {
+        // SAFETY: the user object owned the record and is gone, so the record is finished and
+        // ours; ownership passes to its home's list.
+        unsafe { reclaim::finish(record) };
+    }
 }
 
 /// Creates a user object owning `record` with one reference, held by the caller.
 ///
 /// # Errors
-/// The driver's error; `record` is then dropped at once.
+/// The driver's error; `record` is then dropped as soon as the reclaim rule allows.
 ///
 /// # Safety
 /// `record` must be live and exclusively owned by the caller; ownership passes to the user object
@@ -45,7 +48,7 @@ pub(crate) unsafe fn create(
     };
     if let Err(error) = driver.check("cuUserObjectCreate", result) {
         // SAFETY: the driver did not take the record; it is still exclusively ours.
-        unsafe { RecordHeader::drop(record.as_ptr()) };
+        unsafe { reclaim::drop_soon(record) };
         return Err(error.into());
     }
     Ok(object)

@@ -158,6 +158,10 @@ impl Graph {
     /// When the driver refuses.
     #[track_caller]
     pub fn instantiate(&self) -> Exec {
+        // Instantiating needs a current context; the suite's context is made current.
+        crate::context()
+            .bind_to_thread()
+            .expect("the context binds to this thread");
         let mut exec = ptr::null_mut();
         // SAFETY: a live graph and a valid out-pointer; the context is current.
         ok("cuGraphInstantiateWithFlags", unsafe {
