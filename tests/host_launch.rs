@@ -1373,3 +1373,46 @@ fn creating_streams_and_events_and_using_the_special_streams_leave_the_current_c
             .unwrap();
     });
 }
+
+#[test]
+fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
+    // Alone in a process: the slot table is process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "slot_memory_beyond_the_reserve_goes_back_after_a_burst",
+            &[],
+        );
+    }
+    const BURST: usize = 50_000;
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    for _ in 0..BURST {
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran()).expect("launch");
+    }
+    let during = cuda_host::launch_slot_counts();
+    assert!(during.allocated >= BURST, "{during:?}");
+    assert_eq!(during.in_flight, BURST, "{during:?}");
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!((tally.runs(), tally.drops()), (BURST, BURST));
+    let after = cuda_host::launch_slot_counts();
+    assert!(
+        after.allocated <= after.reserve,
+        "slots beyond the reserve were kept after the burst: {after:?}"
+    );
+    assert_eq!((after.in_flight, after.finished), (0, 0), "{after:?}");
+    assert!(after.peak >= BURST, "{after:?}");
+    // The table grows again for the next burst, and gives it back again.
+    gate.hold(&stream);
+    for _ in 0..BURST {
+        host_launch(&stream, || {}).expect("launch");
+    }
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert!(cuda_host::launch_slot_counts().allocated <= after.reserve);
+}
