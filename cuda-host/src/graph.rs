@@ -271,7 +271,16 @@ impl Drop for Graph {
     }
 }
 
-/// A host node of a [`Graph`].
+/// A host node of a [`Graph`]. It borrows its graph, so it cannot outlive it:
+///
+/// ```compile_fail
+/// # fn demo(context: &cuda_host::Context) -> cuda_host::Result<()> {
+/// let graph = cuda_host::Graph::new(context)?;
+/// let node = graph.add_host_node(&[], || {})?;
+/// drop(graph);
+/// node.callable()?;
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct HostNode<'graph> {
     graph: &'graph Graph,

@@ -94,6 +94,15 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// stream.synchronize()?; // `results` has been dropped here, on this thread
 /// # Ok(()) }
 /// ```
+///
+/// The function runs on another thread, so what it captures must be `Send`:
+///
+/// ```compile_fail
+/// # fn demo(stream: &cuda_host::Stream) {
+/// let not_send = std::rc::Rc::new(1);
+/// let _ = cuda_host::host_launch(stream, move || println!("{not_send}"));
+/// # }
+/// ```
 #[doc(alias = "cuLaunchHostFunc")]
 #[doc(alias = "cuStreamAddCallback")]
 #[doc(alias = "launch_host_func")]
