@@ -15,14 +15,14 @@
 
 use crate::capture_check;
 use crate::context::ContextShared;
+use crate::failed_contexts::FailedContexts;
 use crate::launch_slot::{self, Ticket};
 use crate::reclaim;
 use crate::record::{self, RecordHeader};
 use cuda_host_sys::{CUresult, CUstream};
 use std::ffi::c_void;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 /// Whether `result` is an error after which the context runs no more work: those `cuda.h`
 /// documents as leaving the process "in an inconsistent state", and the device-side assert.
@@ -54,49 +54,6 @@ pub(crate) fn note(context: &ContextShared, result: CUresult) {
 /// The contexts that failed (`CUcontext` addresses). A failure is sticky: they stay failed.
 static FAILED: FailedContexts = FailedContexts::new();
 
-/// The failed contexts, and the flag that makes a launch racing with a failure's scan safe.
-///
-/// The handshake: a failure is recorded (`any` set, sequentially consistent) before its scan
-/// walks the slots; a launch marks its slot launched (sequentially consistent) before it reads
-/// `any`. In the single total order of those operations, either the mark comes first, and the
-/// scan (which starts after the flag) sees the slot launched and abandons it; or the flag comes
-/// first, and the launch sees it and abandons its own slot. Both may try: the slot's
-/// compare-and-swap lets exactly one win.
-struct FailedContexts {
-    any: AtomicBool,
-    contexts: Mutex<Vec<usize>>,
-}
-
-impl FailedContexts {
-    const fn new() -> Self {
-        FailedContexts {
-            any: AtomicBool::new(false),
-            contexts: Mutex::new(Vec::new()),
-        }
-    }
-
-    /// Records that `context` failed; from now on, launches of it abandon themselves.
-    fn record(&self, context: usize) {
-        {
-            let mut contexts = self.contexts.lock().unwrap_or_else(PoisonError::into_inner);
-            if !contexts.contains(&context) {
-                contexts.push(context);
-            }
-        }
-        self.any.store(true, Ordering::SeqCst);
-    }
-
-    /// Whether `context` failed; one sequentially consistent load while none has.
-    fn has_failed(&self, context: usize) -> bool {
-        self.any.load(Ordering::SeqCst)
-            && self
-                .contexts
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .contains(&context)
-    }
-}
-
 fn failed(context: usize, result: CUresult) {
     FAILED.record(context);
     let mut count = 0usize;
@@ -112,7 +69,7 @@ fn failed(context: usize, result: CUresult) {
 
 /// Marks the launch of `ticket` launched (the driver accepted it), then abandons it at once if
 /// its context (a `CUcontext` address) failed meanwhile: the other half of the handshake
-/// described at [`FailedContexts`].
+/// described at `FailedContexts`.
 #[inline]
 pub(crate) fn mark_launched(context: usize, ticket: Ticket) {
     launch_slot::mark_launched(ticket);

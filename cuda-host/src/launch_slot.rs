@@ -480,7 +480,7 @@ fn own_slot(ticket: Ticket) -> &'static Slot {
 }
 
 /// Marks the launch of `ticket` launched: the driver accepted it, and from now on abandoning
-/// may claim it too. Sequentially consistent with the failure flag (see `context_failure`).
+/// may claim it too (see the handshake in `failed_contexts`).
 pub(crate) fn mark_launched(ticket: Ticket) {
     // Fails when the host function already claimed the slot, which is fine.
     let _ = own_slot(ticket).state.mark_launched(ticket.generation());
@@ -521,7 +521,7 @@ pub(crate) fn abandon_launched(context: usize, mut abandoned: impl FnMut(NonNull
         for offset in 0..segment_len(segment) {
             // SAFETY: the segment exists, and cannot be freed while the pool is locked here.
             let slot = unsafe { &*base.add(offset) };
-            let (phase, generation) = slot.state.load(Ordering::SeqCst);
+            let (phase, generation) = slot.state.load(Ordering::Acquire);
             // The same generation still launched means the same launch: `context` was its own.
             if phase == Phase::Launched
                 && slot.context.load(Ordering::Relaxed) == context

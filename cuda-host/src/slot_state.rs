@@ -99,14 +99,13 @@ impl SlotState {
     }
 
     /// Launching → launched: the driver accepted the launch. `false` when the host function
-    /// already claimed it. Sequentially consistent, for the failure handshake
-    /// (`context_failure`).
+    /// already claimed it. The failure handshake (`failed_contexts`) follows it with a fence.
     pub(crate) fn mark_launched(&self, generation: u32) -> bool {
         self.0
             .compare_exchange(
                 pack(generation, LAUNCHING),
                 pack(generation, LAUNCHED),
-                Ordering::SeqCst,
+                Ordering::AcqRel,
                 Ordering::Relaxed,
             )
             .is_ok()
@@ -149,14 +148,13 @@ impl SlotState {
     }
 
     /// Launched → abandoned: the driver will never run it (or other code's graph may, many
-    /// times). `false` when it was claimed first. Sequentially consistent, for the failure
-    /// handshake.
+    /// times). `false` when it was claimed first.
     pub(crate) fn abandon(&self, generation: u32) -> bool {
         self.0
             .compare_exchange(
                 pack(generation, LAUNCHED),
                 pack(generation, ABANDONED),
-                Ordering::SeqCst,
+                Ordering::Acquire,
                 Ordering::Relaxed,
             )
             .is_ok()

@@ -1,12 +1,13 @@
-//! The synchronisation types of the lock-free cores (record lists, slot states, the panic hook),
+//! The synchronisation types of the lock-free cores (record lists, slot states, failed contexts,
+//! the panic hook),
 //! from `loom` when the crate is built for its models (`--cfg loom`), else from `std`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU64};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, fence};
 #[cfg(loom)]
-pub(crate) use loom::sync::{Arc, RwLock};
+pub(crate) use loom::sync::{Arc, Mutex, RwLock};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, fence};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Arc, RwLock};
+pub(crate) use std::sync::{Arc, Mutex, RwLock};
