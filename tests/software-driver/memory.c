@@ -25,6 +25,13 @@ struct allocation {
 
 static struct cusw_map allocations; /* base address -> struct allocation */
 static size_t device_bytes_in_use;
+static size_t host_allocations, device_allocations; /* live, for cuswLiveObjects */
+
+void cusw_memory_counts(size_t *host, size_t *device)
+{
+    *host = host_allocations;
+    *device = device_allocations;
+}
 
 #define ALLOCATION_ALIGNMENT 256 /* cudaMalloc guarantees at least 256 bytes */
 
@@ -50,8 +57,12 @@ static CUresult allocate(size_t size, bool host, void **out)
     a->size = size;
     a->ctx = ctx;
     a->host = host;
-    if (!host)
+    if (host) {
+        host_allocations++;
+    } else {
+        device_allocations++;
         device_bytes_in_use += size;
+    }
     *out = p;
     return CUDA_SUCCESS;
 }
@@ -60,8 +71,12 @@ static CUresult allocate(size_t size, bool host, void **out)
 static void release(void *p, struct allocation *a)
 {
     cusw_map_remove(&allocations, (uintptr_t)p);
-    if (!a->host)
+    if (a->host) {
+        host_allocations--;
+    } else {
+        device_allocations--;
         device_bytes_in_use -= a->size;
+    }
     free(a);
     free(p);
 }

@@ -146,6 +146,9 @@ static const struct entry entries[] = {
     CONTROL(cuswLaunchSleep),
     CONTROL(cuswSetDriverVersion),
     CONTROL(cuswUserObjectStats),
+    CONTROL(cuswLiveObjects),
+    CONTROL(cuswArmedFailures),
+    CONTROL(cuswCallCount),
 };
 
 #define ENTRY_COUNT (sizeof entries / sizeof entries[0])
