@@ -24,7 +24,7 @@ struct allocation {
 };
 
 static struct cusw_map allocations; /* base address -> struct allocation */
-static size_t device_bytes_in_use;
+static size_t device_bytes_in_use[CUSW_MAX_DEVICES]; /* each device has its own memory */
 static size_t host_allocations, device_allocations; /* live, for cuswLiveObjects */
 
 void cusw_memory_counts(size_t *host, size_t *device)
@@ -44,7 +44,7 @@ static CUresult allocate(size_t size, bool host, void **out)
         rc = cusw_capture_check_unsafe();
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (!host && size > CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use)
+    if (!host && size > CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use[ctx->device])
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct allocation *a = malloc(sizeof *a);
     void *p = NULL;
@@ -61,7 +61,7 @@ static CUresult allocate(size_t size, bool host, void **out)
         host_allocations++;
     } else {
         device_allocations++;
-        device_bytes_in_use += size;
+        device_bytes_in_use[ctx->device] += size;
     }
     *out = p;
     return CUDA_SUCCESS;
@@ -75,7 +75,7 @@ static void release(void *p, struct allocation *a)
         host_allocations--;
     } else {
         device_allocations--;
-        device_bytes_in_use -= a->size;
+        device_bytes_in_use[a->ctx->device] -= a->size;
     }
     free(a);
     free(p);
@@ -233,7 +233,7 @@ CUSW_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     rc = cusw_ctx_current(&ctx);
     if (rc == CUDA_SUCCESS) {
         *total = (size_t)CUSW_DEVICE_MEMORY_BYTES;
-        *free = (size_t)CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use;
+        *free = (size_t)CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use[ctx->device];
     }
     cusw_lock_release();
     return rc;
