@@ -8,7 +8,8 @@
 //! - capture: modes, capture state and info, the implicit legacy-stream rules, invalidation;
 //! - graphs: explicit host-node graphs, clones, parameter updates;
 //! - user objects: who keeps them alive, where and when their destructor runs;
-//! - the software driver's fault-injection controls (software driver only);
+//! - the software driver's fault-injection controls, call counts and live-object counts (software
+//!   driver only);
 //! - destroyed streams, and a sticky error from a faulting launch;
 //! - copies whose enqueue waits until the stream has reached them, and copies whose does not.
 //!
@@ -20,12 +21,13 @@
 
 use cuda_host::{Context, Event, EventFlags, Stream, StreamFlags};
 use cuda_host_sys::{
-    Availability, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUdeviceptr, CUdriverProcAddress_flags,
-    CUdriverProcAddressQueryResult, CUevent, CUgraphNodeType, CUhostTaskSyncMode, CUresult,
-    CUstream, CUstream_flags, CUstreamCaptureMode, CUstreamCaptureStatus, CUuserObject,
-    CUuserObject_flags, CUuserObjectRetain_flags, Driver, Error,
+    Availability, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUcontext, CUdevice_attribute,
+    CUdeviceptr, CUdriverProcAddress_flags, CUdriverProcAddressQueryResult, CUevent,
+    CUgraphNodeType, CUgreenCtx, CUhostTaskSyncMode, CUresult, CUstream, CUstream_flags,
+    CUstreamCaptureMode, CUstreamCaptureStatus, CUuserObject, CUuserObject_flags,
+    CUuserObjectRetain_flags, CUuuid, Driver, Error,
 };
-use std::ffi::{c_char, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_uint, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{
@@ -35,7 +37,7 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 use suite::capture::{Capture, Graph, is_capturing};
 use suite::host_function::{host_params, launch_host, leak_closure, run_closure};
-use suite::software::Controls;
+use suite::software::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
 use suite::{Gate, MappedWords, ok, test_driver, wait_until};
 
 // ---- Harness for this file ----------------------------------------------------------------------
@@ -1571,6 +1573,299 @@ fn user_object_stats_count_live_user_objects_and_destructors_run() {
     assert_eq!(probe.runs(), 1);
 }
 
+/// A software-driver control resolved by name through `cuGetProcAddress_v2`, as a caller without
+/// the harness would find it.
+fn control_address(name: &CStr) -> *mut c_void {
+    let mut address = ptr::null_mut();
+    let mut status = CUdriverProcAddressQueryResult(77);
+    // SAFETY: a NUL-terminated name and valid out-pointers.
+    ok("cuGetProcAddress_v2", unsafe {
+        driver().cuGetProcAddress_v2(name.as_ptr(), &mut address, 10000, 0, &mut status)
+    });
+    assert!(!address.is_null(), "{name:?} resolves");
+    address
+}
+
+#[test]
+fn live_objects_count_each_kind_from_its_creation_until_its_destruction() {
+    let test = "live_objects_count_each_kind_from_its_creation_until_its_destruction";
+    let Some(controls) = controls_or_skip(test) else {
+        return;
+    };
+    // Alone in a process: the counts are process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = current_context();
+    let held = non_blocking(&context);
+    let gate = Gate::new(&context); // takes its pinned pool before the counts are read
+    let before = controls.live_objects();
+
+    let mut stream = ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is current.
+    ok("cuStreamCreate", unsafe {
+        driver().cuStreamCreate(&mut stream, CUstream_flags::CU_STREAM_NON_BLOCKING.0)
+    });
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    let log = Log::default();
+    let graph = Graph::new();
+    graph.add_host_node(&[], log.marker("node"));
+    let exec = graph.instantiate();
+    let object = user_object(DestructorProbe::new(), 1);
+    let (mut host, mut device) = (ptr::null_mut(), 0);
+    // SAFETY: valid out-pointers; the context is current.
+    unsafe {
+        ok("cuMemHostAlloc", driver().cuMemHostAlloc(&mut host, 64, 0));
+        ok("cuMemAlloc_v2", driver().cuMemAlloc_v2(&mut device, 64));
+    }
+    gate.hold(&held);
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(held.as_raw(), log.marker("host function")),
+    );
+    let callback = leak(CallbackProbe::default());
+    ok("cuStreamAddCallback", add_callback(held.as_raw(), callback));
+    exec.launch(held.as_raw());
+
+    let one_more = LiveObjects {
+        streams: before.streams + 1,
+        events: before.events + 1,
+        graphs: before.graphs + 1,
+        graph_execs: before.graph_execs + 1,
+        user_objects: before.user_objects + 1,
+        host_allocations: before.host_allocations + 1,
+        device_allocations: before.device_allocations + 1,
+        // the host function, the callback and the graph's host node
+        pending_host_functions: before.pending_host_functions + 3,
+    };
+    assert_eq!(controls.live_objects(), one_more);
+    gate.open();
+    ok("cuStreamSynchronize", synchronize(held.as_raw()));
+    assert_eq!(log.entries(), ["host function", "node"]);
+    assert_eq!(
+        controls.live_objects(),
+        LiveObjects {
+            pending_host_functions: before.pending_host_functions,
+            ..one_more
+        },
+        "run host functions are no longer pending"
+    );
+
+    // SAFETY: each object is live and destroyed once.
+    unsafe {
+        ok("cuStreamDestroy_v2", driver().cuStreamDestroy_v2(stream));
+        ok("cuMemFreeHost", driver().cuMemFreeHost(host));
+        ok("cuMemFree_v2", driver().cuMemFree_v2(device));
+    }
+    drop((event, exec, graph));
+    release(object, 1); // the last reference: the destructor runs inside this call
+    assert_eq!(controls.live_objects(), before);
+}
+
+#[test]
+fn live_objects_fills_only_the_whole_counts_a_shorter_struct_has_room_for() {
+    let test = "live_objects_fills_only_the_whole_counts_a_shorter_struct_has_room_for";
+    if controls_or_skip(test).is_none() {
+        return;
+    }
+    let _shared = shared();
+    // SAFETY: the software driver's `cuswLiveObjects` has this C signature (cudasw.h).
+    let live_objects = unsafe {
+        std::mem::transmute::<*mut c_void, LiveObjectsFn>(control_address(c"cuswLiveObjects"))
+    };
+    const UNTOUCHED: u64 = u64::MAX;
+    // Room for the size, two counts and half of the third.
+    let short = size_of::<usize>() + 2 * size_of::<u64>() + 4;
+    let mut counts = LiveCounts {
+        size: short,
+        counts: [UNTOUCHED; 8],
+    };
+    // SAFETY: the struct is larger than the size it declares.
+    ok("cuswLiveObjects", unsafe { live_objects(&mut counts) });
+    assert_eq!(counts.size, size_of::<usize>() + 2 * size_of::<u64>());
+    assert!(counts.counts[..2].iter().all(|&count| count != UNTOUCHED));
+    assert_eq!(counts.counts[2..], [UNTOUCHED; 6], "counts past the size");
+
+    counts.size = 0;
+    // SAFETY: as above; a size without room for `size` itself is refused.
+    let refused = unsafe { live_objects(&mut counts) };
+    assert_eq!(refused, CUresult::CUDA_ERROR_INVALID_VALUE);
+    // SAFETY: a null pointer is refused, not written.
+    let refused = unsafe { live_objects(ptr::null_mut()) };
+    assert_eq!(refused, CUresult::CUDA_ERROR_INVALID_VALUE);
+}
+
+#[test]
+fn armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_thread() {
+    let test = "armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_thread";
+    let Some(controls) = controls_or_skip(test) else {
+        return;
+    };
+    // Alone in a process: an injection armed for any thread fails other tests' calls.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let entry = c"cuStreamQuery";
+    let code = CUresult::CUDA_ERROR_LAUNCH_TIMEOUT;
+    let other_thread = |work: fn(CUstream) -> (CUresult, u32)| {
+        let handle = SendHandle(stream.as_raw());
+        std::thread::spawn(move || work(handle.get()))
+            .join()
+            .expect("the other thread")
+    };
+    fn armed_here(_: CUstream) -> (CUresult, u32) {
+        let controls = suite::software::expect_controls();
+        (SUCCESS, controls.armed_failures(c"cuStreamQuery"))
+    }
+    fn query_there(stream: CUstream) -> (CUresult, u32) {
+        let controls = suite::software::expect_controls();
+        (query(stream), controls.armed_failures(c"cuStreamQuery"))
+    }
+
+    assert_eq!(controls.armed_failures(entry), 0);
+    controls.fail_next_calls(entry, 2, code);
+    controls.fail_next_calls_any_thread(entry, 3, code);
+    let _disarm = [false, true].map(|any_thread| Disarm {
+        controls,
+        entry,
+        any_thread,
+    });
+    assert_eq!(
+        controls.armed_failures(entry),
+        5,
+        "this thread's and any thread's"
+    );
+    assert_eq!(other_thread(armed_here), (SUCCESS, 3), "only any thread's");
+
+    assert_eq!(query(stream.as_raw()), code);
+    assert_eq!(
+        controls.armed_failures(entry),
+        4,
+        "this thread's fire first"
+    );
+    assert_eq!(query(stream.as_raw()), code);
+    assert_eq!(controls.armed_failures(entry), 3);
+    assert_eq!(other_thread(query_there), (code, 2));
+    assert_eq!(controls.armed_failures(entry), 2);
+    assert_eq!(query(stream.as_raw()), code);
+    assert_eq!(query(stream.as_raw()), code);
+    assert_eq!(controls.armed_failures(entry), 0);
+    assert_eq!(query(stream.as_raw()), SUCCESS, "all fired");
+    assert_eq!(
+        controls.armed_failures(c"cuStreamQuery_ptsz"),
+        0,
+        "counted under the name they were armed with"
+    );
+}
+
+#[test]
+fn call_count_counts_every_call_by_base_name_and_by_exported_name() {
+    let test = "call_count_counts_every_call_by_base_name_and_by_exported_name";
+    let Some(controls) = controls_or_skip(test) else {
+        return;
+    };
+    // Alone in a process: the counts are process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let names = [
+        c"cuStreamGetCtx",
+        c"cuStreamGetCtx_v2",
+        c"cuStreamGetCtx_v2_ptsz",
+    ];
+    let counts = || names.map(|name| controls.call_count(name));
+    assert_eq!(counts(), [0, 0, 0], "never called in this process");
+    assert_eq!(controls.call_count(c"cuEventElapsedTime"), 0);
+
+    let mut per_thread = ptr::null_mut();
+    let mut status = CUdriverProcAddressQueryResult(77);
+    let flags =
+        u64::from(CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM.0);
+    // SAFETY: a NUL-terminated name and valid out-pointers.
+    ok("cuGetProcAddress_v2", unsafe {
+        driver().cuGetProcAddress_v2(
+            c"cuStreamGetCtx".as_ptr(),
+            &mut per_thread,
+            12050,
+            flags,
+            &mut status,
+        )
+    });
+    // SAFETY: the per-thread form of cuStreamGetCtx_v2 has the same C signature.
+    let per_thread = unsafe { std::mem::transmute::<*mut c_void, GetCtx>(per_thread) };
+    let (mut raw, mut green) = (ptr::null_mut(), ptr::null_mut());
+    let mut get_ctx = |per_thread: Option<GetCtx>| match per_thread {
+        // SAFETY: a live stream and valid out-pointers.
+        Some(get) => unsafe { get(stream.as_raw(), &mut raw, &mut green) },
+        // SAFETY: as above.
+        None => unsafe { driver().cuStreamGetCtx_v2(stream.as_raw(), &mut raw, &mut green) },
+    };
+    for _ in 0..3 {
+        ok("cuStreamGetCtx_v2", get_ctx(None));
+    }
+    ok("cuStreamGetCtx_v2_ptsz", get_ctx(Some(per_thread)));
+    assert_eq!(counts(), [4, 3, 1]);
+
+    let code = CUresult::CUDA_ERROR_UNKNOWN;
+    controls.fail_next_calls(c"cuStreamGetCtx", 1, code);
+    assert_eq!(get_ctx(None), code);
+    assert_eq!(
+        counts(),
+        [5, 4, 1],
+        "a call an injected failure answered counts too"
+    );
+}
+
+/// `cuStreamGetCtx_v2`, as `cuda.h` declares it.
+type GetCtx = unsafe extern "C" fn(CUstream, *mut CUcontext, *mut CUgreenCtx) -> CUresult;
+/// `cuswArmedFailures`, as `cudasw.h` declares it.
+type ArmedFailures = unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult;
+/// `cuswCallCount`, as `cudasw.h` declares it.
+type CallCount = unsafe extern "C" fn(*const c_char, *mut u64) -> CUresult;
+
+#[test]
+fn armed_failures_and_call_count_refuse_unknown_entry_names_and_null_pointers() {
+    let test = "armed_failures_and_call_count_refuse_unknown_entry_names_and_null_pointers";
+    if controls_or_skip(test).is_none() {
+        return;
+    }
+    let _shared = shared();
+    // SAFETY: the software driver's controls have these C signatures (cudasw.h).
+    let (armed_failures, call_count) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, ArmedFailures>(control_address(
+                c"cuswArmedFailures",
+            )),
+            std::mem::transmute::<*mut c_void, CallCount>(control_address(c"cuswCallCount")),
+        )
+    };
+    let (mut remaining, mut calls) = (7, 7);
+    let (not_found, invalid) = (
+        CUresult::CUDA_ERROR_NOT_FOUND,
+        CUresult::CUDA_ERROR_INVALID_VALUE,
+    );
+    // SAFETY: NUL-terminated names or null pointers, which the controls refuse.
+    unsafe {
+        assert_eq!(
+            armed_failures(c"cuNoSuchEntryPoint".as_ptr(), &mut remaining),
+            not_found
+        );
+        assert_eq!(
+            call_count(c"cuNoSuchEntryPoint".as_ptr(), &mut calls),
+            not_found
+        );
+        assert_eq!(armed_failures(ptr::null(), &mut remaining), invalid);
+        assert_eq!(call_count(ptr::null(), &mut calls), invalid);
+        assert_eq!(armed_failures(c"cuInit".as_ptr(), ptr::null_mut()), invalid);
+        assert_eq!(call_count(c"cuInit".as_ptr(), ptr::null_mut()), invalid);
+    }
+    assert_eq!((remaining, calls), (7, 7), "nothing written on refusal");
+}
+
 #[test]
 fn a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held() {
     let test = "a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held";
@@ -1887,4 +2182,171 @@ fn a_copy_from_mapped_host_memory_to_device_memory_returns_at_once_behind_a_held
     });
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
     assert_eq!(words.get(1), 7);
+}
+
+// ---- 9. Two devices -----------------------------------------------------------------------------
+
+/// What `attribute` of `device` reads.
+fn attribute(device: &cuda_host::Device, attribute: CUdevice_attribute) -> i32 {
+    let mut value = 0;
+    // SAFETY: a valid out-pointer and a device of the driver.
+    ok("cuDeviceGetAttribute", unsafe {
+        driver().cuDeviceGetAttribute(&mut value, attribute, device.as_raw())
+    });
+    value
+}
+
+/// Free device memory as `cuMemGetInfo` reports it for `context`'s device.
+fn free_memory(context: &Context) -> usize {
+    context.bind_to_thread().expect("the context binds");
+    let (mut free, mut total) = (0, 0);
+    // SAFETY: valid out-pointers; the context is current.
+    ok("cuMemGetInfo_v2", unsafe {
+        driver().cuMemGetInfo_v2(&mut free, &mut total)
+    });
+    free
+}
+
+#[test]
+fn two_devices_have_their_own_primary_contexts_streams_host_functions_events_and_memory() {
+    let test =
+        "two_devices_have_their_own_primary_contexts_streams_host_functions_events_and_memory";
+    let devices = cuda_host::Device::count(&test_driver().driver).expect("device count");
+    if !test_driver().is_software() && devices < 2 {
+        return suite::skip(test, "the real driver has fewer than two devices here");
+    }
+    // The software driver reads its device count when it is loaded: a fresh process.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[("CUSW_DEVICE_COUNT", "2")]);
+    }
+    assert!(devices >= 2, "{devices} devices");
+    let device = [0, 1]
+        .map(|ordinal| cuda_host::Device::get(&test_driver().driver, ordinal).expect("device"));
+    let context = [&device[0], &device[1]].map(|device| device.primary_context().expect("ctx"));
+    assert_ne!(context[0].as_raw(), context[1].as_raw());
+    let mut uuid = [CUuuid::default(); 2];
+    for (ordinal, context) in context.iter().enumerate() {
+        assert_eq!(context.device(), device[ordinal].as_raw());
+        context.bind_to_thread().expect("the context binds");
+        let mut current = -1;
+        // SAFETY: a valid out-pointer; the context is current.
+        ok("cuCtxGetDevice", unsafe {
+            driver().cuCtxGetDevice(&mut current)
+        });
+        assert_eq!(current, device[ordinal].as_raw());
+        // SAFETY: a valid out-pointer and a device of the driver.
+        ok("cuDeviceGetUuid_v2", unsafe {
+            driver().cuDeviceGetUuid_v2(&mut uuid[ordinal], device[ordinal].as_raw())
+        });
+    }
+    assert_ne!(uuid[0].bytes, uuid[1].bytes, "each device has its own UUID");
+    let pci = |device: &cuda_host::Device| {
+        [
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID,
+        ]
+        .map(|which| attribute(device, which))
+    };
+    assert_ne!(
+        pci(&device[0]),
+        pci(&device[1]),
+        "each device has its own PCI address"
+    );
+
+    // Each device's stream belongs to its context; holding one holds nothing of the other.
+    let stream = [&context[0], &context[1]].map(non_blocking);
+    for (stream, context) in stream.iter().zip(&context) {
+        let mut owner = ptr::null_mut();
+        // SAFETY: a live stream and a valid out-pointer.
+        ok("cuStreamGetCtx", unsafe {
+            driver().cuStreamGetCtx(stream.as_raw(), &mut owner)
+        });
+        assert_eq!(owner, context.as_raw());
+    }
+    let event = [&context[0], &context[1]]
+        .map(|context| Event::new(context, EventFlags::DisableTiming).expect("event"));
+    let gate = Gate::new(&context[0]);
+    let log = Log::default();
+    gate.hold(&stream[0]);
+    // A held blocking stream of device 0 would hold device 0's legacy stream, not device 1's.
+    let held_blocking = blocking(&context[0]);
+    gate.hold(&held_blocking);
+    context[1].bind_to_thread().expect("the context binds");
+    let legacy_ran = Arc::new(AtomicUsize::new(0));
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(CU_STREAM_LEGACY, counting(&legacy_ran)),
+    );
+    wait_until("device 1's legacy stream", || count(&legacy_ran) == 1);
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(stream[0].as_raw(), log.marker("device 0")),
+    );
+    record(&event[0], stream[0].as_raw());
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(stream[1].as_raw(), log.marker("device 1")),
+    );
+    record(&event[1], stream[1].as_raw());
+    ok("cuEventSynchronize", event_synchronize(&event[1]));
+    assert_eq!(log.entries(), ["device 1"], "device 1 waited for device 0");
+    assert_eq!(
+        event_query(event[0].as_raw()),
+        CUresult::CUDA_ERROR_NOT_READY
+    );
+    assert_eq!(
+        query(stream[0].as_raw()),
+        CUresult::CUDA_ERROR_NOT_READY,
+        "device 0's stream went on while held"
+    );
+
+    // An event of one device orders a stream of the other.
+    stream[1]
+        .wait_event(&event[0])
+        .expect("waits for device 0's event");
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(stream[1].as_raw(), log.marker("device 1 after device 0")),
+    );
+    let_free_work_run(&non_blocking(&context[1]));
+    assert_eq!(
+        log.entries(),
+        ["device 1"],
+        "device 1 ran past device 0's event"
+    );
+    gate.open();
+    ok("cuStreamSynchronize", synchronize(stream[1].as_raw()));
+    assert_eq!(
+        log.entries(),
+        ["device 1", "device 0", "device 1 after device 0"]
+    );
+
+    // Memory: an allocation on device 0 takes nothing from device 1.
+    const GIB: usize = 1 << 30;
+    let free_before = [&context[0], &context[1]].map(free_memory);
+    context[0].bind_to_thread().expect("the context binds");
+    let mut allocation = 0;
+    // SAFETY: a valid out-pointer; device 0's context is current.
+    ok("cuMemAlloc_v2", unsafe {
+        driver().cuMemAlloc_v2(&mut allocation, GIB)
+    });
+    let free_after = [&context[0], &context[1]].map(free_memory);
+    context[0].bind_to_thread().expect("the context binds");
+    // SAFETY: allocated above, freed once.
+    ok("cuMemFree_v2", unsafe { driver().cuMemFree_v2(allocation) });
+    assert!(
+        free_after[0] + GIB <= free_before[0],
+        "device 0 lost the allocation"
+    );
+    assert!(
+        free_after[1] + GIB / 2 > free_before[1],
+        "device 1 lost {} bytes to device 0's allocation",
+        free_before[1] - free_after[1]
+    );
+}
+
+fn event_synchronize(event: &Event) -> CUresult {
+    // SAFETY: a live event.
+    unsafe { driver().cuEventSynchronize(event.as_raw()) }
 }

@@ -70,6 +70,27 @@ static void fill(const struct cusw_action *a)
         dst[i] = a->u.set.value;
 }
 
+/* Host functions and callbacks enqueued on streams that have not finished (cuswLiveObjects). */
+static atomic_ullong pending_host_functions;
+
+static unsigned long long host_functions_in(const struct cusw_action *a)
+{
+    if (a->kind == CUSW_ACT_HOST_FN || a->kind == CUSW_ACT_CALLBACK)
+        return 1;
+    unsigned long long n = 0;
+    if (a->kind == CUSW_ACT_GRAPH)
+        for (size_t i = 0; i < a->u.launch->n; i++)
+            n += host_functions_in(&a->u.launch->actions[i]);
+    return n;
+}
+
+void cusw_action_enqueued(const struct cusw_action *a)
+{
+    atomic_fetch_add(&pending_host_functions, host_functions_in(a));
+}
+
+unsigned long long cusw_pending_host_functions(void) { return atomic_load(&pending_host_functions); }
+
 void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
 {
     bool sticky = cusw_ctx_sticky(ctx) != CUDA_SUCCESS;
@@ -79,9 +100,11 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
     case CUSW_ACT_HOST_FN:
         if (!sticky)
             cusw_host_run_fn(ctx, a->u.host.fn, a->u.host.data);
+        atomic_fetch_sub(&pending_host_functions, 1); /* run or skipped: no longer pending */
         break;
     case CUSW_ACT_CALLBACK:
         cusw_host_run_callback(ctx, a->u.callback.fn, a->u.callback.stream, a->u.callback.data);
+        atomic_fetch_sub(&pending_host_functions, 1);
         break;
     case CUSW_ACT_COPY:
         if (!sticky && a->u.copy.bytes > 0)

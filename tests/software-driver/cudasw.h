@@ -355,4 +355,35 @@ CUresult cuswDelayNextCalls(const char *entry, unsigned int count, unsigned int 
  * driver may crash on those; this one answers an error and counts them). */
 CUresult cuswStaleHandleUses(unsigned long long *count);
 
+/* What is alive in the driver now, process-wide, for leak checks. The caller sets `size` to
+ * sizeof(struct cuswLiveCounts) as it was compiled; the driver fills only the members that fit
+ * in that size and sets `size` to the bytes it filled. Members are only ever added at the end, so
+ * a caller built against an older (shorter) struct keeps working. */
+struct cuswLiveCounts {
+    size_t size;
+    unsigned long long streams;            /* made by cuStreamCreate*, not destroyed */
+    unsigned long long events;             /* created, not destroyed */
+    unsigned long long graphs;             /* created, cloned or captured, not destroyed; a
+                                              capture under way counts its graph */
+    unsigned long long graph_execs;        /* instantiated, not destroyed */
+    unsigned long long user_objects;       /* whose destructor has not run yet */
+    unsigned long long host_allocations;   /* cuMemAllocHost / cuMemHostAlloc, not freed */
+    unsigned long long device_allocations; /* cuMemAlloc, not freed */
+    unsigned long long pending_host_functions; /* host functions and stream callbacks enqueued
+                                                  (also as nodes of a graph launch) that have
+                                                  not finished running, or been skipped because
+                                                  of a sticky error */
+};
+/* Modules are not counted: this driver loads none (cuModuleLoad* answer not supported). */
+CUresult cuswLiveObjects(struct cuswLiveCounts *counts);
+/* How many injected failures of `entry`, spelt as it was armed, are still to come for calls from
+ * the calling thread: those cuswFailNextCalls armed on this thread plus those
+ * cuswFailNextCallsAnyThread armed. CUDA_ERROR_NOT_FOUND for an unknown entry name. */
+CUresult cuswArmedFailures(const char *entry, unsigned int *remaining);
+/* How many times `entry` was called since the library was loaded, by any thread, including calls
+ * an injected failure answered. A base name ("cuLaunchHostFunc") counts every ABI and per-thread
+ * variant of it; an exported name ("cuLaunchHostFunc_ptsz") only that function.
+ * CUDA_ERROR_NOT_FOUND for an unknown entry name. */
+CUresult cuswCallCount(const char *entry, unsigned long long *count);
+
 #endif /* CUDASW_H */

@@ -150,7 +150,6 @@ static const struct attribute_value attribute_values[] = {
     { CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, 0 },
     { CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1 },
     { CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 0 },
-    { CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, 0 },
     { CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0 },
     { CU_DEVICE_ATTRIBUTE_TCC_DRIVER, 0 },
     { CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 2619000 },
@@ -184,6 +183,12 @@ CUSW_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
         return rc;
     if (pi == NULL)
         return CUDA_ERROR_INVALID_VALUE;
+    /* Each device on a bus of its own, as separate GPUs are: libraries tell devices apart by
+     * their PCI address. */
+    if (attrib == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) {
+        *pi = 1 + dev;
+        return CUDA_SUCCESS;
+    }
     for (size_t i = 0; i < sizeof attribute_values / sizeof attribute_values[0]; i++) {
         if (attribute_values[i].attribute == attrib) {
             *pi = attribute_values[i].value;

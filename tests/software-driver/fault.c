@@ -7,6 +7,7 @@
  */
 #include "internal.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,6 +111,24 @@ CUSW_EXPORT CUresult cuswFailNextCallsAnyThread(const char *entry, unsigned int 
 {
     CUSW_ENTRY("cuswFailNextCallsAnyThread", "cuswFailNextCallsAnyThread");
     return arm(entry, count, code, 0);
+}
+
+CUSW_EXPORT CUresult cuswArmedFailures(const char *entry, unsigned int *remaining)
+{
+    CUSW_ENTRY("cuswArmedFailures", "cuswArmedFailures");
+    if (entry == NULL || remaining == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!cusw_entry_name_known(entry))
+        return CUDA_ERROR_NOT_FOUND;
+    uint64_t self = cusw_thread_serial();
+    unsigned long long total = 0;
+    pthread_mutex_lock(&injection_lock);
+    for (const struct injection *inj = injections; inj != NULL; inj = inj->next)
+        if ((inj->thread == self || inj->thread == 0) && strcmp(inj->entry, entry) == 0)
+            total += inj->remaining;
+    pthread_mutex_unlock(&injection_lock);
+    *remaining = total > UINT_MAX ? UINT_MAX : (unsigned int)total; /* one per scope at most */
+    return CUDA_SUCCESS;
 }
 
 CUSW_EXPORT CUresult cuswSetStickyError(CUcontext ctx, CUresult code)

@@ -48,12 +48,15 @@
 #endif
 
 /* First statement of every exported function. The stub variant answers like NVIDIA's toolkit
- * stub libcuda.so; otherwise armed fault injections (fault.c) take precedence over the call. */
+ * stub libcuda.so; otherwise the call is counted (counts.c), and armed fault injections (fault.c)
+ * take precedence over it. */
 #define CUSW_ENTRY(base, symbol)                                                                 \
     do {                                                                                         \
         if (CUSW_IS_STUB)                                                                        \
             return CUDA_ERROR_STUB_LIBRARY;                                                      \
         cusw_delay_injected((base), (symbol));                                                   \
+        static struct cusw_call_site cusw_site_ = { (base), (symbol), 0, false, NULL };          \
+        cusw_count_call(&cusw_site_);                                                            \
         CUresult cusw_injected_;                                                                 \
         if (cusw_fault_injected((base), (symbol), &cusw_injected_))                              \
             return cusw_injected_;                                                               \
@@ -103,6 +106,19 @@ int cusw_device_count(void);
 int cusw_reported_driver_version(void);
 bool cusw_entry_name_known(const char *name); /* base or exported name of an entry or control */
 
+/* ---- Call counts (counts.c) ------------------------------------------------------------------ */
+
+/* One per exported function (a static in CUSW_ENTRY), put on a process-wide list at its first
+ * call; cuswCallCount sums the sites whose base or exported name matches. */
+struct cusw_call_site {
+    const char *base, *symbol;
+    atomic_ullong calls;
+    atomic_bool listed;
+    struct cusw_call_site *next; /* written once, before the site is published */
+};
+
+void cusw_count_call(struct cusw_call_site *site);
+
 /* ---- Fault injection (fault.c) ---------------------------------------------------------------- */
 
 bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
@@ -140,6 +156,7 @@ bool cusw_map_next(const struct cusw_map *m, size_t *cursor, uintptr_t *key, voi
 uintptr_t cusw_handle_new(enum cusw_kind kind, void *object);   /* [locked] 0 when out of memory */
 void *cusw_handle_get(uintptr_t handle, enum cusw_kind kind);   /* [locked] NULL unless live */
 void cusw_handle_remove(uintptr_t handle);                      /* [locked] */
+size_t cusw_handle_count(enum cusw_kind kind);                  /* [locked] live handles */
 
 /* ---- Actions: what a stream operation or a graph node does (action.c) ------------------------ */
 
@@ -194,6 +211,10 @@ struct cusw_launch {
 
 /* Runs the action on the calling (worker) thread, unlocked. */
 void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx);
+/* Called when the action is enqueued on a stream: counts the host functions it will run or skip
+ * (cusw_action_run uncounts each one as it finishes). */
+void cusw_action_enqueued(const struct cusw_action *a);
+unsigned long long cusw_pending_host_functions(void);
 /* [locked] Drops the references the action holds (event, launch snapshot). */
 void cusw_action_release(struct cusw_action *a);
 CUgraphNodeType cusw_action_node_type(const struct cusw_action *a);
@@ -291,6 +312,7 @@ struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_ki
                                        unsigned int flags, int priority); /* [locked] */
 /* [locked] Invalidates the handle at once; the worker drains pending work, then exits. */
 void cusw_stream_destroy(struct cusw_stream *s);
+size_t cusw_user_stream_count(void); /* [locked] made by cuStreamCreate*, not destroyed */
 /* Submits a stream-ordered action (takes the lock): checks initialisation, resolves the stream,
  * applies the capture rules (while capturing, the action becomes a graph node) and enqueues it. */
 CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a);
@@ -423,9 +445,11 @@ void cusw_urefs_release(struct cusw_uref_list *l, enum cusw_destroy_route route)
  * due (NULL if none), then runs them, unlocked, in the order they became due. */
 struct cusw_user_object *cusw_take_inline_destructors(void);
 void cusw_run_inline_destructors(struct cusw_user_object *due);
+unsigned long long cusw_user_objects_alive(void); /* whose destructor has not run */
 
 /* ---- Memory (memory.c) ----------------------------------------------------------------------- */
 
 void cusw_memory_release_context(struct cusw_ctx *ctx); /* [locked] frees its allocations */
+void cusw_memory_counts(size_t *host, size_t *device); /* [locked] live allocations */
 
 #endif /* CUSW_INTERNAL_H */

@@ -24,7 +24,14 @@ struct allocation {
 };
 
 static struct cusw_map allocations; /* base address -> struct allocation */
-static size_t device_bytes_in_use;
+static size_t device_bytes_in_use[CUSW_MAX_DEVICES]; /* each device has its own memory */
+static size_t host_allocations, device_allocations; /* live, for cuswLiveObjects */
+
+void cusw_memory_counts(size_t *host, size_t *device)
+{
+    *host = host_allocations;
+    *device = device_allocations;
+}
 
 #define ALLOCATION_ALIGNMENT 256 /* cudaMalloc guarantees at least 256 bytes */
 
@@ -37,7 +44,7 @@ static CUresult allocate(size_t size, bool host, void **out)
         rc = cusw_capture_check_unsafe();
     if (rc != CUDA_SUCCESS)
         return rc;
-    if (!host && size > CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use)
+    if (!host && size > CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use[ctx->device])
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct allocation *a = malloc(sizeof *a);
     void *p = NULL;
@@ -50,8 +57,12 @@ static CUresult allocate(size_t size, bool host, void **out)
     a->size = size;
     a->ctx = ctx;
     a->host = host;
-    if (!host)
-        device_bytes_in_use += size;
+    if (host) {
+        host_allocations++;
+    } else {
+        device_allocations++;
+        device_bytes_in_use[ctx->device] += size;
+    }
     *out = p;
     return CUDA_SUCCESS;
 }
@@ -60,8 +71,12 @@ static CUresult allocate(size_t size, bool host, void **out)
 static void release(void *p, struct allocation *a)
 {
     cusw_map_remove(&allocations, (uintptr_t)p);
-    if (!a->host)
-        device_bytes_in_use -= a->size;
+    if (a->host) {
+        host_allocations--;
+    } else {
+        device_allocations--;
+        device_bytes_in_use[a->ctx->device] -= a->size;
+    }
     free(a);
     free(p);
 }
@@ -218,7 +233,7 @@ CUSW_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     rc = cusw_ctx_current(&ctx);
     if (rc == CUDA_SUCCESS) {
         *total = (size_t)CUSW_DEVICE_MEMORY_BYTES;
-        *free = (size_t)CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use;
+        *free = (size_t)CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use[ctx->device];
     }
     cusw_lock_release();
     return rc;

@@ -148,6 +148,9 @@ static const struct entry entries[] = {
     CONTROL(cuswUserObjectStats),
     CONTROL(cuswDelayNextCalls),
     CONTROL(cuswStaleHandleUses),
+    CONTROL(cuswLiveObjects),
+    CONTROL(cuswArmedFailures),
+    CONTROL(cuswCallCount),
 };
 
 #define ENTRY_COUNT (sizeof entries / sizeof entries[0])

@@ -131,6 +131,7 @@ struct registration {
 
 static struct cusw_map handles;
 static uintptr_t next_handle_number = 1;
+static size_t live_handles[CUSW_KIND_USER_OBJECT + 1]; /* by kind */
 
 /* Handles look like aligned pointers (some callers print or hash them) but point nowhere. */
 #define HANDLE_BASE ((uintptr_t)0x5c0000000000ULL)
@@ -149,6 +150,7 @@ uintptr_t cusw_handle_new(enum cusw_kind kind, void *object)
         return 0;
     }
     next_handle_number++;
+    live_handles[kind]++;
     return handle;
 }
 
@@ -163,5 +165,10 @@ void *cusw_handle_get(uintptr_t handle, enum cusw_kind kind)
 
 void cusw_handle_remove(uintptr_t handle)
 {
-    free(cusw_map_remove(&handles, handle));
+    struct registration *r = cusw_map_remove(&handles, handle);
+    if (r != NULL)
+        live_handles[r->kind]--;
+    free(r);
 }
+
+size_t cusw_handle_count(enum cusw_kind kind) { return live_handles[kind]; }

@@ -21,6 +21,9 @@
 #include <stdlib.h>
 
 static unsigned long long next_stream_id = 1;
+static size_t user_streams; /* [locked] with a handle: not destroyed */
+
+size_t cusw_user_stream_count(void) { return user_streams; }
 
 bool cusw_stream_syncs_with_legacy(const struct cusw_stream *s)
 {
@@ -124,6 +127,8 @@ struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_ki
         return NULL;
     }
     s->id = next_stream_id++;
+    if (kind == CUSW_STREAM_USER)
+        user_streams++;
     s->ctx_next = ctx->streams;
     if (ctx->streams != NULL)
         ctx->streams->ctx_prev = s;
@@ -136,6 +141,8 @@ void cusw_stream_destroy(struct cusw_stream *s)
     if (s->handle != 0) {
         cusw_handle_remove(s->handle);
         s->handle = 0;
+        if (s->kind == CUSW_STREAM_USER)
+            user_streams--;
     }
     s->destroyed = true;
     if (s->capture != NULL)
@@ -261,6 +268,7 @@ CUresult cusw_stream_enqueue(struct cusw_stream *s, const struct cusw_action *a,
         add_dep(op, ctx->legacy, ctx->legacy->enqueued);
     }
     op->action = *a;
+    cusw_action_enqueued(a);
     op->seq = ++s->enqueued;
     if (s->tail != NULL)
         s->tail->next = op;

@@ -312,6 +312,8 @@ CUSW_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object
     return rc;
 }
 
+unsigned long long cusw_user_objects_alive(void) { return atomic_load(&objects_alive); }
+
 CUSW_EXPORT CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive)
 {
     CUSW_ENTRY("cuswUserObjectStats", "cuswUserObjectStats");

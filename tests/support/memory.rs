@@ -8,7 +8,7 @@ use cuda_host_sys::{
 };
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{Ordering, fence};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Page-locked host memory mapped into the device's address space, as `u32` words.
@@ -24,7 +24,7 @@ pub struct MappedWords {
     len: usize,
 }
 
-// SAFETY: the memory is plain shared memory; accesses go through volatile reads and writes.
+// SAFETY: the memory is plain shared memory; the host reaches it only through atomic accesses.
 unsafe impl Send for MappedWords {}
 // SAFETY: as above.
 unsafe impl Sync for MappedWords {}
@@ -66,20 +66,23 @@ impl MappedWords {
         words
     }
 
+    /// The word at `index` as an atomic: the driver's threads (or the device) read and write it
+    /// concurrently, so plain or volatile host accesses would race with them.
+    fn word(&self, index: usize) -> &AtomicU32 {
+        assert!(index < self.len);
+        // SAFETY: in bounds of the allocation, which lives as long as `self`, and aligned to 4
+        // (pinned allocations are page-aligned); every host access to it is atomic.
+        unsafe { AtomicU32::from_ptr(self.host.add(index)) }
+    }
+
     /// The word at `index`, as the host sees it now.
     pub fn get(&self, index: usize) -> u32 {
-        assert!(index < self.len);
-        fence(Ordering::SeqCst);
-        // SAFETY: in bounds of the allocation, which lives as long as `self`.
-        unsafe { self.host.add(index).read_volatile() }
+        self.word(index).load(Ordering::SeqCst)
     }
 
     /// Writes the word at `index`.
     pub fn set(&self, index: usize, value: u32) {
-        assert!(index < self.len);
-        // SAFETY: in bounds of the allocation, which lives as long as `self`.
-        unsafe { self.host.add(index).write_volatile(value) };
-        fence(Ordering::SeqCst);
+        self.word(index).store(value, Ordering::SeqCst);
     }
 
     /// The device address of the word at `index`.

@@ -1,5 +1,5 @@
 //! The software driver's test controls: fault injection, sticky errors, stand-ins for long or
-//! faulting kernels, and the reported driver version.
+//! faulting kernels, the reported driver version, and counts of calls and of live objects.
 //!
 //! They are exported C functions of the software driver library, reached through the same
 //! loaded library the tests use (the platform loader hands back the already-open library).
@@ -23,6 +23,45 @@ pub struct Controls {
     user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
     delay_next_calls: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> CUresult,
     stale_handle_uses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
+    live_objects: LiveObjectsFn,
+    armed_failures: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
+    call_count: unsafe extern "C" fn(*const c_char, *mut c_ulonglong) -> CUresult,
+}
+
+/// `cuswLiveObjects`, as `cudasw.h` declares it.
+pub type LiveObjectsFn = unsafe extern "C" fn(*mut LiveCounts) -> CUresult;
+
+/// `struct cuswLiveCounts` of `cudasw.h`: `size` first, then the counts; members are only added
+/// at the end.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveCounts {
+    /// Set by the caller to the size it knows; the driver answers the bytes it filled.
+    pub size: usize,
+    /// The counts, in the order of [`LiveObjects`]'s fields.
+    pub counts: [u64; 8],
+}
+
+/// What is alive in the software driver now, process-wide (`cuswLiveObjects`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Streams made by `cuStreamCreate*` and not destroyed (not the legacy or per-thread ones).
+    pub streams: u64,
+    /// Events not destroyed.
+    pub events: u64,
+    /// Graphs not destroyed, a capture's graph included while the capture lasts.
+    pub graphs: u64,
+    /// Executable graphs not destroyed.
+    pub graph_execs: u64,
+    /// User objects whose destructor has not run.
+    pub user_objects: u64,
+    /// Page-locked host allocations not freed.
+    pub host_allocations: u64,
+    /// Device allocations not freed.
+    pub device_allocations: u64,
+    /// Host functions and stream callbacks enqueued (also in graph launches) that have not
+    /// finished running or been skipped.
+    pub pending_host_functions: u64,
 }
 
 /// The controls, when the tests run on the software driver; `None` on the real one.
@@ -65,6 +104,9 @@ impl Controls {
             user_object_stats: symbol!(library, c"cuswUserObjectStats"),
             delay_next_calls: symbol!(library, c"cuswDelayNextCalls"),
             stale_handle_uses: symbol!(library, c"cuswStaleHandleUses"),
+            live_objects: symbol!(library, c"cuswLiveObjects"),
+            armed_failures: symbol!(library, c"cuswArmedFailures"),
+            call_count: symbol!(library, c"cuswCallCount"),
             _library: library,
         }
     }
@@ -129,6 +171,58 @@ impl Controls {
         let mut count = 0;
         // SAFETY: a valid out-pointer.
         check(unsafe { (self.stale_handle_uses)(&mut count) });
+        count
+    }
+
+    /// What is alive in the driver now.
+    ///
+    /// # Panics
+    /// When the driver does not fill every count this harness knows of.
+    pub fn live_objects(&self) -> LiveObjects {
+        let mut raw = LiveCounts {
+            size: size_of::<LiveCounts>(),
+            ..LiveCounts::default()
+        };
+        // SAFETY: `raw` is a valid `struct cuswLiveCounts` of the size it says.
+        check(unsafe { (self.live_objects)(&mut raw) });
+        assert_eq!(raw.size, size_of::<LiveCounts>(), "counts left unfilled");
+        let [
+            streams,
+            events,
+            graphs,
+            graph_execs,
+            user_objects,
+            host_allocations,
+            device_allocations,
+            pending_host_functions,
+        ] = raw.counts;
+        LiveObjects {
+            streams,
+            events,
+            graphs,
+            graph_execs,
+            user_objects,
+            host_allocations,
+            device_allocations,
+            pending_host_functions,
+        }
+    }
+
+    /// How many injected failures of `entry` (spelt as armed) are still to come for calls from
+    /// this thread: those armed on this thread plus those armed for any thread.
+    pub fn armed_failures(&self, entry: &CStr) -> u32 {
+        let mut remaining = 0;
+        // SAFETY: `entry` is NUL-terminated; `remaining` is a valid out-pointer.
+        check(unsafe { (self.armed_failures)(entry.as_ptr(), &mut remaining) });
+        remaining
+    }
+
+    /// How many times `entry` was called since the driver was loaded, by any thread; a base name
+    /// counts all its variants, an exported name only that function.
+    pub fn call_count(&self, entry: &CStr) -> u64 {
+        let mut count = 0;
+        // SAFETY: `entry` is NUL-terminated; `count` is a valid out-pointer.
+        check(unsafe { (self.call_count)(entry.as_ptr(), &mut count) });
         count
     }
 }

@@ -1,0 +1,77 @@
+/*
+ * counts.c - what tests count: calls of each entry point since load (cuswCallCount) and the
+ * objects alive now (cuswLiveObjects), so that a test can tell that a call was made, or that
+ * nothing leaked.
+ *
+ * Call counting is lock-free, since every entry point does it: each exported function has its own
+ * static call site (CUSW_ENTRY), which counts with one relaxed atomic add and puts itself on a
+ * list the first time it is called. A site's `next` is written before the site is published
+ * (release) and never again, so readers walk the list without a lock.
+ */
+#include "internal.h"
+
+#include <stddef.h>
+#include <string.h>
+
+static _Atomic(struct cusw_call_site *) call_sites;
+
+void cusw_count_call(struct cusw_call_site *site)
+{
+    atomic_fetch_add_explicit(&site->calls, 1, memory_order_relaxed);
+    if (atomic_load_explicit(&site->listed, memory_order_relaxed) ||
+        atomic_exchange(&site->listed, true))
+        return;
+    struct cusw_call_site *head = atomic_load_explicit(&call_sites, memory_order_relaxed);
+    do {
+        site->next = head;
+    } while (!atomic_compare_exchange_weak_explicit(&call_sites, &head, site,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+CUSW_EXPORT CUresult cuswCallCount(const char *entry, unsigned long long *count)
+{
+    CUSW_ENTRY("cuswCallCount", "cuswCallCount");
+    if (entry == NULL || count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!cusw_entry_name_known(entry))
+        return CUDA_ERROR_NOT_FOUND; /* catches typos in tests */
+    unsigned long long total = 0;
+    for (const struct cusw_call_site *site =
+             atomic_load_explicit(&call_sites, memory_order_acquire);
+         site != NULL; site = site->next) {
+        if (strcmp(site->base, entry) == 0 || strcmp(site->symbol, entry) == 0)
+            total += atomic_load_explicit(&site->calls, memory_order_relaxed);
+    }
+    *count = total;
+    return CUDA_SUCCESS;
+}
+
+CUSW_EXPORT CUresult cuswLiveObjects(struct cuswLiveCounts *counts)
+{
+    CUSW_ENTRY("cuswLiveObjects", "cuswLiveObjects");
+    if (counts == NULL || counts->size < sizeof counts->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cuswLiveCounts now = { .size = sizeof now };
+    size_t host = 0, device = 0;
+    /* One snapshot under the lock: the counts agree with each other. */
+    cusw_lock_acquire();
+    now.streams = cusw_user_stream_count();
+    now.events = cusw_handle_count(CUSW_KIND_EVENT);
+    now.graphs = cusw_handle_count(CUSW_KIND_GRAPH);
+    now.graph_execs = cusw_handle_count(CUSW_KIND_EXEC);
+    now.user_objects = cusw_user_objects_alive();
+    cusw_memory_counts(&host, &device);
+    now.host_allocations = host;
+    now.device_allocations = device;
+    now.pending_host_functions = cusw_pending_host_functions();
+    cusw_lock_release();
+    /* A caller built against a shorter struct gets the whole members it knows of. */
+    const size_t first = offsetof(struct cuswLiveCounts, streams), member = sizeof now.streams;
+    size_t filled = sizeof now;
+    if (counts->size < filled)
+        filled = counts->size < first ? sizeof counts->size
+                                      : first + (counts->size - first) / member * member;
+    now.size = filled;
+    memcpy(counts, &now, filled);
+    return CUDA_SUCCESS;
+}
