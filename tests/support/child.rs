@@ -15,6 +15,7 @@
 //! ```
 
 use crate::wait::TIMEOUT;
+use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -74,10 +75,20 @@ pub fn run_in_child(module: &str, name: &str, env: &[(&str, &str)]) {
         Some(status) if !status.success() => {
             panic!("{path} failed in a child process ({status})\n{output}")
         }
-        Some(_) => assert!(
-            stdout.contains("1 passed"),
-            "the child ran no test named {path}\n{output}"
-        ),
+        Some(_) => {
+            assert!(
+                stdout.contains("1 passed"),
+                "the child ran no test named {path}\n{output}"
+            );
+            // The child's skips and figures, which its own output capture would hide.
+            let mut parent = std::io::stderr().lock();
+            for line in stderr.lines().filter(|line| {
+                line.starts_with("[cuda-host stress]")
+                    || line.starts_with("[cuda-host tests] skipped")
+            }) {
+                let _ = writeln!(parent, "{line}");
+            }
+        }
     }
 }
 
