@@ -1416,3 +1416,80 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     stream.synchronize().expect("synchronize");
     assert!(cuda_host::launch_slot_counts().allocated <= after.reserve);
 }
+
+#[test]
+fn streams_on_two_devices_with_host_functions_in_flight_at_once_keep_their_order_and_leak_nothing()
+{
+    let test = "streams_on_two_devices_with_host_functions_in_flight_at_once_keep_their_order_and_leak_nothing";
+    if test_driver().is_software() && !suite::in_child_process() {
+        // The software driver has one device unless told otherwise when it loads.
+        return suite::run_in_child(module_path!(), test, &[("CUSW_DEVICE_COUNT", "2")]);
+    }
+    let driver = Arc::clone(&test_driver().driver);
+    let count = cuda_host::Device::count(&driver).expect("device count");
+    if count < 2 {
+        return suite::skip(
+            test,
+            &format!("needs two devices; this machine has {count}"),
+        );
+    }
+    // Few enough that the driver never makes an enqueue wait for the held host-function thread.
+    const EACH: usize = 200;
+    type Log = Arc<Mutex<Vec<usize>>>;
+    let contexts: Vec<Context> = (0..2)
+        .map(|ordinal| {
+            cuda_host::Device::get(&driver, ordinal)
+                .and_then(|device| device.primary_context())
+                .expect("the device's primary context")
+        })
+        .collect();
+    assert_ne!(contexts[0].as_raw(), contexts[1].as_raw());
+    let streams: Vec<Stream> = contexts
+        .iter()
+        .flat_map(|context| [new_stream(context), new_stream(context)])
+        .collect();
+    let logs: Vec<Log> = streams.iter().map(|_| Log::default()).collect();
+    let tally = Tally::new();
+    // Each stream's first host function holds it until every launch below is in flight.
+    let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for stream in &streams {
+        let release = Arc::clone(&release);
+        host_launch(stream, move || {
+            let start = std::time::Instant::now();
+            while !release.load(Ordering::SeqCst) && start.elapsed() < suite::TIMEOUT {
+                std::thread::yield_now();
+            }
+        })
+        .expect("launch");
+    }
+    for launch in 0..EACH {
+        for (stream, log) in streams.iter().zip(&logs) {
+            let (probe, log) = (tally.probe(), Arc::clone(log));
+            host_launch(stream, move || {
+                log.lock().unwrap().push(launch);
+                probe.ran();
+            })
+            .expect("launch");
+        }
+    }
+    assert_eq!(tally.runs(), 0, "ran before the streams were released");
+    let in_flight = cuda_host::launch_slot_counts().in_flight;
+    assert!(
+        in_flight >= 2 * streams.len(),
+        "{in_flight} launches in flight"
+    );
+    release.store(true, Ordering::SeqCst);
+    for stream in &streams {
+        stream.synchronize().expect("synchronize");
+    }
+    let expected: Vec<usize> = (0..EACH).collect();
+    for (index, log) in logs.iter().enumerate() {
+        assert_eq!(*log.lock().unwrap(), expected, "stream {index}");
+    }
+    assert_eq!(tally.runs(), streams.len() * EACH);
+    assert_eq!(
+        tally.drops(),
+        streams.len() * EACH,
+        "dropped when synchronize returned"
+    );
+}

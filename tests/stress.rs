@@ -259,7 +259,11 @@ fn stress_round(streams: &[Stream], per_thread: usize, report: bool) {
         let _ = writeln!(std::io::stderr(), "{figures}");
     }
 
-    assert_eq!(load(&counts.launched) + load(&counts.refused), total, "{figures}");
+    assert_eq!(
+        load(&counts.launched) + load(&counts.refused),
+        total,
+        "{figures}"
+    );
     assert_eq!(
         load(&counts.runs),
         load(&counts.launched),
