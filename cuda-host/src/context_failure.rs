@@ -107,9 +107,12 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
     let result = unsafe {
         driver.cuStreamAddCallback(stream, Some(failure_watch), watch.as_ptr().cast(), 0)
     };
-    if result != CUresult::CUDA_SUCCESS {
+    if let Err(error) = driver.check("cuStreamAddCallback", result) {
+        // Records of this stream a later failure strands are then reclaimed when a call answers
+        // the failure.
+        log::warn!("cannot watch a dropped stream for its context's failure: {error}");
         // SAFETY: refused, so the watch is still exclusively ours.
-        unsafe { RecordHeader::drop(watch.as_ptr()) };
+        unsafe { reclaim::drop_soon(watch) };
         note(context, result);
     }
 }

@@ -45,7 +45,7 @@ pub enum Error {
 
     /// Destroying an object failed earlier, in a `Drop`, where the error could not be returned;
     /// it is returned by the next call on the same context.
-    #[error("destroying a {object} failed earlier: {source}")]
+    #[error("destroying the {object} failed earlier: {source}")]
     DropFailed {
         /// What was being destroyed: `"stream"`, `"event"`, ...
         object: &'static str,

@@ -9,6 +9,7 @@ use std::thread::ThreadId;
 pub struct Tally {
     runs: AtomicUsize,
     drops: AtomicUsize,
+    probes: AtomicUsize,
     run_threads: Mutex<Vec<ThreadId>>,
     drop_threads: Mutex<Vec<ThreadId>>,
 }
@@ -50,7 +51,13 @@ impl Tally {
 
     /// A value to capture: its drop is counted here.
     pub fn probe(self: &Arc<Self>) -> DropProbe {
+        self.probes.fetch_add(1, Ordering::SeqCst);
         DropProbe(Arc::clone(self))
+    }
+
+    /// How many probes were made: those not dropped yet are alive.
+    pub fn probes(&self) -> usize {
+        self.probes.load(Ordering::SeqCst)
     }
 }
 
