@@ -253,7 +253,7 @@ impl ContextShared {
 
     /// Keeps an error a `Drop` could not return, for the next call on this context.
     pub(crate) fn record_drop_error(&self, object: &'static str, error: cuda_host_sys::Error) {
-        log::error!("destroying a {object} failed: {error}");
+        log::error!("destroying the {object} failed: {error}");
         let mut errors = self
             .drop_errors
             .lock()
