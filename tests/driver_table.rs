@@ -58,9 +58,11 @@ fn table_pointers_equal_the_platform_loaders_for_every_available_entry() {
 
 #[test]
 fn per_thread_default_stream_resolves_the_ptsz_and_ptds_entries() {
-    let options =
-        LoadOptions::library(test_driver().driver.library_name()).per_thread_default_stream(true);
-    let driver = Driver::load(&options).expect("the driver loads again");
+    // SAFETY: the library the suite already runs on as its driver.
+    let options = unsafe { LoadOptions::library(test_driver().driver.library_name()) }
+        .per_thread_default_stream(true);
+    // SAFETY: as above.
+    let driver = unsafe { Driver::load(&options) }.expect("the driver loads again");
     assert!(driver.per_thread_default_stream());
     let launch = driver
         .entry_points()
@@ -80,7 +82,8 @@ fn per_thread_default_stream_resolves_the_ptsz_and_ptds_entries() {
 
 #[test]
 fn a_missing_library_is_a_typed_error_naming_what_was_tried() {
-    let error = Driver::open("/nonexistent/libcuda.so.1").unwrap_err();
+    // SAFETY: there is no library at that path, so nothing is opened.
+    let error = unsafe { Driver::open("/nonexistent/libcuda.so.1") }.unwrap_err();
     let LoadError::LibraryNotFound { tried, message } = &error else {
         panic!("expected LibraryNotFound, got {error:?}");
     };
@@ -118,7 +121,8 @@ fn default_library_names_try_the_variable_then_the_versioned_name() {
 #[test]
 fn a_stub_library_is_reported_as_a_stub() {
     let stub = software_driver_path("libcudasw-stub.so");
-    let error = Driver::open(&stub).unwrap_err();
+    // SAFETY: the stub variant exports the driver API's names with their C signatures.
+    let error = unsafe { Driver::open(&stub) }.unwrap_err();
     assert!(
         matches!(&error, LoadError::StubLibrary { library } if library.contains("libcudasw-stub")),
         "{error:?}"
@@ -136,13 +140,16 @@ fn the_cuda_toolkits_own_stub_library_is_reported_as_a_stub() {
             "no CUDA toolkit at /usr/local/cuda",
         );
     }
-    let error = Driver::open(toolkit_stub).unwrap_err();
+    // SAFETY: NVIDIA's stub exports the driver API's names with their C signatures.
+    let error = unsafe { Driver::open(toolkit_stub) }.unwrap_err();
     assert!(matches!(error, LoadError::StubLibrary { .. }), "{error:?}");
 }
 
 #[test]
 fn a_library_without_the_driver_api_is_not_taken_for_a_driver() {
-    let error = Driver::open("libm.so.6").unwrap_err();
+    // SAFETY: libm exports no driver API name, so it is refused before any call, and the C
+    // library's own initialisation has already run in this process.
+    let error = unsafe { Driver::open("libm.so.6") }.unwrap_err();
     assert_eq!(
         error,
         LoadError::MissingBootstrap {
@@ -206,7 +213,8 @@ fn an_older_driver_hides_entry_points_newer_than_itself() {
             &[("CUSW_DRIVER_VERSION", "12080")],
         );
     }
-    let driver = Driver::open(software_driver_path("libcudasw.so")).expect("loads");
+    // SAFETY: the software driver implements the driver API's names with their C signatures.
+    let driver = unsafe { Driver::open(software_driver_path("libcudasw.so")) }.expect("loads");
     assert_eq!(driver.version(), 12080);
     assert_eq!(
         driver.availability("cuLaunchHostFunc_v2"),
@@ -242,7 +250,8 @@ fn a_driver_older_than_the_minimum_is_refused() {
             &[("CUSW_DRIVER_VERSION", "9020")],
         );
     }
-    let error = Driver::open(software_driver_path("libcudasw.so")).unwrap_err();
+    // SAFETY: the software driver implements the driver API's names with their C signatures.
+    let error = unsafe { Driver::open(software_driver_path("libcudasw.so")) }.unwrap_err();
     assert!(
         matches!(
             error,
@@ -258,7 +267,10 @@ fn a_driver_older_than_the_minimum_is_refused() {
 
 #[test]
 fn without_cu_get_proc_address_entries_are_found_by_symbol_name() {
-    let driver = Driver::open(software_driver_path("libcudasw-noproc.so")).expect("loads");
+    // SAFETY: the variant without `cuGetProcAddress` still exports the driver API's names with
+    // their C signatures.
+    let driver =
+        unsafe { Driver::open(software_driver_path("libcudasw-noproc.so")) }.expect("loads");
     assert_eq!(
         driver.availability("cuLaunchHostFunc"),
         Some(Availability::Available)

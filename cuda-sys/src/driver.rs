@@ -69,7 +69,15 @@ impl Default for LoadOptions {
 
 impl LoadOptions {
     /// Open exactly this library (a path, or a name for the platform loader's search).
-    pub fn library(path: impl AsRef<Path>) -> Self {
+    ///
+    /// # Safety
+    /// A load with these options ([`Driver::load`], [`init_driver`]) opens `path` and calls into
+    /// it: `path` must meet the obligations of [`Driver::open`].
+    ///
+    /// ```compile_fail,E0133
+    /// let options = cuda_host_sys::LoadOptions::library("/opt/any/library.so");
+    /// ```
+    pub unsafe fn library(path: impl AsRef<Path>) -> Self {
         LoadOptions {
             libraries: vec![path.as_ref().as_os_str().to_owned()],
             per_thread_default_stream: false,
@@ -130,8 +138,27 @@ impl Driver {
     /// # Errors
     /// A [`LoadError`] when the library cannot be opened, is a stub, lacks
     /// `cuDriverGetVersion` or is older than [`MINIMUM_DRIVER_VERSION`].
-    pub fn open(path: impl AsRef<Path>) -> Result<Driver, LoadError> {
-        Driver::load(&LoadOptions::library(path))
+    ///
+    /// # Safety
+    /// Opening a library runs its initialisation code, closing it (when the last `Driver` of it
+    /// is dropped) its termination code, and the table calls its functions through the
+    /// signatures `cuda.h` declares, none of which can be checked. The caller must ensure that:
+    /// 1. every function the library at `path` exports under a driver API name
+    ///    (`cuDriverGetVersion`, `cuGetProcAddress_v2`, `cuInit`, ...), and every pointer its
+    ///    `cuGetProcAddress_v2` returns, has the C signature and behaviour the CUDA driver API
+    ///    documents for that name (NVIDIA's `libcuda` and its toolkit stub do; a library that
+    ///    exports no `cuDriverGetVersion` is refused without any of its functions being called);
+    /// 2. running the library's initialisation and termination code in this process is sound,
+    ///    as for [`libloading::Library::new`].
+    ///
+    /// Safe code cannot choose the library:
+    ///
+    /// ```compile_fail,E0133
+    /// let driver = cuda_host_sys::Driver::open("/opt/any/library.so");
+    /// ```
+    pub unsafe fn open(path: impl AsRef<Path>) -> Result<Driver, LoadError> {
+        // SAFETY: the caller's obligations for `path` are those `library` and `load` ask for.
+        unsafe { Driver::load(&LoadOptions::library(path)) }
     }
 
     /// Opens the first library of `options` that the platform loader can open, and resolves the
@@ -139,13 +166,23 @@ impl Driver {
     ///
     /// # Errors
     /// As [`Driver::open`]; when no library opens, the error names all that were tried.
-    pub fn load(options: &LoadOptions) -> Result<Driver, LoadError> {
+    ///
+    /// # Safety
+    /// Each library of `options` ([`LoadOptions::libraries`]) may be the one opened, so each
+    /// must meet the obligations of [`Driver::open`]. [`LoadOptions::default`] names the
+    /// driver the process is configured with, as [`driver`] opens it.
+    ///
+    /// ```compile_fail,E0133
+    /// let driver = cuda_host_sys::Driver::load(&cuda_host_sys::LoadOptions::default());
+    /// ```
+    pub unsafe fn load(options: &LoadOptions) -> Result<Driver, LoadError> {
         let mut tried = Vec::new();
         let mut messages = Vec::new();
         for name in &options.libraries {
             let shown = name.to_string_lossy().into_owned();
-            // SAFETY: opening a driver library runs its initialisers, which is what every CUDA
-            // program does; the library's code stays loaded while the returned `Driver` lives.
+            // SAFETY: the caller guarantees that every library of `options` is a driver library
+            // whose initialisation and termination code is sound to run; its code stays loaded
+            // while the returned `Driver` lives.
             match unsafe { libloading::Library::new(name) } {
                 Ok(library) => {
                     if !messages.is_empty() {
@@ -446,7 +483,11 @@ static PROCESS_DRIVER: OnceLock<Result<Arc<Driver>, LoadError>> = OnceLock::new(
 /// The [`LoadError`] of the first attempt; the load is not retried.
 pub fn driver() -> Result<&'static Arc<Driver>, &'static LoadError> {
     PROCESS_DRIVER
-        .get_or_init(|| load_process_driver(&LoadOptions::default()))
+        // SAFETY: the default options name `CUDA_SYS_LIBCUDA`, else `libcuda.so.1` and
+        // `libcuda.so` as the platform loader finds them: the user's own configuration, trusted
+        // for the driver as `LD_LIBRARY_PATH` is trusted for every library the process loads.
+        // Safe code cannot name another library here.
+        .get_or_init(|| unsafe { load_process_driver(&LoadOptions::default()) })
         .as_ref()
 }
 
@@ -455,14 +496,31 @@ pub fn driver() -> Result<&'static Arc<Driver>, &'static LoadError> {
 ///
 /// # Errors
 /// The [`LoadError`] of the first attempt.
-pub fn init_driver(options: &LoadOptions) -> Result<&'static Arc<Driver>, &'static LoadError> {
+///
+/// # Safety
+/// As for [`Driver::load`]: each library of `options` must meet the obligations of
+/// [`Driver::open`]. The driver loaded becomes the one every caller of [`driver`] and of the
+/// C-like free functions calls into.
+///
+/// ```compile_fail,E0133
+/// let driver = cuda_host_sys::init_driver(&cuda_host_sys::LoadOptions::default());
+/// ```
+pub unsafe fn init_driver(
+    options: &LoadOptions,
+) -> Result<&'static Arc<Driver>, &'static LoadError> {
     PROCESS_DRIVER
-        .get_or_init(|| load_process_driver(options))
+        // SAFETY: the caller's obligations for `options` are those of `Driver::load`.
+        .get_or_init(|| unsafe { load_process_driver(options) })
         .as_ref()
 }
 
-fn load_process_driver(options: &LoadOptions) -> Result<Arc<Driver>, LoadError> {
-    Driver::load(options).map(Arc::new).inspect_err(|error| {
-        log::error!("the process-wide CUDA driver could not be loaded: {error}");
-    })
+/// # Safety
+/// As for [`Driver::load`].
+unsafe fn load_process_driver(options: &LoadOptions) -> Result<Arc<Driver>, LoadError> {
+    // SAFETY: passed on from the caller.
+    unsafe { Driver::load(options) }
+        .map(Arc::new)
+        .inspect_err(|error| {
+            log::error!("the process-wide CUDA driver could not be loaded: {error}");
+        })
 }

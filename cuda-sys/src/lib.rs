@@ -8,6 +8,9 @@
 //!   entry point through `cuGetProcAddress_v2` at the ABI version the header declares, into a
 //!   table of function pointers. An entry point the driver lacks answers `CUDA_ERROR_NOT_FOUND`;
 //!   nothing panics.
+//! - Opening a library of the caller's choice ([`Driver::open`], [`Driver::load`],
+//!   [`init_driver`]) is `unsafe`, as `dlopen` is: its code runs and is called through the
+//!   header's signatures. [`driver`] is safe: it opens the driver the environment configures.
 //! - For C-style code, every entry point is also a free function with the C signature that calls
 //!   through the process-wide driver ([`driver`]): `unsafe { cuInit(0) }`.
 //!
