@@ -93,29 +93,99 @@ fn a_missing_library_is_a_typed_error_naming_what_was_tried() {
     assert_eq!(error.result(), CUresult::CUDA_ERROR_NOT_FOUND);
 }
 
-#[test]
-fn default_library_names_try_the_variable_then_the_versioned_name() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "default_library_names_try_the_variable_then_the_versioned_name",
-            &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so")],
-        );
-    }
-    let options = LoadOptions::default();
-    let names: Vec<_> = options
+fn default_library_names() -> Vec<String> {
+    LoadOptions::default()
         .libraries()
         .iter()
         .map(|name| name.to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "/nonexistent/libcuda-custom.so",
-            "libcuda.so.1",
-            "libcuda.so"
-        ]
+        .collect()
+}
+
+#[test]
+fn default_library_names_are_the_versioned_name_then_the_plain_one() {
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "default_library_names_are_the_versioned_name_then_the_plain_one",
+            // Empty counts as unset.
+            &[("CUDA_SYS_LIBCUDA", "")],
+        );
+    }
+    assert_eq!(default_library_names(), ["libcuda.so.1", "libcuda.so"]);
+}
+
+#[test]
+fn a_library_named_by_the_variable_is_the_only_one_tried() {
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_library_named_by_the_variable_is_the_only_one_tried",
+            &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so")],
+        );
+    }
+    assert_eq!(default_library_names(), ["/nonexistent/libcuda-custom.so"]);
+}
+
+/// A new folder holding `libcuda.so.1`, a link to the software driver: on `LD_LIBRARY_PATH`, it
+/// makes the platform loader's search for the default name succeed.
+fn folder_with_libcuda_so_1(test: &str) -> std::path::PathBuf {
+    let folder = std::env::temp_dir().join(format!("{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).expect("the temporary folder is created");
+    let link = folder.join("libcuda.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(software_driver_path("libcudasw.so"), &link)
+        .expect("the link is created");
+    folder
+}
+
+#[test]
+fn a_library_named_by_the_variable_that_does_not_open_is_an_error_not_a_fallback() {
+    const TEST: &str =
+        "a_library_named_by_the_variable_that_does_not_open_is_an_error_not_a_fallback";
+    if !suite::in_child_process() {
+        let folder = folder_with_libcuda_so_1(TEST);
+        let mut search_path = folder.display().to_string();
+        if let Some(inherited) = std::env::var_os("LD_LIBRARY_PATH") {
+            search_path = format!("{search_path}:{}", inherited.to_string_lossy());
+        }
+        suite::run_in_child(
+            module_path!(),
+            TEST,
+            &[
+                ("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so"),
+                ("LD_LIBRARY_PATH", &search_path),
+            ],
+        );
+        let _ = std::fs::remove_dir_all(folder);
+        return;
+    }
+    // A `libcuda.so.1` is there to fall back to...
+    // SAFETY: on this child's search path, `libcuda.so.1` is the software driver, which
+    // implements the driver API's names with their C signatures.
+    let fallback = unsafe { Driver::open("libcuda.so.1") };
+    assert!(fallback.is_ok(), "the fallback does not load: {fallback:?}");
+    // ...and the process-wide driver does not take it.
+    let error = cuda_host_sys::driver().expect_err("the named library does not open");
+    let LoadError::ConfiguredLibraryNotFound {
+        variable,
+        library,
+        message,
+    } = error
+    else {
+        panic!("expected ConfiguredLibraryNotFound, got {error:?}");
+    };
+    assert_eq!(*variable, "CUDA_SYS_LIBCUDA");
+    assert_eq!(library, "/nonexistent/libcuda-custom.so");
+    assert!(
+        message.contains("No such file"),
+        "the loader's reason is missing: {message}"
     );
+    let text = error.to_string();
+    assert!(
+        text.contains("CUDA_SYS_LIBCUDA") && text.contains("/nonexistent/libcuda-custom.so"),
+        "{text}"
+    );
+    assert_eq!(error.result(), CUresult::CUDA_ERROR_NOT_FOUND);
 }
 
 #[test]

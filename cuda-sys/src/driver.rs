@@ -19,7 +19,8 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// The environment variable naming a driver library to try first.
+/// The environment variable naming the driver library to open instead of the default names; if
+/// it cannot be opened, loading fails ([`LoadError::ConfiguredLibraryNotFound`]).
 pub const LIBCUDA_VARIABLE: &str = "CUDA_SYS_LIBCUDA";
 /// The environment variable that turns on the per-thread default stream (`1`).
 pub const PER_THREAD_DEFAULT_STREAM_VARIABLE: &str = "CUDA_SYS_PER_THREAD_DEFAULT_STREAM";
@@ -46,22 +47,30 @@ type GetProcAddress =
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadOptions {
     libraries: Vec<OsString>,
+    // The environment variable that named the one library, if one did.
+    named_by: Option<&'static str>,
     per_thread_default_stream: bool,
 }
 
 impl Default for LoadOptions {
-    /// The library named by `CUDA_SYS_LIBCUDA` if set, then `libcuda.so.1`, then `libcuda.so`;
-    /// the per-thread default stream when `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`.
+    /// The library named by `CUDA_SYS_LIBCUDA` if set, and only that one: failing to open it is
+    /// an error, not a reason to load another driver than the one asked for. Otherwise
+    /// `libcuda.so.1`, then `libcuda.so`. The per-thread default stream when
+    /// `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`.
     fn default() -> Self {
-        let mut libraries: Vec<OsString> = Vec::new();
-        if let Some(path) = std::env::var_os(LIBCUDA_VARIABLE).filter(|path| !path.is_empty()) {
-            libraries.push(path);
-        }
-        libraries.extend(DEFAULT_LIBRARY_NAMES.iter().map(OsString::from));
+        let (libraries, named_by) =
+            match std::env::var_os(LIBCUDA_VARIABLE).filter(|path| !path.is_empty()) {
+                Some(path) => (vec![path], Some(LIBCUDA_VARIABLE)),
+                None => (
+                    DEFAULT_LIBRARY_NAMES.iter().map(OsString::from).collect(),
+                    None,
+                ),
+            };
         let per_thread_default_stream =
             std::env::var_os(PER_THREAD_DEFAULT_STREAM_VARIABLE).is_some_and(|value| value == "1");
         LoadOptions {
             libraries,
+            named_by,
             per_thread_default_stream,
         }
     }
@@ -80,6 +89,7 @@ impl LoadOptions {
     pub unsafe fn library(path: impl AsRef<Path>) -> Self {
         LoadOptions {
             libraries: vec![path.as_ref().as_os_str().to_owned()],
+            named_by: None,
             per_thread_default_stream: false,
         }
     }
@@ -165,7 +175,8 @@ impl Driver {
     /// table.
     ///
     /// # Errors
-    /// As [`Driver::open`]; when no library opens, the error names all that were tried.
+    /// As [`Driver::open`]; when no library opens, the error names all that were tried, or
+    /// the variable and the library it named ([`LoadError::ConfiguredLibraryNotFound`]).
     ///
     /// # Safety
     /// Each library of `options` ([`LoadOptions::libraries`]) may be the one opened, so each
@@ -199,10 +210,15 @@ impl Driver {
                 }
             }
         }
-        Err(LoadError::LibraryNotFound {
-            tried,
-            message: messages.join("; "),
-        })
+        let message = messages.join("; ");
+        match (options.named_by, tried.as_mut_slice()) {
+            (Some(variable), [library]) => Err(LoadError::ConfiguredLibraryNotFound {
+                variable,
+                library: std::mem::take(library),
+                message,
+            }),
+            _ => Err(LoadError::LibraryNotFound { tried, message }),
+        }
     }
 
     fn from_library(

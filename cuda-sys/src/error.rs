@@ -18,6 +18,16 @@ pub enum LoadError {
         /// The platform loader's message for each attempt.
         message: String,
     },
+    /// The library named by an environment variable (`CUDA_SYS_LIBCUDA`) could not be opened.
+    /// No other library is tried in its place: the variable asks for that driver.
+    ConfiguredLibraryNotFound {
+        /// The variable, `CUDA_SYS_LIBCUDA`.
+        variable: &'static str,
+        /// The library it names.
+        library: String,
+        /// The platform loader's message.
+        message: String,
+    },
     /// The library is the toolkit's link-time stub (`CUDA_ERROR_STUB_LIBRARY`), not a driver.
     StubLibrary {
         /// The library that answered as a stub.
@@ -57,6 +67,7 @@ impl LoadError {
             LoadError::StubLibrary { .. } => CUresult::CUDA_ERROR_STUB_LIBRARY,
             LoadError::VersionQuery { result, .. } => *result,
             LoadError::LibraryNotFound { .. }
+            | LoadError::ConfiguredLibraryNotFound { .. }
             | LoadError::MissingBootstrap { .. }
             | LoadError::DriverTooOld { .. } => CUresult::CUDA_ERROR_NOT_FOUND,
         }
@@ -70,6 +81,15 @@ impl fmt::Display for LoadError {
                 f,
                 "the CUDA driver library could not be opened (tried {}): {message}",
                 tried.join(", ")
+            ),
+            LoadError::ConfiguredLibraryNotFound {
+                variable,
+                library,
+                message,
+            } => write!(
+                f,
+                "{variable} names {library} as the CUDA driver library, which could not be \
+                 opened: {message}"
             ),
             LoadError::StubLibrary { library } => write!(
                 f,
@@ -203,6 +223,21 @@ mod tests {
             "the CUDA driver library could not be opened (tried libcuda.so.1, libcuda.so): \
              libcuda.so.1: cannot open shared object file; libcuda.so: no such file"
         );
+    }
+
+    #[test]
+    fn a_configured_library_names_the_variable_the_library_and_the_loaders_message() {
+        let error = LoadError::ConfiguredLibraryNotFound {
+            variable: "CUDA_SYS_LIBCUDA",
+            library: "/opt/driver/libcuda.so".to_owned(),
+            message: "/opt/driver/libcuda.so: cannot open shared object file".to_owned(),
+        };
+        assert_eq!(
+            error.to_string(),
+            "CUDA_SYS_LIBCUDA names /opt/driver/libcuda.so as the CUDA driver library, which \
+             could not be opened: /opt/driver/libcuda.so: cannot open shared object file"
+        );
+        assert_eq!(error.result(), CUresult::CUDA_ERROR_NOT_FOUND);
     }
 
     #[test]

@@ -28,7 +28,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Environment variables read at run time: `CUDA_SYS_LIBCUDA` (a driver library to try first),
+//! Environment variables read at run time: `CUDA_SYS_LIBCUDA` (the driver library to open instead
+//! of `libcuda.so.1` and `libcuda.so`; loading fails if it cannot be opened),
 //! `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1` (null stream means the per-thread default stream).
 
 mod bindings;
