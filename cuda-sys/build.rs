@@ -58,6 +58,12 @@ fn main() {
     {
         println!("cargo:rerun-if-env-changed={variable}");
     }
+    // bindgen and the declaration walks also read the target's own forms of
+    // BINDGEN_EXTRA_CLANG_ARGS.
+    #[cfg(feature = "bindgen")]
+    for variable in bindings::extra_clang_args_variables(env::var("TARGET").ok().as_deref()) {
+        println!("cargo:rerun-if-env-changed={variable}");
+    }
 
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let mode = match env::var("CUDA_SYS_BINDINGS").as_deref() {
