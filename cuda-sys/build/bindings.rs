@@ -252,10 +252,13 @@ impl bindgen::callbacks::ParseCallbacks for DocComments {
 }
 
 /// One function declared by the header, as bindgen typed it.
+///
+/// The header's comment on it is not kept: libclang versions disagree on it (libclang 14 attaches
+/// none to a declaration whose name is a macro, as `cuMemAlloc` is, libclang 18 does), and the
+/// generated file must not depend on which libclang wrote it.
 struct Function {
     name: String,
     params: Vec<(String, String)>,
-    docs: Vec<String>,
 }
 
 /// A function and where the driver table gets it from.
@@ -315,12 +318,7 @@ fn function_of(declaration: &syn::ForeignItemFn) -> Result<Function, String> {
         };
         params.push((pattern.ident.to_string(), type_text(&typed.ty)));
     }
-    let docs = declaration
-        .attrs
-        .iter()
-        .filter_map(doc_text)
-        .collect::<Vec<_>>();
-    Ok(Function { name, params, docs })
+    Ok(Function { name, params })
 }
 
 fn doc_text(attribute: &syn::Attribute) -> Option<String> {
@@ -790,11 +788,33 @@ fn emit_driver_methods(out: &mut String, entries: &[Entry]) {
 }
 
 fn emit_free_functions(out: &mut String, entries: &[Entry]) {
+    let declared: std::collections::BTreeSet<&str> = entries
+        .iter()
+        .map(|entry| entry.function.name.as_str())
+        .collect();
     for entry in entries {
         let function = &entry.function;
-        out.push('\n');
-        for line in &function.docs {
-            writeln!(out, "#[doc = {line:?}]").unwrap();
+        write!(
+            out,
+            "\n/// `{}` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/)",
+            function.name
+        )
+        .unwrap();
+        let mut alias = String::new();
+        match &entry.abi_version {
+            Some((base, version)) if *base != function.name => {
+                writeln!(
+                    out,
+                    ": the ABI of `{base}` introduced in CUDA {}.",
+                    version_text(*version)
+                )
+                .unwrap();
+                // A search for the name C code calls finds the function it resolves to.
+                if !declared.contains(base.as_str()) {
+                    alias = format!("#[doc(alias = \"{base}\")]\n");
+                }
+            }
+            _ => out.push_str(".\n"),
         }
         writeln!(
             out,
@@ -803,7 +823,7 @@ fn emit_free_functions(out: &mut String, entries: &[Entry]) {
              when it could not be loaded.\n\
              ///\n/// # Safety\n/// The arguments must meet the driver's requirements for \
              `{name}` (valid pointers and\n/// handles, as the CUDA driver API documents).\n\
-             #[inline]\n\
+             {alias}#[inline]\n\
              pub unsafe fn {name}({params}) -> CUresult {{\n    \
              match crate::driver() {{\n        \
              // SAFETY: the caller meets the driver's requirements for the arguments.\n        \
@@ -892,6 +912,55 @@ mod tests {
         );
         let unbalanced = HashMap::from([("BINDGEN_EXTRA_CLANG_ARGS", "-I'/opt/x")]);
         assert_eq!(extra_clang_args_from(read_from(&unbalanced)), ["-I'/opt/x"]);
+    }
+
+    fn entry(name: &str, abi: Option<(&str, u32)>) -> Entry {
+        Entry {
+            function: Function {
+                name: name.to_owned(),
+                params: vec![("flags".to_owned(), "::std::os::raw::c_uint".to_owned())],
+            },
+            abi_version: abi.map(|(base, version)| (base.to_owned(), version)),
+            per_thread_symbol: None,
+        }
+    }
+
+    /// The generated text of the free function `name`, from its doc comment to its body.
+    fn free_function<'a>(out: &'a str, name: &str) -> &'a str {
+        let start = out
+            .find(&format!("/// `{name}` of"))
+            .unwrap_or_else(|| panic!("no doc line for {name} in {out}"));
+        let end = start + out[start..].find("\n}").expect("a body");
+        &out[start..end]
+    }
+
+    #[test]
+    fn free_functions_name_the_abi_they_resolve_and_alias_a_c_name_the_header_does_not_declare() {
+        let entries = [
+            entry("cuInit", Some(("cuInit", 2000))),
+            entry("cuMemAlloc_v2", Some(("cuMemAlloc", 3020))),
+            entry("cuLaunchHostFunc", Some(("cuLaunchHostFunc", 10000))),
+            entry("cuLaunchHostFunc_v2", Some(("cuLaunchHostFunc", 13010))),
+        ];
+        let mut out = String::new();
+        emit_free_functions(&mut out, &entries);
+
+        let init = free_function(&out, "cuInit");
+        assert!(init.starts_with(
+            "/// `cuInit` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).\n"
+        ));
+        assert!(!init.contains("doc(alias"));
+        let alloc = free_function(&out, "cuMemAlloc_v2");
+        assert!(alloc.contains(": the ABI of `cuMemAlloc` introduced in CUDA 3.2.\n"));
+        assert!(alloc.contains("#[doc(alias = \"cuMemAlloc\")]\n#[inline]\n"));
+        let launch = free_function(&out, "cuLaunchHostFunc_v2");
+        assert!(launch.contains(": the ABI of `cuLaunchHostFunc` introduced in CUDA 13.1.\n"));
+        assert!(
+            !launch.contains("doc(alias"),
+            "cuLaunchHostFunc is a function of its own"
+        );
+        // Only the generator's own text: no header comment, whose presence depends on libclang.
+        assert_eq!(out.matches("#[doc = ").count(), 0);
     }
 
     /// A header that parses only with `-DCUDA_HOST_PROBE`, in a folder of its own.
