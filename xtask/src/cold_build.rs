@@ -5,6 +5,7 @@
 //! Each build gets an empty target folder; sources are fetched beforehand (`cargo fetch`), so the
 //! network is not measured. See `docs/PERFORMANCE.md` for the comparison with cudarc.
 
+use crate::cargo;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -52,7 +53,7 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     for subject in &subjects {
         crate::run(Command::new(cargo()).current_dir(&subject.dir).arg("fetch"))?;
     }
-    let scratch = root.join("target/xtask/cold-build");
+    let scratch = crate::target_dir(root)?.join("xtask/cold-build");
     let mut seconds: Vec<Vec<f64>> = vec![Vec::new(); subjects.len()];
     for run in 0..runs {
         for (index, subject) in subjects.iter().enumerate() {
@@ -86,10 +87,6 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         );
     }
     Ok(())
-}
-
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }
 
 fn median(values: &mut [f64]) -> f64 {
