@@ -12,6 +12,12 @@
 //! # Ok::<(), cuda_host::Error>(())
 //! ```
 //!
+//! # Crate features
+//! - `bindgen` (off by default): generate the driver bindings at build time from the `cuda.h`
+//!   found on the building machine (cuda-host-sys's `bindgen` feature; needs libclang). Without
+//!   it they come from cuda-host-sys's committed snapshot of the CUDA 13.5 headers, and bindgen is
+//!   not compiled.
+//!
 //! # How it works
 //! - [`host_launch`] puts the closure in a launch record (a reused slot; a closure of up to 64
 //!   bytes needs no allocation) and enqueues an `extern "C"` trampoline with `cuLaunchHostFunc`.

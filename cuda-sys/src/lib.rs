@@ -28,6 +28,11 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Crate features
+//! - `bindgen` (on by default): the build script may run bindgen over the `cuda.h` it finds
+//!   (`CUDA_SYS_BINDINGS=auto|generate`; needs libclang). Without it the committed snapshot of the
+//!   CUDA 13.5 headers is always used and bindgen is not compiled.
+//!
 //! Environment variables read at run time: `CUDA_SYS_LIBCUDA` (the driver library to open instead
 //! of `libcuda.so.1` and `libcuda.so`; loading fails if it cannot be opened),
 //! `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1` (null stream means the per-thread default stream).
