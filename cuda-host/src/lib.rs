@@ -46,6 +46,11 @@
 //! reached it (`docs/REAL-DRIVER.md`), so the thread that would release what the stream waits
 //! for must not be the one enqueueing such a copy.
 
+// The README's example compiles (a doctest of its own).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod capture_check;
 mod context;
 mod context_failure;

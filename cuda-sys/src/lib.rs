@@ -37,6 +37,11 @@
 //! of `libcuda.so.1` and `libcuda.so`; loading fails if it cannot be opened),
 //! `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1` (null stream means the per-thread default stream).
 
+// The README's example compiles (a doctest of its own).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
+
 mod bindings;
 mod constants;
 mod driver;
