@@ -1,5 +1,6 @@
-//! `cargo xtask cold-build [--compare DIR]... [--runs N]`: how long a cold build of cuda-host
-//! takes in snapshot mode (the `bindgen` feature off, so bindgen is not compiled), against cold
+//! `cargo xtask cold-build [--compare DIR]... [--runs N]`: how long cold builds of cuda-host-sys
+//! alone and of cuda-host take in snapshot mode (the `bindgen` feature off, so bindgen is not
+//! compiled: cuda-host's default features, cuda-host-sys without its default), against cold
 //! builds of other Cargo projects given with `--compare`, alternated in one run on this machine.
 //!
 //! Each build gets an empty target folder; sources are fetched beforehand (`cargo fetch`), so the
@@ -17,13 +18,21 @@ struct Subject {
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
-    let mut subjects = vec![Subject {
-        name: "cuda-host (snapshot, no bindgen)".to_owned(),
-        dir: root.to_path_buf(),
-        arguments: ["build", "-p", "cuda-host", "--no-default-features"]
-            .map(String::from)
-            .to_vec(),
-    }];
+    let mut subjects = vec![
+        Subject {
+            name: "cuda-host-sys (snapshot, no bindgen)".to_owned(),
+            dir: root.to_path_buf(),
+            arguments: ["build", "-p", "cuda-host-sys", "--no-default-features"]
+                .map(String::from)
+                .to_vec(),
+        },
+        Subject {
+            name: "cuda-host (default features)".to_owned(),
+            dir: root.to_path_buf(),
+            arguments: ["build", "-p", "cuda-host"].map(String::from).to_vec(),
+        },
+    ];
+    let ours = subjects.len();
     let mut runs = 3;
     let mut args = args.iter();
     while let Some(arg) = args.next() {
@@ -77,14 +86,17 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
         }
     }
     println!("\nmedian of {runs} cold builds:");
-    let baseline = median(&mut seconds[0].clone());
-    for (subject, times) in subjects.iter().zip(&mut seconds) {
-        let time = median(times);
-        println!(
-            "  {:<40} {time:6.1} s  ({:.2}x cuda-host)",
-            subject.name,
-            time / baseline
-        );
+    let medians: Vec<f64> = seconds.iter_mut().map(|times| median(times)).collect();
+    // Each of ours against the first project compared, the reference.
+    let reference = subjects.get(ours).zip(medians.get(ours));
+    for (index, (subject, time)) in subjects.iter().zip(&medians).enumerate() {
+        print!("  {:<40} {time:6.1} s", subject.name);
+        match reference {
+            Some((other, other_time)) if index < ours => {
+                println!("  ({:+.1} s against {})", time - other_time, other.name)
+            }
+            _ => println!(),
+        }
     }
     Ok(())
 }

@@ -5,8 +5,8 @@
 //! - `bindings --check`: fail when the committed snapshot differs from a fresh generation;
 //! - `gpu-bundle DIR`: build the test binaries and release examples and gather them, with the
 //!   software driver and a runner script, into DIR, to run on a GPU machine without Rust;
-//! - `cold-build [--compare DIR]...`: time cold builds of cuda-host in snapshot mode against
-//!   other Cargo projects.
+//! - `cold-build [--compare DIR]...`: time cold builds of cuda-host-sys and cuda-host in snapshot
+//!   mode against other Cargo projects.
 
 #[path = "../../cuda-sys/build/bindings.rs"]
 #[allow(dead_code)]
@@ -35,8 +35,9 @@ tasks:
   gpu-bundle DIR                     build the test binaries and release examples, and gather
                                      them with the software driver and run-tests.sh into DIR
   cold-build [--compare DIR]... [--runs N]
-                                     time cold builds of cuda-host in snapshot mode against the
-                                     Cargo projects in each DIR (median of N, default 3)
+                                     time cold builds of cuda-host-sys alone and of cuda-host in
+                                     snapshot mode against the Cargo projects in each DIR
+                                     (median of N, default 3)
 ";
 
 fn main() -> ExitCode {
