@@ -495,6 +495,10 @@ static PROCESS_DRIVER: OnceLock<Result<Arc<Driver>, LoadError>> = OnceLock::new(
 /// The process-wide driver, loaded on first use with [`LoadOptions::default`] (or the options
 /// given to [`init_driver`] before).
 ///
+/// Safe, unlike [`Driver::open`]: it opens only the library `CUDA_SYS_LIBCUDA` names or the one
+/// the platform loader finds under the driver's own names, which is the user's configuration of
+/// this process, as `LD_LIBRARY_PATH` is.
+///
 /// # Errors
 /// The [`LoadError`] of the first attempt; the load is not retried.
 pub fn driver() -> Result<&'static Arc<Driver>, &'static LoadError> {
