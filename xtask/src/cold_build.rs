@@ -17,8 +17,9 @@ struct Subject {
     arguments: Vec<String>,
 }
 
-pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
-    let mut subjects = vec![
+/// The builds of ours that are timed: cuda-host-sys alone and cuda-host, both without bindgen.
+fn our_subjects(root: &Path) -> Vec<Subject> {
+    vec![
         Subject {
             name: "cuda-host-sys (snapshot, no bindgen)".to_owned(),
             dir: root.to_path_buf(),
@@ -31,7 +32,11 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
             dir: root.to_path_buf(),
             arguments: ["build", "-p", "cuda-host"].map(String::from).to_vec(),
         },
-    ];
+    ]
+}
+
+pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
+    let mut subjects = our_subjects(root);
     let ours = subjects.len();
     let mut runs = 3;
     let mut args = args.iter();
@@ -87,21 +92,83 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
     }
     println!("\nmedian of {runs} cold builds:");
     let medians: Vec<f64> = seconds.iter_mut().map(|times| median(times)).collect();
-    // Each of ours against the first project compared, the reference.
-    let reference = subjects.get(ours).zip(medians.get(ours));
-    for (index, (subject, time)) in subjects.iter().zip(&medians).enumerate() {
-        print!("  {:<40} {time:6.1} s", subject.name);
-        match reference {
-            Some((other, other_time)) if index < ours => {
-                println!("  ({:+.1} s against {})", time - other_time, other.name)
-            }
-            _ => println!(),
-        }
+    let names: Vec<&str> = subjects
+        .iter()
+        .map(|subject| subject.name.as_str())
+        .collect();
+    for line in summary(&names, &medians, ours) {
+        println!("{line}");
     }
     Ok(())
+}
+
+/// One line per build with its median; each of the first `ours` also against the first project
+/// compared (the one after them), the reference.
+fn summary(names: &[&str], medians: &[f64], ours: usize) -> Vec<String> {
+    let reference = names.get(ours).zip(medians.get(ours));
+    names
+        .iter()
+        .zip(medians)
+        .enumerate()
+        .map(|(index, (name, time))| match reference {
+            Some((other, other_time)) if index < ours => format!(
+                "  {name:<40} {time:6.1} s  ({:+.1} s against {other})",
+                time - other_time
+            ),
+            _ => format!("  {name:<40} {time:6.1} s"),
+        })
+        .collect()
 }
 
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ours_are_cuda_host_sys_alone_and_cuda_host_both_without_bindgen() {
+        let subjects = our_subjects(Path::new("/w"));
+        let arguments: Vec<Vec<&str>> = subjects
+            .iter()
+            .map(|subject| subject.arguments.iter().map(String::as_str).collect())
+            .collect();
+        assert_eq!(
+            arguments,
+            [
+                vec!["build", "-p", "cuda-host-sys", "--no-default-features"],
+                vec!["build", "-p", "cuda-host"],
+            ]
+        );
+        assert!(
+            subjects
+                .iter()
+                .all(|subject| subject.dir == Path::new("/w"))
+        );
+    }
+
+    #[test]
+    fn each_of_ours_is_reported_against_the_first_project_compared() {
+        let lines = summary(
+            &["sys", "host", "cudarc-driver", "other"],
+            &[2.2, 5.1, 4.1, 9.0],
+            2,
+        );
+        assert!(
+            lines[0].ends_with("2.2 s  (-1.9 s against cudarc-driver)"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[1].ends_with("5.1 s  (+1.0 s against cudarc-driver)"),
+            "{lines:?}"
+        );
+        assert!(lines[2].ends_with("4.1 s"), "{lines:?}");
+        assert!(lines[3].ends_with("9.0 s"), "{lines:?}");
+        // Without a project to compare, the medians alone.
+        let alone = summary(&["sys", "host"], &[2.2, 5.1], 2);
+        assert!(alone.iter().all(|line| line.ends_with(" s")), "{alone:?}");
+    }
 }
