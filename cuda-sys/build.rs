@@ -2,7 +2,8 @@
 //!
 //! `CUDA_SYS_BINDINGS` picks the route:
 //! - `auto` (default): run bindgen over the `cuda.h` found, or use the committed snapshot when no
-//!   headers, no libclang or no `bindgen` feature is there (one `cargo:warning` says why);
+//!   headers or no libclang is there (one `cargo:warning` says why) or the `bindgen` feature is
+//!   off (then the snapshot is the chosen route, without a warning);
 //! - `generate`: run bindgen or fail, naming what is missing;
 //! - `snapshot`: always use the committed snapshot.
 //!
@@ -56,6 +57,12 @@ fn main() {
         .chain(PYTHON_VARIABLES)
         .chain(CLANG_VARIABLES)
     {
+        println!("cargo:rerun-if-env-changed={variable}");
+    }
+    // bindgen and the declaration walks also read the target's own forms of
+    // BINDGEN_EXTRA_CLANG_ARGS.
+    #[cfg(feature = "bindgen")]
+    for variable in bindings::extra_clang_args_variables(env::var("TARGET").ok().as_deref()) {
         println!("cargo:rerun-if-env-changed={variable}");
     }
 

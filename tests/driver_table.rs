@@ -58,9 +58,11 @@ fn table_pointers_equal_the_platform_loaders_for_every_available_entry() {
 
 #[test]
 fn per_thread_default_stream_resolves_the_ptsz_and_ptds_entries() {
-    let options =
-        LoadOptions::library(test_driver().driver.library_name()).per_thread_default_stream(true);
-    let driver = Driver::load(&options).expect("the driver loads again");
+    // SAFETY: the library the suite already runs on as its driver.
+    let options = unsafe { LoadOptions::library(test_driver().driver.library_name()) }
+        .per_thread_default_stream(true);
+    // SAFETY: as above.
+    let driver = unsafe { Driver::load(&options) }.expect("the driver loads again");
     assert!(driver.per_thread_default_stream());
     let launch = driver
         .entry_points()
@@ -80,7 +82,8 @@ fn per_thread_default_stream_resolves_the_ptsz_and_ptds_entries() {
 
 #[test]
 fn a_missing_library_is_a_typed_error_naming_what_was_tried() {
-    let error = Driver::open("/nonexistent/libcuda.so.1").unwrap_err();
+    // SAFETY: there is no library at that path, so nothing is opened.
+    let error = unsafe { Driver::open("/nonexistent/libcuda.so.1") }.unwrap_err();
     let LoadError::LibraryNotFound { tried, message } = &error else {
         panic!("expected LibraryNotFound, got {error:?}");
     };
@@ -90,35 +93,106 @@ fn a_missing_library_is_a_typed_error_naming_what_was_tried() {
     assert_eq!(error.result(), CUresult::CUDA_ERROR_NOT_FOUND);
 }
 
-#[test]
-fn default_library_names_try_the_variable_then_the_versioned_name() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "default_library_names_try_the_variable_then_the_versioned_name",
-            &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so")],
-        );
-    }
-    let options = LoadOptions::default();
-    let names: Vec<_> = options
+fn default_library_names() -> Vec<String> {
+    LoadOptions::default()
         .libraries()
         .iter()
         .map(|name| name.to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "/nonexistent/libcuda-custom.so",
-            "libcuda.so.1",
-            "libcuda.so"
-        ]
+        .collect()
+}
+
+#[test]
+fn default_library_names_are_the_versioned_name_then_the_plain_one() {
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "default_library_names_are_the_versioned_name_then_the_plain_one",
+            // Empty counts as unset.
+            &[("CUDA_SYS_LIBCUDA", "")],
+        );
+    }
+    assert_eq!(default_library_names(), ["libcuda.so.1", "libcuda.so"]);
+}
+
+#[test]
+fn a_library_named_by_the_variable_is_the_only_one_tried() {
+    if !suite::in_child_process() {
+        return suite::run_in_child(
+            module_path!(),
+            "a_library_named_by_the_variable_is_the_only_one_tried",
+            &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so")],
+        );
+    }
+    assert_eq!(default_library_names(), ["/nonexistent/libcuda-custom.so"]);
+}
+
+/// A new folder holding `libcuda.so.1`, a link to the software driver: on `LD_LIBRARY_PATH`, it
+/// makes the platform loader's search for the default name succeed.
+fn folder_with_libcuda_so_1(test: &str) -> std::path::PathBuf {
+    let folder = std::env::temp_dir().join(format!("{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&folder).expect("the temporary folder is created");
+    let link = folder.join("libcuda.so.1");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(software_driver_path("libcudasw.so"), &link)
+        .expect("the link is created");
+    folder
+}
+
+#[test]
+fn a_library_named_by_the_variable_that_does_not_open_is_an_error_not_a_fallback() {
+    const TEST: &str =
+        "a_library_named_by_the_variable_that_does_not_open_is_an_error_not_a_fallback";
+    if !suite::in_child_process() {
+        let folder = folder_with_libcuda_so_1(TEST);
+        let mut search_path = folder.display().to_string();
+        if let Some(inherited) = std::env::var_os("LD_LIBRARY_PATH") {
+            search_path = format!("{search_path}:{}", inherited.to_string_lossy());
+        }
+        suite::run_in_child(
+            module_path!(),
+            TEST,
+            &[
+                ("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so"),
+                ("LD_LIBRARY_PATH", &search_path),
+            ],
+        );
+        let _ = std::fs::remove_dir_all(folder);
+        return;
+    }
+    // A `libcuda.so.1` is there to fall back to...
+    // SAFETY: on this child's search path, `libcuda.so.1` is the software driver, which
+    // implements the driver API's names with their C signatures.
+    let fallback = unsafe { Driver::open("libcuda.so.1") };
+    assert!(fallback.is_ok(), "the fallback does not load: {fallback:?}");
+    // ...and the process-wide driver does not take it.
+    let error = cuda_host_sys::driver().expect_err("the named library does not open");
+    let LoadError::ConfiguredLibraryNotFound {
+        variable,
+        library,
+        message,
+    } = error
+    else {
+        panic!("expected ConfiguredLibraryNotFound, got {error:?}");
+    };
+    assert_eq!(*variable, "CUDA_SYS_LIBCUDA");
+    assert_eq!(library, "/nonexistent/libcuda-custom.so");
+    assert!(
+        message.contains("No such file"),
+        "the loader's reason is missing: {message}"
     );
+    let text = error.to_string();
+    assert!(
+        text.contains("CUDA_SYS_LIBCUDA") && text.contains("/nonexistent/libcuda-custom.so"),
+        "{text}"
+    );
+    assert_eq!(error.result(), CUresult::CUDA_ERROR_NOT_FOUND);
 }
 
 #[test]
 fn a_stub_library_is_reported_as_a_stub() {
     let stub = software_driver_path("libcudasw-stub.so");
-    let error = Driver::open(&stub).unwrap_err();
+    // SAFETY: the stub variant exports the driver API's names with their C signatures.
+    let error = unsafe { Driver::open(&stub) }.unwrap_err();
     assert!(
         matches!(&error, LoadError::StubLibrary { library } if library.contains("libcudasw-stub")),
         "{error:?}"
@@ -136,13 +210,16 @@ fn the_cuda_toolkits_own_stub_library_is_reported_as_a_stub() {
             "no CUDA toolkit at /usr/local/cuda",
         );
     }
-    let error = Driver::open(toolkit_stub).unwrap_err();
+    // SAFETY: NVIDIA's stub exports the driver API's names with their C signatures.
+    let error = unsafe { Driver::open(toolkit_stub) }.unwrap_err();
     assert!(matches!(error, LoadError::StubLibrary { .. }), "{error:?}");
 }
 
 #[test]
 fn a_library_without_the_driver_api_is_not_taken_for_a_driver() {
-    let error = Driver::open("libm.so.6").unwrap_err();
+    // SAFETY: libm exports no driver API name, so it is refused before any call, and the C
+    // library's own initialisation has already run in this process.
+    let error = unsafe { Driver::open("libm.so.6") }.unwrap_err();
     assert_eq!(
         error,
         LoadError::MissingBootstrap {
@@ -206,7 +283,8 @@ fn an_older_driver_hides_entry_points_newer_than_itself() {
             &[("CUSW_DRIVER_VERSION", "12080")],
         );
     }
-    let driver = Driver::open(software_driver_path("libcudasw.so")).expect("loads");
+    // SAFETY: the software driver implements the driver API's names with their C signatures.
+    let driver = unsafe { Driver::open(software_driver_path("libcudasw.so")) }.expect("loads");
     assert_eq!(driver.version(), 12080);
     assert_eq!(
         driver.availability("cuLaunchHostFunc_v2"),
@@ -242,7 +320,8 @@ fn a_driver_older_than_the_minimum_is_refused() {
             &[("CUSW_DRIVER_VERSION", "9020")],
         );
     }
-    let error = Driver::open(software_driver_path("libcudasw.so")).unwrap_err();
+    // SAFETY: the software driver implements the driver API's names with their C signatures.
+    let error = unsafe { Driver::open(software_driver_path("libcudasw.so")) }.unwrap_err();
     assert!(
         matches!(
             error,
@@ -258,7 +337,10 @@ fn a_driver_older_than_the_minimum_is_refused() {
 
 #[test]
 fn without_cu_get_proc_address_entries_are_found_by_symbol_name() {
-    let driver = Driver::open(software_driver_path("libcudasw-noproc.so")).expect("loads");
+    // SAFETY: the variant without `cuGetProcAddress` still exports the driver API's names with
+    // their C signatures.
+    let driver =
+        unsafe { Driver::open(software_driver_path("libcudasw-noproc.so")) }.expect("loads");
     assert_eq!(
         driver.availability("cuLaunchHostFunc"),
         Some(Availability::Available)

@@ -1513,7 +1513,9 @@ fn set_driver_version_hides_newer_entry_points_from_proc_address_and_from_a_new_
         "older ABIs are still found"
     );
 
-    let fresh = Driver::open(suite::software_driver_path("libcudasw.so")).expect("driver opens");
+    // SAFETY: the software driver implements the driver API's signatures.
+    let fresh =
+        unsafe { Driver::open(suite::software_driver_path("libcudasw.so")) }.expect("driver opens");
     assert_eq!(fresh.version(), 13000);
     assert_eq!(
         fresh.availability("cuLaunchHostFunc_v2"),

@@ -12,6 +12,12 @@
 //! # Ok::<(), cuda_host::Error>(())
 //! ```
 //!
+//! # Crate features
+//! - `bindgen` (off by default): generate the driver bindings at build time from the `cuda.h`
+//!   found on the building machine (cuda-host-sys's `bindgen` feature; needs libclang). Without
+//!   it they come from cuda-host-sys's committed snapshot of the CUDA 13.5 headers, and bindgen is
+//!   not compiled.
+//!
 //! # How it works
 //! - [`host_launch`] puts the closure in a launch record (a reused slot; a closure of up to 64
 //!   bytes needs no allocation) and enqueues an `extern "C"` trampoline with `cuLaunchHostFunc`.
@@ -42,6 +48,11 @@
 
 // A loom build holds only the cores, which only its models use.
 #![cfg_attr(loom, allow(dead_code))]
+
+// The README's example compiles (a doctest of its own).
+#[cfg(all(doctest, not(loom)))]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
 
 // The lock-free cores: small, free of the driver, and model-checked with loom
 // (`RUSTFLAGS="--cfg loom" cargo test -p cuda-host --lib --release`), which builds only them.

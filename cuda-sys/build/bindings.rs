@@ -92,8 +92,9 @@ pub fn generate(headers: &Headers, provenance: &str) -> Result<String, String> {
         .map_err(|e| format!("cannot parse bindgen's output: {e}"))?;
     let functions = take_functions(&mut file)?;
     let results = result_texts(&file)?;
-    let abi = abi_versions(headers)?;
-    let per_thread = per_thread_symbols(headers)?;
+    let extra_args = extra_clang_args();
+    let abi = abi_versions(headers, &extra_args)?;
+    let per_thread = per_thread_symbols(headers, &extra_args)?;
 
     let mut entries = Vec::with_capacity(functions.len());
     for function in functions {
@@ -132,6 +133,43 @@ fn load_libclang() -> Result<(), String> {
         return Ok(());
     }
     clang_sys::load().map_err(|e| format!("libclang is not available: {e}"))
+}
+
+/// The variable bindgen reads extra clang arguments from.
+const EXTRA_CLANG_ARGS: &str = "BINDGEN_EXTRA_CLANG_ARGS";
+
+/// The variables that can carry extra clang arguments, most specific first, as bindgen reads
+/// them: `BINDGEN_EXTRA_CLANG_ARGS_<target>`, the same with the target's dashes as underscores
+/// (both only where a target is known: `TARGET`, set for build scripts), then
+/// `BINDGEN_EXTRA_CLANG_ARGS`.
+pub fn extra_clang_args_variables(target: Option<&str>) -> Vec<String> {
+    let mut variables = Vec::with_capacity(3);
+    if let Some(target) = target {
+        variables.push(format!("{EXTRA_CLANG_ARGS}_{target}"));
+        variables.push(format!("{EXTRA_CLANG_ARGS}_{}", target.replace('-', "_")));
+    }
+    variables.push(EXTRA_CLANG_ARGS.to_owned());
+    variables
+}
+
+/// The extra clang arguments bindgen adds to its own parse of `cuda.h`. The declaration walks
+/// of this module add the same, so that both parses see the headers alike (a libclang without
+/// its own `stddef.h`, such as PyPI's, needs an `-isystem` there too).
+fn extra_clang_args() -> Vec<String> {
+    extra_clang_args_from(|name| std::env::var(name).ok())
+}
+
+/// The value of the first of [`extra_clang_args_variables`] that `read` finds, split as a shell
+/// would, or kept as one argument when it does not split (bindgen's rule).
+fn extra_clang_args_from(read: impl Fn(&str) -> Option<String>) -> Vec<String> {
+    let target = read("TARGET");
+    let Some(value) = extra_clang_args_variables(target.as_deref())
+        .iter()
+        .find_map(|variable| read(variable))
+    else {
+        return Vec::new();
+    };
+    shlex::split(&value).unwrap_or_else(|| vec![value])
 }
 
 fn clang_args(headers: &Headers) -> Vec<String> {
@@ -214,10 +252,13 @@ impl bindgen::callbacks::ParseCallbacks for DocComments {
 }
 
 /// One function declared by the header, as bindgen typed it.
+///
+/// The header's comment on it is not kept: libclang versions disagree on it (libclang 14 attaches
+/// none to a declaration whose name is a macro, as `cuMemAlloc` is, libclang 18 does), and the
+/// generated file must not depend on which libclang wrote it.
 struct Function {
     name: String,
     params: Vec<(String, String)>,
-    docs: Vec<String>,
 }
 
 /// A function and where the driver table gets it from.
@@ -277,12 +318,7 @@ fn function_of(declaration: &syn::ForeignItemFn) -> Result<Function, String> {
         };
         params.push((pattern.ident.to_string(), type_text(&typed.ty)));
     }
-    let docs = declaration
-        .attrs
-        .iter()
-        .filter_map(doc_text)
-        .collect::<Vec<_>>();
-    Ok(Function { name, params, docs })
+    Ok(Function { name, params })
 }
 
 fn doc_text(attribute: &syn::Attribute) -> Option<String> {
@@ -365,28 +401,35 @@ fn first_sentence(doc: &str) -> String {
     }
 }
 
-/// Walks the top-level declarations of a header with libclang.
+/// Walks the top-level declarations of a header of `headers` with libclang, parsed with the
+/// arguments bindgen gets plus `-D` for each of `defines`.
 fn visit_declarations(
     headers: &Headers,
     header: &str,
     defines: &[&str],
-    mut visit: impl FnMut(clang_sys::CXCursor),
+    extra_args: &[String],
+    visit: impl FnMut(clang_sys::CXCursor),
 ) -> Result<(), String> {
-    let path = CString::new(
-        headers
-            .include_dir
-            .join(header)
-            .to_string_lossy()
-            .as_bytes(),
-    )
-    .map_err(|e| e.to_string())?;
     let mut args = clang_args(headers);
     args.extend(defines.iter().map(|define| format!("-D{define}")));
-    let args = args
-        .into_iter()
-        .map(|arg| CString::new(arg).map_err(|e| e.to_string()))
+    args.extend(extra_args.iter().cloned());
+    walk_declarations(&headers.include_dir.join(header), &args, visit)
+}
+
+/// Parses `path` with `args` and calls `visit` on each top-level declaration. A parse with
+/// errors visits nothing and fails with clang's diagnostics.
+fn walk_declarations(
+    path: &Path,
+    args: &[String],
+    mut visit: impl FnMut(clang_sys::CXCursor),
+) -> Result<(), String> {
+    let c_path = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+    let c_args = args
+        .iter()
+        .map(|arg| CString::new(arg.as_str()).map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
-    let arg_pointers = args.iter().map(|arg| arg.as_ptr()).collect::<Vec<_>>();
+    let arg_pointers = c_args.iter().map(|arg| arg.as_ptr()).collect::<Vec<_>>();
+    let arg_count = i32::try_from(arg_pointers.len()).map_err(|e| e.to_string())?;
 
     extern "C" fn visitor(
         cursor: clang_sys::CXCursor,
@@ -404,27 +447,40 @@ fn visit_declarations(
     // the translation unit and index are disposed at the end of this block.
     unsafe {
         let index = clang_sys::clang_createIndex(0, 0);
-        let unit = clang_sys::clang_parseTranslationUnit(
+        let mut unit = ptr::null_mut();
+        let code = clang_sys::clang_parseTranslationUnit2(
             index,
-            path.as_ptr(),
+            c_path.as_ptr(),
             arg_pointers.as_ptr(),
-            arg_pointers.len() as i32,
+            arg_count,
             ptr::null_mut(),
             0,
             clang_sys::CXTranslationUnit_SkipFunctionBodies,
+            &mut unit,
         );
-        if unit.is_null() {
+        if code != clang_sys::CXError_Success || unit.is_null() {
             clang_sys::clang_disposeIndex(index);
-            return Err(format!("libclang could not parse {header}"));
+            return Err(format!(
+                "libclang could not parse {} (CXErrorCode {code}) with arguments {args:?}",
+                path.display()
+            ));
         }
-        let errors = (0..clang_sys::clang_getNumDiagnostics(unit))
-            .filter(|&i| {
-                let diagnostic = clang_sys::clang_getDiagnostic(unit, i);
-                let severity = clang_sys::clang_getDiagnosticSeverity(diagnostic);
-                clang_sys::clang_disposeDiagnostic(diagnostic);
-                severity >= clang_sys::CXDiagnostic_Error
-            })
-            .count();
+        let mut errors = 0;
+        let mut diagnostics = Vec::new();
+        for i in 0..clang_sys::clang_getNumDiagnostics(unit) {
+            let diagnostic = clang_sys::clang_getDiagnostic(unit, i);
+            let severity = clang_sys::clang_getDiagnosticSeverity(diagnostic);
+            if severity >= clang_sys::CXDiagnostic_Error {
+                errors += 1;
+            }
+            if severity >= clang_sys::CXDiagnostic_Warning {
+                diagnostics.push(owned_string(clang_sys::clang_formatDiagnostic(
+                    diagnostic,
+                    clang_sys::clang_defaultDiagnosticDisplayOptions(),
+                )));
+            }
+            clang_sys::clang_disposeDiagnostic(diagnostic);
+        }
         if errors == 0 {
             let mut visit: &mut dyn FnMut(clang_sys::CXCursor) = &mut visit;
             clang_sys::clang_visitChildren(
@@ -436,8 +492,12 @@ fn visit_declarations(
         clang_sys::clang_disposeTranslationUnit(unit);
         clang_sys::clang_disposeIndex(index);
         if errors > 0 {
+            // One line: the build script shows it in a single `cargo:warning` when it falls back.
             return Err(format!(
-                "libclang reported {errors} errors parsing {header}"
+                "libclang reported {errors} error{} parsing {}: {}",
+                if errors == 1 { "" } else { "s" },
+                path.display(),
+                diagnostics.join("; ")
             ));
         }
     }
@@ -485,7 +545,10 @@ unsafe fn owned_string(string: clang_sys::CXString) -> String {
 /// smallest version with that signature is used. Counting matters where a new ABI kept the old
 /// signature: `cuEventElapsedTime_v2` has the signature of `PFN_cuEventElapsedTime_v2000` but is
 /// `PFN_cuEventElapsedTime_v12080`, and asking for 2000 would return the old function.
-fn abi_versions(headers: &Headers) -> Result<BTreeMap<String, (String, u32)>, String> {
+fn abi_versions(
+    headers: &Headers,
+    extra_args: &[String],
+) -> Result<BTreeMap<String, (String, u32)>, String> {
     let typedefs_h = headers.include_dir.join("cudaTypedefs.h");
     let text = std::fs::read_to_string(&typedefs_h)
         .map_err(|e| format!("cannot read {}: {e}", typedefs_h.display()))?;
@@ -506,7 +569,7 @@ fn abi_versions(headers: &Headers) -> Result<BTreeMap<String, (String, u32)>, St
 
     let mut declared = BTreeMap::new();
     let mut signatures: BTreeMap<(String, u32), String> = BTreeMap::new();
-    visit_declarations(headers, "cudaTypedefs.h", &[], |cursor| {
+    visit_declarations(headers, "cudaTypedefs.h", &[], extra_args, |cursor| {
         // SAFETY: the cursor is live for the duration of the visit.
         let kind = unsafe { clang_sys::clang_getCursorKind(cursor) };
         let name = cursor_name(cursor);
@@ -570,12 +633,16 @@ fn split_version_suffix(name: &str) -> Option<(&str, usize)> {
 
 /// The `_ptsz`/`_ptds` symbol of each function that has one, from a second parse of `cuda.h`
 /// with `CUDA_API_PER_THREAD_DEFAULT_STREAM` defined.
-fn per_thread_symbols(headers: &Headers) -> Result<BTreeMap<String, String>, String> {
+fn per_thread_symbols(
+    headers: &Headers,
+    extra_args: &[String],
+) -> Result<BTreeMap<String, String>, String> {
     let mut symbols = BTreeMap::new();
     visit_declarations(
         headers,
         "cuda.h",
         &["CUDA_API_PER_THREAD_DEFAULT_STREAM"],
+        extra_args,
         |cursor| {
             // SAFETY: the cursor is live for the duration of the visit.
             let kind = unsafe { clang_sys::clang_getCursorKind(cursor) };
@@ -721,11 +788,33 @@ fn emit_driver_methods(out: &mut String, entries: &[Entry]) {
 }
 
 fn emit_free_functions(out: &mut String, entries: &[Entry]) {
+    let declared: std::collections::BTreeSet<&str> = entries
+        .iter()
+        .map(|entry| entry.function.name.as_str())
+        .collect();
     for entry in entries {
         let function = &entry.function;
-        out.push('\n');
-        for line in &function.docs {
-            writeln!(out, "#[doc = {line:?}]").unwrap();
+        write!(
+            out,
+            "\n/// `{}` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/)",
+            function.name
+        )
+        .unwrap();
+        let mut alias = String::new();
+        match &entry.abi_version {
+            Some((base, version)) if *base != function.name => {
+                writeln!(
+                    out,
+                    ": the ABI of `{base}` introduced in CUDA {}.",
+                    version_text(*version)
+                )
+                .unwrap();
+                // A search for the name C code calls finds the function it resolves to.
+                if !declared.contains(base.as_str()) {
+                    alias = format!("#[doc(alias = \"{base}\")]\n");
+                }
+            }
+            _ => out.push_str(".\n"),
         }
         writeln!(
             out,
@@ -734,7 +823,7 @@ fn emit_free_functions(out: &mut String, entries: &[Entry]) {
              when it could not be loaded.\n\
              ///\n/// # Safety\n/// The arguments must meet the driver's requirements for \
              `{name}` (valid pointers and\n/// handles, as the CUDA driver API documents).\n\
-             #[inline]\n\
+             {alias}#[inline]\n\
              pub unsafe fn {name}({params}) -> CUresult {{\n    \
              match crate::driver() {{\n        \
              // SAFETY: the caller meets the driver's requirements for the arguments.\n        \
@@ -758,4 +847,186 @@ fn emit_result_texts(out: &mut String, results: &[(String, u64, String)]) {
         writeln!(out, "    ({value}, {name:?}, {description:?}),").unwrap();
     }
     out.push_str("];\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read_from<'a>(variables: &'a HashMap<&str, &str>) -> impl Fn(&str) -> Option<String> + 'a {
+        |name| variables.get(name).map(|value| (*value).to_owned())
+    }
+
+    #[test]
+    fn extra_clang_args_prefer_the_targets_own_variable_as_bindgen_does() {
+        let mut variables = HashMap::from([
+            ("TARGET", "x86_64-unknown-linux-gnu"),
+            ("BINDGEN_EXTRA_CLANG_ARGS", "-DGENERAL"),
+            (
+                "BINDGEN_EXTRA_CLANG_ARGS_x86_64_unknown_linux_gnu",
+                "-DUNDERSCORES",
+            ),
+            (
+                "BINDGEN_EXTRA_CLANG_ARGS_x86_64-unknown-linux-gnu",
+                "-DEXACT",
+            ),
+        ]);
+        assert_eq!(extra_clang_args_from(read_from(&variables)), ["-DEXACT"]);
+        variables.remove("BINDGEN_EXTRA_CLANG_ARGS_x86_64-unknown-linux-gnu");
+        assert_eq!(
+            extra_clang_args_from(read_from(&variables)),
+            ["-DUNDERSCORES"]
+        );
+        variables.remove("BINDGEN_EXTRA_CLANG_ARGS_x86_64_unknown_linux_gnu");
+        assert_eq!(extra_clang_args_from(read_from(&variables)), ["-DGENERAL"]);
+        variables.remove("BINDGEN_EXTRA_CLANG_ARGS");
+        assert!(extra_clang_args_from(read_from(&variables)).is_empty());
+    }
+
+    #[test]
+    fn without_a_target_only_the_plain_variable_counts() {
+        let variables = HashMap::from([
+            (
+                "BINDGEN_EXTRA_CLANG_ARGS_x86_64-unknown-linux-gnu",
+                "-DEXACT",
+            ),
+            ("BINDGEN_EXTRA_CLANG_ARGS", "-DGENERAL"),
+        ]);
+        assert_eq!(extra_clang_args_from(read_from(&variables)), ["-DGENERAL"]);
+        assert_eq!(
+            extra_clang_args_variables(None),
+            ["BINDGEN_EXTRA_CLANG_ARGS"]
+        );
+    }
+
+    #[test]
+    fn extra_clang_args_split_as_a_shell_would_or_stay_whole() {
+        let variables = HashMap::from([(
+            "BINDGEN_EXTRA_CLANG_ARGS",
+            "-isystem '/opt/clang 18/include' -DX=1",
+        )]);
+        assert_eq!(
+            extra_clang_args_from(read_from(&variables)),
+            ["-isystem", "/opt/clang 18/include", "-DX=1"]
+        );
+        let unbalanced = HashMap::from([("BINDGEN_EXTRA_CLANG_ARGS", "-I'/opt/x")]);
+        assert_eq!(extra_clang_args_from(read_from(&unbalanced)), ["-I'/opt/x"]);
+    }
+
+    fn entry(name: &str, abi: Option<(&str, u32)>) -> Entry {
+        Entry {
+            function: Function {
+                name: name.to_owned(),
+                params: vec![("flags".to_owned(), "::std::os::raw::c_uint".to_owned())],
+            },
+            abi_version: abi.map(|(base, version)| (base.to_owned(), version)),
+            per_thread_symbol: None,
+        }
+    }
+
+    /// The generated text of the free function `name`, from its doc comment to its body.
+    fn free_function<'a>(out: &'a str, name: &str) -> &'a str {
+        let start = out
+            .find(&format!("/// `{name}` of"))
+            .unwrap_or_else(|| panic!("no doc line for {name} in {out}"));
+        let end = start + out[start..].find("\n}").expect("a body");
+        &out[start..end]
+    }
+
+    #[test]
+    fn free_functions_name_the_abi_they_resolve_and_alias_a_c_name_the_header_does_not_declare() {
+        let entries = [
+            entry("cuInit", Some(("cuInit", 2000))),
+            entry("cuMemAlloc_v2", Some(("cuMemAlloc", 3020))),
+            entry("cuLaunchHostFunc", Some(("cuLaunchHostFunc", 10000))),
+            entry("cuLaunchHostFunc_v2", Some(("cuLaunchHostFunc", 13010))),
+        ];
+        let mut out = String::new();
+        emit_free_functions(&mut out, &entries);
+
+        let init = free_function(&out, "cuInit");
+        assert!(init.starts_with(
+            "/// `cuInit` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).\n"
+        ));
+        assert!(!init.contains("doc(alias"));
+        let alloc = free_function(&out, "cuMemAlloc_v2");
+        assert!(alloc.contains(": the ABI of `cuMemAlloc` introduced in CUDA 3.2.\n"));
+        assert!(alloc.contains("#[doc(alias = \"cuMemAlloc\")]\n#[inline]\n"));
+        let launch = free_function(&out, "cuLaunchHostFunc_v2");
+        assert!(launch.contains(": the ABI of `cuLaunchHostFunc` introduced in CUDA 13.1.\n"));
+        assert!(
+            !launch.contains("doc(alias"),
+            "cuLaunchHostFunc is a function of its own"
+        );
+        // Only the generator's own text: no header comment, whose presence depends on libclang.
+        assert_eq!(out.matches("#[doc = ").count(), 0);
+    }
+
+    /// A header that parses only with `-DCUDA_HOST_PROBE`, in a folder of its own.
+    fn probe_header(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the temporary folder is created");
+        let path = dir.join("probe.h");
+        std::fs::write(
+            &path,
+            "#ifndef CUDA_HOST_PROBE\n#error CUDA_HOST_PROBE is not defined\n#endif\n\
+             int cuProbe(int value);\n",
+        )
+        .expect("the header is written");
+        path
+    }
+
+    /// Whether libclang loads here; the tests that parse say why they did not run otherwise.
+    fn libclang_available(test: &str) -> bool {
+        match load_libclang() {
+            Ok(()) => true,
+            Err(reason) => {
+                eprintln!("skipped {test}: {reason}");
+                false
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_parse_reports_clangs_diagnostics() {
+        const TEST: &str = "a_failed_parse_reports_clangs_diagnostics";
+        if !libclang_available(TEST) {
+            return;
+        }
+        let header = probe_header(TEST);
+        let mut visited = 0;
+        let error = walk_declarations(&header, &["-x".into(), "c".into()], |_| visited += 1)
+            .expect_err("the header's #error fails the parse");
+        assert!(error.contains("1 error parsing"), "{error}");
+        assert!(
+            error.contains("probe.h:2:2: error: CUDA_HOST_PROBE is not defined"),
+            "clang's diagnostic is missing: {error}"
+        );
+        assert!(!error.contains('\n'), "not one line: {error}");
+        assert_eq!(visited, 0);
+        let _ = std::fs::remove_dir_all(header.parent().expect("a folder"));
+    }
+
+    #[test]
+    fn the_declaration_walk_parses_with_the_extra_clang_args() {
+        const TEST: &str = "the_declaration_walk_parses_with_the_extra_clang_args";
+        if !libclang_available(TEST) {
+            return;
+        }
+        let header = probe_header(TEST);
+        let headers = Headers {
+            include_dir: header.parent().expect("a folder").to_path_buf(),
+            cuda_version: MINIMUM_CUDA_VERSION,
+        };
+        let variables = HashMap::from([("BINDGEN_EXTRA_CLANG_ARGS", "-DCUDA_HOST_PROBE")]);
+        let extra_args = extra_clang_args_from(read_from(&variables));
+        let mut names = Vec::new();
+        visit_declarations(&headers, "probe.h", &[], &extra_args, |cursor| {
+            names.push(cursor_name(cursor));
+        })
+        .expect("the extra argument defines the probe");
+        assert!(names.contains(&"cuProbe".to_owned()), "{names:?}");
+        let _ = std::fs::remove_dir_all(&headers.include_dir);
+    }
 }

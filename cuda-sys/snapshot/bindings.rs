@@ -18210,7 +18210,7 @@ impl Driver {
 
 }
 
-#[doc = "\\brief Gets the string description of an error code\n\nSets \\p *pStr to the address of a NULL-terminated string description\nof the error code \\p error.\nIf the error code is not recognized, ::CUDA_ERROR_INVALID_VALUE\nwill be returned and \\p *pStr will be set to the NULL address.\n\n\\param error - Error code to convert to string\n\\param pStr - Address of the string pointer.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::CUresult,\n::cudaGetErrorString"]
+/// `cuGetErrorString` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18227,7 +18227,7 @@ pub unsafe fn cuGetErrorString(error: CUresult, pStr: *mut *const ::std::os::raw
     }
 }
 
-#[doc = "\\brief Gets the string representation of an error code enum name\n\nSets \\p *pStr to the address of a NULL-terminated string representation\nof the name of the enum error code \\p error.\nIf the error code is not recognized, ::CUDA_ERROR_INVALID_VALUE\nwill be returned and \\p *pStr will be set to the NULL address.\n\n\\param error - Error code to convert to string\n\\param pStr - Address of the string pointer.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::CUresult,\n::cudaGetErrorName"]
+/// `cuGetErrorName` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18244,7 +18244,7 @@ pub unsafe fn cuGetErrorName(error: CUresult, pStr: *mut *const ::std::os::raw::
     }
 }
 
-#[doc = "\\brief Initialize the CUDA driver API\nInitializes the driver API and must be called before any other function from\nthe driver API in the current process. Currently, the \\p Flags parameter must be 0. If ::cuInit()\nhas not been called, any function from the driver API will return\n::CUDA_ERROR_NOT_INITIALIZED. Repeated calls to ::cuInit() have no additional effect.\n\nNote: cuInit preloads various libraries needed for JIT compilation. To opt-out of this behavior,\nset the environment variable CUDA_FORCE_PRELOAD_LIBRARIES=0. CUDA will lazily load JIT libraries as needed.\nTo disable JIT entirely, set the environment variable CUDA_DISABLE_JIT=1.\n\n\\param Flags - Initialization flag for CUDA.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH,\n::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE\n\\notefnerr"]
+/// `cuInit` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18261,7 +18261,7 @@ pub unsafe fn cuInit(Flags: ::std::os::raw::c_uint) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the latest CUDA version supported by driver\n\nReturns in \\p *driverVersion the version of CUDA supported by\nthe driver.  The version is returned as\n(1000 * major + 10 * minor). For example, CUDA 9.2\nwould be represented by 9020.\n\nThis function automatically returns ::CUDA_ERROR_INVALID_VALUE if\n\\p driverVersion is NULL.\n\n\\param driverVersion - Returns the CUDA driver version\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cudaDriverGetVersion,\n::cudaRuntimeGetVersion"]
+/// `cuDriverGetVersion` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18278,7 +18278,7 @@ pub unsafe fn cuDriverGetVersion(driverVersion: *mut ::std::os::raw::c_int) -> C
     }
 }
 
-#[doc = "\\brief Returns a handle to a compute device\n\nReturns in \\p *device a device handle given an ordinal in the range <b>[0,\n::cuDeviceGetCount()-1]</b>.\n\n\\param device  - Returned device handle\n\\param ordinal - Device number to get handle for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetCount,\n::cuDeviceGetName,\n::cuDeviceGetUuid,\n::cuDeviceGetLuid,\n::cuDeviceTotalMem,\n::cuDeviceGetExecAffinitySupport"]
+/// `cuDeviceGet` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18295,7 +18295,7 @@ pub unsafe fn cuDeviceGet(device: *mut CUdevice, ordinal: ::std::os::raw::c_int)
     }
 }
 
-#[doc = "\\brief Returns the number of compute-capable devices\n\nReturns in \\p *count the number of devices with compute capability greater\nthan or equal to 2.0 that are available for execution. If there is no such\ndevice, ::cuDeviceGetCount() returns 0.\n\n\\param count - Returned number of compute-capable devices\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetName,\n::cuDeviceGetUuid,\n::cuDeviceGetLuid,\n::cuDeviceGet,\n::cuDeviceTotalMem,\n::cuDeviceGetExecAffinitySupport,\n::cudaGetDeviceCount"]
+/// `cuDeviceGetCount` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18312,7 +18312,7 @@ pub unsafe fn cuDeviceGetCount(count: *mut ::std::os::raw::c_int) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns an identifier string for the device\n\nReturns an ASCII string identifying the device \\p dev in the NULL-terminated\nstring pointed to by \\p name. \\p len specifies the maximum length of the\nstring that may be returned. \\p name is shortened to the specified \\p len, if \\p len is less than the device name\n\n\\param name - Returned identifier string for the device\n\\param len  - Maximum length of string to store in \\p name\n\\param dev  - Device to get identifier string for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetUuid,\n::cuDeviceGetLuid,\n::cuDeviceGetCount,\n::cuDeviceGet,\n::cuDeviceTotalMem,\n::cuDeviceGetExecAffinitySupport,\n::cudaGetDeviceProperties"]
+/// `cuDeviceGetName` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18329,6 +18329,7 @@ pub unsafe fn cuDeviceGetName(name: *mut ::std::os::raw::c_char, len: ::std::os:
     }
 }
 
+/// `cuDeviceGetUuid_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuDeviceGetUuid` introduced in CUDA 11.4.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18336,6 +18337,7 @@ pub unsafe fn cuDeviceGetName(name: *mut ::std::os::raw::c_char, len: ::std::os:
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuDeviceGetUuid_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuDeviceGetUuid")]
 #[inline]
 pub unsafe fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
     match crate::driver() {
@@ -18345,7 +18347,7 @@ pub unsafe fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice) -> CUresult {
     }
 }
 
-#[doc = "\\brief Return an LUID and device node mask for the device\n\nReturn identifying information (\\p luid and \\p deviceNodeMask) to allow\nmatching device with graphics APIs.\n\n\\param luid - Returned LUID\n\\param deviceNodeMask - Returned device node mask\n\\param dev  - Device to get identifier string for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetCount,\n::cuDeviceGetName,\n::cuDeviceGet,\n::cuDeviceTotalMem,\n::cuDeviceGetExecAffinitySupport,\n::cudaGetDeviceProperties"]
+/// `cuDeviceGetLuid` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18362,6 +18364,7 @@ pub unsafe fn cuDeviceGetLuid(luid: *mut ::std::os::raw::c_char, deviceNodeMask:
     }
 }
 
+/// `cuDeviceTotalMem_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuDeviceTotalMem` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18369,6 +18372,7 @@ pub unsafe fn cuDeviceGetLuid(luid: *mut ::std::os::raw::c_char, deviceNodeMask:
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuDeviceTotalMem_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuDeviceTotalMem")]
 #[inline]
 pub unsafe fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult {
     match crate::driver() {
@@ -18378,7 +18382,7 @@ pub unsafe fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) -> CUresult 
     }
 }
 
-#[doc = "\\brief Returns the maximum number of elements allocatable in a 1D linear texture for a given texture element size.\n\nReturns in \\p maxWidthInElements the maximum number of texture elements allocatable in a 1D linear texture\nfor given \\p format and \\p numChannels.\n\n\\param maxWidthInElements    - Returned maximum number of texture elements allocatable for given \\p format and \\p numChannels.\n\\param format                - Texture format.\n\\param numChannels           - Number of channels per texture element.\n\\param dev                   - Device handle.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetCount,\n::cuDeviceGetName,\n::cuDeviceGetUuid,\n::cuDeviceGet,\n::cudaMemGetInfo,\n::cuDeviceTotalMem"]
+/// `cuDeviceGetTexture1DLinearMaxWidth` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18395,7 +18399,7 @@ pub unsafe fn cuDeviceGetTexture1DLinearMaxWidth(maxWidthInElements: *mut usize,
     }
 }
 
-#[doc = "\\brief Returns information about the device\n\nReturns in \\p *pi the integer value of the attribute \\p attrib on device\n\\p dev.\n\n\\param pi     - Returned device attribute value\n\\param attrib - Device attribute to query\n\\param dev    - Device handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGetCount,\n::cuDeviceGetName,\n::cuDeviceGetUuid,\n::cuDeviceGet,\n::cuDeviceTotalMem,\n::cuDeviceGetExecAffinitySupport,\n::cudaDeviceGetAttribute,\n::cudaGetDeviceProperties"]
+/// `cuDeviceGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18412,7 +18416,7 @@ pub unsafe fn cuDeviceGetAttribute(pi: *mut ::std::os::raw::c_int, attrib: CUdev
     }
 }
 
-#[doc = "\\brief Queries details about atomic operations supported between the device and host.\n\nReturns in \\p *capabilities the details about requested atomic \\p *operations over the\nthe link between \\p dev and the host. The allocated size of \\p *operations and\n\\p *capabilities must be \\p count.\n\nFor each ::CUatomicOperation in \\p *operations, the corresponding result in \\p *capabilities\nwill be a bitmask indicating which of ::CUatomicOperationCapability the link supports natively.\n\nReturns ::CUDA_ERROR_INVALID_DEVICE if \\p dev is not valid.\n\nReturns ::CUDA_ERROR_INVALID_VALUE if \\p *capabilities or \\p *operations is NULL, if \\p count is 0,\nor if any of \\p *operations is not valid.\n\n\\param capabilities          - Returned capability details of each requested operation\n\\param operations            - Requested operations\n\\param count                 - Count of requested operations and size of capabilities\n\\param dev                   - Device handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetP2PAtomicCapabilities,\n::cudaDeviceGeHostAtomicCapabilities"]
+/// `cuDeviceGetHostAtomicCapabilities` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18429,7 +18433,7 @@ pub unsafe fn cuDeviceGetHostAtomicCapabilities(capabilities: *mut ::std::os::ra
     }
 }
 
-#[doc = "\\brief Return NvSciSync attributes that this device can support.\n\nReturns in \\p nvSciSyncAttrList, the properties of NvSciSync that\nthis CUDA device, \\p dev can support. The returned \\p nvSciSyncAttrList\ncan be used to create an NvSciSync object that matches this device's capabilities.\n\nIf NvSciSyncAttrKey_RequiredPerm field in \\p nvSciSyncAttrList is\nalready set this API will return ::CUDA_ERROR_INVALID_VALUE.\n\nThe applications should set \\p nvSciSyncAttrList to a valid\nNvSciSyncAttrList failing which this API will return\n::CUDA_ERROR_INVALID_HANDLE.\n\nThe \\p flags controls how applications intends to use\nthe NvSciSync created from the \\p nvSciSyncAttrList. The valid flags are:\n- ::CUDA_NVSCISYNC_ATTR_SIGNAL, specifies that the applications intends to\nsignal an NvSciSync on this CUDA device.\n- ::CUDA_NVSCISYNC_ATTR_WAIT, specifies that the applications intends to\nwait on an NvSciSync on this CUDA device.\n\nAt least one of these flags must be set, failing which the API\nreturns ::CUDA_ERROR_INVALID_VALUE. Both the flags are orthogonal\nto one another: a developer may set both these flags that allows to\nset both wait and signal specific attributes in the same \\p nvSciSyncAttrList.\n\nNote that this API updates the input \\p nvSciSyncAttrList with values equivalent\nto the following public attribute key-values:\nNvSciSyncAttrKey_RequiredPerm is set to\n- NvSciSyncAccessPerm_SignalOnly if ::CUDA_NVSCISYNC_ATTR_SIGNAL is set in \\p flags.\n- NvSciSyncAccessPerm_WaitOnly if ::CUDA_NVSCISYNC_ATTR_WAIT is set in \\p flags.\n- NvSciSyncAccessPerm_WaitSignal if both ::CUDA_NVSCISYNC_ATTR_WAIT and\n::CUDA_NVSCISYNC_ATTR_SIGNAL are set in \\p flags.\nNvSciSyncAttrKey_PrimitiveInfo is set to\n- NvSciSyncAttrValPrimitiveType_SysmemSemaphore on any valid \\p device.\n- NvSciSyncAttrValPrimitiveType_Syncpoint if \\p device is a Tegra device.\n- NvSciSyncAttrValPrimitiveType_SysmemSemaphorePayload64b if \\p device is GA10X+.\nNvSciSyncAttrKey_GpuId is set to the same UUID that is returned for this\n\\p device from ::cuDeviceGetUuid.\n\n\\param nvSciSyncAttrList     - Return NvSciSync attributes supported.\n\\param dev                   - Valid Cuda Device to get NvSciSync attributes for.\n\\param flags                 - flags describing NvSciSync usage.\n\n\\return\n\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa\n::cuImportExternalSemaphore,\n::cuDestroyExternalSemaphore,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync"]
+/// `cuDeviceGetNvSciSyncAttributes` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18446,7 +18450,7 @@ pub unsafe fn cuDeviceGetNvSciSyncAttributes(nvSciSyncAttrList: *mut ::std::os::
     }
 }
 
-#[doc = "\\brief Sets the current memory pool of a device\n\nThe memory pool must be local to the specified device.\n::cuMemAllocAsync allocates from the current mempool of the provided stream's device.\nBy default, a device's current memory pool is its default memory pool.\n\n\\note Use ::cuMemAllocFromPoolAsync to specify asynchronous allocations from a device different\nthan the one the stream runs on.\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate, ::cuMemPoolDestroy, ::cuMemAllocFromPoolAsync"]
+/// `cuDeviceSetMemPool` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18463,7 +18467,7 @@ pub unsafe fn cuDeviceSetMemPool(dev: CUdevice, pool: CUmemoryPool) -> CUresult 
     }
 }
 
-#[doc = "\\brief Gets the current mempool for a device\n\nReturns the last pool provided to ::cuDeviceSetMemPool for this device\nor the device's default memory pool if ::cuDeviceSetMemPool has never been called.\nBy default the current mempool is the default mempool for a device.\nOtherwise the returned pool must have been set with ::cuDeviceSetMemPool.\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate, ::cuDeviceSetMemPool"]
+/// `cuDeviceGetMemPool` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18480,7 +18484,7 @@ pub unsafe fn cuDeviceGetMemPool(pool: *mut CUmemoryPool, dev: CUdevice) -> CUre
     }
 }
 
-#[doc = "\\brief Returns the default mempool of a device\n\nThe default mempool of a device contains device memory from that device.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\n\\sa ::cuMemAllocAsync, ::cuMemPoolTrimTo, ::cuMemPoolGetAttribute, ::cuMemPoolSetAttribute, cuMemPoolSetAccess, ::cuDeviceGetMemPool, ::cuMemPoolCreate"]
+/// `cuDeviceGetDefaultMemPool` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18497,7 +18501,7 @@ pub unsafe fn cuDeviceGetDefaultMemPool(pool_out: *mut CUmemoryPool, dev: CUdevi
     }
 }
 
-#[doc = "\\brief Returns information about the execution affinity support of the device.\n\nReturns in \\p *pi whether execution affinity type \\p type is supported by device \\p dev.\nThe supported types are:\n- ::CU_EXEC_AFFINITY_TYPE_SM_COUNT: 1 if context with limited SMs is supported by the device,\nor 0 if not;\n\n\\param pi   - 1 if the execution affinity type \\p type is supported by the device, or 0 if not\n\\param type - Execution affinity type to query\n\\param dev  - Device handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetCount,\n::cuDeviceGetName,\n::cuDeviceGetUuid,\n::cuDeviceGet,\n::cuDeviceTotalMem"]
+/// `cuDeviceGetExecAffinitySupport` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18514,7 +18518,7 @@ pub unsafe fn cuDeviceGetExecAffinitySupport(pi: *mut ::std::os::raw::c_int, typ
     }
 }
 
-#[doc = "\\brief Blocks until remote writes are visible to the specified scope\n\nBlocks until GPUDirect RDMA writes to the target context via mappings\ncreated through APIs like nvidia_p2p_get_pages (see\nhttps://docs.nvidia.com/cuda/gpudirect-rdma for more information), are\nvisible to the specified scope.\n\nIf the scope equals or lies within the scope indicated by\n::CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING, the call\nwill be a no-op and can be safely omitted for performance. This can be\ndetermined by comparing the numerical values between the two enums, with\nsmaller scopes having smaller values.\n\nOn platforms that support GPUDirect RDMA writes via more than one path in\nhardware (see ::CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE), the user should\nconsider those paths as belonging to separate ordering domains. Note that in\nsuch cases CUDA driver will report both RDMA writes ordering and RDMA write\nscope as ALL_DEVICES and a call to cuFlushGPUDirectRDMA will be a no-op,\nbut when these multiple paths are used simultaneously, it is the user's\nresponsibility to ensure ordering by using mechanisms outside the scope of\nCUDA.\n\nUsers may query support for this API via\n::CU_DEVICE_ATTRIBUTE_FLUSH_FLUSH_GPU_DIRECT_RDMA_OPTIONS.\n\n\\param target - The target of the operation, see ::CUflushGPUDirectRDMAWritesTarget\n\\param scope  - The scope of the operation, see ::CUflushGPUDirectRDMAWritesScope\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr"]
+/// `cuFlushGPUDirectRDMAWrites` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18531,7 +18535,7 @@ pub unsafe fn cuFlushGPUDirectRDMAWrites(target: CUflushGPUDirectRDMAWritesTarge
     }
 }
 
-#[doc = "\\brief Returns properties for a selected device\n\n\\deprecated\n\nThis function was deprecated as of CUDA 5.0 and replaced by ::cuDeviceGetAttribute().\n\nReturns in \\p *prop the properties of device \\p dev. The ::CUdevprop\nstructure is defined as:\n\n```c\ntypedef struct CUdevprop_st {\nint maxThreadsPerBlock;\nint maxThreadsDim[3];\nint maxGridSize[3];\nint sharedMemPerBlock;\nint totalConstantMemory;\nint SIMDWidth;\nint memPitch;\nint regsPerBlock;\nint clockRate;\nint textureAlign\n} CUdevprop;\n```\nwhere:\n\n- ::maxThreadsPerBlock is the maximum number of threads per block;\n- ::maxThreadsDim[3] is the maximum sizes of each dimension of a block;\n- ::maxGridSize[3] is the maximum sizes of each dimension of a grid;\n- ::sharedMemPerBlock is the total amount of shared memory available per\nblock in bytes;\n- ::totalConstantMemory is the total amount of constant memory available on\nthe device in bytes;\n- ::SIMDWidth is the warp size;\n- ::memPitch is the maximum pitch allowed by the memory copy functions that\ninvolve memory regions allocated through ::cuMemAllocPitch();\n- ::regsPerBlock is the total number of registers available per block;\n- ::clockRate is the clock frequency in kilohertz;\n- ::textureAlign is the alignment requirement; texture base addresses that\nare aligned to ::textureAlign bytes do not need an offset applied to\ntexture fetches.\n\n\\param prop - Returned properties of device\n\\param dev  - Device to get properties for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetCount,\n::cuDeviceGetName,\n::cuDeviceGetUuid,\n::cuDeviceGet,\n::cuDeviceTotalMem"]
+/// `cuDeviceGetProperties` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18548,7 +18552,7 @@ pub unsafe fn cuDeviceGetProperties(prop: *mut CUdevprop, dev: CUdevice) -> CUre
     }
 }
 
-#[doc = "\\brief Returns the compute capability of the device\n\n\\deprecated\n\nThis function was deprecated as of CUDA 5.0 and its functionality superseded\nby ::cuDeviceGetAttribute().\n\nReturns in \\p *major and \\p *minor the major and minor revision numbers that\ndefine the compute capability of the device \\p dev.\n\n\\param major - Major revision number\n\\param minor - Minor revision number\n\\param dev   - Device handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGetAttribute,\n::cuDeviceGetCount,\n::cuDeviceGetName,\n::cuDeviceGetUuid,\n::cuDeviceGet,\n::cuDeviceTotalMem"]
+/// `cuDeviceComputeCapability` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18565,7 +18569,7 @@ pub unsafe fn cuDeviceComputeCapability(major: *mut ::std::os::raw::c_int, minor
     }
 }
 
-#[doc = "\\brief Retain the primary context on the GPU\n\nRetains the primary context on the device.\nOnce the user successfully retains the primary context, the primary context\nwill be active and available to the user until the user releases it\nwith ::cuDevicePrimaryCtxRelease() or resets it with ::cuDevicePrimaryCtxReset().\nUnlike ::cuCtxCreate() the newly retained context is not pushed onto the stack.\n\nRetaining the primary context for the first time will fail with ::CUDA_ERROR_UNKNOWN\nif the compute mode of the device is ::CU_COMPUTEMODE_PROHIBITED. The function\n::cuDeviceGetAttribute() can be used with ::CU_DEVICE_ATTRIBUTE_COMPUTE_MODE to\ndetermine the compute mode  of the device.\nThe <i>nvidia-smi</i> tool can be used to set the compute mode for\ndevices. Documentation for <i>nvidia-smi</i> can be obtained by passing a\n-h option to it.\n\nPlease note that the primary context always supports pinned allocations. Other\nflags can be specified by ::cuDevicePrimaryCtxSetFlags().\n\n\\param pctx  - Returned context handle of the new context\n\\param dev   - Device for which primary context is requested\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa ::cuDevicePrimaryCtxRelease,\n::cuDevicePrimaryCtxSetFlags,\n::cuCtxCreate,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSetLimit,\n::cuCtxSynchronize"]
+/// `cuDevicePrimaryCtxRetain` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18582,6 +18586,7 @@ pub unsafe fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> C
     }
 }
 
+/// `cuDevicePrimaryCtxRelease_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuDevicePrimaryCtxRelease` introduced in CUDA 11.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18589,6 +18594,7 @@ pub unsafe fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) -> C
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuDevicePrimaryCtxRelease_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuDevicePrimaryCtxRelease")]
 #[inline]
 pub unsafe fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     match crate::driver() {
@@ -18598,6 +18604,7 @@ pub unsafe fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
     }
 }
 
+/// `cuDevicePrimaryCtxSetFlags_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuDevicePrimaryCtxSetFlags` introduced in CUDA 11.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18605,6 +18612,7 @@ pub unsafe fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuDevicePrimaryCtxSetFlags_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuDevicePrimaryCtxSetFlags")]
 #[inline]
 pub unsafe fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -18614,7 +18622,7 @@ pub unsafe fn cuDevicePrimaryCtxSetFlags_v2(dev: CUdevice, flags: ::std::os::raw
     }
 }
 
-#[doc = "\\brief Get the state of the primary context\n\nReturns in \\p *flags the flags for the primary context of \\p dev, and in\n\\p *active whether it is active.  See ::cuDevicePrimaryCtxSetFlags for flag\nvalues.\n\n\\param dev    - Device to get primary context flags for\n\\param flags  - Pointer to store flags\n\\param active - Pointer to store context state; 0 = inactive, 1 = active\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa\n::cuDevicePrimaryCtxSetFlags,\n::cuCtxGetFlags,\n::cuCtxSetFlags,\n::cudaGetDeviceFlags"]
+/// `cuDevicePrimaryCtxGetState` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18631,6 +18639,7 @@ pub unsafe fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut ::std::os::r
     }
 }
 
+/// `cuDevicePrimaryCtxReset_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuDevicePrimaryCtxReset` introduced in CUDA 11.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18638,6 +18647,7 @@ pub unsafe fn cuDevicePrimaryCtxGetState(dev: CUdevice, flags: *mut ::std::os::r
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuDevicePrimaryCtxReset_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuDevicePrimaryCtxReset")]
 #[inline]
 pub unsafe fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     match crate::driver() {
@@ -18647,6 +18657,7 @@ pub unsafe fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
     }
 }
 
+/// `cuCtxCreate_v4` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuCtxCreate` introduced in CUDA 12.5.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18654,6 +18665,7 @@ pub unsafe fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuCtxCreate_v4` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuCtxCreate")]
 #[inline]
 pub unsafe fn cuCtxCreate_v4(pctx: *mut CUcontext, ctxCreateParams: *mut CUctxCreateParams, flags: ::std::os::raw::c_uint, dev: CUdevice) -> CUresult {
     match crate::driver() {
@@ -18663,6 +18675,7 @@ pub unsafe fn cuCtxCreate_v4(pctx: *mut CUcontext, ctxCreateParams: *mut CUctxCr
     }
 }
 
+/// `cuCtxDestroy_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuCtxDestroy` introduced in CUDA 4.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18670,6 +18683,7 @@ pub unsafe fn cuCtxCreate_v4(pctx: *mut CUcontext, ctxCreateParams: *mut CUctxCr
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuCtxDestroy_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuCtxDestroy")]
 #[inline]
 pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     match crate::driver() {
@@ -18679,6 +18693,7 @@ pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
     }
 }
 
+/// `cuCtxPushCurrent_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuCtxPushCurrent` introduced in CUDA 4.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18686,6 +18701,7 @@ pub unsafe fn cuCtxDestroy_v2(ctx: CUcontext) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuCtxPushCurrent_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuCtxPushCurrent")]
 #[inline]
 pub unsafe fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
     match crate::driver() {
@@ -18695,6 +18711,7 @@ pub unsafe fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
     }
 }
 
+/// `cuCtxPopCurrent_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuCtxPopCurrent` introduced in CUDA 4.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18702,6 +18719,7 @@ pub unsafe fn cuCtxPushCurrent_v2(ctx: CUcontext) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuCtxPopCurrent_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuCtxPopCurrent")]
 #[inline]
 pub unsafe fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
     match crate::driver() {
@@ -18711,7 +18729,7 @@ pub unsafe fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) -> CUresult {
     }
 }
 
-#[doc = "\\brief Binds the specified CUDA context to the calling CPU thread\n\nBinds the specified CUDA context to the calling CPU thread.\nIf \\p ctx is NULL then the CUDA context previously bound to the\ncalling CPU thread is unbound and ::CUDA_SUCCESS is returned.\n\nIf there exists a CUDA context stack on the calling CPU thread, this\nwill replace the top of that stack with \\p ctx.\nIf \\p ctx is NULL then this will be equivalent to popping the top\nof the calling CPU thread's CUDA context stack (or a no-op if the\ncalling CPU thread's CUDA context stack is empty).\n\n\\param ctx - Context to bind to the calling CPU thread\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT\n\\notefnerr\n\n\\sa\n::cuCtxGetCurrent,\n::cuCtxCreate,\n::cuCtxDestroy,\n::cudaSetDevice"]
+/// `cuCtxSetCurrent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18728,7 +18746,7 @@ pub unsafe fn cuCtxSetCurrent(ctx: CUcontext) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the CUDA context bound to the calling CPU thread.\n\nReturns in \\p *pctx the CUDA context bound to the calling CPU thread.\nIf no context is bound to the calling CPU thread then \\p *pctx is\nset to NULL and ::CUDA_SUCCESS is returned.\n\n\\param pctx - Returned context handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n\\notefnerr\n\n\\sa\n::cuCtxSetCurrent,\n::cuCtxCreate,\n::cuCtxDestroy,\n::cudaGetDevice"]
+/// `cuCtxGetCurrent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18745,7 +18763,7 @@ pub unsafe fn cuCtxGetCurrent(pctx: *mut CUcontext) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the device handle for the current context\n\nReturns in \\p *device the handle of the current context's device.\n\n\\param device - Returned device handle for the current context\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSetLimit,\n::cuCtxSynchronize,\n::cudaGetDevice"]
+/// `cuCtxGetDevice` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18762,7 +18780,7 @@ pub unsafe fn cuCtxGetDevice(device: *mut CUdevice) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the device handle for the specified context\n\nReturns in \\p *device the handle of the specified context's device. If the specified context is NULL, the API will\nreturn the current context's device.\n\n\\param device - Returned device handle for the specified context\n\\param ctx - Context for which to obtain the device\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuCtxGetCurrent,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent"]
+/// `cuCtxGetDevice_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuCtxGetDevice` introduced in CUDA 13.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18779,7 +18797,7 @@ pub unsafe fn cuCtxGetDevice_v2(device: *mut CUdevice, ctx: CUcontext) -> CUresu
     }
 }
 
-#[doc = "\\brief Returns the flags for the current context\n\nReturns in \\p *flags the flags of the current context. See ::cuCtxCreate\nfor flag values.\n\n\\param flags - Pointer to store flags of current context\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetCurrent,\n::cuCtxGetDevice,\n::cuCtxGetLimit,\n::cuCtxGetSharedMemConfig,\n::cuCtxGetStreamPriorityRange,\n::cuCtxSetFlags,\n::cudaGetDeviceFlags"]
+/// `cuCtxGetFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18796,7 +18814,7 @@ pub unsafe fn cuCtxGetFlags(flags: *mut ::std::os::raw::c_uint) -> CUresult {
     }
 }
 
-#[doc = "\\brief Sets the flags for the current context\n\nSets the flags for the current context overwriting previously set ones. See\n::cuDevicePrimaryCtxSetFlags for flag values.\n\n\\param flags - Flags to set on the current context\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetCurrent,\n::cuCtxGetDevice,\n::cuCtxGetLimit,\n::cuCtxGetSharedMemConfig,\n::cuCtxGetStreamPriorityRange,\n::cuCtxGetFlags,\n::cudaGetDeviceFlags,\n::cuDevicePrimaryCtxSetFlags,"]
+/// `cuCtxSetFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18813,7 +18831,7 @@ pub unsafe fn cuCtxSetFlags(flags: ::std::os::raw::c_uint) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the unique Id associated with the context supplied\n\nReturns in \\p ctxId the unique Id which is associated with a given context.\nThe Id is unique for the life of the program for this instance of CUDA.\nIf context is supplied as NULL and there is one current, the Id of the\ncurrent context is returned.\n\n\\param ctx - Context for which to obtain the Id\n\\param ctxId - Pointer to store the Id of the context\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPushCurrent"]
+/// `cuCtxGetId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18830,7 +18848,7 @@ pub unsafe fn cuCtxGetId(ctx: CUcontext, ctxId: *mut ::std::os::raw::c_ulonglong
     }
 }
 
-#[doc = "\\brief Block for the current context's tasks to complete\n\nBlocks until the current context has completed all preceding requested tasks.\nIf the current context is the primary context, green contexts that have been\ncreated will also be synchronized.\n::cuCtxSynchronize() returns an error if one of the preceding tasks failed.\nIf the context was created with the ::CU_CTX_SCHED_BLOCKING_SYNC flag, the\nCPU thread will block until the GPU context has finished its work.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSetLimit,\n::cudaDeviceSynchronize"]
+/// `cuCtxSynchronize` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18847,7 +18865,7 @@ pub unsafe fn cuCtxSynchronize() -> CUresult {
     }
 }
 
-#[doc = "\\brief Block for the specified context's tasks to complete\n\nBlocks until the specified context has completed all preceding requested tasks.\nIf the specified context is the primary context, green contexts that have been\ncreated will also be synchronized.\nThe API returns an error if one of the preceding tasks failed.\n\nIf the context was created with the ::CU_CTX_SCHED_BLOCKING_SYNC flag, the\nCPU thread will block until the GPU context has finished its work.\n\nIf the specified context is NULL, the API will operate on the current context.\n\n\\param ctx - Context to synchronize\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\n\\notefnerr\n\n\\sa ::cuCtxGetCurrent,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuGreenCtxCreate,\n::cuCtxFromGreenCtx,\n::cudaDeviceSynchronize"]
+/// `cuCtxSynchronize_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuCtxSynchronize` introduced in CUDA 13.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18864,7 +18882,7 @@ pub unsafe fn cuCtxSynchronize_v2(ctx: CUcontext) -> CUresult {
     }
 }
 
-#[doc = "\\brief Set resource limits\n\nSetting \\p limit to \\p value is a request by the application to update\nthe current limit maintained by the context. The driver is free to\nmodify the requested value to meet h/w requirements (this could be\nclamping to minimum or maximum values, rounding up to nearest element\nsize, etc). The application can use ::cuCtxGetLimit() to find out exactly\nwhat the limit has been set to.\n\nSetting each ::CUlimit has its own specific restrictions, so each is\ndiscussed here.\n\n- ::CU_LIMIT_STACK_SIZE controls the stack size in bytes of each GPU thread.\nThe driver automatically increases the per-thread stack size\nfor each kernel launch as needed. This size isn't reset back to the\noriginal value after each launch. Setting this value will take effect\nimmediately, and if necessary, the device will block until all preceding\nrequested tasks are complete.\n\n- ::CU_LIMIT_PRINTF_FIFO_SIZE controls the size in bytes of the FIFO used\nby the ::printf() device system call. Setting ::CU_LIMIT_PRINTF_FIFO_SIZE\nmust be performed before launching any kernel that uses the ::printf()\ndevice system call, otherwise ::CUDA_ERROR_INVALID_VALUE will be returned.\n\n- ::CU_LIMIT_MALLOC_HEAP_SIZE controls the size in bytes of the heap used\nby the ::malloc() and ::free() device system calls. Setting\n::CU_LIMIT_MALLOC_HEAP_SIZE must be performed before launching any kernel\nthat uses the ::malloc() or ::free() device system calls, otherwise\n::CUDA_ERROR_INVALID_VALUE will be returned.\n\n- ::CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH controls the maximum nesting depth of\na grid at which a thread can safely call ::cudaDeviceSynchronize(). Setting\nthis limit must be performed before any launch of a kernel that uses the\ndevice runtime and calls ::cudaDeviceSynchronize() above the default sync\ndepth, two levels of grids. Calls to ::cudaDeviceSynchronize() will fail\nwith error code ::cudaErrorSyncDepthExceeded if the limitation is\nviolated. This limit can be set smaller than the default or up the maximum\nlaunch depth of 24. When setting this limit, keep in mind that additional\nlevels of sync depth require the driver to reserve large amounts of device\nmemory which can no longer be used for user allocations. If these\nreservations of device memory fail, ::cuCtxSetLimit() will return\n::CUDA_ERROR_OUT_OF_MEMORY, and the limit can be reset to a lower value.\nThis limit is only applicable to devices of compute capability < 9.0.\nAttempting to set this limit on devices of other compute capability\nversions will result in the error ::CUDA_ERROR_UNSUPPORTED_LIMIT being\nreturned.\n\n- ::CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT controls the maximum number of\noutstanding device runtime launches that can be made from the current\ncontext. A grid is outstanding from the point of launch up until the grid\nis known to have been completed. Device runtime launches which violate\nthis limitation fail and return ::cudaErrorLaunchPendingCountExceeded when\n::cudaGetLastError() is called after launch. If more pending launches than\nthe default (2048 launches) are needed for a module using the device\nruntime, this limit can be increased. Keep in mind that being able to\nsustain additional pending launches will require the driver to reserve\nlarger amounts of device memory upfront which can no longer be used for\nallocations. If these reservations fail, ::cuCtxSetLimit() will return\n::CUDA_ERROR_OUT_OF_MEMORY, and the limit can be reset to a lower value.\nThis limit is only applicable to devices of compute capability 3.5 and\nhigher. Attempting to set this limit on devices of compute capability less\nthan 3.5 will result in the error ::CUDA_ERROR_UNSUPPORTED_LIMIT being\nreturned.\n\n- ::CU_LIMIT_MAX_L2_FETCH_GRANULARITY controls the L2 cache fetch granularity.\nValues can range from 0B to 128B. This is purely a performance hint and\nit can be ignored or clamped depending on the platform.\n\n- ::CU_LIMIT_PERSISTING_L2_CACHE_SIZE controls size in bytes available for\npersisting L2 cache. This is purely a performance hint and it can be\nignored or clamped depending on the platform.\n\n- ::CU_LIMIT_PER_BLOCK_MEMORY_SIZE constrols size in bytes of per-block memory.\n\n\\param limit - Limit to set\n\\param value - Size of limit\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNSUPPORTED_LIMIT,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_INVALID_CONTEXT\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSynchronize,\n::cudaDeviceSetLimit"]
+/// `cuCtxSetLimit` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18881,7 +18899,7 @@ pub unsafe fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns resource limits\n\nReturns in \\p *pvalue the current size of \\p limit.  The supported\n::CUlimit values are:\n- ::CU_LIMIT_STACK_SIZE: stack size in bytes of each GPU thread.\n- ::CU_LIMIT_PRINTF_FIFO_SIZE: size in bytes of the FIFO used by the\n::printf() device system call.\n- ::CU_LIMIT_MALLOC_HEAP_SIZE: size in bytes of the heap used by the\n::malloc() and ::free() device system calls.\n- ::CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH: maximum grid depth at which a thread\ncan issue the device runtime call ::cudaDeviceSynchronize() to wait on\nchild grid launches to complete.\n- ::CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT: maximum number of outstanding\ndevice runtime launches that can be made from this context.\n- ::CU_LIMIT_MAX_L2_FETCH_GRANULARITY: L2 cache fetch granularity.\n- ::CU_LIMIT_PERSISTING_L2_CACHE_SIZE: Persisting L2 cache size in bytes\n- ::CU_LIMIT_PER_BLOCK_MEMORY_SIZE: Per-block memory in bytes.\n\n\\param limit  - Limit to query\n\\param pvalue - Returned size of limit\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNSUPPORTED_LIMIT\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSetLimit,\n::cuCtxSynchronize,\n::cudaDeviceGetLimit"]
+/// `cuCtxGetLimit` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18898,7 +18916,7 @@ pub unsafe fn cuCtxGetLimit(pvalue: *mut usize, limit: CUlimit) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the preferred cache configuration for the current context.\n\nOn devices where the L1 cache and shared memory use the same hardware\nresources, this function returns through \\p pconfig the preferred cache configuration\nfor the current context. This is only a preference. The driver will use\nthe requested configuration if possible, but it is free to choose a different\nconfiguration if required to execute functions.\n\nThis will return a \\p pconfig of ::CU_FUNC_CACHE_PREFER_NONE on devices\nwhere the size of the L1 cache and shared memory are fixed.\n\nThe supported cache configurations are:\n- ::CU_FUNC_CACHE_PREFER_NONE: no preference for shared memory or L1 (default)\n- ::CU_FUNC_CACHE_PREFER_SHARED: prefer larger shared memory and smaller L1 cache\n- ::CU_FUNC_CACHE_PREFER_L1: prefer larger L1 cache and smaller shared memory\n- ::CU_FUNC_CACHE_PREFER_EQUAL: prefer equal sized L1 cache and shared memory\n\n\\param pconfig - Returned cache configuration\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSetLimit,\n::cuCtxSynchronize,\n::cuFuncSetCacheConfig,\n::cudaDeviceGetCacheConfig"]
+/// `cuCtxGetCacheConfig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18915,7 +18933,7 @@ pub unsafe fn cuCtxGetCacheConfig(pconfig: *mut CUfunc_cache) -> CUresult {
     }
 }
 
-#[doc = "\\brief Sets the preferred cache configuration for the current context.\n\nOn devices where the L1 cache and shared memory use the same hardware\nresources, this sets through \\p config the preferred cache configuration for\nthe current context. This is only a preference. The driver will use\nthe requested configuration if possible, but it is free to choose a different\nconfiguration if required to execute the function. Any function preference\nset via ::cuFuncSetCacheConfig() or ::cuKernelSetCacheConfig() will be preferred over this context-wide\nsetting. Setting the context-wide cache configuration to\n::CU_FUNC_CACHE_PREFER_NONE will cause subsequent kernel launches to prefer\nto not change the cache configuration unless required to launch the kernel.\n\nThis setting does nothing on devices where the size of the L1 cache and\nshared memory are fixed.\n\nLaunching a kernel with a different preference than the most recent\npreference setting may insert a device-side synchronization point.\n\nThe supported cache configurations are:\n- ::CU_FUNC_CACHE_PREFER_NONE: no preference for shared memory or L1 (default)\n- ::CU_FUNC_CACHE_PREFER_SHARED: prefer larger shared memory and smaller L1 cache\n- ::CU_FUNC_CACHE_PREFER_L1: prefer larger L1 cache and smaller shared memory\n- ::CU_FUNC_CACHE_PREFER_EQUAL: prefer equal sized L1 cache and shared memory\n\n\\param config - Requested cache configuration\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetLimit,\n::cuCtxSynchronize,\n::cuFuncSetCacheConfig,\n::cudaDeviceSetCacheConfig,\n::cuKernelSetCacheConfig"]
+/// `cuCtxSetCacheConfig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18932,7 +18950,7 @@ pub unsafe fn cuCtxSetCacheConfig(config: CUfunc_cache) -> CUresult {
     }
 }
 
-#[doc = "\\brief Gets the context's API version.\n\nReturns a version number in \\p version corresponding to the capabilities of\nthe context (e.g. 3010 or 3020), which library developers can use to direct\ncallers to a specific API version. If \\p ctx is NULL, returns the API version\nused to create the currently bound context.\n\nNote that new API versions are only introduced when context capabilities are\nchanged that break binary compatibility, so the API version and driver version\nmay be different. For example, it is valid for the API version to be 3020 while\nthe driver version is 4020.\n\n\\param ctx     - Context to check\n\\param version - Pointer to version\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSetLimit,\n::cuCtxSynchronize"]
+/// `cuCtxGetApiVersion` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18949,7 +18967,7 @@ pub unsafe fn cuCtxGetApiVersion(ctx: CUcontext, version: *mut ::std::os::raw::c
     }
 }
 
-#[doc = "\\brief Returns numerical values that correspond to the least and\ngreatest stream priorities.\n\nReturns in \\p *leastPriority and \\p *greatestPriority the numerical values that correspond\nto the least and greatest stream priorities respectively. Stream priorities\nfollow a convention where lower numbers imply greater priorities. The range of\nmeaningful stream priorities is given by [\\p *greatestPriority, \\p *leastPriority].\nIf the user attempts to create a stream with a priority value that is\noutside the meaningful range as specified by this API, the priority is\nautomatically clamped down or up to either \\p *leastPriority or \\p *greatestPriority\nrespectively. See ::cuStreamCreateWithPriority for details on creating a\npriority stream.\nA NULL may be passed in for \\p *leastPriority or \\p *greatestPriority if the value\nis not desired.\n\nThis function will return '0' in both \\p *leastPriority and \\p *greatestPriority if\nthe current context's device does not support stream priorities\n(see ::cuDeviceGetAttribute).\n\n\\param leastPriority    - Pointer to an int in which the numerical value for least\nstream priority is returned\n\\param greatestPriority - Pointer to an int in which the numerical value for greatest\nstream priority is returned\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa ::cuStreamCreateWithPriority,\n::cuStreamGetPriority,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxSetLimit,\n::cuCtxSynchronize,\n::cudaDeviceGetStreamPriorityRange"]
+/// `cuCtxGetStreamPriorityRange` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18966,7 +18984,7 @@ pub unsafe fn cuCtxGetStreamPriorityRange(leastPriority: *mut ::std::os::raw::c_
     }
 }
 
-#[doc = "\\brief Resets all persisting lines in cache to normal status.\n\n::cuCtxResetPersistingL2Cache Resets all persisting lines in cache to normal\nstatus. Takes effect on function return.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\n\\sa\n::CUaccessPolicyWindow"]
+/// `cuCtxResetPersistingL2Cache` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -18983,7 +19001,7 @@ pub unsafe fn cuCtxResetPersistingL2Cache() -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the execution affinity setting for the current context.\n\nReturns in \\p *pExecAffinity the current value of \\p type. The supported\n::CUexecAffinityType values are:\n- ::CU_EXEC_AFFINITY_TYPE_SM_COUNT: number of SMs the context is limited to use.\n\n\\param type          - Execution affinity type to query\n\\param pExecAffinity - Returned execution affinity\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY\n\\notefnerr\n\n\\sa\n::CUexecAffinityParam"]
+/// `cuCtxGetExecAffinity` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19000,7 +19018,7 @@ pub unsafe fn cuCtxGetExecAffinity(pExecAffinity: *mut CUexecAffinityParam, type
     }
 }
 
-#[doc = "\\brief Records an event.\n\nCaptures in \\p hEvent all the activities of the context \\p hCtx\nat the time of this call. \\p hEvent and \\p hCtx must be from the same\nCUDA context, otherwise ::CUDA_ERROR_INVALID_HANDLE will be returned.\nCalls such as ::cuEventQuery() or ::cuCtxWaitEvent() will then examine\nor wait for completion of the work that was captured.\nUses of \\p hCtx after this call do not modify \\p hEvent.\nIf the context passed to \\p hCtx is the primary context, \\p hEvent will\ncapture all the activities of the primary context and its green contexts.\nIf the context passed to \\p hCtx is a context converted from green context\nvia ::cuCtxFromGreenCtx(), \\p hEvent will capture only the activities of the green context.\n\n\\note The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if the\nspecified context \\p hCtx has a stream in the capture mode. In such a case,\nthe call will invalidate all the conflicting captures.\n\n\\param hCtx - Context to record event for\n\\param hEvent - Event to record\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\n\n\\sa\n::cuCtxWaitEvent,\n::cuGreenCtxRecordEvent,\n::cuGreenCtxWaitEvent,\n::cuEventRecord"]
+/// `cuCtxRecordEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19017,7 +19035,7 @@ pub unsafe fn cuCtxRecordEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
     }
 }
 
-#[doc = "\\brief Make a context wait on an event\n\nMakes all future work submitted to context \\p hCtx wait for all work\ncaptured in \\p hEvent. The synchronization will be performed on the device\nand will not block the calling CPU thread. See ::cuCtxRecordEvent()\nfor details on what is captured by an event.\nIf the context passed to \\p hCtx is the primary context, the primary context\nand its green contexts will wait for \\p hEvent.\nIf the context passed to \\p hCtx is a context converted from green context\nvia ::cuCtxFromGreenCtx(), the green context will wait for \\p hEvent.\n\n\\note \\p hEvent may be from a different context or device than \\p hCtx.\n\n\\note The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and\ninvalidate the capture if the specified event \\p hEvent is part of an ongoing\ncapture sequence or if the specified context \\p hCtx has a stream in the capture mode.\n\n\\param hCtx    - Context to wait\n\\param hEvent  - Event to wait on\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\n\n\\sa\n::cuCtxRecordEvent,\n::cuGreenCtxRecordEvent,\n::cuGreenCtxWaitEvent,\n::cuStreamWaitEvent"]
+/// `cuCtxWaitEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19034,7 +19052,7 @@ pub unsafe fn cuCtxWaitEvent(hCtx: CUcontext, hEvent: CUevent) -> CUresult {
     }
 }
 
-#[doc = "\\brief Increment a context's usage-count\n\n\\deprecated\n\nNote that this function is deprecated and should not be used.\n\nIncrements the usage count of the context and passes back a context handle\nin \\p *pctx that must be passed to ::cuCtxDetach() when the application is\ndone with the context. ::cuCtxAttach() fails if there is no context current\nto the thread.\n\nCurrently, the \\p flags parameter must be 0.\n\n\\param pctx  - Returned context handle of the current context\n\\param flags - Context attach flags (must be 0)\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxDetach,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSetLimit,\n::cuCtxSynchronize"]
+/// `cuCtxAttach` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19051,7 +19069,7 @@ pub unsafe fn cuCtxAttach(pctx: *mut CUcontext, flags: ::std::os::raw::c_uint) -
     }
 }
 
-#[doc = "\\brief Decrement a context's usage-count\n\n\\deprecated\n\nNote that this function is deprecated and should not be used.\n\nDecrements the usage count of the context \\p ctx, and destroys the context\nif the usage count goes to 0. The context must be a handle that was passed\nback by ::cuCtxCreate() or ::cuCtxAttach(), and must be current to the\ncalling thread.\n\n\\param ctx - Context to destroy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetCacheConfig,\n::cuCtxSetLimit,\n::cuCtxSynchronize"]
+/// `cuCtxDetach` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19068,7 +19086,7 @@ pub unsafe fn cuCtxDetach(ctx: CUcontext) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the current shared memory configuration for the current context.\n\n\\deprecated\n\nThis function will return in \\p pConfig the current size of shared memory banks\nin the current context. On devices with configurable shared memory banks,\n::cuCtxSetSharedMemConfig can be used to change this setting, so that all\nsubsequent kernel launches will by default use the new bank size. When\n::cuCtxGetSharedMemConfig is called on devices without configurable shared\nmemory, it will return the fixed bank size of the hardware.\n\nThe returned bank configurations can be either:\n- ::CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE:  shared memory bank width is\nfour bytes.\n- ::CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE: shared memory bank width will\neight bytes.\n\n\\param pConfig - returned shared memory configuration\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetLimit,\n::cuCtxSynchronize,\n::cuCtxGetSharedMemConfig,\n::cuFuncSetCacheConfig,\n::cudaDeviceGetSharedMemConfig"]
+/// `cuCtxGetSharedMemConfig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19085,7 +19103,7 @@ pub unsafe fn cuCtxGetSharedMemConfig(pConfig: *mut CUsharedconfig) -> CUresult 
     }
 }
 
-#[doc = "\\brief Sets the shared memory configuration for the current context.\n\n\\deprecated\n\nOn devices with configurable shared memory banks, this function will set\nthe context's shared memory bank size which is used for subsequent kernel\nlaunches.\n\nChanged the shared memory configuration between launches may insert a device\nside synchronization point between those launches.\n\nChanging the shared memory bank size will not increase shared memory usage\nor affect occupancy of kernels, but may have major effects on performance.\nLarger bank sizes will allow for greater potential bandwidth to shared memory,\nbut will change what kinds of accesses to shared memory will result in bank\nconflicts.\n\nThis function will do nothing on devices with fixed shared memory bank size.\n\nThe supported bank configurations are:\n- ::CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE: set bank width to the default initial\nsetting (currently, four bytes).\n- ::CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE: set shared memory bank width to\nbe natively four bytes.\n- ::CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE: set shared memory bank width to\nbe natively eight bytes.\n\n\\param config - requested shared memory configuration\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuCtxCreate,\n::cuCtxDestroy,\n::cuCtxGetApiVersion,\n::cuCtxGetCacheConfig,\n::cuCtxGetDevice,\n::cuCtxGetFlags,\n::cuCtxGetLimit,\n::cuCtxPopCurrent,\n::cuCtxPushCurrent,\n::cuCtxSetLimit,\n::cuCtxSynchronize,\n::cuCtxGetSharedMemConfig,\n::cuFuncSetCacheConfig,\n::cudaDeviceSetSharedMemConfig"]
+/// `cuCtxSetSharedMemConfig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19102,7 +19120,7 @@ pub unsafe fn cuCtxSetSharedMemConfig(config: CUsharedconfig) -> CUresult {
     }
 }
 
-#[doc = "\\brief Loads a compute module\n\nTakes a filename \\p fname and loads the corresponding module \\p module into\nthe current context. The CUDA driver API does not attempt to lazily\nallocate the resources needed by a module; if the memory for functions and\ndata (constant and global) needed by the module cannot be allocated,\n::cuModuleLoad() fails. The file should be a \\e cubin file as output by\n\\b nvcc, or a \\e PTX file either as output by \\b nvcc or handwritten, or\na \\e fatbin file as output by \\b nvcc from toolchain 4.0 or\nlater, or a \\e Tile IR file.\n\n\\param module - Returned module\n\\param fname  - Filename of module to load\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_PTX,\n::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,\n::CUDA_ERROR_NOT_FOUND,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_FILE_NOT_FOUND,\n::CUDA_ERROR_NO_BINARY_FOR_GPU,\n::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_JIT_COMPILER_NOT_FOUND\n\\notefnerr\n\n\\sa ::cuModuleGetFunction,\n::cuModuleGetGlobal,\n::cuModuleGetTexRef,\n::cuModuleLoadData,\n::cuModuleLoadDataEx,\n::cuModuleLoadFatBinary,\n::cuModuleUnload"]
+/// `cuModuleLoad` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19119,7 +19137,7 @@ pub unsafe fn cuModuleLoad(module: *mut CUmodule, fname: *const ::std::os::raw::
     }
 }
 
-#[doc = "\\brief Load a module's data\n\nTakes a pointer \\p image and loads the corresponding module \\p module into\nthe current context. The \\p image may be a \\e cubin or \\e fatbin\nas output by \\b nvcc, or a NULL-terminated \\e PTX, either as output by \\b nvcc\nor hand-written, or \\e Tile IR data.\n\n\\param module - Returned module\n\\param image  - Module data to load\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_PTX,\n::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_NO_BINARY_FOR_GPU,\n::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_JIT_COMPILER_NOT_FOUND\n\\notefnerr\n\n\\sa ::cuModuleGetFunction,\n::cuModuleGetGlobal,\n::cuModuleGetTexRef,\n::cuModuleLoad,\n::cuModuleLoadDataEx,\n::cuModuleLoadFatBinary,\n::cuModuleUnload"]
+/// `cuModuleLoadData` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19136,7 +19154,7 @@ pub unsafe fn cuModuleLoadData(module: *mut CUmodule, image: *const ::std::os::r
     }
 }
 
-#[doc = "\\brief Load a module's data with options\n\nTakes a pointer \\p image and loads the corresponding module \\p module into\nthe current context. The \\p image may be a \\e cubin or \\e fatbin\nas output by \\b nvcc, or a NULL-terminated \\e PTX, either as output by \\b nvcc\nor hand-written, or \\e Tile IR data.\n\n\\param module       - Returned module\n\\param image        - Module data to load\n\\param numOptions   - Number of options\n\\param options      - Options for JIT\n\\param optionValues - Option values for JIT\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_PTX,\n::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_NO_BINARY_FOR_GPU,\n::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_JIT_COMPILER_NOT_FOUND\n\\notefnerr\n\n\\sa ::cuModuleGetFunction,\n::cuModuleGetGlobal,\n::cuModuleGetTexRef,\n::cuModuleLoad,\n::cuModuleLoadData,\n::cuModuleLoadFatBinary,\n::cuModuleUnload"]
+/// `cuModuleLoadDataEx` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19153,7 +19171,7 @@ pub unsafe fn cuModuleLoadDataEx(module: *mut CUmodule, image: *const ::std::os:
     }
 }
 
-#[doc = "\\brief Load a module's data\n\nTakes a pointer \\p fatCubin and loads the corresponding module \\p module\ninto the current context. The pointer represents a <i>fat binary</i> object,\nwhich is a collection of different \\e cubin and/or \\e PTX files, all\nrepresenting the same device code, but compiled and optimized for different\narchitectures.\n\nPrior to CUDA 4.0, there was no documented API for constructing and using\nfat binary objects by programmers.  Starting with CUDA 4.0, fat binary\nobjects can be constructed by providing the <i>-fatbin option</i> to \\b nvcc.\nMore information can be found in the \\b nvcc document.\n\n\\param module   - Returned module\n\\param fatCubin - Fat binary to load\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_PTX,\n::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,\n::CUDA_ERROR_NOT_FOUND,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_NO_BINARY_FOR_GPU,\n::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_JIT_COMPILER_NOT_FOUND\n\\notefnerr\n\n\\sa ::cuModuleGetFunction,\n::cuModuleGetGlobal,\n::cuModuleGetTexRef,\n::cuModuleLoad,\n::cuModuleLoadData,\n::cuModuleLoadDataEx,\n::cuModuleUnload"]
+/// `cuModuleLoadFatBinary` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19170,7 +19188,7 @@ pub unsafe fn cuModuleLoadFatBinary(module: *mut CUmodule, fatCubin: *const ::st
     }
 }
 
-#[doc = "\\brief Unloads a module\n\nUnloads a module \\p hmod from the current context. Attempting to unload\na module which was obtained from the Library Management API such as\n::cuLibraryGetModule will return ::CUDA_ERROR_NOT_PERMITTED.\n\n\\param hmod - Module to unload\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED\n\\notefnerr\n\\note_destroy_ub\n\n\\sa ::cuModuleGetFunction,\n::cuModuleGetGlobal,\n::cuModuleGetTexRef,\n::cuModuleLoad,\n::cuModuleLoadData,\n::cuModuleLoadDataEx,\n::cuModuleLoadFatBinary"]
+/// `cuModuleUnload` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19187,7 +19205,7 @@ pub unsafe fn cuModuleUnload(hmod: CUmodule) -> CUresult {
     }
 }
 
-#[doc = "\\brief Query lazy loading mode\n\nReturns lazy loading mode\nModule loading mode is controlled by CUDA_MODULE_LOADING env variable\n\n\\param mode      - Returns the lazy loading mode\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa\n::cuModuleLoad,"]
+/// `cuModuleGetLoadingMode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19204,7 +19222,7 @@ pub unsafe fn cuModuleGetLoadingMode(mode: *mut CUmoduleLoadingMode) -> CUresult
     }
 }
 
-#[doc = "\\brief Returns a function handle\n\nReturns in \\p *hfunc the handle of the function of name \\p name located in\nmodule \\p hmod. If no function of that name exists, ::cuModuleGetFunction()\nreturns ::CUDA_ERROR_NOT_FOUND.\n\n\\param hfunc - Returned function handle\n\\param hmod  - Module to retrieve function from\n\\param name  - Name of function to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_FOUND\n\\notefnerr\n\n\\sa ::cuModuleGetGlobal,\n::cuModuleGetTexRef,\n::cuModuleLoad,\n::cuModuleLoadData,\n::cuModuleLoadDataEx,\n::cuModuleLoadFatBinary,\n::cuModuleUnload"]
+/// `cuModuleGetFunction` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19221,7 +19239,7 @@ pub unsafe fn cuModuleGetFunction(hfunc: *mut CUfunction, hmod: CUmodule, name: 
     }
 }
 
-#[doc = "\\brief Returns the number of functions within a module\n\nReturns in \\p count the number of functions in \\p mod.\n\n\\param count - Number of functions found within the module\n\\param mod - Module to query\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE"]
+/// `cuModuleGetFunctionCount` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19238,7 +19256,7 @@ pub unsafe fn cuModuleGetFunctionCount(count: *mut ::std::os::raw::c_uint, mod_:
     }
 }
 
-#[doc = "\\brief Returns the function handles within a module.\n\nReturns in \\p functions a maximum number of \\p numFunctions function handles within \\p mod. When\nfunction loading mode is set to LAZY the function retrieved may be partially loaded. The loading\nstate of a function can be queried using ::cuFunctionIsLoaded. CUDA APIs may load the function\nautomatically when called with partially loaded function handle which may incur additional\nlatency. Alternatively, ::cuFunctionLoad can be used to explicitly load a function. The returned\nfunction handles become invalid when the module is unloaded.\n\n\\param functions - Buffer where the function handles are returned to\n\\param numFunctions - Maximum number of function handles may be returned to the buffer\n\\param mod - Module to query from\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuModuleGetFunction,\n::cuModuleGetFunctionCount,\n::cuFuncIsLoaded,\n::cuFuncLoad"]
+/// `cuModuleEnumerateFunctions` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19255,6 +19273,7 @@ pub unsafe fn cuModuleEnumerateFunctions(functions: *mut CUfunction, numFunction
     }
 }
 
+/// `cuModuleGetGlobal_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuModuleGetGlobal` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19262,6 +19281,7 @@ pub unsafe fn cuModuleEnumerateFunctions(functions: *mut CUfunction, numFunction
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuModuleGetGlobal_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuModuleGetGlobal")]
 #[inline]
 pub unsafe fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, hmod: CUmodule, name: *const ::std::os::raw::c_char) -> CUresult {
     match crate::driver() {
@@ -19271,6 +19291,7 @@ pub unsafe fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, hm
     }
 }
 
+/// `cuLinkCreate_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuLinkCreate` introduced in CUDA 6.5.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19278,6 +19299,7 @@ pub unsafe fn cuModuleGetGlobal_v2(dptr: *mut CUdeviceptr, bytes: *mut usize, hm
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuLinkCreate_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuLinkCreate")]
 #[inline]
 pub unsafe fn cuLinkCreate_v2(numOptions: ::std::os::raw::c_uint, options: *mut CUjit_option, optionValues: *mut *mut ::std::os::raw::c_void, stateOut: *mut CUlinkState) -> CUresult {
     match crate::driver() {
@@ -19287,6 +19309,7 @@ pub unsafe fn cuLinkCreate_v2(numOptions: ::std::os::raw::c_uint, options: *mut 
     }
 }
 
+/// `cuLinkAddData_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuLinkAddData` introduced in CUDA 6.5.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19294,6 +19317,7 @@ pub unsafe fn cuLinkCreate_v2(numOptions: ::std::os::raw::c_uint, options: *mut 
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuLinkAddData_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuLinkAddData")]
 #[inline]
 pub unsafe fn cuLinkAddData_v2(state: CUlinkState, type_: CUjitInputType, data: *mut ::std::os::raw::c_void, size: usize, name: *const ::std::os::raw::c_char, numOptions: ::std::os::raw::c_uint, options: *mut CUjit_option, optionValues: *mut *mut ::std::os::raw::c_void) -> CUresult {
     match crate::driver() {
@@ -19303,6 +19327,7 @@ pub unsafe fn cuLinkAddData_v2(state: CUlinkState, type_: CUjitInputType, data: 
     }
 }
 
+/// `cuLinkAddFile_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuLinkAddFile` introduced in CUDA 6.5.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19310,6 +19335,7 @@ pub unsafe fn cuLinkAddData_v2(state: CUlinkState, type_: CUjitInputType, data: 
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuLinkAddFile_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuLinkAddFile")]
 #[inline]
 pub unsafe fn cuLinkAddFile_v2(state: CUlinkState, type_: CUjitInputType, path: *const ::std::os::raw::c_char, numOptions: ::std::os::raw::c_uint, options: *mut CUjit_option, optionValues: *mut *mut ::std::os::raw::c_void) -> CUresult {
     match crate::driver() {
@@ -19319,7 +19345,7 @@ pub unsafe fn cuLinkAddFile_v2(state: CUlinkState, type_: CUjitInputType, path: 
     }
 }
 
-#[doc = "\\brief Complete a pending linker invocation\n\nCompletes the pending linker action and returns the cubin image for the linked\ndevice code, which can be used with ::cuModuleLoadData.  The cubin is owned by\n\\p state, so it should be loaded before \\p state is destroyed via ::cuLinkDestroy.\nThis call does not destroy \\p state.\n\n\\param state    A pending linker invocation\n\\param cubinOut On success, this will point to the output image\n\\param sizeOut  Optional parameter to receive the size of the generated image\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuLinkCreate,\n::cuLinkAddData,\n::cuLinkAddFile,\n::cuLinkDestroy,\n::cuModuleLoadData"]
+/// `cuLinkComplete` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19336,7 +19362,7 @@ pub unsafe fn cuLinkComplete(state: CUlinkState, cubinOut: *mut *mut ::std::os::
     }
 }
 
-#[doc = "\\brief Destroys state for a JIT linker invocation.\n\n\\param state State object for the linker invocation\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE\n\n\\sa ::cuLinkCreate"]
+/// `cuLinkDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19353,7 +19379,7 @@ pub unsafe fn cuLinkDestroy(state: CUlinkState) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns a handle to a texture reference\n\n\\deprecated\n\nReturns in \\p *pTexRef the handle of the texture reference of name \\p name\nin the module \\p hmod. If no texture reference of that name exists,\n::cuModuleGetTexRef() returns ::CUDA_ERROR_NOT_FOUND. This texture reference\nhandle should not be destroyed, since it will be destroyed when the module\nis unloaded.\n\n\\param pTexRef  - Returned texture reference\n\\param hmod     - Module to retrieve texture reference from\n\\param name     - Name of texture reference to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_FOUND\n\\notefnerr\n\n\\sa\n::cuModuleGetFunction,\n::cuModuleGetGlobal,\n::cuModuleGetSurfRef,\n::cuModuleLoad,\n::cuModuleLoadData,\n::cuModuleLoadDataEx,\n::cuModuleLoadFatBinary,\n::cuModuleUnload"]
+/// `cuModuleGetTexRef` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19370,7 +19396,7 @@ pub unsafe fn cuModuleGetTexRef(pTexRef: *mut CUtexref, hmod: CUmodule, name: *c
     }
 }
 
-#[doc = "\\brief Returns a handle to a surface reference\n\n\\deprecated\n\nReturns in \\p *pSurfRef the handle of the surface reference of name \\p name\nin the module \\p hmod. If no surface reference of that name exists,\n::cuModuleGetSurfRef() returns ::CUDA_ERROR_NOT_FOUND.\n\n\\param pSurfRef  - Returned surface reference\n\\param hmod     - Module to retrieve surface reference from\n\\param name     - Name of surface reference to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_FOUND\n\\notefnerr\n\n\\sa\n::cuModuleGetFunction,\n::cuModuleGetGlobal,\n::cuModuleGetTexRef,\n::cuModuleLoad,\n::cuModuleLoadData,\n::cuModuleLoadDataEx,\n::cuModuleLoadFatBinary,\n::cuModuleUnload"]
+/// `cuModuleGetSurfRef` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19387,7 +19413,7 @@ pub unsafe fn cuModuleGetSurfRef(pSurfRef: *mut CUsurfref, hmod: CUmodule, name:
     }
 }
 
-#[doc = "\\brief Load a library with specified code and options\n\nTakes a pointer \\p code and loads the corresponding library \\p library based on\nthe application defined library loading mode:\n- If module loading is set to EAGER, via the environment variables described in \"Module loading\",\n\\p library is loaded eagerly into all contexts at the time of the call and future contexts\nat the time of creation until the library is unloaded with ::cuLibraryUnload().\n- If the environment variables are set to LAZY, \\p library\nis not immediately loaded onto all existent contexts and will only be\nloaded when a function is needed for that context, such as a kernel launch.\n\nThese environment variables are described in the CUDA programming guide under the\n\"CUDA environment variables\" section.\n\nThe \\p code may be a \\e cubin or \\e fatbin as output by \\b nvcc,\nor a NULL-terminated \\e PTX, either as output by \\b nvcc\nor hand-written, or \\e Tile IR data.\nA fatbin should also contain relocatable code when doing separate compilation.\n\nOptions are passed as an array via \\p jitOptions and any corresponding parameters are passed in\n\\p jitOptionsValues. The number of total JIT options is supplied via \\p numJitOptions.\nAny outputs will be returned via \\p jitOptionsValues.\n\nLibrary load options are passed as an array via \\p libraryOptions and any corresponding parameters are passed in\n\\p libraryOptionValues. The number of total library load options is supplied via \\p numLibraryOptions.\n\n\\note If the library contains managed variables and no device in the system\nsupports managed variables this call is expected to return ::CUDA_ERROR_NOT_SUPPORTED\n\n\\param library             - Returned library\n\\param code                - Code to load\n\\param jitOptions          - Options for JIT\n\\param jitOptionsValues    - Option values for JIT\n\\param numJitOptions       - Number of options\n\\param libraryOptions      - Options for loading\n\\param libraryOptionValues - Option values for loading\n\\param numLibraryOptions   - Number of options for loading\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_PTX,\n::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_NO_BINARY_FOR_GPU,\n::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_JIT_COMPILER_NOT_FOUND,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuModuleLoad,\n::cuModuleLoadData,\n::cuModuleLoadDataEx"]
+/// `cuLibraryLoadData` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19404,7 +19430,7 @@ pub unsafe fn cuLibraryLoadData(library: *mut CUlibrary, code: *const ::std::os:
     }
 }
 
-#[doc = "\\brief Load a library with specified file and options\n\nTakes a pointer \\p code and loads the corresponding library \\p library based on\nthe application defined library loading mode:\n- If module loading is set to EAGER, via the environment variables described in \"Module loading\",\n\\p library is loaded eagerly into all contexts at the time of the call and future contexts\nat the time of creation until the library is unloaded with ::cuLibraryUnload().\n- If the environment variables are set to LAZY, \\p library\nis not immediately loaded onto all existent contexts and will only be\nloaded when a function is needed for that context, such as a kernel launch.\n\nThese environment variables are described in the CUDA programming guide under the\n\"CUDA environment variables\" section.\n\nThe file should be a \\e cubin file as output by \\b nvcc, or a \\e PTX file either\nas output by \\b nvcc or handwritten, or a \\e fatbin file as output by \\b nvcc\nor hand-written, or \\e Tile IR file.\nA fatbin should also contain relocatable code when doing separate compilation.\n\nOptions are passed as an array via \\p jitOptions and any corresponding parameters are\npassed in \\p jitOptionsValues. The number of total options is supplied via \\p numJitOptions.\nAny outputs will be returned via \\p jitOptionsValues.\n\nLibrary load options are passed as an array via \\p libraryOptions and any corresponding parameters are passed in\n\\p libraryOptionValues. The number of total library load options is supplied via \\p numLibraryOptions.\n\n\\note If the library contains managed variables and no device in the system\nsupports managed variables this call is expected to return ::CUDA_ERROR_NOT_SUPPORTED\n\n\\param library             - Returned library\n\\param fileName            - File to load from\n\\param jitOptions          - Options for JIT\n\\param jitOptionsValues    - Option values for JIT\n\\param numJitOptions       - Number of options\n\\param libraryOptions      - Options for loading\n\\param libraryOptionValues - Option values for loading\n\\param numLibraryOptions   - Number of options for loading\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_PTX,\n::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_NO_BINARY_FOR_GPU,\n::CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_JIT_COMPILER_NOT_FOUND,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryUnload,\n::cuModuleLoad,\n::cuModuleLoadData,\n::cuModuleLoadDataEx"]
+/// `cuLibraryLoadFromFile` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19421,7 +19447,7 @@ pub unsafe fn cuLibraryLoadFromFile(library: *mut CUlibrary, fileName: *const ::
     }
 }
 
-#[doc = "\\brief Unloads a library\n\nUnloads the library specified with \\p library\n\n\\param library - Library to unload\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuModuleUnload"]
+/// `cuLibraryUnload` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19438,7 +19464,7 @@ pub unsafe fn cuLibraryUnload(library: CUlibrary) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns a kernel handle\n\nReturns in \\p pKernel the handle of the kernel with name \\p name located in library \\p library.\nIf kernel handle is not found, the call returns ::CUDA_ERROR_NOT_FOUND.\n\n\\param pKernel - Returned kernel handle\n\\param library - Library to retrieve kernel from\n\\param name - Name of kernel to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_FOUND\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuKernelGetFunction,\n::cuLibraryGetModule,\n::cuModuleGetFunction"]
+/// `cuLibraryGetKernel` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19455,7 +19481,7 @@ pub unsafe fn cuLibraryGetKernel(pKernel: *mut CUkernel, library: CUlibrary, nam
     }
 }
 
-#[doc = "\\brief Returns the number of kernels within a library\n\nReturns in \\p count the number of kernels in \\p lib.\n\n\\param count - Number of kernels found within the library\n\\param lib - Library to query\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE"]
+/// `cuLibraryGetKernelCount` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19472,7 +19498,7 @@ pub unsafe fn cuLibraryGetKernelCount(count: *mut ::std::os::raw::c_uint, lib: C
     }
 }
 
-#[doc = "\\brief Retrieve the kernel handles within a library.\n\nReturns in \\p kernels a maximum number of \\p numKernels kernel handles within \\p lib.\nThe returned kernel handle becomes invalid when the library is unloaded.\n\n\\param kernels - Buffer where the kernel handles are returned to\n\\param numKernels - Maximum number of kernel handles may be returned to the buffer\n\\param lib - Library to query from\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuLibraryGetKernelCount"]
+/// `cuLibraryEnumerateKernels` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19489,7 +19515,7 @@ pub unsafe fn cuLibraryEnumerateKernels(kernels: *mut CUkernel, numKernels: ::st
     }
 }
 
-#[doc = "\\brief Returns a module handle\n\nReturns in \\p pMod the module handle associated with the current context located in\nlibrary \\p library. If module handle is not found, the call returns ::CUDA_ERROR_NOT_FOUND.\n\n\\param pMod - Returned module handle\n\\param library - Library to retrieve module from\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_FOUND,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuModuleGetFunction"]
+/// `cuLibraryGetModule` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19506,7 +19532,7 @@ pub unsafe fn cuLibraryGetModule(pMod: *mut CUmodule, library: CUlibrary) -> CUr
     }
 }
 
-#[doc = "\\brief Returns a function handle\n\nReturns in \\p pFunc the handle of the function for the requested kernel \\p kernel and\nthe current context. If function handle is not found, the call returns ::CUDA_ERROR_NOT_FOUND.\n\n\\param pFunc - Returned function handle\n\\param kernel - Kernel to retrieve function for the requested context\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_FOUND,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuLibraryGetKernel,\n::cuLibraryGetModule,\n::cuModuleGetFunction"]
+/// `cuKernelGetFunction` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19523,7 +19549,7 @@ pub unsafe fn cuKernelGetFunction(pFunc: *mut CUfunction, kernel: CUkernel) -> C
     }
 }
 
-#[doc = "\\brief Returns a library handle\n\nReturns in \\p pLib the handle of the library for the requested kernel \\p kernel\n\n\\param pLib - Returned library handle\n\\param kernel - Kernel to retrieve library handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_FOUND\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuLibraryGetKernel"]
+/// `cuKernelGetLibrary` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19540,7 +19566,7 @@ pub unsafe fn cuKernelGetLibrary(pLib: *mut CUlibrary, kernel: CUkernel) -> CUre
     }
 }
 
-#[doc = "\\brief Returns a global device pointer\n\nReturns in \\p *dptr and \\p *bytes the base pointer and size of the global with\nname \\p name for the requested library \\p library and the current context.\nIf no global for the requested name \\p name exists, the call returns ::CUDA_ERROR_NOT_FOUND.\nOne of the parameters \\p dptr or \\p bytes (not both) can be NULL in which\ncase it is ignored.\n\n\\param dptr - Returned global device pointer for the requested context\n\\param bytes - Returned global size in bytes\n\\param library - Library to retrieve global from\n\\param name - Name of global to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_FOUND,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuLibraryGetModule,\ncuModuleGetGlobal"]
+/// `cuLibraryGetGlobal` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19557,7 +19583,7 @@ pub unsafe fn cuLibraryGetGlobal(dptr: *mut CUdeviceptr, bytes: *mut usize, libr
     }
 }
 
-#[doc = "\\brief Returns a pointer to managed memory\n\nReturns in \\p *dptr and \\p *bytes the base pointer and size of the managed memory with\nname \\p name for the requested library \\p library. If no managed memory with the\nrequested name \\p name exists, the call returns ::CUDA_ERROR_NOT_FOUND. One of the parameters\n\\p dptr or \\p bytes (not both) can be NULL in which case it is ignored.\nNote that managed memory for library \\p library is shared across devices and is registered\nwhen the library is loaded into atleast one context.\n\n\\param dptr - Returned pointer to the managed memory\n\\param bytes - Returned memory size in bytes\n\\param library - Library to retrieve managed memory from\n\\param name - Name of managed memory to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_FOUND\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload"]
+/// `cuLibraryGetManaged` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19574,7 +19600,7 @@ pub unsafe fn cuLibraryGetManaged(dptr: *mut CUdeviceptr, bytes: *mut usize, lib
     }
 }
 
-#[doc = "\\brief Returns a pointer to a unified function\n\nReturns in \\p *fptr the function pointer to a unified function denoted by \\p symbol.\nIf no unified function with name \\p symbol exists, the call returns ::CUDA_ERROR_NOT_FOUND.\nIf there is no device with attribute ::CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS present in the system,\nthe call may return ::CUDA_ERROR_NOT_FOUND.\n\n\\param fptr - Returned pointer to a unified function\n\\param library - Library to retrieve function pointer memory from\n\\param symbol - Name of function pointer to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_FOUND\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload"]
+/// `cuLibraryGetUnifiedFunction` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19591,7 +19617,7 @@ pub unsafe fn cuLibraryGetUnifiedFunction(fptr: *mut *mut ::std::os::raw::c_void
     }
 }
 
-#[doc = "\\brief Returns information about a kernel\n\nReturns in \\p *pi the integer value of the attribute \\p attrib for the kernel\n\\p kernel for the requested device \\p dev. The supported attributes are:\n- ::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: The maximum number of threads\nper block, beyond which a launch of the kernel would fail. This number\ndepends on both the kernel and the requested device.\n- ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: The size in bytes of\nstatically-allocated shared memory per block required by this kernel.\nThis does not include dynamically-allocated shared memory requested by\nthe user at runtime.\n- ::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: The size in bytes of user-allocated\nconstant memory required by this kernel.\n- ::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: The size in bytes of local memory\nused by each thread of this kernel.\n- ::CU_FUNC_ATTRIBUTE_NUM_REGS: The number of registers used by each thread\nof this kernel.\n- ::CU_FUNC_ATTRIBUTE_PTX_VERSION: The PTX virtual architecture version for\nwhich the kernel was compiled. This value is the major PTX version * 10\n+ the minor PTX version, so a PTX version 1.3 function would return the\nvalue 13. Note that this may return the undefined value of 0 for cubins\ncompiled prior to CUDA 3.0.\n- ::CU_FUNC_ATTRIBUTE_BINARY_VERSION: The binary architecture version for\nwhich the kernel was compiled. This value is the major binary\nversion * 10 + the minor binary version, so a binary version 1.3 function\nwould return the value 13. Note that this will return a value of 10 for\nlegacy cubins that do not have a properly-encoded binary architecture\nversion.\n- ::CU_FUNC_CACHE_MODE_CA: The attribute to indicate whether the kernel has\nbeen compiled with user specified option \"-Xptxas --dlcm=ca\" set.\n- ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: The maximum size in bytes of\ndynamically-allocated shared memory.\n- ::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: Preferred shared memory-L1\ncache split ratio in percent of total shared memory.\n- ::CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: If this attribute is set, the\nkernel must launch with a valid cluster size specified.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: The required cluster width in\nblocks.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: The required cluster height in\nblocks.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: The required cluster depth in\nblocks.\n- ::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: Indicates whether\nthe function can be launched with non-portable cluster size. 1 is allowed,\n0 is disallowed. A non-portable cluster size may only function on the\nspecific SKUs the program is tested on. The launch might fail if the\nprogram is run on a different hardware platform. CUDA API provides\ncudaOccupancyMaxActiveClusters to assist with checking whether the desired\nsize can be launched on the current device. A portable cluster size is\nguaranteed to be functional on all compute capabilities higher than the\ntarget compute capability. The portable cluster size for sm_90 is 8 blocks\nper cluster. This value may increase for future compute capabilities. The\nspecific hardware unit may support higher cluster sizes that’s not\nguaranteed to be portable.\n- ::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: The block\nscheduling policy of a function. The value type is CUclusterSchedulingPolicy.\n- ::CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE: The shared memory mode of a function.\nThe value type is CUsharedMemoryMode / cudaSharedMemoryMode.\n\n\\note If another thread is trying to set the same attribute on the same device using\n::cuKernelSetAttribute() simultaneously, the attribute query will give the old or new\nvalue depending on the interleavings chosen by the OS scheduler and memory consistency.\n\n\\param pi     - Returned attribute value\n\\param attrib - Attribute requested\n\\param kernel  - Kernel to query attribute of\n\\param dev - Device to query attribute of\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuKernelSetAttribute,\n::cuLibraryGetKernel,\n::cuLaunchKernel,\n::cuKernelGetFunction,\n::cuLibraryGetModule,\n::cuModuleGetFunction,\n::cuFuncGetAttribute"]
+/// `cuKernelGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19608,7 +19634,7 @@ pub unsafe fn cuKernelGetAttribute(pi: *mut ::std::os::raw::c_int, attrib: CUfun
     }
 }
 
-#[doc = "\\brief Sets information about a kernel\n\nThis call sets the value of a specified attribute \\p attrib on the kernel \\p kernel\nfor the requested device \\p dev to an integer value specified by \\p val.\nThis function returns CUDA_SUCCESS if the new value of the attribute could be\nsuccessfully set. If the set fails, this call will return an error.\nNot all attributes can have values set. Attempting to set a value on a read-only\nattribute will result in an error (CUDA_ERROR_INVALID_VALUE)\n\nNote that attributes set using ::cuFuncSetAttribute() will override the attribute\nset by this API irrespective of whether the call to ::cuFuncSetAttribute() is made\nbefore or after this API call. However, ::cuKernelGetAttribute() will always\nreturn the attribute value set by this API.\n\nSupported attributes are:\n- ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: This is the maximum size in bytes of\ndynamically-allocated shared memory. The value should contain the requested\nmaximum size of dynamically-allocated shared memory. The sum of this value and\nthe function attribute ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES cannot exceed the\ndevice attribute ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.\nThe maximal size of requestable dynamic shared memory may differ by GPU\narchitecture.\n- ::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: On devices where the L1\ncache and shared memory use the same hardware resources, this sets the shared memory\ncarveout preference, in percent of the total shared memory.\nSee ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR\nThis is only a hint, and the driver can choose a different ratio if required to execute the function.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: The required cluster width in\nblocks. The width, height, and depth values must either all be 0 or all be\npositive. The validity of the cluster dimensions is checked at launch time.\nIf the value is set during compile time, it cannot be set at runtime.\nSetting it at runtime will return CUDA_ERROR_NOT_PERMITTED.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: The required cluster height in\nblocks. The width, height, and depth values must either all be 0 or all be\npositive. The validity of the cluster dimensions is checked at launch time.\nIf the value is set during compile time, it cannot be set at runtime.\nSetting it at runtime will return CUDA_ERROR_NOT_PERMITTED.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: The required cluster depth in\nblocks. The width, height, and depth values must either all be 0 or all be\npositive. The validity of the cluster dimensions is checked at launch time.\nIf the value is set during compile time, it cannot be set at runtime.\nSetting it at runtime will return CUDA_ERROR_NOT_PERMITTED.\n- ::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: Indicates whether\nthe function can be launched with non-portable cluster size. 1 is allowed,\n0 is disallowed.\n- ::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: The block\nscheduling policy of a function. The value type is CUclusterSchedulingPolicy.\n- ::CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE: The shared memory mode of a function.\nThe value type is CUsharedMemoryMode / cudaSharedMemoryMode.\n\n\\note The API has stricter locking requirements in comparison to its legacy counterpart\n::cuFuncSetAttribute() due to device-wide semantics. If multiple threads are trying to\nset the same attribute on the same device simultaneously, the attribute setting will depend\non the interleavings chosen by the OS scheduler and memory consistency.\n\n\\param attrib - Attribute requested\n\\param val - Value to set\n\\param kernel  - Kernel to set attribute of\n\\param dev - Device to set attribute of\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuKernelGetAttribute,\n::cuLibraryGetKernel,\n::cuLaunchKernel,\n::cuKernelGetFunction,\n::cuLibraryGetModule,\n::cuModuleGetFunction,\n::cuFuncSetAttribute"]
+/// `cuKernelSetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19625,7 +19651,7 @@ pub unsafe fn cuKernelSetAttribute(attrib: CUfunction_attribute, val: ::std::os:
     }
 }
 
-#[doc = "\\brief Sets the preferred cache configuration for a device kernel.\n\nOn devices where the L1 cache and shared memory use the same hardware\nresources, this sets through \\p config the preferred cache configuration for\nthe device kernel \\p kernel on the requested device \\p dev. This is only a preference.\nThe driver will use the requested configuration if possible, but it is free to choose a different\nconfiguration if required to execute \\p kernel.  Any context-wide preference\nset via ::cuCtxSetCacheConfig() will be overridden by this per-kernel\nsetting.\n\nNote that attributes set using ::cuFuncSetCacheConfig() will override the attribute\nset by this API irrespective of whether the call to ::cuFuncSetCacheConfig() is made\nbefore or after this API call.\n\nThis setting does nothing on devices where the size of the L1 cache and\nshared memory are fixed.\n\nLaunching a kernel with a different preference than the most recent\npreference setting may insert a device-side synchronization point.\n\n\nThe supported cache configurations are:\n- ::CU_FUNC_CACHE_PREFER_NONE: no preference for shared memory or L1 (default)\n- ::CU_FUNC_CACHE_PREFER_SHARED: prefer larger shared memory and smaller L1 cache\n- ::CU_FUNC_CACHE_PREFER_L1: prefer larger L1 cache and smaller shared memory\n- ::CU_FUNC_CACHE_PREFER_EQUAL: prefer equal sized L1 cache and shared memory\n\n\\note The API has stricter locking requirements in comparison to its legacy counterpart\n::cuFuncSetCacheConfig() due to device-wide semantics. If multiple threads are trying to\nset a config on the same device simultaneously, the cache config setting will depend\non the interleavings chosen by the OS scheduler and memory consistency.\n\n\\param kernel  - Kernel to configure cache for\n\\param config - Requested cache configuration\n\\param dev - Device to set attribute of\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuLibraryLoadData,\n::cuLibraryLoadFromFile,\n::cuLibraryUnload,\n::cuLibraryGetKernel,\n::cuKernelGetFunction,\n::cuLibraryGetModule,\n::cuModuleGetFunction,\n::cuFuncSetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuLaunchKernel"]
+/// `cuKernelSetCacheConfig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19642,7 +19668,7 @@ pub unsafe fn cuKernelSetCacheConfig(kernel: CUkernel, config: CUfunc_cache, dev
     }
 }
 
-#[doc = "\\brief Returns the function name for a ::CUkernel handle\n\nReturns in \\p **name the function name associated with the kernel handle \\p hfunc .\nThe function name is returned as a null-terminated string. The returned name is only\nvalid when the kernel handle is valid. If the library is unloaded or reloaded, one\nmust call the API again to get the updated name. This API may return a mangled name if\nthe function is not declared as having C linkage. If either \\p **name or \\p hfunc\nis NULL, ::CUDA_ERROR_INVALID_VALUE is returned.\n\n\\param name - The returned name of the function\n\\param hfunc - The function handle to retrieve the name for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr"]
+/// `cuKernelGetName` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19659,7 +19685,7 @@ pub unsafe fn cuKernelGetName(name: *mut *const ::std::os::raw::c_char, hfunc: C
     }
 }
 
-#[doc = "\\brief Returns the offset and size of a kernel parameter in the device-side parameter layout\n\nQueries the kernel parameter at \\p paramIndex into \\p kernel's list of parameters, and returns\nin \\p paramOffset and \\p paramSize the offset and size, respectively, where the parameter\nwill reside in the device-side parameter layout. This information can be used to update kernel\nnode parameters from the device via ::cudaGraphKernelNodeSetParam() and\n::cudaGraphKernelNodeUpdatesApply(). \\p paramIndex must be less than the number of parameters\nthat \\p kernel takes. \\p paramSize can be set to NULL if only the parameter offset is desired.\n\n\\param kernel      - The kernel to query\n\\param paramIndex  - The parameter index to query\n\\param paramOffset - Returns the offset into the device-side parameter layout at which the parameter resides\n\\param paramSize   - Optionally returns the size of the parameter in the device-side parameter layout\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa ::cuFuncGetParamInfo"]
+/// `cuKernelGetParamInfo` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19676,7 +19702,7 @@ pub unsafe fn cuKernelGetParamInfo(kernel: CUkernel, paramIndex: usize, paramOff
     }
 }
 
-#[doc = "\\brief Returns the number of parameters used by the kernel\n\nQueries the number of kernel parameters used by \\p kernel and returns it in \\p paramCount.\n\n\\param kernel      - The kernel to query\n\\param paramCount  - Returns the number of parameters used by the function\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuKernelGetParamInfo"]
+/// `cuKernelGetParamCount` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19693,6 +19719,7 @@ pub unsafe fn cuKernelGetParamCount(kernel: CUkernel, paramCount: *mut usize) ->
     }
 }
 
+/// `cuMemGetInfo_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemGetInfo` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19700,6 +19727,7 @@ pub unsafe fn cuKernelGetParamCount(kernel: CUkernel, paramCount: *mut usize) ->
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemGetInfo_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemGetInfo")]
 #[inline]
 pub unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     match crate::driver() {
@@ -19709,6 +19737,7 @@ pub unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     }
 }
 
+/// `cuMemAlloc_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemAlloc` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19716,6 +19745,7 @@ pub unsafe fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemAlloc_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemAlloc")]
 #[inline]
 pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult {
     match crate::driver() {
@@ -19725,6 +19755,7 @@ pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult
     }
 }
 
+/// `cuMemAllocPitch_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemAllocPitch` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19732,6 +19763,7 @@ pub unsafe fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, bytesize: usize) -> CUresult
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemAllocPitch_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemAllocPitch")]
 #[inline]
 pub unsafe fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pPitch: *mut usize, WidthInBytes: usize, Height: usize, ElementSizeBytes: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -19741,6 +19773,7 @@ pub unsafe fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pPitch: *mut usize, Wid
     }
 }
 
+/// `cuMemFree_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemFree` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19748,6 +19781,7 @@ pub unsafe fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pPitch: *mut usize, Wid
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemFree_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemFree")]
 #[inline]
 pub unsafe fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     match crate::driver() {
@@ -19757,6 +19791,7 @@ pub unsafe fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
     }
 }
 
+/// `cuMemGetAddressRange_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemGetAddressRange` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19764,6 +19799,7 @@ pub unsafe fn cuMemFree_v2(dptr: CUdeviceptr) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemGetAddressRange_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemGetAddressRange")]
 #[inline]
 pub unsafe fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize, dptr: CUdeviceptr) -> CUresult {
     match crate::driver() {
@@ -19773,6 +19809,7 @@ pub unsafe fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize
     }
 }
 
+/// `cuMemAllocHost_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemAllocHost` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19780,6 +19817,7 @@ pub unsafe fn cuMemGetAddressRange_v2(pbase: *mut CUdeviceptr, psize: *mut usize
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemAllocHost_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemAllocHost")]
 #[inline]
 pub unsafe fn cuMemAllocHost_v2(pp: *mut *mut ::std::os::raw::c_void, bytesize: usize) -> CUresult {
     match crate::driver() {
@@ -19789,7 +19827,7 @@ pub unsafe fn cuMemAllocHost_v2(pp: *mut *mut ::std::os::raw::c_void, bytesize: 
     }
 }
 
-#[doc = "\\brief Frees page-locked host memory\n\nFrees the memory space pointed to by \\p p, which must have been returned by\na previous call to ::cuMemAllocHost().\n\n\\param p - Pointer to memory to free\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D16,\n::cuMemsetD2D32, ::cuMemsetD8, ::cuMemsetD16, ::cuMemsetD32,\n::cudaFreeHost"]
+/// `cuMemFreeHost` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19806,7 +19844,7 @@ pub unsafe fn cuMemFreeHost(p: *mut ::std::os::raw::c_void) -> CUresult {
     }
 }
 
-#[doc = "\\brief Allocates page-locked host memory\n\nAllocates \\p bytesize bytes of host memory that is page-locked and accessible\nto the device. The driver tracks the virtual memory ranges allocated with\nthis function and automatically accelerates calls to functions such as\n::cuMemcpyHtoD(). Since the memory can be accessed directly by the device,\nit can be read or written with much higher bandwidth than pageable memory\nobtained with functions such as ::malloc().\n\nOn systems where ::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES\nis true, ::cuMemHostAlloc may not page-lock the allocated memory.\n\nPage-locking excessive amounts of memory may degrade system performance,\nsince it reduces the amount of memory available to the system for paging.\nAs a result, this function is best used sparingly to allocate staging areas\nfor data exchange between host and device.\n\nThe \\p Flags parameter enables different options to be specified that\naffect the allocation, as follows.\n\n- ::CU_MEMHOSTALLOC_PORTABLE: The memory returned by this call will be\nconsidered as pinned memory by all CUDA contexts, not just the one that\nperformed the allocation.\n\n- ::CU_MEMHOSTALLOC_DEVICEMAP: Maps the allocation into the CUDA address\nspace. The device pointer to the memory may be obtained by calling\n::cuMemHostGetDevicePointer().\n\n- ::CU_MEMHOSTALLOC_WRITECOMBINED: Allocates the memory as write-combined\n(WC). WC memory can be transferred across the PCI Express bus more\nquickly on some system configurations, but cannot be read efficiently by\nmost CPUs. WC memory is a good option for buffers that will be written by\nthe CPU and read by the GPU via mapped pinned memory or host->device\ntransfers.\n\nAll of these flags are orthogonal to one another: a developer may allocate\nmemory that is portable, mapped and/or write-combined with no restrictions.\n\nThe ::CU_MEMHOSTALLOC_DEVICEMAP flag may be specified on CUDA contexts for\ndevices that do not support mapped pinned memory. The failure is deferred\nto ::cuMemHostGetDevicePointer() because the memory may be mapped into\nother CUDA contexts via the ::CU_MEMHOSTALLOC_PORTABLE flag.\n\nThe memory allocated by this function must be freed with ::cuMemFreeHost().\n\nNote all host memory allocated using ::cuMemHostAlloc() will automatically\nbe immediately accessible to all contexts on all devices which support unified\naddressing (as may be queried using ::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING).\nUnless the flag ::CU_MEMHOSTALLOC_WRITECOMBINED is specified, the device pointer\nthat may be used to access this host memory from those contexts is always equal\nto the returned host pointer \\p *pp.  If the flag ::CU_MEMHOSTALLOC_WRITECOMBINED\nis specified, then the function ::cuMemHostGetDevicePointer() must be used\nto query the device pointer, even if the context supports unified addressing.\nSee \\ref CUDA_UNIFIED for additional details.\n\n\\param pp       - Returned pointer to host memory\n\\param bytesize - Requested allocation size in bytes\n\\param Flags    - Flags for allocation request\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY\n::CUDA_ERROR_EXTERNAL_DEVICE\n\\notefnerr\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D16,\n::cuMemsetD2D32, ::cuMemsetD8, ::cuMemsetD16, ::cuMemsetD32,\n::cudaHostAlloc"]
+/// `cuMemHostAlloc` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19823,6 +19861,7 @@ pub unsafe fn cuMemHostAlloc(pp: *mut *mut ::std::os::raw::c_void, bytesize: usi
     }
 }
 
+/// `cuMemHostGetDevicePointer_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemHostGetDevicePointer` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19830,6 +19869,7 @@ pub unsafe fn cuMemHostAlloc(pp: *mut *mut ::std::os::raw::c_void, bytesize: usi
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemHostGetDevicePointer_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemHostGetDevicePointer")]
 #[inline]
 pub unsafe fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut ::std::os::raw::c_void, Flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -19839,7 +19879,7 @@ pub unsafe fn cuMemHostGetDevicePointer_v2(pdptr: *mut CUdeviceptr, p: *mut ::st
     }
 }
 
-#[doc = "\\brief Passes back flags that were used for a pinned allocation\n\nPasses back the flags \\p pFlags that were specified when allocating\nthe pinned host buffer \\p p allocated by ::cuMemHostAlloc.\n\n::cuMemHostGetFlags() will fail if the pointer does not reside in\nan allocation performed by ::cuMemAllocHost() or ::cuMemHostAlloc().\n\n\\param pFlags - Returned flags word\n\\param p     - Host pointer\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cuMemAllocHost,\n::cuMemHostAlloc,\n::cudaHostGetFlags"]
+/// `cuMemHostGetFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19856,7 +19896,7 @@ pub unsafe fn cuMemHostGetFlags(pFlags: *mut ::std::os::raw::c_uint, p: *mut ::s
     }
 }
 
-#[doc = "\\brief Allocates memory that will be automatically managed by the Unified Memory system\n\nAllocates \\p bytesize bytes of managed memory on the device and returns in\n\\p *dptr a pointer to the allocated memory. If the device doesn't support\nallocating managed memory, ::CUDA_ERROR_NOT_SUPPORTED is returned. Support\nfor managed memory can be queried using the device attribute\n::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY. The allocated memory is suitably\naligned for any kind of variable. The memory is not cleared. If \\p bytesize\nis 0, ::cuMemAllocManaged returns ::CUDA_ERROR_INVALID_VALUE. The pointer\nis valid on the CPU and on all GPUs in the system that support managed memory.\nAll accesses to this pointer must obey the Unified Memory programming model.\n\n\\p flags specifies the default stream association for this allocation.\n\\p flags must be one of ::CU_MEM_ATTACH_GLOBAL or ::CU_MEM_ATTACH_HOST. If\n::CU_MEM_ATTACH_GLOBAL is specified, then this memory is accessible from\nany stream on any device. If ::CU_MEM_ATTACH_HOST is specified, then the\nallocation should not be accessed from devices that have a zero value for the\ndevice attribute ::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS; an explicit call to\n::cuStreamAttachMemAsync will be required to enable access on such devices.\n\nIf the association is later changed via ::cuStreamAttachMemAsync to\na single stream, the default association as specified during ::cuMemAllocManaged\nis restored when that stream is destroyed. For __managed__ variables, the\ndefault association is always ::CU_MEM_ATTACH_GLOBAL. Note that destroying a\nstream is an asynchronous operation, and as a result, the change to default\nassociation won't happen until all work in the stream has completed.\n\nMemory allocated with ::cuMemAllocManaged should be released with ::cuMemFree.\n\nDevice memory oversubscription is possible for GPUs that have a non-zero value for the\ndevice attribute ::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS. Managed memory on\nsuch GPUs may be evicted from device memory to host memory at any time by the Unified\nMemory driver in order to make room for other allocations.\n\nIn a system where all GPUs have a non-zero value for the device attribute\n::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, managed memory may not be populated when this\nAPI returns and instead may be populated on access. In such systems, managed memory can\nmigrate to any processor's memory at any time. The Unified Memory driver will employ heuristics to\nmaintain data locality and prevent excessive page faults to the extent possible. The application\ncan also guide the driver about memory usage patterns via ::cuMemAdvise. The application\ncan also explicitly migrate memory to a desired processor's memory via\n::cuMemPrefetchAsync.\n\nIn a multi-GPU system where all of the GPUs have a zero value for the device attribute\n::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS and all the GPUs have peer-to-peer support\nwith each other, the physical storage for managed memory is created on the GPU which is active\nat the time ::cuMemAllocManaged is called. All other GPUs will reference the data at reduced\nbandwidth via peer mappings over the PCIe bus. The Unified Memory driver does not migrate\nmemory among such GPUs.\n\nIn a multi-GPU system where not all GPUs have peer-to-peer support with each other and\nwhere the value of the device attribute ::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS\nis zero for at least one of those GPUs, the location chosen for physical storage of managed\nmemory is system-dependent.\n- On Linux, the location chosen will be device memory as long as the current set of active\ncontexts are on devices that either have peer-to-peer support with each other or have a\nnon-zero value for the device attribute ::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS.\nIf there is an active context on a GPU that does not have a non-zero value for that device\nattribute and it does not have peer-to-peer support with the other devices that have active\ncontexts on them, then the location for physical storage will be 'zero-copy' or host memory.\nNote that this means that managed memory that is located in device memory is migrated to\nhost memory if a new context is created on a GPU that doesn't have a non-zero value for\nthe device attribute and does not support peer-to-peer with at least one of the other devices\nthat has an active context. This in turn implies that context creation may fail if there is\ninsufficient host memory to migrate all managed allocations.\n- On Windows, the physical storage is always created in 'zero-copy' or host memory.\nAll GPUs will reference the data at reduced bandwidth over the PCIe bus. In these\ncircumstances, use of the environment variable CUDA_VISIBLE_DEVICES is recommended to\nrestrict CUDA to only use those GPUs that have peer-to-peer support.\nAlternatively, users can also set CUDA_MANAGED_FORCE_DEVICE_ALLOC to a\nnon-zero value to force the driver to always use device memory for physical storage.\nWhen this environment variable is set to a non-zero value, all contexts created in\nthat process on devices that support managed memory have to be peer-to-peer compatible\nwith each other. Context creation will fail if a context is created on a device that\nsupports managed memory and is not peer-to-peer compatible with any of the other\nmanaged memory supporting devices on which contexts were previously created, even if\nthose contexts have been destroyed. These environment variables are described\nin the CUDA programming guide under the \"CUDA environment variables\" section.\n- On ARM, managed memory is not available on discrete gpu with Drive PX-2.\n\n\\param dptr     - Returned device pointer\n\\param bytesize - Requested allocation size in bytes\n\\param flags    - Must be one of ::CU_MEM_ATTACH_GLOBAL or ::CU_MEM_ATTACH_HOST\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\notefnerr\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D16,\n::cuMemsetD2D32, ::cuMemsetD8, ::cuMemsetD16, ::cuMemsetD32,\n::cuDeviceGetAttribute, ::cuStreamAttachMemAsync,\n::cudaMallocManaged"]
+/// `cuMemAllocManaged` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19873,7 +19913,7 @@ pub unsafe fn cuMemAllocManaged(dptr: *mut CUdeviceptr, bytesize: usize, flags: 
     }
 }
 
-#[doc = "\\brief Registers a callback function to receive async notifications\n\nRegisters \\p callbackFunc to receive async notifications.\n\nThe \\p userData parameter is passed to the callback function at async notification time.\nLikewise, \\p callback is also passed to the callback function to distinguish between\nmultiple registered callbacks.\n\nThe callback function being registered should be designed to return quickly (~10ms).\nAny long running tasks should be queued for execution on an application thread.\n\nCallbacks may not call cuDeviceRegisterAsyncNotification or cuDeviceUnregisterAsyncNotification.\nDoing so will result in ::CUDA_ERROR_NOT_PERMITTED. Async notification callbacks execute\nin an undefined order and may be serialized.\n\nReturns in \\p *callback a handle representing the registered callback instance.\n\n\\param device - The device on which to register the callback\n\\param callbackFunc - The function to register as a callback\n\\param userData - A generic pointer to user data. This is passed into the callback function.\n\\param callback - A handle representing the registered callback instance\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cuDeviceUnregisterAsyncNotification"]
+/// `cuDeviceRegisterAsyncNotification` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19890,7 +19930,7 @@ pub unsafe fn cuDeviceRegisterAsyncNotification(device: CUdevice, callbackFunc: 
     }
 }
 
-#[doc = "\\brief Unregisters an async notification callback\n\nUnregisters \\p callback so that the corresponding callback function will stop receiving\nasync notifications.\n\n\\param device - The device from which to remove \\p callback.\n\\param callback - The callback instance to unregister from receiving async notifications.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cuDeviceRegisterAsyncNotification"]
+/// `cuDeviceUnregisterAsyncNotification` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19907,7 +19947,7 @@ pub unsafe fn cuDeviceUnregisterAsyncNotification(device: CUdevice, callback: CU
     }
 }
 
-#[doc = "\\brief Returns a handle to a compute device\n\nReturns in \\p *device a device handle given a PCI bus ID string.\n\n\\param dev      - Returned device handle\n\n\\param pciBusId - String in one of the following forms:\n[domain]:[bus]:[device].[function]\n[domain]:[bus]:[device]\n[bus]:[device].[function]\nwhere \\p domain, \\p bus, \\p device, and \\p function are all hexadecimal values\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGet,\n::cuDeviceGetAttribute,\n::cuDeviceGetPCIBusId,\n::cudaDeviceGetByPCIBusId"]
+/// `cuDeviceGetByPCIBusId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19924,7 +19964,7 @@ pub unsafe fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, pciBusId: *const ::std::
     }
 }
 
-#[doc = "\\brief Returns a PCI Bus Id string for the device\n\nReturns an ASCII string identifying the device \\p dev in the NULL-terminated\nstring pointed to by \\p pciBusId. \\p len specifies the maximum length of the\nstring that may be returned.\n\n\\param pciBusId - Returned identifier string for the device in the following format\n[domain]:[bus]:[device].[function]\nwhere \\p domain, \\p bus, \\p device, and \\p function are all hexadecimal values.\npciBusId should be large enough to store 13 characters including the NULL-terminator.\n\n\\param len      - Maximum length of string to store in \\p name\n\n\\param dev      - Device to get identifier string for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuDeviceGet,\n::cuDeviceGetAttribute,\n::cuDeviceGetByPCIBusId,\n::cudaDeviceGetPCIBusId"]
+/// `cuDeviceGetPCIBusId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19941,7 +19981,7 @@ pub unsafe fn cuDeviceGetPCIBusId(pciBusId: *mut ::std::os::raw::c_char, len: ::
     }
 }
 
-#[doc = "\\brief Gets an interprocess handle for a previously allocated event\n\nTakes as input a previously allocated event. This event must have been\ncreated with the ::CU_EVENT_INTERPROCESS and ::CU_EVENT_DISABLE_TIMING\nflags set. This opaque handle may be copied into other processes and\nopened with ::cuIpcOpenEventHandle to allow efficient hardware\nsynchronization between GPU work in different processes.\n\nAfter the event has been opened in the importing process,\n::cuEventRecord, ::cuEventSynchronize, ::cuStreamWaitEvent and\n::cuEventQuery may be used in either process. Performing operations\non the imported event after the exported event has been freed\nwith ::cuEventDestroy will result in undefined behavior.\n\nIPC functionality is restricted to devices with support for unified\naddressing on Linux and Windows operating systems.\nIPC functionality on Windows is supported for compatibility purposes\nbut not recommended as it comes with performance cost.\nUsers can test their device for IPC functionality by calling\n::cuDeviceGetAttribute with ::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED\n\n\\param pHandle - Pointer to a user allocated CUipcEventHandle\nin which to return the opaque event handle\n\\param event   - Event allocated with ::CU_EVENT_INTERPROCESS and\n::CU_EVENT_DISABLE_TIMING flags.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_MAP_FAILED,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuEventCreate,\n::cuEventDestroy,\n::cuEventSynchronize,\n::cuEventQuery,\n::cuStreamWaitEvent,\n::cuIpcOpenEventHandle,\n::cuIpcGetMemHandle,\n::cuIpcOpenMemHandle,\n::cuIpcCloseMemHandle,\n::cudaIpcGetEventHandle"]
+/// `cuIpcGetEventHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19958,7 +19998,7 @@ pub unsafe fn cuIpcGetEventHandle(pHandle: *mut CUipcEventHandle, event: CUevent
     }
 }
 
-#[doc = "\\brief Opens an interprocess event handle for use in the current process\n\nOpens an interprocess event handle exported from another process with\n::cuIpcGetEventHandle. This function returns a ::CUevent that behaves like\na locally created event with the ::CU_EVENT_DISABLE_TIMING flag specified.\nThis event must be freed with ::cuEventDestroy.\n\nPerforming operations on the imported event after the exported event has\nbeen freed with ::cuEventDestroy will result in undefined behavior.\n\nIPC functionality is restricted to devices with support for unified\naddressing on Linux and Windows operating systems.\nIPC functionality on Windows is supported for compatibility purposes\nbut not recommended as it comes with performance cost.\nUsers can test their device for IPC functionality by calling\n::cuapiDeviceGetAttribute with ::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED\n\n\\param phEvent - Returns the imported event\n\\param handle  - Interprocess handle to open\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_MAP_FAILED,\n::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuEventCreate,\n::cuEventDestroy,\n::cuEventSynchronize,\n::cuEventQuery,\n::cuStreamWaitEvent,\n::cuIpcGetEventHandle,\n::cuIpcGetMemHandle,\n::cuIpcOpenMemHandle,\n::cuIpcCloseMemHandle,\n::cudaIpcOpenEventHandle"]
+/// `cuIpcOpenEventHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19975,7 +20015,7 @@ pub unsafe fn cuIpcOpenEventHandle(phEvent: *mut CUevent, handle: CUipcEventHand
     }
 }
 
-#[doc = "\\brief Gets an interprocess memory handle for an existing device memory\nallocation\n\nTakes a pointer to the base of an existing device memory allocation created\nwith ::cuMemAlloc and exports it for use in another process. This is a\nlightweight operation and may be called multiple times on an allocation\nwithout adverse effects.\n\nIf a region of memory is freed with ::cuMemFree and a subsequent call\nto ::cuMemAlloc returns memory with the same device address,\n::cuIpcGetMemHandle will return a unique handle for the\nnew memory.\n\nIPC functionality is restricted to devices with support for unified\naddressing on Linux and Windows operating systems.\nIPC functionality on Windows is supported for compatibility purposes\nbut not recommended as it comes with performance cost.\nUsers can test their device for IPC functionality by calling\n::cuapiDeviceGetAttribute with ::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED\n\n\\param pHandle - Pointer to user allocated ::CUipcMemHandle to return\nthe handle in.\n\\param dptr    - Base pointer to previously allocated device memory\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_MAP_FAILED,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuMemAlloc,\n::cuMemFree,\n::cuIpcGetEventHandle,\n::cuIpcOpenEventHandle,\n::cuIpcOpenMemHandle,\n::cuIpcCloseMemHandle,\n::cudaIpcGetMemHandle"]
+/// `cuIpcGetMemHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19992,6 +20032,7 @@ pub unsafe fn cuIpcGetMemHandle(pHandle: *mut CUipcMemHandle, dptr: CUdeviceptr)
     }
 }
 
+/// `cuIpcOpenMemHandle_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuIpcOpenMemHandle` introduced in CUDA 11.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -19999,6 +20040,7 @@ pub unsafe fn cuIpcGetMemHandle(pHandle: *mut CUipcMemHandle, dptr: CUdeviceptr)
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuIpcOpenMemHandle_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuIpcOpenMemHandle")]
 #[inline]
 pub unsafe fn cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHandle, Flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -20008,7 +20050,7 @@ pub unsafe fn cuIpcOpenMemHandle_v2(pdptr: *mut CUdeviceptr, handle: CUipcMemHan
     }
 }
 
-#[doc = "\\brief Attempts to close memory mapped with ::cuIpcOpenMemHandle\n\nDecrements the reference count of the memory returned by ::cuIpcOpenMemHandle by 1.\nWhen the reference count reaches 0, this API unmaps the memory. The original allocation\nin the exporting process as well as imported mappings in other processes\nwill be unaffected.\n\nAny resources used to enable peer access will be freed if this is the\nlast mapping using them.\n\nIPC functionality is restricted to devices with support for unified\naddressing on Linux and Windows operating systems.\nIPC functionality on Windows is supported for compatibility purposes\nbut not recommended as it comes with performance cost.\nUsers can test their device for IPC functionality by calling\n::cuapiDeviceGetAttribute with ::CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED\n\n\\param dptr - Device pointer returned by ::cuIpcOpenMemHandle\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_MAP_FAILED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\\sa\n::cuMemAlloc,\n::cuMemFree,\n::cuIpcGetEventHandle,\n::cuIpcOpenEventHandle,\n::cuIpcGetMemHandle,\n::cuIpcOpenMemHandle,\n::cudaIpcCloseMemHandle"]
+/// `cuIpcCloseMemHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20025,6 +20067,7 @@ pub unsafe fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
     }
 }
 
+/// `cuMemHostRegister_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemHostRegister` introduced in CUDA 6.5.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20032,6 +20075,7 @@ pub unsafe fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemHostRegister_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemHostRegister")]
 #[inline]
 pub unsafe fn cuMemHostRegister_v2(p: *mut ::std::os::raw::c_void, bytesize: usize, Flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -20041,7 +20085,7 @@ pub unsafe fn cuMemHostRegister_v2(p: *mut ::std::os::raw::c_void, bytesize: usi
     }
 }
 
-#[doc = "\\brief Unregisters a memory range that was registered with cuMemHostRegister.\n\nUnmaps the memory range whose base address is specified by \\p p, and makes\nit pageable again.\n\nThe base address must be the same one specified to ::cuMemHostRegister().\n\n\\param p - Host pointer to memory to unregister\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED,\n\\notefnerr\n\n\\sa\n::cuMemHostRegister,\n::cudaHostUnregister"]
+/// `cuMemHostUnregister` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20058,7 +20102,7 @@ pub unsafe fn cuMemHostUnregister(p: *mut ::std::os::raw::c_void) -> CUresult {
     }
 }
 
-#[doc = "\\brief Copies memory\n\nCopies data between two pointers.\n\\p dst and \\p src are base pointers of the destination and source, respectively.\n\\p ByteCount specifies the number of bytes to copy.\nNote that this function infers the type of the transfer (host to host, host to\ndevice, device to device, or device to host) from the pointer values.  This\nfunction is only allowed in contexts which support unified addressing.\n\n\\param dst - Destination unified virtual address space pointer\n\\param src - Source unified virtual address space pointer\n\\param ByteCount - Size of memory copy in bytes\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_sync\n\\note_memcpy\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D16,\n::cuMemsetD2D32, ::cuMemsetD8, ::cuMemsetD16, ::cuMemsetD32,\n::cudaMemcpy,\n::cudaMemcpyToSymbol,\n::cudaMemcpyFromSymbol"]
+/// `cuMemcpy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20075,7 +20119,7 @@ pub unsafe fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize) -> 
     }
 }
 
-#[doc = "\\brief Copies device memory between two contexts\n\nCopies from device memory in one context to device memory in another\ncontext. \\p dstDevice is the base device pointer of the destination memory\nand \\p dstContext is the destination context.  \\p srcDevice is the base\ndevice pointer of the source memory and \\p srcContext is the source pointer.\n\\p ByteCount specifies the number of bytes to copy.\n\n\\param dstDevice  - Destination device pointer\n\\param dstContext - Destination context\n\\param srcDevice  - Source device pointer\n\\param srcContext - Source context\n\\param ByteCount  - Size of memory copy in bytes\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_sync\n\n\\sa ::cuMemcpyDtoD, ::cuMemcpy3DPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,\n::cuMemcpy3DPeerAsync,\n::cudaMemcpyPeer"]
+/// `cuMemcpyPeer` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20092,6 +20136,7 @@ pub unsafe fn cuMemcpyPeer(dstDevice: CUdeviceptr, dstContext: CUcontext, srcDev
     }
 }
 
+/// `cuMemcpyHtoD_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyHtoD` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20099,6 +20144,7 @@ pub unsafe fn cuMemcpyPeer(dstDevice: CUdeviceptr, dstContext: CUcontext, srcDev
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyHtoD_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyHtoD")]
 #[inline]
 pub unsafe fn cuMemcpyHtoD_v2(dstDevice: CUdeviceptr, srcHost: *const ::std::os::raw::c_void, ByteCount: usize) -> CUresult {
     match crate::driver() {
@@ -20108,6 +20154,7 @@ pub unsafe fn cuMemcpyHtoD_v2(dstDevice: CUdeviceptr, srcHost: *const ::std::os:
     }
 }
 
+/// `cuMemcpyDtoH_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyDtoH` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20115,6 +20162,7 @@ pub unsafe fn cuMemcpyHtoD_v2(dstDevice: CUdeviceptr, srcHost: *const ::std::os:
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyDtoH_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyDtoH")]
 #[inline]
 pub unsafe fn cuMemcpyDtoH_v2(dstHost: *mut ::std::os::raw::c_void, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult {
     match crate::driver() {
@@ -20124,6 +20172,7 @@ pub unsafe fn cuMemcpyDtoH_v2(dstHost: *mut ::std::os::raw::c_void, srcDevice: C
     }
 }
 
+/// `cuMemcpyDtoD_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyDtoD` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20131,6 +20180,7 @@ pub unsafe fn cuMemcpyDtoH_v2(dstHost: *mut ::std::os::raw::c_void, srcDevice: C
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyDtoD_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyDtoD")]
 #[inline]
 pub unsafe fn cuMemcpyDtoD_v2(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult {
     match crate::driver() {
@@ -20140,6 +20190,7 @@ pub unsafe fn cuMemcpyDtoD_v2(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, By
     }
 }
 
+/// `cuMemcpyDtoA_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyDtoA` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20147,6 +20198,7 @@ pub unsafe fn cuMemcpyDtoD_v2(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, By
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyDtoA_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyDtoA")]
 #[inline]
 pub unsafe fn cuMemcpyDtoA_v2(dstArray: CUarray, dstOffset: usize, srcDevice: CUdeviceptr, ByteCount: usize) -> CUresult {
     match crate::driver() {
@@ -20156,6 +20208,7 @@ pub unsafe fn cuMemcpyDtoA_v2(dstArray: CUarray, dstOffset: usize, srcDevice: CU
     }
 }
 
+/// `cuMemcpyAtoD_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyAtoD` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20163,6 +20216,7 @@ pub unsafe fn cuMemcpyDtoA_v2(dstArray: CUarray, dstOffset: usize, srcDevice: CU
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyAtoD_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyAtoD")]
 #[inline]
 pub unsafe fn cuMemcpyAtoD_v2(dstDevice: CUdeviceptr, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult {
     match crate::driver() {
@@ -20172,6 +20226,7 @@ pub unsafe fn cuMemcpyAtoD_v2(dstDevice: CUdeviceptr, srcArray: CUarray, srcOffs
     }
 }
 
+/// `cuMemcpyHtoA_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyHtoA` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20179,6 +20234,7 @@ pub unsafe fn cuMemcpyAtoD_v2(dstDevice: CUdeviceptr, srcArray: CUarray, srcOffs
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyHtoA_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyHtoA")]
 #[inline]
 pub unsafe fn cuMemcpyHtoA_v2(dstArray: CUarray, dstOffset: usize, srcHost: *const ::std::os::raw::c_void, ByteCount: usize) -> CUresult {
     match crate::driver() {
@@ -20188,6 +20244,7 @@ pub unsafe fn cuMemcpyHtoA_v2(dstArray: CUarray, dstOffset: usize, srcHost: *con
     }
 }
 
+/// `cuMemcpyAtoH_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyAtoH` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20195,6 +20252,7 @@ pub unsafe fn cuMemcpyHtoA_v2(dstArray: CUarray, dstOffset: usize, srcHost: *con
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyAtoH_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyAtoH")]
 #[inline]
 pub unsafe fn cuMemcpyAtoH_v2(dstHost: *mut ::std::os::raw::c_void, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult {
     match crate::driver() {
@@ -20204,6 +20262,7 @@ pub unsafe fn cuMemcpyAtoH_v2(dstHost: *mut ::std::os::raw::c_void, srcArray: CU
     }
 }
 
+/// `cuMemcpyAtoA_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyAtoA` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20211,6 +20270,7 @@ pub unsafe fn cuMemcpyAtoH_v2(dstHost: *mut ::std::os::raw::c_void, srcArray: CU
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyAtoA_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyAtoA")]
 #[inline]
 pub unsafe fn cuMemcpyAtoA_v2(dstArray: CUarray, dstOffset: usize, srcArray: CUarray, srcOffset: usize, ByteCount: usize) -> CUresult {
     match crate::driver() {
@@ -20220,6 +20280,7 @@ pub unsafe fn cuMemcpyAtoA_v2(dstArray: CUarray, dstOffset: usize, srcArray: CUa
     }
 }
 
+/// `cuMemcpy2D_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpy2D` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20227,6 +20288,7 @@ pub unsafe fn cuMemcpyAtoA_v2(dstArray: CUarray, dstOffset: usize, srcArray: CUa
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpy2D_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpy2D")]
 #[inline]
 pub unsafe fn cuMemcpy2D_v2(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
     match crate::driver() {
@@ -20236,6 +20298,7 @@ pub unsafe fn cuMemcpy2D_v2(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
     }
 }
 
+/// `cuMemcpy2DUnaligned_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpy2DUnaligned` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20243,6 +20306,7 @@ pub unsafe fn cuMemcpy2D_v2(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpy2DUnaligned_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpy2DUnaligned")]
 #[inline]
 pub unsafe fn cuMemcpy2DUnaligned_v2(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
     match crate::driver() {
@@ -20252,6 +20316,7 @@ pub unsafe fn cuMemcpy2DUnaligned_v2(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
     }
 }
 
+/// `cuMemcpy3D_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpy3D` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20259,6 +20324,7 @@ pub unsafe fn cuMemcpy2DUnaligned_v2(pCopy: *const CUDA_MEMCPY2D) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpy3D_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpy3D")]
 #[inline]
 pub unsafe fn cuMemcpy3D_v2(pCopy: *const CUDA_MEMCPY3D) -> CUresult {
     match crate::driver() {
@@ -20268,7 +20334,7 @@ pub unsafe fn cuMemcpy3D_v2(pCopy: *const CUDA_MEMCPY3D) -> CUresult {
     }
 }
 
-#[doc = "\\brief Copies memory between contexts\n\nPerform a 3D memory copy according to the parameters specified in\n\\p pCopy.  See the definition of the ::CUDA_MEMCPY3D_PEER structure\nfor documentation of its parameters.\n\n\\param pCopy - Parameters for the memory copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_sync\n\n\\sa ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,\n::cuMemcpy3DPeerAsync,\n::cudaMemcpy3DPeer"]
+/// `cuMemcpy3DPeer` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20285,7 +20351,7 @@ pub unsafe fn cuMemcpy3DPeer(pCopy: *const CUDA_MEMCPY3D_PEER) -> CUresult {
     }
 }
 
-#[doc = "\\brief Copies memory asynchronously\n\nCopies data between two pointers.\n\\p dst and \\p src are base pointers of the destination and source, respectively.\n\\p ByteCount specifies the number of bytes to copy.\nNote that this function infers the type of the transfer (host to host, host to\ndevice, device to device, or device to host) from the pointer values.  This\nfunction is only allowed in contexts which support unified addressing.\n\n\\param dst       - Destination unified virtual address space pointer\n\\param src       - Source unified virtual address space pointer\n\\param ByteCount - Size of memory copy in bytes\n\\param hStream   - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\\note_async\n\\note_null_stream\n\\note_memcpy\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D8Async,\n::cuMemsetD2D16, ::cuMemsetD2D16Async, ::cuMemsetD2D32, ::cuMemsetD2D32Async,\n::cuMemsetD8, ::cuMemsetD8Async, ::cuMemsetD16, ::cuMemsetD16Async,\n::cuMemsetD32, ::cuMemsetD32Async,\n::cudaMemcpyAsync,\n::cudaMemcpyToSymbolAsync,\n::cudaMemcpyFromSymbolAsync"]
+/// `cuMemcpyAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20302,7 +20368,7 @@ pub unsafe fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, ByteCount: usize
     }
 }
 
-#[doc = "\\brief Copies device memory between two contexts asynchronously.\n\nCopies from device memory in one context to device memory in another\ncontext. \\p dstDevice is the base device pointer of the destination memory\nand \\p dstContext is the destination context.  \\p srcDevice is the base\ndevice pointer of the source memory and \\p srcContext is the source pointer.\n\\p ByteCount specifies the number of bytes to copy.\n\n\\param dstDevice  - Destination device pointer\n\\param dstContext - Destination context\n\\param srcDevice  - Source device pointer\n\\param srcContext - Source context\n\\param ByteCount  - Size of memory copy in bytes\n\\param hStream    - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\\note_async\n\\note_null_stream\n\n\\sa ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpy3DPeer, ::cuMemcpyDtoDAsync,\n::cuMemcpy3DPeerAsync,\n::cudaMemcpyPeerAsync"]
+/// `cuMemcpyPeerAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20319,6 +20385,7 @@ pub unsafe fn cuMemcpyPeerAsync(dstDevice: CUdeviceptr, dstContext: CUcontext, s
     }
 }
 
+/// `cuMemcpyHtoDAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyHtoDAsync` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20326,6 +20393,7 @@ pub unsafe fn cuMemcpyPeerAsync(dstDevice: CUdeviceptr, dstContext: CUcontext, s
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyHtoDAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyHtoDAsync")]
 #[inline]
 pub unsafe fn cuMemcpyHtoDAsync_v2(dstDevice: CUdeviceptr, srcHost: *const ::std::os::raw::c_void, ByteCount: usize, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20335,6 +20403,7 @@ pub unsafe fn cuMemcpyHtoDAsync_v2(dstDevice: CUdeviceptr, srcHost: *const ::std
     }
 }
 
+/// `cuMemcpyDtoHAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyDtoHAsync` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20342,6 +20411,7 @@ pub unsafe fn cuMemcpyHtoDAsync_v2(dstDevice: CUdeviceptr, srcHost: *const ::std
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyDtoHAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyDtoHAsync")]
 #[inline]
 pub unsafe fn cuMemcpyDtoHAsync_v2(dstHost: *mut ::std::os::raw::c_void, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20351,6 +20421,7 @@ pub unsafe fn cuMemcpyDtoHAsync_v2(dstHost: *mut ::std::os::raw::c_void, srcDevi
     }
 }
 
+/// `cuMemcpyDtoDAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyDtoDAsync` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20358,6 +20429,7 @@ pub unsafe fn cuMemcpyDtoHAsync_v2(dstHost: *mut ::std::os::raw::c_void, srcDevi
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyDtoDAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyDtoDAsync")]
 #[inline]
 pub unsafe fn cuMemcpyDtoDAsync_v2(dstDevice: CUdeviceptr, srcDevice: CUdeviceptr, ByteCount: usize, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20367,6 +20439,7 @@ pub unsafe fn cuMemcpyDtoDAsync_v2(dstDevice: CUdeviceptr, srcDevice: CUdevicept
     }
 }
 
+/// `cuMemcpyHtoAAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyHtoAAsync` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20374,6 +20447,7 @@ pub unsafe fn cuMemcpyDtoDAsync_v2(dstDevice: CUdeviceptr, srcDevice: CUdevicept
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyHtoAAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyHtoAAsync")]
 #[inline]
 pub unsafe fn cuMemcpyHtoAAsync_v2(dstArray: CUarray, dstOffset: usize, srcHost: *const ::std::os::raw::c_void, ByteCount: usize, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20383,6 +20457,7 @@ pub unsafe fn cuMemcpyHtoAAsync_v2(dstArray: CUarray, dstOffset: usize, srcHost:
     }
 }
 
+/// `cuMemcpyAtoHAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyAtoHAsync` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20390,6 +20465,7 @@ pub unsafe fn cuMemcpyHtoAAsync_v2(dstArray: CUarray, dstOffset: usize, srcHost:
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyAtoHAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyAtoHAsync")]
 #[inline]
 pub unsafe fn cuMemcpyAtoHAsync_v2(dstHost: *mut ::std::os::raw::c_void, srcArray: CUarray, srcOffset: usize, ByteCount: usize, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20399,6 +20475,7 @@ pub unsafe fn cuMemcpyAtoHAsync_v2(dstHost: *mut ::std::os::raw::c_void, srcArra
     }
 }
 
+/// `cuMemcpy2DAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpy2DAsync` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20406,6 +20483,7 @@ pub unsafe fn cuMemcpyAtoHAsync_v2(dstHost: *mut ::std::os::raw::c_void, srcArra
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpy2DAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpy2DAsync")]
 #[inline]
 pub unsafe fn cuMemcpy2DAsync_v2(pCopy: *const CUDA_MEMCPY2D, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20415,6 +20493,7 @@ pub unsafe fn cuMemcpy2DAsync_v2(pCopy: *const CUDA_MEMCPY2D, hStream: CUstream)
     }
 }
 
+/// `cuMemcpy3DAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpy3DAsync` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20422,6 +20501,7 @@ pub unsafe fn cuMemcpy2DAsync_v2(pCopy: *const CUDA_MEMCPY2D, hStream: CUstream)
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpy3DAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpy3DAsync")]
 #[inline]
 pub unsafe fn cuMemcpy3DAsync_v2(pCopy: *const CUDA_MEMCPY3D, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20431,7 +20511,7 @@ pub unsafe fn cuMemcpy3DAsync_v2(pCopy: *const CUDA_MEMCPY3D, hStream: CUstream)
     }
 }
 
-#[doc = "\\brief Copies memory between contexts asynchronously.\n\nPerform a 3D memory copy according to the parameters specified in\n\\p pCopy.  See the definition of the ::CUDA_MEMCPY3D_PEER structure\nfor documentation of its parameters.\n\n\\param pCopy - Parameters for the memory copy\n\\param hStream - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_async\n\\note_null_stream\n\n\\sa ::cuMemcpyDtoD, ::cuMemcpyPeer, ::cuMemcpyDtoDAsync, ::cuMemcpyPeerAsync,\n::cuMemcpy3DPeerAsync,\n::cudaMemcpy3DPeerAsync"]
+/// `cuMemcpy3DPeerAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20448,6 +20528,7 @@ pub unsafe fn cuMemcpy3DPeerAsync(pCopy: *const CUDA_MEMCPY3D_PEER, hStream: CUs
     }
 }
 
+/// `cuMemcpyBatchAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpyBatchAsync` introduced in CUDA 13.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20455,6 +20536,7 @@ pub unsafe fn cuMemcpy3DPeerAsync(pCopy: *const CUDA_MEMCPY3D_PEER, hStream: CUs
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpyBatchAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpyBatchAsync")]
 #[inline]
 pub unsafe fn cuMemcpyBatchAsync_v2(dsts: *mut CUdeviceptr, srcs: *mut CUdeviceptr, sizes: *mut usize, count: usize, attrs: *mut CUmemcpyAttributes, attrsIdxs: *mut usize, numAttrs: usize, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20464,6 +20546,7 @@ pub unsafe fn cuMemcpyBatchAsync_v2(dsts: *mut CUdeviceptr, srcs: *mut CUdevicep
     }
 }
 
+/// `cuMemcpy3DBatchAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemcpy3DBatchAsync` introduced in CUDA 13.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20471,6 +20554,7 @@ pub unsafe fn cuMemcpyBatchAsync_v2(dsts: *mut CUdeviceptr, srcs: *mut CUdevicep
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemcpy3DBatchAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemcpy3DBatchAsync")]
 #[inline]
 pub unsafe fn cuMemcpy3DBatchAsync_v2(numOps: usize, opList: *mut CUDA_MEMCPY3D_BATCH_OP, flags: ::std::os::raw::c_ulonglong, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -20480,6 +20564,7 @@ pub unsafe fn cuMemcpy3DBatchAsync_v2(numOps: usize, opList: *mut CUDA_MEMCPY3D_
     }
 }
 
+/// `cuMemcpyWithAttributesAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20496,6 +20581,7 @@ pub unsafe fn cuMemcpyWithAttributesAsync(dst: CUdeviceptr, src: CUdeviceptr, si
     }
 }
 
+/// `cuMemcpy3DWithAttributesAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20512,6 +20598,7 @@ pub unsafe fn cuMemcpy3DWithAttributesAsync(op: *mut CUDA_MEMCPY3D_BATCH_OP, fla
     }
 }
 
+/// `cuMemsetD8_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemsetD8` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20519,6 +20606,7 @@ pub unsafe fn cuMemcpy3DWithAttributesAsync(op: *mut CUDA_MEMCPY3D_BATCH_OP, fla
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemsetD8_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemsetD8")]
 #[inline]
 pub unsafe fn cuMemsetD8_v2(dstDevice: CUdeviceptr, uc: ::std::os::raw::c_uchar, N: usize) -> CUresult {
     match crate::driver() {
@@ -20528,6 +20616,7 @@ pub unsafe fn cuMemsetD8_v2(dstDevice: CUdeviceptr, uc: ::std::os::raw::c_uchar,
     }
 }
 
+/// `cuMemsetD16_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemsetD16` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20535,6 +20624,7 @@ pub unsafe fn cuMemsetD8_v2(dstDevice: CUdeviceptr, uc: ::std::os::raw::c_uchar,
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemsetD16_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemsetD16")]
 #[inline]
 pub unsafe fn cuMemsetD16_v2(dstDevice: CUdeviceptr, us: ::std::os::raw::c_ushort, N: usize) -> CUresult {
     match crate::driver() {
@@ -20544,6 +20634,7 @@ pub unsafe fn cuMemsetD16_v2(dstDevice: CUdeviceptr, us: ::std::os::raw::c_ushor
     }
 }
 
+/// `cuMemsetD32_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemsetD32` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20551,6 +20642,7 @@ pub unsafe fn cuMemsetD16_v2(dstDevice: CUdeviceptr, us: ::std::os::raw::c_ushor
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemsetD32_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemsetD32")]
 #[inline]
 pub unsafe fn cuMemsetD32_v2(dstDevice: CUdeviceptr, ui: ::std::os::raw::c_uint, N: usize) -> CUresult {
     match crate::driver() {
@@ -20560,6 +20652,7 @@ pub unsafe fn cuMemsetD32_v2(dstDevice: CUdeviceptr, ui: ::std::os::raw::c_uint,
     }
 }
 
+/// `cuMemsetD2D8_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemsetD2D8` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20567,6 +20660,7 @@ pub unsafe fn cuMemsetD32_v2(dstDevice: CUdeviceptr, ui: ::std::os::raw::c_uint,
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemsetD2D8_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemsetD2D8")]
 #[inline]
 pub unsafe fn cuMemsetD2D8_v2(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::std::os::raw::c_uchar, Width: usize, Height: usize) -> CUresult {
     match crate::driver() {
@@ -20576,6 +20670,7 @@ pub unsafe fn cuMemsetD2D8_v2(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::std
     }
 }
 
+/// `cuMemsetD2D16_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemsetD2D16` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20583,6 +20678,7 @@ pub unsafe fn cuMemsetD2D8_v2(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::std
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemsetD2D16_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemsetD2D16")]
 #[inline]
 pub unsafe fn cuMemsetD2D16_v2(dstDevice: CUdeviceptr, dstPitch: usize, us: ::std::os::raw::c_ushort, Width: usize, Height: usize) -> CUresult {
     match crate::driver() {
@@ -20592,6 +20688,7 @@ pub unsafe fn cuMemsetD2D16_v2(dstDevice: CUdeviceptr, dstPitch: usize, us: ::st
     }
 }
 
+/// `cuMemsetD2D32_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemsetD2D32` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20599,6 +20696,7 @@ pub unsafe fn cuMemsetD2D16_v2(dstDevice: CUdeviceptr, dstPitch: usize, us: ::st
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemsetD2D32_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemsetD2D32")]
 #[inline]
 pub unsafe fn cuMemsetD2D32_v2(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::std::os::raw::c_uint, Width: usize, Height: usize) -> CUresult {
     match crate::driver() {
@@ -20608,7 +20706,7 @@ pub unsafe fn cuMemsetD2D32_v2(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::st
     }
 }
 
-#[doc = "\\brief Sets device memory\n\nSets the memory range of \\p N 8-bit values to the specified value\n\\p uc.\n\n\\param dstDevice - Destination device pointer\n\\param uc        - Value to set\n\\param N         - Number of elements\n\\param hStream   - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_memset\n\\note_null_stream\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D8Async,\n::cuMemsetD2D16, ::cuMemsetD2D16Async, ::cuMemsetD2D32, ::cuMemsetD2D32Async,\n::cuMemsetD8, ::cuMemsetD16, ::cuMemsetD16Async,\n::cuMemsetD32, ::cuMemsetD32Async,\n::cudaMemsetAsync"]
+/// `cuMemsetD8Async` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20625,7 +20723,7 @@ pub unsafe fn cuMemsetD8Async(dstDevice: CUdeviceptr, uc: ::std::os::raw::c_ucha
     }
 }
 
-#[doc = "\\brief Sets device memory\n\nSets the memory range of \\p N 16-bit values to the specified value\n\\p us. The \\p dstDevice pointer must be two byte aligned.\n\n\\param dstDevice - Destination device pointer\n\\param us        - Value to set\n\\param N         - Number of elements\n\\param hStream   - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_memset\n\\note_null_stream\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D8Async,\n::cuMemsetD2D16, ::cuMemsetD2D16Async, ::cuMemsetD2D32, ::cuMemsetD2D32Async,\n::cuMemsetD8, ::cuMemsetD8Async, ::cuMemsetD16,\n::cuMemsetD32, ::cuMemsetD32Async,\n::cudaMemsetAsync"]
+/// `cuMemsetD16Async` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20642,7 +20740,7 @@ pub unsafe fn cuMemsetD16Async(dstDevice: CUdeviceptr, us: ::std::os::raw::c_ush
     }
 }
 
-#[doc = "\\brief Sets device memory\n\nSets the memory range of \\p N 32-bit values to the specified value\n\\p ui. The \\p dstDevice pointer must be four byte aligned.\n\n\\param dstDevice - Destination device pointer\n\\param ui        - Value to set\n\\param N         - Number of elements\n\\param hStream   - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_memset\n\\note_null_stream\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D8Async,\n::cuMemsetD2D16, ::cuMemsetD2D16Async, ::cuMemsetD2D32, ::cuMemsetD2D32Async,\n::cuMemsetD8, ::cuMemsetD8Async, ::cuMemsetD16, ::cuMemsetD16Async, ::cuMemsetD32,\n::cudaMemsetAsync"]
+/// `cuMemsetD32Async` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20659,7 +20757,7 @@ pub unsafe fn cuMemsetD32Async(dstDevice: CUdeviceptr, ui: ::std::os::raw::c_uin
     }
 }
 
-#[doc = "\\brief Sets device memory\n\nSets the 2D memory range of \\p Width 8-bit values to the specified value\n\\p uc. \\p Height specifies the number of rows to set, and \\p dstPitch\nspecifies the number of bytes between each row. This function performs\nfastest when the pitch is one that has been passed back by\n::cuMemAllocPitch().\n\n\\param dstDevice - Destination device pointer\n\\param dstPitch  - Pitch of destination device pointer(Unused if \\p Height is 1)\n\\param uc        - Value to set\n\\param Width     - Width of row\n\\param Height    - Number of rows\n\\param hStream   - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_memset\n\\note_null_stream\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8,\n::cuMemsetD2D16, ::cuMemsetD2D16Async, ::cuMemsetD2D32, ::cuMemsetD2D32Async,\n::cuMemsetD8, ::cuMemsetD8Async, ::cuMemsetD16, ::cuMemsetD16Async,\n::cuMemsetD32, ::cuMemsetD32Async,\n::cudaMemset2DAsync"]
+/// `cuMemsetD2D8Async` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20676,7 +20774,7 @@ pub unsafe fn cuMemsetD2D8Async(dstDevice: CUdeviceptr, dstPitch: usize, uc: ::s
     }
 }
 
-#[doc = "\\brief Sets device memory\n\nSets the 2D memory range of \\p Width 16-bit values to the specified value\n\\p us. \\p Height specifies the number of rows to set, and \\p dstPitch\nspecifies the number of bytes between each row. The \\p dstDevice pointer\nand \\p dstPitch offset must be two byte aligned. This function performs\nfastest when the pitch is one that has been passed back by\n::cuMemAllocPitch().\n\n\\param dstDevice - Destination device pointer\n\\param dstPitch  - Pitch of destination device pointer(Unused if \\p Height is 1)\n\\param us        - Value to set\n\\param Width     - Width of row\n\\param Height    - Number of rows\n\\param hStream   - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_memset\n\\note_null_stream\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D8Async,\n::cuMemsetD2D16, ::cuMemsetD2D32, ::cuMemsetD2D32Async,\n::cuMemsetD8, ::cuMemsetD8Async, ::cuMemsetD16, ::cuMemsetD16Async,\n::cuMemsetD32, ::cuMemsetD32Async,\n::cudaMemset2DAsync"]
+/// `cuMemsetD2D16Async` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20693,7 +20791,7 @@ pub unsafe fn cuMemsetD2D16Async(dstDevice: CUdeviceptr, dstPitch: usize, us: ::
     }
 }
 
-#[doc = "\\brief Sets device memory\n\nSets the 2D memory range of \\p Width 32-bit values to the specified value\n\\p ui. \\p Height specifies the number of rows to set, and \\p dstPitch\nspecifies the number of bytes between each row. The \\p dstDevice pointer\nand \\p dstPitch offset must be four byte aligned. This function performs\nfastest when the pitch is one that has been passed back by\n::cuMemAllocPitch().\n\n\\param dstDevice - Destination device pointer\n\\param dstPitch  - Pitch of destination device pointer(Unused if \\p Height is 1)\n\\param ui        - Value to set\n\\param Width     - Width of row\n\\param Height    - Number of rows\n\\param hStream   - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\\note_memset\n\\note_null_stream\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayDestroy, ::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D8Async,\n::cuMemsetD2D16, ::cuMemsetD2D16Async, ::cuMemsetD2D32,\n::cuMemsetD8, ::cuMemsetD8Async, ::cuMemsetD16, ::cuMemsetD16Async,\n::cuMemsetD32, ::cuMemsetD32Async,\n::cudaMemset2DAsync"]
+/// `cuMemsetD2D32Async` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20710,6 +20808,7 @@ pub unsafe fn cuMemsetD2D32Async(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::
     }
 }
 
+/// `cuArrayCreate_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuArrayCreate` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20717,6 +20816,7 @@ pub unsafe fn cuMemsetD2D32Async(dstDevice: CUdeviceptr, dstPitch: usize, ui: ::
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuArrayCreate_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuArrayCreate")]
 #[inline]
 pub unsafe fn cuArrayCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY_DESCRIPTOR) -> CUresult {
     match crate::driver() {
@@ -20726,6 +20826,7 @@ pub unsafe fn cuArrayCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const CUD
     }
 }
 
+/// `cuArrayGetDescriptor_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuArrayGetDescriptor` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20733,6 +20834,7 @@ pub unsafe fn cuArrayCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const CUD
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuArrayGetDescriptor_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuArrayGetDescriptor")]
 #[inline]
 pub unsafe fn cuArrayGetDescriptor_v2(pArrayDescriptor: *mut CUDA_ARRAY_DESCRIPTOR, hArray: CUarray) -> CUresult {
     match crate::driver() {
@@ -20742,7 +20844,7 @@ pub unsafe fn cuArrayGetDescriptor_v2(pArrayDescriptor: *mut CUDA_ARRAY_DESCRIPT
     }
 }
 
-#[doc = "\\brief Returns the layout properties of a sparse CUDA array\n\nReturns the layout properties of a sparse CUDA array in \\p sparseProperties\nIf the CUDA array is not allocated with flag ::CUDA_ARRAY3D_SPARSE\n::CUDA_ERROR_INVALID_VALUE will be returned.\n\nIf the returned value in ::CUDA_ARRAY_SPARSE_PROPERTIES::flags contains ::CU_ARRAY_SPARSE_PROPERTIES_SINGLE_MIPTAIL,\nthen ::CUDA_ARRAY_SPARSE_PROPERTIES::miptailSize represents the total size of the array. Otherwise, it will be zero.\nAlso, the returned value in ::CUDA_ARRAY_SPARSE_PROPERTIES::miptailFirstLevel is always zero.\nNote that the \\p array must have been allocated using ::cuArrayCreate or ::cuArray3DCreate. For CUDA arrays obtained\nusing ::cuMipmappedArrayGetLevel, ::CUDA_ERROR_INVALID_VALUE will be returned. Instead, ::cuMipmappedArrayGetSparseProperties\nmust be used to obtain the sparse properties of the entire CUDA mipmapped array to which \\p array belongs to.\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\param[out] sparseProperties - Pointer to ::CUDA_ARRAY_SPARSE_PROPERTIES\n\\param[in] array - CUDA array to get the sparse properties of\n\\sa ::cuMipmappedArrayGetSparseProperties, ::cuMemMapArrayAsync"]
+/// `cuArrayGetSparseProperties` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20759,7 +20861,7 @@ pub unsafe fn cuArrayGetSparseProperties(sparseProperties: *mut CUDA_ARRAY_SPARS
     }
 }
 
-#[doc = "\\brief Returns the layout properties of a sparse CUDA mipmapped array\n\nReturns the sparse array layout properties in \\p sparseProperties\nIf the CUDA mipmapped array is not allocated with flag ::CUDA_ARRAY3D_SPARSE\n::CUDA_ERROR_INVALID_VALUE will be returned.\n\nFor non-layered CUDA mipmapped arrays, ::CUDA_ARRAY_SPARSE_PROPERTIES::miptailSize returns the\nsize of the mip tail region. The mip tail region includes all mip levels whose width, height or depth\nis less than that of the tile.\nFor layered CUDA mipmapped arrays, if ::CUDA_ARRAY_SPARSE_PROPERTIES::flags contains ::CU_ARRAY_SPARSE_PROPERTIES_SINGLE_MIPTAIL,\nthen ::CUDA_ARRAY_SPARSE_PROPERTIES::miptailSize specifies the size of the mip tail of all layers combined.\nOtherwise, ::CUDA_ARRAY_SPARSE_PROPERTIES::miptailSize specifies mip tail size per layer.\nThe returned value of ::CUDA_ARRAY_SPARSE_PROPERTIES::miptailFirstLevel is valid only if ::CUDA_ARRAY_SPARSE_PROPERTIES::miptailSize is non-zero.\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\param[out] sparseProperties - Pointer to ::CUDA_ARRAY_SPARSE_PROPERTIES\n\\param[in] mipmap - CUDA mipmapped array to get the sparse properties of\n\\sa ::cuArrayGetSparseProperties, ::cuMemMapArrayAsync"]
+/// `cuMipmappedArrayGetSparseProperties` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20776,7 +20878,7 @@ pub unsafe fn cuMipmappedArrayGetSparseProperties(sparseProperties: *mut CUDA_AR
     }
 }
 
-#[doc = "\\brief Returns the memory requirements of a CUDA array\n\nReturns the memory requirements of a CUDA array in \\p memoryRequirements\nIf the CUDA array is not allocated with flag ::CUDA_ARRAY3D_DEFERRED_MAPPING\n::CUDA_ERROR_INVALID_VALUE will be returned.\n\nThe returned value in ::CUDA_ARRAY_MEMORY_REQUIREMENTS::size\nrepresents the total size of the CUDA array.\nThe returned value in ::CUDA_ARRAY_MEMORY_REQUIREMENTS::alignment\nrepresents the alignment necessary for mapping the CUDA array.\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\param[out] memoryRequirements - Pointer to ::CUDA_ARRAY_MEMORY_REQUIREMENTS\n\\param[in] array - CUDA array to get the memory requirements of\n\\param[in] device - Device to get the memory requirements for\n\\sa ::cuMipmappedArrayGetMemoryRequirements, ::cuMemMapArrayAsync"]
+/// `cuArrayGetMemoryRequirements` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20793,7 +20895,7 @@ pub unsafe fn cuArrayGetMemoryRequirements(memoryRequirements: *mut CUDA_ARRAY_M
     }
 }
 
-#[doc = "\\brief Returns the memory requirements of a CUDA mipmapped array\n\nReturns the memory requirements of a CUDA mipmapped array in \\p memoryRequirements\nIf the CUDA mipmapped array is not allocated with flag ::CUDA_ARRAY3D_DEFERRED_MAPPING\n::CUDA_ERROR_INVALID_VALUE will be returned.\n\nThe returned value in ::CUDA_ARRAY_MEMORY_REQUIREMENTS::size\nrepresents the total size of the CUDA mipmapped array.\nThe returned value in ::CUDA_ARRAY_MEMORY_REQUIREMENTS::alignment\nrepresents the alignment necessary for mapping the CUDA mipmapped\narray.\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\param[out] memoryRequirements - Pointer to ::CUDA_ARRAY_MEMORY_REQUIREMENTS\n\\param[in] mipmap - CUDA mipmapped array to get the memory requirements of\n\\param[in] device - Device to get the memory requirements for\n\\sa ::cuArrayGetMemoryRequirements, ::cuMemMapArrayAsync"]
+/// `cuMipmappedArrayGetMemoryRequirements` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20810,7 +20912,7 @@ pub unsafe fn cuMipmappedArrayGetMemoryRequirements(memoryRequirements: *mut CUD
     }
 }
 
-#[doc = "\\brief Gets a CUDA array plane from a CUDA array\n\nReturns in \\p pPlaneArray a CUDA array that represents a single format plane\nof the CUDA array \\p hArray.\n\nIf \\p planeIdx is greater than the maximum number of planes in this array or if the array does\nnot have a multi-planar format e.g: ::CU_AD_FORMAT_NV12, then ::CUDA_ERROR_INVALID_VALUE is returned.\n\nNote that if the \\p hArray has format ::CU_AD_FORMAT_NV12, then passing in 0 for \\p planeIdx returns\na CUDA array of the same size as \\p hArray but with one channel and ::CU_AD_FORMAT_UNSIGNED_INT8 as its format.\nIf 1 is passed for \\p planeIdx, then the returned CUDA array has half the height and width\nof \\p hArray with two channels and ::CU_AD_FORMAT_UNSIGNED_INT8 as its format.\n\n\\param pPlaneArray   - Returned CUDA array referenced by the \\p planeIdx\n\\param hArray        - Multiplanar CUDA array\n\\param planeIdx      - Plane index\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa\n::cuArrayCreate,\n::cudaArrayGetPlane"]
+/// `cuArrayGetPlane` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20827,7 +20929,7 @@ pub unsafe fn cuArrayGetPlane(pPlaneArray: *mut CUarray, hArray: CUarray, planeI
     }
 }
 
-#[doc = "\\brief Destroys a CUDA array\n\nDestroys the CUDA array \\p hArray.\n\n\\param hArray - Array to destroy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_ARRAY_IS_MAPPED,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED\n\\notefnerr\n\n\\sa ::cuArray3DCreate, ::cuArray3DGetDescriptor, ::cuArrayCreate,\n::cuArrayGetDescriptor, ::cuMemAlloc, ::cuMemAllocHost,\n::cuMemAllocPitch, ::cuMemcpy2D, ::cuMemcpy2DAsync, ::cuMemcpy2DUnaligned,\n::cuMemcpy3D, ::cuMemcpy3DAsync, ::cuMemcpyAtoA, ::cuMemcpyAtoD,\n::cuMemcpyAtoH, ::cuMemcpyAtoHAsync, ::cuMemcpyDtoA, ::cuMemcpyDtoD, ::cuMemcpyDtoDAsync,\n::cuMemcpyDtoH, ::cuMemcpyDtoHAsync, ::cuMemcpyHtoA, ::cuMemcpyHtoAAsync,\n::cuMemcpyHtoD, ::cuMemcpyHtoDAsync, ::cuMemFree, ::cuMemFreeHost,\n::cuMemGetAddressRange, ::cuMemGetInfo, ::cuMemHostAlloc,\n::cuMemHostGetDevicePointer, ::cuMemsetD2D8, ::cuMemsetD2D16,\n::cuMemsetD2D32, ::cuMemsetD8, ::cuMemsetD16, ::cuMemsetD32,\n::cudaFreeArray"]
+/// `cuArrayDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20844,6 +20946,7 @@ pub unsafe fn cuArrayDestroy(hArray: CUarray) -> CUresult {
     }
 }
 
+/// `cuArray3DCreate_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuArray3DCreate` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20851,6 +20954,7 @@ pub unsafe fn cuArrayDestroy(hArray: CUarray) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuArray3DCreate_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuArray3DCreate")]
 #[inline]
 pub unsafe fn cuArray3DCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const CUDA_ARRAY3D_DESCRIPTOR) -> CUresult {
     match crate::driver() {
@@ -20860,6 +20964,7 @@ pub unsafe fn cuArray3DCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const C
     }
 }
 
+/// `cuArray3DGetDescriptor_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuArray3DGetDescriptor` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20867,6 +20972,7 @@ pub unsafe fn cuArray3DCreate_v2(pHandle: *mut CUarray, pAllocateArray: *const C
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuArray3DGetDescriptor_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuArray3DGetDescriptor")]
 #[inline]
 pub unsafe fn cuArray3DGetDescriptor_v2(pArrayDescriptor: *mut CUDA_ARRAY3D_DESCRIPTOR, hArray: CUarray) -> CUresult {
     match crate::driver() {
@@ -20876,7 +20982,7 @@ pub unsafe fn cuArray3DGetDescriptor_v2(pArrayDescriptor: *mut CUDA_ARRAY3D_DESC
     }
 }
 
-#[doc = "\\brief Creates a CUDA mipmapped array\n\nCreates a CUDA mipmapped array according to the ::CUDA_ARRAY3D_DESCRIPTOR structure\n\\p pMipmappedArrayDesc and returns a handle to the new CUDA mipmapped array in \\p *pHandle.\n\\p numMipmapLevels specifies the number of mipmap levels to be allocated. This value is\nclamped to the range [1, 1 + floor(log2(max(width, height, depth)))].\n\nThe ::CUDA_ARRAY3D_DESCRIPTOR is defined as:\n\n```c\ntypedef struct {\nunsigned int Width;\nunsigned int Height;\nunsigned int Depth;\nCUarray_format Format;\nunsigned int NumChannels;\nunsigned int Flags;\n} CUDA_ARRAY3D_DESCRIPTOR;\n```\nwhere:\n\n- \\p Width, \\p Height, and \\p Depth are the width, height, and depth of the\nCUDA array (in elements); the following types of CUDA arrays can be allocated:\n- A 1D mipmapped array is allocated if \\p Height and \\p Depth extents are both zero.\n- A 2D mipmapped array is allocated if only \\p Depth extent is zero.\n- A 3D mipmapped array is allocated if all three extents are non-zero.\n- A 1D layered CUDA mipmapped array is allocated if only \\p Height is zero and the\n::CUDA_ARRAY3D_LAYERED flag is set. Each layer is a 1D array. The number\nof layers is determined by the depth extent.\n- A 2D layered CUDA mipmapped array is allocated if all three extents are non-zero and\nthe ::CUDA_ARRAY3D_LAYERED flag is set. Each layer is a 2D array. The number\nof layers is determined by the depth extent.\n- A cubemap CUDA mipmapped array is allocated if all three extents are non-zero and the\n::CUDA_ARRAY3D_CUBEMAP flag is set. \\p Width must be equal to \\p Height, and\n\\p Depth must be six. A cubemap is a special type of 2D layered CUDA array,\nwhere the six layers represent the six faces of a cube. The order of the six\nlayers in memory is the same as that listed in ::CUarray_cubemap_face.\n- A cubemap layered CUDA mipmapped array is allocated if all three extents are non-zero,\nand both, ::CUDA_ARRAY3D_CUBEMAP and ::CUDA_ARRAY3D_LAYERED flags are set.\n\\p Width must be equal to \\p Height, and \\p Depth must be a multiple of six.\nA cubemap layered CUDA array is a special type of 2D layered CUDA array that\nconsists of a collection of cubemaps. The first six layers represent the first\ncubemap, the next six layers form the second cubemap, and so on.\n\n- ::Format specifies the format of the elements; ::CUarray_format is\ndefined as:\n```c\ntypedef enum CUarray_format_enum {\nCU_AD_FORMAT_UNSIGNED_INT8 = 0x01,\nCU_AD_FORMAT_UNSIGNED_INT16 = 0x02,\nCU_AD_FORMAT_UNSIGNED_INT32 = 0x03,\nCU_AD_FORMAT_SIGNED_INT8 = 0x08,\nCU_AD_FORMAT_SIGNED_INT16 = 0x09,\nCU_AD_FORMAT_SIGNED_INT32 = 0x0a,\nCU_AD_FORMAT_HALF = 0x10,\nCU_AD_FORMAT_FLOAT = 0x20,\nCU_AD_FORMAT_NV12 = 0xb0,\nCU_AD_FORMAT_UNORM_INT8X1 = 0xc0,\nCU_AD_FORMAT_UNORM_INT8X2 = 0xc1,\nCU_AD_FORMAT_UNORM_INT8X4 = 0xc2,\nCU_AD_FORMAT_UNORM_INT16X1 = 0xc3,\nCU_AD_FORMAT_UNORM_INT16X2 = 0xc4,\nCU_AD_FORMAT_UNORM_INT16X4 = 0xc5,\nCU_AD_FORMAT_SNORM_INT8X1 = 0xc6,\nCU_AD_FORMAT_SNORM_INT8X2 = 0xc7,\nCU_AD_FORMAT_SNORM_INT8X4 = 0xc8,\nCU_AD_FORMAT_SNORM_INT16X1 = 0xc9,\nCU_AD_FORMAT_SNORM_INT16X2 = 0xca,\nCU_AD_FORMAT_SNORM_INT16X4 = 0xcb,\nCU_AD_FORMAT_BC1_UNORM = 0x91,\nCU_AD_FORMAT_BC1_UNORM_SRGB = 0x92,\nCU_AD_FORMAT_BC2_UNORM = 0x93,\nCU_AD_FORMAT_BC2_UNORM_SRGB = 0x94,\nCU_AD_FORMAT_BC3_UNORM = 0x95,\nCU_AD_FORMAT_BC3_UNORM_SRGB = 0x96,\nCU_AD_FORMAT_BC4_UNORM = 0x97,\nCU_AD_FORMAT_BC4_SNORM = 0x98,\nCU_AD_FORMAT_BC5_UNORM = 0x99,\nCU_AD_FORMAT_BC5_SNORM = 0x9a,\nCU_AD_FORMAT_BC6H_UF16 = 0x9b,\nCU_AD_FORMAT_BC6H_SF16 = 0x9c,\nCU_AD_FORMAT_BC7_UNORM = 0x9d,\nCU_AD_FORMAT_BC7_UNORM_SRGB = 0x9e,\nCU_AD_FORMAT_P010 = 0x9f,\nCU_AD_FORMAT_P016 = 0xa1,\nCU_AD_FORMAT_NV16 = 0xa2,\nCU_AD_FORMAT_P210 = 0xa3,\nCU_AD_FORMAT_P216 = 0xa4,\nCU_AD_FORMAT_YUY2 = 0xa5,\nCU_AD_FORMAT_Y210 = 0xa6,\nCU_AD_FORMAT_Y216 = 0xa7,\nCU_AD_FORMAT_AYUV = 0xa8,\nCU_AD_FORMAT_Y410 = 0xa9,\nCU_AD_FORMAT_Y416 = 0xb1,\nCU_AD_FORMAT_Y444_PLANAR8 = 0xb2,\nCU_AD_FORMAT_Y444_PLANAR10 = 0xb3,\nCU_AD_FORMAT_YUV444_8bit_SemiPlanar = 0xb4,\nCU_AD_FORMAT_YUV444_16bit_SemiPlanar = 0xb5,\nCU_AD_FORMAT_UNORM_INT_101010_2 = 0x50,\nCU_AD_FORMAT_UINT8_PACKED_422 = 0x51,\nCU_AD_FORMAT_UINT8_PACKED_444 = 0x52,\nCU_AD_FORMAT_UINT8_SEMIPLANAR_420 = 0x53,\nCU_AD_FORMAT_UINT16_SEMIPLANAR_420 = 0x54,\nCU_AD_FORMAT_UINT8_SEMIPLANAR_422 = 0x55,\nCU_AD_FORMAT_UINT16_SEMIPLANAR_422 = 0x56,\nCU_AD_FORMAT_UINT8_SEMIPLANAR_444 = 0x57,\nCU_AD_FORMAT_UINT16_SEMIPLANAR_444 = 0x58,\nCU_AD_FORMAT_UINT8_PLANAR_420 = 0x59,\nCU_AD_FORMAT_UINT16_PLANAR_420 = 0x5a,\nCU_AD_FORMAT_UINT8_PLANAR_422 = 0x5b,\nCU_AD_FORMAT_UINT16_PLANAR_422 = 0x5c,\nCU_AD_FORMAT_UINT8_PLANAR_444 = 0x5d,\nCU_AD_FORMAT_UINT16_PLANAR_444 = 0x5e,\n} CUarray_format;\n```\n\n- \\p NumChannels specifies the number of packed components per CUDA array\nelement; it may be 1, 2, or 4;\n\n- ::Flags may be set to\n- ::CUDA_ARRAY3D_LAYERED to enable creation of layered CUDA mipmapped arrays. If this flag is set,\n\\p Depth specifies the number of layers, not the depth of a 3D array.\n- ::CUDA_ARRAY3D_SURFACE_LDST to enable surface references to be bound to individual mipmap levels of\nthe CUDA mipmapped array. If this flag is not set, ::cuSurfRefSetArray will fail when attempting to\nbind a mipmap level of the CUDA mipmapped array to a surface reference.\n- ::CUDA_ARRAY3D_CUBEMAP to enable creation of mipmapped cubemaps. If this flag is set, \\p Width must be\nequal to \\p Height, and \\p Depth must be six. If the ::CUDA_ARRAY3D_LAYERED flag is also set,\nthen \\p Depth must be a multiple of six.\n- ::CUDA_ARRAY3D_TEXTURE_GATHER to indicate that the CUDA mipmapped array will be used for texture gather.\nTexture gather can only be performed on 2D CUDA mipmapped arrays.\n\n\\p Width, \\p Height and \\p Depth must meet certain size requirements as listed in the following table.\nAll values are specified in elements. Note that for brevity's sake, the full name of the device attribute\nis not specified. For ex., TEXTURE1D_MIPMAPPED_WIDTH refers to the device attribute\n::CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH.\n\n<table>\n<tr><td><b>CUDA array type</b></td>\n<td><b>Valid extents that must always be met<br>{(width range in elements), (height range),\n(depth range)}</b></td>\n<td><b>Valid extents with CUDA_ARRAY3D_SURFACE_LDST set<br>\n{(width range in elements), (height range), (depth range)}</b></td></tr>\n<tr><td>1D</td>\n<td><small>{ (1,TEXTURE1D_MIPMAPPED_WIDTH), 0, 0 }</small></td>\n<td><small>{ (1,SURFACE1D_WIDTH), 0, 0 }</small></td></tr>\n<tr><td>2D</td>\n<td><small>{ (1,TEXTURE2D_MIPMAPPED_WIDTH), (1,TEXTURE2D_MIPMAPPED_HEIGHT), 0 }</small></td>\n<td><small>{ (1,SURFACE2D_WIDTH), (1,SURFACE2D_HEIGHT), 0 }</small></td></tr>\n<tr><td>3D</td>\n<td><small>{ (1,TEXTURE3D_WIDTH), (1,TEXTURE3D_HEIGHT), (1,TEXTURE3D_DEPTH) }\n<br>OR<br>{ (1,TEXTURE3D_WIDTH_ALTERNATE), (1,TEXTURE3D_HEIGHT_ALTERNATE),\n(1,TEXTURE3D_DEPTH_ALTERNATE) }</small></td>\n<td><small>{ (1,SURFACE3D_WIDTH), (1,SURFACE3D_HEIGHT),\n(1,SURFACE3D_DEPTH) }</small></td></tr>\n<tr><td>1D Layered</td>\n<td><small>{ (1,TEXTURE1D_LAYERED_WIDTH), 0,\n(1,TEXTURE1D_LAYERED_LAYERS) }</small></td>\n<td><small>{ (1,SURFACE1D_LAYERED_WIDTH), 0,\n(1,SURFACE1D_LAYERED_LAYERS) }</small></td></tr>\n<tr><td>2D Layered</td>\n<td><small>{ (1,TEXTURE2D_LAYERED_WIDTH), (1,TEXTURE2D_LAYERED_HEIGHT),\n(1,TEXTURE2D_LAYERED_LAYERS) }</small></td>\n<td><small>{ (1,SURFACE2D_LAYERED_WIDTH), (1,SURFACE2D_LAYERED_HEIGHT),\n(1,SURFACE2D_LAYERED_LAYERS) }</small></td></tr>\n<tr><td>Cubemap</td>\n<td><small>{ (1,TEXTURECUBEMAP_WIDTH), (1,TEXTURECUBEMAP_WIDTH), 6 }</small></td>\n<td><small>{ (1,SURFACECUBEMAP_WIDTH),\n(1,SURFACECUBEMAP_WIDTH), 6 }</small></td></tr>\n<tr><td>Cubemap Layered</td>\n<td><small>{ (1,TEXTURECUBEMAP_LAYERED_WIDTH), (1,TEXTURECUBEMAP_LAYERED_WIDTH),\n(1,TEXTURECUBEMAP_LAYERED_LAYERS) }</small></td>\n<td><small>{ (1,SURFACECUBEMAP_LAYERED_WIDTH), (1,SURFACECUBEMAP_LAYERED_WIDTH),\n(1,SURFACECUBEMAP_LAYERED_LAYERS) }</small></td></tr>\n</table>\n\n\n\\param pHandle             - Returned mipmapped array\n\\param pMipmappedArrayDesc - mipmapped array descriptor\n\\param numMipmapLevels     - Number of mipmap levels\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cuMipmappedArrayDestroy,\n::cuMipmappedArrayGetLevel,\n::cuArrayCreate,\n::cudaMallocMipmappedArray"]
+/// `cuMipmappedArrayCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20893,7 +20999,7 @@ pub unsafe fn cuMipmappedArrayCreate(pHandle: *mut CUmipmappedArray, pMipmappedA
     }
 }
 
-#[doc = "\\brief Gets a mipmap level of a CUDA mipmapped array\n\nReturns in \\p *pLevelArray a CUDA array that represents a single mipmap level\nof the CUDA mipmapped array \\p hMipmappedArray.\n\nIf \\p level is greater than the maximum number of levels in this mipmapped array,\n::CUDA_ERROR_INVALID_VALUE is returned.\n\n\\param pLevelArray     - Returned mipmap level CUDA array\n\\param hMipmappedArray - CUDA mipmapped array\n\\param level           - Mipmap level\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa\n::cuMipmappedArrayCreate,\n::cuMipmappedArrayDestroy,\n::cuArrayCreate,\n::cudaGetMipmappedArrayLevel"]
+/// `cuMipmappedArrayGetLevel` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20910,7 +21016,7 @@ pub unsafe fn cuMipmappedArrayGetLevel(pLevelArray: *mut CUarray, hMipmappedArra
     }
 }
 
-#[doc = "\\brief Destroys a CUDA mipmapped array\n\nDestroys the CUDA mipmapped array \\p hMipmappedArray.\n\n\\param hMipmappedArray - Mipmapped array to destroy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_ARRAY_IS_MAPPED,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED\n\\notefnerr\n\n\\sa\n::cuMipmappedArrayCreate,\n::cuMipmappedArrayGetLevel,\n::cuArrayCreate,\n::cudaFreeMipmappedArray"]
+/// `cuMipmappedArrayDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20927,7 +21033,7 @@ pub unsafe fn cuMipmappedArrayDestroy(hMipmappedArray: CUmipmappedArray) -> CUre
     }
 }
 
-#[doc = "\\brief Retrieve handle for an address range\n\nGet a handle of the specified type to an address range.\nWhen requesting CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,\naddress range obtained by a prior call to either ::cuMemAlloc or\n::cuMemAddressReserve is supported if the ::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED\ndevice attribute returns true.\nIf the address range was obtained via ::cuMemAddressReserve, it\nmust also be fully mapped via ::cuMemMap.\nAddress range obtained by a prior call to either ::cuMemAllocHost or ::cuMemHostAlloc\nis supported if the ::CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED device\nattribute returns true.\n\nAs of CUDA 13.0, querying support for address range obtained by calling\n::cuMemAllocHost or ::cuMemHostAlloc using the\n::CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED device attribute is deprecated.\n\nUsers must ensure the \\p dptr and \\p size are aligned to the host page size.\n\nThe \\p handle will be interpreted as a pointer to an integer to store the dma_buf file descriptor.\nUsers must ensure the entire address range is backed and mapped when\nthe address range is allocated by ::cuMemAddressReserve. All the physical\nallocations backing the address range must be resident on the same device and\nhave identical allocation properties. Users are also expected to retrieve a\nnew handle every time the underlying physical allocation(s) corresponding\nto a previously queried VA range are changed.\n\nFor CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, users may set\nflags to ::CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE. Which when set on a\nsupported platform, will give a DMA_BUF handle mapped via PCIE BAR1 or will\nreturn an error otherwise.\n\nIf the device attribute ::CU_DEVICE_ATTRIBUTE_DMA_BUF_MMAP_SUPPORTED is set\nand a CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD is requested\nfor a device memory range then the returned dmabuf file descriptor may be\npassed as the file descriptor argument to the mmap() system call.\n\nFor device memory on x86 systems the mapping will be a write combined\nmapping. On coherent ARM platforms these mappings will be regular cached\nmemory. On all other platforms these mappings will be uncached.\n\n\\param[out] handle     - Pointer to the location where the returned handle will be stored.\n\\param[in] dptr        - Pointer to a valid CUDA device allocation. Must be aligned to host page size.\n\\param[in] size        - Length of the address range. Must be aligned to host page size.\n\\param[in] handleType  - Type of handle requested (defines type and size of the \\p handle output parameter)\n\\param[in] flags       - When requesting CUmemRangeHandleType::CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD the value could be\n::CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE, otherwise 0.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuMemGetHandleForAddressRange` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20944,6 +21050,7 @@ pub unsafe fn cuMemGetHandleForAddressRange(handle: *mut ::std::os::raw::c_void,
     }
 }
 
+/// `cuMemBatchDecompressAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20960,7 +21067,7 @@ pub unsafe fn cuMemBatchDecompressAsync(paramsArray: *mut CUmemDecompressParams,
     }
 }
 
-#[doc = "\\brief Allocate an address range reservation.\n\nReserves a virtual address range based on the given parameters, giving\nthe starting address of the range in \\p ptr.  This API requires a system that\nsupports UVA.  The size and address parameters must be a multiple of the\nhost page size and the alignment must be a power of two or zero for default\nalignment. If \\p addr is 0, then the driver chooses the address at which to\nplace the start of the reservation whereas when it is non-zero then the driver\ntreats it as a hint about where to place the reservation.\n\n\\param[out] ptr       - Resulting pointer to start of virtual address range allocated\n\\param[in]  size      - Size of the reserved virtual address range requested\n\\param[in]  alignment - Alignment of the reserved virtual address range requested\n\\param[in]  addr      - Hint address for the start of the address range\n\\param[in]  flags     - Currently unused, must be zero\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemAddressFree"]
+/// `cuMemAddressReserve` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20977,7 +21084,7 @@ pub unsafe fn cuMemAddressReserve(ptr: *mut CUdeviceptr, size: usize, alignment:
     }
 }
 
-#[doc = "\\brief Free an address range reservation.\n\nFrees a virtual address range reserved by cuMemAddressReserve.  The size\nmust match what was given to memAddressReserve and the ptr given must\nmatch what was returned from memAddressReserve.\n\n\\param[in] ptr  - Starting address of the virtual address range to free\n\\param[in] size - Size of the virtual address region to free\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemAddressReserve"]
+/// `cuMemAddressFree` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -20994,7 +21101,7 @@ pub unsafe fn cuMemAddressFree(ptr: CUdeviceptr, size: usize) -> CUresult {
     }
 }
 
-#[doc = "\\brief Create a CUDA memory handle representing a memory allocation of a given size described by the given properties\n\nThis creates a memory allocation on the target device specified through the\n\\p prop structure. The created allocation will not have any device or host\nmappings. The generic memory \\p handle for the allocation can be\nmapped to the address space of calling process via ::cuMemMap. This handle\ncannot be transmitted directly to other processes (see\n::cuMemExportToShareableHandle).  On Windows, the caller must also pass\nan LPSECURITYATTRIBUTE in \\p prop to be associated with this handle which\nlimits or allows access to this handle for a recipient process (see\n::CUmemAllocationProp::win32HandleMetaData for more).  The \\p size of this\nallocation must be a multiple of the the value given via\n::cuMemGetAllocationGranularity with the ::CU_MEM_ALLOC_GRANULARITY_MINIMUM\nflag.\nTo create a CPU allocation that doesn't target any specific NUMA nodes, applications must\nset ::CUmemAllocationProp::CUmemLocation::type to ::CU_MEM_LOCATION_TYPE_HOST.\n::CUmemAllocationProp::CUmemLocation::id is ignored for HOST allocations.\nHOST allocations are not IPC capable and ::CUmemAllocationProp::requestedHandleTypes must be 0,\nany other value will result in ::CUDA_ERROR_INVALID_VALUE.\nTo create a CPU allocation targeting a specific host NUMA node, applications must\nset ::CUmemAllocationProp::CUmemLocation::type to ::CU_MEM_LOCATION_TYPE_HOST_NUMA and\n::CUmemAllocationProp::CUmemLocation::id must specify the NUMA ID of the CPU.\nOn systems where NUMA is not available ::CUmemAllocationProp::CUmemLocation::id must be set to 0.\nSpecifying ::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT as the\n::CUmemLocation::type will result in ::CUDA_ERROR_INVALID_VALUE.\nSpecifying ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN as the\n::CUmemLocation::type will localize the allocation to the specified locality domain.\n::CUmemAllocationProp::CUmemLocation::localized.deviceId must specify the device ID.\n::CUmemAllocationProp::CUmemLocation::localized.localityDomainId must specify the locality domain ID.\nThe locality domain ID must be a valid locality domain ID for the specified device.\nSee also ::cuDeviceGetAttribute with the attribute ::CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT.\n\n\\note On devices with a single locality domain, ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 is\nequivalent to a full-device allocation created with ::CU_MEM_LOCATION_TYPE_DEVICE.\nThe resulting allocation will be of type ::CU_MEM_LOCATION_TYPE_DEVICE.\n\nApplications that intend to use ::CU_MEM_HANDLE_TYPE_FABRIC based memory sharing must ensure:\n(1) `nvidia-caps-imex-channels` character device is created by the driver and is listed under /proc/devices\n(2) have at least one IMEX channel file accessible by the user launching the application.\n\nWhen exporter and importer CUDA processes have been granted access to the same IMEX channel, they can securely\nshare memory.\n\nThe IMEX channel security model works on a per user basis. Which means all processes under a user can share\nmemory if the user has access to a valid IMEX channel. When multi-user isolation is desired, a separate IMEX\nchannel is required for each user.\n\nThese channel files exist in /dev/nvidia-caps-imex-channels/channel* and can be created using standard OS\nnative calls like mknod on Linux. For example: To create channel0 with the major number from /proc/devices\nusers can execute the following command: `mknod /dev/nvidia-caps-imex-channels/channel0 c <major number> 0`\n\nIf ::CUmemAllocationProp::allocFlags::usage contains ::CU_MEM_CREATE_USAGE_TILE_POOL flag then\nthe memory allocation is intended only to be used as backing tile pool for sparse CUDA arrays\nand sparse CUDA mipmapped arrays.\n(see ::cuMemMapArrayAsync).\n\n\\param[out] handle - Value of handle returned. All operations on this allocation are to be performed using this handle.\n\\param[in]  size   - Size of the allocation requested\n\\param[in]  prop   - Properties of the allocation to create.\n\\param[in]  flags  - flags for future use, must be zero now.\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\n\\sa ::cuMemRelease, ::cuMemExportToShareableHandle, ::cuMemImportFromShareableHandle"]
+/// `cuMemCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21011,7 +21118,7 @@ pub unsafe fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize
     }
 }
 
-#[doc = "\\brief Release a memory handle representing a memory allocation which was previously allocated through cuMemCreate.\n\nFrees the memory that was allocated on a device through cuMemCreate.\n\nThe memory allocation will be freed when all outstanding mappings to the memory\nare unmapped and when all outstanding references to the handle (including it's\nshareable counterparts) are also released. The generic memory handle can be\nfreed when there are still outstanding mappings made with this handle. Each\ntime a recipient process imports a shareable handle, it needs to pair it with\n::cuMemRelease for the handle to be freed.  If \\p handle is not a valid handle\nthe behavior is undefined.\n\n\\param[in] handle Value of handle which was returned previously by cuMemCreate.\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\n\\sa ::cuMemCreate"]
+/// `cuMemRelease` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21028,7 +21135,7 @@ pub unsafe fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CUresult {
     }
 }
 
-#[doc = "\\brief Maps an allocation handle to a reserved virtual address range.\n\nMaps bytes of memory represented by \\p handle starting from byte \\p offset to\n\\p size to address range [\\p addr, \\p addr + \\p size]. This range must be an\naddress reservation previously reserved with ::cuMemAddressReserve, and\n\\p offset + \\p size must be less than the size of the memory allocation.\nBoth \\p ptr, \\p size, and \\p offset must be a multiple of the value given via\n::cuMemGetAllocationGranularity with the ::CU_MEM_ALLOC_GRANULARITY_MINIMUM flag.\nIf \\p handle represents a multicast object, \\p ptr, \\p size and \\p offset must\nbe aligned to the value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_MINIMUM_GRANULARITY. For best performance however, it is\nrecommended that \\p ptr, \\p size and \\p offset be aligned to the value\nreturned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_RECOMMENDED_GRANULARITY.\n\nWhen \\p handle represents a multicast object, this call may fail if the devices\nadded via ::cuMulticastAddDevice do not belong to the same clique.\n\nWhen \\p handle represents a multicast object, this call may return\nCUDA_ERROR_ILLEGAL_STATE if the system configuration is in an illegal state.\nIn such cases, to continue using multicast, verify that the system\nconfiguration is in a valid state and all required driver daemons are\nrunning properly.\n\nPlease note calling ::cuMemMap does not make the address accessible,\nthe caller needs to update accessibility of a contiguous mapped VA\nrange by calling ::cuMemSetAccess.\n\nOnce a recipient process obtains a shareable memory handle\nfrom ::cuMemImportFromShareableHandle, the process must\nuse ::cuMemMap to map the memory into its address ranges before\nsetting accessibility with ::cuMemSetAccess.\n\n::cuMemMap can only create mappings on VA range reservations\nthat are not currently mapped.\n\n\\param[in] ptr    - Address where memory will be mapped.\n\\param[in] size   - Size of the memory mapping.\n\\param[in] offset - Offset into the memory represented by\n- \\p handle from which to start mapping\n- Note: currently must be zero.\n\\param[in] handle - Handle to a shareable memory\n\\param[in] flags  - flags for future use, must be zero now.\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_ILLEGAL_STATE\n\\notefnerr\n\n\\sa ::cuMemUnmap, ::cuMemSetAccess, ::cuMemCreate, ::cuMemAddressReserve, ::cuMemImportFromShareableHandle"]
+/// `cuMemMap` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21045,7 +21152,7 @@ pub unsafe fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUm
     }
 }
 
-#[doc = "\\brief Maps or unmaps subregions of sparse CUDA arrays and sparse CUDA mipmapped arrays\n\nPerforms map or unmap operations on subregions of sparse CUDA arrays and sparse CUDA mipmapped arrays.\nEach operation is specified by a ::CUarrayMapInfo entry in the \\p mapInfoList array of size \\p count.\nThe structure ::CUarrayMapInfo is defined as follow:\n```c\ntypedef struct CUarrayMapInfo_st {\nCUresourcetype resourceType;\nunion {\nCUmipmappedArray mipmap;\nCUarray array;\n} resource;\n\nCUarraySparseSubresourceType subresourceType;\nunion {\nstruct {\nunsigned int level;\nunsigned int layer;\nunsigned int offsetX;\nunsigned int offsetY;\nunsigned int offsetZ;\nunsigned int extentWidth;\nunsigned int extentHeight;\nunsigned int extentDepth;\n} sparseLevel;\nstruct {\nunsigned int layer;\nunsigned long long offset;\nunsigned long long size;\n} miptail;\n} subresource;\n\nCUmemOperationType memOperationType;\n\nCUmemHandleType memHandleType;\nunion {\nCUmemGenericAllocationHandle memHandle;\n} memHandle;\n\nunsigned long long offset;\nunsigned int deviceBitMask;\nunsigned int flags;\nunsigned int reserved[2];\n} CUarrayMapInfo;\n```\n\nwhere ::CUarrayMapInfo::resourceType specifies the type of resource to be operated on.\nIf ::CUarrayMapInfo::resourceType is set to ::CUresourcetype::CU_RESOURCE_TYPE_ARRAY then\n::CUarrayMapInfo::resource::array must be set to a valid sparse CUDA array handle.\nThe CUDA array must be either a 2D, 2D layered or 3D CUDA array and must have been allocated using\n::cuArrayCreate or ::cuArray3DCreate with the flag ::CUDA_ARRAY3D_SPARSE\nor ::CUDA_ARRAY3D_DEFERRED_MAPPING.\nFor CUDA arrays obtained using ::cuMipmappedArrayGetLevel, ::CUDA_ERROR_INVALID_VALUE will be returned.\nIf ::CUarrayMapInfo::resourceType is set to ::CUresourcetype::CU_RESOURCE_TYPE_MIPMAPPED_ARRAY\nthen ::CUarrayMapInfo::resource::mipmap must be set to a valid sparse CUDA mipmapped array handle.\nThe CUDA mipmapped array must be either a 2D, 2D layered or 3D CUDA mipmapped array and must have been\nallocated using ::cuMipmappedArrayCreate with the flag ::CUDA_ARRAY3D_SPARSE\nor ::CUDA_ARRAY3D_DEFERRED_MAPPING.\n\n::CUarrayMapInfo::subresourceType specifies the type of subresource within the resource.\n::CUarraySparseSubresourceType_enum is defined as:\n```c\ntypedef enum CUarraySparseSubresourceType_enum {\nCU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL = 0,\nCU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL = 1\n} CUarraySparseSubresourceType;\n```\n\nwhere ::CUarraySparseSubresourceType::CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL indicates a\nsparse-miplevel which spans at least one tile in every dimension. The remaining miplevels which\nare too small to span at least one tile in any dimension constitute the mip tail region as indicated by\n::CUarraySparseSubresourceType::CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL subresource type.\n\nIf ::CUarrayMapInfo::subresourceType is set to ::CUarraySparseSubresourceType::CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_SPARSE_LEVEL\nthen ::CUarrayMapInfo::subresource::sparseLevel struct must contain valid array subregion offsets and extents.\nThe ::CUarrayMapInfo::subresource::sparseLevel::offsetX, ::CUarrayMapInfo::subresource::sparseLevel::offsetY\nand ::CUarrayMapInfo::subresource::sparseLevel::offsetZ must specify valid X, Y and Z offsets respectively.\nThe ::CUarrayMapInfo::subresource::sparseLevel::extentWidth, ::CUarrayMapInfo::subresource::sparseLevel::extentHeight\nand ::CUarrayMapInfo::subresource::sparseLevel::extentDepth must specify valid width, height and depth extents respectively.\nThese offsets and extents must be aligned to the corresponding tile dimension.\nFor CUDA mipmapped arrays ::CUarrayMapInfo::subresource::sparseLevel::level must specify a valid mip level index. Otherwise,\nmust be zero.\nFor layered CUDA arrays and layered CUDA mipmapped arrays ::CUarrayMapInfo::subresource::sparseLevel::layer must specify a valid layer index. Otherwise,\nmust be zero.\n::CUarrayMapInfo::subresource::sparseLevel::offsetZ must be zero and ::CUarrayMapInfo::subresource::sparseLevel::extentDepth\nmust be set to 1 for 2D and 2D layered CUDA arrays and CUDA mipmapped arrays.\nTile extents can be obtained by calling ::cuArrayGetSparseProperties and ::cuMipmappedArrayGetSparseProperties\n\nIf ::CUarrayMapInfo::subresourceType is set to ::CUarraySparseSubresourceType::CU_ARRAY_SPARSE_SUBRESOURCE_TYPE_MIPTAIL\nthen ::CUarrayMapInfo::subresource::miptail struct must contain valid mip tail offset in\n::CUarrayMapInfo::subresource::miptail::offset and size in ::CUarrayMapInfo::subresource::miptail::size.\nBoth, mip tail offset and mip tail size must be aligned to the tile size.\nFor layered CUDA mipmapped arrays which don't have the flag ::CU_ARRAY_SPARSE_PROPERTIES_SINGLE_MIPTAIL set in ::CUDA_ARRAY_SPARSE_PROPERTIES::flags\nas returned by ::cuMipmappedArrayGetSparseProperties, ::CUarrayMapInfo::subresource::miptail::layer must specify a valid layer index.\nOtherwise, must be zero.\n\nIf ::CUarrayMapInfo::resource::array or ::CUarrayMapInfo::resource::mipmap was created with ::CUDA_ARRAY3D_DEFERRED_MAPPING\nflag set the ::CUarrayMapInfo::subresourceType and the contents of ::CUarrayMapInfo::subresource will be ignored.\n\n::CUarrayMapInfo::memOperationType specifies the type of operation. ::CUmemOperationType is defined as:\n```c\ntypedef enum CUmemOperationType_enum {\nCU_MEM_OPERATION_TYPE_MAP = 1,\nCU_MEM_OPERATION_TYPE_UNMAP = 2\n} CUmemOperationType;\n```\nIf ::CUarrayMapInfo::memOperationType is set to ::CUmemOperationType::CU_MEM_OPERATION_TYPE_MAP then the subresource\nwill be mapped onto the tile pool memory specified by ::CUarrayMapInfo::memHandle at offset ::CUarrayMapInfo::offset.\nThe tile pool allocation has to be created by specifying the ::CU_MEM_CREATE_USAGE_TILE_POOL flag when calling ::cuMemCreate. Also,\n::CUarrayMapInfo::memHandleType must be set to ::CUmemHandleType::CU_MEM_HANDLE_TYPE_GENERIC.\n\nIf ::CUarrayMapInfo::memOperationType is set to ::CUmemOperationType::CU_MEM_OPERATION_TYPE_UNMAP then an unmapping operation\nis performed. ::CUarrayMapInfo::memHandle must be NULL.\n\n::CUarrayMapInfo::deviceBitMask specifies the list of devices that must map or unmap physical memory.\nCurrently, this mask must have exactly one bit set, and the corresponding device must match the device associated with the stream.\nIf ::CUarrayMapInfo::memOperationType is set to ::CUmemOperationType::CU_MEM_OPERATION_TYPE_MAP, the device must also match\nthe device associated with the tile pool memory allocation as specified by ::CUarrayMapInfo::memHandle.\n\n::CUarrayMapInfo::flags and ::CUarrayMapInfo::reserved[] are unused and must be set to zero.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\n\\param[in] mapInfoList - List of ::CUarrayMapInfo\n\\param[in] count       - Count of ::CUarrayMapInfo  in \\p mapInfoList\n\\param[in] hStream     - Stream identifier for the stream to use for map or unmap operations\n\n\\sa ::cuMipmappedArrayCreate, ::cuArrayCreate, ::cuArray3DCreate, ::cuMemCreate, ::cuArrayGetSparseProperties, ::cuMipmappedArrayGetSparseProperties"]
+/// `cuMemMapArrayAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21062,7 +21169,7 @@ pub unsafe fn cuMemMapArrayAsync(mapInfoList: *mut CUarrayMapInfo, count: ::std:
     }
 }
 
-#[doc = "\\brief Unmap the backing memory of a given address range.\n\nThe range must be the entire contiguous address range that was mapped to.  In\nother words, ::cuMemUnmap cannot unmap a sub-range of an address range mapped\nby ::cuMemCreate / ::cuMemMap.  Any backing memory allocations will be freed\nif there are no existing mappings and there are no unreleased memory handles.\n\nWhen ::cuMemUnmap returns successfully the address range is converted to an\naddress reservation and can be used for a future calls to ::cuMemMap.  Any new\nmapping to this virtual address will need to have access granted through\n::cuMemSetAccess, as all mappings start with no accessibility setup.\n\n\\param[in] ptr  - Starting address for the virtual address range to unmap\n\\param[in] size - Size of the virtual address range to unmap\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\\note_sync\n\n\\sa ::cuMemCreate, ::cuMemAddressReserve"]
+/// `cuMemUnmap` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21079,7 +21186,7 @@ pub unsafe fn cuMemUnmap(ptr: CUdeviceptr, size: usize) -> CUresult {
     }
 }
 
-#[doc = "\\brief Set the access flags for each location specified in \\p desc for the given virtual address range\n\nGiven the virtual address range via \\p ptr and \\p size, and the locations\nin the array given by \\p desc and \\p count, set the access flags for the\ntarget locations.  The range must be a fully mapped address range\ncontaining all allocations created by ::cuMemMap / ::cuMemCreate.\nUsers cannot specify ::CU_MEM_LOCATION_TYPE_HOST_NUMA accessibility for allocations created on with other location types.\nNote: When ::CUmemAccessDesc::CUmemLocation::type is ::CU_MEM_LOCATION_TYPE_HOST_NUMA, ::CUmemAccessDesc::CUmemLocation::id\nis ignored.\nWhen setting the access flags for a virtual address range mapping a multicast\nobject, \\p ptr and \\p size must be aligned to the value returned by\n::cuMulticastGetGranularity with the flag ::CU_MULTICAST_MINIMUM_GRANULARITY.\nFor best performance however, it is recommended that \\p ptr and \\p size be\naligned to the value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_RECOMMENDED_GRANULARITY.\n\n\\param[in] ptr   - Starting address for the virtual address range\n\\param[in] size  - Length of the virtual address range\n\\param[in] desc  - Array of ::CUmemAccessDesc that describe how to change the\n- mapping for each location specified\n\\param[in] count - Number of ::CUmemAccessDesc in \\p desc\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\\note_sync\n\n\\sa ::cuMemSetAccess, ::cuMemCreate, :cuMemMap"]
+/// `cuMemSetAccess` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21096,7 +21203,7 @@ pub unsafe fn cuMemSetAccess(ptr: CUdeviceptr, size: usize, desc: *const CUmemAc
     }
 }
 
-#[doc = "\\brief Get the access \\p flags set for the given \\p location and \\p ptr\n\n\\param[out] flags   - Flags set for this location\n\\param[in] location - Location in which to check the flags for\n\\param[in] ptr      - Address in which to check the access flags for\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemSetAccess"]
+/// `cuMemGetAccess` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21113,7 +21220,7 @@ pub unsafe fn cuMemGetAccess(flags: *mut ::std::os::raw::c_ulonglong, location: 
     }
 }
 
-#[doc = "\\brief Exports an allocation to a requested shareable handle type\n\nGiven a CUDA memory handle, create a shareable memory\nallocation handle that can be used to share the memory with other\nprocesses. The recipient process can convert the shareable handle back into a\nCUDA memory handle using ::cuMemImportFromShareableHandle and map\nit with ::cuMemMap. The implementation of what this handle is and how it\ncan be transferred is defined by the requested handle type in \\p handleType\n\nOnce all shareable handles are closed and the allocation is released, the allocated\nmemory referenced will be released back to the OS and uses of the CUDA handle afterward\nwill lead to undefined behavior.\n\nThis API can also be used in conjunction with other APIs (e.g. Vulkan, OpenGL)\nthat support importing memory from the shareable type\n\n\\param[out] shareableHandle - Pointer to the location in which to store the requested handle type\n\\param[in] handle           - CUDA handle for the memory allocation\n\\param[in] handleType       - Type of shareable handle requested (defines type and size of the \\p shareableHandle output parameter)\n\\param[in] flags            - Reserved, must be zero\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemImportFromShareableHandle"]
+/// `cuMemExportToShareableHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21130,7 +21237,7 @@ pub unsafe fn cuMemExportToShareableHandle(shareableHandle: *mut ::std::os::raw:
     }
 }
 
-#[doc = "\\brief Imports an allocation from a requested shareable handle type.\n\nIf the current process cannot support the memory described by this shareable\nhandle, this API will error as ::CUDA_ERROR_NOT_SUPPORTED.\n\nIf \\p shHandleType is ::CU_MEM_HANDLE_TYPE_FABRIC and the importer process has not been\ngranted access to the same IMEX channel as the exporter process, this API will error\nas ::CUDA_ERROR_NOT_PERMITTED.\n\n\\note Importing shareable handles exported from some graphics APIs(VUlkan, OpenGL, etc)\ncreated on devices under an SLI group may not be supported, and thus this API will\nreturn CUDA_ERROR_NOT_SUPPORTED.\nThere is no guarantee that the contents of \\p handle will be the same CUDA memory handle\nfor the same given OS shareable handle, or the same underlying allocation.\n\n\\param[out] handle       - CUDA Memory handle for the memory allocation.\n\\param[in]  osHandle     - Shareable Handle representing the memory allocation that is to be imported.\n\\param[in]  shHandleType - handle type of the exported handle ::CUmemAllocationHandleType.\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemExportToShareableHandle, ::cuMemMap, ::cuMemRelease"]
+/// `cuMemImportFromShareableHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21147,7 +21254,7 @@ pub unsafe fn cuMemImportFromShareableHandle(handle: *mut CUmemGenericAllocation
     }
 }
 
-#[doc = "\\brief Calculates either the minimal or recommended granularity\n\nCalculates either the minimal or recommended granularity\nfor a given allocation specification and returns it in granularity.  This\ngranularity can be used as a multiple for alignment, size, or address mapping.\n\n\\param[out] granularity Returned granularity.\n\\param[in]  prop Property for which to determine the granularity for\n\\param[in]  option Determines which granularity to return\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemCreate, ::cuMemMap"]
+/// `cuMemGetAllocationGranularity` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21164,7 +21271,7 @@ pub unsafe fn cuMemGetAllocationGranularity(granularity: *mut usize, prop: *cons
     }
 }
 
-#[doc = "\\brief Retrieve the contents of the property structure defining properties for this handle\n\n\\param[out] prop  - Pointer to a properties structure which will hold the information about this handle\n\\param[in] handle - Handle which to perform the query on\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemCreate, ::cuMemImportFromShareableHandle"]
+/// `cuMemGetAllocationPropertiesFromHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21181,7 +21288,7 @@ pub unsafe fn cuMemGetAllocationPropertiesFromHandle(prop: *mut CUmemAllocationP
     }
 }
 
-#[doc = "\\brief Given an address \\p addr, returns the allocation handle of the backing memory allocation.\n\nThe handle is guaranteed to be the same handle value used to map the memory. If the address\nrequested is not mapped, the function will fail. The returned handle must be released with\ncorresponding number of calls to ::cuMemRelease.\n\n\\note The address \\p addr, can be any address in a range previously mapped\nby ::cuMemMap, and not necessarily the start address.\n\n\\param[out] handle CUDA Memory handle for the backing memory allocation.\n\\param[in] addr Memory address to query, that has been mapped previously.\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemCreate, ::cuMemRelease, ::cuMemMap"]
+/// `cuMemRetainAllocationHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21198,7 +21305,7 @@ pub unsafe fn cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHan
     }
 }
 
-#[doc = "\\brief Frees memory with stream ordered semantics\n\nInserts a free operation into \\p hStream.\nThe allocation must not be accessed after stream execution reaches the free.\nAfter this API returns, accessing the memory from any subsequent work launched on the GPU\nor querying its pointer attributes results in undefined behavior.\n\n\\note During stream capture, this function results in the creation of a free node and\nmust therefore be passed the address of a graph allocation.\n\n\\param dptr - memory to free\n\\param hStream - The stream establishing the stream ordering contract.\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT (default stream specified with no current context),\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuMemFreeAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21215,7 +21322,7 @@ pub unsafe fn cuMemFreeAsync(dptr: CUdeviceptr, hStream: CUstream) -> CUresult {
     }
 }
 
-#[doc = "\\brief Allocates memory with stream ordered semantics\n\nInserts an allocation operation into \\p hStream.\nA pointer to the allocated memory is returned immediately in *dptr.\nThe allocation must not be accessed until the the allocation operation completes.\nThe allocation comes from the memory pool current to the stream's device.\n\n\\note The default memory pool of a device contains device memory from that device.\n\n\\note Basic stream ordering allows future work submitted into the same stream to use the allocation.\nStream query, stream synchronize, and CUDA events can be used to guarantee that the allocation\noperation completes before work submitted in a separate stream runs.\n\\note During stream capture, this function results in the creation of an allocation node.  In this case,\nthe allocation is owned by the graph instead of the memory pool. The memory pool's properties\nare used to set the node's creation parameters.\n\n\\param[out] dptr    - Returned device pointer\n\\param[in] bytesize - Number of bytes to allocate\n\\param[in] hStream  - The stream establishing the stream ordering contract and the memory pool to allocate from\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT (default stream specified with no current context),\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuMemAllocFromPoolAsync, ::cuMemFreeAsync, ::cuDeviceSetMemPool,\n::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate,\n::cuMemPoolSetAccess, ::cuMemPoolSetAttribute"]
+/// `cuMemAllocAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21232,7 +21339,7 @@ pub unsafe fn cuMemAllocAsync(dptr: *mut CUdeviceptr, bytesize: usize, hStream: 
     }
 }
 
-#[doc = "\\brief Tries to release memory back to the OS\n\nReleases memory back to the OS until the pool contains fewer than minBytesToKeep\nreserved bytes, or there is no more memory that the allocator can safely release.\nThe allocator cannot release OS allocations that back outstanding asynchronous allocations.\nThe OS allocations may happen at different granularity from the user allocations.\n\n\\note: Allocations that have not been freed count as outstanding.\n\n\\note: Allocations that have been asynchronously freed but whose completion has\nnot been observed on the host (eg. by a synchronize) can count as outstanding.\n\n\\param[in] pool           - The memory pool to trim\n\\param[in] minBytesToKeep - If the pool has less than minBytesToKeep reserved,\nthe TrimTo operation is a no-op.  Otherwise the pool will be guaranteed to have\nat least minBytesToKeep bytes reserved after the operation.\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,\n::cuDeviceGetMemPool, ::cuMemPoolCreate"]
+/// `cuMemPoolTrimTo` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21249,7 +21356,7 @@ pub unsafe fn cuMemPoolTrimTo(pool: CUmemoryPool, minBytesToKeep: usize) -> CUre
     }
 }
 
-#[doc = "\\brief Sets attributes of a memory pool\n\nSupported attributes are:\n- ::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: (value type = cuuint64_t)\nAmount of reserved memory in bytes to hold onto before trying\nto release memory back to the OS. When more than the release\nthreshold bytes of memory are held by the memory pool, the\nallocator will try to release memory back to the OS on the\nnext call to stream, event or context synchronize. (default 0)\n- ::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: (value type = int)\nAllow ::cuMemAllocAsync to use memory asynchronously freed\nin another stream as long as a stream ordering dependency\nof the allocating stream on the free action exists.\nCuda events and null stream interactions can create the required\nstream ordered dependencies. (default enabled)\n- ::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: (value type = int)\nAllow reuse of already completed frees when there is no dependency\nbetween the free and allocation. (default enabled)\n- ::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: (value type = int)\nAllow ::cuMemAllocAsync to insert new stream dependencies\nin order to establish the stream ordering required to reuse\na piece of memory released by ::cuMemFreeAsync (default enabled).\n- ::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: (value type = cuuint64_t)\nReset the high watermark that tracks the amount of backing memory that was\nallocated for the memory pool. It is illegal to set this attribute to a non-zero value.\n- ::CU_MEMPOOL_ATTR_USED_MEM_HIGH: (value type = cuuint64_t)\nReset the high watermark that tracks the amount of used memory that was\nallocated for the memory pool.\n\n\\param[in] pool  - The memory pool to modify\n\\param[in] attr  - The attribute to modify\n\\param[in] value - Pointer to the value to assign\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,\n::cuDeviceGetMemPool, ::cuMemPoolCreate"]
+/// `cuMemPoolSetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21266,7 +21373,7 @@ pub unsafe fn cuMemPoolSetAttribute(pool: CUmemoryPool, attr: CUmemPool_attribut
     }
 }
 
-#[doc = "\\brief Gets attributes of a memory pool\n\nSupported attributes are:\n- ::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: (value type = cuuint64_t)\nAmount of reserved memory in bytes to hold onto before trying\nto release memory back to the OS. When more than the release\nthreshold bytes of memory are held by the memory pool, the\nallocator will try to release memory back to the OS on the\nnext call to stream, event or context synchronize. (default 0)\n- ::CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: (value type = int)\nAllow ::cuMemAllocAsync to use memory asynchronously freed\nin another stream as long as a stream ordering dependency\nof the allocating stream on the free action exists.\nCuda events and null stream interactions can create the required\nstream ordered dependencies. (default enabled)\n- ::CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: (value type = int)\nAllow reuse of already completed frees when there is no dependency\nbetween the free and allocation. (default enabled)\n- ::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: (value type = int)\nAllow ::cuMemAllocAsync to insert new stream dependencies\nin order to establish the stream ordering required to reuse\na piece of memory released by ::cuMemFreeAsync (default enabled).\n- ::CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: (value type = cuuint64_t)\nAmount of backing memory currently allocated for the mempool\n- ::CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: (value type = cuuint64_t)\nHigh watermark of backing memory allocated for the mempool since the\nlast time it was reset.\n- ::CU_MEMPOOL_ATTR_USED_MEM_CURRENT: (value type = cuuint64_t)\nAmount of memory from the pool that is currently in use by the application.\n- ::CU_MEMPOOL_ATTR_USED_MEM_HIGH: (value type = cuuint64_t)\nHigh watermark of the amount of memory from the pool that was in use by the application.\n\nThe following properties can be also be queried on imported and default pools:\n- ::CU_MEMPOOL_ATTR_ALLOCATION_TYPE: (value type = CUmemAllocationType)\nThe allocation type of the mempool\n- ::CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES: (value type = CUmemAllocationHandleType)\nAvailable export handle types for the mempool. For imported pools this\nvalue is always CU_MEM_HANDLE_TYPE_NONE as an imported pool cannot be\nre-exported\n- ::CU_MEMPOOL_ATTR_LOCATION_ID: (value type = int)\nThe location id for the mempool. If the location type for this pool is\nCU_MEM_LOCATION_TYPE_INVISIBLE then ID will be CU_DEVICE_INVALID.\n- ::CU_MEMPOOL_ATTR_LOCATION_TYPE: (value type = CUmemLocationType)\nThe location type for the mempool. For imported memory pools where the\ndevice is not directly visible to the importing process or pools imported\nvia fabric handles across nodes this will be\nCU_MEM_LOCATION_TYPE_INVISIBLE.\n- ::CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID: (value type = int)\nThe locality domain id for the mempool, if the mempool is localized to a locality domain.\nA value of -1 indicates that the mempool is not localized to a locality domain.\n\n\\note On devices with a single locality domain, mempools created with\n::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN and localityDomainId 0 are equivalent to full-device mempools\ncreated with ::CU_MEM_LOCATION_TYPE_DEVICE. The value of this attribute will be -1 for such mempools.\n- ::CU_MEMPOOL_ATTR_MAX_POOL_SIZE: (value type = cuuint64_t)\nMaximum size of the pool in bytes, this value may be\nhigher than what was initially passed to cuMemPoolCreate\ndue to alignment requirements. A value of 0 indicates no\nmaximum size. For CU__MEM_ALLOCATION_TYPE_MANAGED and IPC\nimported pools this value will be system dependent.\n- ::CU_MEMPOOL_ATTR_HW_DECOMPRESS_ENABLED: (value type = int)\nIndicates whether the pool has hardware compresssion enabled\n\\param[in] pool   - The memory pool to get attributes of\n\\param[in] attr   - The attribute to get\n\\param[out] value - Retrieved value\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,\n::cuDeviceGetMemPool, ::cuMemPoolCreate"]
+/// `cuMemPoolGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21283,7 +21390,7 @@ pub unsafe fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: CUmemPool_attribut
     }
 }
 
-#[doc = "\\brief Controls visibility of pools between devices\n\n\\param[in] pool  - The pool being modified\n\\param[in] map   - Array of access descriptors. Each descriptor instructs the access to enable for a single gpu.\n\\param[in] count - Number of descriptors in the map array.\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,\n::cuDeviceGetMemPool, ::cuMemPoolCreate"]
+/// `cuMemPoolSetAccess` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21300,7 +21407,7 @@ pub unsafe fn cuMemPoolSetAccess(pool: CUmemoryPool, map: *const CUmemAccessDesc
     }
 }
 
-#[doc = "\\brief Returns the accessibility of a pool from a device\n\nReturns the accessibility of the pool's memory from the specified location.\n\n\\param[out] flags   - the accessibility of the pool from the specified location\n\\param[in] memPool  - the pool being queried\n\\param[in] location - the location accessing the pool\n\n\\sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,\n::cuDeviceGetMemPool, ::cuMemPoolCreate"]
+/// `cuMemPoolGetAccess` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21317,7 +21424,7 @@ pub unsafe fn cuMemPoolGetAccess(flags: *mut CUmemAccess_flags, memPool: CUmemor
     }
 }
 
-#[doc = "\\brief Creates a memory pool\n\nCreates a CUDA memory pool and returns the handle in \\p pool.  The \\p poolProps determines\nthe properties of the pool such as the backing device and IPC capabilities.\n\nTo create a memory pool for HOST memory not targeting a specific NUMA node, applications must set\nset ::CUmemPoolProps::CUmemLocation::type to ::CU_MEM_LOCATION_TYPE_HOST.\n::CUmemPoolProps::CUmemLocation::id is ignored for such pools.\nPools created with the type ::CU_MEM_LOCATION_TYPE_HOST are not IPC capable\nand ::CUmemPoolProps::handleTypes must be 0, any other values will result in\n::CUDA_ERROR_INVALID_VALUE.\nTo create a memory pool targeting a specific host NUMA node, applications must\nset ::CUmemPoolProps::CUmemLocation::type to ::CU_MEM_LOCATION_TYPE_HOST_NUMA and\n::CUmemPoolProps::CUmemLocation::id must specify the NUMA ID of the host memory node.\nSpecifying ::CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT as the\n::CUmemPoolProps::CUmemLocation::type will result in ::CUDA_ERROR_INVALID_VALUE.\nTo create a memory pool targeting a specific device locality domain, applications must\nset ::CUmemPoolProps::CUmemLocation::type to ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN,\n::CUmemPoolProps::CUmemLocation::localized.deviceId must specify the device ID, and\n::CUmemPoolProps::CUmemLocation::localized.localityDomainId must specify the locality domain ID.\nThe locality domain ID must be a valid locality domain ID for the specified device.\nSee also ::cuDeviceGetAttribute with the attribute ::CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_COUNT.\n\n\\note On devices with a single locality domain, a memory pool created with ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN\nand localityDomainId 0 is equivalent to a full-device memory pool created with ::CU_MEM_LOCATION_TYPE_DEVICE.\nThe pool will report ::CU_MEM_LOCATION_TYPE_DEVICE for ::CU_MEMPOOL_ATTR_LOCATION_TYPE and -1 for ::CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID.\n\nBy default, the pool's memory will be accessible from the device it is allocated on.\nIn the case of pools created with ::CU_MEM_LOCATION_TYPE_HOST_NUMA or\n::CU_MEM_LOCATION_TYPE_HOST, their default accessibility will be from the\nhost CPU.\nApplications can control the maximum size of the pool by specifying a non-zero value for ::CUmemPoolProps::maxSize.\nIf set to 0, the maximum size of the pool will default to a system dependent value.\n\nApplications that intend to use ::CU_MEM_HANDLE_TYPE_FABRIC based memory sharing must ensure:\n(1) `nvidia-caps-imex-channels` character device is created by the driver and is listed under /proc/devices\n(2) have at least one IMEX channel file accessible by the user launching the application.\n\nWhen exporter and importer CUDA processes have been granted access to the same IMEX channel, they can securely\nshare memory.\n\nThe IMEX channel security model works on a per user basis. Which means all processes under a user can share\nmemory if the user has access to a valid IMEX channel. When multi-user isolation is desired, a separate IMEX\nchannel is required for each user.\n\nThese channel files exist in /dev/nvidia-caps-imex-channels/channel* and can be created using standard OS\nnative calls like mknod on Linux. For example: To create channel0 with the major number from /proc/devices\nusers can execute the following command: `mknod /dev/nvidia-caps-imex-channels/channel0 c <major number> 0`\n\nTo create a managed memory pool, applications must set ::CUmemPoolProps::CUmemAllocationType to CU_MEM_ALLOCATION_TYPE_MANAGED.\n::CUmemPoolProps::CUmemAllocationHandleType must also be set to CU_MEM_HANDLE_TYPE_NONE since IPC is not supported.\nFor managed memory pools, ::CUmemPoolProps::CUmemLocation will be treated as the preferred location for all allocations created from the pool.\nAn application can also set CU_MEM_LOCATION_TYPE_NONE to indicate no preferred location.\n::CUmemPoolProps::maxSize must be set to zero for managed memory pools.\n::CUmemPoolProps::usage should be zero as decompress for managed memory is not supported.\nFor managed memory pools, all devices on the system must have non-zero ::concurrentManagedAccess. If not, this call returns CUDA_ERROR_NOT_SUPPORTED\n\n\\note Specifying CU_MEM_HANDLE_TYPE_NONE creates a memory pool that will not support IPC.\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuDeviceSetMemPool, ::cuDeviceGetMemPool, ::cuDeviceGetDefaultMemPool,\n::cuMemAllocFromPoolAsync, ::cuMemPoolExportToShareableHandle"]
+/// `cuMemPoolCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21334,7 +21441,7 @@ pub unsafe fn cuMemPoolCreate(pool: *mut CUmemoryPool, poolProps: *const CUmemPo
     }
 }
 
-#[doc = "\\brief Destroys the specified memory pool\n\nIf any pointers obtained from this pool haven't been freed or\nthe pool has free operations that haven't completed\nwhen ::cuMemPoolDestroy is invoked, the function will return immediately and the\nresources associated with the pool will be released automatically\nonce there are no more outstanding allocations.\n\nDestroying the current mempool of a device sets the default mempool of\nthat device as the current mempool for that device.\n\n\\note A device's default memory pool cannot be destroyed.\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuMemFreeAsync, ::cuDeviceSetMemPool, ::cuDeviceGetMemPool,\n::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate"]
+/// `cuMemPoolDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21351,7 +21458,7 @@ pub unsafe fn cuMemPoolDestroy(pool: CUmemoryPool) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns the default memory pool for a given location and allocation type\n\nThe memory location can be of one of ::CU_MEM_LOCATION_TYPE_DEVICE, ::CU_MEM_LOCATION_TYPE_HOST,\n::CU_MEM_LOCATION_TYPE_HOST_NUMA, or ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN.\nThe allocation type can be one of ::CU_MEM_ALLOCATION_TYPE_PINNED or\n::CU_MEM_ALLOCATION_TYPE_MANAGED. When the allocation type is ::CU_MEM_ALLOCATION_TYPE_MANAGED,\nthe location type can also be ::CU_MEM_LOCATION_TYPE_NONE to indicate no preferred location\nfor the managed memory pool.\n::CU_MEM_ALLOCATION_TYPE_MANAGED can not be used with ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\n\\sa ::cuMemAllocAsync, ::cuMemPoolTrimTo, ::cuMemPoolGetAttribute, ::cuMemPoolSetAttribute, cuMemPoolSetAccess, ::cuMemGetMemPool, ::cuMemPoolCreate"]
+/// `cuMemGetDefaultMemPool` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21368,7 +21475,7 @@ pub unsafe fn cuMemGetDefaultMemPool(pool_out: *mut CUmemoryPool, location: *mut
     }
 }
 
-#[doc = "\\brief Gets the current memory pool for a memory location and of a particular allocation type\n\nThe memory location can be of one of ::CU_MEM_LOCATION_TYPE_DEVICE, ::CU_MEM_LOCATION_TYPE_HOST or\n::CU_MEM_LOCATION_TYPE_HOST_NUMA,\n::CU_MEM_LOCATION_TYPE_HOST_NUMA, or ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN.\nThe allocation type can be one of ::CU_MEM_ALLOCATION_TYPE_PINNED or\n::CU_MEM_ALLOCATION_TYPE_MANAGED. When the allocation type is ::CU_MEM_ALLOCATION_TYPE_MANAGED,\nthe location type can also be ::CU_MEM_LOCATION_TYPE_NONE to indicate no preferred location\nfor the managed memory pool.\n::CU_MEM_ALLOCATION_TYPE_MANAGED can not be used with ::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN.\nIn all other cases, the call returns ::CUDA_ERROR_INVALID_VALUE\n\nReturns the last pool provided to ::cuMemSetMemPool or ::cuDeviceSetMemPool for this location and allocation type\nor the location's default memory pool if ::cuMemSetMemPool or ::cuDeviceSetMemPool for that allocType and location\nhas never been called. By default the current mempool of a location is the default mempool for a device.\nOtherwise the returned pool must have been set with ::cuDeviceSetMemPool.\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuDeviceGetDefaultMemPool, ::cuMemPoolCreate, ::cuDeviceSetMemPool, ::cuMemSetMemPool"]
+/// `cuMemGetMemPool` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21385,7 +21492,7 @@ pub unsafe fn cuMemGetMemPool(pool: *mut CUmemoryPool, location: *mut CUmemLocat
     }
 }
 
-#[doc = "\\brief Sets the current memory pool for a memory location and allocation type\n\nThe memory location can be of one of ::CU_MEM_LOCATION_TYPE_DEVICE, ::CU_MEM_LOCATION_TYPE_HOST or\n::CU_MEM_LOCATION_TYPE_HOST_NUMA,\n::CU_MEM_LOCATION_TYPE_DEVICE_LOCALITY_DOMAIN.\nThe allocation type can be one of ::CU_MEM_ALLOCATION_TYPE_PINNED or\n::CU_MEM_ALLOCATION_TYPE_MANAGED. When the allocation type is ::CU_MEM_ALLOCATION_TYPE_MANAGED,\nthe location type can also be ::CU_MEM_LOCATION_TYPE_NONE to indicate no preferred location\nfor the managed memory pool.\nIn all other cases, the call returns ::CUDA_ERROR_INVALID_VALUE.\n\nWhen a memory pool is set as the current memory pool, the location parameter should be the same as the location of the pool.\nThe location and allocation type specified must match those of the pool otherwise ::CUDA_ERROR_INVALID_VALUE is returned.\nBy default, a memory location's current memory pool is its default memory pool that can be obtained via ::cuMemGetDefaultMemPool.\nIf the location type is ::CU_MEM_LOCATION_TYPE_DEVICE and the allocation type is ::CU_MEM_ALLOCATION_TYPE_PINNED, then\nthis API is the equivalent of calling ::cuDeviceSetMemPool with the location id as the device.\nFor further details on the implications, please refer to the documentation for ::cuDeviceSetMemPool.\n\n\\note Use ::cuMemAllocFromPoolAsync to specify asynchronous allocations from a device different\nthan the one the stream runs on.\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemGetMemPool, ::cuMemPoolCreate, ::cuMemPoolDestroy, ::cuMemAllocFromPoolAsync"]
+/// `cuMemSetMemPool` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21402,7 +21509,7 @@ pub unsafe fn cuMemSetMemPool(location: *mut CUmemLocation, type_: CUmemAllocati
     }
 }
 
-#[doc = "\\brief Allocates memory from a specified pool with stream ordered semantics.\n\nInserts an allocation operation into \\p hStream.\nA pointer to the allocated memory is returned immediately in *dptr.\nThe allocation must not be accessed until the the allocation operation completes.\nThe allocation comes from the specified memory pool.\n\n\\note\nThe specified memory pool may be from a device different than that of the specified \\p hStream.\n\n\\note\nBasic stream ordering allows future work submitted into the same stream to use the allocation.\nStream query, stream synchronize, and CUDA events can be used to guarantee that the allocation\noperation completes before work submitted in a separate stream runs.\n\n\\note\nDuring stream capture, this function results in the creation of an allocation node.  In this case,\nthe allocation is owned by the graph instead of the memory pool. The memory pool's properties\nare used to set the node's creation parameters.\n\n\\param[out] dptr    - Returned device pointer\n\\param[in] bytesize - Number of bytes to allocate\n\\param[in] pool     - The pool to allocate from\n\\param[in] hStream  - The stream establishing the stream ordering semantic\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT (default stream specified with no current context),\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuMemAllocAsync, ::cuMemFreeAsync, ::cuDeviceGetDefaultMemPool,\n::cuDeviceGetMemPool, ::cuMemPoolCreate, ::cuMemPoolSetAccess,\n::cuMemPoolSetAttribute"]
+/// `cuMemAllocFromPoolAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21419,7 +21526,7 @@ pub unsafe fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, bytesize: usize, p
     }
 }
 
-#[doc = "\\brief Exports a memory pool to the requested handle type.\n\nGiven an IPC capable mempool, create an OS handle to share the pool with another process.\nA recipient process can convert the shareable handle into a mempool with ::cuMemPoolImportFromShareableHandle.\nIndividual pointers can then be shared with the ::cuMemPoolExportPointer and ::cuMemPoolImportPointer APIs.\nThe implementation of what the shareable handle is and how it can be transferred is defined by the requested\nhandle type.\n\n\\note: To create an IPC capable mempool, create a mempool with a CUmemAllocationHandleType other than CU_MEM_HANDLE_TYPE_NONE.\n\n\\param[out] handle_out  - Returned OS handle\n\\param[in] pool         - pool to export\n\\param[in] handleType   - the type of handle to create\n\\param[in] flags        - must be 0\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuMemPoolImportFromShareableHandle, ::cuMemPoolExportPointer,\n::cuMemPoolImportPointer, ::cuMemAllocAsync, ::cuMemFreeAsync,\n::cuDeviceGetDefaultMemPool, ::cuDeviceGetMemPool, ::cuMemPoolCreate,\n::cuMemPoolSetAccess, ::cuMemPoolSetAttribute"]
+/// `cuMemPoolExportToShareableHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21436,7 +21543,7 @@ pub unsafe fn cuMemPoolExportToShareableHandle(handle_out: *mut ::std::os::raw::
     }
 }
 
-#[doc = "\\brief imports a memory pool from a shared handle.\n\nSpecific allocations can be imported from the imported pool with cuMemPoolImportPointer.\n\nIf \\p handleType is ::CU_MEM_HANDLE_TYPE_FABRIC and the importer process has not been\ngranted access to the same IMEX channel as the exporter process, this API will error\nas ::CUDA_ERROR_NOT_PERMITTED.\n\n\\note Imported memory pools do not support creating new allocations.\nAs such imported memory pools may not be used in cuDeviceSetMemPool\nor ::cuMemAllocFromPoolAsync calls.\n\n\\param[out] pool_out    - Returned memory pool\n\\param[in] handle       - OS handle of the pool to open\n\\param[in] handleType   - The type of handle being imported\n\\param[in] flags        - must be 0\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuMemPoolExportToShareableHandle, ::cuMemPoolExportPointer, ::cuMemPoolImportPointer"]
+/// `cuMemPoolImportFromShareableHandle` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21453,7 +21560,7 @@ pub unsafe fn cuMemPoolImportFromShareableHandle(pool_out: *mut CUmemoryPool, ha
     }
 }
 
-#[doc = "\\brief Export data to share a memory pool allocation between processes.\n\nConstructs \\p shareData_out for sharing a specific allocation from an already shared memory pool.\nThe recipient process can import the allocation with the ::cuMemPoolImportPointer api.\nThe data is not a handle and may be shared through any IPC mechanism.\n\n\\param[out] shareData_out - Returned export data\n\\param[in] ptr            - pointer to memory being exported\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuMemPoolExportToShareableHandle, ::cuMemPoolImportFromShareableHandle, ::cuMemPoolImportPointer"]
+/// `cuMemPoolExportPointer` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21470,7 +21577,7 @@ pub unsafe fn cuMemPoolExportPointer(shareData_out: *mut CUmemPoolPtrExportData,
     }
 }
 
-#[doc = "\\brief Import a memory pool allocation from another process.\n\nReturns in \\p ptr_out a pointer to the imported memory.\nThe imported memory must not be accessed before the allocation operation completes\nin the exporting process. The imported memory must be freed from all importing processes before\nbeing freed in the exporting process. The pointer may be freed with cuMemFree\nor cuMemFreeAsync.  If cuMemFreeAsync is used, the free must be completed\non the importing process before the free operation on the exporting process.\n\n\\note The cuMemFreeAsync api may be used in the exporting process before\nthe cuMemFreeAsync operation completes in its stream as long as the\ncuMemFreeAsync in the exporting process specifies a stream with\na stream dependency on the importing process's cuMemFreeAsync.\n\n\\param[out] ptr_out  - pointer to imported memory\n\\param[in] pool      - pool from which to import\n\\param[in] shareData - data specifying the memory to import\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa ::cuMemPoolExportToShareableHandle, ::cuMemPoolImportFromShareableHandle, ::cuMemPoolExportPointer"]
+/// `cuMemPoolImportPointer` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21487,7 +21594,7 @@ pub unsafe fn cuMemPoolImportPointer(ptr_out: *mut CUdeviceptr, pool: CUmemoryPo
     }
 }
 
-#[doc = "\\brief Create a generic allocation handle representing a multicast object described by the given properties.\n\nThis creates a multicast object as described by \\p prop. The number of\nparticipating devices is specified by ::CUmulticastObjectProp::numDevices.\nDevices can be added to the multicast object via ::cuMulticastAddDevice.\nAll participating devices must be added to the multicast object before memory\ncan be bound to it. Memory is bound to the multicast object via\n::cuMulticastBindMem, ::cuMulticastBindMem_v2, ::cuMulticastBindAddr, or\n::cuMulticastBindAddr_v2.\nand can be unbound via ::cuMulticastUnbind. The total amount of memory that\ncan be bound per device is specified by :CUmulticastObjectProp::size. This\nsize must be a multiple of the value returned by ::cuMulticastGetGranularity\nwith the flag ::CU_MULTICAST_GRANULARITY_MINIMUM. For best performance\nhowever, the size should be aligned to the value returned by\n::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_RECOMMENDED.\n\nAfter all participating devices have been added, multicast objects can also\nbe mapped to a device's virtual address space using the virtual memory\nmanagement APIs (see ::cuMemMap and ::cuMemSetAccess). Multicast objects can\nalso be shared with other processes by requesting a shareable handle via\n::cuMemExportToShareableHandle. Note that the desired types of shareable\nhandles must be specified in the bitmask ::CUmulticastObjectProp::handleTypes.\nMulticast objects can be released using the virtual memory management API\n::cuMemRelease.\n\n\\param[out] mcHandle     Value of handle returned.\n\\param[in]  prop         Properties of the multicast object to create.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMulticastAddDevice, ::cuMulticastBindMem, ::cuMulticastBindAddr, ::cuMulticastUnbind\n\\sa ::cuMemCreate, ::cuMemRelease, ::cuMemExportToShareableHandle, ::cuMemImportFromShareableHandle\n\\sa ::cuMulticastBindAddr_v2, ::cuMulticastBindMem_v2"]
+/// `cuMulticastCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21504,7 +21611,7 @@ pub unsafe fn cuMulticastCreate(mcHandle: *mut CUmemGenericAllocationHandle, pro
     }
 }
 
-#[doc = "\\brief Associate a device to a multicast object.\n\nAssociates a device to a multicast object. The added device will be a part of\nthe multicast team of size specified by CUmulticastObjectProp::numDevices\nduring ::cuMulticastCreate.\nThe association of the device to the multicast object is permanent during\nthe life time of the multicast object.\nAll devices must be added to the multicast team before any memory can be\nbound to any device in the team. Any calls to\n::cuMulticastBindMem, ::cuMulticastBindMem_v2, ::cuMulticastBindAddr, or ::cuMulticastBindAddr_v2\nwill block until all devices have been added.\nSimilarly all devices must be added to the multicast team before a virtual\naddress range can be mapped to the multicast object. A call to ::cuMemMap\nwill block until all devices have been added.\n\nThis call may fail with ::CUDA_ERROR_INVALID_DEVICE if the device specified\nby \\p dev does not belong to the same clique as the other devices previously\nadded to this multicast object.\n\n\\param[in] mcHandle     Handle representing a multicast object.\n\\param[in] dev          Device that will be associated to the multicast\nobject.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMulticastCreate, ::cuMulticastBindMem, ::cuMulticastBindAddr"]
+/// `cuMulticastAddDevice` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21521,7 +21628,7 @@ pub unsafe fn cuMulticastAddDevice(mcHandle: CUmemGenericAllocationHandle, dev: 
     }
 }
 
-#[doc = "\\brief Bind a memory allocation represented by a handle to a multicast object.\n\nBinds a memory allocation specified by \\p memHandle and created via\n::cuMemCreate to a multicast object represented by \\p mcHandle and created\nvia ::cuMulticastCreate. The intended \\p size of the bind, the offset in the\nmulticast range \\p mcOffset as well as the offset in the memory \\p memOffset\nmust be a multiple of the value returned by ::cuMulticastGetGranularity with\nthe flag ::CU_MULTICAST_GRANULARITY_MINIMUM. For best performance however,\n\\p size, \\p mcOffset and \\p memOffset should be aligned to the granularity of\nthe memory allocation(see ::cuMemGetAllocationGranularity) or to the value\nreturned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_RECOMMENDED.\n\nThe \\p size + \\p memOffset cannot be larger than the size of the allocated\nmemory. Similarly the \\p size + \\p mcOffset cannot be larger than the size\nof the multicast object.\n\nOn systems with Rubin+ (SM_107+) GPUs, \\p memOffset may be aligned to 256\ninstead of the value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM or ::CU_MULTICAST_GRANULARITY_RECOMMENDED.\nIn such a case the \\p size + \\p memOffset cannot be larger than the size of\nthe allocated memory. Similarly the \\p size + \\p mcOffset + the value\nreturned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM cannot be larger than the size of the\nthan the size of the multicast object.  The next available mcOffset\nfor the next bind will be mcOffset + size + the value returned by\n::cuMulticastGetGranularity with the flag ::CU_MULTICAST_GRANULARITY_MINIMUM.\n\nAlso note that the ability to accept a \\p memOffset that is not aligned to\nthe value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM or ::CU_MULTICAST_GRANULARITY_RECOMMENDED\nis limited by HW resources and may result in error\n::CUDA_ERROR_MULTICAST_RESOURCE_FULL\n\nThe memory allocation must have beeen created on one of the devices\nthat was added to the multicast team via ::cuMulticastAddDevice.\nExternally shareable as well as imported multicast objects can be bound only\nto externally shareable memory.\nNote that this call will return CUDA_ERROR_OUT_OF_MEMORY if there are\ninsufficient resources required to perform the bind. This call may also\nreturn CUDA_ERROR_SYSTEM_NOT_READY if the necessary system software is not\ninitialized or running.\n\nThis call may fail if the devices added via ::cuMulticastAddDevice do not\nbelong to the same clique.\n\nThis call may return CUDA_ERROR_ILLEGAL_STATE if the system configuration\nis in an illegal state. In such cases, to continue using multicast, verify\nthat the system configuration is in a valid state and all required driver\ndaemons are running properly.\n\n\\param[in]  mcHandle     Handle representing a multicast object.\n\\param[in]  mcOffset     Offset into the multicast object for attachment.\n\\param[in]  memHandle    Handle representing a memory allocation.\n\\param[in]  memOffset    Offset into the memory for attachment.\n\\param[in]  size         Size of the memory that will be bound to the\nmulticast object.\n\\param[in]  flags        Flags for future use, must be zero for now.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE,\n::CUDA_ERROR_MULTICAST_RESOURCE_FULL\n\n\\sa ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate\n\\sa ::cuMulticastBindMem_v2"]
+/// `cuMulticastBindMem` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21538,7 +21645,7 @@ pub unsafe fn cuMulticastBindMem(mcHandle: CUmemGenericAllocationHandle, mcOffse
     }
 }
 
-#[doc = "\\brief Bind a memory allocation represented by a handle to a multicast object.\n\nBinds a memory allocation specified by \\p memHandle and created via\n::cuMemCreate to a multicast object represented by \\p mcHandle and created\nvia ::cuMulticastCreate. The binding will be applicable for the device \\p dev.\nThe intended \\p size of the bind, the offset in the multicast range\n\\p mcOffset as well as the offset in the memory \\p memOffset must be a\nmultiple of the value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM. For best performance however, \\p size,\n\\p mcOffset and \\p memOffset should be aligned to the granularity of the\nmemory allocation(see ::cuMemGetAllocationGranularity) or to the value\nreturned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_RECOMMENDED.\n\nThe \\p size + \\p memOffset cannot be larger than the size of the allocated\nmemory. Similarly the \\p size + \\p mcOffset cannot be larger than the size\nof the multicast object.\n\nOn systems with Rubin+ (SM_107+) GPUs, \\p memOffset may be aligned to 256\ninstead of the value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM or ::CU_MULTICAST_GRANULARITY_RECOMMENDED.\nIn such a case the \\p size + \\p memOffset cannot be larger than the size of\nthe allocated memory. Similarly the \\p size + \\p mcOffset + the value\nreturned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM cannot be larger than the size of the\nthan the size of the multicast object.  The next available mcOffset\nfor the next bind will be mcOffset + size + the value returned by\n::cuMulticastGetGranularity with the flag ::CU_MULTICAST_GRANULARITY_MINIMUM.\n\nAlso note that the ability to accept a \\p memOffset that is not aligned to\nthe value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM or ::CU_MULTICAST_GRANULARITY_RECOMMENDED\nis limited by HW resources and may result in error\n::CUDA_ERROR_MULTICAST_RESOURCE_FULL\n\nThe memory allocation must have beeen created on one of the devices\nthat was added to the multicast team via ::cuMulticastAddDevice.\nFor device memory, i.e., type ::CU_MEM_LOCATION_TYPE_DEVICE, the memory\nallocation must have been created on the device specified by \\p dev.\nFor host NUMA memory, i.e., type ::CU_MEM_LOCATION_TYPE_HOST_NUMA, the memory\nallocation must have been created on the CPU NUMA node closest to \\p dev.\nThat is, the value returned when querying ::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID\nfor \\p dev, must be the CPU NUMA node where the memory was allocated.\nIn both cases, the device named by \\p dev must have been added to the\nmulticast team via ::cuMulticastAddDevice.\nExternally shareable as well as imported multicast objects can be bound only\nto externally shareable memory.\nNote that this call will return CUDA_ERROR_OUT_OF_MEMORY if there are\ninsufficient resources required to perform the bind. This call may also\nreturn CUDA_ERROR_SYSTEM_NOT_READY if the necessary system software is not\ninitialized or running.\n\n\nThis call may fail if the devices added via ::cuMulticastAddDevice do not\nbelong to the same clique.\n\nThis call may return CUDA_ERROR_ILLEGAL_STATE if the system configuration\nis in an illegal state. In such cases, to continue using multicast, verify\nthat the system configuration is in a valid state and all required driver\ndaemons are running properly.\n\n\\param[in]  mcHandle     Handle representing a multicast object.\n\\param[in]  dev          The device that for which the multicast memory binding will be applicable.\n\\param[in]  mcOffset     Offset into the multicast object for attachment.\n\\param[in]  memHandle    Handle representing a memory allocation.\n\\param[in]  memOffset    Offset into the memory for attachment.\n\\param[in]  size         Size of the memory that will be bound to the\nmulticast object.\n\\param[in]  flags        Flags for future use, must be zero for now.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE,\n::CUDA_ERROR_MULTICAST_RESOURCE_FULL\n\n\\sa ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate"]
+/// `cuMulticastBindMem_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMulticastBindMem` introduced in CUDA 13.1.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21555,7 +21662,7 @@ pub unsafe fn cuMulticastBindMem_v2(mcHandle: CUmemGenericAllocationHandle, dev:
     }
 }
 
-#[doc = "\\brief Bind a memory allocation represented by a virtual address to a multicast object.\n\nBinds a memory allocation specified by its mapped address \\p memptr to a\nmulticast object represented by \\p mcHandle.\nThe memory must have been allocated via ::cuMemCreate or ::cudaMallocAsync.\nThe intended \\p size of the bind, the offset in the multicast range\n\\p mcOffset and \\p memptr must be a multiple of the value returned by\n::cuMulticastGetGranularity with the flag ::CU_MULTICAST_GRANULARITY_MINIMUM.\nFor best performance however, \\p size, \\p mcOffset and \\p memptr should be\naligned to the value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_RECOMMENDED.\n\nThe \\p size cannot be larger than the size of the allocated memory.\nSimilarly the \\p size + \\p mcOffset cannot be larger than the total size\nof the multicast object.\n\nOn systems with Rubin+ (SM_107+) GPUs, \\p memptr may be aligned to 256\ninstead of the value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM or ::CU_MULTICAST_GRANULARITY_RECOMMENDED.\nIn such a case the \\p size + \\p memptr cannot be larger than the size of\nthe allocated memory. Similarly the \\p size + \\p mcOffset + the value\nreturned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM cannot be larger than the size of the\nthan the size of the multicast object. The next available mcOffset\nfor the next bind will be mcOffset + size + the value returned by\n::cuMulticastGetGranularity with the flag ::CU_MULTICAST_GRANULARITY_MINIMUM\n\nAlso note that the ability to accept a \\p memptr that is not aligned to\nthe value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM or ::CU_MULTICAST_GRANULARITY_RECOMMENDED\nis limited by HW resources and may result in error\n::CUDA_ERROR_MULTICAST_RESOURCE_FULL\n\nThe memory allocation must have beeen created on one of the devices\nthat was added to the multicast team via ::cuMulticastAddDevice.\nExternally shareable as well as imported multicast objects can be bound only\nto externally shareable memory.\nNote that this call will return CUDA_ERROR_OUT_OF_MEMORY if there are\ninsufficient resources required to perform the bind. This call may also\nreturn CUDA_ERROR_SYSTEM_NOT_READY if the necessary system software is not\ninitialized or running.\n\nThis call may fail if the devices added via ::cuMulticastAddDevice do not\nbelong to the same clique.\n\nThis call may return CUDA_ERROR_ILLEGAL_STATE if the system configuration\nis in an illegal state. In such cases, to continue using multicast, verify\nthat the system configuration is in a valid state and all required driver\ndaemons are running properly.\n\n\\param[in]  mcHandle     Handle representing a multicast object.\n\\param[in]  mcOffset     Offset into multicast va range for attachment.\n\\param[in]  memptr       Virtual address of the memory allocation.\n\\param[in]  size         Size of memory that will be bound to the\nmulticast object.\n\\param[in]  flags        Flags for future use, must be zero now.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE,\n::CUDA_ERROR_MULTICAST_RESOURCE_FULL\n\n\\sa ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate\n\\sa ::cuMulticastBindAddr_v2"]
+/// `cuMulticastBindAddr` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21572,7 +21679,7 @@ pub unsafe fn cuMulticastBindAddr(mcHandle: CUmemGenericAllocationHandle, mcOffs
     }
 }
 
-#[doc = "\\brief Bind a memory allocation represented by a virtual address to a multicast object.\n\nBinds a memory allocation specified by its mapped address \\p memptr to a\nmulticast object represented by \\p mcHandle. The binding will be applicable\nfor the device \\p dev. The memory must have been allocated via\n::cuMemCreate or ::cudaMallocAsync. The intended \\p size of the bind, the\noffset in the multicast range \\p mcOffset and \\p memptr must be a multiple of\nthe value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM. For best performance however, \\p size,\n\\p mcOffset and \\p memptr should be aligned to the value returned by\n::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_RECOMMENDED.\n\nThe \\p size cannot be larger than the size of the allocated memory.\nSimilarly the \\p size + \\p mcOffset cannot be larger than the total size\nof the multicast object.\n\nOn systems with Rubin+ (SM_107+) GPUs, \\p memptr may be aligned to 256\ninstead of the value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM or ::CU_MULTICAST_GRANULARITY_RECOMMENDED.\nIn such a case the \\p size + \\p memptr cannot be larger than the size of\nthe allocated memory. Similarly the \\p size + \\p mcOffset + the value\nreturned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM cannot be larger than the size of the\nthan the size of the multicast object. The next available mcOffset\nfor the next bind will be mcOffset + size + the value returned by\n::cuMulticastGetGranularity with the flag ::CU_MULTICAST_GRANULARITY_MINIMUM\n\nAlso note that the ability to accept a \\p memptr that is not aligned to\nthe value returned by ::cuMulticastGetGranularity with the flag\n::CU_MULTICAST_GRANULARITY_MINIMUM or ::CU_MULTICAST_GRANULARITY_RECOMMENDED\nis limited by HW resources and may result in error\n::CUDA_ERROR_MULTICAST_RESOURCE_FULL\n\nFor device memory, i.e., type ::CU_MEM_LOCATION_TYPE_DEVICE, the memory\nallocation must have been created on the device specified by \\p dev.\nFor host NUMA memory, i.e., type ::CU_MEM_LOCATION_TYPE_HOST_NUMA, the memory\nallocation must have been created on the CPU NUMA node closest to \\p dev.\nThat is, the value returned when querying ::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID\nfor \\p dev, must be the CPU NUMA node where the memory was allocated.\nIn both cases, the device named by \\p dev must have been added to the\nmulticast team via ::cuMulticastAddDevice.\nExternally shareable as well as imported multicast objects can be bound only\nto externally shareable memory.\nNote that this call will return CUDA_ERROR_OUT_OF_MEMORY if there are\ninsufficient resources required to perform the bind. This call may also\nreturn CUDA_ERROR_SYSTEM_NOT_READY if the necessary system software is not\ninitialized or running.\n\nThis call may fail if the devices added via ::cuMulticastAddDevice do not\nbelong to the same clique.\n\nThis call may return CUDA_ERROR_ILLEGAL_STATE if the system configuration\nis in an illegal state. In such cases, to continue using multicast, verify\nthat the system configuration is in a valid state and all required driver\ndaemons are running properly.\n\n\\param[in]  mcHandle     Handle representing a multicast object.\n\\param[in]  dev          The device that for which the multicast memory binding will be applicable.\n\\param[in]  mcOffset     Offset into multicast va range for attachment.\n\\param[in]  memptr       Virtual address of the memory allocation.\n\\param[in]  size         Size of memory that will be bound to the\nmulticast object.\n\\param[in]  flags        Flags for future use, must be zero now.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE,\n::CUDA_ERROR_MULTICAST_RESOURCE_FULL\n\n\\sa ::cuMulticastCreate, ::cuMulticastAddDevice, ::cuMemCreate"]
+/// `cuMulticastBindAddr_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMulticastBindAddr` introduced in CUDA 13.1.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21589,7 +21696,7 @@ pub unsafe fn cuMulticastBindAddr_v2(mcHandle: CUmemGenericAllocationHandle, dev
     }
 }
 
-#[doc = "\\brief Unbind any memory allocations bound to a multicast object at a given offset and upto a given size.\n\nUnbinds any memory allocations hosted on \\p dev and bound to a multicast\nobject at \\p mcOffset and upto a given \\p size.\nThe intended \\p size of the unbind and the offset in the multicast range\n( \\p mcOffset ) must be a multiple of the value returned by\n::cuMulticastGetGranularity flag ::CU_MULTICAST_GRANULARITY_MINIMUM.\nThe \\p size + \\p mcOffset cannot be larger than the total size of the\nmulticast object.\n\n\\note\nWarning:\nThe \\p mcOffset and the \\p size must match the corresponding values specified\nduring the bind call. Any other values may result in undefined behavior.\n\n\\param[in]  mcHandle     Handle representing a multicast object.\n\\param[in]  dev          Device that hosts the memory allocation.\n\\param[in]  mcOffset     Offset into the multicast object.\n\\param[in]  size         Desired size to unbind.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMulticastBindMem, ::cuMulticastBindAddr\n\\sa ::cuMulticastBindMem_v2, ::cuMulticastBindAddr_v2"]
+/// `cuMulticastUnbind` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21606,7 +21713,7 @@ pub unsafe fn cuMulticastUnbind(mcHandle: CUmemGenericAllocationHandle, dev: CUd
     }
 }
 
-#[doc = "\\brief Calculates either the minimal or recommended granularity for multicast object\n\nCalculates either the minimal or recommended granularity for a given set of\nmulticast object properties and returns it in granularity.  This granularity\ncan be used as a multiple for size, bind offsets and address mappings of the\nmulticast object.\n\n\\param[out] granularity Returned granularity.\n\\param[in]  prop        Properties of the multicast object.\n\\param[in]  option      Determines which granularity to return.\n\n\\returns\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa ::cuMulticastCreate, ::cuMulticastBindMem, ::cuMulticastBindAddr, ::cuMulticastUnbind\n\\sa ::cuMulticastBindMem_v2, ::cuMulticastBindAddr_v2"]
+/// `cuMulticastGetGranularity` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21623,7 +21730,7 @@ pub unsafe fn cuMulticastGetGranularity(granularity: *mut usize, prop: *const CU
     }
 }
 
-#[doc = "\\brief Retrieves the fabric cluster UUID\n\nRetrieves the fabric cluster UUID for the given device.\n\n\\param[out] uuid  Fabric cluster UUID.\n\\param[in]  dev   Device for which the fabric cluster UUID is requested.\n\n\\return ::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuDeviceGetFabricClusterUuid` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21640,7 +21747,7 @@ pub unsafe fn cuDeviceGetFabricClusterUuid(uuid: *mut CUuuid, dev: CUdevice) -> 
     }
 }
 
-#[doc = "\\brief Retrieves the number of fabric cliques\n\nRetrieves the number of fabric cliques that the device is part of.\n\n\\param[out] count Number of fabric cliques that the device is part of.\n\\param[in]  dev   Device for which the number of fabric cliques is requested.\n\n\\return ::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuDeviceGetCliqueCount` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21657,7 +21764,7 @@ pub unsafe fn cuDeviceGetCliqueCount(count: *mut usize, dev: CUdevice) -> CUresu
     }
 }
 
-#[doc = "\\brief Retrieves fabric clique information\n\nReturns the fabric clique information for the cliques that the device is a\npart of. User must specify the size of the \\p cliqueInfo array in \\p count.\nThe same parameter \\p count will return the actual number of entries updated\nin the \\p cliqueInfo array.\n\n\\param[out]      cliqueInfo  Array to store the fabric clique information.\n\\param[in,out]   count       Input: Size of the \\p cliqueInfo array.\nOutput: Number of entries updated in the \\p cliqueInfo array.\n\\param[in]       dev         Device for which the clique information is requested.\n\n\\return ::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuDeviceGetCliqueInfo` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21674,7 +21781,7 @@ pub unsafe fn cuDeviceGetCliqueInfo(cliqueInfo: *mut CUcliqueInfo, count: *mut u
     }
 }
 
-#[doc = "\\brief Reserves a range of logical endpoint ids\n\nReserves a range of logical endpoint ids starting at \\p *baseLeId and\nextending for \\p count.\nThe reserved ids can be used to create or import logical endpoints\nvia ::cuLogicalEndpointCreate or ::cuLogicalEndpointImport respectively.\n\n\\param[out] baseLeId If ::cuLogicalEndpointIdReserve returns CUDA_SUCCESS,\n*baseLeId contains the base logical endpoint id of the\nreserved logical endpoint id range.\n\\param[in] count The number of logical endpoint ids to reserve.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointIdReserve` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21691,7 +21798,7 @@ pub unsafe fn cuLogicalEndpointIdReserve(baseLeId: *mut CUlogicalEndpointId, cou
     }
 }
 
-#[doc = "\\brief Releases a range of logical endpoint ids\n\nReleases up to \\p count logical endpoint ids starting at \\p baseLeId.\nThe range of ids represented by [\\p baseLeId, \\p baseLeId + \\p count) must\nall be previously reserved. All logical endpoints in the range must be\ndestroyed before they can be released.\n\n\\param[in] baseLeId First logical endpoint id to be released back to the system.\n\\param[in] count Number of logical endpoint ids to release back to the system.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointIdRelease` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21708,7 +21815,7 @@ pub unsafe fn cuLogicalEndpointIdRelease(baseLeId: CUlogicalEndpointId, count: c
     }
 }
 
-#[doc = "\\brief Creates a logical endpoint with the requested properties and associates it with the logical endpoint id\n\nThis creates a logical endpoint as described by \\p prop. The number of\nparticipating devices is determined by the ::CUlogicalEndpointProp::type.\nIf the type is ::CU_LOGICAL_ENDPOINT_TYPE_UNICAST then\n::CUlogicalEndpointProp::unicast::device specifies the owner device of the\nunicast logical endpoint.\nIf the type is ::CU_LOGICAL_ENDPOINT_TYPE_MULTICAST then\n::CUlogicalEndpointProp::multicast::numDevices specifies the number of\ndevices in the multicast logical endpoint team.\n\nDevices can be added to a multicast logical endpoint via\n::cuLogicalEndpointAddDevice. After all the participating devices have been\nadded, a call to ::cuLogicalEndpointQuery must be made to ensure that the\nlogical endpoint is ready for memory binding and access.\n\nA unicast logical endpoint does not have a notion of adding devices via\n::cuLogicalEndpointAddDevice. However, a call to ::cuLogicalEndpointQuery\nmust still be made to ensure that the logical endpoint is ready for memory\nbinding and access.\n\nMemory is bound to the logical endpoint via either\n::cuLogicalEndpointBindAddr or ::cuLogicalEndpointBindMem, and can be unbound\nvia ::cuLogicalEndpointUnbind. The total amount of memory that can be bound\nper device is specified by ::CUlogicalEndpointProp::size. This size must be a\nmultiple of the value for \\p bindAlignment as returned by\n::cuLogicalEndpointGetLimits. The maximum size for the logical endpoint\ncannot exceed the value for \\p maxSize as returned by\n::cuLogicalEndpointGetLimits. The bind alignment and maximum size depend on\nthe properties of the logical endpoint.\n\n\\param[in] leId Logical endpoint id that will be associated with the newly\ncreated logical endpoint.\n\\param[in] prop Properties of the logical endpoint to create.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n\n\\sa\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21725,7 +21832,7 @@ pub unsafe fn cuLogicalEndpointCreate(leId: CUlogicalEndpointId, prop: *const CU
     }
 }
 
-#[doc = "\\brief Associates a device to a multicast logical endpoint\n\nAssociates a device to a logical endpoint. The type of the logical endpoint\nmust be ::CU_LOGICAL_ENDPOINT_TYPE_MULTICAST.\nThe added device will be a part of the multicast team of size specified by\nCUlogicalEndpointProp::multicast::numDevices during ::cuLogicalEndpointCreate.\nThe association of the device to the multicast logical endpoint is permanent\nduring the life time of the multicast logical endpoint. All devices must be\nadded to the multicast logical endpoint before any memory can be bound to any\ndevice in the team.\nA multicast logical endpoint will not be ready for use until all devices have\nbeen added. User can query whether the logical endpoint is ready for use via\n::cuLogicalEndpointQuery.\n\nThis call may fail with ::CUDA_ERROR_INVALID_DEVICE if the device specified\nby \\p dev does not belong to the same clique as the other devices previously\nadded to this multicast logical endpoint.\n\n\\param[in] leId Logical endpoint id representing\na multicast logical endpoint.\n\\param[in] dev Device that will be associated\nwith the multicast logical endpoint.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointAddDevice` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21742,7 +21849,7 @@ pub unsafe fn cuLogicalEndpointAddDevice(leId: CUlogicalEndpointId, dev: CUdevic
     }
 }
 
-#[doc = "\\brief Removes the association of the logical endpoint from the logical endpoint id\n\nRemoves the association between the logical endpoint id and the logical\nendpoint resources. Any memory bound by this process to any device associated\nwith the logical endpoint will be unbound. If this was the last reference to\nthe logical endpoint, all associated resources will be destroyed.\n\n\\param[in] leId Logical endpoint id of the logical endpoint to be destroyed.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21759,7 +21866,7 @@ pub unsafe fn cuLogicalEndpointDestroy(leId: CUlogicalEndpointId) -> CUresult {
     }
 }
 
-#[doc = "\\brief Bind a memory allocation represented by a virtual address to a logical endpoint\n\nBinds the memory allocation specified by its mapped address \\p ptr to a\nlogical endpoint represented by \\p leId at the offset \\p offset.\nThe memory must have been allocated via ::cuMemCreate or ::cudaMallocAsync.\nThe intended \\p size of the bind, the \\p offset in the logical endpoint range\nand \\p ptr must be multiples of the value for \\p bindAlignment as returned\nby ::cuLogicalEndpointGetLimits.\n\nThe \\p size cannot be larger than the size of the allocated memory.\nSimilarly the \\p size + \\p offset cannot be larger than the total size of the\nlogical endpoint.\n\nFor device memory, i.e., type ::CU_MEM_LOCATION_TYPE_DEVICE, the memory\nallocation must have been created on the device specified by \\p dev.\nFor host NUMA memory, i.e., type ::CU_MEM_LOCATION_TYPE_HOST_NUMA, the memory\nallocation must have been created on the CPU NUMA node closest to \\p dev.\nThat is, the value returned when querying ::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID\nfor \\p dev, must be the CPU NUMA node where the memory was allocated.\n\nFor multicast endpoints, the device named by \\p dev must have been added to\nthe multicast team via ::cuLogicalEndpointAddDevice.\n\nFor unicast endpoints the device named by \\p dev must be the owner device\nspecified during ::cuLogicalEndpointCreate via\n::CUlogicalEndpointProp::unicast::device.\n\nExternally shareable as well as imported multicast endpoints can be bound\nonly to externally shareable memory.\nImported unicast endpoints cannot be bound to any memory.\n\nThis call will return ::CUDA_ERROR_INVALID_VALUE if ::cuLogicalEndpointQuery\nhas not been called for the logical endpoint to ensure that the endpoint is\nready for memory binding.\n\nNote that this call will return ::CUDA_ERROR_OUT_OF_MEMORY if there are\ninsufficient resources required to perform the bind. This call may also\nreturn ::CUDA_ERROR_SYSTEM_NOT_READY if the necessary system software is not\ninitialized or running. This call may return ::CUDA_ERROR_ILLEGAL_STATE if the\nsystem configuration is in an illegal state. In such cases, to continue using\nlogical endpoints, verify that the system configuration is in a valid state\nand all required driver daemons are running properly.\n\n\\param[in] leId Logical endpoint to which memory will be associated.\n\\param[in] dev Device on which the memory will be bound to the logical endpoint\n\\param[in] offset Offset into the logical endpoint space.\n\\param[in] ptr Virtual address of the memory allocation.\n\\param[in] size Size of memory that will be bound to the logical endpoint.\n\\param[in] flags Flags for future use, must be zero for now.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointBindAddr` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21776,7 +21883,7 @@ pub unsafe fn cuLogicalEndpointBindAddr(leId: CUlogicalEndpointId, dev: CUdevice
     }
 }
 
-#[doc = "\\brief Binds memory object represented by a handle to the logical endpoint\n\nBinds the memory allocation specified by \\p memHandle to a logical endpoint\nrepresented by \\p leId at the offset \\p offset. The memory must have been\nallocated via ::cuMemCreate. The intended \\p size of the\nbind, the offset in the logical endpoint range \\p offset and the offset in\nthe memory handle \\p memOffset must be multiples of the value for\n\\p bindAlignment as returned by ::cuLogicalEndpointGetLimits.\n\nThe \\p size + \\p memOffset cannot be larger than the size of the allocated\nmemory. Similarly the \\p size + \\p offset cannot be larger than the total\nsize of the logical endpoint.\n\nFor device memory, i.e., type ::CU_MEM_LOCATION_TYPE_DEVICE, the memory\nallocation must have been created on the device specified by \\p dev.\nFor host NUMA memory, i.e., type ::CU_MEM_LOCATION_TYPE_HOST_NUMA, the memory\nallocation must have been created on the CPU NUMA node closest to \\p dev.\nThat is, the value returned when querying ::CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID\nfor \\p dev, must be the CPU NUMA node where the memory was allocated.\n\nFor multicast endpoints, the device named by \\p dev must have been added to\nthe multicast team via ::cuLogicalEndpointAddDevice.\n\nFor unicast endpoints the device named by \\p dev must be the owner device\nspecified during ::cuLogicalEndpointCreate via\n::CUlogicalEndpointProp::unicast::device.\n\nExternally shareable as well as imported multicast endpoints can be bound\nonly to externally shareable memory.\nImported unicast endpoints cannot be bound to any memory.\n\nThis call will return ::CUDA_ERROR_INVALID_VALUE if ::cuLogicalEndpointQuery\nhas not been called for the logical endpoint to ensure that the endpoint is\nready for memory binding.\n\nNote that this call will return ::CUDA_ERROR_OUT_OF_MEMORY if there are\ninsufficient resources required to perform the bind. This call may also\nreturn ::CUDA_ERROR_SYSTEM_NOT_READY if the necessary system software is not\ninitialized or running. This call may return ::CUDA_ERROR_ILLEGAL_STATE if the\nsystem configuration is in an illegal state. In such cases, to continue using\nlogical endpoints, verify that the system configuration is in a valid state\nand all required driver daemons are running properly.\n\n\\param[in] leId Logical endpoint to which memory will be associated.\n\\param[in] dev Device on which the memory will be bound to the logical endpoint\n\\param[in] offset Offset into the logical endpoint space.\n\\param[in] memHandle Handle representing a memory allocation.\n\\param[in] memOffset Offset into the memory for the attachment\n\\param[in] size Size of memory that will be bound to the logical endpoint.\n\\param[in] flags Flags for future use, must be zero for now.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointBindMem` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21793,7 +21900,7 @@ pub unsafe fn cuLogicalEndpointBindMem(leId: CUlogicalEndpointId, dev: CUdevice,
     }
 }
 
-#[doc = "\\brief Unbinds any binding at offset from the logical endpoint\n\nUnbinds any memory allocations bound to the logical endpoint on \\p dev at\n\\p offset and up to the given \\p size. The intended \\p size of the unbind and\nthe offset in the logical endpoint range \\p offset must be multiples of the\nvalue for \\p bindAlignment as returned by ::cuLogicalEndpointGetLimits.\n\n\\note\nThe \\p offset must correspond to a value specified during a bind call.\nThe \\p size must either match the bind call of the offset or be the combined\n\\p size of multiple bind calls. The \\p size + \\p offset must fully enclose\nall bindings that are covered.\n\n\\param[in] leId Logical endpoint id representing a logical endpoint.\n\\param[in] dev Device on which the memory is bound to the logical endpoint\n\\param[in] offset Offset into the logical endpoint.\n\\param[in] size Desired size to unbind.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointUnbind` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21810,7 +21917,7 @@ pub unsafe fn cuLogicalEndpointUnbind(leId: CUlogicalEndpointId, dev: CUdevice, 
     }
 }
 
-#[doc = "\\brief Exports a logical endpoint associated with leId to an IPC handle\n\nGiven a logical endpoint id \\p leId, create a shareable handle \\p handle that\ncan be used to share the logical endpoint with other processes. The recipient\nprocess can convert the shareable handle back into a logical endpoint id\nusing ::cuLogicalEndpointImport.\nThe implementation of what this \\p handle is and how it can be transferred is\ndefined by the requested handle type in \\p handletype.\n\n\\param[out] handle Pointer to the location in which to store the requested\nhandle type.\n\\param[in] leId Logical endpoint id of logical endpoint.\n\\param[in] handleType Type of shareable handle requested.\nDefines type and size of the handle output parameter.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointExport` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21827,7 +21934,7 @@ pub unsafe fn cuLogicalEndpointExport(handle: *mut ::std::os::raw::c_void, leId:
     }
 }
 
-#[doc = "\\brief Imports a logical endpoint from the given IPC handle and associates it with a logical endpoint id\n\nImports a logical endpoint from the given IPC \\p handle and associates it\nwith the logical endpoint id specified by \\p leId.\n\nIf the current process cannot support the logical endpoint described by the\nshareable handle, this API will error as ::CUDA_ERROR_NOT_SUPPORTED.\nIf \\p handle is of type ::CU_LOGICAL_ENDPOINT_IPC_HANDLE_TYPE_FABRIC and the\nimporter process does not have access permissions,\nthen ::CUDA_ERROR_NOT_PERMITTED will be returned\n\n\\param[in] leId Logical endpoint id that will be used to access the exported\nlogical endpoint.\n\\param[in] handle Shareable handle representing the logical endpoint that is\nto be imported.\n\\param[in] handleType Handle type of the exported handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointGetLimits,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointImport` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21844,7 +21951,7 @@ pub unsafe fn cuLogicalEndpointImport(leId: CUlogicalEndpointId, handle: *const 
     }
 }
 
-#[doc = "\\brief Calculates the minimum alignment and the maximum size for the given logical endpoint properties\n\nThe \\p bindAlignment can be used as a multiple for size and bind offset\nvalues. The \\p maxSize is the maximum size of the logical endpoint.\nIf \\p maxSize is less than ::CUlogicalEndpointProp:size the user must adjust\nthe request to the smaller value.\n\n\\param[out] bindAlignment Minimum alignment granularity of the proposed\nlogical endpoint.\n\\param[out] maxSize Maximum size of the logical endpoint.\n\\param[in] prop Properties of the logical endpoint.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointQuery"]
+/// `cuLogicalEndpointGetLimits` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21861,7 +21968,7 @@ pub unsafe fn cuLogicalEndpointGetLimits(bindAlignment: *mut cuuint64_t, maxSize
     }
 }
 
-#[doc = "\\brief Determines if all logical endpoints in the range have been successfully constructed\n\nQueries the driver to determine if all logical endpoints in the given range\nstarting at \\p leId and extending for \\p count have been successfully\nconstructed.\n\nProvides a mechanism to ensure that it is safe to begin using a logical\nendpoint ID. Using a logical endpoint ID before verifying that it is fully\nconstructed can result in undefined behavior.\n\nThis is not a blocking API, it returns immediately with a \\p queryStatus of 0\nif any logical endpoint ID in the given range is not fully constructed,\nand a non-zero value otherwise.\n\nConstruction of a multicast logical endpoint may fail here if the devices\nadded via ::cuLogicalEndpointAddDevice do not belong to the same clique.\n\nThis API may return ::CUDA_ERROR_ILLEGAL_STATE if no devices are found on\nwhich this logical endpoint can be accessed.\n\n\\param[in] leId First logical endpoint ID to be queried.\n\\param[in] count Number of logical endpoints IDs to be queried.\n\\param[out] queryStatus Status of the logical endpoints.\nReturns 0 if any logical endpoint in the given range\nis not fully constructed,\nand non-zero if all logical endpoints in the given\nrange are fully constructed.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY,\n::CUDA_ERROR_SYSTEM_NOT_READY,\n::CUDA_ERROR_ILLEGAL_STATE\n\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointIdReserve,\n::cuLogicalEndpointIdRelease,\n::cuLogicalEndpointAddDevice,\n::cuLogicalEndpointDestroy,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem,\n::cuLogicalEndpointUnbind,\n::cuLogicalEndpointExport,\n::cuLogicalEndpointImport,\n::cuLogicalEndpointGetLimits"]
+/// `cuLogicalEndpointQuery` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21878,7 +21985,7 @@ pub unsafe fn cuLogicalEndpointQuery(leId: CUlogicalEndpointId, count: cuuint32_
     }
 }
 
-#[doc = "\\brief Performs a batch of copies over a fabric asynchronously.\n\nThe batch as a whole executes in stream order but copies within a batch are\nnot guaranteed to execute in any specific order. Specifying dependent copies\nwithin a single batch results in undefined behavior.\n\nPerforms copies as specified in the \\p opList array. The length of this array\nis specified in \\p numOps. Each entry describes a copy operation including\nsource and destination operands (::CUDA_FABRIC_COPY_BATCH_OP::src and\n::CUDA_FABRIC_COPY_BATCH_OP::dst) and the size in bytes\n(::CUDA_FABRIC_COPY_BATCH_OP::size). A size of zero makes that operation a\nno-op while preserving its position in the batch. Its operands are still\nvalidated.\n\nThe following operand type combinations are supported:\n- ::CU_FABRIC_COPY_OPERAND_TYPE_POINTER to ::CU_FABRIC_COPY_OPERAND_TYPE_POINTER:\nCopy between two device-accessible pointers. At least one operand must be\nlocal to the stream's device.\n- ::CU_FABRIC_COPY_OPERAND_TYPE_POINTER to ::CU_FABRIC_COPY_OPERAND_TYPE_LOGICAL_ENDPOINT:\n-- copy from a local pointer to a remote UNICAST or MULTICAST logical\nendpoint at the specified offset.\n- ::CU_FABRIC_COPY_OPERAND_TYPE_LOGICAL_ENDPOINT to ::CU_FABRIC_COPY_OPERAND_TYPE_POINTER:\n-- copy from a remote UNICAST logical endpoint at the specified offset\nto a local pointer.\n\nA single batch may contain a heterogeneous mix of operation types.\n\nFor a POINTER operand, ::CUfabricCpyOperand::op::ptr::ptr must contain the\npointer where the copy begins. For managed memory or pageable memory on\nsupported devices, ::CUfabricCpyOperand::op::ptr::locHint may hint the\nlocation of the operand.\n\nFor a LOGICAL_ENDPOINT operand, ::CUfabricCpyOperand::op::le::id specifies\nthe logical endpoint and ::CUfabricCpyOperand::op::le::offset specifies the\nbyte offset into that endpoint.\n\n\\notes\n1. Source and destination are always accessed in stream order. So care must\nbe taken to ensure that neither operand is deallocated before the copy has\ncompleted. In particular, if the source is ephemeral, e.g., a stack\nvariable, then the stream must be synchronized before the variable goes\nout of scope.\n2. For pointer-to-pointer copies, at least one operand must be local.\nFor copies involving a pointer and a logical endpoint, the pointer must\nbe local. Being \"local\" means it resides either on the stream's device,\nor in the host memory.\n3. All operands must be accessible from the stream's device.\n4. This API is only available on platforms that support logical endpoints.\nIt returns ::CUDA_ERROR_NOT_SUPPORTED on all other configurations.\n\n\\param numOps  - Total number of copy operations.\n\\param opList  - Array of size \\p numOps containing the copy operations.\n\\param flags   - Flags for future use, must be zero.\n\\param hStream - Stream to enqueue the operations in. Must not be the\nlegacy NULL stream.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\\note_async\n\n\\sa\n::cuLogicalEndpointCreate,\n::cuLogicalEndpointBindAddr,\n::cuLogicalEndpointBindMem"]
+/// `cuFabricCpyBatchAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21895,7 +22002,7 @@ pub unsafe fn cuFabricCpyBatchAsync(numOps: usize, opList: *mut CUDA_FABRIC_COPY
     }
 }
 
-#[doc = "\\brief Returns information about a pointer\n\nThe supported attributes are:\n\n- ::CU_POINTER_ATTRIBUTE_CONTEXT:\n\nReturns in \\p *data the ::CUcontext in which \\p ptr was allocated or\nregistered.\nThe type of \\p data must be ::CUcontext *.\n\nIf \\p ptr was not allocated by, mapped by, or registered with\na ::CUcontext which uses unified virtual addressing then\n::CUDA_ERROR_INVALID_VALUE is returned.\n\n- ::CU_POINTER_ATTRIBUTE_MEMORY_TYPE:\n\nReturns in \\p *data the physical memory type of the memory that\n\\p ptr addresses as a ::CUmemorytype enumerated value.\nThe type of \\p data must be unsigned int.\n\nIf \\p ptr addresses device memory then \\p *data is set to\n::CU_MEMORYTYPE_DEVICE.  The particular ::CUdevice on which the\nmemory resides is the ::CUdevice of the ::CUcontext returned by the\n::CU_POINTER_ATTRIBUTE_CONTEXT attribute of \\p ptr.\n\nIf \\p ptr addresses host memory then \\p *data is set to\n::CU_MEMORYTYPE_HOST.\n\nIf \\p ptr was not allocated by, mapped by, or registered with\na ::CUcontext which uses unified virtual addressing then\n::CUDA_ERROR_INVALID_VALUE is returned.\n\nIf the current ::CUcontext does not support unified virtual\naddressing then ::CUDA_ERROR_INVALID_CONTEXT is returned.\n\n- ::CU_POINTER_ATTRIBUTE_DEVICE_POINTER:\n\nReturns in \\p *data the device pointer value through which\n\\p ptr may be accessed by kernels running in the current\n::CUcontext.\nThe type of \\p data must be CUdeviceptr *.\n\nIf there exists no device pointer value through which\nkernels running in the current ::CUcontext may access\n\\p ptr then ::CUDA_ERROR_INVALID_VALUE is returned.\n\nIf there is no current ::CUcontext then\n::CUDA_ERROR_INVALID_CONTEXT is returned.\n\nExcept in the exceptional disjoint addressing cases discussed\nbelow, the value returned in \\p *data will equal the input\nvalue \\p ptr.\n\n- ::CU_POINTER_ATTRIBUTE_HOST_POINTER:\n\nReturns in \\p *data the host pointer value through which\n\\p ptr may be accessed by by the host program.\nThe type of \\p data must be void **.\nIf there exists no host pointer value through which\nthe host program may directly access \\p ptr then\n::CUDA_ERROR_INVALID_VALUE is returned.\n\nExcept in the exceptional disjoint addressing cases discussed\nbelow, the value returned in \\p *data will equal the input\nvalue \\p ptr.\n\n- ::CU_POINTER_ATTRIBUTE_P2P_TOKENS:\n\nReturns in \\p *data two tokens for use with the nv-p2p.h Linux\nkernel interface. \\p data must be a struct of type\nCUDA_POINTER_ATTRIBUTE_P2P_TOKENS.\n\n\\p ptr must be a pointer to memory obtained from :cuMemAlloc().\nNote that p2pToken and vaSpaceToken are only valid for the\nlifetime of the source allocation. A subsequent allocation at\nthe same address may return completely different tokens.\nQuerying this attribute has a side effect of setting the attribute\n::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS for the region of memory that\n\\p ptr points to.\n\n- ::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:\n\nA boolean attribute which when set, ensures that synchronous memory operations\ninitiated on the region of memory that \\p ptr points to will always synchronize.\nSee further documentation in the section titled \"API synchronization behavior\"\nto learn more about cases when synchronous memory operations can\nexhibit asynchronous behavior.\n\n- ::CU_POINTER_ATTRIBUTE_BUFFER_ID:\n\nReturns in \\p *data a buffer ID which is guaranteed to be unique within the process.\n\\p data must point to an unsigned long long.\n\n\\p ptr must be a pointer to memory obtained from a CUDA memory allocation API.\nEvery memory allocation from any of the CUDA memory allocation APIs will\nhave a unique ID over a process lifetime. Subsequent allocations do not reuse IDs\nfrom previous freed allocations. IDs are only unique within a single process.\n\n\n- ::CU_POINTER_ATTRIBUTE_IS_MANAGED:\n\nReturns in \\p *data a boolean that indicates whether the pointer points to\nmanaged memory or not.\n\nIf \\p ptr is not a valid CUDA pointer then ::CUDA_ERROR_INVALID_VALUE is returned.\n\n- ::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:\n\nReturns in \\p *data an integer representing a device ordinal of a device against\nwhich the memory was allocated or registered.\n\n- ::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:\n\nReturns in \\p *data a boolean that indicates if this pointer maps to\nan allocation that is suitable for ::cudaIpcGetMemHandle.\n\n- ::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:\n\nReturns in \\p *data the starting address for the allocation referenced\nby the device pointer \\p ptr.  Note that this is not necessarily the\naddress of the mapped region, but the address of the mappable address\nrange \\p ptr references (e.g. from ::cuMemAddressReserve).\n\n- ::CU_POINTER_ATTRIBUTE_RANGE_SIZE:\n\nReturns in \\p *data the size for the allocation referenced by the device\npointer \\p ptr.  Note that this is not necessarily the size of the mapped\nregion, but the size of the mappable address range \\p ptr references\n(e.g. from ::cuMemAddressReserve).  To retrieve the size of the mapped\nregion, see ::cuMemGetAddressRange\n\n- ::CU_POINTER_ATTRIBUTE_MAPPED:\n\nReturns in \\p *data a boolean that indicates if this pointer is in a\nvalid address range that is mapped to a backing allocation.\n\n- ::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:\n\nReturns a bitmask of the allowed handle types for an allocation that may\nbe passed to ::cuMemExportToShareableHandle.\n\n- ::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:\n\nReturns in \\p *data a boolean that indicates if the memory this pointer is\nreferencing can be used with the GPUDirect RDMA API.\n\n- ::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:\n\nReturns in \\p *data the handle to the mempool that the allocation was obtained from.\n\n- ::CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:\n\nReturns in \\p *data a boolean that indicates whether the pointer points\nto memory that is capable to be used for hardware accelerated\ndecompression.\n- ::CU_POINTER_ATTRIBUTE_LOCALITY_DOMAIN_ORDINAL:\n\nReturns in \\p *data an integer representing the locality domain ordinal of the allocation,\nor -1 if the allocation is not localized to a locality domain.\n\n\\par\n\nNote that for most allocations in the unified virtual address space\nthe host and device pointer for accessing the allocation will be the\nsame.  The exceptions to this are\n- user memory registered using ::cuMemHostRegister\n- host memory allocated using ::cuMemHostAlloc with the\n::CU_MEMHOSTALLOC_WRITECOMBINED flag\nFor these types of allocation there will exist separate, disjoint host\nand device addresses for accessing the allocation.  In particular\n- The host address will correspond to an invalid unmapped device address\n(which will result in an exception if accessed from the device)\n- The device address will correspond to an invalid unmapped host address\n(which will result in an exception if accessed from the host).\nFor these types of allocations, querying ::CU_POINTER_ATTRIBUTE_HOST_POINTER\nand ::CU_POINTER_ATTRIBUTE_DEVICE_POINTER may be used to retrieve the host\nand device addresses from either address.\n\n\\param data      - Returned pointer attribute value\n\\param attribute - Pointer attribute to query\n\\param ptr       - Pointer\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuPointerSetAttribute,\n::cuMemAlloc,\n::cuMemFree,\n::cuMemAllocHost,\n::cuMemFreeHost,\n::cuMemHostAlloc,\n::cuMemHostRegister,\n::cuMemHostUnregister,\n::cudaPointerGetAttributes"]
+/// `cuPointerGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21912,6 +22019,7 @@ pub unsafe fn cuPointerGetAttribute(data: *mut ::std::os::raw::c_void, attribute
     }
 }
 
+/// `cuMemPrefetchAsync_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemPrefetchAsync` introduced in CUDA 12.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21919,6 +22027,7 @@ pub unsafe fn cuPointerGetAttribute(data: *mut ::std::os::raw::c_void, attribute
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemPrefetchAsync_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemPrefetchAsync")]
 #[inline]
 pub unsafe fn cuMemPrefetchAsync_v2(devPtr: CUdeviceptr, count: usize, location: CUmemLocation, flags: ::std::os::raw::c_uint, hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -21928,6 +22037,7 @@ pub unsafe fn cuMemPrefetchAsync_v2(devPtr: CUdeviceptr, count: usize, location:
     }
 }
 
+/// `cuMemAdvise_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuMemAdvise` introduced in CUDA 12.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21935,6 +22045,7 @@ pub unsafe fn cuMemPrefetchAsync_v2(devPtr: CUdeviceptr, count: usize, location:
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuMemAdvise_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuMemAdvise")]
 #[inline]
 pub unsafe fn cuMemAdvise_v2(devPtr: CUdeviceptr, count: usize, advice: CUmem_advise, location: CUmemLocation) -> CUresult {
     match crate::driver() {
@@ -21944,6 +22055,7 @@ pub unsafe fn cuMemAdvise_v2(devPtr: CUdeviceptr, count: usize, advice: CUmem_ad
     }
 }
 
+/// `cuMemPrefetchBatchAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21960,6 +22072,7 @@ pub unsafe fn cuMemPrefetchBatchAsync(dptrs: *mut CUdeviceptr, sizes: *mut usize
     }
 }
 
+/// `cuMemDiscardBatchAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21976,6 +22089,7 @@ pub unsafe fn cuMemDiscardBatchAsync(dptrs: *mut CUdeviceptr, sizes: *mut usize,
     }
 }
 
+/// `cuMemDiscardAndPrefetchBatchAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -21992,7 +22106,7 @@ pub unsafe fn cuMemDiscardAndPrefetchBatchAsync(dptrs: *mut CUdeviceptr, sizes: 
     }
 }
 
-#[doc = "\\brief Gets residency information for a memory address range\n\nRetrieves memory location information for the specified address range starting at \\p ptr\nwith size \\p size. The API summarizes the location information with a granularity specified\nby \\p summaryGranularity. For each summary region, the API determines the most common location\nby sampling memory at intervals defined by \\p samplingGranularity within that region.\n\nThe location information is returned in the \\p location_out array, with one entry per summary region.\nThe total number of locations returned will be ceil(size/summaryGranularity). The user is expected to\nallocate the \\p location_out array with sufficient memory.\n\nFor example, with an address range of 1GB, a \\p summaryGranularity of 128MB, and a \\p samplingGranularity of 2MB,\nthe function will:\n- Divide the 1GB range into 8 summary regions of 128MB each\n- Within each 128MB region, sample every 2MB to determine the most common location. If there is a\ntie a random winner is chosen.\n- Populate the \\p location_out array with 8 entries, one for each 128MB region\n\\p summaryGranularity should be less than or equal to \\p size and greater than 0. \\p samplingGranularity should\nbe less than or equal to \\p summaryGranularity. If the \\p samplingGranularity is set to 0, a system dependent value is\nused as the granularity. In all other cases, the call returns ::CUDA_ERROR_INVALID_VALUE.\n\nWhen the memory is not resident on any processor, the call returns ::CUDA_SUCCESS and the returned location\ntype for that interval is ::CU_MEM_LOCATION_TYPE_NONE.\n\nThe memory range must refer to one of the following:\n- Managed memory allocated via ::cuMemAllocManaged, via ::cuMemAllocFromPool\nfrom a managed memory pool or declared via __managed__ variables.\n- System-allocated pageable memory that is not registered via ::cuMemHostRegister.\nIf the memory range does not refer to one of the above, the call returns ::CUDA_ERROR_INVALID_VALUE.\n\nAll devices on the system must have non-zero value of device attribute ::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS.\nIf not, this call returns ::CUDA_ERROR_NOT_SUPPORTED.\n\n\\param ptr                 - Starting address of the memory range to query\n\\param size                - Size in bytes of the memory range to query\n\\param summaryGranularity  - Granularity in bytes at which to summarize location information\n\\param samplingGranularity - Granularity in bytes at which to sample memory within each summary region\n\\param location_out        - Array to store location information, one entry per summary region\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr"]
+/// `cuMemGetLocationInfo` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22009,7 +22123,7 @@ pub unsafe fn cuMemGetLocationInfo(ptr: CUdeviceptr, size: usize, summaryGranula
     }
 }
 
-#[doc = "\\brief Query an attribute of a given memory range\n\nQuery an attribute about the memory range starting at \\p devPtr with a size of \\p count bytes. The\nmemory range must refer to managed memory allocated via ::cuMemAllocManaged or declared via\n__managed__ variables.\n\nThe \\p attribute parameter can take the following values:\n- ::CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY: If this attribute is specified, \\p data will be interpreted\nas a 32-bit integer, and \\p dataSize must be 4. The result returned will be 1 if all pages in the given\nmemory range have read-duplication enabled, or 0 otherwise.\n- ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION: If this attribute is specified, \\p data will be\ninterpreted as a 32-bit integer, and \\p dataSize must be 4. The result returned will be a GPU device\nid if all pages in the memory range have that GPU as their preferred location, or it will be CU_DEVICE_CPU\nif all pages in the memory range have the CPU as their preferred location, or it will be CU_DEVICE_INVALID\nif either all the pages don't have the same preferred location or some of the pages don't have a\npreferred location at all. Note that the actual location of the pages in the memory range at the time of\nthe query may be different from the preferred location.\n- ::CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: If this attribute is specified, \\p data will be interpreted\nas an array of 32-bit integers, and \\p dataSize must be a non-zero multiple of 4. The result returned\nwill be a list of device ids that had ::CU_MEM_ADVISE_SET_ACCESSED_BY set for that entire memory range.\nIf any device does not have that advice set for the entire memory range, that device will not be included.\nIf \\p data is larger than the number of devices that have that advice set for that memory range,\nCU_DEVICE_INVALID will be returned in all the extra space provided. For ex., if \\p dataSize is 12\n(i.e. \\p data has 3 elements) and only device 0 has the advice set, then the result returned will be\n{ 0, CU_DEVICE_INVALID, CU_DEVICE_INVALID }. If \\p data is smaller than the number of devices that have\nthat advice set, then only as many devices will be returned as can fit in the array. There is no\nguarantee on which specific devices will be returned, however.\n- ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION: If this attribute is specified, \\p data will be\ninterpreted as a 32-bit integer, and \\p dataSize must be 4. The result returned will be the last location\nto which all pages in the memory range were prefetched explicitly via ::cuMemPrefetchAsync. This will either be\na GPU id or CU_DEVICE_CPU depending on whether the last location for prefetch was a GPU or the CPU\nrespectively. If any page in the memory range was never explicitly prefetched or if all pages were not\nprefetched to the same location, CU_DEVICE_INVALID will be returned. Note that this simply returns the\nlast location that the application requested to prefetch the memory range to. It gives no indication as to\nwhether the prefetch operation to that location has completed or even begun.\n- ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE: If this attribute is specified, \\p data will be\ninterpreted as a ::CUmemLocationType, and \\p dataSize must be sizeof(CUmemLocationType). The ::CUmemLocationType returned will be\n::CU_MEM_LOCATION_TYPE_DEVICE if all pages in the memory range have the same GPU as their preferred location, or ::CUmemLocationType\nwill be ::CU_MEM_LOCATION_TYPE_HOST if all pages in the memory range have the CPU as their preferred location, or it will be ::CU_MEM_LOCATION_TYPE_HOST_NUMA\nif all the pages in the memory range have the same host NUMA node ID as their preferred location or it will be ::CU_MEM_LOCATION_TYPE_INVALID\nif either all the pages don't have the same preferred location or some of the pages don't have a preferred location at all.\nNote that the actual location type of the pages in the memory range at the time of the query may be different from the preferred location type.\n- ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID: If this attribute is specified, \\p data will be\ninterpreted as a 32-bit integer, and \\p dataSize must be 4. If the ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE query for the same address range\nreturns ::CU_MEM_LOCATION_TYPE_DEVICE, it will be a valid device ordinal or if it returns ::CU_MEM_LOCATION_TYPE_HOST_NUMA, it will be a valid host NUMA node ID\nor if it returns any other location type, the id should be ignored.\n- ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE: If this attribute is specified, \\p data will be\ninterpreted as a ::CUmemLocationType, and \\p dataSize must be sizeof(CUmemLocationType). The result returned will be the last location\nto which all pages in the memory range were prefetched explicitly via ::cuMemPrefetchAsync. The ::CUmemLocationType returned\nwill be ::CU_MEM_LOCATION_TYPE_DEVICE if the last prefetch location was a GPU or ::CU_MEM_LOCATION_TYPE_HOST if it was the CPU or ::CU_MEM_LOCATION_TYPE_HOST_NUMA if\nthe last prefetch location was a specific host NUMA node. If any page in the memory range was never explicitly prefetched or if all pages were not\nprefetched to the same location, ::CUmemLocationType will be ::CU_MEM_LOCATION_TYPE_INVALID.\nNote that this simply returns the last location type that the application requested to prefetch the memory range to. It gives no indication as to\nwhether the prefetch operation to that location has completed or even begun.\n- ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID: If this attribute is specified, \\p data will be\ninterpreted as a 32-bit integer, and \\p dataSize must be 4. If the ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE query for the same address range\nreturns ::CU_MEM_LOCATION_TYPE_DEVICE, it will be a valid device ordinal or if it returns ::CU_MEM_LOCATION_TYPE_HOST_NUMA, it will be a valid host NUMA node ID\nor if it returns any other location type, the id should be ignored.\n\n\\param data      - A pointers to a memory location where the result\nof each attribute query will be written to.\n\\param dataSize  - Array containing the size of data\n\\param attribute - The attribute to query\n\\param devPtr    - Start of the range to query\n\\param count     - Size of the range to query\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\\note_async\n\\note_null_stream\n\n\\sa ::cuMemRangeGetAttributes, ::cuMemPrefetchAsync,\n::cuMemAdvise,\n::cudaMemRangeGetAttribute"]
+/// `cuMemRangeGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22026,7 +22140,7 @@ pub unsafe fn cuMemRangeGetAttribute(data: *mut ::std::os::raw::c_void, dataSize
     }
 }
 
-#[doc = "\\brief Query attributes of a given memory range.\n\nQuery attributes of the memory range starting at \\p devPtr with a size of \\p count bytes. The\nmemory range must refer to managed memory allocated via ::cuMemAllocManaged or declared via\n__managed__ variables. The \\p attributes array will be interpreted to have \\p numAttributes\nentries. The \\p dataSizes array will also be interpreted to have \\p numAttributes entries.\nThe results of the query will be stored in \\p data.\n\nThe list of supported attributes are given below. Please refer to ::cuMemRangeGetAttribute for\nattribute descriptions and restrictions.\n\n- ::CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY\n- ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION\n- ::CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY\n- ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION\n- ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE\n- ::CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID\n- ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE\n- ::CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID\n\n\\param data          - A two-dimensional array containing pointers to memory\nlocations where the result of each attribute query will be written to.\n\\param dataSizes     - Array containing the sizes of each result\n\\param attributes    - An array of attributes to query\n(numAttributes and the number of attributes in this array should match)\n\\param numAttributes - Number of attributes to query\n\\param devPtr        - Start of the range to query\n\\param count         - Size of the range to query\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa ::cuMemRangeGetAttribute, ::cuMemAdvise,\n::cuMemPrefetchAsync,\n::cudaMemRangeGetAttributes"]
+/// `cuMemRangeGetAttributes` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22043,7 +22157,7 @@ pub unsafe fn cuMemRangeGetAttributes(data: *mut *mut ::std::os::raw::c_void, da
     }
 }
 
-#[doc = "\\brief Set attributes on a previously allocated memory region\n\nThe supported attributes are:\n\n- ::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:\n\nA boolean attribute that can either be set (1) or unset (0). When set,\nthe region of memory that \\p ptr points to is guaranteed to always synchronize\nmemory operations that are synchronous. If there are some previously initiated\nsynchronous memory operations that are pending when this attribute is set, the\nfunction does not return until those memory operations are complete.\nSee further documentation in the section titled \"API synchronization behavior\"\nto learn more about cases when synchronous memory operations can\nexhibit asynchronous behavior.\n\\p value will be considered as a pointer to an unsigned integer to which this attribute is to be set.\n\n\\param value     - Pointer to memory containing the value to be set\n\\param attribute - Pointer attribute to set\n\\param ptr       - Pointer to a memory region allocated using CUDA memory allocation APIs\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa ::cuPointerGetAttribute,\n::cuPointerGetAttributes,\n::cuMemAlloc,\n::cuMemFree,\n::cuMemAllocHost,\n::cuMemFreeHost,\n::cuMemHostAlloc,\n::cuMemHostRegister,\n::cuMemHostUnregister"]
+/// `cuPointerSetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22060,7 +22174,7 @@ pub unsafe fn cuPointerSetAttribute(value: *const ::std::os::raw::c_void, attrib
     }
 }
 
-#[doc = "\\brief Returns information about a pointer.\n\nThe supported attributes are (refer to ::cuPointerGetAttribute for attribute descriptions and restrictions):\n\n- ::CU_POINTER_ATTRIBUTE_CONTEXT\n- ::CU_POINTER_ATTRIBUTE_MEMORY_TYPE\n- ::CU_POINTER_ATTRIBUTE_DEVICE_POINTER\n- ::CU_POINTER_ATTRIBUTE_HOST_POINTER\n- ::CU_POINTER_ATTRIBUTE_SYNC_MEMOPS\n- ::CU_POINTER_ATTRIBUTE_BUFFER_ID\n- ::CU_POINTER_ATTRIBUTE_IS_MANAGED\n- ::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL\n- ::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR\n- ::CU_POINTER_ATTRIBUTE_RANGE_SIZE\n- ::CU_POINTER_ATTRIBUTE_MAPPED\n- ::CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE\n- ::CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES\n- ::CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE\n- ::CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE\n- ::CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE\n\n\\param numAttributes - Number of attributes to query\n\\param attributes    - An array of attributes to query\n(numAttributes and the number of attributes in this array should match)\n\\param data          - A two-dimensional array containing pointers to memory\nlocations where the result of each attribute query will be written to.\n\\param ptr           - Pointer to query\n\nUnlike ::cuPointerGetAttribute, this function will not return an error when the \\p ptr\nencountered is not a valid CUDA pointer. Instead, the attributes are assigned default NULL values\nand CUDA_SUCCESS is returned.\n\nIf \\p ptr was not allocated by, mapped by, or registered with a ::CUcontext which uses UVA\n(Unified Virtual Addressing), ::CUDA_ERROR_INVALID_CONTEXT is returned.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuPointerGetAttribute,\n::cuPointerSetAttribute,\n::cudaPointerGetAttributes"]
+/// `cuPointerGetAttributes` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22077,7 +22191,7 @@ pub unsafe fn cuPointerGetAttributes(numAttributes: ::std::os::raw::c_uint, attr
     }
 }
 
-#[doc = "\\brief Create a stream\n\nCreates a stream and returns a handle in \\p phStream.  The \\p Flags argument\ndetermines behaviors of the stream.\n\nValid values for \\p Flags are:\n- ::CU_STREAM_DEFAULT: Default stream creation flag.\n- ::CU_STREAM_NON_BLOCKING: Specifies that work running in the created\nstream may run concurrently with work in stream 0 (the NULL stream), and that\nthe created stream should perform no implicit synchronization with stream 0.\n\n\\param phStream - Returned newly created stream\n\\param Flags    - Parameters for stream creation\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY\n::CUDA_ERROR_EXTERNAL_DEVICE\n\\notefnerr\n\n\\sa ::cuStreamDestroy,\n::cuStreamCreateWithPriority,\n::cuGreenCtxStreamCreate,\n::cuStreamGetPriority,\n::cuStreamGetFlags,\n::cuStreamGetDevice\n::cuStreamWaitEvent,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamAddCallback,\n::cudaStreamCreate,\n::cudaStreamCreateWithFlags"]
+/// `cuStreamCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22094,7 +22208,7 @@ pub unsafe fn cuStreamCreate(phStream: *mut CUstream, Flags: ::std::os::raw::c_u
     }
 }
 
-#[doc = "\\brief Create a stream with the given priority\n\nCreates a stream with the specified priority and returns a handle in \\p phStream.\nThis affects the scheduling priority of work in the stream. Priorities provide a\nhint to preferentially run work with higher priority when possible, but do\nnot preempt already-running work or provide any other functional guarantee on\nexecution order.\n\n\\p priority follows a convention where lower numbers represent higher priorities.\n'0' represents default priority. The range of meaningful numerical priorities can\nbe queried using ::cuCtxGetStreamPriorityRange. If the specified priority is\noutside the numerical range returned by ::cuCtxGetStreamPriorityRange,\nit will automatically be clamped to the lowest or the highest number in the range.\n\n\\param phStream    - Returned newly created stream\n\\param flags       - Flags for stream creation. See ::cuStreamCreate for a list of\nvalid flags\n\\param priority    - Stream priority. Lower numbers represent higher priorities.\nSee ::cuCtxGetStreamPriorityRange for more information about\nmeaningful stream priorities that can be passed.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY\n::CUDA_ERROR_EXTERNAL_DEVICE\n\\notefnerr\n\n\\note Stream priorities are supported only on GPUs\nwith compute capability 3.5 or higher.\n\n\\note In the current implementation, only compute kernels launched in\npriority streams are affected by the stream's priority. Stream priorities have\nno effect on host-to-device and device-to-host memory operations.\n\n\\sa ::cuStreamDestroy,\n::cuStreamCreate,\n::cuGreenCtxStreamCreate,\n::cuStreamGetPriority,\n::cuCtxGetStreamPriorityRange,\n::cuStreamGetFlags,\n::cuStreamGetDevice,\n::cuStreamWaitEvent,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamAddCallback,\n::cudaStreamCreateWithPriority"]
+/// `cuStreamCreateWithPriority` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22111,6 +22225,7 @@ pub unsafe fn cuStreamCreateWithPriority(phStream: *mut CUstream, flags: ::std::
     }
 }
 
+/// `cuStreamBeginCaptureToCig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22127,6 +22242,7 @@ pub unsafe fn cuStreamBeginCaptureToCig(hStream: CUstream, streamCigCaptureParam
     }
 }
 
+/// `cuStreamEndCaptureToCig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22143,7 +22259,7 @@ pub unsafe fn cuStreamEndCaptureToCig(hStream: CUstream) -> CUresult {
     }
 }
 
-#[doc = "\\brief Query the priority of a given stream\n\nQuery the priority of a stream created using ::cuStreamCreate, ::cuStreamCreateWithPriority or ::cuGreenCtxStreamCreate\nand return the priority in \\p priority. Note that if the stream was created with a\npriority outside the numerical range returned by ::cuCtxGetStreamPriorityRange,\nthis function returns the clamped priority.\nSee ::cuStreamCreateWithPriority for details about priority clamping.\n\n\\param hStream    - Handle to the stream to be queried\n\\param priority   - Pointer to a signed integer in which the stream's priority is returned\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\notefnerr\n\n\\sa ::cuStreamDestroy,\n::cuStreamCreate,\n::cuStreamCreateWithPriority,\n::cuGreenCtxStreamCreate,\n::cuCtxGetStreamPriorityRange,\n::cuStreamGetFlags,\n::cuStreamGetDevice,\n::cudaStreamGetPriority"]
+/// `cuStreamGetPriority` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22160,7 +22276,7 @@ pub unsafe fn cuStreamGetPriority(hStream: CUstream, priority: *mut ::std::os::r
     }
 }
 
-#[doc = "\\brief Returns the device handle of the stream\n\nReturns in \\p *device the device handle of the stream\n\n\\param hStream - Handle to the stream to be queried\n\\param device - Returns the device to which a stream belongs\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\notefnerr\n\n\\sa\n::cuStreamDestroy,\n::cuStreamCreate,\n::cuGreenCtxStreamCreate,\n::cuStreamGetFlags"]
+/// `cuStreamGetDevice` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22177,7 +22293,7 @@ pub unsafe fn cuStreamGetDevice(hStream: CUstream, device: *mut CUdevice) -> CUr
     }
 }
 
-#[doc = "\\brief Query the flags of a given stream\n\nQuery the flags of a stream created using ::cuStreamCreate, ::cuStreamCreateWithPriority or ::cuGreenCtxStreamCreate\nand return the flags in \\p flags.\n\n\\param hStream    - Handle to the stream to be queried\n\\param flags      - Pointer to an unsigned integer in which the stream's flags are returned\nThe value returned in \\p flags is a logical 'OR' of all flags that\nwere used while creating this stream. See ::cuStreamCreate for the list\nof valid flags\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\notefnerr\n\n\\sa ::cuStreamDestroy,\n::cuStreamCreate,\n::cuGreenCtxStreamCreate,\n::cuStreamGetPriority,\n::cudaStreamGetFlags,\n::cuStreamGetDevice"]
+/// `cuStreamGetFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22194,7 +22310,7 @@ pub unsafe fn cuStreamGetFlags(hStream: CUstream, flags: *mut ::std::os::raw::c_
     }
 }
 
-#[doc = "\\brief Returns the unique Id associated with the stream handle supplied\n\nReturns in \\p streamId the unique Id which is associated with the given stream handle.\nThe Id is unique for the life of the program.\n\nThe stream handle \\p hStream can refer to any of the following:\n<ul>\n<li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate\nand ::cuStreamCreateWithPriority, or their runtime API equivalents such as\n::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.\nPassing an invalid handle will result in undefined behavior.</li>\n<li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and\n::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,\nwhich are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.</li>\n</ul>\n\n\\param hStream    - Handle to the stream to be queried\n\\param streamId   - Pointer to store the Id of the stream\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa ::cuStreamDestroy,\n::cuStreamCreate,\n::cuStreamGetPriority,\n::cudaStreamGetId"]
+/// `cuStreamGetId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22211,7 +22327,7 @@ pub unsafe fn cuStreamGetId(hStream: CUstream, streamId: *mut ::std::os::raw::c_
     }
 }
 
-#[doc = "\\brief Query the context associated with a stream\n\nReturns the CUDA context that the stream is associated with.\n\nIf the stream was created via the API ::cuGreenCtxStreamCreate, the returned context\nis equivalent to the one returned by ::cuCtxFromGreenCtx() on the green context\nassociated with the stream at creation time.\n\nThe stream handle \\p hStream can refer to any of the following:\n<ul>\n<li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate\nand ::cuStreamCreateWithPriority, or their runtime API equivalents such as\n::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.\nThe returned context is the context that was active in the calling thread when the\nstream was created. Passing an invalid handle will result in undefined behavior.</li>\n<li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and\n::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,\nwhich are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.\nSpecifying any of the special handles will return the context current to the\ncalling thread. If no context is current to the calling thread,\n::CUDA_ERROR_INVALID_CONTEXT is returned.</li>\n</ul>\n\n\\param hStream - Handle to the stream to be queried\n\\param pctx    - Returned context associated with the stream\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\n\\sa ::cuStreamDestroy,\n::cuStreamCreateWithPriority,\n::cuStreamGetPriority,\n::cuStreamGetFlags,\n::cuStreamGetDevice\n::cuStreamWaitEvent,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamAddCallback,\n::cudaStreamCreate,\n::cudaStreamCreateWithFlags"]
+/// `cuStreamGetCtx` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22228,7 +22344,7 @@ pub unsafe fn cuStreamGetCtx(hStream: CUstream, pctx: *mut CUcontext) -> CUresul
     }
 }
 
-#[doc = "\\brief Query the contexts associated with a stream\n\nReturns the contexts that the stream is associated with.\n\nIf the stream is associated with a green context, the API returns the green context in \\p pGreenCtx\nand the primary context of the associated device in \\p pCtx.\n\nIf the stream is associated with a regular context, the API returns the regular context in \\p pCtx\nand NULL in \\p pGreenCtx.\n\nThe stream handle \\p hStream can refer to any of the following:\n<ul>\n<li>a stream created via any of the CUDA driver APIs such as ::cuStreamCreate,\n::cuStreamCreateWithPriority and ::cuGreenCtxStreamCreate, or their runtime API equivalents such as\n::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.\nPassing an invalid handle will result in undefined behavior.</li>\n<li>any of the special streams such as the NULL stream, ::CU_STREAM_LEGACY and\n::CU_STREAM_PER_THREAD. The runtime API equivalents of these are also accepted,\nwhich are NULL, ::cudaStreamLegacy and ::cudaStreamPerThread respectively.\nIf any of the special handles are specified, the API will operate on the context current to the\ncalling thread. If a green context (that was converted via ::cuCtxFromGreenCtx() before setting it current)\nis current to the calling thread, the API will return the green context in \\p pGreenCtx\nand the primary context of the associated device in \\p pCtx. If a regular context is current,\nthe API returns the regular context in \\p pCtx and NULL in \\p pGreenCtx.\nNote that specifying ::CU_STREAM_PER_THREAD or ::cudaStreamPerThread will return ::CUDA_ERROR_INVALID_HANDLE\nif a green context is current to the calling thread.\nIf no context is current to the calling thread, ::CUDA_ERROR_INVALID_CONTEXT is returned.</li>\n</ul>\n\n\\param hStream   - Handle to the stream to be queried\n\\param pCtx      - Returned regular context associated with the stream\n\\param pGreenCtx - Returned green context if the stream is associated with a green context or NULL if not\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa ::cuStreamDestroy,\n::cuStreamCreate\n::cuStreamCreateWithPriority,\n::cuGreenCtxStreamCreate,\n::cuStreamGetPriority,\n::cuStreamGetFlags,\n::cuStreamGetDevice,\n::cuStreamWaitEvent,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamAddCallback,\n::cudaStreamCreate,\n::cudaStreamCreateWithFlags,"]
+/// `cuStreamGetCtx_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamGetCtx` introduced in CUDA 12.5.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22245,7 +22361,7 @@ pub unsafe fn cuStreamGetCtx_v2(hStream: CUstream, pCtx: *mut CUcontext, pGreenC
     }
 }
 
-#[doc = "\\brief Make a compute stream wait on an event\n\nMakes all future work submitted to \\p hStream wait for all work captured in\n\\p hEvent.  See ::cuEventRecord() for details on what is captured by an event.\nThe synchronization will be performed efficiently on the device when applicable.\n\\p hEvent may be from a different context or device than \\p hStream.\n\nflags include:\n- ::CU_EVENT_WAIT_DEFAULT: Default event creation flag.\n- ::CU_EVENT_WAIT_EXTERNAL: Event is captured in the graph as an external\nevent node when performing stream capture. This flag is invalid outside\nof stream capture.\n\n\\param hStream - Stream to wait\n\\param hEvent  - Event to wait on (may not be NULL)\n\\param Flags   - See ::CUevent_capture_flags\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuStreamCreate,\n::cuEventRecord,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamAddCallback,\n::cuStreamDestroy,\n::cudaStreamWaitEvent"]
+/// `cuStreamWaitEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22262,7 +22378,7 @@ pub unsafe fn cuStreamWaitEvent(hStream: CUstream, hEvent: CUevent, Flags: ::std
     }
 }
 
-#[doc = "\\brief Add a callback to a compute stream\n\n\\note This function is slated for eventual deprecation and removal. If\nyou do not require the callback to execute in case of a device error,\nconsider using ::cuLaunchHostFunc. Additionally, this function is not\nsupported with ::cuStreamBeginCapture and ::cuStreamEndCapture, unlike\n::cuLaunchHostFunc.\n\nAdds a callback to be called on the host after all currently enqueued\nitems in the stream have completed.  For each\ncuStreamAddCallback call, the callback will be executed exactly once.\nThe callback will block later work in the stream until it is finished.\n\nThe callback may be passed ::CUDA_SUCCESS or an error code.  In the event\nof a device error, all subsequently executed callbacks will receive an\nappropriate ::CUresult.\n\nCallbacks must not make any CUDA API calls.  Attempting to use a CUDA API\nwill result in ::CUDA_ERROR_NOT_PERMITTED.  Callbacks must not perform any\nsynchronization that may depend on outstanding device work or other callbacks\nthat are not mandated to run earlier.  Callbacks without a mandated order\n(in independent streams) execute in undefined order and may be serialized.\n\nFor the purposes of Unified Memory, callback execution makes a number of\nguarantees:\n<ul>\n<li>The callback stream is considered idle for the duration of the\ncallback.  Thus, for example, a callback may always use memory attached\nto the callback stream.</li>\n<li>The start of execution of a callback has the same effect as\nsynchronizing an event recorded in the same stream immediately prior to\nthe callback.  It thus synchronizes streams which have been \"joined\"\nprior to the callback.</li>\n<li>Adding device work to any stream does not have the effect of making\nthe stream active until all preceding host functions and stream callbacks\nhave executed.  Thus, for\nexample, a callback might use global attached memory even if work has\nbeen added to another stream, if the work has been ordered behind the\ncallback with an event.</li>\n<li>Completion of a callback does not cause a stream to become\nactive except as described above.  The callback stream will remain idle\nif no device work follows the callback, and will remain idle across\nconsecutive callbacks without device work in between.  Thus, for example,\nstream synchronization can be done by signaling from a callback at the\nend of the stream.</li>\n</ul>\n\n\\param hStream  - Stream to add callback to\n\\param callback - The function to call once preceding stream operations are complete\n\\param userData - User specified data to be passed to the callback function\n\\param flags    - Reserved for future use, must be 0\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuStreamCreate,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamWaitEvent,\n::cuStreamDestroy,\n::cuMemAllocManaged,\n::cuStreamAttachMemAsync,\n::cuLaunchHostFunc,\n::cudaStreamAddCallback"]
+/// `cuStreamAddCallback` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22279,6 +22395,7 @@ pub unsafe fn cuStreamAddCallback(hStream: CUstream, callback: CUstreamCallback,
     }
 }
 
+/// `cuStreamBeginCapture_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamBeginCapture` introduced in CUDA 10.1.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22286,6 +22403,7 @@ pub unsafe fn cuStreamAddCallback(hStream: CUstream, callback: CUstreamCallback,
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamBeginCapture_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamBeginCapture")]
 #[inline]
 pub unsafe fn cuStreamBeginCapture_v2(hStream: CUstream, mode: CUstreamCaptureMode) -> CUresult {
     match crate::driver() {
@@ -22295,7 +22413,7 @@ pub unsafe fn cuStreamBeginCapture_v2(hStream: CUstream, mode: CUstreamCaptureMo
     }
 }
 
-#[doc = "\\brief Begin graph capture on a stream to an existing graph.\n\nBegin graph capture on \\p hStream to the existing \\p hGraph. The node creation order while recapturing the graph\nmust be identical to the original graph. The recapture will fail immediately for:\n* Topology mismatches between the existing graph and the recaptured graph\n* Parameter mismatches for memory allocation or free nodes\n\nAny other node parameter mismatches during recapture can be configured to call the function provided in \\p callbackFunc.\nThe recapture will fail immediately if the callback returns anything other than CUDA_SUCCESS.\n\nIf the recapture fails for any reason, the \\p graph will be in an undefined state and should be destroyed.\n\nSee cuStreamBeginCapture for additional detail on beginning the capture.\n\n\\note Any user objects associated with \\p graph will be released prior to the recapture.\n\n\\param hStream - Stream in which to initiate capture\n\\param mode    - Controls the interaction of this capture sequence with other API\ncalls that are potentially unsafe. For more details see\n::cuThreadExchangeStreamCaptureMode.\n\\param hGraph  - Existing CUDA graph to be captured into\n\\param callbackFunc - Function that will be called for all parameter mismatches from the original graph\n\\param userData - A generic pointer to user data that is passed into the callback function\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa\n::cuStreamCreate,\n::cuStreamBeginCapture,\n::cuStreamIsCapturing,\n::cuStreamEndCapture,\n::cuThreadExchangeStreamCaptureMode"]
+/// `cuStreamBeginRecaptureToGraph` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22312,7 +22430,7 @@ pub unsafe fn cuStreamBeginRecaptureToGraph(hStream: CUstream, mode: CUstreamCap
     }
 }
 
-#[doc = "\\brief Begins graph capture on a stream to an existing graph\n\nBegin graph capture on \\p hStream, placing new nodes into an existing graph. When a stream is\nin capture mode, all operations pushed into the stream will not be executed, but will instead\nbe captured into \\p hGraph. The graph will not be instantiable until the user calls\n::cuStreamEndCapture.\n\nCapture may not be initiated if \\p stream is CU_STREAM_LEGACY. Capture must be ended on the\nsame stream in which it was initiated, and it may only be initiated if the stream is not\nalready in capture mode. The capture mode may be queried via ::cuStreamIsCapturing. A unique id\nrepresenting the capture sequence may be queried via ::cuStreamGetCaptureInfo.\n\nIf \\p mode is not ::CU_STREAM_CAPTURE_MODE_RELAXED, ::cuStreamEndCapture must be\ncalled on this stream from the same thread.\n\n\\param hStream         - Stream in which to initiate capture.\n\\param hGraph          - Graph to capture into.\n\\param dependencies    - Dependencies of the first node captured in the stream.  Can be NULL if numDependencies is 0.\n\\param dependencyData  - Optional array of data associated with each dependency.\n\\param numDependencies - Number of dependencies.\n\\param mode            - Controls the interaction of this capture sequence with other API\ncalls that are potentially unsafe. For more details see\n::cuThreadExchangeStreamCaptureMode.\n\n\\note Kernels captured using this API must not use texture and surface references.\nReading or writing through any texture or surface reference is undefined\nbehavior. This restriction does not apply to texture and surface objects.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cuStreamBeginCapture,\n::cuStreamCreate,\n::cuStreamIsCapturing,\n::cuStreamEndCapture,\n::cuThreadExchangeStreamCaptureMode,\n::cuGraphAddNode"]
+/// `cuStreamBeginCaptureToGraph` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22329,7 +22447,7 @@ pub unsafe fn cuStreamBeginCaptureToGraph(hStream: CUstream, hGraph: CUgraph, de
     }
 }
 
-#[doc = "\\brief Swaps the stream capture interaction mode for a thread\n\nSets the calling thread's stream capture interaction mode to the value contained\nin \\p *mode, and overwrites \\p *mode with the previous mode for the thread. To\nfacilitate deterministic behavior across function or module boundaries, callers\nare encouraged to use this API in a push-pop fashion:\n```c\nCUstreamCaptureMode mode = desiredMode;\ncuThreadExchangeStreamCaptureMode(&mode);\n...\ncuThreadExchangeStreamCaptureMode(&mode); // restore previous mode\n```\n\nDuring stream capture (see ::cuStreamBeginCapture), some actions, such as a call\nto ::cudaMalloc, may be unsafe. In the case of ::cudaMalloc, the operation is\nnot enqueued asynchronously to a stream, and is not observed by stream capture.\nTherefore, if the sequence of operations captured via ::cuStreamBeginCapture\ndepended on the allocation being replayed whenever the graph is launched, the\ncaptured graph would be invalid.\n\nTherefore, stream capture places restrictions on API calls that can be made within\nor concurrently to a ::cuStreamBeginCapture-::cuStreamEndCapture sequence. This\nbehavior can be controlled via this API and flags to ::cuStreamBeginCapture.\n\nA thread's mode is one of the following:\n- \\p CU_STREAM_CAPTURE_MODE_GLOBAL: This is the default mode. If the local thread has\nan ongoing capture sequence that was not initiated with\n\\p CU_STREAM_CAPTURE_MODE_RELAXED at \\p cuStreamBeginCapture, or if any other thread\nhas a concurrent capture sequence initiated with \\p CU_STREAM_CAPTURE_MODE_GLOBAL,\nthis thread is prohibited from potentially unsafe API calls.\n- \\p CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: If the local thread has an ongoing capture\nsequence not initiated with \\p CU_STREAM_CAPTURE_MODE_RELAXED, it is prohibited\nfrom potentially unsafe API calls. Concurrent capture sequences in other threads\nare ignored.\n- \\p CU_STREAM_CAPTURE_MODE_RELAXED: The local thread is not prohibited from potentially\nunsafe API calls. Note that the thread is still prohibited from API calls which\nnecessarily conflict with stream capture, for example, attempting ::cuEventQuery\non an event that was last recorded inside a capture sequence.\n\n\\param mode - Pointer to mode value to swap with the current mode\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cuStreamBeginCapture"]
+/// `cuThreadExchangeStreamCaptureMode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22346,7 +22464,7 @@ pub unsafe fn cuThreadExchangeStreamCaptureMode(mode: *mut CUstreamCaptureMode) 
     }
 }
 
-#[doc = "\\brief Ends capture on a stream, returning the captured graph\n\nEnd capture on \\p hStream, returning the captured graph via \\p phGraph.\nCapture must have been initiated on \\p hStream via a call to ::cuStreamBeginCapture.\nIf capture was invalidated, due to a violation of the rules of stream capture, then\na NULL graph will be returned.\n\nIf the \\p mode argument to ::cuStreamBeginCapture was not\n::CU_STREAM_CAPTURE_MODE_RELAXED, this call must be from the same thread as\n::cuStreamBeginCapture.\n\n\\param hStream - Stream to query\n\\param phGraph - The captured graph\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD\n\\notefnerr\n\n\\sa\n::cuStreamCreate,\n::cuStreamBeginCapture,\n::cuStreamIsCapturing,\n::cuGraphDestroy"]
+/// `cuStreamEndCapture` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22363,7 +22481,7 @@ pub unsafe fn cuStreamEndCapture(hStream: CUstream, phGraph: *mut CUgraph) -> CU
     }
 }
 
-#[doc = "\\brief Returns a stream's capture status\n\nReturn the capture status of \\p hStream via \\p captureStatus. After a successful\ncall, \\p *captureStatus will contain one of the following:\n- ::CU_STREAM_CAPTURE_STATUS_NONE: The stream is not capturing.\n- ::CU_STREAM_CAPTURE_STATUS_ACTIVE: The stream is capturing.\n- ::CU_STREAM_CAPTURE_STATUS_INVALIDATED: The stream was capturing but an error\nhas invalidated the capture sequence. The capture sequence must be terminated\nwith ::cuStreamEndCapture on the stream where it was initiated in order to\ncontinue using \\p hStream.\n\nNote that, if this is called on ::CU_STREAM_LEGACY (the \"null stream\") while\na blocking stream in the same context is capturing, it will return\n::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and \\p *captureStatus is unspecified\nafter the call. The blocking stream capture is not invalidated.\n\nWhen a blocking stream is capturing, the legacy stream is in an\nunusable state until the blocking stream capture is terminated. The legacy\nstream is not supported for stream capture, but attempted use would have an\nimplicit dependency on the capturing stream(s).\n\n\\param hStream       - Stream to query\n\\param captureStatus - Returns the stream's capture status\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT\n\\notefnerr\n\n\\sa\n::cuStreamCreate,\n::cuStreamBeginCapture,\n::cuStreamEndCapture"]
+/// `cuStreamIsCapturing` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22380,6 +22498,7 @@ pub unsafe fn cuStreamIsCapturing(hStream: CUstream, captureStatus: *mut CUstrea
     }
 }
 
+/// `cuStreamGetCaptureInfo_v3` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamGetCaptureInfo` introduced in CUDA 12.3.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22387,6 +22506,7 @@ pub unsafe fn cuStreamIsCapturing(hStream: CUstream, captureStatus: *mut CUstrea
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamGetCaptureInfo_v3` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamGetCaptureInfo")]
 #[inline]
 pub unsafe fn cuStreamGetCaptureInfo_v3(hStream: CUstream, captureStatus_out: *mut CUstreamCaptureStatus, id_out: *mut cuuint64_t, graph_out: *mut CUgraph, dependencies_out: *mut *const CUgraphNode, edgeData_out: *mut *const CUgraphEdgeData, numDependencies_out: *mut usize) -> CUresult {
     match crate::driver() {
@@ -22396,6 +22516,7 @@ pub unsafe fn cuStreamGetCaptureInfo_v3(hStream: CUstream, captureStatus_out: *m
     }
 }
 
+/// `cuStreamUpdateCaptureDependencies_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamUpdateCaptureDependencies` introduced in CUDA 12.3.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22403,6 +22524,7 @@ pub unsafe fn cuStreamGetCaptureInfo_v3(hStream: CUstream, captureStatus_out: *m
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamUpdateCaptureDependencies_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamUpdateCaptureDependencies")]
 #[inline]
 pub unsafe fn cuStreamUpdateCaptureDependencies_v2(hStream: CUstream, dependencies: *mut CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -22412,7 +22534,7 @@ pub unsafe fn cuStreamUpdateCaptureDependencies_v2(hStream: CUstream, dependenci
     }
 }
 
-#[doc = "\\brief Attach memory to a stream asynchronously\n\nEnqueues an operation in \\p hStream to specify stream association of\n\\p length bytes of memory starting from \\p dptr. This function is a\nstream-ordered operation, meaning that it is dependent on, and will\nonly take effect when, previous work in stream has completed. Any\nprevious association is automatically replaced.\n\n\\p dptr must point to one of the following types of memories:\n- managed memory declared using the __managed__ keyword or allocated with\n::cuMemAllocManaged.\n- a valid host-accessible region of system-allocated pageable memory. This\ntype of memory may only be specified if the device associated with the\nstream reports a non-zero value for the device attribute\n::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS.\n\nFor managed allocations, \\p length must be either zero or the entire\nallocation's size. Both indicate that the entire allocation's stream\nassociation is being changed. Currently, it is not possible to change stream\nassociation for a portion of a managed allocation.\n\nFor pageable host allocations, \\p length must be non-zero.\n\nThe stream association is specified using \\p flags which must be\none of ::CUmemAttach_flags.\nIf the ::CU_MEM_ATTACH_GLOBAL flag is specified, the memory can be accessed\nby any stream on any device.\nIf the ::CU_MEM_ATTACH_HOST flag is specified, the program makes a guarantee\nthat it won't access the memory on the device from any stream on a device that\nhas a zero value for the device attribute ::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS.\nIf the ::CU_MEM_ATTACH_SINGLE flag is specified and \\p hStream is associated with\na device that has a zero value for the device attribute ::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS,\nthe program makes a guarantee that it will only access the memory on the device\nfrom \\p hStream. It is illegal to attach singly to the NULL stream, because the\nNULL stream is a virtual global stream and not a specific stream. An error will\nbe returned in this case.\n\nWhen memory is associated with a single stream, the Unified Memory system will\nallow CPU access to this memory region so long as all operations in \\p hStream\nhave completed, regardless of whether other streams are active. In effect,\nthis constrains exclusive ownership of the managed memory region by\nan active GPU to per-stream activity instead of whole-GPU activity.\n\nAccessing memory on the device from streams that are not associated with\nit will produce undefined results. No error checking is performed by the\nUnified Memory system to ensure that kernels launched into other streams\ndo not access this region.\n\nIt is a program's responsibility to order calls to ::cuStreamAttachMemAsync\nvia events, synchronization or other means to ensure legal access to memory\nat all times. Data visibility and coherency will be changed appropriately\nfor all kernels which follow a stream-association change.\n\nIf \\p hStream is destroyed while data is associated with it, the association is\nremoved and the association reverts to the default visibility of the allocation\nas specified at ::cuMemAllocManaged. For __managed__ variables, the default\nassociation is always ::CU_MEM_ATTACH_GLOBAL. Note that destroying a stream is an\nasynchronous operation, and as a result, the change to default association won't\nhappen until all work in the stream has completed.\n\n\\param hStream - Stream in which to enqueue the attach operation\n\\param dptr    - Pointer to memory (must be a pointer to managed memory or\nto a valid host-accessible region of system-allocated\npageable memory)\n\\param length  - Length of memory\n\\param flags   - Must be one of ::CUmemAttach_flags\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuStreamCreate,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamWaitEvent,\n::cuStreamDestroy,\n::cuMemAllocManaged,\n::cudaStreamAttachMemAsync"]
+/// `cuStreamAttachMemAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22429,7 +22551,7 @@ pub unsafe fn cuStreamAttachMemAsync(hStream: CUstream, dptr: CUdeviceptr, lengt
     }
 }
 
-#[doc = "\\brief Determine status of a compute stream\n\nReturns ::CUDA_SUCCESS if all operations in the stream specified by\n\\p hStream have completed, or ::CUDA_ERROR_NOT_READY if not.\n\nFor the purposes of Unified Memory, a return value of ::CUDA_SUCCESS\nis equivalent to having called ::cuStreamSynchronize().\n\n\\param hStream - Stream to query status of\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_READY\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuStreamCreate,\n::cuStreamWaitEvent,\n::cuStreamDestroy,\n::cuStreamSynchronize,\n::cuStreamAddCallback,\n::cudaStreamQuery"]
+/// `cuStreamQuery` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22446,7 +22568,7 @@ pub unsafe fn cuStreamQuery(hStream: CUstream) -> CUresult {
     }
 }
 
-#[doc = "\\brief Wait until a stream's tasks are completed\n\nWaits until the device has completed all operations in the stream specified\nby \\p hStream. If the context was created with the\n::CU_CTX_SCHED_BLOCKING_SYNC flag, the CPU thread will block until the\nstream is finished with all of its tasks.\n\n\\param hStream - Stream to wait for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE\n\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuStreamCreate,\n::cuStreamDestroy,\n::cuStreamWaitEvent,\n::cuStreamQuery,\n::cuStreamAddCallback,\n::cudaStreamSynchronize"]
+/// `cuStreamSynchronize` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22463,6 +22585,7 @@ pub unsafe fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
     }
 }
 
+/// `cuStreamDestroy_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamDestroy` introduced in CUDA 4.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22470,6 +22593,7 @@ pub unsafe fn cuStreamSynchronize(hStream: CUstream) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamDestroy_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamDestroy")]
 #[inline]
 pub unsafe fn cuStreamDestroy_v2(hStream: CUstream) -> CUresult {
     match crate::driver() {
@@ -22479,7 +22603,7 @@ pub unsafe fn cuStreamDestroy_v2(hStream: CUstream) -> CUresult {
     }
 }
 
-#[doc = "\\brief Copies attributes from source stream to destination stream.\n\nCopies attributes from source stream \\p src to destination stream \\p dst.\nBoth streams must have the same context.\n\n\\param[out] dst Destination stream\n\\param[in] src Source stream\nFor list of attributes see ::CUstreamAttrID\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::CUaccessPolicyWindow"]
+/// `cuStreamCopyAttributes` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22496,7 +22620,7 @@ pub unsafe fn cuStreamCopyAttributes(dst: CUstream, src: CUstream) -> CUresult {
     }
 }
 
-#[doc = "\\brief Queries stream attribute.\n\nQueries attribute \\p attr from \\p hStream and stores it in corresponding\nmember of \\p value_out.\n\n\\param[in] hStream\n\\param[in] attr\n\\param[out] value_out\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa\n::CUaccessPolicyWindow"]
+/// `cuStreamGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22513,7 +22637,7 @@ pub unsafe fn cuStreamGetAttribute(hStream: CUstream, attr: CUstreamAttrID, valu
     }
 }
 
-#[doc = "\\brief Sets stream attribute.\n\nSets attribute \\p attr on \\p hStream from corresponding attribute of\n\\p value. The updated attribute will be applied to subsequent work\nsubmitted to the stream. It will not affect previously submitted work.\n\n\\param[out] hStream\n\\param[in] attr\n\\param[in] value\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa\n::CUaccessPolicyWindow"]
+/// `cuStreamSetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22530,7 +22654,7 @@ pub unsafe fn cuStreamSetAttribute(hStream: CUstream, attr: CUstreamAttrID, valu
     }
 }
 
-#[doc = "\\brief Creates an event\n\nCreates an event *phEvent for the current context with the flags specified via\n\\p Flags. Valid flags include:\n- ::CU_EVENT_DEFAULT: Default event creation flag.\n- ::CU_EVENT_BLOCKING_SYNC: Specifies that the created event should use blocking\nsynchronization.  A CPU thread that uses ::cuEventSynchronize() to wait on\nan event created with this flag will block until the event has actually\nbeen recorded.\n- ::CU_EVENT_DISABLE_TIMING: Specifies that the created event does not need\nto record timing data.  Events created with this flag specified and\nthe ::CU_EVENT_BLOCKING_SYNC flag not specified will provide the best\nperformance when used with ::cuStreamWaitEvent() and ::cuEventQuery().\n- ::CU_EVENT_INTERPROCESS: Specifies that the created event may be used as an\ninterprocess event by ::cuIpcGetEventHandle(). ::CU_EVENT_INTERPROCESS must\nbe specified along with ::CU_EVENT_DISABLE_TIMING.\n\n\\param phEvent - Returns newly created event\n\\param Flags   - Event creation flags\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\notefnerr\n\n\\sa\n::cuEventRecord,\n::cuEventQuery,\n::cuEventSynchronize,\n::cuEventDestroy,\n::cuEventElapsedTime,\n::cudaEventCreate,\n::cudaEventCreateWithFlags"]
+/// `cuEventCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22547,7 +22671,7 @@ pub unsafe fn cuEventCreate(phEvent: *mut CUevent, Flags: ::std::os::raw::c_uint
     }
 }
 
-#[doc = "\\brief Records an event\n\nCaptures in \\p hEvent the contents of \\p hStream at the time of this call.\n\\p hEvent and \\p hStream must be from the same context otherwise\n::CUDA_ERROR_INVALID_HANDLE is returned.\nCalls such as ::cuEventQuery() or ::cuStreamWaitEvent() will then\nexamine or wait for completion of the work that was captured. Uses of\n\\p hStream after this call do not modify \\p hEvent. See note on default\nstream behavior for what is captured in the default case.\n\n::cuEventRecord() can be called multiple times on the same event and\nwill overwrite the previously captured state. Other APIs such as\n::cuStreamWaitEvent() use the most recently captured state at the time\nof the API call, and are not affected by later calls to\n::cuEventRecord(). Before the first call to ::cuEventRecord(), an\nevent represents an empty set of work, so for example ::cuEventQuery()\nwould return ::CUDA_SUCCESS.\n\n\\param hEvent  - Event to record\n\\param hStream - Stream to record event for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuEventCreate,\n::cuEventQuery,\n::cuEventSynchronize,\n::cuStreamWaitEvent,\n::cuEventDestroy,\n::cuEventElapsedTime,\n::cudaEventRecord,\n::cuEventRecordWithFlags"]
+/// `cuEventRecord` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22564,7 +22688,7 @@ pub unsafe fn cuEventRecord(hEvent: CUevent, hStream: CUstream) -> CUresult {
     }
 }
 
-#[doc = "\\brief Records an event\n\nCaptures in \\p hEvent the contents of \\p hStream at the time of this call.\n\\p hEvent and \\p hStream must be from the same context otherwise\n::CUDA_ERROR_INVALID_HANDLE is returned.\nCalls such as ::cuEventQuery() or ::cuStreamWaitEvent() will then\nexamine or wait for completion of the work that was captured. Uses of\n\\p hStream after this call do not modify \\p hEvent. See note on default\nstream behavior for what is captured in the default case.\n\n::cuEventRecordWithFlags() can be called multiple times on the same event and\nwill overwrite the previously captured state. Other APIs such as\n::cuStreamWaitEvent() use the most recently captured state at the time\nof the API call, and are not affected by later calls to\n::cuEventRecordWithFlags(). Before the first call to ::cuEventRecordWithFlags(), an\nevent represents an empty set of work, so for example ::cuEventQuery()\nwould return ::CUDA_SUCCESS.\n\nflags include:\n- ::CU_EVENT_RECORD_DEFAULT: Default event creation flag.\n- ::CU_EVENT_RECORD_EXTERNAL: Event is captured in the graph as an external\nevent node when performing stream capture. This flag is invalid outside\nof stream capture.\n\n\\param hEvent  - Event to record\n\\param hStream - Stream to record event for\n\\param flags   - See ::CUevent_capture_flags\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuEventCreate,\n::cuEventQuery,\n::cuEventSynchronize,\n::cuStreamWaitEvent,\n::cuEventDestroy,\n::cuEventElapsedTime,\n::cuEventRecord,\n::cudaEventRecord"]
+/// `cuEventRecordWithFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22581,7 +22705,7 @@ pub unsafe fn cuEventRecordWithFlags(hEvent: CUevent, hStream: CUstream, flags: 
     }
 }
 
-#[doc = "\\brief Queries an event's status\n\nQueries the status of all work currently captured by \\p hEvent. See\n::cuEventRecord() for details on what is captured by an event.\n\nReturns ::CUDA_SUCCESS if all captured work has been completed, or\n::CUDA_ERROR_NOT_READY if any captured work is incomplete.\n\nFor the purposes of Unified Memory, a return value of ::CUDA_SUCCESS\nis equivalent to having called ::cuEventSynchronize().\n\n\\param hEvent - Event to query\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_READY\n\\notefnerr\n\n\\sa ::cuEventCreate,\n::cuEventRecord,\n::cuEventSynchronize,\n::cuEventDestroy,\n::cuEventElapsedTime,\n::cudaEventQuery"]
+/// `cuEventQuery` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22598,7 +22722,7 @@ pub unsafe fn cuEventQuery(hEvent: CUevent) -> CUresult {
     }
 }
 
-#[doc = "\\brief Waits for an event to complete\n\nWaits until the completion of all work currently captured in \\p hEvent.\nSee ::cuEventRecord() for details on what is captured by an event.\n\nWaiting for an event that was created with the ::CU_EVENT_BLOCKING_SYNC\nflag will cause the calling CPU thread to block until the event has\nbeen completed by the device.  If the ::CU_EVENT_BLOCKING_SYNC flag has\nnot been set, then the CPU thread will busy-wait until the event has\nbeen completed by the device.\n\n\\param hEvent - Event to wait for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa ::cuEventCreate,\n::cuEventRecord,\n::cuEventQuery,\n::cuEventDestroy,\n::cuEventElapsedTime,\n::cudaEventSynchronize"]
+/// `cuEventSynchronize` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22615,6 +22739,7 @@ pub unsafe fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
     }
 }
 
+/// `cuEventDestroy_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuEventDestroy` introduced in CUDA 4.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22622,6 +22747,7 @@ pub unsafe fn cuEventSynchronize(hEvent: CUevent) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuEventDestroy_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuEventDestroy")]
 #[inline]
 pub unsafe fn cuEventDestroy_v2(hEvent: CUevent) -> CUresult {
     match crate::driver() {
@@ -22631,6 +22757,7 @@ pub unsafe fn cuEventDestroy_v2(hEvent: CUevent) -> CUresult {
     }
 }
 
+/// `cuEventElapsedTime_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuEventElapsedTime` introduced in CUDA 12.8.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22638,6 +22765,7 @@ pub unsafe fn cuEventDestroy_v2(hEvent: CUevent) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuEventElapsedTime_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuEventElapsedTime")]
 #[inline]
 pub unsafe fn cuEventElapsedTime_v2(pMilliseconds: *mut f32, hStart: CUevent, hEnd: CUevent) -> CUresult {
     match crate::driver() {
@@ -22647,7 +22775,7 @@ pub unsafe fn cuEventElapsedTime_v2(pMilliseconds: *mut f32, hStart: CUevent, hE
     }
 }
 
-#[doc = "\\brief Imports an external memory object\n\nImports an externally allocated memory object and returns\na handle to that in \\p extMem_out.\n\nThe properties of the handle being imported must be described in\n\\p memHandleDesc. The ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC structure\nis defined as follows:\n\n```c\ntypedef struct CUDA_EXTERNAL_MEMORY_HANDLE_DESC_st {\nCUexternalMemoryHandleType type;\nunion {\nint fd;\nstruct {\nvoid *handle;\nconst void *name;\n} win32;\nconst void *nvSciBufObject;\n} handle;\nunsigned long long size;\nunsigned int flags;\n} CUDA_EXTERNAL_MEMORY_HANDLE_DESC;\n```\n\nwhere ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type specifies the type\nof handle being imported. ::CUexternalMemoryHandleType is\ndefined as:\n\n```c\ntypedef enum CUexternalMemoryHandleType_enum {\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD          = 1,\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32       = 2,\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32_KMT   = 3,\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_HEAP         = 4,\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_RESOURCE     = 5,\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE     = 6,\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE_KMT = 7,\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF           = 8,\nCU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD          = 9\n} CUexternalMemoryHandleType;\n```\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD, then\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::fd must be a valid\nfile descriptor referencing a memory object. Ownership of\nthe file descriptor is transferred to the CUDA driver when the\nhandle is imported successfully. Performing any operations on the\nfile descriptor after it is imported results in undefined behavior.\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32, then exactly one\nof ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle and\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name must not be\nNULL. If ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle\nis not NULL, then it must represent a valid shared NT handle that\nreferences a memory object. Ownership of this handle is\nnot transferred to CUDA after the import operation, so the\napplication must release the handle using the appropriate system\ncall. If ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name\nis not NULL, then it must point to a NULL-terminated array of\nUTF-16 characters that refers to a memory object.\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_WIN32_KMT, then\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle must\nbe non-NULL and\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name\nmust be NULL. The handle specified must be a globally shared KMT\nhandle. This handle does not hold a reference to the underlying\nobject, and thus will be invalid when all references to the\nmemory object are destroyed.\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_HEAP, then exactly one\nof ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle and\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name must not be\nNULL. If ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle\nis not NULL, then it must represent a valid shared NT handle that\nis returned by ID3D12Device::CreateSharedHandle when referring to a\nID3D12Heap object. This handle holds a reference to the underlying\nobject. If ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name\nis not NULL, then it must point to a NULL-terminated array of\nUTF-16 characters that refers to a ID3D12Heap object.\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_RESOURCE, then exactly one\nof ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle and\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name must not be\nNULL. If ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle\nis not NULL, then it must represent a valid shared NT handle that\nis returned by ID3D12Device::CreateSharedHandle when referring to a\nID3D12Resource object. This handle holds a reference to the\nunderlying object. If\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name\nis not NULL, then it must point to a NULL-terminated array of\nUTF-16 characters that refers to a ID3D12Resource object.\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE, then\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle must\nrepresent a valid shared NT handle that is returned by\nIDXGIResource1::CreateSharedHandle when referring to a\nID3D11Resource object. If\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name\nis not NULL, then it must point to a NULL-terminated array of\nUTF-16 characters that refers to a ID3D11Resource object.\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE_KMT, then\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::handle must\nrepresent a valid shared KMT handle that is returned by\nIDXGIResource::GetSharedHandle when referring to a\nID3D11Resource object and\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::win32::name\nmust be NULL.\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF, then\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::nvSciBufObject must be non-NULL\nand reference a valid NvSciBuf object.\nIf the NvSciBuf object imported into CUDA is also mapped by other drivers, then the\napplication must use ::cuWaitExternalSemaphoresAsync or ::cuSignalExternalSemaphoresAsync\nas appropriate barriers to maintain coherence between CUDA and the other drivers.\nSee ::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC and ::CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC\nfor memory synchronization.\n\nIf ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type is\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD, then\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::handle::fd must be a valid\nfile descriptor referencing a dma_buf object and\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::flags must be zero. Importing\na dma_buf object is supported on Tegra platforms starting\nwith Thor series. Mapping an imported dma_buf object as CUDA\nmipmapped array using ::cuExternalMemoryGetMappedMipmappedArray\nis not supported.\n\nThe size of the memory object must be specified in\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::size.\n\nSpecifying the flag ::CUDA_EXTERNAL_MEMORY_DEDICATED in\n::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::flags indicates that the\nresource is a dedicated resource. The definition of what a\ndedicated resource is outside the scope of this extension.\nThis flag must be set if ::CUDA_EXTERNAL_MEMORY_HANDLE_DESC::type\nis one of the following:\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D12_RESOURCE\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_D3D11_RESOURCE_KMT\n\n\\param extMem_out    - Returned handle to an external memory object\n\\param memHandleDesc - Memory import handle descriptor\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OPERATING_SYSTEM\n\\notefnerr\n\n\\note If the Vulkan memory imported into CUDA is mapped on the CPU then the\napplication must use vkInvalidateMappedMemoryRanges/vkFlushMappedMemoryRanges\nas well as appropriate Vulkan pipeline barriers to maintain coherence between\nCPU and GPU. For more information on these APIs, please refer to \"Synchronization\nand Cache Control\" chapter from Vulkan specification.\n\n\\sa ::cuDestroyExternalMemory,\n::cuExternalMemoryGetMappedBuffer,\n::cuExternalMemoryGetMappedMipmappedArray"]
+/// `cuImportExternalMemory` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22664,7 +22792,7 @@ pub unsafe fn cuImportExternalMemory(extMem_out: *mut CUexternalMemory, memHandl
     }
 }
 
-#[doc = "\\brief Maps a buffer onto an imported memory object\n\nMaps a buffer onto an imported memory object and returns a device\npointer in \\p devPtr.\n\nThe properties of the buffer being mapped must be described in\n\\p bufferDesc. The ::CUDA_EXTERNAL_MEMORY_BUFFER_DESC structure is\ndefined as follows:\n\n```c\ntypedef struct CUDA_EXTERNAL_MEMORY_BUFFER_DESC_st {\nunsigned long long offset;\nunsigned long long size;\nunsigned int flags;\n} CUDA_EXTERNAL_MEMORY_BUFFER_DESC;\n```\n\nwhere ::CUDA_EXTERNAL_MEMORY_BUFFER_DESC::offset is the offset in\nthe memory object where the buffer's base address is.\n::CUDA_EXTERNAL_MEMORY_BUFFER_DESC::size is the size of the buffer.\n::CUDA_EXTERNAL_MEMORY_BUFFER_DESC::flags must be zero.\n\nThe offset and size have to be suitably aligned to match the\nrequirements of the external API. Mapping two buffers whose ranges\noverlap may or may not result in the same virtual address being\nreturned for the overlapped portion. In such cases, the application\nmust ensure that all accesses to that region from the GPU are\nvolatile. Otherwise writes made via one address are not guaranteed\nto be visible via the other address, even if they're issued by the\nsame thread. It is recommended that applications map the combined\nrange instead of mapping separate buffers and then apply the\nappropriate offsets to the returned pointer to derive the\nindividual buffers.\n\nThe returned pointer \\p devPtr must be freed using ::cuMemFree.\n\n\\param devPtr     - Returned device pointer to buffer\n\\param extMem     - Handle to external memory object\n\\param bufferDesc - Buffer descriptor\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_ALREADY_MAPPED,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa ::cuImportExternalMemory,\n::cuDestroyExternalMemory,\n::cuExternalMemoryGetMappedMipmappedArray"]
+/// `cuExternalMemoryGetMappedBuffer` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22681,7 +22809,7 @@ pub unsafe fn cuExternalMemoryGetMappedBuffer(devPtr: *mut CUdeviceptr, extMem: 
     }
 }
 
-#[doc = "\\brief Maps a CUDA mipmapped array onto an external memory object\n\nMaps a CUDA mipmapped array onto an external object and returns a\nhandle to it in \\p mipmap.\n\nThe properties of the CUDA mipmapped array being mapped must be\ndescribed in \\p mipmapDesc. The structure\n::CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC is defined as follows:\n\n```c\ntypedef struct CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC_st {\nunsigned long long offset;\nCUDA_ARRAY3D_DESCRIPTOR arrayDesc;\nunsigned int numLevels;\n} CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC;\n```\n\nwhere ::CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC::offset is the\noffset in the memory object where the base level of the mipmap\nchain is.\n::CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC::arrayDesc describes\nthe format, dimensions and type of the base level of the mipmap\nchain. For further details on these parameters, please refer to the\ndocumentation for ::cuMipmappedArrayCreate. Note that if the mipmapped\narray is bound as a color target in the graphics API, then the flag\n::CUDA_ARRAY3D_COLOR_ATTACHMENT must be specified in\n::CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC::arrayDesc::Flags.\n::CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC::numLevels specifies\nthe total number of levels in the mipmap chain.\n\nIf \\p extMem was imported from a handle of type ::CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF, then\n::CUDA_EXTERNAL_MEMORY_MIPMAPPED_ARRAY_DESC::numLevels must be equal to 1.\n\nMapping \\p extMem imported from a handle of type\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_DMABUF_FD, is not supported.\n\nThe returned CUDA mipmapped array must be freed using ::cuMipmappedArrayDestroy.\n\n\\param mipmap     - Returned CUDA mipmapped array\n\\param extMem     - Handle to external memory object\n\\param mipmapDesc - CUDA array descriptor\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa ::cuImportExternalMemory,\n::cuDestroyExternalMemory,\n::cuExternalMemoryGetMappedBuffer"]
+/// `cuExternalMemoryGetMappedMipmappedArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22698,7 +22826,7 @@ pub unsafe fn cuExternalMemoryGetMappedMipmappedArray(mipmap: *mut CUmipmappedAr
     }
 }
 
-#[doc = "\\brief Destroys an external memory object.\n\nDestroys the specified external memory object. Any existing buffers\nand CUDA mipmapped arrays mapped onto this object must no longer be\nused and must be explicitly freed using ::cuMemFree and\n::cuMipmappedArrayDestroy respectively.\n\n\\param extMem - External memory object to be destroyed\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa ::cuImportExternalMemory,\n::cuExternalMemoryGetMappedBuffer,\n::cuExternalMemoryGetMappedMipmappedArray"]
+/// `cuDestroyExternalMemory` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22715,7 +22843,7 @@ pub unsafe fn cuDestroyExternalMemory(extMem: CUexternalMemory) -> CUresult {
     }
 }
 
-#[doc = "\\brief Imports an external semaphore\n\nImports an externally allocated synchronization object and returns\na handle to that in \\p extSem_out.\n\nThe properties of the handle being imported must be described in\n\\p semHandleDesc. The ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC is\ndefined as follows:\n\n```c\ntypedef struct CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC_st {\nCUexternalSemaphoreHandleType type;\nunion {\nint fd;\nstruct {\nvoid *handle;\nconst void *name;\n} win32;\nconst void* NvSciSyncObj;\n} handle;\nunsigned int flags;\n} CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC;\n```\n\nwhere ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type specifies the type of\nhandle being imported. ::CUexternalSemaphoreHandleType is defined\nas:\n\n```c\ntypedef enum CUexternalSemaphoreHandleType_enum {\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD                = 1,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32             = 2,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32_KMT         = 3,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D12_FENCE              = 4,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_FENCE              = 5,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC                = 6,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX        = 7,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX_KMT    = 8,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD    = 9,\nCU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32 = 10\n} CUexternalSemaphoreHandleType;\n```\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD, then\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::fd must be a valid\nfile descriptor referencing a synchronization object. Ownership of\nthe file descriptor is transferred to the CUDA driver when the\nhandle is imported successfully. Performing any operations on the\nfile descriptor after it is imported results in undefined behavior.\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32, then exactly one\nof ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle and\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name must not be\nNULL. If\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle\nis not NULL, then it must represent a valid shared NT handle that\nreferences a synchronization object. Ownership of this handle is\nnot transferred to CUDA after the import operation, so the\napplication must release the handle using the appropriate system\ncall. If ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name\nis not NULL, then it must name a valid synchronization object.\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32_KMT, then\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle must\nbe non-NULL and\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name\nmust be NULL. The handle specified must be a globally shared KMT\nhandle. This handle does not hold a reference to the underlying\nobject, and thus will be invalid when all references to the\nsynchronization object are destroyed.\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D12_FENCE, then exactly one\nof ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle and\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name must not be\nNULL. If\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle\nis not NULL, then it must represent a valid shared NT handle that\nis returned by ID3D12Device::CreateSharedHandle when referring to a\nID3D12Fence object. This handle holds a reference to the underlying\nobject. If\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name\nis not NULL, then it must name a valid synchronization object that\nrefers to a valid ID3D12Fence object.\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_FENCE, then\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle\nrepresents a valid shared NT handle that is returned by\nID3D11Fence::CreateSharedHandle. If\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name\nis not NULL, then it must name a valid synchronization object that\nrefers to a valid ID3D11Fence object.\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC, then\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::nvSciSyncObj\nrepresents a valid NvSciSyncObj.\n\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX, then\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle\nrepresents a valid shared NT handle that\nis returned by IDXGIResource1::CreateSharedHandle when referring to\na IDXGIKeyedMutex object. If\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name\nis not NULL, then it must name a valid synchronization object that\nrefers to a valid IDXGIKeyedMutex object.\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX_KMT, then\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle\nrepresents a valid shared KMT handle that\nis returned by IDXGIResource::GetSharedHandle when referring to\na IDXGIKeyedMutex object and\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name must be NULL.\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD, then\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::fd must be a valid\nfile descriptor referencing a synchronization object. Ownership of\nthe file descriptor is transferred to the CUDA driver when the\nhandle is imported successfully. Performing any operations on the\nfile descriptor after it is imported results in undefined behavior.\n\nIf ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::type is\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32, then exactly one\nof ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle and\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name must not be\nNULL. If\n::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::handle\nis not NULL, then it must represent a valid shared NT handle that\nreferences a synchronization object. Ownership of this handle is\nnot transferred to CUDA after the import operation, so the\napplication must release the handle using the appropriate system\ncall. If ::CUDA_EXTERNAL_SEMAPHORE_HANDLE_DESC::handle::win32::name\nis not NULL, then it must name a valid synchronization object.\n\n\\param extSem_out    - Returned handle to an external semaphore\n\\param semHandleDesc - Semaphore import handle descriptor\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OPERATING_SYSTEM\n\\notefnerr\n\n\\sa ::cuDestroyExternalSemaphore,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync"]
+/// `cuImportExternalSemaphore` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22732,7 +22860,7 @@ pub unsafe fn cuImportExternalSemaphore(extSem_out: *mut CUexternalSemaphore, se
     }
 }
 
-#[doc = "\\brief Signals a set of external semaphore objects\n\nEnqueues a signal operation on a set of externally allocated\nsemaphore object in the specified stream. The operations will be\nexecuted when all prior operations in the stream complete.\n\nThe exact semantics of signaling a semaphore depends on the type of\nthe object.\n\nIf the semaphore object is any one of the following types:\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32_KMT\nthen signaling the semaphore will set it to the signaled state.\n\nIf the semaphore object is any one of the following types:\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D12_FENCE,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_FENCE,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32\nthen the semaphore will be set to the value specified in\n::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::params::fence::value.\n\nIf the semaphore object is of the type ::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC\nthis API sets ::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::params::nvSciSync::fence\nto a value that can be used by subsequent waiters of the same NvSciSync object\nto order operations with those currently submitted in \\p stream. Such an update\nwill overwrite previous contents of\n::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::params::nvSciSync::fence. By default,\nsignaling such an external semaphore object causes appropriate memory synchronization\noperations to be performed over all external memory objects that are imported as\n::CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF. This ensures that any subsequent accesses\nmade by other importers of the same set of NvSciBuf memory object(s) are coherent.\nThese operations can be skipped by specifying the flag\n::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_SKIP_NVSCIBUF_MEMSYNC, which can be used as a\nperformance optimization when data coherency is not required. But specifying this\nflag in scenarios where data coherency is required results in undefined behavior.\nAlso, for semaphore object of the type ::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC,\nif the NvSciSyncAttrList used to create the NvSciSyncObj had not set the flags in\n::cuDeviceGetNvSciSyncAttributes to CUDA_NVSCISYNC_ATTR_SIGNAL, this API will return\nCUDA_ERROR_NOT_SUPPORTED.\nNvSciSyncFence associated with semaphore object of the type\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC can be deterministic. For this the\nNvSciSyncAttrList used to create the semaphore object must have value of\nNvSciSyncAttrKey_RequireDeterministicFences key set to true. Deterministic fences\nallow users to enqueue a wait over the semaphore object even before corresponding\nsignal is enqueued. For such a semaphore object, CUDA guarantees that each signal\noperation will increment the fence value by '1'. Users are expected to track count\nof signals enqueued on the semaphore object and insert waits accordingly. When such\na semaphore object is signaled from multiple streams, due to concurrent stream\nexecution, it is possible that the order in which the semaphore gets signaled is\nindeterministic. This could lead to waiters of the semaphore getting unblocked\nincorrectly. Users are expected to handle such situations, either by not using the\nsame semaphore object with deterministic fence support enabled in different streams\nor by adding explicit dependency amongst such streams so that the semaphore is\nsignaled in order.\nNvSciSyncFence associated with semaphore object of the type\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC can be timestamp enabled. For this\nthe NvSciSyncAttrList used to create the object must have the value of\nNvSciSyncAttrKey_WaiterRequireTimestamps key set to true. Timestamps are emitted\nasynchronously by the GPU and CUDA saves the GPU timestamp in the corresponding\nNvSciSyncFence at the time of signal on GPU. Users are expected to convert\nGPU clocks to CPU clocks using appropriate scaling functions. Users are expected\nto wait for the completion of the fence before extracting timestamp using appropriate\nNvSciSync APIs. Users are expected to ensure that there is only one outstanding\ntimestamp enabled fence per Cuda-NvSciSync object at any point of time, failing\nwhich leads to undefined behavior. Extracting the timestamp before the\ncorresponding fence is signalled could lead to undefined behaviour. Timestamp\nextracted via appropriate NvSciSync API would be in microseconds.\n\nIf the semaphore object is any one of the following types:\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX_KMT\nthen the keyed mutex will be released with the key specified in\n::CUDA_EXTERNAL_SEMAPHORE_PARAMS::params::keyedmutex::key.\n\n\\param extSemArray - Set of external semaphores to be signaled\n\\param paramsArray - Array of semaphore parameters\n\\param numExtSems  - Number of semaphores to signal\n\\param stream      - Stream to enqueue the signal operations in\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\notefnerr\n\n\\sa ::cuImportExternalSemaphore,\n::cuDestroyExternalSemaphore,\n::cuWaitExternalSemaphoresAsync"]
+/// `cuSignalExternalSemaphoresAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22749,7 +22877,7 @@ pub unsafe fn cuSignalExternalSemaphoresAsync(extSemArray: *const CUexternalSema
     }
 }
 
-#[doc = "\\brief Waits on a set of external semaphore objects\n\nEnqueues a wait operation on a set of externally allocated\nsemaphore object in the specified stream. The operations will be\nexecuted when all prior operations in the stream complete.\n\nThe exact semantics of waiting on a semaphore depends on the type\nof the object.\n\nIf the semaphore object is any one of the following types:\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_FD,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_OPAQUE_WIN32_KMT\nthen waiting on the semaphore will wait until the semaphore reaches\nthe signaled state. The semaphore will then be reset to the\nunsignaled state. Therefore for every signal operation, there can\nonly be one wait operation.\n\nIf the semaphore object is any one of the following types:\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D12_FENCE,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_FENCE,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_FD,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_TIMELINE_SEMAPHORE_WIN32\nthen waiting on the semaphore will wait until the value of the\nsemaphore is greater than or equal to\n::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::params::fence::value.\n\nIf the semaphore object is of the type ::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC\nthen, waiting on the semaphore will wait until the\n::CUDA_EXTERNAL_SEMAPHORE_SIGNAL_PARAMS::params::nvSciSync::fence is signaled by the\nsignaler of the NvSciSyncObj that was associated with this semaphore object.\nBy default, waiting on such an external semaphore object causes appropriate\nmemory synchronization operations to be performed over all external memory objects\nthat are imported as ::CU_EXTERNAL_MEMORY_HANDLE_TYPE_NVSCIBUF. This ensures that\nany subsequent accesses made by other importers of the same set of NvSciBuf memory\nobject(s) are coherent. These operations can be skipped by specifying the flag\n::CUDA_EXTERNAL_SEMAPHORE_WAIT_SKIP_NVSCIBUF_MEMSYNC, which can be used as a\nperformance optimization when data coherency is not required. But specifying this\nflag in scenarios where data coherency is required results in undefined behavior.\nAlso, for semaphore object of the type ::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_NVSCISYNC,\nif the NvSciSyncAttrList used to create the NvSciSyncObj had not set the flags in\n::cuDeviceGetNvSciSyncAttributes to CUDA_NVSCISYNC_ATTR_WAIT, this API will return\nCUDA_ERROR_NOT_SUPPORTED.\n\nIf the semaphore object is any one of the following types:\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX,\n::CU_EXTERNAL_SEMAPHORE_HANDLE_TYPE_D3D11_KEYED_MUTEX_KMT\nthen the keyed mutex will be acquired when it is released with the key\nspecified in ::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::params::keyedmutex::key\nor until the timeout specified by\n::CUDA_EXTERNAL_SEMAPHORE_WAIT_PARAMS::params::keyedmutex::timeoutMs\nhas lapsed. The timeout interval can either be a finite value\nspecified in milliseconds or an infinite value. In case an infinite\nvalue is specified the timeout never elapses. The windows INFINITE\nmacro must be used to specify infinite timeout.\n\n\\param extSemArray - External semaphores to be waited on\n\\param paramsArray - Array of semaphore parameters\n\\param numExtSems  - Number of semaphores to wait on\n\\param stream      - Stream to enqueue the wait operations in\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_TIMEOUT\n\\notefnerr\n\n\\sa ::cuImportExternalSemaphore,\n::cuDestroyExternalSemaphore,\n::cuSignalExternalSemaphoresAsync"]
+/// `cuWaitExternalSemaphoresAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22766,7 +22894,7 @@ pub unsafe fn cuWaitExternalSemaphoresAsync(extSemArray: *const CUexternalSemaph
     }
 }
 
-#[doc = "\\brief Destroys an external semaphore\n\nDestroys an external semaphore object and releases any references\nto the underlying resource. Any outstanding signals or waits must\nhave completed before the semaphore is destroyed.\n\n\\param extSem - External semaphore to be destroyed\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa ::cuImportExternalSemaphore,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync"]
+/// `cuDestroyExternalSemaphore` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22783,6 +22911,7 @@ pub unsafe fn cuDestroyExternalSemaphore(extSem: CUexternalSemaphore) -> CUresul
     }
 }
 
+/// `cuStreamWaitValue32_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamWaitValue32` introduced in CUDA 11.7.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22790,6 +22919,7 @@ pub unsafe fn cuDestroyExternalSemaphore(extSem: CUexternalSemaphore) -> CUresul
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamWaitValue32_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamWaitValue32")]
 #[inline]
 pub unsafe fn cuStreamWaitValue32_v2(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -22799,6 +22929,7 @@ pub unsafe fn cuStreamWaitValue32_v2(stream: CUstream, addr: CUdeviceptr, value:
     }
 }
 
+/// `cuStreamWaitValue64_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamWaitValue64` introduced in CUDA 11.7.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22806,6 +22937,7 @@ pub unsafe fn cuStreamWaitValue32_v2(stream: CUstream, addr: CUdeviceptr, value:
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamWaitValue64_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamWaitValue64")]
 #[inline]
 pub unsafe fn cuStreamWaitValue64_v2(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -22815,6 +22947,7 @@ pub unsafe fn cuStreamWaitValue64_v2(stream: CUstream, addr: CUdeviceptr, value:
     }
 }
 
+/// `cuStreamWriteValue32_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamWriteValue32` introduced in CUDA 11.7.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22822,6 +22955,7 @@ pub unsafe fn cuStreamWaitValue64_v2(stream: CUstream, addr: CUdeviceptr, value:
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamWriteValue32_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamWriteValue32")]
 #[inline]
 pub unsafe fn cuStreamWriteValue32_v2(stream: CUstream, addr: CUdeviceptr, value: cuuint32_t, flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -22831,6 +22965,7 @@ pub unsafe fn cuStreamWriteValue32_v2(stream: CUstream, addr: CUdeviceptr, value
     }
 }
 
+/// `cuStreamWriteValue64_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamWriteValue64` introduced in CUDA 11.7.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22838,6 +22973,7 @@ pub unsafe fn cuStreamWriteValue32_v2(stream: CUstream, addr: CUdeviceptr, value
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamWriteValue64_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamWriteValue64")]
 #[inline]
 pub unsafe fn cuStreamWriteValue64_v2(stream: CUstream, addr: CUdeviceptr, value: cuuint64_t, flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -22847,6 +22983,7 @@ pub unsafe fn cuStreamWriteValue64_v2(stream: CUstream, addr: CUdeviceptr, value
     }
 }
 
+/// `cuStreamBatchMemOp_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuStreamBatchMemOp` introduced in CUDA 11.7.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22854,6 +22991,7 @@ pub unsafe fn cuStreamWriteValue64_v2(stream: CUstream, addr: CUdeviceptr, value
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuStreamBatchMemOp_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuStreamBatchMemOp")]
 #[inline]
 pub unsafe fn cuStreamBatchMemOp_v2(stream: CUstream, count: ::std::os::raw::c_uint, paramArray: *mut CUstreamBatchMemOpParams, flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -22863,7 +23001,7 @@ pub unsafe fn cuStreamBatchMemOp_v2(stream: CUstream, count: ::std::os::raw::c_u
     }
 }
 
-#[doc = "\\brief Returns information about a function\n\nReturns in \\p *pi the integer value of the attribute \\p attrib on the kernel\ngiven by \\p hfunc. The supported attributes are:\n- ::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: The maximum number of threads\nper block, beyond which a launch of the function would fail. This number\ndepends on both the function and the device on which the function is\ncurrently loaded.\n- ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: The size in bytes of\nstatically-allocated shared memory per block required by this function.\nThis does not include dynamically-allocated shared memory requested by\nthe user at runtime.\n- ::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: The size in bytes of user-allocated\nconstant memory required by this function.\n- ::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: The size in bytes of local memory\nused by each thread of this function.\n- ::CU_FUNC_ATTRIBUTE_NUM_REGS: The number of registers used by each thread\nof this function.\n- ::CU_FUNC_ATTRIBUTE_PTX_VERSION: The PTX virtual architecture version for\nwhich the function was compiled. This value is the major PTX version * 10\n+ the minor PTX version, so a PTX version 1.3 function would return the\nvalue 13. Note that this may return the undefined value of 0 for cubins\ncompiled prior to CUDA 3.0.\n- ::CU_FUNC_ATTRIBUTE_BINARY_VERSION: The binary architecture version for\nwhich the function was compiled. This value is the major binary\nversion * 10 + the minor binary version, so a binary version 1.3 function\nwould return the value 13. Note that this will return a value of 10 for\nlegacy cubins that do not have a properly-encoded binary architecture\nversion.\n- ::CU_FUNC_CACHE_MODE_CA: The attribute to indicate whether the function has\nbeen compiled with user specified option \"-Xptxas --dlcm=ca\" set .\n- ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: The maximum size in bytes of\ndynamically-allocated shared memory.\n- ::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: Preferred shared memory-L1\ncache split ratio in percent of total shared memory.\n- ::CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET: If this attribute is set, the\nkernel must launch with a valid cluster size specified.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: The required cluster width in\nblocks.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: The required cluster height in\nblocks.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: The required cluster depth in\nblocks.\n- ::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: Indicates whether\nthe function can be launched with non-portable cluster size. 1 is allowed,\n0 is disallowed. A non-portable cluster size may only function on the\nspecific SKUs the program is tested on. The launch might fail if the\nprogram is run on a different hardware platform. CUDA API provides\ncudaOccupancyMaxActiveClusters to assist with checking whether the desired\nsize can be launched on the current device. A portable cluster size is\nguaranteed to be functional on all compute capabilities higher than the\ntarget compute capability. The portable cluster size for sm_90 is 8 blocks\nper cluster. This value may increase for future compute capabilities. The\nspecific hardware unit may support higher cluster sizes that’s not\nguaranteed to be portable.\n- ::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: The block\nscheduling policy of a function. The value type is CUclusterSchedulingPolicy.\n- ::CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE: The shared memory mode of a function.\nThe value type is CUsharedMemoryMode / cudaSharedMemoryMode.\n\nWith a few execeptions, function attributes may also be queried on unloaded\nfunction handles returned from ::cuModuleEnumerateFunctions.\n::CUDA_ERROR_FUNCTION_NOT_LOADED is returned if the attribute requires a fully\nloaded function but the function is not loaded. The loading state of a function\nmay be queried using ::cuFuncIsloaded. ::cuFuncLoad may be called to explicitly\nload a function before querying the following attributes that require the function\nto be loaded:\n- ::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK\n- ::CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES\n- ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES\n\n\\param pi     - Returned attribute value\n\\param attrib - Attribute requested\n\\param hfunc  - Function to query attribute of\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_FUNCTION_NOT_LOADED\n\\notefnerr\n\n\\sa ::cuCtxGetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuFuncSetCacheConfig,\n::cuLaunchKernel,\n::cudaFuncGetAttributes,\n::cudaFuncSetAttribute,\n::cuFuncIsLoaded,\n::cuFuncLoad,\n::cuKernelGetAttribute"]
+/// `cuFuncGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22880,7 +23018,7 @@ pub unsafe fn cuFuncGetAttribute(pi: *mut ::std::os::raw::c_int, attrib: CUfunct
     }
 }
 
-#[doc = "\\brief Sets information about a function\n\nThis call sets the value of a specified attribute \\p attrib on the kernel given\nby \\p hfunc to an integer value specified by \\p val\nThis function returns CUDA_SUCCESS if the new value of the attribute could be\nsuccessfully set. If the set fails, this call will return an error.\nNot all attributes can have values set. Attempting to set a value on a read-only\nattribute will result in an error (CUDA_ERROR_INVALID_VALUE)\n\nSupported attributes for the cuFuncSetAttribute call are:\n- ::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: This maximum size in bytes of\ndynamically-allocated shared memory. The value should contain the requested\nmaximum size of dynamically-allocated shared memory. The sum of this value and\nthe function attribute ::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES cannot exceed the\ndevice attribute ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN.\nThe maximal size of requestable dynamic shared memory may differ by GPU\narchitecture.\n- ::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: On devices where the L1\ncache and shared memory use the same hardware resources, this sets the shared memory\ncarveout preference, in percent of the total shared memory.\nSee ::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR\nThis is only a hint, and the driver can choose a different ratio if required to execute the function.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH: The required cluster width in\nblocks. The width, height, and depth values must either all be 0 or all be\npositive. The validity of the cluster dimensions is checked at launch time.\nIf the value is set during compile time, it cannot be set at runtime.\nSetting it at runtime will return CUDA_ERROR_NOT_PERMITTED.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT: The required cluster height in\nblocks. The width, height, and depth values must either all be 0 or all be\npositive. The validity of the cluster dimensions is checked at launch time.\nIf the value is set during compile time, it cannot be set at runtime.\nSetting it at runtime will return CUDA_ERROR_NOT_PERMITTED.\n- ::CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: The required cluster depth in\nblocks. The width, height, and depth values must either all be 0 or all be\npositive. The validity of the cluster dimensions is checked at launch time.\nIf the value is set during compile time, it cannot be set at runtime.\nSetting it at runtime will return CUDA_ERROR_NOT_PERMITTED.\n- ::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: Indicates whether\nthe function can be launched with non-portable cluster size. 1 is allowed,\n0 is disallowed.\n- ::CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: The block\nscheduling policy of a function. The value type is CUclusterSchedulingPolicy.\n- ::CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE: The shared memory mode of a function.\nThe value type is CUsharedMemoryMode / cudaSharedMemoryMode.\n\n\\param hfunc  - Function to query attribute of\n\\param attrib - Attribute requested\n\\param value   - The value to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuCtxGetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuFuncSetCacheConfig,\n::cuLaunchKernel,\n::cudaFuncGetAttributes,\n::cudaFuncSetAttribute,\n::cuKernelSetAttribute"]
+/// `cuFuncSetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22897,7 +23035,7 @@ pub unsafe fn cuFuncSetAttribute(hfunc: CUfunction, attrib: CUfunction_attribute
     }
 }
 
-#[doc = "\\brief Sets the preferred cache configuration for a device function\n\nOn devices where the L1 cache and shared memory use the same hardware\nresources, this sets through \\p config the preferred cache configuration for\nthe device function \\p hfunc. This is only a preference. The driver will use\nthe requested configuration if possible, but it is free to choose a different\nconfiguration if required to execute \\p hfunc.  Any context-wide preference\nset via ::cuCtxSetCacheConfig() will be overridden by this per-function\nsetting unless the per-function setting is ::CU_FUNC_CACHE_PREFER_NONE. In\nthat case, the current context-wide setting will be used.\n\nThis setting does nothing on devices where the size of the L1 cache and\nshared memory are fixed.\n\nLaunching a kernel with a different preference than the most recent\npreference setting may insert a device-side synchronization point.\n\n\nThe supported cache configurations are:\n- ::CU_FUNC_CACHE_PREFER_NONE: no preference for shared memory or L1 (default)\n- ::CU_FUNC_CACHE_PREFER_SHARED: prefer larger shared memory and smaller L1 cache\n- ::CU_FUNC_CACHE_PREFER_L1: prefer larger L1 cache and smaller shared memory\n- ::CU_FUNC_CACHE_PREFER_EQUAL: prefer equal sized L1 cache and shared memory\n\n\\param hfunc  - Kernel to configure cache for\n\\param config - Requested cache configuration\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT\n\\notefnerr\n\n\\sa ::cuCtxGetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuFuncGetAttribute,\n::cuLaunchKernel,\n::cudaFuncSetCacheConfig,\n::cuKernelSetCacheConfig"]
+/// `cuFuncSetCacheConfig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22914,7 +23052,7 @@ pub unsafe fn cuFuncSetCacheConfig(hfunc: CUfunction, config: CUfunc_cache) -> C
     }
 }
 
-#[doc = "\\brief Returns a module handle\n\nReturns in \\p *hmod the handle of the module that function \\p hfunc\nis located in. The lifetime of the module corresponds to the lifetime of\nthe context it was loaded in or until the module is explicitly unloaded.\n\nThe CUDA runtime manages its own modules loaded into the primary context.\nIf the handle returned by this API refers to a module loaded by the CUDA runtime,\ncalling ::cuModuleUnload() on that module will result in undefined behavior.\n\n\\param hmod - Returned module handle\n\\param hfunc   - Function to retrieve module for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_FOUND\n\\notefnerr"]
+/// `cuFuncGetModule` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22931,7 +23069,7 @@ pub unsafe fn cuFuncGetModule(hmod: *mut CUmodule, hfunc: CUfunction) -> CUresul
     }
 }
 
-#[doc = "\\brief Returns the function name for a ::CUfunction handle\n\nReturns in \\p **name the function name associated with the function handle \\p hfunc .\nThe function name is returned as a null-terminated string. The returned name is only\nvalid when the function handle is valid. If the module is unloaded or reloaded, one\nmust call the API again to get the updated name. This API may return a mangled name if\nthe function is not declared as having C linkage. If either \\p **name or \\p hfunc\nis NULL, ::CUDA_ERROR_INVALID_VALUE is returned.\n\n\\param name - The returned name of the function\n\\param hfunc - The function handle to retrieve the name for\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr"]
+/// `cuFuncGetName` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22948,7 +23086,7 @@ pub unsafe fn cuFuncGetName(name: *mut *const ::std::os::raw::c_char, hfunc: CUf
     }
 }
 
-#[doc = "\\brief Returns the offset and size of a kernel parameter in the device-side parameter layout\n\nQueries the kernel parameter at \\p paramIndex into \\p func's list of parameters, and returns\nin \\p paramOffset and \\p paramSize the offset and size, respectively, where the parameter\nwill reside in the device-side parameter layout. This information can be used to update kernel\nnode parameters from the device via ::cudaGraphKernelNodeSetParam() and\n::cudaGraphKernelNodeUpdatesApply(). \\p paramIndex must be less than the number of parameters\nthat \\p func takes. \\p paramSize can be set to NULL if only the parameter offset is desired.\n\n\\param func        - The function to query\n\\param paramIndex  - The parameter index to query\n\\param paramOffset - Returns the offset into the device-side parameter layout at which the parameter resides\n\\param paramSize   - Optionally returns the size of the parameter in the device-side parameter layout\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\notefnerr\n\n\\sa ::cuKernelGetParamInfo"]
+/// `cuFuncGetParamInfo` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22965,7 +23103,7 @@ pub unsafe fn cuFuncGetParamInfo(func: CUfunction, paramIndex: usize, paramOffse
     }
 }
 
-#[doc = "\\brief Returns the number of parameters used by the function\n\nQueries the number of kernel parameters used by \\p func and returns it in \\p paramCount.\n\n\\param func        - The function to query\n\\param paramCount  - Returns the number of parameters used by the function\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuFuncGetParamInfo"]
+/// `cuFuncGetParamCount` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22982,7 +23120,7 @@ pub unsafe fn cuFuncGetParamCount(func: CUfunction, paramCount: *mut usize) -> C
     }
 }
 
-#[doc = "\\brief Returns if the function is loaded\n\nReturns in \\p state the loading state of \\p function.\n\n\\param state - returned loading state\n\\param function - the function to check\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuFuncLoad,\n::cuModuleEnumerateFunctions"]
+/// `cuFuncIsLoaded` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -22999,7 +23137,7 @@ pub unsafe fn cuFuncIsLoaded(state: *mut CUfunctionLoadingState, function: CUfun
     }
 }
 
-#[doc = "\\brief Loads a function\n\nFinalizes function loading for \\p function. Calling this API with a\nfully loaded function has no effect.\n\n\\param function - the function to load\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuModuleEnumerateFunctions,\n::cuFuncIsLoaded"]
+/// `cuFuncLoad` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23016,7 +23154,7 @@ pub unsafe fn cuFuncLoad(function: CUfunction) -> CUresult {
     }
 }
 
-#[doc = "\\brief Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel\n\nInvokes the function ::CUfunction or the kernel ::CUkernel \\p f\non a \\p gridDimX x \\p gridDimY x \\p gridDimZ grid of blocks.\nEach block contains \\p blockDimX x \\p blockDimY x\n\\p blockDimZ threads.\n\n\\p sharedMemBytes sets the amount of dynamic shared memory that will be\navailable to each thread block.\n\nKernel parameters to \\p f can be specified in one of two ways:\n\n1) Kernel parameters can be specified via \\p kernelParams.  If \\p f\nhas N parameters, then \\p kernelParams needs to be an array of N\npointers.  Each of \\p kernelParams[0] through \\p kernelParams[N-1]\nmust point to a region of memory from which the actual kernel\nparameter will be copied.  The number of kernel parameters and their\noffsets and sizes do not need to be specified as that information is\nretrieved directly from the kernel's image.\n\n2) Kernel parameters can also be packaged by the application into\na single buffer that is passed in via the \\p extra parameter.\nThis places the burden on the application of knowing each kernel\nparameter's size and alignment/padding within the buffer.  Here is\nan example of using the \\p extra parameter in this manner:\n```c\nsize_t argBufferSize;\nchar argBuffer[256];\n\n// populate argBuffer and argBufferSize\n\nvoid *config[] = {\nCU_LAUNCH_PARAM_BUFFER_POINTER, argBuffer,\nCU_LAUNCH_PARAM_BUFFER_SIZE,    &argBufferSize,\nCU_LAUNCH_PARAM_END\n};\nstatus = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, sh, s, NULL, config);\n```\n\nThe \\p extra parameter exists to allow ::cuLaunchKernel to take\nadditional less commonly used arguments.  \\p extra specifies a list of\nnames of extra settings and their corresponding values.  Each extra\nsetting name is immediately followed by the corresponding value.  The\nlist must be terminated with either NULL or ::CU_LAUNCH_PARAM_END.\n\n- ::CU_LAUNCH_PARAM_END, which indicates the end of the \\p extra\narray;\n- ::CU_LAUNCH_PARAM_BUFFER_POINTER, which specifies that the next\nvalue in \\p extra will be a pointer to a buffer containing all\nthe kernel parameters for launching kernel \\p f;\n- ::CU_LAUNCH_PARAM_BUFFER_SIZE, which specifies that the next\nvalue in \\p extra will be a pointer to a size_t containing the\nsize of the buffer specified with ::CU_LAUNCH_PARAM_BUFFER_POINTER;\n\nThe error ::CUDA_ERROR_INVALID_VALUE will be returned if kernel\nparameters are specified with both \\p kernelParams and \\p extra\n(i.e. both \\p kernelParams and \\p extra are non-NULL).\n\nCalling ::cuLaunchKernel() invalidates the persistent function state\nset through the following deprecated APIs:\n::cuFuncSetBlockShape(),\n::cuFuncSetSharedSize(),\n::cuParamSetSize(),\n::cuParamSeti(),\n::cuParamSetf(),\n::cuParamSetv().\n\nNote that to use ::cuLaunchKernel(), the kernel \\p f must either have\nbeen compiled with toolchain version 3.2 or later so that it will\ncontain kernel parameter information, or have no kernel parameters.\nIf either of these conditions is not met, then ::cuLaunchKernel() will\nreturn ::CUDA_ERROR_INVALID_IMAGE.\n\nNote that the API can also be used to launch context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to launch\nthe kernel on will either be taken from the specified stream \\p hStream\nor the current context in case of NULL stream.\n\n\\param f              - Function ::CUfunction or Kernel ::CUkernel to launch\n\\param gridDimX       - Width of grid in blocks\n\\param gridDimY       - Height of grid in blocks\n\\param gridDimZ       - Depth of grid in blocks\n\\param blockDimX      - X dimension of each thread block\n\\param blockDimY      - Y dimension of each thread block\n\\param blockDimZ      - Z dimension of each thread block\n\\param sharedMemBytes - Dynamic shared-memory size per thread block in bytes\n\\param hStream        - Stream identifier\n\\param kernelParams   - Array of pointers to kernel parameters\n\\param extra          - Extra options\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_IMAGE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_LAUNCH_FAILED,\n::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,\n::CUDA_ERROR_LAUNCH_TIMEOUT,\n::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_NOT_FOUND\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuCtxGetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuFuncSetCacheConfig,\n::cuFuncGetAttribute,\n::cudaLaunchKernel,\n::cuLibraryGetKernel,\n::cuKernelSetCacheConfig,\n::cuKernelGetAttribute,\n::cuKernelSetAttribute"]
+/// `cuLaunchKernel` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23033,7 +23171,7 @@ pub unsafe fn cuLaunchKernel(f: CUfunction, gridDimX: ::std::os::raw::c_uint, gr
     }
 }
 
-#[doc = "\\brief Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel with launch-time configuration\n\nInvokes the function ::CUfunction or the kernel ::CUkernel \\p f with the specified launch-time configuration\n\\p config.\n\nThe ::CUlaunchConfig structure is defined as:\n\n```c\ntypedef struct CUlaunchConfig_st {\nunsigned int gridDimX;\nunsigned int gridDimY;\nunsigned int gridDimZ;\nunsigned int blockDimX;\nunsigned int blockDimY;\nunsigned int blockDimZ;\nunsigned int sharedMemBytes;\nCUstream hStream;\nCUlaunchAttribute *attrs;\nunsigned int numAttrs;\n} CUlaunchConfig;\n```\n\nwhere:\n- ::CUlaunchConfig::gridDimX is the width of the grid in blocks.\n- ::CUlaunchConfig::gridDimY is the height of the grid in blocks.\n- ::CUlaunchConfig::gridDimZ is the depth of the grid in blocks.\n- ::CUlaunchConfig::blockDimX is the X dimension of each thread block.\n- ::CUlaunchConfig::blockDimX is the Y dimension of each thread block.\n- ::CUlaunchConfig::blockDimZ is the Z dimension of each thread block.\n- ::CUlaunchConfig::sharedMemBytes is the dynamic shared-memory size per\nthread block in bytes.\n- ::CUlaunchConfig::hStream is the handle to the stream to perform the launch\nin. The CUDA context associated with this stream must match that associated\nwith function f.\n- ::CUlaunchConfig::attrs is an array of ::CUlaunchConfig::numAttrs\ncontinguous ::CUlaunchAttribute elements. The value of this pointer is not\nconsidered if ::CUlaunchConfig::numAttrs is zero. However, in that case, it\nis recommended to set the pointer to NULL.\n- ::CUlaunchConfig::numAttrs is the number of attributes populating the\nfirst ::CUlaunchConfig::numAttrs positions of the ::CUlaunchConfig::attrs\narray.\n\nLaunch-time configuration is specified by adding entries to\n::CUlaunchConfig::attrs. Each entry is an attribute ID and a corresponding\nattribute value.\n\nThe ::CUlaunchAttribute structure is defined as:\n```c\ntypedef struct CUlaunchAttribute_st {\nCUlaunchAttributeID id;\nCUlaunchAttributeValue value;\n} CUlaunchAttribute;\n```\nwhere:\n- ::CUlaunchAttribute::id is a unique enum identifying the attribute.\n- ::CUlaunchAttribute::value is a union that hold the attribute value.\n\nAn example of using the \\p config parameter:\n```c\nCUlaunchAttribute coopAttr = {.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE,\n.value = 1};\nCUlaunchConfig config = {... // set block and grid dimensions\n.attrs = &coopAttr,\n.numAttrs = 1};\n\ncuLaunchKernelEx(&config, kernel, NULL, NULL);\n```\n\nThe ::CUlaunchAttributeID enum is defined as:\n```c\ntypedef enum CUlaunchAttributeID_enum {\nCU_LAUNCH_ATTRIBUTE_IGNORE = 0,\nCU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW   = 1,\nCU_LAUNCH_ATTRIBUTE_COOPERATIVE            = 2,\nCU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY = 3,\nCU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION                    = 4,\nCU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5,\nCU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION    = 6,\nCU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT                   = 7,\nCU_LAUNCH_ATTRIBUTE_PRIORITY               = 8,\nCU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP    = 9,\nCU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN        = 10,\nCU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION = 11,\nCU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT = 12,\nCU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE = 13,\n} CUlaunchAttributeID;\n```\n\nand the corresponding ::CUlaunchAttributeValue union as :\n```c\ntypedef union CUlaunchAttributeValue_union {\nCUaccessPolicyWindow accessPolicyWindow;\nint cooperative;\nCUsynchronizationPolicy syncPolicy;\nstruct {\nunsigned int x;\nunsigned int y;\nunsigned int z;\n} clusterDim;\nCUclusterSchedulingPolicy clusterSchedulingPolicyPreference;\nint programmaticStreamSerializationAllowed;\nstruct {\nCUevent event;\nint flags;\nint triggerAtBlockStart;\n} programmaticEvent;\nint priority;\nCUlaunchMemSyncDomainMap memSyncDomainMap;\nCUlaunchMemSyncDomain memSyncDomain;\nstruct {\nunsigned int x;\nunsigned int y;\nunsigned int z;\n} preferredClusterDim;\nstruct {\nCUevent event;\nint flags;\n} launchCompletionEvent;\nstruct {\nint deviceUpdatable;\nCUgraphDeviceNode devNode;\n} deviceUpdatableKernelNode;\n} CUlaunchAttributeValue;\n```\n\nSetting ::CU_LAUNCH_ATTRIBUTE_COOPERATIVE to a non-zero value causes the\nkernel launch to be a cooperative launch, with exactly the same usage and\nsemantics of ::cuLaunchCooperativeKernel.\n\nSetting ::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION to a non-zero\nvalues causes the kernel to use programmatic means to resolve its stream\ndependency -- enabling the CUDA runtime to opportunistically allow the grid's\nexecution to overlap with the previous kernel in the stream, if that kernel\nrequests the overlap.\n\n::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT records an event along with the\nkernel launch. Event recorded through this launch attribute is guaranteed to\nonly trigger after all block in the associated kernel trigger the event. A\nblock can trigger the event through PTX launchdep.release or CUDA builtin\nfunction cudaTriggerProgrammaticLaunchCompletion(). A trigger can also be\ninserted at the beginning of each block's execution if triggerAtBlockStart is\nset to non-0. Note that dependents (including the CPU thread calling\ncuEventSynchronize()) are not guaranteed to observe the release precisely\nwhen it is released. For example, cuEventSynchronize() may only observe the\nevent trigger long after the associated kernel has completed. This recording\ntype is primarily meant for establishing programmatic dependency between\ndevice tasks. The event supplied must not be an interprocess or interop\nevent. The event must disable timing (i.e. created with\n::CU_EVENT_DISABLE_TIMING flag set).\n\n::CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT records an event along with\nthe kernel launch. Nominally, the event is triggered once all blocks of the\nkernel have begun execution. Currently this is a best effort. If a kernel B\nhas a launch completion dependency on a kernel A, B may wait until A is\ncomplete. Alternatively, blocks of B may begin before all blocks of A have\nbegun, for example:\n\n- If B can claim execution resources unavailable to A, for example if they\nrun on different GPUs.\n- If B is a higher priority than A.\n\nExercise caution if such an ordering inversion could lead to deadlock. The\nevent supplied must not be an interprocess or interop event. The event must\ndisable timing (i.e. must be created with the ::CU_EVENT_DISABLE_TIMING flag\nset).\n\nSetting ::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE to 1\non a captured launch causes the resulting kernel node to be device-updatable.\nThis attribute is specific to graphs, and passing it to a launch in a\nnon-capturing stream results in an error. Passing a value other than 0 or 1 is\nnot allowed.\n\nOn success, a handle will be returned via\n::CUlaunchAttributeValue::deviceUpdatableKernelNode::devNode which can be passed\nto the various device-side update functions to update the node's kernel parameters\nfrom within another kernel. For more information on the types of device updates\nthat can be made, as well as the relevant limitations thereof, see\n::cudaGraphKernelNodeUpdatesApply.\n\nKernel nodes which are device-updatable have additional restrictions compared to regular\nkernel nodes. Firstly, device-updatable nodes cannot be removed from their graph via\n::cuGraphDestroyNode. Additionally, once opted-in to this functionality, a node cannot\nopt out, and any attempt to set the attribute to 0 will result in an error. Graphs\ncontaining one or more device-updatable node also do not allow multiple instantiation.\n\n::CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION allows the kernel launch to\nspecify a preferred substitute cluster dimension. Blocks may be grouped\naccording to either the dimensions specified with this attribute (grouped\ninto a \"preferred substitute cluster\"), or the one specified with\n::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION attribute (grouped into a \"regular\ncluster\"). The cluster dimensions of a \"preferred substitute cluster\" shall\nbe an integer multiple greater than zero of the regular cluster dimensions.\nThe device will attempt - on a best-effort basis - to group thread blocks\ninto preferred clusters over grouping them into regular clusters. When it\ndeems necessary (primarily when the device temporarily runs out of physical\nresources to launch the larger preferred clusters), the device may switch to\nlaunch the regular clusters instead to attempt to utilize as much of the\nphysical device resources as possible.\n\nEach type of cluster will have its enumeration / coordinate setup as if the\ngrid consists solely of its type of cluster. For example, if the preferred\nsubstitute cluster dimensions double the regular cluster dimensions, there\nmight be simultaneously a regular cluster indexed at (1,0,0), and a preferred\ncluster indexed at (1,0,0). In this example, the preferred substitute cluster\n(1,0,0) replaces regular clusters (2,0,0) and (3,0,0) and groups their\nblocks.\n\nThis attribute will only take effect when a regular cluster dimension has\nbeen specified. The preferred substitute The preferred substitute cluster\ndimension must be an integer multiple greater than zero of the regular\ncluster dimension and must divide the grid. It must also be no more than\n`maxBlocksPerCluster`, if it is set in the kernel's `__launch_bounds__`.\nOtherwise it must be less than the maximum value the driver can support.\nOtherwise, setting this attribute to a value physically unable to fit on any\nparticular device is permitted.\n\nThe effect of other attributes is consistent with their effect when set via\npersistent APIs.\n\nSee ::cuStreamSetAttribute for\n- ::CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW\n- ::CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY\n\nSee ::cuFuncSetAttribute for\n- ::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION\n- ::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE\n\nKernel parameters to \\p f can be specified in the same ways that they can be\nusing ::cuLaunchKernel.\n\nNote that the API can also be used to launch context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to launch\nthe kernel on will either be taken from the specified stream ::CUlaunchConfig::hStream\nor the current context in case of NULL stream.\n\n\\param config         - Config to launch\n\\param f              - Function ::CUfunction or Kernel ::CUkernel to launch\n\\param kernelParams   - Array of pointers to kernel parameters\n\\param extra          - Extra options\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_IMAGE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_LAUNCH_FAILED,\n::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,\n::CUDA_ERROR_LAUNCH_TIMEOUT,\n::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,\n::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_NOT_FOUND\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuCtxGetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuFuncSetCacheConfig,\n::cuFuncGetAttribute,\n::cudaLaunchKernel,\n::cudaLaunchKernelEx,\n::cuLibraryGetKernel,\n::cuKernelSetCacheConfig,\n::cuKernelGetAttribute,\n::cuKernelSetAttribute"]
+/// `cuLaunchKernelEx` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23050,7 +23188,7 @@ pub unsafe fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, ker
     }
 }
 
-#[doc = "\\brief Launches a CUDA function ::CUfunction or a CUDA kernel ::CUkernel where thread blocks\ncan cooperate and synchronize as they execute\n\nInvokes the function ::CUfunction or the kernel ::CUkernel \\p f on a \\p gridDimX x \\p gridDimY x \\p gridDimZ\ngrid of blocks. Each block contains \\p blockDimX x \\p blockDimY x\n\\p blockDimZ threads.\n\n\\p sharedMemBytes sets the amount of dynamic shared memory that will be\navailable to each thread block.\n\nThe device on which this kernel is invoked must have a non-zero value for\nthe device attribute ::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH.\n\nThe total number of blocks launched cannot exceed the maximum number of blocks per\nmultiprocessor as returned by ::cuOccupancyMaxActiveBlocksPerMultiprocessor (or\n::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) times the number of multiprocessors\nas specified by the device attribute ::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT.\n\nThe kernel cannot make use of CUDA dynamic parallelism.\n\nKernel parameters must be specified via \\p kernelParams.  If \\p f\nhas N parameters, then \\p kernelParams needs to be an array of N\npointers.  Each of \\p kernelParams[0] through \\p kernelParams[N-1]\nmust point to a region of memory from which the actual kernel\nparameter will be copied.  The number of kernel parameters and their\noffsets and sizes do not need to be specified as that information is\nretrieved directly from the kernel's image.\n\nCalling ::cuLaunchCooperativeKernel() sets persistent function state that is\nthe same as function state set through ::cuLaunchKernel API\n\nWhen the kernel \\p f is launched via ::cuLaunchCooperativeKernel(), the previous\nblock shape, shared size and parameter info associated with \\p f\nis overwritten.\n\nNote that to use ::cuLaunchCooperativeKernel(), the kernel \\p f must either have\nbeen compiled with toolchain version 3.2 or later so that it will\ncontain kernel parameter information, or have no kernel parameters.\nIf either of these conditions is not met, then ::cuLaunchCooperativeKernel() will\nreturn ::CUDA_ERROR_INVALID_IMAGE.\n\nNote that the API can also be used to launch context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to launch\nthe kernel on will either be taken from the specified stream \\p hStream\nor the current context in case of NULL stream.\n\n\\param f              - Function ::CUfunction or Kernel ::CUkernel to launch\n\\param gridDimX       - Width of grid in blocks\n\\param gridDimY       - Height of grid in blocks\n\\param gridDimZ       - Depth of grid in blocks\n\\param blockDimX      - X dimension of each thread block\n\\param blockDimY      - Y dimension of each thread block\n\\param blockDimZ      - Z dimension of each thread block\n\\param sharedMemBytes - Dynamic shared-memory size per thread block in bytes\n\\param hStream        - Stream identifier\n\\param kernelParams   - Array of pointers to kernel parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_IMAGE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_LAUNCH_FAILED,\n::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,\n::CUDA_ERROR_LAUNCH_TIMEOUT,\n::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,\n::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED,\n::CUDA_ERROR_NOT_FOUND\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuCtxGetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuFuncSetCacheConfig,\n::cuFuncGetAttribute,\n::cuLaunchCooperativeKernelMultiDevice,\n::cudaLaunchCooperativeKernel,\n::cuLibraryGetKernel,\n::cuKernelSetCacheConfig,\n::cuKernelGetAttribute,\n::cuKernelSetAttribute"]
+/// `cuLaunchCooperativeKernel` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23067,7 +23205,7 @@ pub unsafe fn cuLaunchCooperativeKernel(f: CUfunction, gridDimX: ::std::os::raw:
     }
 }
 
-#[doc = "\\brief Enqueues a host function call in a stream\n\nEnqueues a host function to run in a stream.  The function will be called\nafter currently enqueued work and will block work added after it.\n\nThe host function must not make any CUDA API calls.  Attempting to use a\nCUDA API may result in ::CUDA_ERROR_NOT_PERMITTED, but this is not required.\nThe host function must not perform any synchronization that may depend on\noutstanding CUDA work not mandated to run earlier.  Host functions without a\nmandated order (such as in independent streams) execute in undefined order\nand may be serialized.\n\nFor the purposes of Unified Memory, execution makes a number of guarantees:\n<ul>\n<li>The stream is considered idle for the duration of the function's\nexecution.  Thus, for example, the function may always use memory attached\nto the stream it was enqueued in.</li>\n<li>The start of execution of the function has the same effect as\nsynchronizing an event recorded in the same stream immediately prior to\nthe function.  It thus synchronizes streams which have been \"joined\"\nprior to the function.</li>\n<li>Adding device work to any stream does not have the effect of making\nthe stream active until all preceding host functions and stream callbacks\nhave executed.  Thus, for\nexample, a function might use global attached memory even if work has\nbeen added to another stream, if the work has been ordered behind the\nfunction call with an event.</li>\n<li>Completion of the function does not cause a stream to become\nactive except as described above.  The stream will remain idle\nif no device work follows the function, and will remain idle across\nconsecutive host functions or stream callbacks without device work in\nbetween.  Thus, for example,\nstream synchronization can be done by signaling from a host function at the\nend of the stream.</li>\n</ul>\n\nNote that, in contrast to ::cuStreamAddCallback, the function will not be\ncalled in the event of an error in the CUDA context.\n\n\\param hStream  - Stream to enqueue function call in\n\\param fn       - The function to call once preceding stream operations are complete\n\\param userData - User-specified data to be passed to the function\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuStreamCreate,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamWaitEvent,\n::cuStreamDestroy,\n::cuMemAllocManaged,\n::cuStreamAttachMemAsync,\n::cuStreamAddCallback"]
+/// `cuLaunchHostFunc` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23084,7 +23222,7 @@ pub unsafe fn cuLaunchHostFunc(hStream: CUstream, fn_: CUhostFn, userData: *mut 
     }
 }
 
-#[doc = "\\brief Enqueues a host function call in a stream\n\nEnqueues a host function to run in a stream.  The function will be called\nafter currently enqueued work and will block work added after it.\n\nThe host function must not make any CUDA API calls.  Attempting to use a\nCUDA API may result in ::CUDA_ERROR_NOT_PERMITTED, but this is not required.\nThe host function must not perform any synchronization that may depend on\noutstanding CUDA work not mandated to run earlier.  Host functions without a\nmandated order (such as in independent streams) execute in undefined order\nand may be serialized.\n\nFor the purposes of Unified Memory, execution makes a number of guarantees:\n<ul>\n<li>The stream is considered idle for the duration of the function's\nexecution.  Thus, for example, the function may always use memory attached\nto the stream it was enqueued in.</li>\n<li>The start of execution of the function has the same effect as\nsynchronizing an event recorded in the same stream immediately prior to\nthe function.  It thus synchronizes streams which have been \"joined\"\nprior to the function.</li>\n<li>Adding device work to any stream does not have the effect of making\nthe stream active until all preceding host functions and stream callbacks\nhave executed.  Thus, for\nexample, a function might use global attached memory even if work has\nbeen added to another stream, if the work has been ordered behind the\nfunction call with an event.</li>\n<li>Completion of the function does not cause a stream to become\nactive except as described above.  The stream will remain idle\nif no device work follows the function, and will remain idle across\nconsecutive host functions or stream callbacks without device work in\nbetween.  Thus, for example,\nstream synchronization can be done by signaling from a host function at the\nend of the stream.</li>\n</ul>\n\nNote that, in contrast to ::cuStreamAddCallback, the function will not be\ncalled in the event of an error in the CUDA context.\n\n\\param hStream  - Stream to enqueue function call in\n\\param fn       - The function to call once preceding stream operations are complete\n\\param userData - User-specified data to be passed to the function\n\\param syncMode - Synchronization mode for the host function\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuStreamCreate,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamWaitEvent,\n::cuStreamDestroy,\n::cuMemAllocManaged,\n::cuStreamAttachMemAsync,\n::cuStreamAddCallback"]
+/// `cuLaunchHostFunc_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuLaunchHostFunc` introduced in CUDA 13.1.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23101,7 +23239,7 @@ pub unsafe fn cuLaunchHostFunc_v2(hStream: CUstream, fn_: CUhostFn, userData: *m
     }
 }
 
-#[doc = "\\brief Sets the block-dimensions for the function\n\n\\deprecated\n\nSpecifies the \\p x, \\p y, and \\p z dimensions of the thread blocks that are\ncreated when the kernel given by \\p hfunc is launched.\n\n\\param hfunc - Kernel to specify dimensions of\n\\param x     - X dimension\n\\param y     - Y dimension\n\\param z     - Z dimension\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuFuncSetSharedSize,\n::cuFuncSetCacheConfig,\n::cuFuncGetAttribute,\n::cuParamSetSize,\n::cuParamSeti,\n::cuParamSetf,\n::cuParamSetv,\n::cuLaunch,\n::cuLaunchGrid,\n::cuLaunchGridAsync,\n::cuLaunchKernel"]
+/// `cuFuncSetBlockShape` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23118,7 +23256,7 @@ pub unsafe fn cuFuncSetBlockShape(hfunc: CUfunction, x: ::std::os::raw::c_int, y
     }
 }
 
-#[doc = "\\brief Sets the dynamic shared-memory size for the function\n\n\\deprecated\n\nSets through \\p bytes the amount of dynamic shared memory that will be\navailable to each thread block when the kernel given by \\p hfunc is launched.\n\n\\param hfunc - Kernel to specify dynamic shared-memory size for\n\\param bytes - Dynamic shared-memory size per thread in bytes\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuFuncSetBlockShape,\n::cuFuncSetCacheConfig,\n::cuFuncGetAttribute,\n::cuParamSetSize,\n::cuParamSeti,\n::cuParamSetf,\n::cuParamSetv,\n::cuLaunch,\n::cuLaunchGrid,\n::cuLaunchGridAsync,\n::cuLaunchKernel"]
+/// `cuFuncSetSharedSize` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23135,7 +23273,7 @@ pub unsafe fn cuFuncSetSharedSize(hfunc: CUfunction, bytes: ::std::os::raw::c_ui
     }
 }
 
-#[doc = "\\brief Sets the parameter size for the function\n\n\\deprecated\n\nSets through \\p numbytes the total size in bytes needed by the function\nparameters of the kernel corresponding to \\p hfunc.\n\n\\param hfunc    - Kernel to set parameter size for\n\\param numbytes - Size of parameter list in bytes\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuFuncSetBlockShape,\n::cuFuncSetSharedSize,\n::cuFuncGetAttribute,\n::cuParamSetf,\n::cuParamSeti,\n::cuParamSetv,\n::cuLaunch,\n::cuLaunchGrid,\n::cuLaunchGridAsync,\n::cuLaunchKernel"]
+/// `cuParamSetSize` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23152,7 +23290,7 @@ pub unsafe fn cuParamSetSize(hfunc: CUfunction, numbytes: ::std::os::raw::c_uint
     }
 }
 
-#[doc = "\\brief Adds an integer parameter to the function's argument list\n\n\\deprecated\n\nSets an integer parameter that will be specified the next time the\nkernel corresponding to \\p hfunc will be invoked. \\p offset is a byte offset.\n\n\\param hfunc  - Kernel to add parameter to\n\\param offset - Offset to add parameter to argument list\n\\param value  - Value of parameter\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuFuncSetBlockShape,\n::cuFuncSetSharedSize,\n::cuFuncGetAttribute,\n::cuParamSetSize,\n::cuParamSetf,\n::cuParamSetv,\n::cuLaunch,\n::cuLaunchGrid,\n::cuLaunchGridAsync,\n::cuLaunchKernel"]
+/// `cuParamSeti` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23169,7 +23307,7 @@ pub unsafe fn cuParamSeti(hfunc: CUfunction, offset: ::std::os::raw::c_int, valu
     }
 }
 
-#[doc = "\\brief Adds a floating-point parameter to the function's argument list\n\n\\deprecated\n\nSets a floating-point parameter that will be specified the next time the\nkernel corresponding to \\p hfunc will be invoked. \\p offset is a byte offset.\n\n\\param hfunc  - Kernel to add parameter to\n\\param offset - Offset to add parameter to argument list\n\\param value  - Value of parameter\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuFuncSetBlockShape,\n::cuFuncSetSharedSize,\n::cuFuncGetAttribute,\n::cuParamSetSize,\n::cuParamSeti,\n::cuParamSetv,\n::cuLaunch,\n::cuLaunchGrid,\n::cuLaunchGridAsync,\n::cuLaunchKernel"]
+/// `cuParamSetf` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23186,7 +23324,7 @@ pub unsafe fn cuParamSetf(hfunc: CUfunction, offset: ::std::os::raw::c_int, valu
     }
 }
 
-#[doc = "\\brief Adds arbitrary data to the function's argument list\n\n\\deprecated\n\nCopies an arbitrary amount of data (specified in \\p numbytes) from \\p ptr\ninto the parameter space of the kernel corresponding to \\p hfunc. \\p offset\nis a byte offset.\n\n\\param hfunc    - Kernel to add data to\n\\param offset   - Offset to add data to argument list\n\\param ptr      - Pointer to arbitrary data\n\\param numbytes - Size of data to copy in bytes\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuFuncSetBlockShape,\n::cuFuncSetSharedSize,\n::cuFuncGetAttribute,\n::cuParamSetSize,\n::cuParamSetf,\n::cuParamSeti,\n::cuLaunch,\n::cuLaunchGrid,\n::cuLaunchGridAsync,\n::cuLaunchKernel"]
+/// `cuParamSetv` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23203,7 +23341,7 @@ pub unsafe fn cuParamSetv(hfunc: CUfunction, offset: ::std::os::raw::c_int, ptr:
     }
 }
 
-#[doc = "\\brief Launches a CUDA function\n\n\\deprecated\n\nInvokes the kernel \\p f on a 1 x 1 x 1 grid of blocks. The block\ncontains the number of threads specified by a previous call to\n::cuFuncSetBlockShape().\n\nThe block shape, dynamic shared memory size, and parameter information\nmust be set using\n::cuFuncSetBlockShape(),\n::cuFuncSetSharedSize(),\n::cuParamSetSize(),\n::cuParamSeti(),\n::cuParamSetf(), and\n::cuParamSetv()\nprior to calling this function.\n\nLaunching a function via ::cuLaunchKernel() invalidates the function's\nblock shape, dynamic shared memory size, and parameter information. After\nlaunching via cuLaunchKernel, this state must be re-initialized prior to\ncalling this function. Failure to do so results in undefined behavior.\n\n\\param f - Kernel to launch\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_LAUNCH_FAILED,\n::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,\n::CUDA_ERROR_LAUNCH_TIMEOUT,\n::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED\n\\notefnerr\n\n\\sa ::cuFuncSetBlockShape,\n::cuFuncSetSharedSize,\n::cuFuncGetAttribute,\n::cuParamSetSize,\n::cuParamSetf,\n::cuParamSeti,\n::cuParamSetv,\n::cuLaunchGrid,\n::cuLaunchGridAsync,\n::cuLaunchKernel"]
+/// `cuLaunch` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23220,7 +23358,7 @@ pub unsafe fn cuLaunch(f: CUfunction) -> CUresult {
     }
 }
 
-#[doc = "\\brief Launches a CUDA function\n\n\\deprecated\n\nInvokes the kernel \\p f on a \\p grid_width x \\p grid_height grid of\nblocks. Each block contains the number of threads specified by a previous\ncall to ::cuFuncSetBlockShape().\n\nThe block shape, dynamic shared memory size, and parameter information\nmust be set using\n::cuFuncSetBlockShape(),\n::cuFuncSetSharedSize(),\n::cuParamSetSize(),\n::cuParamSeti(),\n::cuParamSetf(), and\n::cuParamSetv()\nprior to calling this function.\n\nLaunching a function via ::cuLaunchKernel() invalidates the function's\nblock shape, dynamic shared memory size, and parameter information. After\nlaunching via cuLaunchKernel, this state must be re-initialized prior to\ncalling this function. Failure to do so results in undefined behavior.\n\n\\param f           - Kernel to launch\n\\param grid_width  - Width of grid in blocks\n\\param grid_height - Height of grid in blocks\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_LAUNCH_FAILED,\n::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,\n::CUDA_ERROR_LAUNCH_TIMEOUT,\n::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED\n\\notefnerr\n\n\\sa ::cuFuncSetBlockShape,\n::cuFuncSetSharedSize,\n::cuFuncGetAttribute,\n::cuParamSetSize,\n::cuParamSetf,\n::cuParamSeti,\n::cuParamSetv,\n::cuLaunch,\n::cuLaunchGridAsync,\n::cuLaunchKernel"]
+/// `cuLaunchGrid` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23237,7 +23375,7 @@ pub unsafe fn cuLaunchGrid(f: CUfunction, grid_width: ::std::os::raw::c_int, gri
     }
 }
 
-#[doc = "\\brief Launches a CUDA function\n\n\\deprecated\n\nInvokes the kernel \\p f on a \\p grid_width x \\p grid_height grid of\nblocks. Each block contains the number of threads specified by a previous\ncall to ::cuFuncSetBlockShape().\n\nThe block shape, dynamic shared memory size, and parameter information\nmust be set using\n::cuFuncSetBlockShape(),\n::cuFuncSetSharedSize(),\n::cuParamSetSize(),\n::cuParamSeti(),\n::cuParamSetf(), and\n::cuParamSetv()\nprior to calling this function.\n\nLaunching a function via ::cuLaunchKernel() invalidates the function's\nblock shape, dynamic shared memory size, and parameter information. After\nlaunching via cuLaunchKernel, this state must be re-initialized prior to\ncalling this function. Failure to do so results in undefined behavior.\n\n\\param f           - Kernel to launch\n\\param grid_width  - Width of grid in blocks\n\\param grid_height - Height of grid in blocks\n\\param hStream     - Stream identifier\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_LAUNCH_FAILED,\n::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,\n::CUDA_ERROR_LAUNCH_TIMEOUT,\n::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED\n\n\\note In certain cases where cubins are created with no ABI (i.e., using \\p ptxas \\p --abi-compile \\p no),\nthis function may serialize kernel launches. The CUDA driver retains asynchronous behavior by\ngrowing the per-thread stack as needed per launch and not shrinking it afterwards.\n\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuFuncSetBlockShape,\n::cuFuncSetSharedSize,\n::cuFuncGetAttribute,\n::cuParamSetSize,\n::cuParamSetf,\n::cuParamSeti,\n::cuParamSetv,\n::cuLaunch,\n::cuLaunchGrid,\n::cuLaunchKernel"]
+/// `cuLaunchGridAsync` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23254,7 +23392,7 @@ pub unsafe fn cuLaunchGridAsync(f: CUfunction, grid_width: ::std::os::raw::c_int
     }
 }
 
-#[doc = "\\brief Launches CUDA functions on multiple devices where thread blocks can cooperate and synchronize as they execute\n\n\\deprecated This function is deprecated as of CUDA 11.3.\n\nInvokes kernels as specified in the \\p launchParamsList array where each element\nof the array specifies all the parameters required to perform a single kernel launch.\nThese kernels can cooperate and synchronize as they execute. The size of the array is\nspecified by \\p numDevices.\n\nNo two kernels can be launched on the same device. All the devices targeted by this\nmulti-device launch must be identical. All devices must have a non-zero value for the\ndevice attribute ::CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH.\n\nAll kernels launched must be identical with respect to the compiled code. Note that\nany __device__, __constant__ or __managed__ variables present in the module that owns\nthe kernel launched on each device, are independently instantiated on every device.\nIt is the application's responsibility to ensure these variables are initialized and\nused appropriately.\n\nThe size of the grids as specified in blocks, the size of the blocks themselves\nand the amount of shared memory used by each thread block must also match across\nall launched kernels.\n\nThe streams used to launch these kernels must have been created via either ::cuStreamCreate\nor ::cuStreamCreateWithPriority. The NULL stream or ::CU_STREAM_LEGACY or ::CU_STREAM_PER_THREAD\ncannot be used.\n\nThe total number of blocks launched per kernel cannot exceed the maximum number of blocks\nper multiprocessor as returned by ::cuOccupancyMaxActiveBlocksPerMultiprocessor (or\n::cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags) times the number of multiprocessors\nas specified by the device attribute ::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT. Since the\ntotal number of blocks launched per device has to match across all devices, the maximum\nnumber of blocks that can be launched per device will be limited by the device with the\nleast number of multiprocessors.\n\nThe kernels cannot make use of CUDA dynamic parallelism.\n\nThe ::CUDA_LAUNCH_PARAMS structure is defined as:\n```c\ntypedef struct CUDA_LAUNCH_PARAMS_st\n{\nCUfunction function;\nunsigned int gridDimX;\nunsigned int gridDimY;\nunsigned int gridDimZ;\nunsigned int blockDimX;\nunsigned int blockDimY;\nunsigned int blockDimZ;\nunsigned int sharedMemBytes;\nCUstream hStream;\nvoid **kernelParams;\n} CUDA_LAUNCH_PARAMS;\n```\nwhere:\n- ::CUDA_LAUNCH_PARAMS::function specifies the kernel to be launched. All functions must\nbe identical with respect to the compiled code.\nNote that you can also specify context-less kernel ::CUkernel by querying the handle\nusing ::cuLibraryGetKernel() and then casting to ::CUfunction. In this case, the context to\nlaunch the kernel on be taken from the specified stream ::CUDA_LAUNCH_PARAMS::hStream.\n- ::CUDA_LAUNCH_PARAMS::gridDimX is the width of the grid in blocks. This must match across\nall kernels launched.\n- ::CUDA_LAUNCH_PARAMS::gridDimY is the height of the grid in blocks. This must match across\nall kernels launched.\n- ::CUDA_LAUNCH_PARAMS::gridDimZ is the depth of the grid in blocks. This must match across\nall kernels launched.\n- ::CUDA_LAUNCH_PARAMS::blockDimX is the X dimension of each thread block. This must match across\nall kernels launched.\n- ::CUDA_LAUNCH_PARAMS::blockDimX is the Y dimension of each thread block. This must match across\nall kernels launched.\n- ::CUDA_LAUNCH_PARAMS::blockDimZ is the Z dimension of each thread block. This must match across\nall kernels launched.\n- ::CUDA_LAUNCH_PARAMS::sharedMemBytes is the dynamic shared-memory size per thread block in bytes.\nThis must match across all kernels launched.\n- ::CUDA_LAUNCH_PARAMS::hStream is the handle to the stream to perform the launch in. This cannot\nbe the NULL stream or ::CU_STREAM_LEGACY or ::CU_STREAM_PER_THREAD. The CUDA context associated\nwith this stream must match that associated with ::CUDA_LAUNCH_PARAMS::function.\n- ::CUDA_LAUNCH_PARAMS::kernelParams is an array of pointers to kernel parameters. If\n::CUDA_LAUNCH_PARAMS::function has N parameters, then ::CUDA_LAUNCH_PARAMS::kernelParams\nneeds to be an array of N pointers. Each of ::CUDA_LAUNCH_PARAMS::kernelParams[0] through\n::CUDA_LAUNCH_PARAMS::kernelParams[N-1] must point to a region of memory from which the actual\nkernel parameter will be copied. The number of kernel parameters and their offsets and sizes\ndo not need to be specified as that information is retrieved directly from the kernel's image.\n\nBy default, the kernel won't begin execution on any GPU until all prior work in all the specified\nstreams has completed. This behavior can be overridden by specifying the flag\n::CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_PRE_LAUNCH_SYNC. When this flag is specified, each kernel\nwill only wait for prior work in the stream corresponding to that GPU to complete before it begins\nexecution.\n\nSimilarly, by default, any subsequent work pushed in any of the specified streams will not begin\nexecution until the kernels on all GPUs have completed. This behavior can be overridden by specifying\nthe flag ::CUDA_COOPERATIVE_LAUNCH_MULTI_DEVICE_NO_POST_LAUNCH_SYNC. When this flag is specified,\nany subsequent work pushed in any of the specified streams will only wait for the kernel launched\non the GPU corresponding to that stream to complete before it begins execution.\n\nCalling ::cuLaunchCooperativeKernelMultiDevice() sets persistent function state that is\nthe same as function state set through ::cuLaunchKernel API when called individually for each\nelement in \\p launchParamsList.\n\nWhen kernels are launched via ::cuLaunchCooperativeKernelMultiDevice(), the previous\nblock shape, shared size and parameter info associated with each ::CUDA_LAUNCH_PARAMS::function\nin \\p launchParamsList is overwritten.\n\nNote that to use ::cuLaunchCooperativeKernelMultiDevice(), the kernels must either have\nbeen compiled with toolchain version 3.2 or later so that it will\ncontain kernel parameter information, or have no kernel parameters.\nIf either of these conditions is not met, then ::cuLaunchCooperativeKernelMultiDevice() will\nreturn ::CUDA_ERROR_INVALID_IMAGE.\n\n\\param launchParamsList - List of launch parameters, one per device\n\\param numDevices       - Size of the \\p launchParamsList array\n\\param flags            - Flags to control launch behavior\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_INVALID_IMAGE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_LAUNCH_FAILED,\n::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,\n::CUDA_ERROR_LAUNCH_TIMEOUT,\n::CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING,\n::CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE,\n::CUDA_ERROR_SHARED_OBJECT_INIT_FAILED\n\\note_null_stream\n\\notefnerr\n\n\\sa ::cuCtxGetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuFuncSetCacheConfig,\n::cuFuncGetAttribute,\n::cuLaunchCooperativeKernel,\n::cudaLaunchCooperativeKernelMultiDevice"]
+/// `cuLaunchCooperativeKernelMultiDevice` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23271,7 +23409,7 @@ pub unsafe fn cuLaunchCooperativeKernelMultiDevice(launchParamsList: *mut CUDA_L
     }
 }
 
-#[doc = "\\brief Adds a texture-reference to the function's argument list\n\n\\deprecated\n\nMakes the CUDA array or linear memory bound to the texture reference\n\\p hTexRef available to a device program as a texture. In this version of\nCUDA, the texture-reference must be obtained via ::cuModuleGetTexRef() and\nthe \\p texunit parameter must be set to ::CU_PARAM_TR_DEFAULT.\n\n\\param hfunc   - Kernel to add texture-reference to\n\\param texunit - Texture unit (must be ::CU_PARAM_TR_DEFAULT)\n\\param hTexRef - Texture-reference to add to argument list\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr"]
+/// `cuParamSetTexRef` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23288,7 +23426,7 @@ pub unsafe fn cuParamSetTexRef(hfunc: CUfunction, texunit: ::std::os::raw::c_int
     }
 }
 
-#[doc = "\\brief Sets the shared memory configuration for a device function.\n\n\\deprecated\n\nOn devices with configurable shared memory banks, this function will\nforce all subsequent launches of the specified device function to have\nthe given shared memory bank size configuration. On any given launch of the\nfunction, the shared memory configuration of the device will be temporarily\nchanged if needed to suit the function's preferred configuration. Changes in\nshared memory configuration between subsequent launches of functions,\nmay introduce a device side synchronization point.\n\nAny per-function setting of shared memory bank size set via\n::cuFuncSetSharedMemConfig will override the context wide setting set with\n::cuCtxSetSharedMemConfig.\n\nChanging the shared memory bank size will not increase shared memory usage\nor affect occupancy of kernels, but may have major effects on performance.\nLarger bank sizes will allow for greater potential bandwidth to shared memory,\nbut will change what kinds of accesses to shared memory will result in bank\nconflicts.\n\nThis function will do nothing on devices with fixed shared memory bank size.\n\nThe supported bank configurations are:\n- ::CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE: use the context's shared memory\nconfiguration when launching this function.\n- ::CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE: set shared memory bank width to\nbe natively four bytes when launching this function.\n- ::CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE: set shared memory bank width to\nbe natively eight bytes when launching this function.\n\n\\param hfunc  - kernel to be given a shared memory config\n\\param config - requested shared memory configuration\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT\n\\notefnerr\n\n\\sa ::cuCtxGetCacheConfig,\n::cuCtxSetCacheConfig,\n::cuCtxGetSharedMemConfig,\n::cuCtxSetSharedMemConfig,\n::cuFuncGetAttribute,\n::cuLaunchKernel,\n::cudaFuncSetSharedMemConfig"]
+/// `cuFuncSetSharedMemConfig` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23305,7 +23443,7 @@ pub unsafe fn cuFuncSetSharedMemConfig(hfunc: CUfunction, config: CUsharedconfig
     }
 }
 
-#[doc = "\\brief Creates a graph\n\nCreates an empty graph, which is returned via \\p phGraph.\n\n\\param phGraph - Returns newly created graph\n\\param flags   - Graph creation flags, must be 0\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddHostNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode,\n::cuGraphInstantiate,\n::cuGraphDestroy,\n::cuGraphGetNodes,\n::cuGraphGetRootNodes,\n::cuGraphGetEdges,\n::cuGraphClone"]
+/// `cuGraphCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23322,6 +23460,7 @@ pub unsafe fn cuGraphCreate(phGraph: *mut CUgraph, flags: ::std::os::raw::c_uint
     }
 }
 
+/// `cuGraphAddKernelNode_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphAddKernelNode` introduced in CUDA 12.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23329,6 +23468,7 @@ pub unsafe fn cuGraphCreate(phGraph: *mut CUgraph, flags: ::std::os::raw::c_uint
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphAddKernelNode_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphAddKernelNode")]
 #[inline]
 pub unsafe fn cuGraphAddKernelNode_v2(phGraphNode: *mut CUgraphNode, hGraph: CUgraph, dependencies: *const CUgraphNode, numDependencies: usize, nodeParams: *const CUDA_KERNEL_NODE_PARAMS) -> CUresult {
     match crate::driver() {
@@ -23338,6 +23478,7 @@ pub unsafe fn cuGraphAddKernelNode_v2(phGraphNode: *mut CUgraphNode, hGraph: CUg
     }
 }
 
+/// `cuGraphKernelNodeGetParams_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphKernelNodeGetParams` introduced in CUDA 12.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23345,6 +23486,7 @@ pub unsafe fn cuGraphAddKernelNode_v2(phGraphNode: *mut CUgraphNode, hGraph: CUg
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphKernelNodeGetParams_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphKernelNodeGetParams")]
 #[inline]
 pub unsafe fn cuGraphKernelNodeGetParams_v2(hNode: CUgraphNode, nodeParams: *mut CUDA_KERNEL_NODE_PARAMS) -> CUresult {
     match crate::driver() {
@@ -23354,6 +23496,7 @@ pub unsafe fn cuGraphKernelNodeGetParams_v2(hNode: CUgraphNode, nodeParams: *mut
     }
 }
 
+/// `cuGraphKernelNodeSetParams_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphKernelNodeSetParams` introduced in CUDA 12.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23361,6 +23504,7 @@ pub unsafe fn cuGraphKernelNodeGetParams_v2(hNode: CUgraphNode, nodeParams: *mut
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphKernelNodeSetParams_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphKernelNodeSetParams")]
 #[inline]
 pub unsafe fn cuGraphKernelNodeSetParams_v2(hNode: CUgraphNode, nodeParams: *const CUDA_KERNEL_NODE_PARAMS) -> CUresult {
     match crate::driver() {
@@ -23370,7 +23514,7 @@ pub unsafe fn cuGraphKernelNodeSetParams_v2(hNode: CUgraphNode, nodeParams: *con
     }
 }
 
-#[doc = "\\brief Creates a memcpy node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new memcpy node and adds it to \\p hGraph with \\p numDependencies\ndependencies specified via \\p dependencies.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries.\nA handle to the new node will be returned in \\p phGraphNode.\n\nWhen the graph is launched, the node will perform the memcpy described by \\p copyParams.\nSee ::cuMemcpy3D() for a description of the structure and its restrictions.\n\nMemcpy nodes have some additional restrictions with regards to managed memory, if the\nsystem contains at least one device which has a zero value for the device attribute\n::CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS. If one or more of the operands refer\nto managed memory, then using the memory type ::CU_MEMORYTYPE_UNIFIED is disallowed\nfor those operand(s). The managed memory will be treated as residing on either the\nhost or the device, depending on which memory type is specified.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param copyParams      - Parameters for the memory copy\n\\param ctx             - Context on which to run the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuMemcpy3D,\n::cuGraphMemcpyNodeGetParams,\n::cuGraphMemcpyNodeSetParams,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddHostNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddMemcpyNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23387,7 +23531,7 @@ pub unsafe fn cuGraphAddMemcpyNode(phGraphNode: *mut CUgraphNode, hGraph: CUgrap
     }
 }
 
-#[doc = "\\brief Returns a memcpy node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the parameters of memcpy node \\p hNode in \\p nodeParams.\n\n\\param hNode      - Node to get the parameters for\n\\param nodeParams - Pointer to return the parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetParams,\n::cuMemcpy3D,\n::cuGraphAddMemcpyNode,\n::cuGraphMemcpyNodeSetParams"]
+/// `cuGraphMemcpyNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23404,7 +23548,7 @@ pub unsafe fn cuGraphMemcpyNodeGetParams(hNode: CUgraphNode, nodeParams: *mut CU
     }
 }
 
-#[doc = "\\brief Sets a memcpy node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.\n\nSets the parameters of memcpy node \\p hNode to \\p nodeParams.\n\n\\param hNode      - Node to set the parameters for\n\\param nodeParams - Parameters to copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuMemcpy3D,\n::cuGraphAddMemcpyNode,\n::cuGraphMemcpyNodeGetParams"]
+/// `cuGraphMemcpyNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23421,7 +23565,7 @@ pub unsafe fn cuGraphMemcpyNodeSetParams(hNode: CUgraphNode, nodeParams: *const 
     }
 }
 
-#[doc = "\\brief Creates a memset node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new memset node and adds it to \\p hGraph with \\p numDependencies\ndependencies specified via \\p dependencies.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries.\nA handle to the new node will be returned in \\p phGraphNode.\n\nThe element size must be 1, 2, or 4 bytes.\nWhen the graph is launched, the node will perform the memset described by \\p memsetParams.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param memsetParams    - Parameters for the memory set\n\\param ctx             - Context on which to run the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_CONTEXT\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuMemsetD2D32,\n::cuGraphMemsetNodeGetParams,\n::cuGraphMemsetNodeSetParams,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddHostNode,\n::cuGraphAddMemcpyNode"]
+/// `cuGraphAddMemsetNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23438,7 +23582,7 @@ pub unsafe fn cuGraphAddMemsetNode(phGraphNode: *mut CUgraphNode, hGraph: CUgrap
     }
 }
 
-#[doc = "\\brief Returns a memset node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the parameters of memset node \\p hNode in \\p nodeParams.\n\n\\param hNode      - Node to get the parameters for\n\\param nodeParams - Pointer to return the parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetParams,\n::cuMemsetD2D32,\n::cuGraphAddMemsetNode,\n::cuGraphMemsetNodeSetParams"]
+/// `cuGraphMemsetNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23455,7 +23599,7 @@ pub unsafe fn cuGraphMemsetNodeGetParams(hNode: CUgraphNode, nodeParams: *mut CU
     }
 }
 
-#[doc = "\\brief Sets a memset node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.\n\nSets the parameters of memset node \\p hNode to \\p nodeParams.\n\n\\param hNode      - Node to set the parameters for\n\\param nodeParams - Parameters to copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuMemsetD2D32,\n::cuGraphAddMemsetNode,\n::cuGraphMemsetNodeGetParams"]
+/// `cuGraphMemsetNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23472,7 +23616,7 @@ pub unsafe fn cuGraphMemsetNodeSetParams(hNode: CUgraphNode, nodeParams: *const 
     }
 }
 
-#[doc = "\\brief Creates a host execution node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new CPU execution node and adds it to \\p hGraph with \\p numDependencies\ndependencies specified via \\p dependencies and arguments specified in \\p nodeParams.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries.\nA handle to the new node will be returned in \\p phGraphNode.\n\nWhen the graph is launched, the node will invoke the specified CPU function.\nHost nodes are not supported under MPS with pre-Volta GPUs.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param nodeParams      - Parameters for the host node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuLaunchHostFunc,\n::cuGraphHostNodeGetParams,\n::cuGraphHostNodeSetParams,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddHostNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23489,7 +23633,7 @@ pub unsafe fn cuGraphAddHostNode(phGraphNode: *mut CUgraphNode, hGraph: CUgraph,
     }
 }
 
-#[doc = "\\brief Returns a host node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the parameters of host node \\p hNode in \\p nodeParams.\n\n\\param hNode      - Node to get the parameters for\n\\param nodeParams - Pointer to return the parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetParams,\n::cuLaunchHostFunc,\n::cuGraphAddHostNode,\n::cuGraphHostNodeSetParams"]
+/// `cuGraphHostNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23506,7 +23650,7 @@ pub unsafe fn cuGraphHostNodeGetParams(hNode: CUgraphNode, nodeParams: *mut CUDA
     }
 }
 
-#[doc = "\\brief Sets a host node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.\n\nSets the parameters of host node \\p hNode to \\p nodeParams.\n\n\\param hNode      - Node to set the parameters for\n\\param nodeParams - Parameters to copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuLaunchHostFunc,\n::cuGraphAddHostNode,\n::cuGraphHostNodeGetParams"]
+/// `cuGraphHostNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23523,7 +23667,7 @@ pub unsafe fn cuGraphHostNodeSetParams(hNode: CUgraphNode, nodeParams: *const CU
     }
 }
 
-#[doc = "\\brief Creates a child graph node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new node which executes an embedded graph, and adds it to \\p hGraph with\n\\p numDependencies dependencies specified via \\p dependencies.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries.\nA handle to the new node will be returned in \\p phGraphNode.\n\nIf \\p childGraph contains allocation nodes, free nodes, or conditional nodes, this call will\nreturn an error.\n\nThe node executes an embedded child graph. The child graph is cloned in this call.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param childGraph      - The graph to clone into this node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphChildGraphNodeGetGraph,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddHostNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode,\n::cuGraphClone"]
+/// `cuGraphAddChildGraphNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23540,7 +23684,7 @@ pub unsafe fn cuGraphAddChildGraphNode(phGraphNode: *mut CUgraphNode, hGraph: CU
     }
 }
 
-#[doc = "\\brief Gets a handle to the embedded graph of a child graph node\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nGets a handle to the embedded graph in a child graph node. This call\ndoes not clone the graph. Changes to the graph will be reflected in\nthe node, and the node retains ownership of the graph.\n\nAllocation and free nodes cannot be added to the returned graph.\nAttempting to do so will return an error.\n\n\\param hNode   - Node to get the embedded graph for\n\\param phGraph - Location to store a handle to the graph\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddChildGraphNode,\n::cuGraphNodeFindInClone"]
+/// `cuGraphChildGraphNodeGetGraph` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23557,7 +23701,7 @@ pub unsafe fn cuGraphChildGraphNodeGetGraph(hNode: CUgraphNode, phGraph: *mut CU
     }
 }
 
-#[doc = "\\brief Creates an empty node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new node which performs no operation, and adds it to \\p hGraph with\n\\p numDependencies dependencies specified via \\p dependencies.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries.\nA handle to the new node will be returned in \\p phGraphNode.\n\nAn empty node performs no operation during execution, but can be used for\ntransitive ordering. For example, a phased execution graph with 2 groups of n\nnodes with a barrier between them can be represented using an empty node and\n2*n dependency edges, rather than no empty node and n^2 dependency edges.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddKernelNode,\n::cuGraphAddHostNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddEmptyNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23574,7 +23718,7 @@ pub unsafe fn cuGraphAddEmptyNode(phGraphNode: *mut CUgraphNode, hGraph: CUgraph
     }
 }
 
-#[doc = "\\brief Creates an event record node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new event record node and adds it to \\p hGraph with \\p numDependencies\ndependencies specified via \\p dependencies and event specified in \\p event.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries.\nA handle to the new node will be returned in \\p phGraphNode.\n\nEach launch of the graph will record \\p event to capture execution of the\nnode's dependencies.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param event           - Event for the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphAddEventWaitNode,\n::cuEventRecordWithFlags,\n::cuStreamWaitEvent,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddEventRecordNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23591,7 +23735,7 @@ pub unsafe fn cuGraphAddEventRecordNode(phGraphNode: *mut CUgraphNode, hGraph: C
     }
 }
 
-#[doc = "\\brief Returns the event associated with an event record node\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the event of event record node \\p hNode in \\p event_out.\n\n\\param hNode     - Node to get the event for\n\\param event_out - Pointer to return the event\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddEventRecordNode,\n::cuGraphEventRecordNodeSetEvent,\n::cuGraphEventWaitNodeGetEvent,\n::cuEventRecordWithFlags,\n::cuStreamWaitEvent"]
+/// `cuGraphEventRecordNodeGetEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23608,7 +23752,7 @@ pub unsafe fn cuGraphEventRecordNodeGetEvent(hNode: CUgraphNode, event_out: *mut
     }
 }
 
-#[doc = "\\brief Sets an event record node's event\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.\n\nSets the event of event record node \\p hNode to \\p event.\n\n\\param hNode - Node to set the event for\n\\param event - Event to use\n\n\\note This function will reset the node's context to the event's device context.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuGraphAddEventRecordNode,\n::cuGraphEventRecordNodeGetEvent,\n::cuGraphEventWaitNodeSetEvent,\n::cuEventRecordWithFlags,\n::cuStreamWaitEvent"]
+/// `cuGraphEventRecordNodeSetEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23625,7 +23769,7 @@ pub unsafe fn cuGraphEventRecordNodeSetEvent(hNode: CUgraphNode, event: CUevent)
     }
 }
 
-#[doc = "\\brief Creates an event wait node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new event wait node and adds it to \\p hGraph with \\p numDependencies\ndependencies specified via \\p dependencies and event specified in \\p event.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries.\nA handle to the new node will be returned in \\p phGraphNode.\n\nThe graph node will wait for all work captured in \\p event.  See ::cuEventRecord()\nfor details on what is captured by an event. \\p event may be from a different context\nor device than the launch stream.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param event           - Event for the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphAddEventRecordNode,\n::cuEventRecordWithFlags,\n::cuStreamWaitEvent,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddEventWaitNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23642,7 +23786,7 @@ pub unsafe fn cuGraphAddEventWaitNode(phGraphNode: *mut CUgraphNode, hGraph: CUg
     }
 }
 
-#[doc = "\\brief Returns the event associated with an event wait node\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the event of event wait node \\p hNode in \\p event_out.\n\n\\param hNode     - Node to get the event for\n\\param event_out - Pointer to return the event\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddEventWaitNode,\n::cuGraphEventWaitNodeSetEvent,\n::cuGraphEventRecordNodeGetEvent,\n::cuEventRecordWithFlags,\n::cuStreamWaitEvent"]
+/// `cuGraphEventWaitNodeGetEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23659,7 +23803,7 @@ pub unsafe fn cuGraphEventWaitNodeGetEvent(hNode: CUgraphNode, event_out: *mut C
     }
 }
 
-#[doc = "\\brief Sets an event wait node's event\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.\n\nSets the event of event wait node \\p hNode to \\p event.\n\n\\param hNode - Node to set the event for\n\\param event - Event to use\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuGraphAddEventWaitNode,\n::cuGraphEventWaitNodeGetEvent,\n::cuGraphEventRecordNodeSetEvent,\n::cuEventRecordWithFlags,\n::cuStreamWaitEvent"]
+/// `cuGraphEventWaitNodeSetEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23676,7 +23820,7 @@ pub unsafe fn cuGraphEventWaitNodeSetEvent(hNode: CUgraphNode, event: CUevent) -
     }
 }
 
-#[doc = "\\brief Creates an external semaphore signal node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new external semaphore signal node and adds it to \\p hGraph with \\p\nnumDependencies dependencies specified via \\p dependencies and arguments specified\nin \\p nodeParams. It is possible for \\p numDependencies to be 0, in which case the\nnode will be placed at the root of the graph. \\p dependencies may not have any\nduplicate entries. A handle to the new node will be returned in \\p phGraphNode.\n\nPerforms a signal operation on a set of externally allocated semaphore objects\nwhen the node is launched.  The operation(s) will occur after all of the node's\ndependencies have completed.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param nodeParams      - Parameters for the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphExternalSemaphoresSignalNodeGetParams,\n::cuGraphExternalSemaphoresSignalNodeSetParams,\n::cuGraphExecExternalSemaphoresSignalNodeSetParams,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuImportExternalSemaphore,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddEventRecordNode,\n::cuGraphAddEventWaitNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddExternalSemaphoresSignalNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23693,7 +23837,7 @@ pub unsafe fn cuGraphAddExternalSemaphoresSignalNode(phGraphNode: *mut CUgraphNo
     }
 }
 
-#[doc = "\\brief Returns an external semaphore signal node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the parameters of an external semaphore signal node \\p hNode in \\p params_out.\nThe \\p extSemArray and \\p paramsArray returned in \\p params_out,\nare owned by the node.  This memory remains valid until the node is destroyed or its\nparameters are modified, and should not be modified\ndirectly. Use ::cuGraphExternalSemaphoresSignalNodeSetParams to update the\nparameters of this node.\n\n\\param hNode      - Node to get the parameters for\n\\param params_out - Pointer to return the parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetParams,\n::cuLaunchKernel,\n::cuGraphAddExternalSemaphoresSignalNode,\n::cuGraphExternalSemaphoresSignalNodeSetParams,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync"]
+/// `cuGraphExternalSemaphoresSignalNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23710,7 +23854,7 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeGetParams(hNode: CUgraphNode, p
     }
 }
 
-#[doc = "\\brief Sets an external semaphore signal node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.\n\nSets the parameters of an external semaphore signal node \\p hNode to \\p nodeParams.\n\n\\param hNode      - Node to set the parameters for\n\\param nodeParams - Parameters to copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuGraphAddExternalSemaphoresSignalNode,\n::cuGraphExternalSemaphoresSignalNodeSetParams,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync"]
+/// `cuGraphExternalSemaphoresSignalNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23727,7 +23871,7 @@ pub unsafe fn cuGraphExternalSemaphoresSignalNodeSetParams(hNode: CUgraphNode, n
     }
 }
 
-#[doc = "\\brief Creates an external semaphore wait node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new external semaphore wait node and adds it to \\p hGraph with \\p numDependencies\ndependencies specified via \\p dependencies and arguments specified in \\p nodeParams.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries. A handle\nto the new node will be returned in \\p phGraphNode.\n\nPerforms a wait operation on a set of externally allocated semaphore objects\nwhen the node is launched.  The node's dependencies will not be launched until\nthe wait operation has completed.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param nodeParams      - Parameters for the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphExternalSemaphoresWaitNodeGetParams,\n::cuGraphExternalSemaphoresWaitNodeSetParams,\n::cuGraphExecExternalSemaphoresWaitNodeSetParams,\n::cuGraphAddExternalSemaphoresSignalNode,\n::cuImportExternalSemaphore,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddEventRecordNode,\n::cuGraphAddEventWaitNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddExternalSemaphoresWaitNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23744,7 +23888,7 @@ pub unsafe fn cuGraphAddExternalSemaphoresWaitNode(phGraphNode: *mut CUgraphNode
     }
 }
 
-#[doc = "\\brief Returns an external semaphore wait node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the parameters of an external semaphore wait node \\p hNode in \\p params_out.\nThe \\p extSemArray and \\p paramsArray returned in \\p params_out,\nare owned by the node.  This memory remains valid until the node is destroyed or its\nparameters are modified, and should not be modified\ndirectly. Use ::cuGraphExternalSemaphoresSignalNodeSetParams to update the\nparameters of this node.\n\n\\param hNode      - Node to get the parameters for\n\\param params_out - Pointer to return the parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetParams,\n::cuLaunchKernel,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuGraphExternalSemaphoresWaitNodeSetParams,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync"]
+/// `cuGraphExternalSemaphoresWaitNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23761,7 +23905,7 @@ pub unsafe fn cuGraphExternalSemaphoresWaitNodeGetParams(hNode: CUgraphNode, par
     }
 }
 
-#[doc = "\\brief Sets an external semaphore wait node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.\n\nSets the parameters of an external semaphore wait node \\p hNode to \\p nodeParams.\n\n\\param hNode      - Node to set the parameters for\n\\param nodeParams - Parameters to copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuGraphExternalSemaphoresWaitNodeSetParams,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync"]
+/// `cuGraphExternalSemaphoresWaitNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23778,7 +23922,7 @@ pub unsafe fn cuGraphExternalSemaphoresWaitNodeSetParams(hNode: CUgraphNode, nod
     }
 }
 
-#[doc = "\\brief Creates a batch memory operation node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new batch memory operation node and adds it to \\p hGraph with \\p\nnumDependencies dependencies specified via \\p dependencies and arguments specified in \\p nodeParams.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries.\nA handle to the new node will be returned in \\p phGraphNode.\n\nWhen the node is added, the paramArray inside \\p nodeParams is copied and therefore it can be\nfreed after the call returns.\n\n\\note\nWarning:\nImproper use of this API may deadlock the application. Synchronization\nordering established through this API is not visible to CUDA. CUDA tasks\nthat are (even indirectly) ordered by this API should also have that order\nexpressed with CUDA-visible dependencies such as events. This ensures that\nthe scheduler does not serialize them in an improper order.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param nodeParams      - Parameters for the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuStreamBatchMemOp,\n::cuStreamWaitValue32,\n::cuStreamWriteValue32,\n::cuStreamWaitValue64,\n::cuStreamWriteValue64,\n::cuGraphBatchMemOpNodeGetParams,\n::cuGraphBatchMemOpNodeSetParams,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddBatchMemOpNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23795,7 +23939,7 @@ pub unsafe fn cuGraphAddBatchMemOpNode(phGraphNode: *mut CUgraphNode, hGraph: CU
     }
 }
 
-#[doc = "\\brief Returns a batch mem op node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the parameters of batch mem op node \\p hNode in \\p nodeParams_out.\nThe \\p paramArray returned in \\p nodeParams_out is owned by the node.\nThis memory remains valid until the node is destroyed or its\nparameters are modified, and should not be modified\ndirectly. Use ::cuGraphBatchMemOpNodeSetParams to update the\nparameters of this node.\n\n\\param hNode          - Node to get the parameters for\n\\param nodeParams_out - Pointer to return the parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetParams,\n::cuStreamBatchMemOp,\n::cuGraphAddBatchMemOpNode,\n::cuGraphBatchMemOpNodeSetParams"]
+/// `cuGraphBatchMemOpNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23812,7 +23956,7 @@ pub unsafe fn cuGraphBatchMemOpNodeGetParams(hNode: CUgraphNode, nodeParams_out:
     }
 }
 
-#[doc = "\\brief Sets a batch mem op node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeSetParams.\n\nSets the parameters of batch mem op node \\p hNode to \\p nodeParams.\n\nThe paramArray inside \\p nodeParams is copied and therefore it can be\nfreed after the call returns.\n\n\\param hNode      - Node to set the parameters for\n\\param nodeParams - Parameters to copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuStreamBatchMemOp,\n::cuGraphAddBatchMemOpNode,\n::cuGraphBatchMemOpNodeGetParams"]
+/// `cuGraphBatchMemOpNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23829,7 +23973,7 @@ pub unsafe fn cuGraphBatchMemOpNodeSetParams(hNode: CUgraphNode, nodeParams: *co
     }
 }
 
-#[doc = "\\brief Sets the parameters for a batch mem op node in the given graphExec\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nSets the parameters of a batch mem op node in an executable graph \\p hGraphExec.\nThe node is identified by the corresponding node \\p hNode in the\nnon-executable graph, from which the executable graph was instantiated.\n\nThe following fields on operations may be modified on an executable graph:\n\nop.waitValue.address\nop.waitValue.value[64]\nop.waitValue.flags bits corresponding to wait type (i.e. CU_STREAM_WAIT_VALUE_FLUSH bit cannot be modified)\nop.writeValue.address\nop.writeValue.value[64]\n\nOther fields, such as the context, count or type of operations, and other types of operations such as membars,\nmay not be modified.\n\n\\p hNode must not have been removed from the original graph.\n\nThe modifications only affect future launches of \\p hGraphExec. Already\nenqueued or running launches of \\p hGraphExec are not affected by this call.\n\\p hNode is also not modified by this call.\n\nThe paramArray inside \\p nodeParams is copied and therefore it can be\nfreed after the call returns.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - Batch mem op node from the graph from which graphExec was instantiated\n\\param nodeParams - Updated Parameters to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuStreamBatchMemOp,\n::cuGraphAddBatchMemOpNode,\n::cuGraphBatchMemOpNodeGetParams,\n::cuGraphBatchMemOpNodeSetParams,\n::cuGraphInstantiate"]
+/// `cuGraphExecBatchMemOpNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23846,7 +23990,7 @@ pub unsafe fn cuGraphExecBatchMemOpNodeSetParams(hGraphExec: CUgraphExec, hNode:
     }
 }
 
-#[doc = "\\brief Creates an allocation node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new allocation node and adds it to \\p hGraph with \\p numDependencies\ndependencies specified via \\p dependencies and arguments specified in \\p nodeParams.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries. A handle\nto the new node will be returned in \\p phGraphNode.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param nodeParams      - Parameters for the node\n\nWhen ::cuGraphAddMemAllocNode creates an allocation node, it returns the address of the allocation in\n\\p nodeParams.dptr.  The allocation's address remains fixed across instantiations and launches.\n\nIf the allocation is freed in the same graph, by creating a free node using ::cuGraphAddMemFreeNode,\nthe allocation can be accessed by nodes ordered after the allocation node but before the free node.\nThese allocations cannot be freed outside the owning graph, and they can only be freed once in the\nowning graph.\n\nIf the allocation is not freed in the same graph, then it can be accessed not only by nodes in the\ngraph which are ordered after the allocation node, but also by stream operations ordered after the\ngraph's execution but before the allocation is freed.\n\nAllocations which are not freed in the same graph can be freed by:\n- passing the allocation to ::cuMemFreeAsync or ::cuMemFree;\n- launching a graph with a free node for that allocation; or\n- specifying ::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH during instantiation, which makes\neach launch behave as though it called ::cuMemFreeAsync for every unfreed allocation.\n\nIt is not possible to free an allocation in both the owning graph and another graph.  If the allocation\nis freed in the same graph, a free node cannot be added to another graph.  If the allocation is freed\nin another graph, a free node can no longer be added to the owning graph.\n\nThe following restrictions apply to graphs which contain allocation and/or memory free nodes:\n- Nodes and edges of the graph cannot be deleted.\n- The graph can only be used in a child node if the ownership is moved to the parent.\n- Only one instantiation of the graph may exist at any point in time.\n- The graph cannot be cloned.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphAddMemFreeNode,\n::cuGraphMemAllocNodeGetParams,\n::cuDeviceGraphMemTrim,\n::cuDeviceGetGraphMemAttribute,\n::cuDeviceSetGraphMemAttribute,\n::cuMemAllocAsync,\n::cuMemFreeAsync,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddEventRecordNode,\n::cuGraphAddEventWaitNode,\n::cuGraphAddExternalSemaphoresSignalNode,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuGraphAddKernelNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddMemAllocNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23863,7 +24007,7 @@ pub unsafe fn cuGraphAddMemAllocNode(phGraphNode: *mut CUgraphNode, hGraph: CUgr
     }
 }
 
-#[doc = "\\brief Returns a memory alloc node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the parameters of a memory alloc node \\p hNode in \\p params_out.\nThe \\p poolProps and \\p accessDescs returned in \\p params_out, are owned by the\nnode.  This memory remains valid until the node is destroyed.  The returned\nparameters must not be modified.\n\n\\param hNode      - Node to get the parameters for\n\\param params_out - Pointer to return the parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetParams,\n::cuGraphAddMemAllocNode,\n::cuGraphMemFreeNodeGetParams"]
+/// `cuGraphMemAllocNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23880,7 +24024,7 @@ pub unsafe fn cuGraphMemAllocNodeGetParams(hNode: CUgraphNode, params_out: *mut 
     }
 }
 
-#[doc = "\\brief Creates a memory free node and adds it to a graph\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphAddNode.\n\nCreates a new memory free node and adds it to \\p hGraph with \\p numDependencies\ndependencies specified via \\p dependencies and arguments specified in \\p nodeParams.\nIt is possible for \\p numDependencies to be 0, in which case the node will be placed\nat the root of the graph. \\p dependencies may not have any duplicate entries. A handle\nto the new node will be returned in \\p phGraphNode.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param numDependencies - Number of dependencies\n\\param dptr            - Address of memory to free\n\n::cuGraphAddMemFreeNode will return ::CUDA_ERROR_INVALID_VALUE if the user attempts to free:\n- an allocation twice in the same graph.\n- an address that was not returned by an allocation node.\n- an invalid address.\n\nThe following restrictions apply to graphs which contain allocation and/or memory free nodes:\n- Nodes and edges of the graph cannot be deleted.\n- The graph can only be used in a child node if the ownership is moved to the parent.\n- Only one instantiation of the graph may exist at any point in time.\n- The graph cannot be cloned.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphAddMemAllocNode,\n::cuGraphMemFreeNodeGetParams,\n::cuDeviceGraphMemTrim,\n::cuDeviceGetGraphMemAttribute,\n::cuDeviceSetGraphMemAttribute,\n::cuMemAllocAsync,\n::cuMemFreeAsync,\n::cuGraphCreate,\n::cuGraphDestroyNode,\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddEventRecordNode,\n::cuGraphAddEventWaitNode,\n::cuGraphAddExternalSemaphoresSignalNode,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuGraphAddKernelNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphAddMemFreeNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23897,7 +24041,7 @@ pub unsafe fn cuGraphAddMemFreeNode(phGraphNode: *mut CUgraphNode, hGraph: CUgra
     }
 }
 
-#[doc = "\\brief Returns a memory free node's parameters\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphNodeGetParams.\n\nReturns the address of a memory free node \\p hNode in \\p dptr_out.\n\n\\param hNode    - Node to get the parameters for\n\\param dptr_out - Pointer to return the device address\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetParams,\n::cuGraphAddMemFreeNode,\n::cuGraphMemAllocNodeGetParams"]
+/// `cuGraphMemFreeNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23914,7 +24058,7 @@ pub unsafe fn cuGraphMemFreeNodeGetParams(hNode: CUgraphNode, dptr_out: *mut CUd
     }
 }
 
-#[doc = "\\brief Free unused memory that was cached on the specified device for use with graphs back to the OS.\n\nBlocks which are not in use by a graph that is either currently executing or scheduled to execute are\nfreed back to the operating system.\n\n\\param device - The device for which cached memory should be freed.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_DEVICE\n\n\\sa\n::cuGraphAddMemAllocNode,\n::cuGraphAddMemFreeNode,\n::cuDeviceSetGraphMemAttribute,\n::cuDeviceGetGraphMemAttribute"]
+/// `cuDeviceGraphMemTrim` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23931,7 +24075,7 @@ pub unsafe fn cuDeviceGraphMemTrim(device: CUdevice) -> CUresult {
     }
 }
 
-#[doc = "\\brief Query asynchronous allocation attributes related to graphs\n\nValid attributes are:\n\n- ::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: Amount of memory, in bytes, currently associated with graphs\n- ::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: High watermark of memory, in bytes, associated with graphs since the\nlast time it was reset.  High watermark can only be reset to zero.\n- ::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: Amount of memory, in bytes, currently allocated for use by\nthe CUDA graphs asynchronous allocator.\n- ::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: High watermark of memory, in bytes, currently allocated for use by\nthe CUDA graphs asynchronous allocator.\n\n\\param device - Specifies the scope of the query\n\\param attr - attribute to get\n\\param value - retrieved value\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_DEVICE\n\n\\sa\n::cuDeviceSetGraphMemAttribute,\n::cuGraphAddMemAllocNode,\n::cuGraphAddMemFreeNode"]
+/// `cuDeviceGetGraphMemAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23948,7 +24092,7 @@ pub unsafe fn cuDeviceGetGraphMemAttribute(device: CUdevice, attr: CUgraphMem_at
     }
 }
 
-#[doc = "\\brief Set asynchronous allocation attributes related to graphs\n\nValid attributes are:\n\n- ::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: High watermark of memory, in bytes, associated with graphs since the\nlast time it was reset.  High watermark can only be reset to zero.\n- ::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: High watermark of memory, in bytes, currently allocated for use by\nthe CUDA graphs asynchronous allocator.\n\n\\param device - Specifies the scope of the query\n\\param attr - attribute to get\n\\param value - pointer to value to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_DEVICE\n\n\\sa\n::cuDeviceGetGraphMemAttribute,\n::cuGraphAddMemAllocNode,\n::cuGraphAddMemFreeNode"]
+/// `cuDeviceSetGraphMemAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23965,7 +24109,7 @@ pub unsafe fn cuDeviceSetGraphMemAttribute(device: CUdevice, attr: CUgraphMem_at
     }
 }
 
-#[doc = "\\brief Clones a graph\n\nThis function creates a copy of \\p originalGraph and returns it in \\p phGraphClone.\nAll parameters are copied into the cloned graph. The original graph may be modified\nafter this call without affecting the clone.\n\nChild graph nodes in the original graph are recursively copied into the clone.\n\n\\note: Cloning is not supported for graphs which contain memory allocation nodes,\nmemory free nodes, or conditional nodes.\n\n\\param phGraphClone  - Returns newly created cloned graph\n\\param originalGraph - Graph to clone\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphCreate,\n::cuGraphNodeFindInClone"]
+/// `cuGraphClone` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23982,7 +24126,7 @@ pub unsafe fn cuGraphClone(phGraphClone: *mut CUgraph, originalGraph: CUgraph) -
     }
 }
 
-#[doc = "\\brief Finds a cloned version of a node\n\nThis function returns the node in \\p hClonedGraph corresponding to \\p hOriginalNode\nin the original graph.\n\n\\p hClonedGraph must have been cloned from \\p hOriginalGraph via ::cuGraphClone.\n\\p hOriginalNode must have been in \\p hOriginalGraph at the time of the call to\n::cuGraphClone, and the corresponding cloned node in \\p hClonedGraph must not have\nbeen removed. The cloned node is then returned via \\p phClonedNode.\n\n\\param phNode  - Returns handle to the cloned node\n\\param hOriginalNode - Handle to the original node\n\\param hClonedGraph - Cloned graph to query\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphClone"]
+/// `cuGraphNodeFindInClone` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -23999,7 +24143,7 @@ pub unsafe fn cuGraphNodeFindInClone(phNode: *mut CUgraphNode, hOriginalNode: CU
     }
 }
 
-#[doc = "\\brief Returns a node's type\n\nReturns the node type of \\p hNode in \\p type.\n\n\\param hNode - Node to query\n\\param type  - Pointer to return the node type\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphGetNodes,\n::cuGraphGetRootNodes,\n::cuGraphChildGraphNodeGetGraph,\n::cuGraphKernelNodeGetParams,\n::cuGraphKernelNodeSetParams,\n::cuGraphHostNodeGetParams,\n::cuGraphHostNodeSetParams,\n::cuGraphMemcpyNodeGetParams,\n::cuGraphMemcpyNodeSetParams,\n::cuGraphMemsetNodeGetParams,\n::cuGraphMemsetNodeSetParams"]
+/// `cuGraphNodeGetType` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24016,7 +24160,7 @@ pub unsafe fn cuGraphNodeGetType(hNode: CUgraphNode, type_: *mut CUgraphNodeType
     }
 }
 
-#[doc = "\\brief Returns the graph that contains a given graph node\n\nReturns the graph that contains \\p hNode in \\p *phGraph.\nIf \\p hNode is in a child graph, the child graph it is in is returned.\n\n\\param hNode - Node to query\n\\param *phGraph - Pointer to return the containing graph\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuGraphGetNodes,\n::cuGraphDebugDotPrint\n::cuGraphNodeGetLocalId\n::cuGraphNodeGetToolsId\n::cuGraphGetId\n::cuGraphExecGetId"]
+/// `cuGraphNodeGetContainingGraph` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24033,7 +24177,7 @@ pub unsafe fn cuGraphNodeGetContainingGraph(hNode: CUgraphNode, phGraph: *mut CU
     }
 }
 
-#[doc = "\\brief Returns the local node id of a given graph node\n\nReturns the node id of \\p hNode in \\p *nodeId.\nThe nodeId matches that referenced by ::cuGraphDebugDotPrint.\nThe local nodeId and graphId together can uniquely identify the node.\n\n\\param hNode - Node to query\n\\param nodeId - Pointer to return the nodeId\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuGraphGetNodes,\n::cuGraphDebugDotPrint\n::cuGraphNodeGetContainingGraph\n::cuGraphNodeGetToolsId\n::cuGraphGetId\n::cuGraphExecGetId"]
+/// `cuGraphNodeGetLocalId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24050,7 +24194,7 @@ pub unsafe fn cuGraphNodeGetLocalId(hNode: CUgraphNode, nodeId: *mut ::std::os::
     }
 }
 
-#[doc = "\\brief Returns an id used by tools to identify a given node\n\n\\param hNode - Node to query\n\\param *toolsNodeId - Pointer to return the id used by tools\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuGraphGetNodes,\n::cuGraphDebugDotPrint\n::cuGraphNodeGetContainingGraph\n::cuGraphNodeGetLocalId\n::cuGraphGetId\n::cuGraphExecGetId"]
+/// `cuGraphNodeGetToolsId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24067,7 +24211,7 @@ pub unsafe fn cuGraphNodeGetToolsId(hNode: CUgraphNode, toolsNodeId: *mut ::std:
     }
 }
 
-#[doc = "\\brief Returns the id of a given graph\n\nReturns the id of \\p hGraph in \\p *graphId.\nThe value in \\p *graphId will match that referenced by ::cuGraphDebugDotPrint.\n\n\\param hGraph - Graph to query\n\\param *graphId - Pointer to return the graphId\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuGraphGetNodes,\n::cuGraphDebugDotPrint\n::cuGraphNodeGetContainingGraph\n::cuGraphNodeGetLocalId\n::cuGraphNodeGetToolsId\n::cuGraphExecGetId"]
+/// `cuGraphGetId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24084,7 +24228,7 @@ pub unsafe fn cuGraphGetId(hGraph: CUgraph, graphId: *mut ::std::os::raw::c_uint
     }
 }
 
-#[doc = "\\brief Returns the id of a given graph exec\n\nReturns the id of \\p hGraphExec in \\p *graphId.\nThe value in \\p *graphId will match that referenced by ::cuGraphDebugDotPrint.\n\n\\param hGraphExec - Graph to query\n\\param *graphId - Pointer to return the graphId\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuGraphGetNodes,\n::cuGraphDebugDotPrint\n::cuGraphNodeGetContainingGraph\n::cuGraphNodeGetLocalId\n::cuGraphNodeGetToolsId\n::cuGraphGetId"]
+/// `cuGraphExecGetId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24101,7 +24245,7 @@ pub unsafe fn cuGraphExecGetId(hGraphExec: CUgraphExec, graphId: *mut ::std::os:
     }
 }
 
-#[doc = "\\brief Returns a graph's nodes\n\nReturns a list of \\p hGraph's nodes. \\p nodes may be NULL, in which case this\nfunction will return the number of nodes in \\p numNodes. Otherwise,\n\\p numNodes entries will be filled in. If \\p numNodes is higher than the actual\nnumber of nodes, the remaining entries in \\p nodes will be set to NULL, and the\nnumber of nodes actually obtained will be returned in \\p numNodes.\n\n\\param hGraph   - Graph to query\n\\param nodes    - Pointer to return the nodes\n\\param numNodes - See description\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphCreate,\n::cuGraphGetRootNodes,\n::cuGraphGetEdges,\n::cuGraphNodeGetType,\n::cuGraphNodeGetDependencies,\n::cuGraphNodeGetDependentNodes"]
+/// `cuGraphGetNodes` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24118,7 +24262,7 @@ pub unsafe fn cuGraphGetNodes(hGraph: CUgraph, nodes: *mut CUgraphNode, numNodes
     }
 }
 
-#[doc = "\\brief Returns a graph's root nodes\n\nReturns a list of \\p hGraph's root nodes. \\p rootNodes may be NULL, in which case this\nfunction will return the number of root nodes in \\p numRootNodes. Otherwise,\n\\p numRootNodes entries will be filled in. If \\p numRootNodes is higher than the actual\nnumber of root nodes, the remaining entries in \\p rootNodes will be set to NULL, and the\nnumber of nodes actually obtained will be returned in \\p numRootNodes.\n\n\\param hGraph       - Graph to query\n\\param rootNodes    - Pointer to return the root nodes\n\\param numRootNodes - See description\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphCreate,\n::cuGraphGetNodes,\n::cuGraphGetEdges,\n::cuGraphNodeGetType,\n::cuGraphNodeGetDependencies,\n::cuGraphNodeGetDependentNodes"]
+/// `cuGraphGetRootNodes` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24135,6 +24279,7 @@ pub unsafe fn cuGraphGetRootNodes(hGraph: CUgraph, rootNodes: *mut CUgraphNode, 
     }
 }
 
+/// `cuGraphGetEdges_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphGetEdges` introduced in CUDA 12.3.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24142,6 +24287,7 @@ pub unsafe fn cuGraphGetRootNodes(hGraph: CUgraph, rootNodes: *mut CUgraphNode, 
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphGetEdges_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphGetEdges")]
 #[inline]
 pub unsafe fn cuGraphGetEdges_v2(hGraph: CUgraph, from: *mut CUgraphNode, to: *mut CUgraphNode, edgeData: *mut CUgraphEdgeData, numEdges: *mut usize) -> CUresult {
     match crate::driver() {
@@ -24151,6 +24297,7 @@ pub unsafe fn cuGraphGetEdges_v2(hGraph: CUgraph, from: *mut CUgraphNode, to: *m
     }
 }
 
+/// `cuGraphNodeGetDependencies_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphNodeGetDependencies` introduced in CUDA 12.3.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24158,6 +24305,7 @@ pub unsafe fn cuGraphGetEdges_v2(hGraph: CUgraph, from: *mut CUgraphNode, to: *m
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphNodeGetDependencies_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphNodeGetDependencies")]
 #[inline]
 pub unsafe fn cuGraphNodeGetDependencies_v2(hNode: CUgraphNode, dependencies: *mut CUgraphNode, edgeData: *mut CUgraphEdgeData, numDependencies: *mut usize) -> CUresult {
     match crate::driver() {
@@ -24167,6 +24315,7 @@ pub unsafe fn cuGraphNodeGetDependencies_v2(hNode: CUgraphNode, dependencies: *m
     }
 }
 
+/// `cuGraphNodeGetDependentNodes_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphNodeGetDependentNodes` introduced in CUDA 12.3.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24174,6 +24323,7 @@ pub unsafe fn cuGraphNodeGetDependencies_v2(hNode: CUgraphNode, dependencies: *m
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphNodeGetDependentNodes_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphNodeGetDependentNodes")]
 #[inline]
 pub unsafe fn cuGraphNodeGetDependentNodes_v2(hNode: CUgraphNode, dependentNodes: *mut CUgraphNode, edgeData: *mut CUgraphEdgeData, numDependentNodes: *mut usize) -> CUresult {
     match crate::driver() {
@@ -24183,6 +24333,7 @@ pub unsafe fn cuGraphNodeGetDependentNodes_v2(hNode: CUgraphNode, dependentNodes
     }
 }
 
+/// `cuGraphAddDependencies_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphAddDependencies` introduced in CUDA 12.3.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24190,6 +24341,7 @@ pub unsafe fn cuGraphNodeGetDependentNodes_v2(hNode: CUgraphNode, dependentNodes
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphAddDependencies_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphAddDependencies")]
 #[inline]
 pub unsafe fn cuGraphAddDependencies_v2(hGraph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, edgeData: *const CUgraphEdgeData, numDependencies: usize) -> CUresult {
     match crate::driver() {
@@ -24199,6 +24351,7 @@ pub unsafe fn cuGraphAddDependencies_v2(hGraph: CUgraph, from: *const CUgraphNod
     }
 }
 
+/// `cuGraphRemoveDependencies_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphRemoveDependencies` introduced in CUDA 12.3.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24206,6 +24359,7 @@ pub unsafe fn cuGraphAddDependencies_v2(hGraph: CUgraph, from: *const CUgraphNod
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphRemoveDependencies_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphRemoveDependencies")]
 #[inline]
 pub unsafe fn cuGraphRemoveDependencies_v2(hGraph: CUgraph, from: *const CUgraphNode, to: *const CUgraphNode, edgeData: *const CUgraphEdgeData, numDependencies: usize) -> CUresult {
     match crate::driver() {
@@ -24215,7 +24369,7 @@ pub unsafe fn cuGraphRemoveDependencies_v2(hGraph: CUgraph, from: *const CUgraph
     }
 }
 
-#[doc = "\\brief Remove a node from the graph\n\nRemoves \\p hNode from its graph. This operation also severs any dependencies of other nodes\non \\p hNode and vice versa.\n\nNodes which belong to a graph which contains allocation or free nodes cannot be destroyed.\nAny attempt to do so will return an error.\n\n\\param hNode  - Node to remove\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddChildGraphNode,\n::cuGraphAddEmptyNode,\n::cuGraphAddKernelNode,\n::cuGraphAddHostNode,\n::cuGraphAddMemcpyNode,\n::cuGraphAddMemsetNode"]
+/// `cuGraphDestroyNode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24232,6 +24386,7 @@ pub unsafe fn cuGraphDestroyNode(hNode: CUgraphNode) -> CUresult {
     }
 }
 
+/// `cuGraphInstantiateWithFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24248,7 +24403,7 @@ pub unsafe fn cuGraphInstantiateWithFlags(phGraphExec: *mut CUgraphExec, hGraph:
     }
 }
 
-#[doc = "\\brief Creates an executable graph from a graph\n\nInstantiates \\p hGraph as an executable graph according to the \\p instantiateParams structure.\nThe graph is validated for any structural constraints or intra-node constraints\nwhich were not previously validated. If instantiation is successful, a handle to\nthe instantiated graph is returned in \\p phGraphExec.\n\n\\p instantiateParams controls the behavior of instantiation and subsequent\ngraph launches, as well as returning more detailed information in the event of an error.\n::CUDA_GRAPH_INSTANTIATE_PARAMS is defined as:\n\n```c\ntypedef struct {\ncuuint64_t flags;\nCUstream hUploadStream;\nCUgraphNode hErrNode_out;\nCUgraphInstantiateResult result_out;\n} CUDA_GRAPH_INSTANTIATE_PARAMS;\n```\n\nThe \\p flags field controls the behavior of instantiation and subsequent\ngraph launches. Valid flags are:\n\n- ::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, which configures a\ngraph containing memory allocation nodes to automatically free any\nunfreed memory allocations before the graph is relaunched.\n\n- ::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD, which will perform an upload of the graph\ninto \\p hUploadStream once the graph has been instantiated.\n\n- ::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH, which configures the graph for launch\nfrom the device. If this flag is passed, the executable graph handle returned can be\nused to launch the graph from both the host and device. This flag can only be used\non platforms which support unified addressing. This flag cannot be used in\nconjunction with ::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH.\n\n- ::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY, which causes the graph\nto use the priorities from the per-node attributes rather than the priority\nof the launch stream during execution. Note that priorities are only available\non kernel nodes, and are copied from stream priority during stream capture.\n\nIf \\p hGraph contains any allocation or free nodes, there can be at most one\nexecutable graph in existence for that graph at a time. An attempt to instantiate a\nsecond executable graph before destroying the first with ::cuGraphExecDestroy will\nresult in an error.\nThe same also applies if \\p hGraph contains any device-updatable kernel nodes.\n\nIf \\p hGraph contains kernels which call device-side cudaGraphLaunch() from multiple\ncontexts, this will result in an error.\n\nGraphs instantiated for launch on the device have additional restrictions which do not\napply to host graphs:\n\n- The graph's nodes must reside on a single context.\n- The graph can only contain kernel nodes, memcpy nodes, memset nodes, and child graph nodes.\n- The graph cannot be empty and must contain at least one kernel, memcpy, or memset node.\nOperation-specific restrictions are outlined below.\n- Kernel nodes:\n- Use of CUDA Dynamic Parallelism is not permitted.\n- Cooperative launches are permitted as long as MPS is not in use.\n- Memcpy nodes:\n- Only copies involving device memory and/or pinned device-mapped host memory are permitted.\n- Copies involving CUDA arrays are not permitted.\n- Both operands must be accessible from the current context, and the current context must\nmatch the context of other nodes in the graph.\n\nIn the event of an error, the \\p result_out and \\p hErrNode_out fields will contain more\ninformation about the nature of the error. Possible error reporting includes:\n\n- ::CUDA_GRAPH_INSTANTIATE_ERROR, if passed an invalid value or if an unexpected error occurred\nwhich is described by the return value of the function. \\p hErrNode_out will be set to NULL.\n- ::CUDA_GRAPH_INSTANTIATE_INVALID_STRUCTURE, if the graph structure is invalid. \\p hErrNode_out\nwill be set to one of the offending nodes.\n- ::CUDA_GRAPH_INSTANTIATE_NODE_OPERATION_NOT_SUPPORTED, if the graph is instantiated for device\nlaunch but contains a node of an unsupported node type, or a node which performs unsupported\noperations, such as use of CUDA dynamic parallelism within a kernel node. \\p hErrNode_out will\nbe set to this node.\n- ::CUDA_GRAPH_INSTANTIATE_MULTIPLE_CTXS_NOT_SUPPORTED, if the graph is instantiated for device\nlaunch but a node’s context differs from that of another node. This error can also be returned\nif a graph is not instantiated for device launch and it contains kernels which call device-side\ncudaGraphLaunch() from multiple contexts. \\p hErrNode_out will be set to this node.\n\nIf instantiation is successful, \\p result_out will be set to ::CUDA_GRAPH_INSTANTIATE_SUCCESS,\nand \\p hErrNode_out will be set to NULL.\n\n\\param phGraphExec       - Returns instantiated graph\n\\param hGraph            - Graph to instantiate\n\\param instantiateParams - Instantiation parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphCreate,\n::cuGraphInstantiate,\n::cuGraphExecDestroy"]
+/// `cuGraphInstantiateWithParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24265,7 +24420,7 @@ pub unsafe fn cuGraphInstantiateWithParams(phGraphExec: *mut CUgraphExec, hGraph
     }
 }
 
-#[doc = "\\brief Query the instantiation flags of an executable graph\n\nReturns the flags that were passed to instantiation for the given executable graph.\n::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD will not be returned by this API as it does\nnot affect the resulting executable graph.\n\n\\param hGraphExec - The executable graph to query\n\\param flags      - Returns the instantiation flags\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphInstantiate,\n::cuGraphInstantiateWithParams"]
+/// `cuGraphExecGetFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24282,6 +24437,7 @@ pub unsafe fn cuGraphExecGetFlags(hGraphExec: CUgraphExec, flags: *mut cuuint64_
     }
 }
 
+/// `cuGraphExecKernelNodeSetParams_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphExecKernelNodeSetParams` introduced in CUDA 12.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24289,6 +24445,7 @@ pub unsafe fn cuGraphExecGetFlags(hGraphExec: CUgraphExec, flags: *mut cuuint64_
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphExecKernelNodeSetParams_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphExecKernelNodeSetParams")]
 #[inline]
 pub unsafe fn cuGraphExecKernelNodeSetParams_v2(hGraphExec: CUgraphExec, hNode: CUgraphNode, nodeParams: *const CUDA_KERNEL_NODE_PARAMS) -> CUresult {
     match crate::driver() {
@@ -24298,7 +24455,7 @@ pub unsafe fn cuGraphExecKernelNodeSetParams_v2(hGraphExec: CUgraphExec, hNode: 
     }
 }
 
-#[doc = "\\brief Sets the parameters for a memcpy node in the given graphExec.\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nUpdates the work represented by \\p hNode in \\p hGraphExec as though \\p hNode had\ncontained \\p copyParams at instantiation.  hNode must remain in the graph which was\nused to instantiate \\p hGraphExec.  Changed edges to and from hNode are ignored.\n\nThe source and destination memory in \\p copyParams must be allocated from the same\ncontexts as the original source and destination memory.  Both the instantiation-time\nmemory operands and the memory operands in \\p copyParams must be 1-dimensional.\nZero-length operations are not supported.\n\nThe modifications only affect future launches of \\p hGraphExec.  Already enqueued\nor running launches of \\p hGraphExec are not affected by this call.  hNode is also\nnot modified by this call.\n\nReturns CUDA_ERROR_INVALID_VALUE if the memory operands' mappings changed or\neither the original or new memory operands are multidimensional.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - Memcpy node from the graph which was used to instantiate graphExec\n\\param copyParams - The updated parameters to set\n\\param ctx        - Context on which to run the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuGraphAddMemcpyNode,\n::cuGraphMemcpyNodeSetParams,\n::cuGraphExecKernelNodeSetParams,\n::cuGraphExecMemsetNodeSetParams,\n::cuGraphExecHostNodeSetParams,\n::cuGraphExecChildGraphNodeSetParams,\n::cuGraphExecEventRecordNodeSetEvent,\n::cuGraphExecEventWaitNodeSetEvent,\n::cuGraphExecExternalSemaphoresSignalNodeSetParams,\n::cuGraphExecExternalSemaphoresWaitNodeSetParams,\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecMemcpyNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24315,7 +24472,7 @@ pub unsafe fn cuGraphExecMemcpyNodeSetParams(hGraphExec: CUgraphExec, hNode: CUg
     }
 }
 
-#[doc = "\\brief Sets the parameters for a memset node in the given graphExec.\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nUpdates the work represented by \\p hNode in \\p hGraphExec as though \\p hNode had\ncontained \\p memsetParams at instantiation.  hNode must remain in the graph which was\nused to instantiate \\p hGraphExec.  Changed edges to and from hNode are ignored.\n\nZero sized operations are not supported.\n\nThe new destination pointer in memsetParams must be to the same kind of allocation\nas the original destination pointer and have the same context association and device mapping\nas the original destination pointer.\n\nBoth the value and pointer address may be updated.\nChanging other aspects of the memset (width, height, element size or pitch) may cause the update to be rejected.\nSpecifically, for 2d memsets, all dimension changes are rejected.\nFor 1d memsets, changes in height are explicitly rejected and other changes are opportunistically allowed\nif the resulting work maps onto the work resources already allocated for the node.\n\nThe modifications only affect future launches of \\p hGraphExec.  Already enqueued\nor running launches of \\p hGraphExec are not affected by this call.  hNode is also\nnot modified by this call.\n\n\\param hGraphExec   - The executable graph in which to set the specified node\n\\param hNode        - Memset node from the graph which was used to instantiate graphExec\n\\param memsetParams - The updated parameters to set\n\\param ctx          - Context on which to run the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuGraphAddMemsetNode,\n::cuGraphMemsetNodeSetParams,\n::cuGraphExecKernelNodeSetParams,\n::cuGraphExecMemcpyNodeSetParams,\n::cuGraphExecHostNodeSetParams,\n::cuGraphExecChildGraphNodeSetParams,\n::cuGraphExecEventRecordNodeSetEvent,\n::cuGraphExecEventWaitNodeSetEvent,\n::cuGraphExecExternalSemaphoresSignalNodeSetParams,\n::cuGraphExecExternalSemaphoresWaitNodeSetParams,\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecMemsetNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24332,7 +24489,7 @@ pub unsafe fn cuGraphExecMemsetNodeSetParams(hGraphExec: CUgraphExec, hNode: CUg
     }
 }
 
-#[doc = "\\brief Sets the parameters for a host node in the given graphExec.\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nUpdates the work represented by \\p hNode in \\p hGraphExec as though \\p hNode had\ncontained \\p nodeParams at instantiation.  hNode must remain in the graph which was\nused to instantiate \\p hGraphExec.  Changed edges to and from hNode are ignored.\n\nThe modifications only affect future launches of \\p hGraphExec.  Already enqueued\nor running launches of \\p hGraphExec are not affected by this call.  hNode is also\nnot modified by this call.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - Host node from the graph which was used to instantiate graphExec\n\\param nodeParams - The updated parameters to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuGraphAddHostNode,\n::cuGraphHostNodeSetParams,\n::cuGraphExecKernelNodeSetParams,\n::cuGraphExecMemcpyNodeSetParams,\n::cuGraphExecMemsetNodeSetParams,\n::cuGraphExecChildGraphNodeSetParams,\n::cuGraphExecEventRecordNodeSetEvent,\n::cuGraphExecEventWaitNodeSetEvent,\n::cuGraphExecExternalSemaphoresSignalNodeSetParams,\n::cuGraphExecExternalSemaphoresWaitNodeSetParams,\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecHostNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24349,7 +24506,7 @@ pub unsafe fn cuGraphExecHostNodeSetParams(hGraphExec: CUgraphExec, hNode: CUgra
     }
 }
 
-#[doc = "\\brief Updates node parameters in the child graph node in the given graphExec.\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nUpdates the work represented by \\p hNode in \\p hGraphExec as though the nodes contained\nin \\p hNode's graph had the parameters contained in \\p childGraph's nodes at instantiation.\n\\p hNode must remain in the graph which was used to instantiate \\p hGraphExec.\nChanged edges to and from \\p hNode are ignored.\n\nThe modifications only affect future launches of \\p hGraphExec.  Already enqueued\nor running launches of \\p hGraphExec are not affected by this call.  \\p hNode is also\nnot modified by this call.\n\nThe topology of \\p childGraph, as well as the node insertion order,  must match that\nof the graph contained in \\p hNode.  See ::cuGraphExecUpdate() for a list of restrictions\non what can be updated in an instantiated graph.  The update is recursive, so child graph\nnodes contained within the top level child graph will also be updated.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - Host node from the graph which was used to instantiate graphExec\n\\param childGraph - The graph supplying the updated parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuGraphAddChildGraphNode,\n::cuGraphChildGraphNodeGetGraph,\n::cuGraphExecKernelNodeSetParams,\n::cuGraphExecMemcpyNodeSetParams,\n::cuGraphExecMemsetNodeSetParams,\n::cuGraphExecHostNodeSetParams,\n::cuGraphExecEventRecordNodeSetEvent,\n::cuGraphExecEventWaitNodeSetEvent,\n::cuGraphExecExternalSemaphoresSignalNodeSetParams,\n::cuGraphExecExternalSemaphoresWaitNodeSetParams,\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecChildGraphNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24366,7 +24523,7 @@ pub unsafe fn cuGraphExecChildGraphNodeSetParams(hGraphExec: CUgraphExec, hNode:
     }
 }
 
-#[doc = "\\brief Sets the event for an event record node in the given graphExec\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nSets the event of an event record node in an executable graph \\p hGraphExec.\nThe node is identified by the corresponding node \\p hNode in the\nnon-executable graph, from which the executable graph was instantiated.\n\nThe modifications only affect future launches of \\p hGraphExec. Already\nenqueued or running launches of \\p hGraphExec are not affected by this call.\n\\p hNode is also not modified by this call.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - event record node from the graph from which graphExec was instantiated\n\\param event      - Updated event to use\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuGraphAddEventRecordNode,\n::cuGraphEventRecordNodeGetEvent,\n::cuGraphEventWaitNodeSetEvent,\n::cuEventRecordWithFlags,\n::cuStreamWaitEvent,\n::cuGraphExecKernelNodeSetParams,\n::cuGraphExecMemcpyNodeSetParams,\n::cuGraphExecMemsetNodeSetParams,\n::cuGraphExecHostNodeSetParams,\n::cuGraphExecChildGraphNodeSetParams,\n::cuGraphExecEventWaitNodeSetEvent,\n::cuGraphExecExternalSemaphoresSignalNodeSetParams,\n::cuGraphExecExternalSemaphoresWaitNodeSetParams,\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecEventRecordNodeSetEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24383,7 +24540,7 @@ pub unsafe fn cuGraphExecEventRecordNodeSetEvent(hGraphExec: CUgraphExec, hNode:
     }
 }
 
-#[doc = "\\brief Sets the event for an event wait node in the given graphExec\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nSets the event of an event wait node in an executable graph \\p hGraphExec.\nThe node is identified by the corresponding node \\p hNode in the\nnon-executable graph, from which the executable graph was instantiated.\n\nThe modifications only affect future launches of \\p hGraphExec. Already\nenqueued or running launches of \\p hGraphExec are not affected by this call.\n\\p hNode is also not modified by this call.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - event wait node from the graph from which graphExec was instantiated\n\\param event      - Updated event to use\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuGraphAddEventWaitNode,\n::cuGraphEventWaitNodeGetEvent,\n::cuGraphEventRecordNodeSetEvent,\n::cuEventRecordWithFlags,\n::cuStreamWaitEvent,\n::cuGraphExecKernelNodeSetParams,\n::cuGraphExecMemcpyNodeSetParams,\n::cuGraphExecMemsetNodeSetParams,\n::cuGraphExecHostNodeSetParams,\n::cuGraphExecChildGraphNodeSetParams,\n::cuGraphExecEventRecordNodeSetEvent,\n::cuGraphExecExternalSemaphoresSignalNodeSetParams,\n::cuGraphExecExternalSemaphoresWaitNodeSetParams,\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecEventWaitNodeSetEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24400,7 +24557,7 @@ pub unsafe fn cuGraphExecEventWaitNodeSetEvent(hGraphExec: CUgraphExec, hNode: C
     }
 }
 
-#[doc = "\\brief Sets the parameters for an external semaphore signal node in the given graphExec\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nSets the parameters of an external semaphore signal node in an executable graph \\p hGraphExec.\nThe node is identified by the corresponding node \\p hNode in the\nnon-executable graph, from which the executable graph was instantiated.\n\n\\p hNode must not have been removed from the original graph.\n\nThe modifications only affect future launches of \\p hGraphExec. Already\nenqueued or running launches of \\p hGraphExec are not affected by this call.\n\\p hNode is also not modified by this call.\n\nChanging \\p nodeParams->numExtSems is not supported.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - semaphore signal node from the graph from which graphExec was instantiated\n\\param nodeParams - Updated Parameters to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuGraphAddExternalSemaphoresSignalNode,\n::cuImportExternalSemaphore,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync,\n::cuGraphExecKernelNodeSetParams,\n::cuGraphExecMemcpyNodeSetParams,\n::cuGraphExecMemsetNodeSetParams,\n::cuGraphExecHostNodeSetParams,\n::cuGraphExecChildGraphNodeSetParams,\n::cuGraphExecEventRecordNodeSetEvent,\n::cuGraphExecEventWaitNodeSetEvent,\n::cuGraphExecExternalSemaphoresWaitNodeSetParams,\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecExternalSemaphoresSignalNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24417,7 +24574,7 @@ pub unsafe fn cuGraphExecExternalSemaphoresSignalNodeSetParams(hGraphExec: CUgra
     }
 }
 
-#[doc = "\\brief Sets the parameters for an external semaphore wait node in the given graphExec\n\n\\warning This function will be deprecated in a future CUDA release. Please migrate to ::cuGraphExecNodeSetParams.\n\nSets the parameters of an external semaphore wait node in an executable graph \\p hGraphExec.\nThe node is identified by the corresponding node \\p hNode in the\nnon-executable graph, from which the executable graph was instantiated.\n\n\\p hNode must not have been removed from the original graph.\n\nThe modifications only affect future launches of \\p hGraphExec. Already\nenqueued or running launches of \\p hGraphExec are not affected by this call.\n\\p hNode is also not modified by this call.\n\nChanging \\p nodeParams->numExtSems is not supported.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - semaphore wait node from the graph from which graphExec was instantiated\n\\param nodeParams - Updated Parameters to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphExecNodeSetParams,\n::cuGraphAddExternalSemaphoresWaitNode,\n::cuImportExternalSemaphore,\n::cuSignalExternalSemaphoresAsync,\n::cuWaitExternalSemaphoresAsync,\n::cuGraphExecKernelNodeSetParams,\n::cuGraphExecMemcpyNodeSetParams,\n::cuGraphExecMemsetNodeSetParams,\n::cuGraphExecHostNodeSetParams,\n::cuGraphExecChildGraphNodeSetParams,\n::cuGraphExecEventRecordNodeSetEvent,\n::cuGraphExecEventWaitNodeSetEvent,\n::cuGraphExecExternalSemaphoresSignalNodeSetParams,\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecExternalSemaphoresWaitNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24434,7 +24591,7 @@ pub unsafe fn cuGraphExecExternalSemaphoresWaitNodeSetParams(hGraphExec: CUgraph
     }
 }
 
-#[doc = "\\brief Enables or disables the specified node in the given graphExec\n\nSets \\p hNode to be either enabled or disabled. Disabled nodes are functionally equivalent\nto empty nodes until they are reenabled. Existing node parameters are not affected by\ndisabling/enabling the node.\n\nThe node is identified by the corresponding node \\p hNode in the non-executable\ngraph, from which the executable graph was instantiated.\n\n\\p hNode must not have been removed from the original graph.\n\nThe modifications only affect future launches of \\p hGraphExec. Already\nenqueued or running launches of \\p hGraphExec are not affected by this call.\n\\p hNode is also not modified by this call.\n\nIf \\p hNode is a device-updatable kernel node, the next upload/launch of \\p hGraphExec\nwill overwrite any previous device-side updates. Additionally, applying host updates to a\ndevice-updatable kernel node while it is being updated from the device will result in\nundefined behavior.\n\n\\note The following node types are currently supported:\n- Kernel\n- Memset\n- Memcpy\n- Batch memcpy\n- Fabric memcpy\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - Node from the graph from which graphExec was instantiated\n\\param isEnabled  - Node is enabled if != 0, otherwise the node is disabled\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeGetEnabled,\n::cuGraphExecUpdate,\n::cuGraphInstantiate\n::cuGraphLaunch"]
+/// `cuGraphNodeSetEnabled` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24451,7 +24608,7 @@ pub unsafe fn cuGraphNodeSetEnabled(hGraphExec: CUgraphExec, hNode: CUgraphNode,
     }
 }
 
-#[doc = "\\brief Query whether a node in the given graphExec is enabled\n\nSets isEnabled to 1 if \\p hNode is enabled, or 0 if \\p hNode is disabled.\n\nThe node is identified by the corresponding node \\p hNode in the non-executable\ngraph, from which the executable graph was instantiated.\n\n\\p hNode must not have been removed from the original graph.\n\n\\note The following node types are currently supported:\n- Kernel\n- Memset\n- Memcpy\n- Batch memcpy\n- Fabric memcpy\n\n\\note This function will not reflect device-side updates for device-updatable kernel nodes.\n\n\\param hGraphExec - The executable graph in which to set the specified node\n\\param hNode      - Node from the graph from which graphExec was instantiated\n\\param isEnabled  - Location to return the enabled status of the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetEnabled,\n::cuGraphExecUpdate,\n::cuGraphInstantiate\n::cuGraphLaunch"]
+/// `cuGraphNodeGetEnabled` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24468,7 +24625,7 @@ pub unsafe fn cuGraphNodeGetEnabled(hGraphExec: CUgraphExec, hNode: CUgraphNode,
     }
 }
 
-#[doc = "\\brief Uploads an executable graph in a stream\n\nUploads \\p hGraphExec to the device in \\p hStream without executing it. Uploads of\nthe same \\p hGraphExec will be serialized. Each upload is ordered behind both any\nprevious work in \\p hStream and any previous launches of \\p hGraphExec.\nUses memory cached by \\p stream to back the allocations owned by \\p hGraphExec.\n\n\\param hGraphExec - Executable graph to upload\n\\param hStream    - Stream in which to upload the graph\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphInstantiate,\n::cuGraphLaunch,\n::cuGraphExecDestroy"]
+/// `cuGraphUpload` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24485,7 +24642,7 @@ pub unsafe fn cuGraphUpload(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
     }
 }
 
-#[doc = "\\brief Launches an executable graph in a stream\n\nExecutes \\p hGraphExec in \\p hStream. Only one instance of \\p hGraphExec may be executing\nat a time. Each launch is ordered behind both any previous work in \\p hStream\nand any previous launches of \\p hGraphExec. To execute a graph concurrently, it must be\ninstantiated multiple times into multiple executable graphs.\n\nIf any allocations created by \\p hGraphExec remain unfreed (from a previous launch) and\n\\p hGraphExec was not instantiated with ::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,\nthe launch will fail with ::CUDA_ERROR_INVALID_VALUE.\n\n\\param hGraphExec - Executable graph to launch\n\\param hStream    - Stream in which to launch the graph\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphInstantiate,\n::cuGraphUpload,\n::cuGraphExecDestroy"]
+/// `cuGraphLaunch` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24502,7 +24659,7 @@ pub unsafe fn cuGraphLaunch(hGraphExec: CUgraphExec, hStream: CUstream) -> CUres
     }
 }
 
-#[doc = "\\brief Destroys an executable graph\n\nDestroys the executable graph specified by \\p hGraphExec, as well\nas all of its executable nodes. If the executable graph is\nin-flight, it will not be terminated, but rather freed\nasynchronously on completion.\n\n\\param hGraphExec - Executable graph to destroy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphInstantiate,\n::cuGraphUpload,\n::cuGraphLaunch"]
+/// `cuGraphExecDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24519,7 +24676,7 @@ pub unsafe fn cuGraphExecDestroy(hGraphExec: CUgraphExec) -> CUresult {
     }
 }
 
-#[doc = "\\brief Destroys a graph\n\nDestroys the graph specified by \\p hGraph, as well as all of its nodes.\n\n\\param hGraph - Graph to destroy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphCreate"]
+/// `cuGraphDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24536,6 +24693,7 @@ pub unsafe fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
     }
 }
 
+/// `cuGraphExecUpdate_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphExecUpdate` introduced in CUDA 12.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24543,6 +24701,7 @@ pub unsafe fn cuGraphDestroy(hGraph: CUgraph) -> CUresult {
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphExecUpdate_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphExecUpdate")]
 #[inline]
 pub unsafe fn cuGraphExecUpdate_v2(hGraphExec: CUgraphExec, hGraph: CUgraph, resultInfo: *mut CUgraphExecUpdateResultInfo) -> CUresult {
     match crate::driver() {
@@ -24552,7 +24711,7 @@ pub unsafe fn cuGraphExecUpdate_v2(hGraphExec: CUgraphExec, hGraph: CUgraph, res
     }
 }
 
-#[doc = "\\brief Copies attributes from source node to destination node.\n\nCopies attributes from source node \\p src to destination node \\p dst.\nBoth node must have the same context.\n\n\\param[out] dst Destination node\n\\param[in] src Source node\nFor list of attributes see ::CUkernelNodeAttrID\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::CUaccessPolicyWindow"]
+/// `cuGraphKernelNodeCopyAttributes` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24569,7 +24728,7 @@ pub unsafe fn cuGraphKernelNodeCopyAttributes(dst: CUgraphNode, src: CUgraphNode
     }
 }
 
-#[doc = "\\brief Queries node attribute.\n\nQueries attribute \\p attr from node \\p hNode and stores it in corresponding\nmember of \\p value_out.\n\n\\param[in] hNode\n\\param[in] attr\n\\param[out] value_out\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa\n::CUaccessPolicyWindow"]
+/// `cuGraphKernelNodeGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24586,7 +24745,7 @@ pub unsafe fn cuGraphKernelNodeGetAttribute(hNode: CUgraphNode, attr: CUkernelNo
     }
 }
 
-#[doc = "\\brief Sets node attribute.\n\nSets attribute \\p attr on node \\p hNode from corresponding attribute of\n\\p value.\n\n\\param[out] hNode\n\\param[in] attr\n\\param[out] value\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa\n::CUaccessPolicyWindow"]
+/// `cuGraphKernelNodeSetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24603,7 +24762,7 @@ pub unsafe fn cuGraphKernelNodeSetAttribute(hNode: CUgraphNode, attr: CUkernelNo
     }
 }
 
-#[doc = "\\brief Write a DOT file describing graph structure\n\nUsing the provided \\p hGraph, write to \\p path a DOT formatted description of the graph.\nBy default this includes the graph topology, node types, node id, kernel names and memcpy direction.\n\\p flags can be specified to write more detailed information about each node type such as\nparameter values, kernel attributes, node and function handles.\n\n\\param hGraph - The graph to create a DOT file from\n\\param path   - The path to write the DOT file to\n\\param flags  - Flags from CUgraphDebugDot_flags for specifying which additional node information to write\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OPERATING_SYSTEM"]
+/// `cuGraphDebugDotPrint` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24620,7 +24779,7 @@ pub unsafe fn cuGraphDebugDotPrint(hGraph: CUgraph, path: *const ::std::os::raw:
     }
 }
 
-#[doc = "\\brief Create a user object\n\nCreate a user object with the specified destructor callback and initial reference count. The\ninitial references are owned by the caller.\n\nDestructor callbacks cannot make CUDA API calls and should avoid blocking behavior, as they\nare executed by a shared internal thread. Another thread may be signaled to perform such\nactions, if it does not block forward progress of tasks scheduled through CUDA.\n\nSee CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.\n\n\\param object_out      - Location to return the user object handle\n\\param ptr             - The pointer to pass to the destroy function\n\\param destroy         - Callback to free the user object when it is no longer in use\n\\param initialRefcount - The initial refcount to create the object with, typically 1. The\ninitial references are owned by the calling thread.\n\\param flags           - Currently it is required to pass ::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC,\nwhich is the only defined flag. This indicates that the destroy\ncallback cannot be waited on by any CUDA API. Users requiring\nsynchronization of the callback should signal its completion\nmanually.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuUserObjectRetain,\n::cuUserObjectRelease,\n::cuGraphRetainUserObject,\n::cuGraphReleaseUserObject,\n::cuGraphCreate"]
+/// `cuUserObjectCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24637,7 +24796,7 @@ pub unsafe fn cuUserObjectCreate(object_out: *mut CUuserObject, ptr: *mut ::std:
     }
 }
 
-#[doc = "\\brief Retain a reference to a user object\n\nRetains new references to a user object. The new references are owned by the caller.\n\nSee CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.\n\n\\param object - The object to retain\n\\param count  - The number of references to retain, typically 1. Must be nonzero\nand not larger than INT_MAX.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuUserObjectCreate,\n::cuUserObjectRelease,\n::cuGraphRetainUserObject,\n::cuGraphReleaseUserObject,\n::cuGraphCreate"]
+/// `cuUserObjectRetain` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24654,7 +24813,7 @@ pub unsafe fn cuUserObjectRetain(object: CUuserObject, count: ::std::os::raw::c_
     }
 }
 
-#[doc = "\\brief Release a reference to a user object\n\nReleases user object references owned by the caller. The object's destructor is invoked if\nthe reference count reaches zero.\n\nIt is undefined behavior to release references not owned by the caller, or to use a user\nobject handle after all references are released.\n\nSee CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.\n\n\\param object - The object to release\n\\param count  - The number of references to release, typically 1. Must be nonzero\nand not larger than INT_MAX.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuUserObjectCreate,\n::cuUserObjectRetain,\n::cuGraphRetainUserObject,\n::cuGraphReleaseUserObject,\n::cuGraphCreate"]
+/// `cuUserObjectRelease` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24671,7 +24830,7 @@ pub unsafe fn cuUserObjectRelease(object: CUuserObject, count: ::std::os::raw::c
     }
 }
 
-#[doc = "\\brief Retain a reference to a user object from a graph\n\nCreates or moves user object references that will be owned by a CUDA graph.\n\nSee CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.\n\n\\param graph  - The graph to associate the reference with\n\\param object - The user object to retain a reference for\n\\param count  - The number of references to add to the graph, typically 1. Must be\nnonzero and not larger than INT_MAX.\n\\param flags  - The optional flag ::CU_GRAPH_USER_OBJECT_MOVE transfers references\nfrom the calling thread, rather than create new references. Pass 0\nto create new references.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuUserObjectCreate,\n::cuUserObjectRetain,\n::cuUserObjectRelease,\n::cuGraphReleaseUserObject,\n::cuGraphCreate"]
+/// `cuGraphRetainUserObject` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24688,7 +24847,7 @@ pub unsafe fn cuGraphRetainUserObject(graph: CUgraph, object: CUuserObject, coun
     }
 }
 
-#[doc = "\\brief Release a user object reference from a graph\n\nReleases user object references owned by a graph.\n\nSee CUDA User Objects in the CUDA C++ Programming Guide for more information on user objects.\n\n\\param graph  - The graph that will release the reference\n\\param object - The user object to release a reference for\n\\param count  - The number of references to release, typically 1. Must be nonzero\nand not larger than INT_MAX.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuUserObjectCreate,\n::cuUserObjectRetain,\n::cuUserObjectRelease,\n::cuGraphRetainUserObject,\n::cuGraphCreate"]
+/// `cuGraphReleaseUserObject` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24705,6 +24864,7 @@ pub unsafe fn cuGraphReleaseUserObject(graph: CUgraph, object: CUuserObject, cou
     }
 }
 
+/// `cuGraphAddNode_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphAddNode` introduced in CUDA 12.3.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24712,6 +24872,7 @@ pub unsafe fn cuGraphReleaseUserObject(graph: CUgraph, object: CUuserObject, cou
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphAddNode_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphAddNode")]
 #[inline]
 pub unsafe fn cuGraphAddNode_v2(phGraphNode: *mut CUgraphNode, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, nodeParams: *mut CUgraphNodeParams) -> CUresult {
     match crate::driver() {
@@ -24721,7 +24882,7 @@ pub unsafe fn cuGraphAddNode_v2(phGraphNode: *mut CUgraphNode, hGraph: CUgraph, 
     }
 }
 
-#[doc = "\\brief Adds a node of arbitrary type to a graph\n\nCreates a new node in \\p hGraph described by \\p nodeParams with \\p numDependencies\ndependencies specified via \\p dependencies. \\p numDependencies may be 0.\n\\p dependencies may be null if \\p numDependencies is 0. \\p dependencies may not have\nany duplicate entries.\n\n\\p nodeParams is a tagged union. The node type should be specified in the \\p type field,\nand type-specific parameters in the corresponding union member. All unused bytes - that\nis, \\p reserved0 and all bytes past the utilized union member - must be set to zero.\nIt is recommended to use brace initialization or memset to ensure all bytes are\ninitialized.\n\nNote that for some node types, \\p nodeParams may contain \"out parameters\" which are\nmodified during the call, such as \\p nodeParams->alloc.dptr.\n\nFor kernel nodes, if both the kernel node's ::CUfunction and ctx are non-NULL, the\nunderlying device context of ctx must match the device context that the ::CUfunction\nwas loaded into; otherwise the call returns ::CUDA_ERROR_INVALID_CONTEXT.\n\nA handle to the new node will be returned in \\p phGraphNode.\n\n\\param phGraphNode     - Returns newly created node\n\\param hGraph          - Graph to which to add the node\n\\param dependencies    - Dependencies of the node\n\\param dependencyData  - Optional edge data for the dependencies. If NULL, the data is\nassumed to be default (zeroed) for all dependencies.\n\\param numDependencies - Number of dependencies\n\\param nodeParams      - Specification of the node\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphCreate,\n::cuGraphNodeSetParams_v2,\n::cuGraphExecNodeSetParams"]
+/// `cuGraphAddNode_v3` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphAddNode` introduced in CUDA 13.4.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24729,6 +24890,7 @@ pub unsafe fn cuGraphAddNode_v2(phGraphNode: *mut CUgraphNode, hGraph: CUgraph, 
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphAddNode_v3` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphAddNode")]
 #[inline]
 pub unsafe fn cuGraphAddNode_v3(phGraphNode: *mut CUgraphNode, hGraph: CUgraph, dependencies: *const CUgraphNode, dependencyData: *const CUgraphEdgeData, numDependencies: usize, nodeParams: *mut CUgraphNodeParams) -> CUresult {
     match crate::driver() {
@@ -24738,7 +24900,7 @@ pub unsafe fn cuGraphAddNode_v3(phGraphNode: *mut CUgraphNode, hGraph: CUgraph, 
     }
 }
 
-#[doc = "\\brief Update a graph node's parameters\n\nSets the parameters of graph node \\p hNode to \\p nodeParams. The node type specified by\n\\p nodeParams->type must match the type of \\p hNode. \\p nodeParams must be fully\ninitialized and all unused bytes (reserved, padding) zeroed.\n\nModifying parameters is not supported for node types CU_GRAPH_NODE_TYPE_MEM_ALLOC and\nCU_GRAPH_NODE_TYPE_MEM_FREE.\n\n\\param hNode      - Node to set the parameters for\n\\param nodeParams - Parameters to copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphNodeGetParams,\n::cuGraphExecNodeSetParams"]
+/// `cuGraphNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24755,7 +24917,7 @@ pub unsafe fn cuGraphNodeSetParams(hNode: CUgraphNode, nodeParams: *mut CUgraphN
     }
 }
 
-#[doc = "\\brief Update a graph node's parameters\n\nSets the parameters of graph node \\p hNode to \\p nodeParams. The node type specified by\n\\p nodeParams->type must match the type of \\p hNode. \\p nodeParams must be fully\ninitialized and all unused bytes (reserved, padding) zeroed.\n\nModifying parameters is not supported for node types CU_GRAPH_NODE_TYPE_MEM_ALLOC and\nCU_GRAPH_NODE_TYPE_MEM_FREE.\n\nFor kernel nodes, if both the kernel node's ::CUfunction and ctx are non-NULL, the\nunderlying device context of ctx must match the device context that the ::CUfunction\nwas loaded into; otherwise the call returns ::CUDA_ERROR_INVALID_CONTEXT.\n\n\\param hNode      - Node to set the parameters for\n\\param nodeParams - Parameters to copy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode_v3,\n::cuGraphNodeGetParams,\n::cuGraphExecNodeSetParams"]
+/// `cuGraphNodeSetParams_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphNodeSetParams` introduced in CUDA 13.4.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24772,7 +24934,7 @@ pub unsafe fn cuGraphNodeSetParams_v2(hNode: CUgraphNode, nodeParams: *mut CUgra
     }
 }
 
-#[doc = "\\brief Return a graph node's parameters\n\nReturns the parameters of graph node \\p hNode in \\p *nodeParams.\n\nAny pointers returned in \\p *nodeParams point to driver-owned memory associated\nwith the node. This memory remains valid until the node is destroyed.  Any memory\npointed to from \\p *nodeParams must not be modified.\n\nThe returned parameters are a description of the node, but may not be identical to the\nstruct provided at creation and may not be suitable for direct creation of identical\nnodes. This is because parameters may be partially unspecified and filled in by the\ndriver at creation, may reference non-copyable handles, or may describe ownership\nsemantics or other parameters that govern behavior of node creation but are not part\nof the final functional descriptor.\n\n\\param hNode      - Node to get the parameters for\n\\param nodeParams - Pointer to return the parameters\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphNodeSetParams,\n::cuGraphAddNode,\n::cuGraphExecNodeSetParams"]
+/// `cuGraphNodeGetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24789,7 +24951,7 @@ pub unsafe fn cuGraphNodeGetParams(hNode: CUgraphNode, nodeParams: *mut CUgraphN
     }
 }
 
-#[doc = "\\brief Update a graph node's parameters in an instantiated graph\n\nSets the parameters of a node in an executable graph \\p hGraphExec. The node is identified\nby the corresponding node \\p hNode in the non-executable graph from which the executable\ngraph was instantiated. \\p hNode must not have been removed from the original graph.\n\nThe modifications only affect future launches of \\p hGraphExec. Already\nenqueued or running launches of \\p hGraphExec are not affected by this call.\n\\p hNode is also not modified by this call.\n\nAllowed changes to parameters on executable graphs are as follows:\n<table>\n<tr><th>Node type<th>Allowed changes\n<tr><td>kernel<td>See ::cuGraphExecKernelNodeSetParams\n<tr><td>memcpy<td>Addresses for 1-dimensional copies if allocated in same context; see ::cuGraphExecMemcpyNodeSetParams\n<tr><td>memset<td>Addresses for 1-dimensional memsets if allocated in same context; see ::cuGraphExecMemsetNodeSetParams\n<tr><td>host<td>Context changes are not allowed\n<tr><td>child graph<td>Topology must match and restrictions apply recursively; see ::cuGraphExecUpdate\n<tr><td>event wait<td>Unrestricted\n<tr><td>event record<td>Event only, context changes are not allowed\n<tr><td>external semaphore signal<td>Number of semaphore operations and context cannot change\n<tr><td>external semaphore wait<td>Number of semaphore operations and context cannot change\n<tr><td>memory allocation<td>API unsupported\n<tr><td>memory free<td>API unsupported\n<tr><td>batch memops<td>Addresses, values, and operation type for wait operations; see ::cuGraphExecBatchMemOpNodeSetParams\n</table>\n\n\\param hGraphExec  - The executable graph in which to update the specified node\n\\param hNode       - Corresponding node from the graph from which graphExec was instantiated\n\\param nodeParams  - Updated Parameters to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode,\n::cuGraphNodeSetParams\n::cuGraphExecUpdate,\n::cuGraphInstantiate"]
+/// `cuGraphExecNodeSetParams` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24806,7 +24968,7 @@ pub unsafe fn cuGraphExecNodeSetParams(hGraphExec: CUgraphExec, hNode: CUgraphNo
     }
 }
 
-#[doc = "\\brief Create a conditional handle\n\nCreates a conditional handle associated with \\p hGraph.\n\nThe conditional handle must be associated with a conditional node in this graph or one of its children.\n\nHandles not associated with a conditional node may cause graph instantiation to fail.\n\nHandles can only be set from the context with which they are associated.\n\n\\param pHandle_out        - Pointer used to return the handle to the caller.\n\\param hGraph             - Graph which will contain the conditional node using this handle.\n\\param ctx                - Context for the handle and associated conditional node.\n\\param defaultLaunchValue - Optional initial value for the conditional variable.\nApplied at the beginning of each graph execution if CU_GRAPH_COND_ASSIGN_DEFAULT is set in \\p flags.\n\\param flags              - Currently must be CU_GRAPH_COND_ASSIGN_DEFAULT or 0.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED\n\\note_graph_thread_safety\n\\notefnerr\n\n\\sa\n::cuGraphAddNode"]
+/// `cuGraphConditionalHandleCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24823,7 +24985,7 @@ pub unsafe fn cuGraphConditionalHandleCreate(pHandle_out: *mut CUgraphConditiona
     }
 }
 
-#[doc = "\\brief Returns occupancy of a function\n\nReturns in \\p *numBlocks the number of the maximum active blocks per\nstreaming multiprocessor.\n\nNote that the API can also be used with context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to use for calculations\nwill be the current context.\n\n\\param numBlocks       - Returned occupancy\n\\param func            - Kernel for which occupancy is calculated\n\\param blockSize       - Block size the kernel is intended to be launched with\n\\param dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cudaOccupancyMaxActiveBlocksPerMultiprocessor"]
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessor` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24840,7 +25002,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessor(numBlocks: *mut ::std:
     }
 }
 
-#[doc = "\\brief Returns occupancy of a function\n\nReturns in \\p *numBlocks the number of the maximum active blocks per\nstreaming multiprocessor.\n\nThe \\p Flags parameter controls how special cases are handled. The\nvalid flags are:\n\n- ::CU_OCCUPANCY_DEFAULT, which maintains the default behavior as\n::cuOccupancyMaxActiveBlocksPerMultiprocessor;\n\n- ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE, which suppresses the\ndefault behavior on platform where global caching affects\noccupancy. On such platforms, if caching is enabled, but\nper-block SM resource usage would result in zero occupancy, the\noccupancy calculator will calculate the occupancy as if caching\nis disabled. Setting ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE makes\nthe occupancy calculator to return 0 in such cases. More information\ncan be found about this feature in the \"Unified L1/Texture Cache\"\nsection of the Maxwell tuning guide.\n\nNote that the API can also be with launch context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to use for calculations\nwill be the current context.\n\n\\param numBlocks       - Returned occupancy\n\\param func            - Kernel for which occupancy is calculated\n\\param blockSize       - Block size the kernel is intended to be launched with\n\\param dynamicSMemSize - Per-block dynamic shared memory usage intended, in bytes\n\\param flags           - Requested behavior for the occupancy calculator\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags"]
+/// `cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24857,7 +25019,7 @@ pub unsafe fn cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(numBlocks: *m
     }
 }
 
-#[doc = "\\brief Suggest a launch configuration with reasonable occupancy\n\nReturns in \\p *blockSize a reasonable block size that can achieve\nthe maximum occupancy (or, the maximum number of active warps with\nthe fewest blocks per multiprocessor), and in \\p *minGridSize the\nminimum grid size to achieve the maximum occupancy.\n\nIf \\p blockSizeLimit is 0, the configurator will use the maximum\nblock size permitted by the device / function instead.\n\nIf per-block dynamic shared memory allocation is not needed, the\nuser should leave both \\p blockSizeToDynamicSMemSize and \\p\ndynamicSMemSize as 0.\n\nIf per-block dynamic shared memory allocation is needed, then if\nthe dynamic shared memory size is constant regardless of block\nsize, the size should be passed through \\p dynamicSMemSize, and \\p\nblockSizeToDynamicSMemSize should be NULL.\n\nOtherwise, if the per-block dynamic shared memory size varies with\ndifferent block sizes, the user needs to provide a unary function\nthrough \\p blockSizeToDynamicSMemSize that computes the dynamic\nshared memory needed by \\p func for any given block size. \\p\ndynamicSMemSize is ignored. An example signature is:\n\n```c\n// Take block size, returns dynamic shared memory needed\nsize_t blockToSmem(int blockSize);\n```\n\nNote that the API can also be used with context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to use for calculations\nwill be the current context.\n\n\\param minGridSize - Returned minimum grid size needed to achieve the maximum occupancy\n\\param blockSize   - Returned maximum block size that can achieve the maximum occupancy\n\\param func        - Kernel for which launch configuration is calculated\n\\param blockSizeToDynamicSMemSize - A function that calculates how much per-block dynamic shared memory \\p func uses based on the block size\n\\param dynamicSMemSize - Dynamic shared memory usage intended, in bytes\n\\param blockSizeLimit  - The maximum block size \\p func is designed to handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cudaOccupancyMaxPotentialBlockSize"]
+/// `cuOccupancyMaxPotentialBlockSize` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24874,7 +25036,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSize(minGridSize: *mut ::std::os::raw:
     }
 }
 
-#[doc = "\\brief Suggest a launch configuration with reasonable occupancy\n\nAn extended version of ::cuOccupancyMaxPotentialBlockSize. In\naddition to arguments passed to ::cuOccupancyMaxPotentialBlockSize,\n::cuOccupancyMaxPotentialBlockSizeWithFlags also takes a \\p Flags\nparameter.\n\nThe \\p Flags parameter controls how special cases are handled. The\nvalid flags are:\n\n- ::CU_OCCUPANCY_DEFAULT, which maintains the default behavior as\n::cuOccupancyMaxPotentialBlockSize;\n\n- ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE, which suppresses the\ndefault behavior on platform where global caching affects\noccupancy. On such platforms, the launch configurations that\nproduces maximal occupancy might not support global\ncaching. Setting ::CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE\nguarantees that the the produced launch configuration is global\ncaching compatible at a potential cost of occupancy. More information\ncan be found about this feature in the \"Unified L1/Texture Cache\"\nsection of the Maxwell tuning guide.\n\nNote that the API can also be used with context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to use for calculations\nwill be the current context.\n\n\\param minGridSize - Returned minimum grid size needed to achieve the maximum occupancy\n\\param blockSize   - Returned maximum block size that can achieve the maximum occupancy\n\\param func        - Kernel for which launch configuration is calculated\n\\param blockSizeToDynamicSMemSize - A function that calculates how much per-block dynamic shared memory \\p func uses based on the block size\n\\param dynamicSMemSize - Dynamic shared memory usage intended, in bytes\n\\param blockSizeLimit  - The maximum block size \\p func is designed to handle\n\\param flags       - Options\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cudaOccupancyMaxPotentialBlockSizeWithFlags"]
+/// `cuOccupancyMaxPotentialBlockSizeWithFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24891,7 +25053,7 @@ pub unsafe fn cuOccupancyMaxPotentialBlockSizeWithFlags(minGridSize: *mut ::std:
     }
 }
 
-#[doc = "\\brief Returns dynamic shared memory available per block when launching \\p numBlocks blocks on SM\n\nReturns in \\p *dynamicSmemSize the maximum size of dynamic shared memory to allow \\p numBlocks blocks per SM.\n\nNote that the API can also be used with context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to use for calculations\nwill be the current context.\n\n\\param dynamicSmemSize - Returned maximum dynamic shared memory\n\\param func            - Kernel function for which occupancy is calculated\n\\param numBlocks       - Number of blocks to fit on SM\n\\param blockSize       - Size of the blocks\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr"]
+/// `cuOccupancyAvailableDynamicSMemPerBlock` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24908,7 +25070,7 @@ pub unsafe fn cuOccupancyAvailableDynamicSMemPerBlock(dynamicSmemSize: *mut usiz
     }
 }
 
-#[doc = "\\brief Given the kernel function (\\p func) and launch configuration\n(\\p config), return the maximum cluster size in \\p *clusterSize.\n\nThe cluster dimensions in \\p config are ignored. If func has a required\ncluster size set (see ::cudaFuncGetAttributes / ::cuFuncGetAttribute),\\p\n*clusterSize will reflect the required cluster size.\n\nBy default this function will always return a value that's portable on\nfuture hardware. A higher value may be returned if the kernel function\nallows non-portable cluster sizes.\n\nThis function will respect the compile time launch bounds.\n\nNote that the API can also be used with context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to use for calculations\nwill either be taken from the specified stream \\p config->hStream\nor the current context in case of NULL stream.\n\n\\param clusterSize - Returned maximum cluster size that can be launched\nfor the given kernel function and launch configuration\n\\param func        - Kernel function for which maximum cluster\nsize is calculated\n\\param config      - Launch configuration for the given kernel function\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cudaFuncGetAttributes,\n::cuFuncGetAttribute"]
+/// `cuOccupancyMaxPotentialClusterSize` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24925,7 +25087,7 @@ pub unsafe fn cuOccupancyMaxPotentialClusterSize(clusterSize: *mut ::std::os::ra
     }
 }
 
-#[doc = "\\brief Given the kernel function (\\p func) and launch configuration\n(\\p config), return the maximum number of clusters that could co-exist\non the target device in \\p *numClusters.\n\nIf the function has required cluster size already set (see\n::cudaFuncGetAttributes / ::cuFuncGetAttribute), the cluster size\nfrom config must either be unspecified or match the required size.\nWithout required sizes, the cluster size must be specified in config,\nelse the function will return an error.\n\nNote that various attributes of the kernel function may affect occupancy\ncalculation. Runtime environment may affect how the hardware schedules\nthe clusters, so the calculated occupancy is not guaranteed to be achievable.\n\nNote that the API can also be used with context-less kernel ::CUkernel\nby querying the handle using ::cuLibraryGetKernel() and then passing it\nto the API by casting to ::CUfunction. Here, the context to use for calculations\nwill either be taken from the specified stream \\p config->hStream\nor the current context in case of NULL stream.\n\n\\param numClusters - Returned maximum number of clusters that\ncould co-exist on the target device\n\\param func        - Kernel function for which maximum number\nof clusters are calculated\n\\param config      - Launch configuration for the given kernel function\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_CLUSTER_SIZE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cudaFuncGetAttributes,\n::cuFuncGetAttribute"]
+/// `cuOccupancyMaxActiveClusters` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24942,7 +25104,7 @@ pub unsafe fn cuOccupancyMaxActiveClusters(numClusters: *mut ::std::os::raw::c_i
     }
 }
 
-#[doc = "\\brief Binds an array as a texture reference\n\n\\deprecated\n\nBinds the CUDA array \\p hArray to the texture reference \\p hTexRef. Any\nprevious address or CUDA array state associated with the texture reference\nis superseded by this function. \\p Flags must be set to\n::CU_TRSA_OVERRIDE_FORMAT. Any CUDA array previously bound to \\p hTexRef is\nunbound.\n\n\\param hTexRef - Texture reference to bind\n\\param hArray  - Array to bind\n\\param Flags   - Options (must be ::CU_TRSA_OVERRIDE_FORMAT)\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24959,7 +25121,7 @@ pub unsafe fn cuTexRefSetArray(hTexRef: CUtexref, hArray: CUarray, Flags: ::std:
     }
 }
 
-#[doc = "\\brief Binds a mipmapped array to a texture reference\n\n\\deprecated\n\nBinds the CUDA mipmapped array \\p hMipmappedArray to the texture reference \\p hTexRef.\nAny previous address or CUDA array state associated with the texture reference\nis superseded by this function. \\p Flags must be set to ::CU_TRSA_OVERRIDE_FORMAT.\nAny CUDA array previously bound to \\p hTexRef is unbound.\n\n\\param hTexRef         - Texture reference to bind\n\\param hMipmappedArray - Mipmapped array to bind\n\\param Flags           - Options (must be ::CU_TRSA_OVERRIDE_FORMAT)\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetMipmappedArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24976,6 +25138,7 @@ pub unsafe fn cuTexRefSetMipmappedArray(hTexRef: CUtexref, hMipmappedArray: CUmi
     }
 }
 
+/// `cuTexRefSetAddress_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuTexRefSetAddress` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24983,6 +25146,7 @@ pub unsafe fn cuTexRefSetMipmappedArray(hTexRef: CUtexref, hMipmappedArray: CUmi
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuTexRefSetAddress_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuTexRefSetAddress")]
 #[inline]
 pub unsafe fn cuTexRefSetAddress_v2(ByteOffset: *mut usize, hTexRef: CUtexref, dptr: CUdeviceptr, bytes: usize) -> CUresult {
     match crate::driver() {
@@ -24992,6 +25156,7 @@ pub unsafe fn cuTexRefSetAddress_v2(ByteOffset: *mut usize, hTexRef: CUtexref, d
     }
 }
 
+/// `cuTexRefSetAddress2D_v3` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuTexRefSetAddress2D` introduced in CUDA 4.1.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -24999,6 +25164,7 @@ pub unsafe fn cuTexRefSetAddress_v2(ByteOffset: *mut usize, hTexRef: CUtexref, d
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuTexRefSetAddress2D_v3` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuTexRefSetAddress2D")]
 #[inline]
 pub unsafe fn cuTexRefSetAddress2D_v3(hTexRef: CUtexref, desc: *const CUDA_ARRAY_DESCRIPTOR, dptr: CUdeviceptr, Pitch: usize) -> CUresult {
     match crate::driver() {
@@ -25008,7 +25174,7 @@ pub unsafe fn cuTexRefSetAddress2D_v3(hTexRef: CUtexref, desc: *const CUDA_ARRAY
     }
 }
 
-#[doc = "\\brief Sets the format for a texture reference\n\n\\deprecated\n\nSpecifies the format of the data to be read by the texture reference\n\\p hTexRef. \\p fmt and \\p NumPackedComponents are exactly analogous to the\n::Format and ::NumChannels members of the ::CUDA_ARRAY_DESCRIPTOR structure:\nThey specify the format of each component and the number of components per\narray element.\n\n\\param hTexRef             - Texture reference\n\\param fmt                 - Format to set\n\\param NumPackedComponents - Number of components per array element\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat,\n::cudaCreateChannelDesc"]
+/// `cuTexRefSetFormat` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25025,7 +25191,7 @@ pub unsafe fn cuTexRefSetFormat(hTexRef: CUtexref, fmt: CUarray_format, NumPacke
     }
 }
 
-#[doc = "\\brief Sets the addressing mode for a texture reference\n\n\\deprecated\n\nSpecifies the addressing mode \\p am for the given dimension \\p dim of the\ntexture reference \\p hTexRef. If \\p dim is zero, the addressing mode is\napplied to the first parameter of the functions used to fetch from the\ntexture; if \\p dim is 1, the second, and so on. ::CUaddress_mode is defined\nas:\n```c\ntypedef enum CUaddress_mode_enum {\nCU_TR_ADDRESS_MODE_WRAP = 0,\nCU_TR_ADDRESS_MODE_CLAMP = 1,\nCU_TR_ADDRESS_MODE_MIRROR = 2,\nCU_TR_ADDRESS_MODE_BORDER = 3\n} CUaddress_mode;\n```\n\nNote that this call has no effect if \\p hTexRef is bound to linear memory.\nAlso, if the flag, ::CU_TRSF_NORMALIZED_COORDINATES, is not set, the only\nsupported address mode is ::CU_TR_ADDRESS_MODE_CLAMP.\n\n\\param hTexRef - Texture reference\n\\param dim     - Dimension\n\\param am      - Addressing mode to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetAddressMode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25042,7 +25208,7 @@ pub unsafe fn cuTexRefSetAddressMode(hTexRef: CUtexref, dim: ::std::os::raw::c_i
     }
 }
 
-#[doc = "\\brief Sets the filtering mode for a texture reference\n\n\\deprecated\n\nSpecifies the filtering mode \\p fm to be used when reading memory through\nthe texture reference \\p hTexRef. ::CUfilter_mode_enum is defined as:\n\n```c\ntypedef enum CUfilter_mode_enum {\nCU_TR_FILTER_MODE_POINT = 0,\nCU_TR_FILTER_MODE_LINEAR = 1\n} CUfilter_mode;\n```\n\nNote that this call has no effect if \\p hTexRef is bound to linear memory.\n\n\\param hTexRef - Texture reference\n\\param fm      - Filtering mode to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetFilterMode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25059,7 +25225,7 @@ pub unsafe fn cuTexRefSetFilterMode(hTexRef: CUtexref, fm: CUfilter_mode) -> CUr
     }
 }
 
-#[doc = "\\brief Sets the mipmap filtering mode for a texture reference\n\n\\deprecated\n\nSpecifies the mipmap filtering mode \\p fm to be used when reading memory through\nthe texture reference \\p hTexRef. ::CUfilter_mode_enum is defined as:\n\n```c\ntypedef enum CUfilter_mode_enum {\nCU_TR_FILTER_MODE_POINT = 0,\nCU_TR_FILTER_MODE_LINEAR = 1\n} CUfilter_mode;\n```\n\nNote that this call has no effect if \\p hTexRef is not bound to a mipmapped array.\n\n\\param hTexRef - Texture reference\n\\param fm      - Filtering mode to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetMipmapFilterMode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25076,7 +25242,7 @@ pub unsafe fn cuTexRefSetMipmapFilterMode(hTexRef: CUtexref, fm: CUfilter_mode) 
     }
 }
 
-#[doc = "\\brief Sets the mipmap level bias for a texture reference\n\n\\deprecated\n\nSpecifies the mipmap level bias \\p bias to be added to the specified mipmap level when\nreading memory through the texture reference \\p hTexRef.\n\nNote that this call has no effect if \\p hTexRef is not bound to a mipmapped array.\n\n\\param hTexRef - Texture reference\n\\param bias    - Mipmap level bias\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetMipmapLevelBias` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25093,7 +25259,7 @@ pub unsafe fn cuTexRefSetMipmapLevelBias(hTexRef: CUtexref, bias: f32) -> CUresu
     }
 }
 
-#[doc = "\\brief Sets the mipmap min/max mipmap level clamps for a texture reference\n\n\\deprecated\n\nSpecifies the min/max mipmap level clamps, \\p minMipmapLevelClamp and \\p maxMipmapLevelClamp\nrespectively, to be used when reading memory through the texture reference\n\\p hTexRef.\n\nNote that this call has no effect if \\p hTexRef is not bound to a mipmapped array.\n\n\\param hTexRef        - Texture reference\n\\param minMipmapLevelClamp - Mipmap min level clamp\n\\param maxMipmapLevelClamp - Mipmap max level clamp\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetMipmapLevelClamp` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25110,7 +25276,7 @@ pub unsafe fn cuTexRefSetMipmapLevelClamp(hTexRef: CUtexref, minMipmapLevelClamp
     }
 }
 
-#[doc = "\\brief Sets the maximum anisotropy for a texture reference\n\n\\deprecated\n\nSpecifies the maximum anisotropy \\p maxAniso to be used when reading memory through\nthe texture reference \\p hTexRef.\n\nNote that this call has no effect if \\p hTexRef is bound to linear memory.\n\n\\param hTexRef  - Texture reference\n\\param maxAniso - Maximum anisotropy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetMaxAnisotropy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25127,7 +25293,7 @@ pub unsafe fn cuTexRefSetMaxAnisotropy(hTexRef: CUtexref, maxAniso: ::std::os::r
     }
 }
 
-#[doc = "\\brief Sets the border color for a texture reference\n\n\\deprecated\n\nSpecifies the value of the RGBA color via the \\p pBorderColor to the texture reference\n\\p hTexRef. The color value supports only float type and holds color components in\nthe following sequence:\npBorderColor[0] holds 'R' component\npBorderColor[1] holds 'G' component\npBorderColor[2] holds 'B' component\npBorderColor[3] holds 'A' component\n\nNote that the color values can be set only when the Address mode is set to\nCU_TR_ADDRESS_MODE_BORDER using ::cuTexRefSetAddressMode.\nApplications using integer border color values have to \"reinterpret_cast\" their values to float.\n\n\\param hTexRef       - Texture reference\n\\param pBorderColor  - RGBA color\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddressMode,\n::cuTexRefGetAddressMode, ::cuTexRefGetBorderColor"]
+/// `cuTexRefSetBorderColor` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25144,7 +25310,7 @@ pub unsafe fn cuTexRefSetBorderColor(hTexRef: CUtexref, pBorderColor: *mut f32) 
     }
 }
 
-#[doc = "\\brief Sets the flags for a texture reference\n\n\\deprecated\n\nSpecifies optional flags via \\p Flags to specify the behavior of data\nreturned through the texture reference \\p hTexRef. The valid flags are:\n\n- ::CU_TRSF_READ_AS_INTEGER, which suppresses the default behavior of\nhaving the texture promote integer data to floating point data in the\nrange [0, 1]. Note that texture with 32-bit integer format\nwould not be promoted, regardless of whether or not this\nflag is specified;\n- ::CU_TRSF_NORMALIZED_COORDINATES, which suppresses the\ndefault behavior of having the texture coordinates range\nfrom [0, Dim) where Dim is the width or height of the CUDA\narray. Instead, the texture coordinates [0, 1.0) reference\nthe entire breadth of the array dimension;\n- ::CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION, which disables any trilinear\nfiltering optimizations. Trilinear optimizations improve texture filtering\nperformance by allowing bilinear filtering on textures in scenarios where\nit can closely approximate the expected results.\n\n\\param hTexRef - Texture reference\n\\param Flags   - Optional flags to set\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefSetFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25161,6 +25327,7 @@ pub unsafe fn cuTexRefSetFlags(hTexRef: CUtexref, Flags: ::std::os::raw::c_uint)
     }
 }
 
+/// `cuTexRefGetAddress_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuTexRefGetAddress` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25168,6 +25335,7 @@ pub unsafe fn cuTexRefSetFlags(hTexRef: CUtexref, Flags: ::std::os::raw::c_uint)
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuTexRefGetAddress_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuTexRefGetAddress")]
 #[inline]
 pub unsafe fn cuTexRefGetAddress_v2(pdptr: *mut CUdeviceptr, hTexRef: CUtexref) -> CUresult {
     match crate::driver() {
@@ -25177,7 +25345,7 @@ pub unsafe fn cuTexRefGetAddress_v2(pdptr: *mut CUdeviceptr, hTexRef: CUtexref) 
     }
 }
 
-#[doc = "\\brief Gets the array bound to a texture reference\n\n\\deprecated\n\nReturns in \\p *phArray the CUDA array bound to the texture reference\n\\p hTexRef, or returns ::CUDA_ERROR_INVALID_VALUE if the texture reference\nis not bound to any CUDA array.\n\n\\param phArray - Returned array\n\\param hTexRef - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefGetArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25194,7 +25362,7 @@ pub unsafe fn cuTexRefGetArray(phArray: *mut CUarray, hTexRef: CUtexref) -> CUre
     }
 }
 
-#[doc = "\\brief Gets the mipmapped array bound to a texture reference\n\n\\deprecated\n\nReturns in \\p *phMipmappedArray the CUDA mipmapped array bound to the texture\nreference \\p hTexRef, or returns ::CUDA_ERROR_INVALID_VALUE if the texture reference\nis not bound to any CUDA mipmapped array.\n\n\\param phMipmappedArray - Returned mipmapped array\n\\param hTexRef          - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefGetMipmappedArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25211,7 +25379,7 @@ pub unsafe fn cuTexRefGetMipmappedArray(phMipmappedArray: *mut CUmipmappedArray,
     }
 }
 
-#[doc = "\\brief Gets the addressing mode used by a texture reference\n\n\\deprecated\n\nReturns in \\p *pam the addressing mode corresponding to the\ndimension \\p dim of the texture reference \\p hTexRef. Currently, the only\nvalid value for \\p dim are 0 and 1.\n\n\\param pam     - Returned addressing mode\n\\param hTexRef - Texture reference\n\\param dim     - Dimension\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefGetAddressMode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25228,7 +25396,7 @@ pub unsafe fn cuTexRefGetAddressMode(pam: *mut CUaddress_mode, hTexRef: CUtexref
     }
 }
 
-#[doc = "\\brief Gets the filter-mode used by a texture reference\n\n\\deprecated\n\nReturns in \\p *pfm the filtering mode of the texture reference\n\\p hTexRef.\n\n\\param pfm     - Returned filtering mode\n\\param hTexRef - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefGetFilterMode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25245,7 +25413,7 @@ pub unsafe fn cuTexRefGetFilterMode(pfm: *mut CUfilter_mode, hTexRef: CUtexref) 
     }
 }
 
-#[doc = "\\brief Gets the format used by a texture reference\n\n\\deprecated\n\nReturns in \\p *pFormat and \\p *pNumChannels the format and number\nof components of the CUDA array bound to the texture reference \\p hTexRef.\nIf \\p pFormat or \\p pNumChannels is NULL, it will be ignored.\n\n\\param pFormat      - Returned format\n\\param pNumChannels - Returned number of components\n\\param hTexRef      - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags"]
+/// `cuTexRefGetFormat` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25262,7 +25430,7 @@ pub unsafe fn cuTexRefGetFormat(pFormat: *mut CUarray_format, pNumChannels: *mut
     }
 }
 
-#[doc = "\\brief Gets the mipmap filtering mode for a texture reference\n\n\\deprecated\n\nReturns the mipmap filtering mode in \\p pfm that's used when reading memory through\nthe texture reference \\p hTexRef.\n\n\\param pfm     - Returned mipmap filtering mode\n\\param hTexRef - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefGetMipmapFilterMode` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25279,7 +25447,7 @@ pub unsafe fn cuTexRefGetMipmapFilterMode(pfm: *mut CUfilter_mode, hTexRef: CUte
     }
 }
 
-#[doc = "\\brief Gets the mipmap level bias for a texture reference\n\n\\deprecated\n\nReturns the mipmap level bias in \\p pBias that's added to the specified mipmap\nlevel when reading memory through the texture reference \\p hTexRef.\n\n\\param pbias   - Returned mipmap level bias\n\\param hTexRef - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefGetMipmapLevelBias` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25296,7 +25464,7 @@ pub unsafe fn cuTexRefGetMipmapLevelBias(pbias: *mut f32, hTexRef: CUtexref) -> 
     }
 }
 
-#[doc = "\\brief Gets the min/max mipmap level clamps for a texture reference\n\n\\deprecated\n\nReturns the min/max mipmap level clamps in \\p pminMipmapLevelClamp and \\p pmaxMipmapLevelClamp\nthat's used when reading memory through the texture reference \\p hTexRef.\n\n\\param pminMipmapLevelClamp - Returned mipmap min level clamp\n\\param pmaxMipmapLevelClamp - Returned mipmap max level clamp\n\\param hTexRef              - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefGetMipmapLevelClamp` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25313,7 +25481,7 @@ pub unsafe fn cuTexRefGetMipmapLevelClamp(pminMipmapLevelClamp: *mut f32, pmaxMi
     }
 }
 
-#[doc = "\\brief Gets the maximum anisotropy for a texture reference\n\n\\deprecated\n\nReturns the maximum anisotropy in \\p pmaxAniso that's used when reading memory through\nthe texture reference \\p hTexRef.\n\n\\param pmaxAniso - Returned maximum anisotropy\n\\param hTexRef   - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFlags, ::cuTexRefGetFormat"]
+/// `cuTexRefGetMaxAnisotropy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25330,7 +25498,7 @@ pub unsafe fn cuTexRefGetMaxAnisotropy(pmaxAniso: *mut ::std::os::raw::c_int, hT
     }
 }
 
-#[doc = "\\brief Gets the border color used by a texture reference\n\n\\deprecated\n\nReturns in \\p pBorderColor, values of the RGBA color used by\nthe texture reference \\p hTexRef.\nThe color value is of type float and holds color components in\nthe following sequence:\npBorderColor[0] holds 'R' component\npBorderColor[1] holds 'G' component\npBorderColor[2] holds 'B' component\npBorderColor[3] holds 'A' component\n\n\\param hTexRef  - Texture reference\n\\param pBorderColor   - Returned Type and Value of RGBA color\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddressMode,\n::cuTexRefSetAddressMode, ::cuTexRefSetBorderColor"]
+/// `cuTexRefGetBorderColor` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25347,7 +25515,7 @@ pub unsafe fn cuTexRefGetBorderColor(pBorderColor: *mut f32, hTexRef: CUtexref) 
     }
 }
 
-#[doc = "\\brief Gets the flags used by a texture reference\n\n\\deprecated\n\nReturns in \\p *pFlags the flags of the texture reference \\p hTexRef.\n\n\\param pFlags  - Returned flags\n\\param hTexRef - Texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefSetAddress,\n::cuTexRefSetAddress2D, ::cuTexRefSetAddressMode, ::cuTexRefSetArray,\n::cuTexRefSetFilterMode, ::cuTexRefSetFlags, ::cuTexRefSetFormat,\n::cuTexRefGetAddress, ::cuTexRefGetAddressMode, ::cuTexRefGetArray,\n::cuTexRefGetFilterMode, ::cuTexRefGetFormat"]
+/// `cuTexRefGetFlags` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25364,7 +25532,7 @@ pub unsafe fn cuTexRefGetFlags(pFlags: *mut ::std::os::raw::c_uint, hTexRef: CUt
     }
 }
 
-#[doc = "\\brief Creates a texture reference\n\n\\deprecated\n\nCreates a texture reference and returns its handle in \\p *pTexRef. Once\ncreated, the application must call ::cuTexRefSetArray() or\n::cuTexRefSetAddress() to associate the reference with allocated memory.\nOther texture reference functions are used to specify the format and\ninterpretation (addressing, filtering, etc.) to be used when the memory is\nread through this texture reference.\n\n\\param pTexRef - Returned texture reference\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefDestroy"]
+/// `cuTexRefCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25381,7 +25549,7 @@ pub unsafe fn cuTexRefCreate(pTexRef: *mut CUtexref) -> CUresult {
     }
 }
 
-#[doc = "\\brief Destroys a texture reference\n\n\\deprecated\n\nDestroys the texture reference specified by \\p hTexRef.\n\n\\param hTexRef - Texture reference to destroy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuTexRefCreate"]
+/// `cuTexRefDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25398,7 +25566,7 @@ pub unsafe fn cuTexRefDestroy(hTexRef: CUtexref) -> CUresult {
     }
 }
 
-#[doc = "\\brief Sets the CUDA array for a surface reference.\n\n\\deprecated\n\nSets the CUDA array \\p hArray to be read and written by the surface reference\n\\p hSurfRef.  Any previous CUDA array state associated with the surface\nreference is superseded by this function.  \\p Flags must be set to 0.\nThe ::CUDA_ARRAY3D_SURFACE_LDST flag must have been set for the CUDA array.\nAny CUDA array previously bound to \\p hSurfRef is unbound.\n\n\\param hSurfRef - Surface reference handle\n\\param hArray - CUDA array handle\n\\param Flags - set to 0\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuModuleGetSurfRef,\n::cuSurfRefGetArray"]
+/// `cuSurfRefSetArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25415,7 +25583,7 @@ pub unsafe fn cuSurfRefSetArray(hSurfRef: CUsurfref, hArray: CUarray, Flags: ::s
     }
 }
 
-#[doc = "\\brief Passes back the CUDA array bound to a surface reference.\n\n\\deprecated\n\nReturns in \\p *phArray the CUDA array bound to the surface reference\n\\p hSurfRef, or returns ::CUDA_ERROR_INVALID_VALUE if the surface reference\nis not bound to any CUDA array.\n\n\\param phArray - Surface reference handle\n\\param hSurfRef - Surface reference handle\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa ::cuModuleGetSurfRef, ::cuSurfRefSetArray"]
+/// `cuSurfRefGetArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25432,7 +25600,7 @@ pub unsafe fn cuSurfRefGetArray(phArray: *mut CUarray, hSurfRef: CUsurfref) -> C
     }
 }
 
-#[doc = "\\brief Creates a texture object\n\nCreates a texture object and returns it in \\p pTexObject. \\p pResDesc describes\nthe data to texture from. \\p pTexDesc describes how the data should be sampled.\n\\p pResViewDesc is an optional argument that specifies an alternate format for\nthe data described by \\p pResDesc, and also describes the subresource region\nto restrict access to when texturing. \\p pResViewDesc can only be specified if\nthe type of resource is a CUDA array or a CUDA mipmapped array not in a block\ncompressed format.\n\nTexture objects are only supported on devices of compute capability 3.0 or higher.\nAdditionally, a texture object is an opaque value, and, as such, should only be\naccessed through CUDA API calls.\n\nThe ::CUDA_RESOURCE_DESC structure is defined as:\n```c\ntypedef struct CUDA_RESOURCE_DESC_st\n{\nCUresourcetype resType;\n\nunion {\nstruct {\nCUarray hArray;\n} array;\nstruct {\nCUmipmappedArray hMipmappedArray;\n} mipmap;\nstruct {\nCUdeviceptr devPtr;\nCUarray_format format;\nunsigned int numChannels;\nsize_t sizeInBytes;\n} linear;\nstruct {\nCUdeviceptr devPtr;\nCUarray_format format;\nunsigned int numChannels;\nsize_t width;\nsize_t height;\nsize_t pitchInBytes;\n} pitch2D;\n} res;\n\nunsigned int flags;\n} CUDA_RESOURCE_DESC;\n\n```\nwhere:\n- ::CUDA_RESOURCE_DESC::resType specifies the type of resource to texture from.\nCUresourceType is defined as:\n```c\ntypedef enum CUresourcetype_enum {\nCU_RESOURCE_TYPE_ARRAY           = 0x00,\nCU_RESOURCE_TYPE_MIPMAPPED_ARRAY = 0x01,\nCU_RESOURCE_TYPE_LINEAR          = 0x02,\nCU_RESOURCE_TYPE_PITCH2D         = 0x03\n} CUresourcetype;\n```\n\n\\par\nIf ::CUDA_RESOURCE_DESC::resType is set to ::CU_RESOURCE_TYPE_ARRAY, ::CUDA_RESOURCE_DESC::res::array::hArray\nmust be set to a valid CUDA array handle.\n\n\\par\nIf ::CUDA_RESOURCE_DESC::resType is set to ::CU_RESOURCE_TYPE_MIPMAPPED_ARRAY, ::CUDA_RESOURCE_DESC::res::mipmap::hMipmappedArray\nmust be set to a valid CUDA mipmapped array handle.\n\n\\par\nIf ::CUDA_RESOURCE_DESC::resType is set to ::CU_RESOURCE_TYPE_LINEAR, ::CUDA_RESOURCE_DESC::res::linear::devPtr\nmust be set to a valid device pointer, that is aligned to ::CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT.\n::CUDA_RESOURCE_DESC::res::linear::format and ::CUDA_RESOURCE_DESC::res::linear::numChannels\ndescribe the format of each component and the number of components per array element. ::CUDA_RESOURCE_DESC::res::linear::sizeInBytes\nspecifies the size of the array in bytes. The total number of elements in the linear address range cannot exceed\n::CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH. The number of elements is computed as (sizeInBytes / (sizeof(format) * numChannels)).\n\n\\par\nIf ::CUDA_RESOURCE_DESC::resType is set to ::CU_RESOURCE_TYPE_PITCH2D, ::CUDA_RESOURCE_DESC::res::pitch2D::devPtr\nmust be set to a valid device pointer, that is aligned to ::CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT.\n::CUDA_RESOURCE_DESC::res::pitch2D::format and ::CUDA_RESOURCE_DESC::res::pitch2D::numChannels\ndescribe the format of each component and the number of components per array element. ::CUDA_RESOURCE_DESC::res::pitch2D::width\nand ::CUDA_RESOURCE_DESC::res::pitch2D::height specify the width and height of the array in elements, and cannot exceed\n::CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH and ::CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT respectively.\n::CUDA_RESOURCE_DESC::res::pitch2D::pitchInBytes specifies the pitch between two rows in bytes and has to be aligned to\n::CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT. Pitch cannot exceed ::CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH.\n\n- ::flags must be set to zero.\n\n\nThe ::CUDA_TEXTURE_DESC struct is defined as\n```c\ntypedef struct CUDA_TEXTURE_DESC_st {\nCUaddress_mode addressMode[3];\nCUfilter_mode filterMode;\nunsigned int flags;\nunsigned int maxAnisotropy;\nCUfilter_mode mipmapFilterMode;\nfloat mipmapLevelBias;\nfloat minMipmapLevelClamp;\nfloat maxMipmapLevelClamp;\n} CUDA_TEXTURE_DESC;\n```\nwhere\n- ::CUDA_TEXTURE_DESC::addressMode specifies the addressing mode for each dimension of the texture data. ::CUaddress_mode is defined as:\n```c\ntypedef enum CUaddress_mode_enum {\nCU_TR_ADDRESS_MODE_WRAP = 0,\nCU_TR_ADDRESS_MODE_CLAMP = 1,\nCU_TR_ADDRESS_MODE_MIRROR = 2,\nCU_TR_ADDRESS_MODE_BORDER = 3\n} CUaddress_mode;\n```\nThis is ignored if ::CUDA_RESOURCE_DESC::resType is ::CU_RESOURCE_TYPE_LINEAR. Also, if the flag, ::CU_TRSF_NORMALIZED_COORDINATES\nis not set, the only supported address mode is ::CU_TR_ADDRESS_MODE_CLAMP.\n\n- ::CUDA_TEXTURE_DESC::filterMode specifies the filtering mode to be used when fetching from the texture. CUfilter_mode is defined as:\n```c\ntypedef enum CUfilter_mode_enum {\nCU_TR_FILTER_MODE_POINT = 0,\nCU_TR_FILTER_MODE_LINEAR = 1\n} CUfilter_mode;\n```\nThis is ignored if ::CUDA_RESOURCE_DESC::resType is ::CU_RESOURCE_TYPE_LINEAR.\n\n- ::CUDA_TEXTURE_DESC::flags can be any combination of the following:\n- ::CU_TRSF_READ_AS_INTEGER, which suppresses the default behavior of\nhaving the texture promote integer data to floating point data in the\nrange [0, 1]. Note that texture with 32-bit integer format would not be\npromoted, regardless of whether or not this flag is specified.\n- ::CU_TRSF_NORMALIZED_COORDINATES, which suppresses the default behavior\nof having the texture coordinates range from [0, Dim) where Dim is the\nwidth or height of the CUDA array. Instead, the texture coordinates\n[0, 1.0) reference the entire breadth of the array dimension; Note that\nfor CUDA mipmapped arrays, this flag has to be set.\n- ::CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION, which disables any trilinear\nfiltering optimizations. Trilinear optimizations improve texture filtering\nperformance by allowing bilinear filtering on textures in scenarios where\nit can closely approximate the expected results.\n- ::CU_TRSF_SEAMLESS_CUBEMAP, which enables seamless cube map filtering.\nThis flag can only be specified if the underlying resource is a CUDA array\nor a CUDA mipmapped array that was created with the flag ::CUDA_ARRAY3D_CUBEMAP.\nWhen seamless cube map filtering is enabled, texture address modes specified\nby ::CUDA_TEXTURE_DESC::addressMode are ignored. Instead, if the ::CUDA_TEXTURE_DESC::filterMode\nis set to ::CU_TR_FILTER_MODE_POINT the address mode ::CU_TR_ADDRESS_MODE_CLAMP\nwill be applied for all dimensions. If the ::CUDA_TEXTURE_DESC::filterMode is\nset to ::CU_TR_FILTER_MODE_LINEAR seamless cube map filtering will be performed\nwhen sampling along the cube face borders.\n\n- ::CUDA_TEXTURE_DESC::maxAnisotropy specifies the maximum anisotropy ratio to be used when doing anisotropic filtering. This value will be\nclamped to the range [1,16].\n\n- ::CUDA_TEXTURE_DESC::mipmapFilterMode specifies the filter mode when the calculated mipmap level lies between two defined mipmap levels.\n\n- ::CUDA_TEXTURE_DESC::mipmapLevelBias specifies the offset to be applied to the calculated mipmap level.\n\n- ::CUDA_TEXTURE_DESC::minMipmapLevelClamp specifies the lower end of the mipmap level range to clamp access to.\n\n- ::CUDA_TEXTURE_DESC::maxMipmapLevelClamp specifies the upper end of the mipmap level range to clamp access to.\n\n\nThe ::CUDA_RESOURCE_VIEW_DESC struct is defined as\n```c\ntypedef struct CUDA_RESOURCE_VIEW_DESC_st\n{\nCUresourceViewFormat format;\nsize_t width;\nsize_t height;\nsize_t depth;\nunsigned int firstMipmapLevel;\nunsigned int lastMipmapLevel;\nunsigned int firstLayer;\nunsigned int lastLayer;\n} CUDA_RESOURCE_VIEW_DESC;\n```\nwhere:\n- ::CUDA_RESOURCE_VIEW_DESC::format specifies how the data contained in the CUDA array or CUDA mipmapped array should\nbe interpreted. Note that this can incur a change in size of the texture data. If the resource view format is a block\ncompressed format, then the underlying CUDA array or CUDA mipmapped array has to have a base of format ::CU_AD_FORMAT_UNSIGNED_INT32.\nwith 2 or 4 channels, depending on the block compressed format. For ex., BC1 and BC4 require the underlying CUDA array to have\na format of ::CU_AD_FORMAT_UNSIGNED_INT32 with 2 channels. The other BC formats require the underlying resource to have the same base\nformat but with 4 channels.\n\n- ::CUDA_RESOURCE_VIEW_DESC::width specifies the new width of the texture data. If the resource view format is a block\ncompressed format, this value has to be 4 times the original width of the resource. For non block compressed formats,\nthis value has to be equal to that of the original resource.\n\n- ::CUDA_RESOURCE_VIEW_DESC::height specifies the new height of the texture data. If the resource view format is a block\ncompressed format, this value has to be 4 times the original height of the resource. For non block compressed formats,\nthis value has to be equal to that of the original resource.\n\n- ::CUDA_RESOURCE_VIEW_DESC::depth specifies the new depth of the texture data. This value has to be equal to that of the\noriginal resource.\n\n- ::CUDA_RESOURCE_VIEW_DESC::firstMipmapLevel specifies the most detailed mipmap level. This will be the new mipmap level zero.\nFor non-mipmapped resources, this value has to be zero.::CUDA_TEXTURE_DESC::minMipmapLevelClamp and ::CUDA_TEXTURE_DESC::maxMipmapLevelClamp\nwill be relative to this value. For ex., if the firstMipmapLevel is set to 2, and a minMipmapLevelClamp of 1.2 is specified,\nthen the actual minimum mipmap level clamp will be 3.2.\n\n- ::CUDA_RESOURCE_VIEW_DESC::lastMipmapLevel specifies the least detailed mipmap level. For non-mipmapped resources, this value\nhas to be zero.\n\n- ::CUDA_RESOURCE_VIEW_DESC::firstLayer specifies the first layer index for layered textures. This will be the new layer zero.\nFor non-layered resources, this value has to be zero.\n\n- ::CUDA_RESOURCE_VIEW_DESC::lastLayer specifies the last layer index for layered textures. For non-layered resources,\nthis value has to be zero.\n\n\n\\param pTexObject   - Texture object to create\n\\param pResDesc     - Resource descriptor\n\\param pTexDesc     - Texture descriptor\n\\param pResViewDesc - Resource view descriptor\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexObjectDestroy,\n::cudaCreateTextureObject"]
+/// `cuTexObjectCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25449,7 +25617,7 @@ pub unsafe fn cuTexObjectCreate(pTexObject: *mut CUtexObject, pResDesc: *const C
     }
 }
 
-#[doc = "\\brief Destroys a texture object\n\nDestroys the texture object specified by \\p texObject.\n\n\\param texObject - Texture object to destroy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexObjectCreate,\n::cudaDestroyTextureObject"]
+/// `cuTexObjectDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25466,7 +25634,7 @@ pub unsafe fn cuTexObjectDestroy(texObject: CUtexObject) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns a texture object's resource descriptor\n\nReturns the resource descriptor for the texture object specified by \\p texObject.\n\n\\param pResDesc  - Resource descriptor\n\\param texObject - Texture object\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexObjectCreate,\n::cudaGetTextureObjectResourceDesc,"]
+/// `cuTexObjectGetResourceDesc` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25483,7 +25651,7 @@ pub unsafe fn cuTexObjectGetResourceDesc(pResDesc: *mut CUDA_RESOURCE_DESC, texO
     }
 }
 
-#[doc = "\\brief Returns a texture object's texture descriptor\n\nReturns the texture descriptor for the texture object specified by \\p texObject.\n\n\\param pTexDesc  - Texture descriptor\n\\param texObject - Texture object\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexObjectCreate,\n::cudaGetTextureObjectTextureDesc"]
+/// `cuTexObjectGetTextureDesc` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25500,7 +25668,7 @@ pub unsafe fn cuTexObjectGetTextureDesc(pTexDesc: *mut CUDA_TEXTURE_DESC, texObj
     }
 }
 
-#[doc = "\\brief Returns a texture object's resource view descriptor\n\nReturns the resource view descriptor for the texture object specified by \\p texObject.\nIf no resource view was set for \\p texObject, the ::CUDA_ERROR_INVALID_VALUE is returned.\n\n\\param pResViewDesc - Resource view descriptor\n\\param texObject    - Texture object\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTexObjectCreate,\n::cudaGetTextureObjectResourceViewDesc"]
+/// `cuTexObjectGetResourceViewDesc` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25517,7 +25685,7 @@ pub unsafe fn cuTexObjectGetResourceViewDesc(pResViewDesc: *mut CUDA_RESOURCE_VI
     }
 }
 
-#[doc = "\\brief Creates a surface object\n\nCreates a surface object and returns it in \\p pSurfObject. \\p pResDesc describes\nthe data to perform surface load/stores on. ::CUDA_RESOURCE_DESC::resType must be\n::CU_RESOURCE_TYPE_ARRAY and  ::CUDA_RESOURCE_DESC::res::array::hArray\nmust be set to a valid CUDA array handle. ::CUDA_RESOURCE_DESC::flags must be set to zero.\n\nSurface objects are only supported on devices of compute capability 3.0 or higher.\nAdditionally, a surface object is an opaque value, and, as such, should only be\naccessed through CUDA API calls.\n\n\\param pSurfObject - Surface object to create\n\\param pResDesc    - Resource descriptor\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuSurfObjectDestroy,\n::cudaCreateSurfaceObject"]
+/// `cuSurfObjectCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25534,7 +25702,7 @@ pub unsafe fn cuSurfObjectCreate(pSurfObject: *mut CUsurfObject, pResDesc: *cons
     }
 }
 
-#[doc = "\\brief Destroys a surface object\n\nDestroys the surface object specified by \\p surfObject.\n\n\\param surfObject - Surface object to destroy\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuSurfObjectCreate,\n::cudaDestroySurfaceObject"]
+/// `cuSurfObjectDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25551,7 +25719,7 @@ pub unsafe fn cuSurfObjectDestroy(surfObject: CUsurfObject) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns a surface object's resource descriptor\n\nReturns the resource descriptor for the surface object specified by \\p surfObject.\n\n\\param pResDesc   - Resource descriptor\n\\param surfObject - Surface object\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuSurfObjectCreate,\n::cudaGetSurfaceObjectResourceDesc"]
+/// `cuSurfObjectGetResourceDesc` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25568,7 +25736,7 @@ pub unsafe fn cuSurfObjectGetResourceDesc(pResDesc: *mut CUDA_RESOURCE_DESC, sur
     }
 }
 
-#[doc = "\\brief Create a tensor map descriptor object representing tiled memory region\n\nCreates a descriptor for Tensor Memory Access (TMA) object specified\nby the parameters describing a tiled region and returns it in \\p tensorMap.\n\nTensor map objects are only supported on devices of compute capability 9.0 or higher.\nAdditionally, a tensor map object is an opaque value, and, as such, should only be\naccessed through CUDA APIs and PTX.\nEncoding resolves the descriptor allocation class using\n::CU_TENSOR_MAP_ALLOC_CLASS_AUTO.\n\nThe parameters passed are bound to the following requirements:\n\n- \\p tensorMap address must be aligned to 64 bytes.\n\n- \\p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:\n```c\ntypedef enum CUtensorMapDataType_enum {\nCU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte\nCU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ,    // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits\nCU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits\nCU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits\n} CUtensorMapDataType;\n```\n::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.\n::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.\n::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.\n\n- \\p tensorRank must be non-zero and less than or equal to the maximum supported dimensionality of 5. If \\p interleave is not\n::CU_TENSOR_MAP_INTERLEAVE_NONE, then \\p tensorRank must additionally be greater than or equal to 3.\n\n- \\p globalAddress, which specifies the starting address of the memory region described, must be 16 byte aligned. The following requirements need to also be met:\n- When \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \\p globalAddress must be 32 byte aligned.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \\p globalAddress must be 32 byte aligned.\n\n- \\p globalDim array, which specifies tensor size of each of the \\p tensorRank dimensions, must be non-zero and less than or\nequal to 2^31. Additionally, the following requirements need to be met for the packed data types:\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \\p globalDim[0] must be a multiple of 2.\n- Dimension for the packed data types must reflect the number of individual U# values.\n\n- \\p globalStrides array, which specifies tensor stride of each of the lower \\p tensorRank - 1 dimensions in bytes, must be a\nmultiple of 16 and less than 2^40. Additionally, the following requirements need to be met:\n- When \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.\nEach following dimension specified includes previous dimension stride:\n```c\nglobalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];\nfor (i = 1; i < tensorRank - 1; i++)\nglobalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);\nassert(globalStrides[i] >= globalDim[i]);\n```\n\n- \\p boxDim array, which specifies number of elements to be traversed along each of the \\p tensorRank dimensions, must be non-zero\nand less than or equal to 256. Additionally, the following requirements need to be met:\n- When \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, { \\p boxDim[0] * elementSizeInBytes( \\p tensorDataType ) } must be a multiple of 16 bytes.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, boxDim[0] must be 128.\n\n- \\p elementStrides array, which specifies the iteration step along each of the \\p tensorRank dimensions, must be non-zero and less\nthan or equal to 8. Note that when \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, the first element of this array is ignored since\nTMA doesn’t support the stride for dimension zero.\nWhen all elements of \\p elementStrides array is one, \\p boxDim specifies the number of elements to load. However, if the \\p elementStrides[i]\nis not equal to one, then TMA loads ceil( \\p boxDim[i] / \\p elementStrides[i]) number of elements along i-th dimension. To load N elements along\ni-th dimension, \\p boxDim[i] must be set to N * \\p elementStrides[i].\n\n- \\p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:\n```c\ntypedef enum CUtensorMapInterleave_enum {\nCU_TENSOR_MAP_INTERLEAVE_NONE = 0,\nCU_TENSOR_MAP_INTERLEAVE_16B,\nCU_TENSOR_MAP_INTERLEAVE_32B\n} CUtensorMapInterleave;\n```\nTMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16\nuses 32 bytes.\nWhen \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE and \\p swizzle is not ::CU_TENSOR_MAP_SWIZZLE_NONE, the bounding box inner dimension\n(computed as \\p boxDim[0] multiplied by element size derived from \\p tensorDataType) must be less than or equal to the swizzle size.\n- CU_TENSOR_MAP_SWIZZLE_32B requires the bounding box inner dimension to be <= 32.\n- CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.\n- CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.\nAdditionally, \\p tensorDataType of ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B requires \\p interleave to be ::CU_TENSOR_MAP_INTERLEAVE_NONE.\n\n- \\p swizzle, which specifies the shared memory bank swizzling pattern, has to be of type ::CUtensorMapSwizzle which is defined as:\n```c\ntypedef enum CUtensorMapSwizzle_enum {\nCU_TENSOR_MAP_SWIZZLE_NONE = 0,\nCU_TENSOR_MAP_SWIZZLE_32B,                   // Swizzle 16B chunks within 32B  span\nCU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span\nCU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span\nCU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span\nCU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B, // Swizzle 32B chunks within 128B span, additionally swap lower 8B with upper 8B within each 16B for every alternate row\nCU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B,         // Swizzle 64B chunks within 128B span\n} CUtensorMapSwizzle;\n```\nData are organized in a specific order in global memory; however, this may not match the order in which the application accesses data\nin shared memory. This difference in data organization may cause bank conflicts when shared memory is accessed. In order to avoid this\nproblem, data can be loaded to shared memory with shuffling across shared memory banks.\nWhen \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \\p swizzle must be ::CU_TENSOR_MAP_SWIZZLE_32B.\nOther interleave modes can have any swizzling pattern.\nWhen the \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, only the following swizzle modes are supported:\n- CU_TENSOR_MAP_SWIZZLE_NONE (Load & Store)\n- CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)\n- CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)\n- CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B (Store only)\nWhen the \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, only the following swizzle modes are supported:\n- CU_TENSOR_MAP_SWIZZLE_NONE (Load only)\n- CU_TENSOR_MAP_SWIZZLE_128B (Load only)\n- CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)\n\n- \\p l2Promotion specifies L2 fetch size which indicates the byte granurality at which L2 requests is filled from DRAM. It must be of\ntype ::CUtensorMapL2promotion, which is defined as:\n```c\ntypedef enum CUtensorMapL2promotion_enum {\nCU_TENSOR_MAP_L2_PROMOTION_NONE = 0,\nCU_TENSOR_MAP_L2_PROMOTION_L2_64B,\nCU_TENSOR_MAP_L2_PROMOTION_L2_128B,\nCU_TENSOR_MAP_L2_PROMOTION_L2_256B\n} CUtensorMapL2promotion;\n```\n\n- \\p oobFill, which indicates whether zero or a special NaN constant should be used to fill out-of-bound elements, must be of type\n::CUtensorMapFloatOOBfill which is defined as:\n```c\ntypedef enum CUtensorMapFloatOOBfill_enum {\nCU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,\nCU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA\n} CUtensorMapFloatOOBfill;\n```\nNote that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \\p tensorDataType represents a floating-point data type,\nand when \\p tensorDataType is not ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, and ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B.\n\n\\param tensorMap         - Tensor map object to create\n\\param tensorDataType    - Tensor data type\n\\param tensorRank        - Dimensionality of tensor\n\\param globalAddress     - Starting address of memory region described by tensor\n\\param globalDim         - Array containing tensor size (number of elements) along each of the \\p tensorRank dimensions\n\\param globalStrides     - Array containing stride size (in bytes) along each of the \\p tensorRank - 1 dimensions\n\\param boxDim            - Array containing traversal box size (number of elments) along each of the \\p tensorRank dimensions. Specifies how many elements to be traversed along each tensor dimension.\n\\param elementStrides    - Array containing traversal stride in each of the \\p tensorRank dimensions\n\\param interleave        - Type of interleaved layout the tensor addresses\n\\param swizzle           - Bank swizzling pattern inside shared memory\n\\param l2Promotion       - L2 promotion size\n\\param oobFill           - Indicate whether zero or special NaN constant must be used to fill out-of-bound elements\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTensorMapEncodeIm2col,\n::cuTensorMapEncodeIm2colWide,\n::cuTensorMapReplaceAddress"]
+/// `cuTensorMapEncodeTiled` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25585,7 +25753,7 @@ pub unsafe fn cuTensorMapEncodeTiled(tensorMap: *mut CUtensorMap, tensorDataType
     }
 }
 
-#[doc = "\\brief Create a tensor map descriptor object representing im2col memory region\n\nCreates a descriptor for Tensor Memory Access (TMA) object specified\nby the parameters describing a im2col memory layout and returns it in \\p tensorMap.\n\nTensor map objects are only supported on devices of compute capability 9.0 or higher.\nAdditionally, a tensor map object is an opaque value, and, as such, should only be\naccessed through CUDA APIs and PTX.\nEncoding resolves the descriptor allocation class using\n::CU_TENSOR_MAP_ALLOC_CLASS_AUTO.\n\nThe parameters passed are bound to the following requirements:\n\n- \\p tensorMap address must be aligned to 64 bytes.\n\n- \\p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:\n```c\ntypedef enum CUtensorMapDataType_enum {\nCU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte\nCU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ     // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits\nCU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits\nCU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits\n} CUtensorMapDataType;\n```\n::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.\n::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.\n::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.\n\n- \\p tensorRank, which specifies the number of tensor dimensions, must be 3, 4, or 5.\n\n- \\p globalAddress, which specifies the starting address of the memory region described, must be 16 byte aligned. The following requirements need to also be met:\n- When \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \\p globalAddress must be 32 byte aligned.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \\p globalAddress must be 32 byte aligned.\n\n- \\p globalDim array, which specifies tensor size of each of the \\p tensorRank dimensions, must be non-zero and less than or\nequal to 2^31. Additionally, the following requirements need to be met for the packed data types:\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \\p globalDim[0] must be a multiple of 2.\n- Dimension for the packed data types must reflect the number of individual U# values.\n\n- \\p globalStrides array, which specifies tensor stride of each of the lower \\p tensorRank - 1 dimensions in bytes, must be a\nmultiple of 16 and less than 2^40. Additionally, the following requirements need to be met:\n- When \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.\nEach following dimension specified includes previous dimension stride:\n```c\nglobalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];\nfor (i = 1; i < tensorRank - 1; i++)\nglobalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);\nassert(globalStrides[i] >= globalDim[i]);\n```\n\n- \\p pixelBoxLowerCorner array specifies the coordinate offsets {D, H, W} of the bounding box from top/left/front corner. The number of\noffsets and their precision depend on the tensor dimensionality:\n- When \\p tensorRank is 3, one signed offset within range [-32768, 32767] is supported.\n- When \\p tensorRank is 4, two signed offsets each within range [-128, 127] are supported.\n- When \\p tensorRank is 5, three offsets each within range [-16, 15] are supported.\n\n- \\p pixelBoxUpperCorner array specifies the coordinate offsets {D, H, W} of the bounding box from bottom/right/back corner. The number of\noffsets and their precision depend on the tensor dimensionality:\n- When \\p tensorRank is 3, one signed offset within range [-32768, 32767] is supported.\n- When \\p tensorRank is 4, two signed offsets each within range [-128, 127] are supported.\n- When \\p tensorRank is 5, three offsets each within range [-16, 15] are supported.\nThe bounding box specified by \\p pixelBoxLowerCorner and \\p pixelBoxUpperCorner must have non-zero area.\n\n- \\p channelsPerPixel, which specifies the number of elements which must be accessed along C dimension, must be less than or equal to 256.\nAdditionally, when \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \\p channelsPerPixel must be 128.\n\n- \\p pixelsPerColumn, which specifies the number of elements that must be accessed along the {N, D, H, W} dimensions, must be less than or\nequal to 1024.\n\n- \\p elementStrides array, which specifies the iteration step along each of the \\p tensorRank dimensions, must be non-zero and less\nthan or equal to 8. Note that when \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, the first element of this array is ignored since\nTMA doesn’t support the stride for dimension zero.\nWhen all elements of the \\p elementStrides array are one, \\p boxDim specifies the number of elements to load. However, if \\p elementStrides[i]\nis not equal to one for some \\p i, then TMA loads ceil( \\p boxDim[i] / \\p elementStrides[i]) number of elements along i-th dimension.\nTo load N elements along i-th dimension, \\p boxDim[i] must be set to N * \\p elementStrides[i].\n\n- \\p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:\n```c\ntypedef enum CUtensorMapInterleave_enum {\nCU_TENSOR_MAP_INTERLEAVE_NONE = 0,\nCU_TENSOR_MAP_INTERLEAVE_16B,\nCU_TENSOR_MAP_INTERLEAVE_32B\n} CUtensorMapInterleave;\n```\nTMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16\nuses 32 bytes.\nWhen \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE and \\p swizzle is not ::CU_TENSOR_MAP_SWIZZLE_NONE, the bounding box inner dimension\n(computed as \\p channelsPerPixel multiplied by element size in bytes derived from \\p tensorDataType) must be less than or equal to the swizzle size.\n- CU_TENSOR_MAP_SWIZZLE_32B requires the bounding box inner dimension to be <= 32.\n- CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.\n- CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.\nAdditionally, \\p tensorDataType of ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B requires \\p interleave to be ::CU_TENSOR_MAP_INTERLEAVE_NONE.\n\n- \\p swizzle, which specifies the shared memory bank swizzling pattern, has to be of type ::CUtensorMapSwizzle which is defined as:\n```c\ntypedef enum CUtensorMapSwizzle_enum {\nCU_TENSOR_MAP_SWIZZLE_NONE = 0,\nCU_TENSOR_MAP_SWIZZLE_32B,                   // Swizzle 16B chunks within 32B  span\nCU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span\nCU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span\nCU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span\nCU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B_FLIP_8B, // Swizzle 32B chunks within 128B span, additionally swap lower 8B with upper 8B within each 16B for every alternate row\nCU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B,         // Swizzle 64B chunks within 128B span\n} CUtensorMapSwizzle;\n```\nData are organized in a specific order in global memory; however, this may not match the order in which the application accesses data\nin shared memory. This difference in data organization may cause bank conflicts when shared memory is accessed. In order to avoid this\nproblem, data can be loaded to shared memory with shuffling across shared memory banks.\nWhen \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \\p swizzle must be ::CU_TENSOR_MAP_SWIZZLE_32B.\nOther interleave modes can have any swizzling pattern.\nWhen the \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, only the following swizzle modes are supported:\n- CU_TENSOR_MAP_SWIZZLE_NONE (Load & Store)\n- CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)\n- CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)\n- CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B (Store only)\nWhen the \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, only the following swizzle modes are supported:\n- CU_TENSOR_MAP_SWIZZLE_NONE (Load only)\n- CU_TENSOR_MAP_SWIZZLE_128B (Load only)\n- CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)\n\n- \\p l2Promotion specifies L2 fetch size which indicates the byte granularity at which L2 requests are filled from DRAM. It must be of\ntype ::CUtensorMapL2promotion, which is defined as:\n```c\ntypedef enum CUtensorMapL2promotion_enum {\nCU_TENSOR_MAP_L2_PROMOTION_NONE = 0,\nCU_TENSOR_MAP_L2_PROMOTION_L2_64B,\nCU_TENSOR_MAP_L2_PROMOTION_L2_128B,\nCU_TENSOR_MAP_L2_PROMOTION_L2_256B\n} CUtensorMapL2promotion;\n```\n\n- \\p oobFill, which indicates whether zero or a special NaN constant should be used to fill out-of-bound elements, must be of type\n::CUtensorMapFloatOOBfill which is defined as:\n```c\ntypedef enum CUtensorMapFloatOOBfill_enum {\nCU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,\nCU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA\n} CUtensorMapFloatOOBfill;\n```\nNote that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \\p tensorDataType represents a floating-point data type,\nand when \\p tensorDataType is not ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, and ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B.\n\n\\param tensorMap             - Tensor map object to create\n\\param tensorDataType        - Tensor data type\n\\param tensorRank            - Dimensionality of tensor; must be at least 3\n\\param globalAddress         - Starting address of memory region described by tensor\n\\param globalDim             - Array containing tensor size (number of elements) along each of the \\p tensorRank dimensions\n\\param globalStrides         - Array containing stride size (in bytes) along each of the \\p tensorRank - 1 dimensions\n\\param pixelBoxLowerCorner   - Array containing DHW dimensions of lower box corner\n\\param pixelBoxUpperCorner   - Array containing DHW dimensions of upper box corner\n\\param channelsPerPixel      - Number of channels per pixel\n\\param pixelsPerColumn       - Number of pixels per column\n\\param elementStrides        - Array containing traversal stride in each of the \\p tensorRank dimensions\n\\param interleave            - Type of interleaved layout the tensor addresses\n\\param swizzle               - Bank swizzling pattern inside shared memory\n\\param l2Promotion           - L2 promotion size\n\\param oobFill               - Indicate whether zero or special NaN constant will be used to fill out-of-bound elements\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTensorMapEncodeTiled,\n::cuTensorMapEncodeIm2colWide,\n::cuTensorMapReplaceAddress"]
+/// `cuTensorMapEncodeIm2col` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25602,7 +25770,7 @@ pub unsafe fn cuTensorMapEncodeIm2col(tensorMap: *mut CUtensorMap, tensorDataTyp
     }
 }
 
-#[doc = "\\brief Create a tensor map descriptor object representing im2col memory region, but where\nthe elements are exclusively loaded along the W dimension.\n\nCreates a descriptor for Tensor Memory Access (TMA) object specified by the parameters\ndescribing a im2col memory layout and where the row is always loaded along the W dimensuin\nand returns it in \\p tensorMap. This assumes the tensor layout in memory is either NDHWC,\nNHWC, or NWC.\n\nThis API is only supported on devices of compute capability 10.0 or higher.\nAdditionally, a tensor map object is an opaque value, and, as such, should only be\naccessed through CUDA APIs and PTX.\nEncoding resolves the descriptor allocation class using\n::CU_TENSOR_MAP_ALLOC_CLASS_AUTO.\n\nThe parameters passed are bound to the following requirements:\n\n- \\p tensorMap address must be aligned to 64 bytes.\n\n- \\p tensorDataType has to be an enum from ::CUtensorMapDataType which is defined as:\n```c\ntypedef enum CUtensorMapDataType_enum {\nCU_TENSOR_MAP_DATA_TYPE_UINT8 = 0,       // 1 byte\nCU_TENSOR_MAP_DATA_TYPE_UINT16,          // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_UINT32,          // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_INT32,           // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_UINT64,          // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_INT64,           // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT16,         // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT32,         // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT64,         // 8 bytes\nCU_TENSOR_MAP_DATA_TYPE_BFLOAT16,        // 2 bytes\nCU_TENSOR_MAP_DATA_TYPE_FLOAT32_FTZ,     // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_TFLOAT32,        // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ     // 4 bytes\nCU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B,    // 4 bits\nCU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B,   // 4 bits\nCU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B    // 6 bits\n} CUtensorMapDataType;\n```\n::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B copies '16 x U4' packed values to memory aligned as 8 bytes. There are no gaps between packed values.\n::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B copies '16 x U4' packed values to memory aligned as 16 bytes. There are 8 byte gaps between every 8 byte chunk of packed values.\n::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B copies '16 x U6' packed values to memory aligned as 16 bytes. There are 4 byte gaps between every 12 byte chunk of packed values.\n\n- \\p tensorRank, which specifies the number of tensor dimensions, must be 3, 4, or 5.\n\n- \\p globalAddress, which specifies the starting address of the memory region described, must be 16 byte aligned. The following requirements need to also be met:\n- When \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, \\p globalAddress must be 32 byte aligned.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \\p globalAddress must be 32 byte aligned.\n\n- \\p globalDim array, which specifies tensor size of each of the \\p tensorRank dimensions, must be non-zero and less than or\nequal to 2^31. Additionally, the following requirements need to be met for the packed data types:\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, globalDim[0] must be a multiple of 128.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, \\p globalDim[0] must be a multiple of 2.\n- Dimension for the packed data types must reflect the number of individual U# values.\n\n- \\p globalStrides array, which specifies tensor stride of each of the lower \\p tensorRank - 1 dimensions in bytes, must be a\nmultiple of 16 and less than 2^40. Additionally, the following requirements need to be met:\n- When \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_32B, the strides must be a multiple of 32.\n- When \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, the strides must be a multiple of 32.\nEach following dimension specified includes previous dimension stride:\n```c\nglobalStrides[0] = globalDim[0] * elementSizeInBytes(tensorDataType) + padding[0];\nfor (i = 1; i < tensorRank - 1; i++)\nglobalStrides[i] = globalStrides[i – 1] * (globalDim[i] + padding[i]);\nassert(globalStrides[i] >= globalDim[i]);\n```\n\n- \\p pixelBoxLowerCornerWidth specifies the coordinate offset W of the bounding box from left corner. The offset must be\nwithin range [-32768, 32767].\n\n- \\p pixelBoxUpperCornerWidth specifies the coordinate offset W of the bounding box from right corner. The offset must be\nwithin range [-32768, 32767].\n\nThe bounding box specified by \\p pixelBoxLowerCornerWidth and \\p pixelBoxUpperCornerWidth must have non-zero area. Note\nthat the size of the box along D and H dimensions is always equal to one.\n\n- \\p channelsPerPixel, which specifies the number of elements which must be accessed along C dimension, must be less than or equal to 256.\nAdditionally, when \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B or ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, \\p channelsPerPixel must be 128.\n\n- \\p pixelsPerColumn, which specifies the number of elements that must be accessed along the W dimension, must be less than or\nequal to 1024. This field is ignored when \\p mode is ::CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128.\n\n- \\p elementStrides array, which specifies the iteration step along each of the \\p tensorRank dimensions, must be non-zero and less\nthan or equal to 8. Note that when \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, the first element of this array is ignored since\nTMA doesn’t support the stride for dimension zero.\nWhen all elements of the \\p elementStrides array are one, \\p boxDim specifies the number of elements to load. However, if \\p elementStrides[i]\nis not equal to one for some \\p i, then TMA loads ceil( \\p boxDim[i] / \\p elementStrides[i]) number of elements along i-th dimension.\nTo load N elements along i-th dimension, \\p boxDim[i] must be set to N * \\p elementStrides[i].\n\n- \\p interleave specifies the interleaved layout of type ::CUtensorMapInterleave, which is defined as:\n```c\ntypedef enum CUtensorMapInterleave_enum {\nCU_TENSOR_MAP_INTERLEAVE_NONE = 0,\nCU_TENSOR_MAP_INTERLEAVE_16B,\nCU_TENSOR_MAP_INTERLEAVE_32B\n} CUtensorMapInterleave;\n```\nTMA supports interleaved layouts like NC/8HWC8 where C8 utilizes 16 bytes in memory assuming 2 byte per channel or NC/16HWC16 where C16\nuses 32 bytes.\nWhen \\p interleave is ::CU_TENSOR_MAP_INTERLEAVE_NONE, the bounding box inner dimension (computed as \\p channelsPerPixel multiplied by\nelement size in bytes derived from \\p tensorDataType) must be less than or equal to the swizzle size.\n- CU_TENSOR_MAP_SWIZZLE_64B requires the bounding box inner dimension to be <= 64.\n- CU_TENSOR_MAP_SWIZZLE_128B* require the bounding box inner dimension to be <= 128.\nAdditionally, \\p tensorDataType of ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B requires \\p interleave to be ::CU_TENSOR_MAP_INTERLEAVE_NONE.\n\n- \\p mode, which describes loading of elements loaded along the W dimension, has to be one of the following ::CUtensorMapIm2ColWideMode types:\n```c\nCU_TENSOR_MAP_IM2COL_WIDE_MODE_W,\nCU_TENSOR_MAP_IM2COL_WIDE_MODE_W128\n```\n::CU_TENSOR_MAP_IM2COL_WIDE_MODE_W allows the number of elements loaded along the W dimension to be specified\nvia the \\p pixelsPerColumn field.\n\n- \\p swizzle, which specifies the shared memory bank swizzling pattern, must be one of the following\n::CUtensorMapSwizzle modes (other swizzle modes are not supported):\n```c\ntypedef enum CUtensorMapSwizzle_enum {\nCU_TENSOR_MAP_SWIZZLE_64B,                   // Swizzle 16B chunks within 64B  span\nCU_TENSOR_MAP_SWIZZLE_128B,                  // Swizzle 16B chunks within 128B span\nCU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B,         // Swizzle 32B chunks within 128B span\n} CUtensorMapSwizzle;\n```\nData are organized in a specific order in global memory; however, this may not match the order in which the application accesses data\nin shared memory. This difference in data organization may cause bank conflicts when shared memory is accessed. In order to avoid this\nproblem, data can be loaded to shared memory with shuffling across shared memory banks.\nWhen the \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B, only the following swizzle modes are supported:\n- CU_TENSOR_MAP_SWIZZLE_64B (Store only)\n- CU_TENSOR_MAP_SWIZZLE_128B (Load & Store)\n- CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load & Store)\nWhen the \\p tensorDataType is ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, only the following swizzle modes are supported:\n- CU_TENSOR_MAP_SWIZZLE_128B (Load only)\n- CU_TENSOR_MAP_SWIZZLE_128B_ATOM_32B (Load only)\n\nAdditionally, ::CU_TENSOR_MAP_SWIZZLE_96B is supported only when \\p mode is ::CU_TENSOR_MAP_IM2COL_WIDE_MODE_W.\n\n- \\p l2Promotion specifies L2 fetch size which indicates the byte granularity at which L2 requests are filled from DRAM. It must be of\ntype ::CUtensorMapL2promotion, which is defined as:\n```c\ntypedef enum CUtensorMapL2promotion_enum {\nCU_TENSOR_MAP_L2_PROMOTION_NONE = 0,\nCU_TENSOR_MAP_L2_PROMOTION_L2_64B,\nCU_TENSOR_MAP_L2_PROMOTION_L2_128B,\nCU_TENSOR_MAP_L2_PROMOTION_L2_256B\n} CUtensorMapL2promotion;\n```\n\n- \\p oobFill, which indicates whether zero or a special NaN constant should be used to fill out-of-bound elements, must be of type\n::CUtensorMapFloatOOBfill which is defined as:\n```c\ntypedef enum CUtensorMapFloatOOBfill_enum {\nCU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,\nCU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA\n} CUtensorMapFloatOOBfill;\n```\nNote that ::CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA can only be used when \\p tensorDataType represents a floating-point data type,\nand when \\p tensorDataType is not ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B, ::CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN16B, and ::CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B.\n\n\\param tensorMap                - Tensor map object to create\n\\param tensorDataType           - Tensor data type\n\\param tensorRank               - Dimensionality of tensor; must be at least 3\n\\param globalAddress            - Starting address of memory region described by tensor\n\\param globalDim                - Array containing tensor size (number of elements) along each of the \\p tensorRank dimensions\n\\param globalStrides            - Array containing stride size (in bytes) along each of the \\p tensorRank - 1 dimensions\n\\param pixelBoxLowerCornerWidth - Width offset of left box corner\n\\param pixelBoxUpperCornerWidth - Width offset of right box corner\n\\param channelsPerPixel         - Number of channels per pixel\n\\param pixelsPerColumn          - Number of pixels per column\n\\param elementStrides           - Array containing traversal stride in each of the \\p tensorRank dimensions\n\\param interleave               - Type of interleaved layout the tensor addresses\n\\param mode                     - W or W128 mode\n\\param swizzle                  - Bank swizzling pattern inside shared memory\n\\param l2Promotion              - L2 promotion size\n\\param oobFill                  - Indicate whether zero or special NaN constant will be used to fill out-of-bound elements\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTensorMapEncodeTiled,\n::cuTensorMapEncodeIm2col,\n::cuTensorMapReplaceAddress"]
+/// `cuTensorMapEncodeIm2colWide` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25619,7 +25787,7 @@ pub unsafe fn cuTensorMapEncodeIm2colWide(tensorMap: *mut CUtensorMap, tensorDat
     }
 }
 
-#[doc = "\\brief Modify an existing tensor map descriptor with an updated global address\n\nModifies the descriptor for Tensor Memory Access (TMA) object passed in \\p tensorMap with\nan updated \\p globalAddress.\n\nTensor map objects are only supported on devices of compute capability 9.0 or higher.\nAdditionally, a tensor map object is an opaque value, and, as such, should only be\naccessed through CUDA API calls.\n\n\\param tensorMap             - Tensor map object to modify\n\\param globalAddress         - Starting address of memory region described by tensor, must follow previous alignment requirements\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTensorMapEncodeTiled,\n::cuTensorMapEncodeIm2col,\n::cuTensorMapEncodeIm2colWide"]
+/// `cuTensorMapReplaceAddress` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25636,7 +25804,7 @@ pub unsafe fn cuTensorMapReplaceAddress(tensorMap: *mut CUtensorMap, globalAddre
     }
 }
 
-#[doc = "\\brief Sets the allocation class of an already-encoded tensor map\n\nRequests a Tensor Memory Accelerator (TMA) allocation class for an existing\n\\p tensorMap that was previously initialized by a tensor-map encoding API.\nNo re-encoding of the tensor is performed.\n\n\\p allocClass selects the class:\n- ::CU_TENSOR_MAP_ALLOC_CLASS_SMALL requests the safe 4 KiB window.\n- ::CU_TENSOR_MAP_ALLOC_CLASS_LARGE requests the 128 KiB window. When LARGE\nis the effective class, the caller guarantees that, before the tensor map\nis used, its effective base allocation is backed by a contiguous,\naccessible region of at least\n::CU_DEVICE_ATTRIBUTE_TENSOR_MAP_LARGE_TENSOR_MIN_SIZE bytes. Violating\nthis is undefined behavior at kernel execution time, not an error of this\nAPI.\n- ::CU_TENSOR_MAP_ALLOC_CLASS_AUTO re-evaluates the encoded tensor geometry\nusing the driver's conservative contiguity policy. The global address is\nnot inspected.\n\nOn architectures where allocation-class selection affects TMA OOB address\ngeneration, this function adjusts only the encoded selector through an\nin-place read-modify-write of \\p tensorMap.\nThe caller must externally synchronize this call with all other host and\ndevice access to the same descriptor storage, including device-side\ntensormap.replace operations.\n\nIf \\p outAllocClass is non-NULL it receives the class actually in effect after\nthe call, which is always ::CU_TENSOR_MAP_ALLOC_CLASS_SMALL or\n::CU_TENSOR_MAP_ALLOC_CLASS_LARGE (never ::CU_TENSOR_MAP_ALLOC_CLASS_AUTO).\nIf \\p outAllocClass is non-NULL, it is initialized to\n::CU_TENSOR_MAP_ALLOC_CLASS_SMALL before validation. On failure,\n\\p tensorMap is not modified and \\p outAllocClass remains SMALL.\n\nOn architectures where allocation-class selection has no effect, all three\nrequests succeed without changing \\p tensorMap and report\n::CU_TENSOR_MAP_ALLOC_CLASS_SMALL.\n\n\\param tensorMap     - Tensor map to modify in place\n\\param allocClass    - Requested allocation class\n\\param outAllocClass - Optional; receives the resulting allocation class\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuTensorMapEncodeTiled,\n::cuTensorMapEncodeIm2col,\n::cuTensorMapEncodeIm2colWide,\n::cuTensorMapReplaceAddress"]
+/// `cuTensorMapSetAllocationClass` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25653,7 +25821,7 @@ pub unsafe fn cuTensorMapSetAllocationClass(tensorMap: *mut CUtensorMap, allocCl
     }
 }
 
-#[doc = "\\brief Queries if a device may directly access a peer device's memory.\n\nReturns in \\p *canAccessPeer a value of 1 if contexts on \\p dev are capable of\ndirectly accessing memory from contexts on \\p peerDev and 0 otherwise.\nIf direct access of \\p peerDev from \\p dev is possible, then access may be\nenabled on two specific contexts by calling ::cuCtxEnablePeerAccess().\n\n\\param canAccessPeer - Returned access capability\n\\param dev           - Device from which allocations on \\p peerDev are to\nbe directly accessed.\n\\param peerDev       - Device on which the allocations to be directly accessed\nby \\p dev reside.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_DEVICE\n\\notefnerr\n\n\\sa\n::cuCtxEnablePeerAccess,\n::cuCtxDisablePeerAccess,\n::cudaDeviceCanAccessPeer"]
+/// `cuDeviceCanAccessPeer` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25670,7 +25838,7 @@ pub unsafe fn cuDeviceCanAccessPeer(canAccessPeer: *mut ::std::os::raw::c_int, d
     }
 }
 
-#[doc = "\\brief Enables direct access to memory allocations in a peer context.\n\nIf both the current context and \\p peerContext are on devices which support unified\naddressing (as may be queried using ::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) and same\nmajor compute capability, then on success all allocations from \\p peerContext will\nimmediately be accessible by the current context.  See \\ref CUDA_UNIFIED for additional\ndetails.\n\nNote that access granted by this call is unidirectional and that in order to access\nmemory from the current context in \\p peerContext, a separate symmetric call\nto ::cuCtxEnablePeerAccess() is required.\n\nNote that there are both device-wide and system-wide limitations per system\nconfiguration, as noted in the CUDA Programming Guide under the section\n\"Peer-to-Peer Memory Access\".\n\nReturns ::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED if ::cuDeviceCanAccessPeer() indicates\nthat the ::CUdevice of the current context cannot directly access memory\nfrom the ::CUdevice of \\p peerContext.\n\nReturns ::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED if direct access of\n\\p peerContext from the current context has already been enabled.\n\nReturns ::CUDA_ERROR_TOO_MANY_PEERS if direct peer access is not possible\nbecause hardware resources required for peer access have been exhausted.\n\nReturns ::CUDA_ERROR_INVALID_CONTEXT if there is no current context, \\p peerContext\nis not a valid context, or if the current context is \\p peerContext.\n\nReturns ::CUDA_ERROR_INVALID_VALUE if \\p Flags is not 0.\n\n\\param peerContext - Peer context to enable direct access to from the current context\n\\param Flags       - Reserved for future use and must be set to 0\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED,\n::CUDA_ERROR_TOO_MANY_PEERS,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_PEER_ACCESS_UNSUPPORTED,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cuDeviceCanAccessPeer,\n::cuCtxDisablePeerAccess,\n::cudaDeviceEnablePeerAccess"]
+/// `cuCtxEnablePeerAccess` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25687,7 +25855,7 @@ pub unsafe fn cuCtxEnablePeerAccess(peerContext: CUcontext, Flags: ::std::os::ra
     }
 }
 
-#[doc = "\\brief Disables direct access to memory allocations in a peer context and\nunregisters any registered allocations.\n\nReturns ::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED if direct peer access has\nnot yet been enabled from \\p peerContext to the current context.\n\nReturns ::CUDA_ERROR_INVALID_CONTEXT if there is no current context, or if\n\\p peerContext is not a valid context.\n\n\\param peerContext - Peer context to disable direct access to\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,\n::CUDA_ERROR_INVALID_CONTEXT,\n\\notefnerr\n\n\\sa\n::cuDeviceCanAccessPeer,\n::cuCtxEnablePeerAccess,\n::cudaDeviceDisablePeerAccess"]
+/// `cuCtxDisablePeerAccess` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25704,7 +25872,7 @@ pub unsafe fn cuCtxDisablePeerAccess(peerContext: CUcontext) -> CUresult {
     }
 }
 
-#[doc = "\\brief Queries attributes of the link between two devices.\n\nReturns in \\p *value the value of the requested attribute \\p attrib of the\nlink between \\p srcDevice and \\p dstDevice. The supported attributes are:\n- ::CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: A relative value indicating the\nperformance of the link between two devices.\n- ::CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED P2P: 1 if P2P Access is enable.\n- ::CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED: 1 if all CUDA-valid atomic\noperations over the link are supported.\n- ::CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED: 1 if cudaArray can\nbe accessed over the link.\n- ::CU_DEVICE_P2P_ATTRIBUTE_ONLY_PARTIAL_NATIVE_ATOMIC_SUPPORTED: 1 if some\nCUDA-valid atomic operations over the link are supported. Information about\nspecific operations can be retrieved with ::cuDeviceGetP2PAtomicCapabilities.\n\nReturns ::CUDA_ERROR_INVALID_DEVICE if \\p srcDevice or \\p dstDevice are not valid\nor if they represent the same device.\n\nReturns ::CUDA_ERROR_INVALID_VALUE if \\p attrib is not valid or if \\p value is\na null pointer.\n\n\\param value         - Returned value of the requested attribute\n\\param attrib        - The requested attribute of the link between \\p srcDevice and \\p dstDevice.\n\\param srcDevice     - The source device of the target link.\n\\param dstDevice     - The destination device of the target link.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cuCtxEnablePeerAccess,\n::cuCtxDisablePeerAccess,\n::cuDeviceCanAccessPeer,\n::cuDeviceGetP2PAtomicCapabilities,\n::cudaDeviceGetP2PAttribute"]
+/// `cuDeviceGetP2PAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25721,7 +25889,7 @@ pub unsafe fn cuDeviceGetP2PAttribute(value: *mut ::std::os::raw::c_int, attrib:
     }
 }
 
-#[doc = "\\brief Queries details about atomic operations supported between two devices\n\nReturns in \\p *capabilities the details about requested atomic \\p *operations over the\nthe link between \\p srcDevice and \\p dstDevice. The allocated size of \\p *operations and\n\\p *capabilities must be \\p count.\n\nFor each ::CUatomicOperation in \\p *operations, the corresponding result in \\p *capabilities\nwill be a bitmask indicating which of ::CUatomicOperationCapability the link supports natively.\n\nReturns ::CUDA_ERROR_INVALID_DEVICE if \\p srcDevice or \\p dstDevice are not valid\nor if they represent the same device.\n\nReturns ::CUDA_ERROR_INVALID_VALUE if \\p *capabilities or \\p *operations is NULL, if \\p count is 0,\nor if any of \\p *operations is not valid.\n\n\\param capabilities          - Returned capability details of each requested operation\n\\param operations            - Requested operations\n\\param count                 - Count of requested operations and size of capabilities\n\\param srcDevice             - The source device of the target link\n\\param dstDevice             - The destination device of the target link\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa\n::cuDeviceGetP2PAttribute,\n::cudaDeviceGetP2PAttribute,\n::cudaDeviceGetP2PAtomicCapabilities"]
+/// `cuDeviceGetP2PAtomicCapabilities` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25738,7 +25906,7 @@ pub unsafe fn cuDeviceGetP2PAtomicCapabilities(capabilities: *mut ::std::os::raw
     }
 }
 
-#[doc = "\\brief Unregisters a graphics resource for access by CUDA\n\nUnregisters the graphics resource \\p resource so it is not accessible by\nCUDA unless registered again.\n\nIf \\p resource is invalid then ::CUDA_ERROR_INVALID_HANDLE is\nreturned.\n\n\\param resource - Resource to unregister\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_UNKNOWN\n\\notefnerr\n\n\\sa\n::cuGraphicsD3D9RegisterResource,\n::cuGraphicsD3D10RegisterResource,\n::cuGraphicsD3D11RegisterResource,\n::cuGraphicsGLRegisterBuffer,\n::cuGraphicsGLRegisterImage,\n::cudaGraphicsUnregisterResource"]
+/// `cuGraphicsUnregisterResource` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25755,7 +25923,7 @@ pub unsafe fn cuGraphicsUnregisterResource(resource: CUgraphicsResource) -> CUre
     }
 }
 
-#[doc = "\\brief Get an array through which to access a subresource of a mapped graphics resource.\n\nReturns in \\p *pArray an array through which the subresource of the mapped\ngraphics resource \\p resource which corresponds to array index \\p arrayIndex\nand mipmap level \\p mipLevel may be accessed.  The value set in \\p *pArray may\nchange every time that \\p resource is mapped.\n\nIf \\p resource is not a texture then it cannot be accessed via an array and\n::CUDA_ERROR_NOT_MAPPED_AS_ARRAY is returned.\nIf \\p arrayIndex is not a valid array index for \\p resource then\n::CUDA_ERROR_INVALID_VALUE is returned.\nIf \\p mipLevel is not a valid mipmap level for \\p resource then\n::CUDA_ERROR_INVALID_VALUE is returned.\nIf \\p resource is not mapped then ::CUDA_ERROR_NOT_MAPPED is returned.\n\n\\param pArray      - Returned array through which a subresource of \\p resource may be accessed\n\\param resource    - Mapped resource to access\n\\param arrayIndex  - Array index for array textures or cubemap face\nindex as defined by ::CUarray_cubemap_face for\ncubemap textures for the subresource to access\n\\param mipLevel    - Mipmap level for the subresource to access\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_MAPPED,\n::CUDA_ERROR_NOT_MAPPED_AS_ARRAY\n\\notefnerr\n\n\\sa\n::cuGraphicsResourceGetMappedPointer,\n::cudaGraphicsSubResourceGetMappedArray"]
+/// `cuGraphicsSubResourceGetMappedArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25772,7 +25940,7 @@ pub unsafe fn cuGraphicsSubResourceGetMappedArray(pArray: *mut CUarray, resource
     }
 }
 
-#[doc = "\\brief Get a mipmapped array through which to access a mapped graphics resource.\n\nReturns in \\p *pMipmappedArray a mipmapped array through which the mapped graphics\nresource \\p resource. The value set in \\p *pMipmappedArray may change every time\nthat \\p resource is mapped.\n\nIf \\p resource is not a texture then it cannot be accessed via a mipmapped array and\n::CUDA_ERROR_NOT_MAPPED_AS_ARRAY is returned.\nIf \\p resource is not mapped then ::CUDA_ERROR_NOT_MAPPED is returned.\n\n\\param pMipmappedArray - Returned mipmapped array through which \\p resource may be accessed\n\\param resource        - Mapped resource to access\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_MAPPED,\n::CUDA_ERROR_NOT_MAPPED_AS_ARRAY\n\\notefnerr\n\n\\sa\n::cuGraphicsResourceGetMappedPointer,\n::cudaGraphicsResourceGetMappedMipmappedArray"]
+/// `cuGraphicsResourceGetMappedMipmappedArray` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25789,6 +25957,7 @@ pub unsafe fn cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray: *mut CU
     }
 }
 
+/// `cuGraphicsResourceGetMappedPointer_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphicsResourceGetMappedPointer` introduced in CUDA 3.2.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25796,6 +25965,7 @@ pub unsafe fn cuGraphicsResourceGetMappedMipmappedArray(pMipmappedArray: *mut CU
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphicsResourceGetMappedPointer_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphicsResourceGetMappedPointer")]
 #[inline]
 pub unsafe fn cuGraphicsResourceGetMappedPointer_v2(pDevPtr: *mut CUdeviceptr, pSize: *mut usize, resource: CUgraphicsResource) -> CUresult {
     match crate::driver() {
@@ -25805,6 +25975,7 @@ pub unsafe fn cuGraphicsResourceGetMappedPointer_v2(pDevPtr: *mut CUdeviceptr, p
     }
 }
 
+/// `cuGraphicsResourceSetMapFlags_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGraphicsResourceSetMapFlags` introduced in CUDA 6.5.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25812,6 +25983,7 @@ pub unsafe fn cuGraphicsResourceGetMappedPointer_v2(pDevPtr: *mut CUdeviceptr, p
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGraphicsResourceSetMapFlags_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGraphicsResourceSetMapFlags")]
 #[inline]
 pub unsafe fn cuGraphicsResourceSetMapFlags_v2(resource: CUgraphicsResource, flags: ::std::os::raw::c_uint) -> CUresult {
     match crate::driver() {
@@ -25821,7 +25993,7 @@ pub unsafe fn cuGraphicsResourceSetMapFlags_v2(resource: CUgraphicsResource, fla
     }
 }
 
-#[doc = "\\brief Map graphics resources for access by CUDA\n\nMaps the \\p count graphics resources in \\p resources for access by CUDA.\n\nThe resources in \\p resources may be accessed by CUDA until they\nare unmapped. The graphics API from which \\p resources were registered\nshould not access any resources while they are mapped by CUDA. If an\napplication does so, the results are undefined.\n\nThis function provides the synchronization guarantee that any graphics calls\nissued before ::cuGraphicsMapResources() will complete before any subsequent CUDA\nwork issued in \\p stream begins.\n\nIf \\p resources includes any duplicate entries then ::CUDA_ERROR_INVALID_HANDLE is returned.\nIf any of \\p resources are presently mapped for access by CUDA then ::CUDA_ERROR_ALREADY_MAPPED is returned.\n\n\\param count      - Number of resources to map\n\\param resources  - Resources to map for CUDA usage\n\\param hStream    - Stream with which to synchronize\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_ALREADY_MAPPED,\n::CUDA_ERROR_UNKNOWN\n\\note_null_stream\n\\notefnerr\n\n\\sa\n::cuGraphicsResourceGetMappedPointer,\n::cuGraphicsSubResourceGetMappedArray,\n::cuGraphicsUnmapResources,\n::cudaGraphicsMapResources"]
+/// `cuGraphicsMapResources` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25838,7 +26010,7 @@ pub unsafe fn cuGraphicsMapResources(count: ::std::os::raw::c_uint, resources: *
     }
 }
 
-#[doc = "\\brief Unmap graphics resources.\n\nUnmaps the \\p count graphics resources in \\p resources.\n\nOnce unmapped, the resources in \\p resources may not be accessed by CUDA\nuntil they are mapped again.\n\nThis function provides the synchronization guarantee that any CUDA work issued\nin \\p stream before ::cuGraphicsUnmapResources() will complete before any\nsubsequently issued graphics work begins.\n\n\nIf \\p resources includes any duplicate entries then ::CUDA_ERROR_INVALID_HANDLE is returned.\nIf any of \\p resources are not presently mapped for access by CUDA then ::CUDA_ERROR_NOT_MAPPED is returned.\n\n\\param count      - Number of resources to unmap\n\\param resources  - Resources to unmap\n\\param hStream    - Stream with which to synchronize\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_NOT_MAPPED,\n::CUDA_ERROR_UNKNOWN\n\\note_null_stream\n\\notefnerr\n\n\\sa\n::cuGraphicsMapResources,\n::cudaGraphicsUnmapResources"]
+/// `cuGraphicsUnmapResources` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25855,6 +26027,7 @@ pub unsafe fn cuGraphicsUnmapResources(count: ::std::os::raw::c_uint, resources:
     }
 }
 
+/// `cuGetProcAddress_v2` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/): the ABI of `cuGetProcAddress` introduced in CUDA 12.0.
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25862,6 +26035,7 @@ pub unsafe fn cuGraphicsUnmapResources(count: ::std::os::raw::c_uint, resources:
 /// # Safety
 /// The arguments must meet the driver's requirements for `cuGetProcAddress_v2` (valid pointers and
 /// handles, as the CUDA driver API documents).
+#[doc(alias = "cuGetProcAddress")]
 #[inline]
 pub unsafe fn cuGetProcAddress_v2(symbol: *const ::std::os::raw::c_char, pfn: *mut *mut ::std::os::raw::c_void, cudaVersion: ::std::os::raw::c_int, flags: cuuint64_t, symbolStatus: *mut CUdriverProcAddressQueryResult) -> CUresult {
     match crate::driver() {
@@ -25871,7 +26045,7 @@ pub unsafe fn cuGetProcAddress_v2(symbol: *const ::std::os::raw::c_char, pfn: *m
     }
 }
 
-#[doc = "\\brief Allows caller to fetch a coredump attribute value for the current context\n\nReturns in \\p *value the requested value specified by \\p attrib. It is up to the caller\nto ensure that the data type and size of \\p *value matches the request.\n\nIf the caller calls this function with \\p *value equal to NULL, the size of the memory\nregion (in bytes) expected for \\p attrib will be placed in \\p size.\n\nThe supported attributes are:\n- ::CU_COREDUMP_ENABLE_ON_EXCEPTION: Bool where ::true means that GPU exceptions from\nthis context will create a coredump at the location specified by ::CU_COREDUMP_FILE.\nThe default value is ::false unless set to ::true globally or locally, or the\nCU_CTX_USER_COREDUMP_ENABLE flag was set during context creation.\n- ::CU_COREDUMP_TRIGGER_HOST: Bool where ::true means that the host CPU will\nalso create a coredump. The default value is ::true unless set to ::false globally or\nor locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT\nflag to disable host device abort() if needed.\n- ::CU_COREDUMP_LIGHTWEIGHT: Bool where ::true means that any resulting coredumps\nwill not have a dump of GPU memory or non-reloc ELF images. The default value is\n::false unless set to ::true globally or locally. This attribute is deprecated as\nof CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS instead.\n- ::CU_COREDUMP_ENABLE_USER_TRIGGER: Bool where ::true means that a coredump can be\ncreated by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default\nvalue is ::false unless set to ::true globally or locally.\n- ::CU_COREDUMP_FILE: String of up to 1023 characters that defines the location where\nany coredumps generated by this context will be written. The default value is\n::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running\nthe CUDA applications and ::PID is the process ID of the CUDA application.\n- ::CU_COREDUMP_PIPE: String of up to 1023 characters that defines the name of the pipe\nthat will be monitored if user-triggered coredumps are enabled. The default value is\n::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running\nthe CUDA application and ::PID is the process ID of the CUDA application.\n- ::CU_COREDUMP_GENERATION_FLAGS: An integer with values to allow granular control the data\ncontained in a coredump specified as a bitwise OR combination of the following values:\n+ ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its\ndefault settings of including all memory regions that it is able to access\n+ ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from\nCUDA source modules that are not relocated at runtime.\n+ ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data\nthat does not belong to any context.\n+ ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory\nfor the warp that the dumped kernel belonged to.\n+ ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.\n+ ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting\nthe ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.\n+ ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU\nprocess. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default\nbehavior.\n+ ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.\n+ ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.\nTensor memory metadata may still be included.\n+ ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz\nsuffix will be appended to the filename, if it's not a part of it already.\n+ ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have\nencountered an exception or a trap.\n+ ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure\nmemory faults and other errors prevent warps from exiting, if possible. This can potentially\naffect the performance of the application. Setting this flag will disable this functionality,\nmaking it possible for faulted warps to exit, but also avoiding the potential performance hit.\n+ ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,\nbut exception details will still be logged.\n\n\\param attrib - The enum defining which value to fetch.\n\\param value - void* containing the requested data.\n\\param size - The size of the memory region \\p value points to.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED\n\n\\sa\n::cuCoredumpGetAttributeGlobal,\n::cuCoredumpSetAttribute,\n::cuCoredumpSetAttributeGlobal"]
+/// `cuCoredumpGetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25888,7 +26062,7 @@ pub unsafe fn cuCoredumpGetAttribute(attrib: CUcoredumpSettings, value: *mut ::s
     }
 }
 
-#[doc = "\\brief Allows caller to fetch a coredump attribute value for the entire application\n\nReturns in \\p *value the requested value specified by \\p attrib. It is up to the caller\nto ensure that the data type and size of \\p *value matches the request.\n\nIf the caller calls this function with \\p *value equal to NULL, the size of the memory\nregion (in bytes) expected for \\p attrib will be placed in \\p size.\n\nThe supported attributes are:\n- ::CU_COREDUMP_ENABLE_ON_EXCEPTION: Bool where ::true means that GPU exceptions from\nthis context will create a coredump at the location specified by ::CU_COREDUMP_FILE.\nThe default value is ::false.\n- ::CU_COREDUMP_TRIGGER_HOST: Bool where ::true means that the host CPU will\nalso create a coredump. The default value is ::true unless set to ::false globally or\nor locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT\nflag to disable host device abort() if needed.\n- ::CU_COREDUMP_LIGHTWEIGHT: Bool where ::true means that any resulting coredumps\nwill not have a dump of GPU memory or non-reloc ELF images. The default value is\n::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS\ninstead.\n- ::CU_COREDUMP_ENABLE_USER_TRIGGER: Bool where ::true means that a coredump can be\ncreated by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default\nvalue is ::false.\n- ::CU_COREDUMP_FILE: String of up to 1023 characters that defines the location where\nany coredumps generated by this context will be written. The default value is\n::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running\nthe CUDA applications and ::PID is the process ID of the CUDA application.\n- ::CU_COREDUMP_PIPE: String of up to 1023 characters that defines the name of the pipe\nthat will be monitored if user-triggered coredumps are enabled. The default value is\n::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running\nthe CUDA application and ::PID is the process ID of the CUDA application.\n- ::CU_COREDUMP_GENERATION_FLAGS: An integer with values to allow granular control the data\ncontained in a coredump specified as a bitwise OR combination of the following values:\n+ ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its\ndefault settings of including all memory regions that it is able to access\n+ ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from\nCUDA source modules that are not relocated at runtime.\n+ ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data\nthat does not belong to any context.\n+ ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory\nfor the warp that the dumped kernel belonged to.\n+ ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.\n+ ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting\nthe ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.\n+ ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU\nprocess. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default\nbehavior.\n+ ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.\n+ ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.\nTensor memory metadata may still be included.\n+ ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz\nsuffix will be appended to the filename, if it's not a part of it already.\n+ ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have\nencountered an exception or a trap.\n+ ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure\nmemory faults and other errors prevent warps from exiting, if possible. This can potentially\naffect the performance of the application. Setting this flag will disable this functionality,\nmaking it possible for faulted warps to exit, but also avoiding the potential performance hit.\n+ ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,\nbut exception details will still be logged.\n\n\\param attrib - The enum defining which value to fetch.\n\\param value - void* containing the requested data.\n\\param size - The size of the memory region \\p value points to.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuCoredumpGetAttribute,\n::cuCoredumpSetAttribute,\n::cuCoredumpSetAttributeGlobal"]
+/// `cuCoredumpGetAttributeGlobal` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25905,7 +26079,7 @@ pub unsafe fn cuCoredumpGetAttributeGlobal(attrib: CUcoredumpSettings, value: *m
     }
 }
 
-#[doc = "\\brief Allows caller to set a coredump attribute value for the current context\n\nThis function should be considered an alternate interface to the CUDA-GDB environment\nvariables defined in this document: https://docs.nvidia.com/cuda/cuda-gdb/index.html#gpu-coredump\n\nAn important design decision to note is that any coredump environment variable values\nset before CUDA initializes will take permanent precedence over any values set with this\nfunction. This decision was made to ensure no change in behavior for any users that\nmay be currently using these variables to get coredumps.\n\n\\p *value shall contain the requested value specified by \\p set. It is up to the caller\nto ensure that the data type and size of \\p *value matches the request.\n\nIf the caller calls this function with \\p *value equal to NULL, the size of the memory\nregion (in bytes) expected for \\p set will be placed in \\p size.\n\n/note This function will return ::CUDA_ERROR_NOT_SUPPORTED if the caller attempts to set\n::CU_COREDUMP_ENABLE_ON_EXCEPTION on a GPU of with Compute Capability < 6.0. ::cuCoredumpSetAttributeGlobal\nworks on those platforms as an alternative.\n\n/note ::CU_COREDUMP_ENABLE_USER_TRIGGER and ::CU_COREDUMP_PIPE cannot be set on a per-context basis.\n\nThe supported attributes are:\n- ::CU_COREDUMP_ENABLE_ON_EXCEPTION: Bool where ::true means that GPU exceptions from\nthis context will create a coredump at the location specified by ::CU_COREDUMP_FILE.\nThe default value is ::false.\n- ::CU_COREDUMP_TRIGGER_HOST: Bool where ::true means that the host CPU will\nalso create a coredump. The default value is ::true unless set to ::false globally or\nor locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT\nflag to disable host device abort() if needed.\n- ::CU_COREDUMP_LIGHTWEIGHT: Bool where ::true means that any resulting coredumps\nwill not have a dump of GPU memory or non-reloc ELF images. The default value is\n::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS\ninstead.\n- ::CU_COREDUMP_FILE: String of up to 1023 characters that defines the location where\nany coredumps generated by this context will be written. The default value is\n::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running\nthe CUDA applications and ::PID is the process ID of the CUDA application.\n- ::CU_COREDUMP_GENERATION_FLAGS: An integer with values to allow granular control the data\ncontained in a coredump specified as a bitwise OR combination of the following values:\n+ ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its\ndefault settings of including all memory regions that it is able to access\n+ ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from\nCUDA source modules that are not relocated at runtime.\n+ ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data\nthat does not belong to any context.\n+ ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory\nfor the warp that the dumped kernel belonged to.\n+ ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.\n+ ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting\nthe ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.\n+ ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU\nprocess. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default\nbehavior.\n+ ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.\n+ ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.\nTensor memory metadata may still be included.\n+ ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz\nsuffix will be appended to the filename, if it's not a part of it already.\n+ ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have\nencountered an exception or a trap.\n+ ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure\nmemory faults and other errors prevent warps from exiting, if possible. This can potentially\naffect the performance of the application. Setting this flag will disable this functionality,\nmaking it possible for faulted warps to exit, but also avoiding the potential performance hit.\n+ ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,\nbut exception details will still be logged.\n\n\\note ::CU_COREDUMP_GENERATION_FLAGS replaces all previously set coredump flags.\nMixing ::CU_COREDUMP_GENERATION_FLAGS with the deprecated boolean attributes\n(::CU_COREDUMP_TRIGGER_HOST, ::CU_COREDUMP_LIGHTWEIGHT) can result in undefined behavior.\nTo avoid issues, either use only ::CU_COREDUMP_GENERATION_FLAGS or combine all desired\nflag bits (including ::CU_COREDUMP_SKIP_ABORT) in a single call.\n\n\\param attrib - The enum defining which value to set.\n\\param value - void* containing the requested data.\n\\param size - The size of the memory region \\p value points to.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED,\n::CUDA_ERROR_NOT_SUPPORTED\n\n\\sa\n::cuCoredumpGetAttributeGlobal,\n::cuCoredumpGetAttribute,\n::cuCoredumpSetAttributeGlobal"]
+/// `cuCoredumpSetAttribute` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25922,7 +26096,7 @@ pub unsafe fn cuCoredumpSetAttribute(attrib: CUcoredumpSettings, value: *mut ::s
     }
 }
 
-#[doc = "\\brief Allows caller to set a coredump attribute value globally\n\nThis function should be considered an alternate interface to the CUDA-GDB environment\nvariables defined in this document: https://docs.nvidia.com/cuda/cuda-gdb/index.html#gpu-coredump\n\nAn important design decision to note is that any coredump environment variable values\nset before CUDA initializes will take permanent precedence over any values set with this\nfunction. This decision was made to ensure no change in behavior for any users that\nmay be currently using these variables to get coredumps.\n\n\\p *value shall contain the requested value specified by \\p set. It is up to the caller\nto ensure that the data type and size of \\p *value matches the request.\n\nIf the caller calls this function with \\p *value equal to NULL, the size of the memory\nregion (in bytes) expected for \\p set will be placed in \\p size.\n\nThe supported attributes are:\n- ::CU_COREDUMP_ENABLE_ON_EXCEPTION: Bool where ::true means that GPU exceptions from\nthis context will create a coredump at the location specified by ::CU_COREDUMP_FILE.\nThe default value is ::false.\n- ::CU_COREDUMP_TRIGGER_HOST: Bool where ::true means that the host CPU will\nalso create a coredump. The default value is ::true unless set to ::false globally or\nor locally. This value is deprecated as of CUDA 12.5 - raise the ::CU_COREDUMP_SKIP_ABORT\nflag to disable host device abort() if needed.\n- ::CU_COREDUMP_LIGHTWEIGHT: Bool where ::true means that any resulting coredumps\nwill not have a dump of GPU memory or non-reloc ELF images. The default value is\n::false. This attribute is deprecated as of CUDA 12.5, please use ::CU_COREDUMP_GENERATION_FLAGS\ninstead.\n- ::CU_COREDUMP_ENABLE_USER_TRIGGER: Bool where ::true means that a coredump can be\ncreated by writing to the system pipe specified by ::CU_COREDUMP_PIPE. The default\nvalue is ::false.\n- ::CU_COREDUMP_FILE: String of up to 1023 characters that defines the location where\nany coredumps generated by this context will be written. The default value is\n::core.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine running\nthe CUDA applications and ::PID is the process ID of the CUDA application.\n- ::CU_COREDUMP_PIPE: String of up to 1023 characters that defines the name of the pipe\nthat will be monitored if user-triggered coredumps are enabled. This value may not be\nchanged after ::CU_COREDUMP_ENABLE_USER_TRIGGER is set to ::true. The default\nvalue is ::corepipe.cuda.HOSTNAME.PID where ::HOSTNAME is the host name of the machine\nrunning the CUDA application and ::PID is the process ID of the CUDA application.\n- ::CU_COREDUMP_GENERATION_FLAGS: An integer with values to allow granular control the data\ncontained in a coredump specified as a bitwise OR combination of the following values:\n+ ::CU_COREDUMP_DEFAULT_FLAGS - if set by itself, coredump generation returns to its\ndefault settings of including all memory regions that it is able to access\n+ ::CU_COREDUMP_SKIP_NONRELOCATED_ELF_IMAGES - Coredump will not include the data from\nCUDA source modules that are not relocated at runtime.\n+ ::CU_COREDUMP_SKIP_GLOBAL_MEMORY - Coredump will not include device-side global data\nthat does not belong to any context.\n+ ::CU_COREDUMP_SKIP_SHARED_MEMORY - Coredump will not include grid-scale shared memory\nfor the warp that the dumped kernel belonged to.\n+ ::CU_COREDUMP_SKIP_LOCAL_MEMORY - Coredump will not include local memory from the kernel.\n+ ::CU_COREDUMP_LIGHTWEIGHT_FLAGS - Enables all of the above options. Equiavlent to setting\nthe ::CU_COREDUMP_LIGHTWEIGHT attribute to ::true.\n+ ::CU_COREDUMP_SKIP_ABORT - If set, GPU exceptions will not raise an abort() in the host CPU\nprocess. Same functional goal as ::CU_COREDUMP_TRIGGER_HOST but better reflects the default\nbehavior.\n+ ::CU_COREDUMP_SKIP_CONSTBANK_MEMORY - Coredump will not include constbank memory.\n+ ::CU_COREDUMP_SKIP_TENSOR_MEMORY - Coredump will not include tensor memory data.\nTensor memory metadata may still be included.\n+ ::CU_COREDUMP_GZIP_COMPRESS - The generated coredump will be compressed with gzip, and .gz\nsuffix will be appended to the filename, if it's not a part of it already.\n+ ::CU_COREDUMP_FAULTED_CONTEXTS_ONLY - The coredump will only include contexts that have\nencountered an exception or a trap.\n+ ::CU_COREDUMP_NO_ERRBAR_AT_EXIT - By default, when coredumps are requested, the GPU will ensure\nmemory faults and other errors prevent warps from exiting, if possible. This can potentially\naffect the performance of the application. Setting this flag will disable this functionality,\nmaking it possible for faulted warps to exit, but also avoiding the potential performance hit.\n+ ::CU_COREDUMP_LOG_ONLY - Setting this flag will disable actual generation of the coredump file,\nbut exception details will still be logged.\n\n\\note ::CU_COREDUMP_GENERATION_FLAGS replaces all previously set coredump flags.\nMixing ::CU_COREDUMP_GENERATION_FLAGS with the deprecated boolean attributes\n(::CU_COREDUMP_TRIGGER_HOST, ::CU_COREDUMP_LIGHTWEIGHT) can result in undefined behavior.\nTo avoid issues, either use only ::CU_COREDUMP_GENERATION_FLAGS or combine all desired\nflag bits (including ::CU_COREDUMP_SKIP_ABORT) in a single call.\n\n\\param attrib - The enum defining which value to set.\n\\param value - void* containing the requested data.\n\\param size - The size of the memory region \\p value points to.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED\n\n\\sa\n::cuCoredumpGetAttribute,\n::cuCoredumpGetAttributeGlobal,\n::cuCoredumpSetAttribute"]
+/// `cuCoredumpSetAttributeGlobal` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25939,7 +26113,7 @@ pub unsafe fn cuCoredumpSetAttributeGlobal(attrib: CUcoredumpSettings, value: *m
     }
 }
 
-#[doc = "\\brief Register a callback to be invoked when a GPU coredump begins\n\nThis function registers a callback that will be called when a GPU coredump\nis initiated, before any coredump data is collected. Callbacks are executed\nin the order they were registered. The same callback function can be\nregistered multiple times with different userData, and each registration\nwill receive a unique handle.\n\n\\param callback     - The callback function to register\n\\param userData     - User data pointer to pass to the callback\n\\param callbackOut  - Location to store the callback handle (optional, may be NULL)\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\note Callbacks execute synchronously during the coredump process and will\nblock coredump progress while running.\n\n\\sa\n::cuCoredumpDeregisterStartCallback,\n::cuCoredumpRegisterCompleteCallback"]
+/// `cuCoredumpRegisterStartCallback` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25956,7 +26130,7 @@ pub unsafe fn cuCoredumpRegisterStartCallback(callback: CUcoredumpStatusCallback
     }
 }
 
-#[doc = "\\brief Register a callback to be invoked when a GPU coredump completes\n\nThis function registers a callback that will be called when a GPU coredump\nhas been fully collected and written to disk. Callbacks are executed in the\norder they were registered. The same callback function can be registered\nmultiple times with different userData, and each registration will receive\na unique handle.\n\n\\param callback     - The callback function to register\n\\param userData     - User data pointer to pass to the callback\n\\param callbackOut  - Location to store the callback handle (optional, may be NULL)\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\note Callbacks execute synchronously during the coredump process and will\nblock coredump progress while running.\n\n\\sa\n::cuCoredumpDeregisterCompleteCallback,\n::cuCoredumpRegisterStartCallback"]
+/// `cuCoredumpRegisterCompleteCallback` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25973,7 +26147,7 @@ pub unsafe fn cuCoredumpRegisterCompleteCallback(callback: CUcoredumpStatusCallb
     }
 }
 
-#[doc = "\\brief Deregister a previously registered coredump start callback\n\nThis function removes a callback that was registered with\n::cuCoredumpRegisterStartCallback. The callback handle becomes invalid\nafter this call.\n\n\\param callback - The callback handle to deregister\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED\n\n\\note It is the caller's responsibility to deregister callbacks before\nthey go out of scope. The handle must identify a currently registered\nstart callback; handles returned by other registration APIs and handles\nthat were already deregistered are invalid.\n\n\\sa\n::cuCoredumpRegisterStartCallback"]
+/// `cuCoredumpDeregisterStartCallback` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -25990,7 +26164,7 @@ pub unsafe fn cuCoredumpDeregisterStartCallback(callback: CUcoredumpCallbackHand
     }
 }
 
-#[doc = "\\brief Deregister a previously registered coredump complete callback\n\nThis function removes a callback that was registered with\n::cuCoredumpRegisterCompleteCallback. The callback handle becomes invalid\nafter this call.\n\n\\param callback - The callback handle to deregister\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_PERMITTED\n\n\\note It is the caller's responsibility to deregister callbacks before\nthey go out of scope. The handle must identify a currently registered\ncomplete callback; handles returned by other registration APIs and handles\nthat were already deregistered are invalid.\n\n\\sa\n::cuCoredumpRegisterCompleteCallback"]
+/// `cuCoredumpDeregisterCompleteCallback` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26007,7 +26181,7 @@ pub unsafe fn cuCoredumpDeregisterCompleteCallback(callback: CUcoredumpCallbackH
     }
 }
 
-#[doc = "@}"]
+/// `cuGetExportTable` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26024,7 +26198,7 @@ pub unsafe fn cuGetExportTable(ppExportTable: *mut *const ::std::os::raw::c_void
     }
 }
 
-#[doc = "\\brief Creates a green context with a specified set of resources.\n\nThis API creates a green context with the resources specified in the descriptor \\p desc and\nreturns it in the handle represented by \\p phCtx. This API will retain the primary context on device \\p dev,\nwhich will is released when the green context is destroyed. It is advised to have the primary context active\nbefore calling this API to avoid the heavy cost of triggering primary context initialization and\ndeinitialization multiple times.\n\nThe API does not set the green context current. In order to set it current, you need to explicitly set it current\nby first converting the green context to a CUcontext using ::cuCtxFromGreenCtx and subsequently calling\n::cuCtxSetCurrent / ::cuCtxPushCurrent.\n\nNote: The API is not supported on 32-bit platforms.\n\n\\param phCtx - Pointer for the output handle to the green context\n\\param desc - Descriptor generated via ::cuDevResourceGenerateDesc which contains the set of resources to be used\n\\param dev - Device on which to create the green context.\n\\param flags - One of the supported green context creation flags.\n\nThe supported flags are:\n- \\p CU_GREEN_CTX_NONE : Default behavior.\n- \\p CU_GREEN_CTX_DEFAULT_STREAM : Creates a default stream to use inside the green context.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_NOT_SUPPORTED,\n::CUDA_ERROR_OUT_OF_MEMORY\n\n\\sa\n::cuGreenCtxDestroy,\n::cuCtxFromGreenCtx,\n::cuCtxSetCurrent,\n::cuCtxPushCurrent,\n::cuDevResourceGenerateDesc,\n::cuDevicePrimaryCtxRetain,\n::cuCtxCreate"]
+/// `cuGreenCtxCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26041,7 +26215,7 @@ pub unsafe fn cuGreenCtxCreate(phCtx: *mut CUgreenCtx, desc: CUdevResourceDesc, 
     }
 }
 
-#[doc = "\\brief Destroys a green context\n\nDestroys the green context, releasing the primary context of the device that this green context was created for.\nAny resources provisioned for this green context (that were initially available via the resource descriptor)\nare released as well.\nThe API does not destroy streams created via ::cuGreenCtxStreamCreate, ::cuStreamCreate, or ::cuStreamCreateWithPriority.\nUsers are expected to destroy these streams explicitly using ::cuStreamDestroy to avoid resource leaks. Once the green context is destroyed,\nany subsequent API calls involving these streams will return ::CUDA_ERROR_STREAM_DETACHED with the exception of the following APIs:\n- ::cuStreamDestroy.\n\nAdditionally, the API will invalidate all active captures on these streams.\n\n\\param hCtx - Green context to be destroyed\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED\n\n\\sa\n::cuGreenCtxCreate,\n::cuCtxDestroy"]
+/// `cuGreenCtxDestroy` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26058,7 +26232,7 @@ pub unsafe fn cuGreenCtxDestroy(hCtx: CUgreenCtx) -> CUresult {
     }
 }
 
-#[doc = "\\brief Returns a ::CUcontext handle for a green context\n\nThis API returns in \\p pContext a ::CUcontext handle that represents the specified green context \\p hCtx.\nThe returned handle can be passed to CUDA APIs that accept a ::CUcontext and will be treated as if it\nwere a primary context, while still honoring the resources and configuration associated with \\p hCtx as applicable.\n\nApplications that wish to use a green context with CUDA APIs that require a ::CUcontext must use this API to obtain\na handle to a ::CUcontext representing the green context.\nOtherwise, passing a green context to such APIs will fail with ::CUDA_ERROR_INVALID_CONTEXT.\n\nThe ::CUcontext returned by ::cuCtxFromGreenCtx may be passed to CUDA Driver APIs that accept a ::CUcontext.\n- For APIs whose semantics are independent of green context resources, the operation is performed identically to\nhow it would perform with a primary context.\n- For APIs whose behavior depends on green context resources (for example, kernel launch), the operation is\nperformed using the resources and configuration of the specified green context \\p hCtx.\n\nThis call does not create a new independent context and does not change the underlying context lifetime.\nThe validity of the returned \\p pContext is tied to \\p hCtx, and no additional destruction or release is\nrequired beyond correctly managing \\p hCtx with the green context APIs.\nDestroying \\p pContext via ::cuCtxDestroy is undefined behavior.\n\n\n\\param pContext Returned ::CUcontext with green context resources\n\\param hCtx Green context to convert\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuGreenCtxCreate"]
+/// `cuCtxFromGreenCtx` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26075,7 +26249,7 @@ pub unsafe fn cuCtxFromGreenCtx(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> C
     }
 }
 
-#[doc = "\\brief Get device resources\n\nGet the \\p type resources available to the \\p device.\nThis may often be the starting point for further partitioning or configuring of resources.\n\nNote: The API is not supported on 32-bit platforms.\n\n\\param device - Device to get resource for\n\\param resource - Output pointer to a CUdevResource structure\n\\param type - Type of resource to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_RESOURCE_TYPE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_DEVICE\n\n\\sa\n::cuDevResourceGenerateDesc"]
+/// `cuDeviceGetDevResource` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26092,7 +26266,7 @@ pub unsafe fn cuDeviceGetDevResource(device: CUdevice, resource: *mut CUdevResou
     }
 }
 
-#[doc = "\\brief Get context resources\n\nGet the \\p type resources available to the context represented by \\p hCtx\n\\param hCtx - Context to get resource for\n\nNote: The API is not supported on 32-bit platforms.\n\n\\param resource - Output pointer to a CUdevResource structure\n\\param type - Type of resource to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_RESOURCE_TYPE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_CONTEXT\n\n\\sa\n::cuDevResourceGenerateDesc"]
+/// `cuCtxGetDevResource` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26109,7 +26283,7 @@ pub unsafe fn cuCtxGetDevResource(hCtx: CUcontext, resource: *mut CUdevResource,
     }
 }
 
-#[doc = "\\brief Get green context resources\n\nGet the \\p type resources available to the green context represented by \\p hCtx\n\\param hCtx - Green context to get resource for\n\\param resource - Output pointer to a CUdevResource structure\n\\param type - Type of resource to retrieve\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_RESOURCE_TYPE,\n::CUDA_ERROR_INVALID_VALUE\n\n\\sa\n::cuDevResourceGenerateDesc"]
+/// `cuGreenCtxGetDevResource` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26126,7 +26300,7 @@ pub unsafe fn cuGreenCtxGetDevResource(hCtx: CUgreenCtx, resource: *mut CUdevRes
     }
 }
 
-#[doc = "\\brief Splits \\p CU_DEV_RESOURCE_TYPE_SM resources.\n\nSplits \\p CU_DEV_RESOURCE_TYPE_SM resources into \\p nbGroups, adhering to the minimum SM count specified in \\p minCount\nand the usage flags in \\p flags. If \\p result is NULL, the API simulates a split and provides the amount of groups that\nwould be created in \\p nbGroups. Otherwise, \\p nbGroups must point to the amount of elements in \\p result and on return,\nthe API will overwrite \\p nbGroups with the amount actually created. The groups are written to the array in \\p result.\n\\p nbGroups can be less than the total amount if a smaller number of groups is needed.\n\nThis API is used to spatially partition the input resource. The input resource needs to come from one of\n::cuDeviceGetDevResource, ::cuCtxGetDevResource, or ::cuGreenCtxGetDevResource.\nA limitation of the API is that the output results cannot be split again without\nfirst creating a descriptor and a green context with that descriptor.\n\nWhen creating the groups, the API will take into account the performance and functional characteristics of the\ninput resource, and guarantee a split that will create a disjoint set of symmetrical partitions. This may lead to fewer groups created\nthan purely dividing the total SM count by the \\p minCount due to cluster requirements or\nalignment and granularity requirements for the minCount.\nThese requirements can be queried with ::cuDeviceGetDevResource, ::cuCtxGetDevResource, and ::cuGreenCtxGetDevResource for\n::CU_DEV_RESOURCE_TYPE_SM, using the \\p minSmPartitionSize and \\p smCoscheduledAlignment fields to determine minimum\npartition size and alignment granularity, respectively.\n\nThe \\p remainder set does not have the same functional or performance guarantees as the groups in \\p result.\nIts use should be carefully planned and future partitions of the \\p remainder set are discouraged.\n\nThe following flags are supported:\n- \\p CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING : Lower the minimum SM count and alignment, and treat each SM independent of its hierarchy.\nThis allows more fine grained partitions but at the cost of advanced features (such as large clusters on compute capability 9.0+).\n- \\p CU_DEV_SM_RESOURCE_SPLIT_MAX_POTENTIAL_CLUSTER_SIZE : Compute Capability 9.0+ only. Attempt to create groups that may allow\nfor maximally sized thread clusters. This can be queried post green context creation using ::cuOccupancyMaxPotentialClusterSize.\n\nA successful API call must either have:\n- A valid array of \\p result pointers of size passed in \\p nbGroups, with \\p input of type \\p CU_DEV_RESOURCE_TYPE_SM.\nValue of \\p minCount must be between 0 and the SM count specified in \\p input. \\p remainder may be NULL.\n- NULL passed in for \\p result, with a valid integer pointer in \\p nbGroups and \\p input of type \\p CU_DEV_RESOURCE_TYPE_SM.\nValue of \\p minCount must be between 0 and the SM count specified in \\p input. \\p remainder may be NULL.\nThis queries the number of groups that would be created by the API.\n\nNote: The API is not supported on 32-bit platforms.\n\n\\param result - Output array of \\p CUdevResource resources. Can be NULL to query the number of groups.\n\\param nbGroups - This is a pointer, specifying the number of groups that would be or should be created as described below.\n\\param input - Input SM resource to be split. Must be a valid \\p CU_DEV_RESOURCE_TYPE_SM resource.\n\\param remainder - If the input resource cannot be cleanly split among \\p nbGroups, the remainder is placed in here.\nCan be ommitted (NULL) if the user does not need the remaining set.\n\\param flags - Flags specifying how these partitions are used or which constraints to abide by when splitting the input. Zero is valid for default behavior.\n\\param minCount - Minimum number of SMs required\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_RESOURCE_TYPE,\n::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION\n\n\\sa\n::cuGreenCtxGetDevResource,\n::cuCtxGetDevResource,\n::cuDeviceGetDevResource"]
+/// `cuDevSmResourceSplitByCount` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26143,7 +26317,7 @@ pub unsafe fn cuDevSmResourceSplitByCount(result: *mut CUdevResource, nbGroups: 
     }
 }
 
-#[doc = "\\brief Splits a \\p CU_DEV_RESOURCE_TYPE_SM resource into structured groups.\n\nThis API will split a resource of ::CU_DEV_RESOURCE_TYPE_SM into \\p nbGroups structured device resource groups (the \\p result array),\nas well as an optional \\p remainder, according to a set of requirements specified in the \\p groupParams array. The term “structured”\nis a trait that specifies the \\p result has SMs that are co-scheduled together. This co-scheduling can be specified via the \\p coscheduledSmCount\nfield of the \\p groupParams structure, while the \\p smCount will specify how many SMs are required in total for that result.\nThe remainder is always “unstructured”, it does not have any set guarantees with respect to co-scheduling and those properties will need to\neither be queried via the occupancy set of APIs or further split into structured groups by this API.\n\nThe API has a discovery mode for use cases where it is difficult to know ahead of time what the SM count should be.\nDiscovery happens when the \\p smCount field of a given \\p groupParams array entry is set to 0 - the smCount will be filled in by the API\nwith the derived SM count according to the provided \\p groupParams fields and constraints. Discovery can be used with both a valid result\narray and with a NULL \\p result pointer value. The latter is useful in situations where the smCount will end up being zero, which is an invalid\nvalue to create a result entry with, but allowed for discovery purposes when the \\p result is NULL.\n\nThe \\p groupParams array is evaluated from index 0 to \\p nbGroups - 1. For each index in the \\p groupParams array,\nthe API will evaluate which SMs may be a good fit based on constraints and assign those SMs to \\p result.\nThis evaluation order is important to consider when using discovery mode, as it helps discover the remaining SMs.\n\nFor a valid call:\n- \\p result should point to a \\p CUdevResource array of size \\p nbGroups, or alternatively, may be NULL, if the developer wishes for only the groupParams entries to be updated\n\n- \\p input should be a valid ::CU_DEV_RESOURCE_TYPE_SM resource that originates from querying the green context, device context, or device.\n\n- The \\p remainder group may be NULL.\n\n- There are no API \\p flags at this time, so the value passed in should be 0.\n\n- A ::CU_DEV_SM_RESOURCE_GROUP_PARAMS array of size \\p nbGroups. Each entry must be zero-initialized.\n- \\p smCount: must be either 0 or in the range of [2,inputSmCount] where inputSmCount is the amount of SMs the \\p input resource has.\n\\p smCount must be a multiple of 2, as well as a multiple of \\p coscheduledSmCount if it is nonzero.\nWhen assigning SMs to a group (and if results are expected by having the \\p result parameter set),\n\\p smCount cannot end up with 0 or a value less than \\p coscheduledSmCount\notherwise CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION will be returned.\n- \\p coscheduledSmCount: allows grouping SMs together in order to be able to launch clusters on Compute Architecture 9.0+.\nThe default value may be queried from the device’s ::CU_DEV_RESOURCE_TYPE_SM resource (8 on Compute Architecture 9.0+ and 2 otherwise).\nThe maximum is 32 on Compute Architecture 9.0+ and 2 otherwise.\nA \\p coscheduledSmCount of 0 uses the default value internally while preserving 0 in \\p groupParams.\nCluster occupancy will be derived from the resulting SM topology.\n\n- \\p preferredCoscheduledSmCount: Attempts to merge \\p coscheduledSmCount groups into larger groups,\nin order to make use of \\p preferredClusterDimensions on Compute Architecture 10.0+. The default value is set to \\p coscheduledSmCount.\n- \\p flags:\n- \\p CU_DEV_SM_RESOURCE_GROUP_BACKFILL: Treats constraints as a hint, ignoring them if necessary to reach the requested \\p smCount.\nLets \\p smCount be a non-multiple of \\p coscheduledSmCount, filling the difference between SM count\nand already assigned co-scheduled groupings with other SMs. This lets any resulting group behave similar to the \\p remainder group for example.\nWhen used with \\p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID, backfill fills up to the requested \\p smCount using the target locality domain first,\nthen SMs not attributed to any locality domain, then SMs from other locality domains.\nIf no SMs can be found in the requested locality domain, CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION is returned.\nWhen used with \\p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_SUPPLEMENTAL_SMS, backfill follows the same behavior after first consuming all SMs from the target locality domain.\n- \\p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID: Specifies that the SM partition should be localized to the specified \\p localityDomainId.\n- \\p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_SUPPLEMENTAL_SMS: Modifier to ::CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID which allows selection of SMs in the locality domain exceeding the ::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_LOCALITY_DOMAIN_MULTIPROCESSOR_COUNT.\n- \\p localityDomainId: Specifies the locality domain that the partitioned SMs must be located on.  Only valid when\n\\c CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID is set in flags.\nThe special value \\p CU_DEV_SM_RESOURCE_GROUP_LOCALITY_DOMAIN_ID_ANY specifies that the partitioned SMs must be selected from the union of all\navailable locality domains in the input SM resource.\n\n<b>Example params and their effect:</b>\n\nA groupParams array element is defined in the following order:\n```c\n{ .smCount, .coscheduledSmCount, .preferredCoscheduledSmCount, .flags, \\/\\* .reserved \\*\\/ }\n```\n\n```c\n// Example 1\n// Will discover how many SMs are available without imposing a co-scheduled group-size constraint.\n// The rest is placed in the optional remainder.\nCU_DEV_SM_RESOURCE_GROUP_PARAMS params { 0, 0, 0, 0, 0 };\n```\n```c\n// Example 2\n// Assuming the device has 10+ SMs, the result will have 10 SMs that are co-scheduled in groups of 2 SMs.\n// The rest is placed in the optional remainder.\nCU_DEV_SM_RESOURCE_GROUP_PARAMS params { 10, 2, 0, 0, 0 };\n// Setting the coscheduledSmCount to 2 guarantees that we can always have a valid result\n// as long as the SM count is less than or equal to the input resource SM count.\n```\n```c\n// Example 3\n// A single piece is split-off, but instead of assigning the rest to the remainder, a second group contains everything else\n// This assumes the device has 10+ SMs (8 of which are coscheduled in groups of 4),\n// otherwise the second group could end up with 0 SMs, which is not allowed.\nCU_DEV_SM_RESOURCE_GROUP_PARAMS params[] = {\n{8, 4, 0, 0, 0},\n{0, 2, 0, CU_DEV_SM_RESOURCE_GROUP_BACKFILL, 0},\n};\n```\n\nThe difference between a catch-all param group as the last entry and the remainder is in two aspects:\n- The remainder may be NULL / _TYPE_INVALID (if there are no SMs remaining), while a result group must always be valid.\n- The remainder does not have a structure, while the result group will always need to adhere to a structure\nof coscheduledSmCount (even if its just 2), and therefore must always have enough coscheduled SMs to cover\nthat requirement (even with the \\p CU_DEV_SM_RESOURCE_GROUP_BACKFILL flag enabled).\n\nSplitting an input into N groups, can be accomplished by repeatedly splitting off 1 group and re-splitting\nthe remainder (a bisect operation). However, it's recommended to accomplish this with a single call wherever possible.\n\n\\param result - Output array of \\p CUdevResource resources. Can be NULL, alongside an smCount of 0, for discovery purpose.\n\\param nbGroups - Specifies the number of groups in \\p result and \\p groupParams\n\\param input - Input SM resource to be split. Must be a valid \\p CU_DEV_RESOURCE_TYPE_SM resource.\n\\param remainder - If splitting the input resource leaves any SMs, the remainder is placed in here.\n\\param flags - Flags specifying how the API should behave. The value should be 0 for now.\n\\param groupParams - Description of how the SMs should be split and assigned to the corresponding result entry.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_DEVICE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_RESOURCE_TYPE,\n::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION\n\n\\sa\n::cuGreenCtxGetDevResource,\n::cuCtxGetDevResource,\n::cuDeviceGetDevResource"]
+/// `cuDevSmResourceSplit` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26160,7 +26334,7 @@ pub unsafe fn cuDevSmResourceSplit(result: *mut CUdevResource, nbGroups: ::std::
     }
 }
 
-#[doc = "\\brief Generate a resource descriptor\n\nGenerates a single resource descriptor with the set of resources specified in \\p resources.\nThe generated resource descriptor is necessary for the creation of green contexts via the ::cuGreenCtxCreate API.\nResources of the same type can be passed in, provided they meet the requirements as noted below.\n\nA successful API call must have:\n- A valid output pointer for the \\p phDesc descriptor as well as a valid array of \\p resources pointers,\nwith the array size passed in \\p nbResources.\nIf multiple resources are provided in \\p resources, the device they came from must be the same,\notherwise CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION is returned.\nIf multiple resources are provided in \\p resources and they are of type ::CU_DEV_RESOURCE_TYPE_SM,\nthey must be outputs (whether \\p result or \\p remaining) from the same split API instance and\nhave the same smCoscheduledAlignment and localityDomainId values, otherwise CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION is returned.\n\nThe output descriptor \\p phDesc will remain valid for the lifetime of the process.\n\nNote: The API is not supported on 32-bit platforms.\n\n\\param phDesc - Output descriptor\n\\param resources - Array of resources to be included in the descriptor\n\\param nbResources - Number of resources passed in \\p resources\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_RESOURCE_TYPE,\n::CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION\n\n\\sa\n::cuDevSmResourceSplitByCount"]
+/// `cuDevResourceGenerateDesc` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26177,7 +26351,7 @@ pub unsafe fn cuDevResourceGenerateDesc(phDesc: *mut CUdevResourceDesc, resource
     }
 }
 
-#[doc = "\\brief Records an event.\n\nCaptures in \\p hEvent all the activities of the green context of \\p hCtx\nat the time of this call. \\p hEvent and \\p hCtx must be from the same\nprimary context otherwise ::CUDA_ERROR_INVALID_HANDLE is returned.\nCalls such as ::cuEventQuery() or ::cuGreenCtxWaitEvent() will\nthen examine or wait for completion of the work that was captured. Uses of\n\\p hCtx after this call do not modify \\p hEvent.\n\n\\note The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED if the\nspecified green context \\p hCtx has a stream in the capture mode. In such\na case, the call will invalidate all the conflicting captures.\n\n\\param hCtx - Green context to record event for\n\\param hEvent  - Event to record\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\n\n\\sa\n::cuGreenCtxWaitEvent,\n::cuEventRecord,\n::cuCtxRecordEvent,\n::cuCtxWaitEvent"]
+/// `cuGreenCtxRecordEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26194,7 +26368,7 @@ pub unsafe fn cuGreenCtxRecordEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresu
     }
 }
 
-#[doc = "\\brief Make a green context wait on an event\n\nMakes all future work submitted to green context \\p hCtx wait for all work\ncaptured in \\p hEvent. The synchronization will be performed on the device\nand will not block the calling CPU thread. See ::cuGreenCtxRecordEvent()\nor ::cuEventRecord(), for details on what is captured by an event.\n\n\\note \\p hEvent may be from a different context or device than \\p hCtx.\n\n\\note The API will return ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and\ninvalidate the capture if the specified event \\p hEvent is part of an\nongoing capture sequence or if the specified green context \\p hCtx has\na stream in the capture mode.\n\n\\param hCtx    - Green context to wait\n\\param hEvent  - Event to wait on\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED\n\n\\sa\n::cuGreenCtxRecordEvent,\n::cuStreamWaitEvent,\n::cuCtxRecordEvent,\n::cuCtxWaitEvent"]
+/// `cuGreenCtxWaitEvent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26211,7 +26385,7 @@ pub unsafe fn cuGreenCtxWaitEvent(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult
     }
 }
 
-#[doc = "\\brief Query the green context associated with a stream\n\nReturns the CUDA green context that the stream is associated with, or NULL if the stream\nis not associated with any green context.\n\nThe stream handle \\p hStream can refer to any of the following:\n<ul>\n<li>\na stream created via any of the CUDA driver APIs such as ::cuStreamCreate, ::cuStreamCreateWithPriority\nand ::cuGreenCtxStreamCreate, or their runtime API equivalents such as\n::cudaStreamCreate, ::cudaStreamCreateWithFlags and ::cudaStreamCreateWithPriority.\nIf during stream creation the context that was active in the calling thread was obtained\nwith cuCtxFromGreenCtx, that green context is returned in \\p phCtx.\nOtherwise, \\p *phCtx is set to NULL instead.\n</li>\n<li>\nspecial stream such as the NULL stream or ::CU_STREAM_LEGACY.\nIn that case if context that is active in the calling thread was obtained\nwith cuCtxFromGreenCtx, that green context is returned.\nOtherwise, \\p *phCtx is set to NULL instead.\n</li>\n</ul>\nPassing an invalid handle will result in undefined behavior.\n\n\\param hStream - Handle to the stream to be queried\n\\param phCtx   - Returned green context associated with the stream\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_HANDLE,\n\\notefnerr\n\n\\sa ::cuStreamDestroy,\n::cuStreamCreate,\n::cuStreamCreateWithPriority,\n::cuStreamGetCtx,\n::cuGreenCtxStreamCreate,\n::cuStreamGetPriority,\n::cuStreamGetFlags,\n::cuStreamGetDevice,\n::cuStreamWaitEvent,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamAddCallback,\n::cudaStreamCreate,\n::cudaStreamCreateWithFlags"]
+/// `cuStreamGetGreenCtx` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26228,7 +26402,7 @@ pub unsafe fn cuStreamGetGreenCtx(hStream: CUstream, phCtx: *mut CUgreenCtx) -> 
     }
 }
 
-#[doc = "\\brief Create a stream for use in the green context\n\nCreates a stream for use in the specified green context \\p greenCtx and returns a handle in \\p phStream.\nThe stream can be destroyed by calling ::cuStreamDestroy(). Note that the API ignores the context that\nis current to the calling thread and creates a stream in the specified green context \\p greenCtx.\n\nThe supported values for \\p flags are:\n- ::CU_STREAM_NON_BLOCKING: This must be specified. It indicates that work running in the created\nstream may run concurrently with work in the default stream, and that\nthe created stream should perform no implicit synchronization with the default stream.\n\nSpecifying \\p priority affects the scheduling priority of work in the stream. Priorities provide a\nhint to preferentially run work with higher priority when possible, but do not preempt\nalready-running work or provide any other functional guarantee on execution order.\n\\p priority follows a convention where lower numbers represent higher priorities.\n'0' represents default priority. The range of meaningful numerical priorities can\nbe queried using ::cuCtxGetStreamPriorityRange. If the specified priority is\noutside the numerical range returned by ::cuCtxGetStreamPriorityRange,\nit will automatically be clamped to the lowest or the highest number in the range.\n\n\\param phStream - Returned newly created stream\n\\param greenCtx - Green context for which to create the stream for\n\\param flags    - Flags for stream creation. \\p CU_STREAM_NON_BLOCKING must be specified.\n\\param priority - Stream priority. Lower numbers represent higher priorities.\nSee ::cuCtxGetStreamPriorityRange for more information about\nmeaningful stream priorities that can be passed.\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_OUT_OF_MEMORY\n\\notefnerr\n\n\\note In the current implementation, only compute kernels launched in\npriority streams are affected by the stream's priority. Stream priorities have\nno effect on host-to-device and device-to-host memory operations.\n\n\\sa ::cuStreamDestroy,\n::cuGreenCtxCreate\n::cuStreamCreate,\n::cuStreamGetPriority,\n::cuCtxGetStreamPriorityRange,\n::cuStreamGetFlags,\n::cuStreamGetDevice,\n::cuStreamWaitEvent,\n::cuStreamQuery,\n::cuStreamSynchronize,\n::cuStreamAddCallback,\n::cudaStreamCreateWithPriority"]
+/// `cuGreenCtxStreamCreate` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26245,7 +26419,7 @@ pub unsafe fn cuGreenCtxStreamCreate(phStream: *mut CUstream, greenCtx: CUgreenC
     }
 }
 
-#[doc = "\\brief Returns the unique Id associated with the green context supplied\n\nReturns in \\p greenCtxId the unique Id which is associated with a given green context.\nThe Id is unique for the life of the program for this instance of CUDA.\nIf green context is supplied as NULL and the current context is set to a green context,\nthe Id of the current green context is returned.\n\n\\param greenCtx - Green context for which to obtain the Id\n\\param greenCtxId - Pointer to store the Id of the green context\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_CONTEXT_IS_DESTROYED,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_CONTEXT,\n::CUDA_ERROR_INVALID_VALUE\n\\notefnerr\n\n\\sa ::cuGreenCtxCreate,\n::cuGreenCtxDestroy,\n::cuCtxGetId"]
+/// `cuGreenCtxGetId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26262,7 +26436,7 @@ pub unsafe fn cuGreenCtxGetId(greenCtx: CUgreenCtx, greenCtxId: *mut ::std::os::
     }
 }
 
-#[doc = "\\brief Get stream resources\n\nGet the \\p type resources available to the \\p hStream and store them in \\p resource.\n\nNote: The API will return ::CUDA_ERROR_INVALID_RESOURCE_TYPE is \\p type is\n\\p CU_DEV_RESOURCE_TYPE_WORKQUEUE_CONFIG or \\p CU_DEV_RESOURCE_TYPE_WORKQUEUE.\n\n\\param hStream - Stream to get resource for\n\\param resource - Output pointer to a CUdevResource structure\n\\param type - Type of resource to retrieve\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_DEINITIALIZED,\n::CUDA_ERROR_NOT_INITIALIZED,\n::CUDA_ERROR_INVALID_RESOURCE_TYPE,\n::CUDA_ERROR_INVALID_VALUE,\n::CUDA_ERROR_INVALID_HANDLE\n\\notefnerr\n\n\\sa\n::cuGreenCtxCreate,\n::cuGreenCtxStreamCreate,\n::cuStreamCreate,\n::cuDevSmResourceSplitByCount,\n::cuDevResourceGenerateDesc,\n::cudaStreamGetDevResource"]
+/// `cuStreamGetDevResource` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26279,7 +26453,7 @@ pub unsafe fn cuStreamGetDevResource(hStream: CUstream, resource: *mut CUdevReso
     }
 }
 
-#[doc = "\\brief Register a callback function to receive error log messages\n\n\\param callbackFunc  - The function to register as a callback\n\\param userData      - A generic pointer to user data. This is passed into the callback function.\n\\param callback_out  - Optional location to store the callback handle after it is registered\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE"]
+/// `cuLogsRegisterCallback` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26296,7 +26470,7 @@ pub unsafe fn cuLogsRegisterCallback(callbackFunc: CUlogsCallback, userData: *mu
     }
 }
 
-#[doc = "\\brief Unregister a log message callback\n\n\\param callback  - The callback instance to unregister from receiving log messages\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE"]
+/// `cuLogsUnregisterCallback` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26313,7 +26487,7 @@ pub unsafe fn cuLogsUnregisterCallback(callback: CUlogsCallbackHandle) -> CUresu
     }
 }
 
-#[doc = "\\brief Sets log iterator to point to the end of log buffer, where the next message would be written.\n\n\\param iterator_out - Location to store an iterator to the current tail of the logs\n\\param flags        - Reserved for future use, must be 0\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE"]
+/// `cuLogsCurrent` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26330,7 +26504,7 @@ pub unsafe fn cuLogsCurrent(iterator_out: *mut CUlogIterator, flags: ::std::os::
     }
 }
 
-#[doc = "\\brief Dump accumulated driver logs into a file\n\nLogs generated by the driver are stored in an internal buffer and can be copied out using this API.\nThis API dumps all driver logs starting from \\p iterator into \\p pathToFile provided.\n\n\\note \\p iterator is auto-advancing. Dumping logs will update the value of\n\\p iterator to receive the next generated log.\n\n\\note The driver reserves limited memory for storing logs.\nThe oldest logs may be overwritten and become unrecoverable. An indication will appear in the\ndestination outupt if the logs have been truncated. Call dump after each failed API to mitigate this\nrisk.\n\n\\param iterator   - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.\n\\param pathToFile - Path to output file for dumping logs\n\\param flags      - Reserved for future use, must be 0\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE"]
+/// `cuLogsDumpToFile` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26347,7 +26521,7 @@ pub unsafe fn cuLogsDumpToFile(iterator: *mut CUlogIterator, pathToFile: *const 
     }
 }
 
-#[doc = "\\brief Dump accumulated driver logs into a buffer\n\nLogs generated by the driver are stored in an internal buffer and can be copied out using this API.\nThis API dumps driver logs from \\p iterator into \\p buffer up to the size specified in \\p *size.\nThe driver will always null terminate the buffer but there will not be a null character between log\nentries, only a newline \\\\n. The driver will then return the actual number of bytes written in\n\\p *size, excluding the null terminator. If there are no messages to dump, \\p *size will be set to 0\nand the function will return ::CUDA_SUCCESS.\nIf the provided \\p buffer is not large enough to hold any messages, \\p *size will be set to 0 and\nthe function will return ::CUDA_ERROR_INVALID_VALUE.\n\n\\note \\p iterator is auto-advancing. Dumping logs will update the value of\n\\p iterator to receive the next generated log.\n\n\\note The driver reserves limited memory for storing logs. The maximum size of the buffer is 25600 bytes.\nThe oldest logs may be overwritten and become unrecoverable. An indication will appear in the\ndestination outupt if the logs have been truncated. Call dump after each failed API to mitigate this\nrisk.\n\n\\note If the provided value in \\p *size is not large enough to hold all buffered messages, a message will\nbe added at the head of the buffer indicating this. The driver then computes the number of messages\nit is able to store in \\p buffer and writes it out. The final message in \\p buffer will always be\nthe most recent log message as of when the API is called.\n\n\\param iterator  - Optional auto-advancing iterator specifying the starting log to read. NULL value dumps all logs.\n\\param buffer    - Pointer to dump logs\n\\param size      - See description\n\\param flags     - Reserved for future use, must be 0\n\n\\return\n::CUDA_SUCCESS,\n::CUDA_ERROR_INVALID_VALUE"]
+/// `cuLogsDumpToMemory` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26364,7 +26538,7 @@ pub unsafe fn cuLogsDumpToMemory(iterator: *mut CUlogIterator, buffer: *mut ::st
     }
 }
 
-#[doc = "\\brief Returns the restore thread ID for a CUDA process\n\nReturns in \\p *tid the thread ID of the CUDA restore thread for the process\nspecified by \\p pid.\n\n\\param pid - The process ID of the CUDA process\n\\param tid - Returned restore thread ID\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n::CUDA_ERROR_NOT_INITIALIZED\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuCheckpointProcessGetRestoreThreadId` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26381,7 +26555,7 @@ pub unsafe fn cuCheckpointProcessGetRestoreThreadId(pid: ::std::os::raw::c_int, 
     }
 }
 
-#[doc = "\\brief Returns the process state of a CUDA process\n\nReturns in \\p *state the current state of the CUDA process specified by \\p pid.\n\n\\param pid - The process ID of the CUDA process\n\\param state - Returned CUDA process state\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n::CUDA_ERROR_NOT_INITIALIZED\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuCheckpointProcessGetState` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26398,7 +26572,7 @@ pub unsafe fn cuCheckpointProcessGetState(pid: ::std::os::raw::c_int, state: *mu
     }
 }
 
-#[doc = "\\brief Lock a running CUDA process\n\nLock the CUDA process specified by \\p pid which will block further CUDA API\ncalls. Process must be in the RUNNING state in order to lock.\n\nUpon successful return the process will be in the LOCKED state.\n\nIf timeoutMs is specified and the timeout is reached the process will be left\nin the RUNNING state upon return.\n\n\\param pid - The process ID of the CUDA process\n\\param args - Optional lock operation arguments\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n::CUDA_ERROR_NOT_INITIALIZED\n::CUDA_ERROR_ILLEGAL_STATE\n::CUDA_ERROR_NOT_SUPPORTED\n::CUDA_ERROR_NOT_READY"]
+/// `cuCheckpointProcessLock` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26415,7 +26589,7 @@ pub unsafe fn cuCheckpointProcessLock(pid: ::std::os::raw::c_int, args: *mut CUc
     }
 }
 
-#[doc = "\\brief Checkpoint a CUDA process's GPU memory contents\n\nCheckpoints a CUDA process specified by \\p pid.\nThe GPU memory contents will be brought into host memory or mapped onto\nthe calling process's GPUs for user-defined behavior. Underlying GPU\nreferences are released when checkpointing completes.\nThe process must be in the ::CU_PROCESS_STATE_LOCKED state to checkpoint.\n\nWhen ::CUcheckpointCheckpointArgs::customStorageInfo_out is not NULL,\nall the GPU memory allocated by the process with \\p pid will be\nmapped onto the calling process's GPUs so the application can copy\nthe memory to custom storage.\nUpon return of this call, the pointer referenced by\n::CUcheckpointCheckpointArgs::customStorageInfo_out will point to a\n::CUcheckpointCustomStorageInfo struct allocated and populated by the driver.\nFor each GPU which contains data from the checkpointed process,\nthere is a corresponding entry in the ::CUcheckpointCustomStoragePerDeviceData array.\n- The device pointers and sizes for the contiguously mapped memory on a\nparticular GPU are set in the ::CUcheckpointCustomStoragePerDeviceData::devPtr\nand ::CUcheckpointCustomStoragePerDeviceData::size fields respectively.\n- A stream belonging to the primary context of a particular GPU is\nset in ::CUcheckpointCustomStoragePerDeviceData::stream.\nThe application can use the stream to find out which GPU\nthe memory is mapped on and to enqueue the copies to custom storage.\n\nThe application is responsible for copying the mapped data from the GPU at\nthe specified device address to custom storage. When checkpointing to custom\nstorage, the application is expected to call ::cuCheckpointOperationComplete.\nThe ::CUcheckpointCustomStorageInfo::handle set by this call should be passed\nto ::cuCheckpointOperationComplete in \\p handle. The driver synchronizes all\nthe streams in ::cuCheckpointOperationComplete, at which point the copy to\ncustom storage is considered complete.\n\nWhen checkpointing to custom storage, the application is\nexpected to retain primary contexts of all the devices used by\nthe process to be checkpointed. Otherwise ::cuCheckpointProcessCheckpoint\nwill return ::CUDA_ERROR_INVALID_CONTEXT. Unlike other checkpoint operations,\ncheckpointing to custom storage requires ::cuInit to have been called\nbefore execution. Checkpointing the calling process's GPU\nmemory to custom storage is not supported. Upon successful return, the\ntarget process will be in the ::CU_PROCESS_STATE_CHECKPOINTING state.\n\nWhen ::CUcheckpointCheckpointArgs::customStorageInfo_out is NULL,\nthe GPU memory contents will be brought into host memory by ::cuCheckpointProcessCheckpoint.\nThe application is not expected to copy the GPU memory contents.\nThe application is also not expected to call ::cuCheckpointOperationComplete.\nUpon successful return, the target process will be in the\n::CU_PROCESS_STATE_CHECKPOINTED state.\n\n\\param pid - The process ID of the CUDA process\n\\param args - Optional checkpoint operation arguments\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n::CUDA_ERROR_NOT_INITIALIZED\n::CUDA_ERROR_ILLEGAL_STATE\n::CUDA_ERROR_NOT_SUPPORTED\n::CUDA_ERROR_INVALID_CONTEXT"]
+/// `cuCheckpointProcessCheckpoint` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26432,7 +26606,7 @@ pub unsafe fn cuCheckpointProcessCheckpoint(pid: ::std::os::raw::c_int, args: *m
     }
 }
 
-#[doc = "\\brief Restore a CUDA process's GPU memory contents from its last checkpoint\n\nRestores a CUDA process specified by \\p pid from its last checkpoint. Process\nmust be in the ::CU_PROCESS_STATE_CHECKPOINTED state to restore.\n\nGPU UUID pairs can be specified in \\p args to remap the process old GPUs onto\nnew GPUs. The GPU to restore onto needs to have enough memory and be of the\nsame chip type as the old GPU. If an array of GPU UUID pairs is specified, it\nmust contain every checkpointed GPU.\n\nCUDA process restore requires persistence mode to be enabled or ::cuInit to\nhave been called before execution.\n\nWhen ::CUcheckpointRestoreArgs::customStorageInfo_out is not NULL,\nall the GPU memory to be restored for the process with \\p pid will be\nmapped onto the calling process's GPUs so the application can copy\nthe memory back to the GPU.\n\nUpon return of this call, the pointer referenced by\n::CUcheckpointRestoreArgs::customStorageInfo_out will point to a\n::CUcheckpointCustomStorageInfo struct allocated and populated by the driver.\nFor each GPU which contains data from the restored process,\nthere is a corresponding entry in the ::CUcheckpointCustomStoragePerDeviceData array.\n- The device pointers and sizes for the contiguously mapped memory on a\nparticular GPU are set in the ::CUcheckpointCustomStoragePerDeviceData::devPtr\nand ::CUcheckpointCustomStoragePerDeviceData::size fields respectively.\n- A stream belonging to the primary context of the GPU is\nset in ::CUcheckpointCustomStoragePerDeviceData::stream.\nThe application can use the stream to find out which GPU\nthe memory is mapped on and to enqueue the copies from custom storage\nback to the GPU.\n\nThe application is responsible for copying the data from custom storage to\nthe GPU at the specified device address. When restoring from custom storage,\nthe application is expected to call ::cuCheckpointOperationComplete. The\n::CUcheckpointCustomStorageInfo::handle set by this call should be passed to\n::cuCheckpointOperationComplete in \\p handle. The driver synchronizes all\nthe streams in ::cuCheckpointOperationComplete, at which point the copy from\ncustom storage is considered complete.\n\nWhen restoring from custom storage, the application is\nexpected to retain primary contexts of all the devices used by\nthe process to be restored. Otherwise ::cuCheckpointProcessRestore\nwill return ::CUDA_ERROR_INVALID_CONTEXT. Restoring the calling process's\nGPU memory from custom storage is not supported. Upon successful return,\nthe target process will be in the ::CU_PROCESS_STATE_RESTORING state.\n\nWhen ::CUcheckpointRestoreArgs::customStorageInfo_out is NULL, the GPU\nmemory contents will be restored from host memory by ::cuCheckpointProcessRestore.\nThe application is not expected to copy back the GPU memory contents.\nThe application is also not expected to call ::cuCheckpointOperationComplete.\nUpon successful return, the target process will be in the\n::CU_PROCESS_STATE_LOCKED state.\n\n\\param pid - The process ID of the CUDA process\n\\param args - Optional restore operation arguments\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n::CUDA_ERROR_NOT_INITIALIZED\n::CUDA_ERROR_ILLEGAL_STATE\n::CUDA_ERROR_NOT_SUPPORTED\n::CUDA_ERROR_INVALID_CONTEXT\n\n\\sa\n::cuInit"]
+/// `cuCheckpointProcessRestore` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26449,7 +26623,7 @@ pub unsafe fn cuCheckpointProcessRestore(pid: ::std::os::raw::c_int, args: *mut 
     }
 }
 
-#[doc = "\\brief Complete a custom-storage checkpoint or restore operation\n\nAfter ::cuCheckpointProcessCheckpoint or ::cuCheckpointProcessRestore with custom storage,\n::cuCheckpointOperationComplete should be called when the application has finished or\nenqueued (on a stream) the required copies (for checkpoint, GPU mappings to custom storage\nand for restore, custom storage into GPU mappings) so the driver can finish the operation.\n\n::cuCheckpointOperationComplete will first synchronize on the streams returned by\n::cuCheckpointProcessCheckpoint or ::cuCheckpointProcessRestore. The driver assumes\nthat the application has completed copying the memory to or from custom storage\nonce synchronization is done.\nNone of the streams returned by ::cuCheckpointProcessCheckpoint or\n::cuCheckpointProcessRestore should be in stream capture mode; any attempt\nto do so would result in ::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED.\nOnce the synchronization is done, ::cuCheckpointOperationComplete will unmap\nthe GPU memory that was mapped on each GPU in a particular ::cuCheckpointProcessCheckpoint\nor ::cuCheckpointProcessRestore operation. ::cuCheckpointOperationComplete identifies\nthe operation to be completed using \\p handle. This handle is set by\n::cuCheckpointProcessCheckpoint or ::cuCheckpointProcessRestore.\n\nWhen the call returns successfully, the target process will be in the\n::CU_PROCESS_STATE_CHECKPOINTED state when completing a checkpoint operation or\nthe ::CU_PROCESS_STATE_LOCKED state when completing a restore operation.\n\n\\param handle - ::CUcheckpointCustomStorageInfo::handle set by a prior ::cuCheckpointProcessCheckpoint or ::cuCheckpointProcessRestore call\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n::CUDA_ERROR_NOT_INITIALIZED\n::CUDA_ERROR_ILLEGAL_STATE\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuCheckpointOperationComplete` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.
@@ -26466,7 +26640,7 @@ pub unsafe fn cuCheckpointOperationComplete(handle: CUcheckpointOperationHandle)
     }
 }
 
-#[doc = "\\brief Unlock a CUDA process to allow CUDA API calls\n\nUnlocks a process specified by \\p pid allowing it to resume making CUDA API\ncalls. Process must be in the LOCKED state.\n\nUpon successful return the process will be in the RUNNING state.\n\n\\param pid - The process ID of the CUDA process\n\\param args - Optional unlock operation arguments\n\n\\return\n::CUDA_SUCCESS\n::CUDA_ERROR_INVALID_VALUE\n::CUDA_ERROR_NOT_INITIALIZED\n::CUDA_ERROR_ILLEGAL_STATE\n::CUDA_ERROR_NOT_SUPPORTED"]
+/// `cuCheckpointProcessUnlock` of the [CUDA driver API](https://docs.nvidia.com/cuda/cuda-driver-api/).
 ///
 /// Calls through the process-wide driver ([`driver`](crate::driver)): `CUDA_ERROR_NOT_FOUND` when it
 /// lacks this entry point, the load error's code when it could not be loaded.

@@ -19,7 +19,8 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-/// The environment variable naming a driver library to try first.
+/// The environment variable naming the driver library to open instead of the default names; if
+/// it cannot be opened, loading fails ([`LoadError::ConfiguredLibraryNotFound`]).
 pub const LIBCUDA_VARIABLE: &str = "CUDA_SYS_LIBCUDA";
 /// The environment variable that turns on the per-thread default stream (`1`).
 pub const PER_THREAD_DEFAULT_STREAM_VARIABLE: &str = "CUDA_SYS_PER_THREAD_DEFAULT_STREAM";
@@ -46,22 +47,30 @@ type GetProcAddress =
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadOptions {
     libraries: Vec<OsString>,
+    // The environment variable that named the one library, if one did.
+    named_by: Option<&'static str>,
     per_thread_default_stream: bool,
 }
 
 impl Default for LoadOptions {
-    /// The library named by `CUDA_SYS_LIBCUDA` if set, then `libcuda.so.1`, then `libcuda.so`;
-    /// the per-thread default stream when `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`.
+    /// The library named by `CUDA_SYS_LIBCUDA` if set, and only that one: failing to open it is
+    /// an error, not a reason to load another driver than the one asked for. Otherwise
+    /// `libcuda.so.1`, then `libcuda.so`. The per-thread default stream when
+    /// `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`.
     fn default() -> Self {
-        let mut libraries: Vec<OsString> = Vec::new();
-        if let Some(path) = std::env::var_os(LIBCUDA_VARIABLE).filter(|path| !path.is_empty()) {
-            libraries.push(path);
-        }
-        libraries.extend(DEFAULT_LIBRARY_NAMES.iter().map(OsString::from));
+        let (libraries, named_by) =
+            match std::env::var_os(LIBCUDA_VARIABLE).filter(|path| !path.is_empty()) {
+                Some(path) => (vec![path], Some(LIBCUDA_VARIABLE)),
+                None => (
+                    DEFAULT_LIBRARY_NAMES.iter().map(OsString::from).collect(),
+                    None,
+                ),
+            };
         let per_thread_default_stream =
             std::env::var_os(PER_THREAD_DEFAULT_STREAM_VARIABLE).is_some_and(|value| value == "1");
         LoadOptions {
             libraries,
+            named_by,
             per_thread_default_stream,
         }
     }
@@ -69,9 +78,18 @@ impl Default for LoadOptions {
 
 impl LoadOptions {
     /// Open exactly this library (a path, or a name for the platform loader's search).
-    pub fn library(path: impl AsRef<Path>) -> Self {
+    ///
+    /// # Safety
+    /// A load with these options ([`Driver::load`], [`init_driver`]) opens `path` and calls into
+    /// it: `path` must meet the obligations of [`Driver::open`].
+    ///
+    /// ```compile_fail,E0133
+    /// let options = cuda_host_sys::LoadOptions::library("/opt/any/library.so");
+    /// ```
+    pub unsafe fn library(path: impl AsRef<Path>) -> Self {
         LoadOptions {
             libraries: vec![path.as_ref().as_os_str().to_owned()],
+            named_by: None,
             per_thread_default_stream: false,
         }
     }
@@ -130,22 +148,52 @@ impl Driver {
     /// # Errors
     /// A [`LoadError`] when the library cannot be opened, is a stub, lacks
     /// `cuDriverGetVersion` or is older than [`MINIMUM_DRIVER_VERSION`].
-    pub fn open(path: impl AsRef<Path>) -> Result<Driver, LoadError> {
-        Driver::load(&LoadOptions::library(path))
+    ///
+    /// # Safety
+    /// Opening a library runs its initialisation code, closing it (when the last `Driver` of it
+    /// is dropped) its termination code, and the table calls its functions through the
+    /// signatures `cuda.h` declares, none of which can be checked. The caller must ensure that:
+    /// 1. every function the library at `path` exports under a driver API name
+    ///    (`cuDriverGetVersion`, `cuGetProcAddress_v2`, `cuInit`, ...), and every pointer its
+    ///    `cuGetProcAddress_v2` returns, has the C signature and behaviour the CUDA driver API
+    ///    documents for that name (NVIDIA's `libcuda` and its toolkit stub do; a library that
+    ///    exports no `cuDriverGetVersion` is refused without any of its functions being called);
+    /// 2. running the library's initialisation and termination code in this process is sound,
+    ///    as for [`libloading::Library::new`].
+    ///
+    /// Safe code cannot choose the library:
+    ///
+    /// ```compile_fail,E0133
+    /// let driver = cuda_host_sys::Driver::open("/opt/any/library.so");
+    /// ```
+    pub unsafe fn open(path: impl AsRef<Path>) -> Result<Driver, LoadError> {
+        // SAFETY: the caller's obligations for `path` are those `library` and `load` ask for.
+        unsafe { Driver::load(&LoadOptions::library(path)) }
     }
 
     /// Opens the first library of `options` that the platform loader can open, and resolves the
     /// table.
     ///
     /// # Errors
-    /// As [`Driver::open`]; when no library opens, the error names all that were tried.
-    pub fn load(options: &LoadOptions) -> Result<Driver, LoadError> {
+    /// As [`Driver::open`]; when no library opens, the error names all that were tried, or
+    /// the variable and the library it named ([`LoadError::ConfiguredLibraryNotFound`]).
+    ///
+    /// # Safety
+    /// Each library of `options` ([`LoadOptions::libraries`]) may be the one opened, so each
+    /// must meet the obligations of [`Driver::open`]. [`LoadOptions::default`] names the
+    /// driver the process is configured with, as [`driver`] opens it.
+    ///
+    /// ```compile_fail,E0133
+    /// let driver = cuda_host_sys::Driver::load(&cuda_host_sys::LoadOptions::default());
+    /// ```
+    pub unsafe fn load(options: &LoadOptions) -> Result<Driver, LoadError> {
         let mut tried = Vec::new();
         let mut messages = Vec::new();
         for name in &options.libraries {
             let shown = name.to_string_lossy().into_owned();
-            // SAFETY: opening a driver library runs its initialisers, which is what every CUDA
-            // program does; the library's code stays loaded while the returned `Driver` lives.
+            // SAFETY: the caller guarantees that every library of `options` is a driver library
+            // whose initialisation and termination code is sound to run; its code stays loaded
+            // while the returned `Driver` lives.
             match unsafe { libloading::Library::new(name) } {
                 Ok(library) => {
                     if !messages.is_empty() {
@@ -162,10 +210,15 @@ impl Driver {
                 }
             }
         }
-        Err(LoadError::LibraryNotFound {
-            tried,
-            message: messages.join("; "),
-        })
+        let message = messages.join("; ");
+        match (options.named_by, tried.as_mut_slice()) {
+            (Some(variable), [library]) => Err(LoadError::ConfiguredLibraryNotFound {
+                variable,
+                library: std::mem::take(library),
+                message,
+            }),
+            _ => Err(LoadError::LibraryNotFound { tried, message }),
+        }
     }
 
     fn from_library(
@@ -442,11 +495,19 @@ static PROCESS_DRIVER: OnceLock<Result<Arc<Driver>, LoadError>> = OnceLock::new(
 /// The process-wide driver, loaded on first use with [`LoadOptions::default`] (or the options
 /// given to [`init_driver`] before).
 ///
+/// Safe, unlike [`Driver::open`]: it opens only the library `CUDA_SYS_LIBCUDA` names or the one
+/// the platform loader finds under the driver's own names, which is the user's configuration of
+/// this process, as `LD_LIBRARY_PATH` is.
+///
 /// # Errors
 /// The [`LoadError`] of the first attempt; the load is not retried.
 pub fn driver() -> Result<&'static Arc<Driver>, &'static LoadError> {
     PROCESS_DRIVER
-        .get_or_init(|| load_process_driver(&LoadOptions::default()))
+        // SAFETY: the default options name `CUDA_SYS_LIBCUDA`, else `libcuda.so.1` and
+        // `libcuda.so` as the platform loader finds them: the user's own configuration, trusted
+        // for the driver as `LD_LIBRARY_PATH` is trusted for every library the process loads.
+        // Safe code cannot name another library here.
+        .get_or_init(|| unsafe { load_process_driver(&LoadOptions::default()) })
         .as_ref()
 }
 
@@ -455,14 +516,31 @@ pub fn driver() -> Result<&'static Arc<Driver>, &'static LoadError> {
 ///
 /// # Errors
 /// The [`LoadError`] of the first attempt.
-pub fn init_driver(options: &LoadOptions) -> Result<&'static Arc<Driver>, &'static LoadError> {
+///
+/// # Safety
+/// As for [`Driver::load`]: each library of `options` must meet the obligations of
+/// [`Driver::open`]. The driver loaded becomes the one every caller of [`driver`] and of the
+/// C-like free functions calls into.
+///
+/// ```compile_fail,E0133
+/// let driver = cuda_host_sys::init_driver(&cuda_host_sys::LoadOptions::default());
+/// ```
+pub unsafe fn init_driver(
+    options: &LoadOptions,
+) -> Result<&'static Arc<Driver>, &'static LoadError> {
     PROCESS_DRIVER
-        .get_or_init(|| load_process_driver(options))
+        // SAFETY: the caller's obligations for `options` are those of `Driver::load`.
+        .get_or_init(|| unsafe { load_process_driver(options) })
         .as_ref()
 }
 
-fn load_process_driver(options: &LoadOptions) -> Result<Arc<Driver>, LoadError> {
-    Driver::load(options).map(Arc::new).inspect_err(|error| {
-        log::error!("the process-wide CUDA driver could not be loaded: {error}");
-    })
+/// # Safety
+/// As for [`Driver::load`].
+unsafe fn load_process_driver(options: &LoadOptions) -> Result<Arc<Driver>, LoadError> {
+    // SAFETY: passed on from the caller.
+    unsafe { Driver::load(options) }
+        .map(Arc::new)
+        .inspect_err(|error| {
+            log::error!("the process-wide CUDA driver could not be loaded: {error}");
+        })
 }

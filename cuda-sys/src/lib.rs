@@ -8,6 +8,9 @@
 //!   entry point through `cuGetProcAddress_v2` at the ABI version the header declares, into a
 //!   table of function pointers. An entry point the driver lacks answers `CUDA_ERROR_NOT_FOUND`;
 //!   nothing panics.
+//! - Opening a library of the caller's choice ([`Driver::open`], [`Driver::load`],
+//!   [`init_driver`]) is `unsafe`, as `dlopen` is: its code runs and is called through the
+//!   header's signatures. [`driver`] is safe: it opens the driver the environment configures.
 //! - For C-style code, every entry point is also a free function with the C signature that calls
 //!   through the process-wide driver ([`driver`]): `unsafe { cuInit(0) }`.
 //!
@@ -25,8 +28,19 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Environment variables read at run time: `CUDA_SYS_LIBCUDA` (a driver library to try first),
+//! # Crate features
+//! - `bindgen` (on by default): the build script may run bindgen over the `cuda.h` it finds
+//!   (`CUDA_SYS_BINDINGS=auto|generate`; needs libclang). Without it the committed snapshot of the
+//!   CUDA 13.5 headers is always used and bindgen is not compiled.
+//!
+//! Environment variables read at run time: `CUDA_SYS_LIBCUDA` (the driver library to open instead
+//! of `libcuda.so.1` and `libcuda.so`; loading fails if it cannot be opened),
 //! `CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1` (null stream means the per-thread default stream).
+
+// The README's example compiles (a doctest of its own).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeExample;
 
 mod bindings;
 mod constants;

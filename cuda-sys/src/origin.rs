@@ -25,3 +25,14 @@ impl std::fmt::Display for BindingsOrigin {
 }
 
 include!(concat!(env!("OUT_DIR"), "/origin.rs"));
+
+// How docs.rs builds the crate (`no-default-features`): headers or not, no bindgen runs.
+#[cfg(all(test, not(feature = "bindgen")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_bindgen_feature_the_bindings_are_the_snapshot() {
+        assert_eq!(BINDINGS_ORIGIN, BindingsOrigin::Snapshot);
+    }
+}

@@ -65,7 +65,9 @@ pub fn test_driver() -> &'static TestDriver {
             },
             other => panic!("{DRIVER_VARIABLE}={other} is not one of real, software, auto"),
         };
-        let driver = cuda_host_sys::init_driver(&options)
+        // SAFETY: `options` name either the configured real driver or the software driver, which
+        // implements the driver API's signatures.
+        let driver = unsafe { cuda_host_sys::init_driver(&options) }
             .unwrap_or_else(|e| panic!("the {kind:?} driver does not load: {e}"))
             .clone();
         let chosen = TestDriver { kind, driver };
@@ -85,12 +87,16 @@ pub fn test_driver() -> &'static TestDriver {
 }
 
 fn software_options() -> LoadOptions {
-    LoadOptions::library(software_driver_path("libcudasw.so"))
+    // SAFETY: the software driver implements the driver API's entry points with their C
+    // signatures, and its initialisation only sets up its own state.
+    unsafe { LoadOptions::library(software_driver_path("libcudasw.so")) }
 }
 
 /// Whether NVIDIA's driver loads, initialises and has a device; why not otherwise.
 fn real_driver_usable() -> Result<(), String> {
-    let driver = Driver::load(&LoadOptions::default()).map_err(|e| e.to_string())?;
+    // SAFETY: the default options name the driver this process is configured with, as
+    // `cuda_host_sys::driver` opens it.
+    let driver = unsafe { Driver::load(&LoadOptions::default()) }.map_err(|e| e.to_string())?;
     // SAFETY: no pointer arguments.
     let result = unsafe { driver.cuInit(0) };
     driver.check("cuInit", result).map_err(|e| e.to_string())?;

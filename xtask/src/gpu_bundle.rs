@@ -7,6 +7,7 @@
 //! `run-tests.sh`, which runs every test binary with `CUDA_TEST_DRIVER=real` unless told
 //! otherwise and passes its arguments on (e.g. `--test-threads=4`).
 
+use crate::{cargo, json_string};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -46,7 +47,7 @@ pub(crate) fn run(root: &Path, dir: &Path) -> Result<(), String> {
     for (name, executable) in &benches {
         copy_stripped(executable, &dir.join("benches").join(name))?;
     }
-    let examples = root.join("target/release/examples");
+    let examples = crate::target_dir(root)?.join("release/examples");
     for entry in read_dir(&root.join("examples"))? {
         let Some(name) = entry.file_stem().and_then(|n| n.to_str()) else {
             continue;
@@ -78,10 +79,6 @@ pub(crate) fn run(root: &Path, dir: &Path) -> Result<(), String> {
         runner.display()
     );
     Ok(())
-}
-
-fn cargo() -> String {
-    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
 }
 
 /// Runs `cargo <arguments> --message-format=json` and returns every test-profile executable it
@@ -127,13 +124,6 @@ fn built_binaries(
         return Err(format!("cargo {} built no binaries", arguments.join(" ")));
     }
     Ok(binaries)
-}
-
-/// The string value of the first `"key":"value"` in a line of JSON (values without escapes).
-fn json_string(line: &str, key: &str) -> Option<String> {
-    let start = line.find(&format!(r#""{key}":""#))? + key.len() + 4;
-    let end = line[start..].find('"')?;
-    Some(line[start..start + end].to_owned())
 }
 
 /// The package name in a package id: `path+file:///w/cuda-sys#cuda-host-sys@0.1.0` (name

@@ -5,8 +5,8 @@
 //! - `bindings --check`: fail when the committed snapshot differs from a fresh generation;
 //! - `gpu-bundle DIR`: build the test binaries and release examples and gather them, with the
 //!   software driver and a runner script, into DIR, to run on a GPU machine without Rust;
-//! - `cold-build [--compare DIR]...`: time cold builds of cuda-host in snapshot mode against
-//!   other Cargo projects.
+//! - `cold-build [--compare DIR]...`: time cold builds of cuda-host-sys and cuda-host in snapshot
+//!   mode against other Cargo projects.
 
 #[path = "../../cuda-sys/build/bindings.rs"]
 #[allow(dead_code)]
@@ -30,13 +30,14 @@ usage: cargo xtask <task>
 tasks:
   bindings [--include DIR]           regenerate cuda-sys/snapshot/bindings.rs from the headers in
                                      DIR, or from the pinned nvidia-cuda-runtime wheel (fetched
-                                     with pip into target/xtask)
+                                     with pip into xtask/ of the target folder)
   bindings --check [--include DIR]   fail when the committed snapshot differs from a fresh one
   gpu-bundle DIR                     build the test binaries and release examples, and gather
                                      them with the software driver and run-tests.sh into DIR
   cold-build [--compare DIR]... [--runs N]
-                                     time cold builds of cuda-host in snapshot mode against the
-                                     Cargo projects in each DIR (median of N, default 3)
+                                     time cold builds of cuda-host-sys alone and of cuda-host in
+                                     snapshot mode against the Cargo projects in each DIR
+                                     (median of N, default 3)
 ";
 
 fn main() -> ExitCode {
@@ -140,10 +141,10 @@ fn first_difference(committed: &str, fresh: &str) -> Option<(usize, String, Stri
     None
 }
 
-/// Downloads and unpacks the pinned header wheel under `target/xtask`, once; returns its include
-/// folder.
+/// Downloads and unpacks the pinned header wheel under `xtask/` of the target folder, once;
+/// returns its include folder.
 fn fetch_header_wheel(root: &Path) -> Result<PathBuf, String> {
-    let work = root.join("target/xtask");
+    let work = target_dir(root)?.join("xtask");
     let unpacked = work.join(format!("{HEADER_WHEEL}-{HEADER_WHEEL_VERSION}"));
     let include_dir = unpacked.join(HEADER_WHEEL_INCLUDE);
     if include_dir.join("cuda.h").is_file() {
@@ -192,6 +193,58 @@ fn fetch_header_wheel(root: &Path) -> Result<PathBuf, String> {
     Ok(include_dir)
 }
 
+pub(crate) fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+/// The workspace's target folder as cargo sees it: `CARGO_TARGET_DIR` (relative to the current
+/// folder), `build.target-dir` of a cargo configuration, else `target/` of the workspace.
+pub(crate) fn target_dir(root: &Path) -> Result<PathBuf, String> {
+    metadata_target_dir(Command::new(cargo()).current_dir(root))
+}
+
+/// `target_directory` of `cargo metadata`, run by `cargo` (a command naming cargo).
+fn metadata_target_dir(cargo: &mut Command) -> Result<PathBuf, String> {
+    let output = cargo
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "cargo metadata failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    json_string(&String::from_utf8_lossy(&output.stdout), "target_directory")
+        .map(PathBuf::from)
+        .ok_or_else(|| "cargo metadata gave no target_directory".to_owned())
+}
+
+/// The string value of the first `"key":"value"` in a text of JSON, unescaped.
+pub(crate) fn json_string(json: &str, key: &str) -> Option<String> {
+    let start = json.find(&format!(r#""{key}":""#))? + key.len() + 4;
+    let mut value = String::new();
+    let mut chars = json[start..].chars();
+    loop {
+        match chars.next()? {
+            '"' => return Some(value),
+            '\\' => match chars.next()? {
+                'n' => value.push('\n'),
+                't' => value.push('\t'),
+                'r' => value.push('\r'),
+                'b' => value.push('\u{8}'),
+                'f' => value.push('\u{c}'),
+                'u' => {
+                    let code: String = chars.by_ref().take(4).collect();
+                    value.push(char::from_u32(u32::from_str_radix(&code, 16).ok()?)?);
+                }
+                other => value.push(other),
+            },
+            other => value.push(other),
+        }
+    }
+}
+
 pub(crate) fn run(command: &mut Command) -> Result<(), String> {
     let status = command
         .status()
@@ -200,5 +253,52 @@ pub(crate) fn run(command: &mut Command) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("{command:?} failed: {status}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_strings_are_found_by_key_and_unescaped() {
+        let json = r#"{"name":"a","target_directory":"C:\\work\\t \"x\"\u00e9","next":"b"}"#;
+        assert_eq!(
+            json_string(json, "target_directory").as_deref(),
+            Some(r#"C:\work\t "x"é"#)
+        );
+        assert_eq!(json_string(json, "next").as_deref(), Some("b"));
+        assert_eq!(json_string(json, "missing"), None);
+    }
+
+    #[test]
+    fn the_target_folder_follows_cargo_target_dir() {
+        let root = workspace_root();
+        let chosen = std::env::temp_dir().join("xtask-target-dir-probe");
+        let found = metadata_target_dir(
+            Command::new(cargo())
+                .current_dir(&root)
+                .env("CARGO_TARGET_DIR", &chosen),
+        );
+        assert_eq!(found, Ok(chosen));
+        // A relative one is relative to the folder cargo runs in.
+        let found = metadata_target_dir(
+            Command::new(cargo())
+                .current_dir(root.join("xtask"))
+                .env("CARGO_TARGET_DIR", "relative-target"),
+        );
+        assert_eq!(found, Ok(root.join("xtask/relative-target")));
+    }
+
+    #[test]
+    fn without_cargo_target_dir_the_target_folder_is_the_workspaces() {
+        let root = workspace_root();
+        let found = metadata_target_dir(
+            Command::new(cargo())
+                .current_dir(&root)
+                .env_remove("CARGO_TARGET_DIR")
+                .env_remove("CARGO_BUILD_TARGET_DIR"),
+        );
+        assert_eq!(found, Ok(root.join("target")));
     }
 }
