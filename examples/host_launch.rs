@@ -39,6 +39,9 @@ fn run() -> Result<(), String> {
     );
     let context = device.primary_context().map_err(|e| e.to_string())?;
     let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
+    // The raw driver calls below (module, memory, kernel launches) use the calling thread's
+    // current context; cuda-host's own calls leave it as they found it.
+    context.bind_to_thread().map_err(|e| e.to_string())?;
     let kernels = Kernels::load(driver).map_err(|e| format!("cannot load the kernels: {e}"))?;
 
     let bytes = N as usize * 4;

@@ -62,6 +62,8 @@ fn a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second(
     let context = context();
     let stream = new_stream(&context);
     let driver = Arc::clone(context.driver());
+    // Raw driver calls (the module, the launches) use the calling thread's current context.
+    context.bind_to_thread().expect("the context binds");
     let kernels = Kernels::load(&driver).expect("PTX loads");
     // One mapped buffer: N results of the first kernel, then the scalar the host function writes.
     let words = Arc::new(MappedWords::new(&context, N as usize + 1));

@@ -1930,6 +1930,22 @@ fn calls_naming_a_destroyed_handle_are_counted() {
     assert_eq!(controls.stale_handle_uses(), before + 2);
 }
 
+#[test]
+fn loading_a_module_without_a_current_context_answers_invalid_context() {
+    let _shared = shared();
+    let _context = suite::context();
+    // A thread of its own, with no context current.
+    let result = std::thread::spawn(|| {
+        let ptx = c".version 7.0\n.target sm_50\n.address_size 64\n";
+        let mut module = ptr::null_mut();
+        // SAFETY: a valid out-pointer and a NUL-terminated image.
+        unsafe { driver().cuModuleLoadData(&mut module, ptx.as_ptr().cast()) }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+}
+
 // ---- 7. Destroyed streams and sticky errors -----------------------------------------------------
 
 #[test]

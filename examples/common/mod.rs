@@ -21,8 +21,8 @@ impl<'driver> Kernels<'driver> {
     pub fn load(driver: &'driver Driver) -> Result<Self, String> {
         let ptx = CString::new(PTX).map_err(|e| e.to_string())?;
         let mut module = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX text; `module` is a valid out-pointer. The stream's context
-        // was made current by `Stream::new`.
+        // SAFETY: NUL-terminated PTX text; `module` is a valid out-pointer. The caller made the
+        // context current.
         let result = unsafe { driver.cuModuleLoadData(&mut module, ptx.as_ptr().cast()) };
         driver
             .check("cuModuleLoadData", result)

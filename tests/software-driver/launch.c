@@ -185,12 +185,26 @@ static CUresult not_supported(void)
     return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_NOT_SUPPORTED;
 }
 
+/* Loading a module needs a current context, as on the real driver, which answers
+ * CUDA_ERROR_INVALID_CONTEXT without one; with one, this driver cannot run kernels. */
+static CUresult not_supported_in_context(void)
+{
+    CUresult rc = cusw_require_init();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_ctx *ctx;
+    rc = cusw_ctx_current(&ctx);
+    cusw_lock_release();
+    return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_NOT_SUPPORTED;
+}
+
 CUSW_EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 {
     CUSW_ENTRY("cuModuleLoad", "cuModuleLoad");
     (void)module;
     (void)fname;
-    return not_supported();
+    return not_supported_in_context();
 }
 
 CUSW_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
@@ -198,7 +212,7 @@ CUSW_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
     CUSW_ENTRY("cuModuleLoadData", "cuModuleLoadData");
     (void)module;
     (void)image;
-    return not_supported();
+    return not_supported_in_context();
 }
 
 CUSW_EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)

@@ -108,8 +108,13 @@ impl Drop for Kernels<'_> {
 /// # Panics
 /// When the real driver cannot load the PTX.
 pub fn for_faults(driver: &Driver) -> Option<Kernels<'_>> {
-    (crate::test_driver().kind == crate::DriverKind::Real)
-        .then(|| Kernels::load(driver).expect("PTX loads"))
+    (crate::test_driver().kind == crate::DriverKind::Real).then(|| {
+        // Modules load into the calling thread's current context.
+        crate::context()
+            .bind_to_thread()
+            .expect("the context binds to this thread");
+        Kernels::load(driver).expect("PTX loads")
+    })
 }
 
 /// Fails the stream's context as a kernel storing to address 0x10 does: with that kernel on the
