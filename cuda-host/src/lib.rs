@@ -22,15 +22,22 @@
 //! - [`host_launch`] puts the closure in a launch record (a reused slot; a closure of up to 64
 //!   bytes needs no allocation) and enqueues an `extern "C"` trampoline with `cuLaunchHostFunc`.
 //!   The trampoline claims the record, runs the closure under `catch_unwind` on the driver's
-//!   thread, then pushes the record onto a lock-free reclaim list. Records are dropped on threads
-//!   that call into cuda-host, never on the driver's.
+//!   thread, then hands the record to the inbox of the thread that launched it. That thread drops
+//!   it at its next cuda-host call (or [`reclaim`]), never the driver's thread and never another
+//!   thread; a thread's records pass to any thread once it exited. No drop runs while the thread
+//!   captures, or while a global-mode capture begun through cuda-host is open.
 //! - The driver never runs host functions of a context that failed (a kernel's illegal address):
 //!   cuda-host then reclaims their records itself, when a call answers the failure, and at the
 //!   latest when their stream is dropped. The driver holds a ticket, not the record's address,
-//!   so a call that came after all would find its ticket stale.
+//!   and generations never repeat, so a call that came after all would find its ticket stale.
 //! - A stream that is being captured into a graph is refused before anything is enqueued: a graph
-//!   runs its host functions on every launch, or never, so graph builders own their callables.
+//!   runs its host functions on every launch, or never, so graph builders own their callables. A
+//!   capture begun through cuda-host waits for launches in flight on its stream.
 //! - If the driver refuses a launch, the record is dropped at once on the calling thread.
+//! - A panic in a host function, in the panic hook, in a logger, or in the `Drop` of a captured
+//!   value is caught and reported; nothing unwinds into the driver.
+//!
+//! `docs/RELIABILITY.md` in the repository states each rule and how it is tested.
 //!
 //! # The driver's rules for host functions
 //! A host function must not call CUDA: the driver may fail such calls or deadlock. cuda-host
