@@ -393,20 +393,47 @@ fn kept_log() -> &'static KeptLog {
     })
 }
 
-/// The entry points cuda-host's source calls through the driver table (`driver.cuX(`).
+/// The entry points cuda-host's source calls through the driver table: every `cuX(` outside
+/// comments (`driver.cuX(...)`, `checked!(driver, cuX(...))`).
 fn entry_points_cuda_host_calls() -> BTreeSet<String> {
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda-host/src");
+    fn sources(folder: &std::path::Path, found: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(folder).expect("cuda-host's source") {
+            let path = entry.expect("an entry").path();
+            if path.is_dir() {
+                sources(&path, found);
+            } else if path.extension().is_some_and(|extension| extension == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    sources(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda-host/src"),
+        &mut files,
+    );
     let mut called = BTreeSet::new();
-    for file in std::fs::read_dir(&source).expect("cuda-host's source") {
-        let text = std::fs::read_to_string(file.expect("an entry").path()).expect("readable");
-        for (index, _) in text.match_indices(".cu") {
-            let name: String = text[index + 1..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let follows = text[index + 1 + name.len()..].chars().next();
-            if name.len() > 2 && name.as_bytes()[2].is_ascii_uppercase() && follows == Some('(') {
-                called.insert(name);
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("readable");
+        for line in text
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+        {
+            for (index, _) in line.match_indices("cu") {
+                let starts_a_word = line[..index]
+                    .chars()
+                    .next_back()
+                    .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_'));
+                let name: String = line[index..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                let follows = line[index + name.len()..].chars().next();
+                if starts_a_word
+                    && name.as_bytes().get(2).is_some_and(u8::is_ascii_uppercase)
+                    && follows == Some('(')
+                {
+                    called.insert(name);
+                }
             }
         }
     }

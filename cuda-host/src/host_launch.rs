@@ -1,13 +1,11 @@
 //! `host_launch`: enqueue host code in stream order.
 
-use crate::capture_check::{self, LaunchInFlight, ensure_not_capturing};
-use crate::context_failure;
-use crate::error::{CaptureState, Error, Result};
-use crate::launch_slot::{self, LaunchSlot};
-use crate::reclaim;
-use crate::record::{self, Closure, RunOnce};
-use crate::stream::Stream;
-use crate::trampoline::{self, ensure_outside_host_function};
+use crate::error::Result;
+use crate::launch::{
+    self, CopiedBytes, RunOnce, RunOnceClosure, drop_when_allowed, ensure_outside_host_function,
+    outside_host_function, reclaim_on_launch,
+};
+use crate::objects::Stream;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -21,10 +19,10 @@ pub trait HostLaunch<F>: sealed::Sealed {
     fn host_launch(&self, function: F) -> Result<()>;
 }
 
-mod sealed {
+/// Only cuda-host's targets take host functions: a stream here, a graph builder (`graph`).
+pub(crate) mod sealed {
     pub trait Sealed {}
-    impl Sealed for crate::Stream {}
-    impl Sealed for crate::GraphBuilder<'_> {}
+    impl Sealed for crate::objects::Stream {}
     impl<T: Sealed + ?Sized> Sealed for &T {}
     impl<T: Sealed + ?Sized> Sealed for std::sync::Arc<T> {}
 }
@@ -118,9 +116,9 @@ where
     F: FnMut() + Send + 'static,
 {
     fn host_launch(&self, function: F) -> Result<()> {
-        let function = reclaim::outside_host_function("host_launch", function)?;
-        reclaim::reclaim_on_launch();
-        self.launch_run_once(Closure(function))
+        let function = outside_host_function("host_launch", function)?;
+        reclaim_on_launch();
+        self.launch_run_once(RunOnceClosure(function))
     }
 }
 
@@ -160,103 +158,40 @@ pub unsafe fn host_launch_raw(
     user_data: UserData<'_>,
 ) -> Result<()> {
     ensure_outside_host_function("host_launch_raw")?;
-    reclaim::reclaim_on_launch();
+    reclaim_on_launch();
     let pointer = match user_data {
         UserData::None => std::ptr::null_mut(),
         UserData::PassThrough(pointer) => pointer,
         UserData::Copied(bytes) => {
-            return match record::CopiedBytes::new(function, bytes) {
-                record::CopiedBytes::Inline(payload) => stream.launch_run_once(payload),
-                record::CopiedBytes::Boxed(payload) => stream.launch_run_once(payload),
+            return match CopiedBytes::new(function, bytes) {
+                CopiedBytes::Inline(payload) => stream.launch_run_once(payload),
+                CopiedBytes::Boxed(payload) => stream.launch_run_once(payload),
             };
         }
     };
-    let context = &stream.context().shared;
     stream.with_stream_context(|| {
-        let _in_flight = LaunchInFlight::enter(stream.as_raw());
-        stream.ensure_not_capturing()?;
-        let driver = context.driver();
         // SAFETY: the stream handle is valid while `stream` exists; the caller vouches for
         // `function` and `pointer`.
-        let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(function), pointer) };
-        context_failure::note(context, result);
-        Ok(driver.check("cuLaunchHostFunc", result)?)
+        unsafe {
+            launch::pass_through(stream.shared_context(), stream.as_raw(), function, pointer)
+        }
     })
 }
 
 impl Stream {
-    /// Launches a run-once record of `payload`, with the checks every launch makes: the
-    /// context's deferred errors, the special streams' current context, and the capture check,
-    /// which holds until the driver took the launch (`capture_check`).
+    /// Launches a run-once record of `payload`, with what the stream needs for it: the context's
+    /// deferred errors first, and the special streams' context current during the launch.
     fn launch_run_once<P: RunOnce>(&self, payload: P) -> Result<()> {
+        self.note_launch();
         let mut payload = Some(payload);
         let launched = self.with_stream_context(|| {
-            let _in_flight = LaunchInFlight::enter(self.as_raw());
-            self.ensure_not_capturing()?;
-            let context = Arc::clone(&self.context().shared);
-            let payload = payload.take().expect("made into a record once");
-            enqueue_run_once(self, record::new_run_once(context, payload))
+            let payload = payload.take().expect("launched once");
+            launch::run_once(self.shared_context(), self.as_raw(), payload)
         });
         if let Some(refused) = payload {
-            // Refused before a record was made: dropped as the reclaim rule allows.
-            reclaim::drop_when_allowed(refused);
+            // Refused before the launch was tried: dropped as the reclaim rule allows.
+            drop_when_allowed(refused);
         }
         launched
     }
-
-    /// `Err(Error::StreamCapturing)` unless the stream is free of any capture; a failure the
-    /// check sees is noted.
-    fn ensure_not_capturing(&self) -> Result<()> {
-        let shared = &self.context().shared;
-        ensure_not_capturing(shared.driver(), self.as_raw()).inspect_err(|error| {
-            if let Some(result) = error.driver_result() {
-                context_failure::note(shared, result);
-            }
-        })
-    }
-}
-
-/// Hands a run-once record to the driver with `cuLaunchHostFunc`, under a launch ticket rather
-/// than its address: if the context fails, the driver never calls the function, and cuda-host
-/// abandons the record instead (`context_failure`); a call that came late would find its ticket
-/// stale. Where other code began a capture of the stream between the check and the launch, the
-/// launch became a node of that graph: it is abandoned (the node then does nothing) and refused.
-fn enqueue_run_once(stream: &Stream, slot: LaunchSlot) -> Result<()> {
-    let context = &stream.context().shared;
-    let driver = context.driver();
-    stream.note_launch();
-    let ticket = slot.begin_launch(context.raw().addr(), stream.as_raw());
-    // SAFETY: the stream handle is valid while `stream` exists; the ticket names a slot whose
-    // record stays valid until it is claimed, and the trampoline claims before it runs.
-    let result = unsafe {
-        driver.cuLaunchHostFunc(
-            stream.as_raw(),
-            Some(trampoline::run_once_host_fn),
-            ticket.into_user_data(),
-        )
-    };
-    if let Err(error) = driver.check("cuLaunchHostFunc", result) {
-        match launch_slot::take_refused(ticket) {
-            // SAFETY: the driver refused the launch, so its record is exclusively ours again.
-            Some(record) => unsafe { reclaim::drop_soon(record) },
-            None => log::error!("the driver ran a host function whose launch it refused"),
-        }
-        context_failure::note(context, result);
-        return Err(error.into());
-    }
-    context_failure::mark_launched(context.raw().addr(), ticket);
-    if capture_check::captured_by_other_code(
-        driver,
-        stream.as_raw(),
-        trampoline::run_once_host_fn,
-        ticket.into_user_data(),
-    ) && let Some(record) = launch_slot::abandon_ticket(ticket)
-    {
-        // SAFETY: abandoning claimed the record, which never ran: it is ours to drop.
-        unsafe { reclaim::drop_soon(record) };
-        return Err(Error::StreamCapturing {
-            status: CaptureState::Active,
-        });
-    }
-    Ok(())
 }

@@ -61,57 +61,36 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeExample;
 
-// The lock-free cores: small, free of the driver, and model-checked with loom
-// (`RUSTFLAGS="--cfg loom" cargo test -p cuda-host --lib --release`), which builds only them.
-mod failed_contexts;
-mod hook_cell;
-#[cfg(all(test, loom))]
-mod models;
-mod record_list;
-mod slot_state;
-mod sync;
-
-/// The rest of the crate, left out of builds for the loom models.
+/// Items left out of builds for the loom models, which hold only the lock-free cores.
 macro_rules! outside_loom_models {
     ($($item:item)*) => { $( #[cfg(not(loom))] $item )* };
 }
 
+mod launch;
+#[cfg(all(test, loom))]
+mod models;
+mod sync;
+
 outside_loom_models! {
-    mod capture_check;
-    mod context;
-    mod context_failure;
+    mod checked;
     mod error;
-    mod event;
     mod graph;
-    mod graph_builder;
-    mod graph_exec;
     mod handle;
     mod host_launch;
-    mod launch_slot;
-    mod panic_report;
-    mod reclaim;
-    mod record;
-    mod stream;
-    mod trampoline;
-    mod user_object;
+    mod objects;
 
-    pub use context::{Context, Device};
+    pub use cuda_host_sys as sys;
     pub use cuda_host_sys;
     pub use cuda_host_sys::Driver;
     pub use error::{CaptureState, Error, Result};
-    pub use event::{Event, EventFlags};
-    pub use graph::{Graph, HostNode};
-    pub use graph_builder::{CaptureMode, GraphBuilder};
-    pub use graph_exec::GraphExec;
+    pub use graph::{CaptureMode, Graph, GraphBuilder, GraphExec, HostNode};
     pub use host_launch::{HostLaunch, UserData, host_launch, host_launch_raw};
-    pub use launch_slot::{LaunchSlotCounts, launch_slot_counts};
-    pub use panic_report::{
-        HostFunctionPanic, PanicOrigin, clear_host_panic_hook, set_host_panic_hook,
+    pub use launch::{
+        HostCallable, HostFunctionPanic, LaunchSlotCounts, PanicOrigin, clear_host_panic_hook,
+        in_host_function, launch_slot_counts, reclaim, set_host_panic_hook,
+        set_launch_reclaim_interval,
     };
-    pub use reclaim::{reclaim, set_launch_reclaim_interval};
-    pub use record::HostCallable;
-    pub use stream::{Stream, StreamFlags};
-    pub use trampoline::in_host_function;
+    pub use objects::{Context, Device, Event, EventFlags, Stream, StreamFlags};
 
     use std::sync::Arc;
 

@@ -1,10 +1,10 @@
 //! loom models of the lock-free cores: every interleaving of a few threads, within loom's bounds.
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p cuda-host --lib --release`.
 
-use crate::failed_contexts::FailedContexts;
-use crate::hook_cell::HookCell;
-use crate::record_list::{Linked, RecordList, last_of};
-use crate::slot_state::{Phase, Released, SlotState};
+use crate::launch::failed_contexts::FailedContexts;
+use crate::launch::hook_cell::HookCell;
+use crate::launch::record_list::{Linked, RecordList, last_of};
+use crate::launch::slot_state::{Phase, Released, SlotState};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;

@@ -23,8 +23,8 @@
 //! other code's graph captured a launch): every claim announces itself in [`CLAIMERS`] before
 //! it reads the table, and the freer unpublishes the segment, then waits for claims in progress.
 
-use crate::record::RecordHeader;
-use crate::slot_state::{Phase, Released, SlotState};
+use crate::launch::record::RecordHeader;
+use crate::launch::slot_state::{Phase, Released, SlotState};
 use cuda_host_sys::CUstream;
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::cell::{Cell, RefCell, UnsafeCell};

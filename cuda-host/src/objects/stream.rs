@@ -1,14 +1,15 @@
 //! Streams: owned ones, the two special default streams, and streams borrowed from other code.
 
-use crate::capture_check;
-use crate::context::Context;
-use crate::context_failure;
+use super::{Context, Event, destroy_later};
+use crate::checked::checked;
 use crate::error::{CaptureState, Result};
-use crate::event::Event;
-use crate::handle::SendHandle;
-use crate::reclaim;
-use crate::trampoline::{ensure_outside_host_function, in_host_function};
-use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
+use crate::launch::{
+    ContextShared, abandon_if_failed, capture_state,
+    ensure_outside_host_function, in_host_function, reclaim, watch_stream,
+};
+use cuda_host_sys::{
+    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags,
+};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -69,8 +70,7 @@ impl Stream {
         let mut raw = ptr::null_mut();
         shared.with_current(|| {
             // SAFETY: `raw` is a valid out-pointer; the context is current.
-            let result = unsafe { shared.driver().cuStreamCreate(&mut raw, flags.0) };
-            Ok(shared.driver().check("cuStreamCreate", result)?)
+            Ok(unsafe { checked!(shared.driver(), cuStreamCreate(&mut raw, flags.0)) }?)
         })?;
         Ok(Stream {
             context: context.clone(),
@@ -134,6 +134,11 @@ impl Stream {
         &self.context
     }
 
+    /// What the stream's context shares with its launch records.
+    pub(crate) fn shared_context(&self) -> &std::sync::Arc<ContextShared> {
+        &self.context.shared
+    }
+
     /// Marks that run-once host functions were launched through this value.
     #[inline]
     pub(crate) fn note_launch(&self) {
@@ -170,13 +175,15 @@ impl Stream {
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Stream::synchronize")?;
         let shared = &self.context.shared;
-        let result = self.with_stream_context(|| {
+        let synchronized = self.with_stream_context(|| {
             // SAFETY: the stream handle is valid while `self` exists.
-            Ok(unsafe { shared.driver().cuStreamSynchronize(self.raw) })
+            Ok(unsafe { checked!(shared.driver(), cuStreamSynchronize(self.raw)) })
         })?;
-        context_failure::note(shared, result);
-        reclaim::reclaim();
-        Ok(shared.driver().check("cuStreamSynchronize", result)?)
+        if let Err(error) = &synchronized {
+            abandon_if_failed(shared, error.result());
+        }
+        reclaim();
+        Ok(synchronized?)
     }
 
     /// Whether all work enqueued on the stream has finished (`cuStreamQuery`).
@@ -187,16 +194,17 @@ impl Stream {
     pub fn is_complete(&self) -> Result<bool> {
         ensure_outside_host_function("Stream::is_complete")?;
         let shared = &self.context.shared;
-        let result = self.with_stream_context(|| {
+        let queried = self.with_stream_context(|| {
             // SAFETY: the stream handle is valid while `self` exists.
-            Ok(unsafe { shared.driver().cuStreamQuery(self.raw) })
+            Ok(unsafe { checked!(shared.driver(), cuStreamQuery(self.raw)) })
         })?;
-        if result == CUresult::CUDA_ERROR_NOT_READY {
-            return Ok(false);
+        match queried {
+            Err(error) if error.result() == CUresult::CUDA_ERROR_NOT_READY => return Ok(false),
+            Err(ref error) => abandon_if_failed(shared, error.result()),
+            Ok(()) => {}
         }
-        context_failure::note(shared, result);
-        reclaim::reclaim();
-        shared.driver().check("cuStreamQuery", result)?;
+        reclaim();
+        queried?;
         Ok(true)
     }
 
@@ -210,8 +218,7 @@ impl Stream {
         self.with_stream_context(|| {
             let driver = self.context.shared.driver();
             // SAFETY: both handles are valid while their owners exist.
-            let result = unsafe { driver.cuStreamWaitEvent(self.raw, event.as_raw(), 0) };
-            Ok(driver.check("cuStreamWaitEvent", result)?)
+            Ok(unsafe { checked!(driver, cuStreamWaitEvent(self.raw, event.as_raw(), 0)) }?)
         })
     }
 
@@ -224,9 +231,7 @@ impl Stream {
     #[doc(alias = "cuStreamIsCapturing")]
     pub fn capture_state(&self) -> Result<Option<CaptureState>> {
         ensure_outside_host_function("Stream::capture_state")?;
-        self.with_stream_context(|| {
-            capture_check::capture_state(self.context.shared.driver(), self.raw)
-        })
+        self.with_stream_context(|| capture_state(self.context.shared.driver(), self.raw))
     }
 }
 
@@ -246,34 +251,34 @@ impl Drop for Stream {
             }
             let shared = &self.context.shared;
             let watched = self.with_stream_context(|| {
-                context_failure::watch_stream(shared, self.raw);
+                watch_stream(shared, self.raw);
                 Ok(())
             });
             if let Err(error) = watched {
                 log::error!("cannot watch a dropped stream for its context's failure: {error}");
             }
-            reclaim::reclaim();
+            reclaim();
             return;
         }
-        let shared = std::sync::Arc::clone(&self.context.shared);
-        let raw = SendHandle::new(self.raw);
         // Pending work still runs after `cuStreamDestroy`, and launch records stay owned by the
         // driver until their host functions ran (and keep the context retained until then). If
-        // the context fails first, they never run: the watch reclaims them. The handle is this
-        // value's own, so the teardown may be deferred from a host function.
-        let tear_down = move || {
-            let raw = raw.get();
-            if launched {
-                context_failure::watch_stream(&shared, raw);
+        // the context fails first, they never run: the watch, added before the destruction,
+        // reclaims them. The handle is this value's own, so both may be deferred from a host
+        // function, together.
+        let watch = launched.then(|| std::sync::Arc::clone(&self.context.shared));
+        destroy_later(&self.context.shared, "stream", self.raw, move |context, raw| {
+            if let Some(watched) = &watch {
+                watch_stream(watched, raw);
             }
             // SAFETY: the stream was created by `Stream::new` and is destroyed once.
-            let result = unsafe { shared.driver().cuStreamDestroy_v2(raw) };
-            context_failure::note(&shared, result);
-            if let Err(error) = shared.driver().check("cuStreamDestroy_v2", result) {
-                shared.record_drop_error("stream", error);
+            let destroyed = unsafe { checked!(context.driver(), cuStreamDestroy_v2(raw)) };
+            if let Err(error) = &destroyed {
+                abandon_if_failed(context, error.result());
             }
-            reclaim::reclaim();
-        };
-        reclaim::call_outside_host_function(tear_down);
+            destroyed
+        });
+        if !in_host_function() {
+            reclaim();
+        }
     }
 }

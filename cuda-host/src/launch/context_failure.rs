@@ -13,12 +13,14 @@
 //! through it from other threads are then reclaimed when any call answers the failure. A stream
 //! that is capturing when dropped is not watched: a callback would join the capture.)
 
-use crate::capture_check;
-use crate::context::ContextShared;
-use crate::failed_contexts::FailedContexts;
-use crate::launch_slot::{self, Ticket};
-use crate::reclaim;
-use crate::record::{self, RecordHeader};
+use crate::checked::checked;
+use crate::launch::capture_check;
+use crate::launch::context_shared::ContextShared;
+use crate::launch::failed_contexts::FailedContexts;
+use crate::launch::inboxes;
+use crate::launch::reclaim;
+use crate::launch::record::{self, RecordHeader};
+use crate::launch::slot::{self, Ticket};
 use cuda_host_sys::{CUresult, CUstream};
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -45,7 +47,7 @@ pub(crate) fn is_sticky(result: CUresult) -> bool {
 
 /// Abandons the context's launched records when `result` says it failed. Only pushes onto the
 /// reclaim lists, so it is right on any thread; the records' home threads drop them.
-pub(crate) fn note(context: &ContextShared, result: CUresult) {
+pub(crate) fn abandon_if_failed(context: &ContextShared, result: CUresult) {
     if is_sticky(result) {
         failed(context.raw().addr(), result);
     }
@@ -57,10 +59,10 @@ static FAILED: FailedContexts = FailedContexts::new();
 fn failed(context: usize, result: CUresult) {
     FAILED.record(context);
     let mut count = 0usize;
-    launch_slot::abandon_launched(context, |record| {
+    slot::abandon_launched(context, |record| {
         count += 1;
         // SAFETY: abandoning claimed the record; ownership passes to its home's list.
-        unsafe { reclaim::finish(record) };
+        unsafe { inboxes::finish(record) };
     });
     if count > 0 {
         log::debug!("the context failed with {result}: {count} host functions will never run");
@@ -72,12 +74,12 @@ fn failed(context: usize, result: CUresult) {
 /// described at `FailedContexts`.
 #[inline]
 pub(crate) fn mark_launched(context: usize, ticket: Ticket) {
-    launch_slot::mark_launched(ticket);
+    slot::mark_launched(ticket);
     if FAILED.has_failed(context)
-        && let Some(record) = launch_slot::abandon_ticket(ticket)
+        && let Some(record) = slot::abandon_ticket(ticket)
     {
         // SAFETY: abandoning claimed the record; ownership passes to its home's list.
-        unsafe { reclaim::finish(record) };
+        unsafe { inboxes::finish(record) };
     }
 }
 
@@ -96,31 +98,35 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
         }
         Err(error) => {
             if let Some(result) = error.driver_result() {
-                note(context, result);
+                abandon_if_failed(context, result);
             }
             return;
         }
     }
-    let watch = record::new_failure_watch(Arc::clone(context));
+    // A record that only keeps the context, handed to the driver and back.
+    let watch = record::holding((), Some(Arc::clone(context)), inboxes::home());
     // SAFETY: the stream handle is valid (the caller's); the callback takes ownership of the
     // watch when the driver calls it, which it does exactly once if this call succeeds.
-    let result = unsafe {
-        driver.cuStreamAddCallback(stream, Some(failure_watch), watch.as_ptr().cast(), 0)
+    let watched = unsafe {
+        checked!(
+            driver,
+            cuStreamAddCallback(stream, Some(failure_watch), watch.as_ptr().cast(), 0)
+        )
     };
-    if let Err(error) = driver.check("cuStreamAddCallback", result) {
+    if let Err(error) = watched {
         // Records of this stream a later failure strands are then reclaimed when a call answers
         // the failure.
         log::warn!("cannot watch a dropped stream for its context's failure: {error}");
         // SAFETY: refused, so the watch is still exclusively ours.
         unsafe { reclaim::drop_soon(watch) };
-        note(context, result);
+        abandon_if_failed(context, error.result());
     }
 }
 
 /// The `CUstreamCallback` of a failure watch.
 ///
 /// # Safety
-/// `data` must be a record of `record::new_failure_watch`, given to the driver once.
+/// `data` must be a watch record of `watch_stream`, given to the driver once.
 unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *mut c_void) {
     let watch = data.cast::<RecordHeader>();
     if is_sticky(status) {
@@ -129,13 +135,13 @@ unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *m
     }
     // SAFETY: the watch is owned here; ownership passes to its home's list (its context
     // reference is dropped on a caller's thread).
-    unsafe { reclaim::finish(NonNull::new_unchecked(watch)) };
+    unsafe { inboxes::finish(NonNull::new_unchecked(watch)) };
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch_slot::LaunchSlot;
+    use crate::launch::slot::LaunchSlot;
     use std::ptr;
 
     #[test]
@@ -145,29 +151,29 @@ mod tests {
         let ticket = LaunchSlot::acquire().begin_launch(CONTEXT, ptr::null_mut());
         FAILED.record(CONTEXT);
         let mut scanned = 0;
-        launch_slot::abandon_launched(CONTEXT, |_| scanned += 1);
+        slot::abandon_launched(CONTEXT, |_| scanned += 1);
         assert_eq!(
             scanned, 0,
             "the scan ran before the launch was marked launched"
         );
         // The launcher abandons it; its record is taken back here rather than pushed, since the
         // test's slot holds no record header.
-        launch_slot::mark_launched(ticket);
+        slot::mark_launched(ticket);
         assert!(FAILED.has_failed(CONTEXT));
-        let record = launch_slot::abandon_ticket(ticket).expect("abandoned by the launcher");
+        let record = slot::abandon_ticket(ticket).expect("abandoned by the launcher");
         assert!(
-            launch_slot::claim(ticket).is_none(),
+            slot::claim(ticket).is_none(),
             "abandoned: the host function would find its ticket stale"
         );
         // SAFETY: the test's records hold nothing to drop.
-        unsafe { launch_slot::release(record) };
+        unsafe { slot::release(record) };
         // Another context's launch is left alone.
         assert!(!FAILED.has_failed(CONTEXT + 8));
         let other = LaunchSlot::acquire().begin_launch(CONTEXT + 8, ptr::null_mut());
         mark_launched(CONTEXT + 8, other);
-        let (record, _) = launch_slot::claim(other).expect("still live");
+        let (record, _) = slot::claim(other).expect("still live");
         // SAFETY: the test's records hold nothing to drop.
-        unsafe { launch_slot::release(record) };
+        unsafe { slot::release(record) };
     }
 
     #[test]

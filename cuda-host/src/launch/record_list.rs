@@ -5,7 +5,7 @@
 //! no lock. A list can be closed, once: pushes onto a closed list are refused and go elsewhere
 //! (the records of a thread that exited pass to the shared list).
 
-use crate::sync::AtomicPtr;
+use crate::sync::{AtomicBool, AtomicPtr};
 use std::ptr;
 use std::sync::atomic::Ordering;
 
@@ -124,5 +124,22 @@ pub(crate) unsafe fn last_of<T: Linked>(first: *mut T) -> *mut T {
             return last;
         }
         last = next;
+    }
+}
+
+/// A thread's reclaim list: its records, and whether the thread is dropping some right now (a
+/// global-mode capture waits until it is not; see `reclaim`).
+pub(crate) struct Inbox<T> {
+    pub(crate) list: RecordList<T>,
+    pub(crate) draining: AtomicBool,
+}
+
+impl<T: Linked> Inbox<T> {
+    /// An empty, open inbox.
+    pub(crate) fn new() -> Self {
+        Inbox {
+            list: RecordList::new(),
+            draining: AtomicBool::new(false),
+        }
     }
 }

@@ -5,10 +5,10 @@
 //! clone taken under the lock and called with no lock held, so a hook may replace or clear
 //! itself; a replaced hook is dropped with no lock held too, and never on the driver's thread.
 
-use crate::hook_cell::HookCell;
-use crate::reclaim;
-use crate::record;
-use crate::trampoline::in_host_function;
+use crate::launch::hook_cell::HookCell;
+use crate::launch::inboxes;
+use crate::launch::mark::in_host_function;
+use crate::launch::record;
 use cuda_host_sys::CUstream;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -53,12 +53,23 @@ static HOOK: HookCell<Hook> = HookCell::new();
 /// caught and logged. The hook may replace or clear itself.
 pub fn set_host_panic_hook(hook: impl Fn(&HostFunctionPanic<'_>) + Send + Sync + 'static) {
     let hook: Hook = Box::new(hook);
-    reclaim::drop_when_allowed(HOOK.replace(Some(Arc::new(hook))));
+    drop_off_the_drivers_thread(HOOK.replace(Some(Arc::new(hook))));
 }
 
 /// Removes the installed hook, if any.
 pub fn clear_host_panic_hook() {
-    reclaim::drop_when_allowed(HOOK.replace(None));
+    drop_off_the_drivers_thread(HOOK.replace(None));
+}
+
+/// Drops `value` now, or, on the driver's thread, later on the thread whose host function is
+/// running: a replaced hook is a user's value.
+fn drop_off_the_drivers_thread<T: Send + 'static>(value: T) {
+    if in_host_function() {
+        // SAFETY: a fresh record, owned here; ownership passes to a list.
+        unsafe { inboxes::defer(record::holding(value, None, None)) };
+    } else {
+        drop(value);
+    }
 }
 
 fn message_of(payload: &(dyn Any + Send)) -> &str {
@@ -86,12 +97,7 @@ pub(crate) fn report_drop_panic(payload: Box<dyn Any + Send>) {
 /// Gets rid of a caught panic's payload without unwinding: on the driver's thread it is dropped
 /// later on a caller's; elsewhere now, and leaked if its `Drop` panics.
 pub(crate) fn dispose(payload: Box<dyn Any + Send>) {
-    if in_host_function() {
-        // SAFETY: a fresh record, owned here; ownership passes to the list.
-        unsafe { reclaim::defer(record::new_deferred_drop(PayloadDrop(Some(payload)))) };
-    } else {
-        drop(PayloadDrop(Some(payload)));
-    }
+    drop_off_the_drivers_thread(PayloadDrop(Some(payload)));
 }
 
 /// Drops a payload, leaking it if its `Drop` panics, and leaking that panic's payload too.
@@ -134,6 +140,6 @@ fn report(payload: &(dyn Any + Send), stream: Option<CUstream>, origin: PanicOri
     // If the hook was replaced meanwhile, this clone may be its last reference: never drop it
     // on the driver's thread.
     if let Some(last) = Arc::into_inner(hook) {
-        reclaim::drop_when_allowed(last);
+        drop_off_the_drivers_thread(last);
     }
 }

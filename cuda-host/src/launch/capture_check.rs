@@ -6,6 +6,7 @@
 //! enqueueing and refuses, leaving the capture untouched. It must ask rather than try: on the
 //! legacy stream, a refused `cuLaunchHostFunc` invalidates the capture it would have joined.
 
+use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraphNode, CUgraphNodeType,
@@ -18,9 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub(crate) fn capture_state(driver: &Driver, stream: CUstream) -> Result<Option<CaptureState>> {
     let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the caller's stream handle is valid; `status` is a valid out-pointer.
-    let result = unsafe { driver.cuStreamIsCapturing(stream, &mut status) };
-    match result {
-        CUresult::CUDA_SUCCESS => Ok(match status {
+    match unsafe { checked!(driver, cuStreamIsCapturing(stream, &mut status)) } {
+        Ok(()) => Ok(match status {
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => None,
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
                 Some(CaptureState::Invalidated)
@@ -28,17 +28,16 @@ pub(crate) fn capture_state(driver: &Driver, stream: CUstream) -> Result<Option<
             // ACTIVE, and any status a newer driver may add: not safe for a run-once record.
             _ => Some(CaptureState::Active),
         }),
-        CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => Ok(Some(CaptureState::Implicit)),
-        error => {
-            driver.check("cuStreamIsCapturing", error)?;
-            Ok(None)
+        Err(error) if error.result() == CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => {
+            Ok(Some(CaptureState::Implicit))
         }
+        Err(error) => Err(error.into()),
     }
 }
 
 /// `Err(Error::StreamCapturing)` unless `stream` is free of any capture.
 #[inline]
-pub(crate) fn ensure_not_capturing(driver: &Driver, stream: CUstream) -> Result<()> {
+fn ensure_not_capturing(driver: &Driver, stream: CUstream) -> Result<()> {
     match capture_state(driver, stream)? {
         None => Ok(()),
         Some(status) => Err(Error::StreamCapturing { status }),
@@ -79,32 +78,65 @@ fn group_of(stream: CUstream) -> &'static StreamGroup {
     &GROUPS_OF_STREAMS[hash as usize % GROUPS]
 }
 
-/// Held by a launch from before its capture check until the driver accepted or refused it.
-pub(crate) struct LaunchInFlight(&'static StreamGroup);
+/// A launch's window on its stream: opened before the capture check, which it makes, and held
+/// until the driver accepted or refused the launch; it then looks whether other code's capture
+/// took the launch.
+pub(crate) struct LaunchWindow<'driver> {
+    group: &'static StreamGroup,
+    driver: &'driver Driver,
+    stream: CUstream,
+}
 
-impl LaunchInFlight {
-    /// Waits while a capture of `stream`'s group is beginning, then holds the group.
+impl<'driver> LaunchWindow<'driver> {
+    /// Waits while a capture of `stream`'s group is beginning, holds the group, and checks that
+    /// `stream` is not capturing.
+    ///
+    /// # Errors
+    /// [`Error::StreamCapturing`] when it is, or the driver's error from `cuStreamIsCapturing`.
     #[inline]
-    pub(crate) fn enter(stream: CUstream) -> LaunchInFlight {
+    pub(crate) fn open(driver: &'driver Driver, stream: CUstream) -> Result<Self> {
         let group = group_of(stream);
         loop {
             // Sequentially consistent with `CaptureBeginning::wait_for_launches`: either the
             // capture sees this launch and waits, or the launch sees the capture and waits.
             group.launching.fetch_add(1, Ordering::SeqCst);
             if group.beginning.load(Ordering::SeqCst) == 0 {
-                return LaunchInFlight(group);
+                break;
             }
             group.launching.fetch_sub(1, Ordering::SeqCst);
             while group.beginning.load(Ordering::SeqCst) != 0 {
                 std::thread::yield_now();
             }
         }
+        let window = LaunchWindow {
+            group,
+            driver,
+            stream,
+        };
+        ensure_not_capturing(driver, stream)?;
+        Ok(window)
+    }
+
+    /// The stream the window is on.
+    pub(crate) fn stream(&self) -> CUstream {
+        self.stream
+    }
+
+    /// Whether the launch of `function` with `user_data` made through this window became a node
+    /// of a capture that other code began between the check and the launch (see
+    /// [`captured_by_other_code`]).
+    pub(crate) fn launch_was_captured(
+        &self,
+        function: unsafe extern "C" fn(*mut c_void),
+        user_data: *mut c_void,
+    ) -> bool {
+        captured_by_other_code(self.driver, self.stream, function, user_data)
     }
 }
 
-impl Drop for LaunchInFlight {
+impl Drop for LaunchWindow<'_> {
     fn drop(&mut self) {
-        self.0.launching.fetch_sub(1, Ordering::SeqCst);
+        self.group.launching.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -151,7 +183,7 @@ impl Drop for CaptureBeginning {
 /// capture of `stream` that other code began between the check and the launch: the stream
 /// captures now, and that node is among the capture's last nodes (the driver shows no more). A
 /// capture that began after the launch does not hold it.
-pub(crate) fn captured_by_other_code(
+fn captured_by_other_code(
     driver: &Driver,
     stream: CUstream,
     function: unsafe extern "C" fn(*mut c_void),

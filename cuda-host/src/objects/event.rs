@@ -1,12 +1,9 @@
 //! Events: points in a stream that other streams and the host can wait for.
 
-use crate::context::Context;
-use crate::context_failure;
+use super::{Context, Stream, destroy_later};
+use crate::checked::checked;
 use crate::error::Result;
-use crate::handle::SendHandle;
-use crate::reclaim;
-use crate::stream::Stream;
-use crate::trampoline::ensure_outside_host_function;
+use crate::launch::{abandon_if_failed, ensure_outside_host_function, reclaim};
 use cuda_host_sys::{CUevent, CUevent_flags, CUresult};
 use std::ptr;
 use std::time::Duration;
@@ -50,8 +47,7 @@ impl Event {
         let mut raw = ptr::null_mut();
         shared.with_current(|| {
             // SAFETY: `raw` is a valid out-pointer; the context is current.
-            let result = unsafe { shared.driver().cuEventCreate(&mut raw, flags.0) };
-            Ok(shared.driver().check("cuEventCreate", result)?)
+            Ok(unsafe { checked!(shared.driver(), cuEventCreate(&mut raw, flags.0)) }?)
         })?;
         Ok(Event {
             context: context.clone(),
@@ -74,8 +70,7 @@ impl Event {
         stream.with_stream_context(|| {
             let driver = self.context.shared.driver();
             // SAFETY: both handles are valid while their owners exist.
-            let result = unsafe { driver.cuEventRecord(self.raw, stream.as_raw()) };
-            Ok(driver.check("cuEventRecord", result)?)
+            Ok(unsafe { checked!(driver, cuEventRecord(self.raw, stream.as_raw())) }?)
         })
     }
 
@@ -86,13 +81,15 @@ impl Event {
     #[doc(alias = "cuEventSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Event::synchronize")?;
-        self.context.shared.take_drop_error()?;
-        let driver = self.context.shared.driver();
+        let shared = &self.context.shared;
+        shared.take_drop_error()?;
         // SAFETY: the handle is valid while `self` exists.
-        let result = unsafe { driver.cuEventSynchronize(self.raw) };
-        context_failure::note(&self.context.shared, result);
-        reclaim::reclaim();
-        Ok(driver.check("cuEventSynchronize", result)?)
+        let synchronized = unsafe { checked!(shared.driver(), cuEventSynchronize(self.raw)) };
+        if let Err(error) = &synchronized {
+            abandon_if_failed(shared, error.result());
+        }
+        reclaim();
+        Ok(synchronized?)
     }
 
     /// Whether the recorded work has finished (`cuEventQuery`).
@@ -102,16 +99,14 @@ impl Event {
     #[doc(alias = "cuEventQuery")]
     pub fn is_complete(&self) -> Result<bool> {
         ensure_outside_host_function("Event::is_complete")?;
-        let driver = self.context.shared.driver();
+        let shared = &self.context.shared;
         // SAFETY: the handle is valid while `self` exists.
-        match unsafe { driver.cuEventQuery(self.raw) } {
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            result => {
-                context_failure::note(&self.context.shared, result);
-                driver
-                    .check("cuEventQuery", result)
-                    .map(|()| true)
-                    .map_err(Into::into)
+        match unsafe { checked!(shared.driver(), cuEventQuery(self.raw)) } {
+            Ok(()) => Ok(true),
+            Err(error) if error.result() == CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            Err(error) => {
+                abandon_if_failed(shared, error.result());
+                Err(error.into())
             }
         }
     }
@@ -127,9 +122,12 @@ impl Event {
         let driver = self.context.shared.driver();
         let mut milliseconds = 0.0f32;
         // SAFETY: both handles are valid while their owners exist; the out-pointer is valid.
-        let result =
-            unsafe { driver.cuEventElapsedTime_v2(&mut milliseconds, start.raw, self.raw) };
-        driver.check("cuEventElapsedTime_v2", result)?;
+        unsafe {
+            checked!(
+                driver,
+                cuEventElapsedTime_v2(&mut milliseconds, start.raw, self.raw)
+            )
+        }?;
         Ok(Duration::from_secs_f64(
             f64::from(milliseconds.max(0.0)) / 1e3,
         ))
@@ -138,15 +136,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        let shared = std::sync::Arc::clone(&self.context.shared);
-        let raw = SendHandle::new(self.raw);
-        let destroy = move || {
+        destroy_later(&self.context.shared, "event", self.raw, |context, raw| {
             // SAFETY: the event was created by `Event::new` and is destroyed once.
-            let result = unsafe { shared.driver().cuEventDestroy_v2(raw.get()) };
-            if let Err(error) = shared.driver().check("cuEventDestroy_v2", result) {
-                shared.record_drop_error("event", error);
-            }
-        };
-        reclaim::call_outside_host_function(destroy);
+            unsafe { checked!(context.driver(), cuEventDestroy_v2(raw)) }
+        });
     }
 }

@@ -1,14 +1,15 @@
 //! Building a graph by capturing a stream, with host functions the graph owns.
 
-use crate::capture_check::{self, CaptureBeginning};
+use super::graph::Graph;
+use super::user_object;
+use crate::checked::checked;
 use crate::error::{Error, Result};
-use crate::graph::Graph;
 use crate::host_launch::{HostLaunch, UserData};
-use crate::reclaim::{self, CaptureMark};
-use crate::record::{self, HostCallable};
-use crate::stream::Stream;
-use crate::trampoline::{self, ensure_outside_host_function};
-use crate::user_object;
+use crate::launch::{
+    CaptureBeginning, CaptureMark, GraphRecord, HostCallable, capture_state,
+    ensure_outside_host_function, outside_host_function, reclaim,
+};
+use crate::objects::Stream;
 use cuda_host_sys::{CUgraph, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
 use std::ptr;
@@ -83,8 +84,7 @@ impl<'stream> GraphBuilder<'stream> {
             let _beginning = CaptureBeginning::wait_for_launches(stream.as_raw());
             let driver = stream.context().driver();
             // SAFETY: the stream handle is valid while `stream` exists.
-            let result = unsafe { driver.cuStreamBeginCapture_v2(stream.as_raw(), mode) };
-            Ok(driver.check("cuStreamBeginCapture_v2", result)?)
+            Ok(unsafe { checked!(driver, cuStreamBeginCapture_v2(stream.as_raw(), mode)) }?)
         })?;
         Ok(GraphBuilder {
             stream,
@@ -109,7 +109,7 @@ impl<'stream> GraphBuilder<'stream> {
     where
         F: Fn() + Send + Sync + 'static,
     {
-        let callable = reclaim::outside_host_function("GraphBuilder::callback", callable)?;
+        let callable = outside_host_function("GraphBuilder::callback", callable)?;
         self.callback_shared(Arc::new(callable))
     }
 
@@ -118,17 +118,16 @@ impl<'stream> GraphBuilder<'stream> {
     /// # Errors
     /// As [`callback`](Self::callback).
     pub fn callback_shared(&self, callable: HostCallable) -> Result<()> {
-        let callable = reclaim::outside_host_function("GraphBuilder::callback", callable)?;
-        reclaim::reclaim();
+        let callable = outside_host_function("GraphBuilder::callback", callable)?;
+        reclaim();
         let graph = self.capturing_graph()?;
         let driver = self.stream.context().driver();
-        let record =
-            record::new_graph_callable(Arc::clone(&self.stream.context().shared), callable);
-        // SAFETY: the graph under construction is live while the capture is; the fresh record
-        // passes to the user object, which keeps it alive as long as the captured node can run.
+        let record = GraphRecord::callable(Arc::clone(self.stream.shared_context()), callable);
+        // SAFETY: the graph under construction is live while the capture is; the record passes
+        // to the user object, which keeps it alive as long as the captured node can run.
         unsafe {
-            user_object::attach_for(driver, graph, record, || {
-                self.add_node(trampoline::graph_host_fn, record.as_ptr().cast())
+            user_object::attach_for(driver, graph, record, |data| {
+                self.add_node(GraphRecord::host_fn(), data)
             })
         }
     }
@@ -147,19 +146,19 @@ impl<'stream> GraphBuilder<'stream> {
         user_data: UserData<'_>,
     ) -> Result<()> {
         ensure_outside_host_function("GraphBuilder::callback_raw")?;
-        reclaim::reclaim();
+        reclaim();
         let graph = self.capturing_graph()?;
         let pointer = match user_data {
             UserData::None => ptr::null_mut(),
             UserData::PassThrough(pointer) => pointer,
             UserData::Copied(bytes) => {
                 let driver = self.stream.context().driver();
-                let shared = Arc::clone(&self.stream.context().shared);
-                let record = record::new_with_bytes(shared, function, bytes);
+                let shared = Arc::clone(self.stream.shared_context());
+                let record = GraphRecord::copied_bytes(shared, function, bytes);
                 // SAFETY: as in `callback_shared`.
                 return unsafe {
-                    user_object::attach_for(driver, graph, record, || {
-                        self.add_node(trampoline::graph_host_fn, record.as_ptr().cast())
+                    user_object::attach_for(driver, graph, record, |data| {
+                        self.add_node(GraphRecord::host_fn(), data)
                     })
                 };
             }
@@ -189,8 +188,7 @@ impl<'stream> GraphBuilder<'stream> {
             let driver = self.stream.context().driver();
             // SAFETY: the stream is capturing (begun by this builder, on this thread); `graph` is
             // a valid out-pointer.
-            let result = unsafe { driver.cuStreamEndCapture(self.stream.as_raw(), &mut graph) };
-            Ok(driver.check("cuStreamEndCapture", result)?)
+            Ok(unsafe { checked!(driver, cuStreamEndCapture(self.stream.as_raw(), &mut graph)) }?)
         })?;
         Ok(graph)
     }
@@ -202,18 +200,20 @@ impl<'stream> GraphBuilder<'stream> {
         self.stream.with_stream_context(|| {
             let driver = self.stream.context().driver();
             // SAFETY: valid stream; the out-pointers are valid or null where the driver allows it.
-            let result = unsafe {
-                driver.cuStreamGetCaptureInfo_v3(
-                    self.stream.as_raw(),
-                    &mut status,
-                    ptr::null_mut(),
-                    &mut graph,
-                    ptr::null_mut(),
-                    ptr::null_mut(),
-                    ptr::null_mut(),
+            Ok(unsafe {
+                checked!(
+                    driver,
+                    cuStreamGetCaptureInfo_v3(
+                        self.stream.as_raw(),
+                        &mut status,
+                        ptr::null_mut(),
+                        &mut graph,
+                        ptr::null_mut(),
+                        ptr::null_mut(),
+                        ptr::null_mut(),
+                    )
                 )
-            };
-            Ok(driver.check("cuStreamGetCaptureInfo_v3", result)?)
+            }?)
         })?;
         match status {
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE if !graph.is_null() => Ok(graph),
@@ -234,9 +234,7 @@ impl<'stream> GraphBuilder<'stream> {
         self.stream.with_stream_context(|| {
             let driver = self.stream.context().driver();
             // SAFETY: per the caller; on a capturing stream this adds a host node to the graph.
-            let result =
-                unsafe { driver.cuLaunchHostFunc(self.stream.as_raw(), Some(function), data) };
-            Ok(driver.check("cuLaunchHostFunc", result)?)
+            Ok(unsafe { checked!(driver, cuLaunchHostFunc(self.stream.as_raw(), Some(function), data)) }?)
         })
     }
 }
@@ -249,7 +247,7 @@ impl Drop for GraphBuilder<'_> {
         // Ends the capture (when `end` failed, if it is still open) so the stream is usable
         // again, and discards the graph (with the references it holds to callables).
         let capturing = self.stream.with_stream_context(|| {
-            capture_check::capture_state(self.stream.context().driver(), self.stream.as_raw())
+            capture_state(self.stream.context().driver(), self.stream.as_raw())
         });
         if matches!(capturing, Ok(None)) {
             return;
@@ -264,6 +262,8 @@ impl Drop for GraphBuilder<'_> {
         }
     }
 }
+
+impl crate::host_launch::sealed::Sealed for GraphBuilder<'_> {}
 
 impl<F> HostLaunch<F> for GraphBuilder<'_>
 where

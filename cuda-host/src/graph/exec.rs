@@ -10,15 +10,16 @@
 //! waits for the fences of the launches before its replacement, one per stream (a stream's
 //! launches finish in order). So replacing before every launch keeps a bounded number alive.
 
-use crate::context::{Context, ContextShared};
+use super::graph::{Graph, HostNode};
+use super::user_object;
+use crate::checked::checked;
 use crate::error::Result;
-use crate::graph::{Graph, HostNode};
 use crate::handle::SendHandle;
-use crate::reclaim;
-use crate::record::{self, HostCallable, OwnedRecord};
-use crate::stream::Stream;
-use crate::trampoline::{self, ensure_outside_host_function};
-use crate::user_object;
+use crate::launch::{
+    ContextShared, GraphRecord, HostCallable, ensure_outside_host_function,
+    outside_host_function, reclaim,
+};
+use crate::objects::{Context, Stream, destroy_later};
 use cuda_host_sys::{
     CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
     CUgraphNode_st, CUresult, CUstream, CUstream_st,
@@ -48,11 +49,11 @@ unsafe impl Send for GraphExec {}
 struct ExecutableCallables {
     context: Arc<ContextShared>,
     /// The callable set on each node.
-    current: Vec<(SendHandle<CUgraphNode_st>, OwnedRecord)>,
+    current: Vec<(SendHandle<CUgraphNode_st>, GraphRecord)>,
     /// Per stream launched on, the fence of its latest launch.
     fences: Vec<Arc<Fence>>,
     /// Replaced callables, with the fences of the launches that may still run them.
-    replaced: Vec<(OwnedRecord, Vec<Arc<Fence>>)>,
+    replaced: Vec<(GraphRecord, Vec<Arc<Fence>>)>,
     /// A launch whose fence could not be recorded: replaced callables then stay until the
     /// executable is gone.
     unfenced: bool,
@@ -81,8 +82,8 @@ impl Fence {
     /// Whether the launch it was recorded after has finished (or never will: an error).
     fn passed(&self) -> bool {
         // SAFETY: the event is this fence's own, destroyed only when the fence is dropped.
-        let result = unsafe { self.context.driver().cuEventQuery(self.event.get()) };
-        result != CUresult::CUDA_ERROR_NOT_READY
+        let queried = unsafe { checked!(self.context.driver(), cuEventQuery(self.event.get())) };
+        !matches!(queried, Err(error) if error.result() == CUresult::CUDA_ERROR_NOT_READY)
     }
 }
 
@@ -92,8 +93,9 @@ impl Drop for Fence {
         // executable's callables through the reclaim lists.
         // SAFETY: created by `ExecutableCallables::fence`, destroyed once; a pending record
         // finishes on its own.
-        let result = unsafe { self.context.driver().cuEventDestroy_v2(self.event.get()) };
-        if let Err(error) = self.context.driver().check("cuEventDestroy_v2", result) {
+        let destroyed =
+            unsafe { checked!(self.context.driver(), cuEventDestroy_v2(self.event.get())) };
+        if let Err(error) = destroyed {
             self.context.record_drop_error("event", error);
         }
     }
@@ -124,11 +126,9 @@ impl ExecutableCallables {
             None => {
                 let mut event: CUevent = ptr::null_mut();
                 self.context.with_current(|| {
+                    let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
                     // SAFETY: a valid out-pointer; the context is current.
-                    let result = unsafe {
-                        driver.cuEventCreate(&mut event, CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
-                    };
-                    Ok(driver.check("cuEventCreate", result)?)
+                    Ok(unsafe { checked!(driver, cuEventCreate(&mut event, flags)) }?)
                 })?;
                 let fence = Arc::new(Fence {
                     context: Arc::clone(&self.context),
@@ -142,12 +142,11 @@ impl ExecutableCallables {
             }
         };
         // SAFETY: the event is live; the stream is the launch's, valid during this call.
-        let result = unsafe { driver.cuEventRecord(event, stream) };
-        Ok(driver.check("cuEventRecord", result)?)
+        Ok(unsafe { checked!(driver, cuEventRecord(event, stream)) }?)
     }
 
     /// Sets `record` as `node`'s callable; the one it replaces waits for the launches so far.
-    fn set(&mut self, node: CUgraphNode, record: OwnedRecord) {
+    fn set(&mut self, node: CUgraphNode, record: GraphRecord) {
         let previous = match self.current.iter_mut().find(|(set, _)| set.get() == node) {
             Some((_, current)) => Some(std::mem::replace(current, record)),
             None => {
@@ -168,7 +167,7 @@ impl ExecutableCallables {
 
     /// Takes out the replaced callables no launch in flight can run any more, for the caller to
     /// drop with no lock held.
-    fn take_unreachable(&mut self) -> Vec<OwnedRecord> {
+    fn take_unreachable(&mut self) -> Vec<GraphRecord> {
         if self.unfenced {
             return Vec::new();
         }
@@ -199,28 +198,19 @@ impl GraphExec {
             replaced: Vec::new(),
             unfenced: false,
         }));
-        let holder = record::new_deferred_drop(Arc::clone(&callables));
-        // SAFETY: the fresh record passes to the user object.
-        let object = unsafe { user_object::create(driver, holder)? };
+        let holder = GraphRecord::holding(Arc::clone(&callables));
+        let object = user_object::create(driver, holder)?;
         // SAFETY: the graph is live and not shared; our fresh reference moves to it.
         unsafe { user_object::move_into_graph(driver, graph.as_raw(), object)? };
         let mut raw = ptr::null_mut();
-        let result = context.shared.with_current(|| {
+        let instantiated = context.shared.with_current(|| {
             // SAFETY: a live graph; `raw` is a valid out-pointer; the context is current.
-            Ok(unsafe { driver.cuGraphInstantiateWithFlags(&mut raw, graph.as_raw(), 0) })
+            Ok(unsafe { checked!(driver, cuGraphInstantiateWithFlags(&mut raw, graph.as_raw(), 0)) }?)
         });
-        let result = match result {
-            Ok(result) => result,
-            Err(error) => {
-                // SAFETY: the graph holds the reference moved to it above.
-                unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
-                return Err(error);
-            }
-        };
         // The executable (if any) holds its own reference now.
         // SAFETY: the graph holds the reference moved to it above.
         unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
-        driver.check("cuGraphInstantiateWithFlags", result)?;
+        instantiated?;
         Ok(GraphExec {
             context: context.clone(),
             raw,
@@ -247,12 +237,11 @@ impl GraphExec {
     #[doc(alias = "cuGraphLaunch")]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         ensure_outside_host_function("GraphExec::launch")?;
-        reclaim::reclaim();
+        reclaim();
         let unreachable = stream.with_stream_context(|| {
             let driver = self.context.driver();
             // SAFETY: both handles are live while their owners exist.
-            let result = unsafe { driver.cuGraphLaunch(self.raw, stream.as_raw()) };
-            driver.check("cuGraphLaunch", result)?;
+            unsafe { checked!(driver, cuGraphLaunch(self.raw, stream.as_raw())) }?;
             let mut callables = self.callables();
             callables.fence(stream);
             Ok(callables.take_unreachable())
@@ -276,7 +265,7 @@ impl GraphExec {
         F: Fn() + Send + Sync + 'static,
     {
         let callable =
-            reclaim::outside_host_function("GraphExec::set_host_node_callable", callable)?;
+            outside_host_function("GraphExec::set_host_node_callable", callable)?;
         self.set_host_node_callable_shared(node, Arc::new(callable))
     }
 
@@ -290,25 +279,28 @@ impl GraphExec {
         callable: HostCallable,
     ) -> Result<()> {
         let callable =
-            reclaim::outside_host_function("GraphExec::set_host_node_callable", callable)?;
-        reclaim::reclaim();
+            outside_host_function("GraphExec::set_host_node_callable", callable)?;
+        reclaim();
         let driver = self.context.driver();
-        let record = record::new_graph_callable(Arc::clone(&self.context.shared), callable);
-        // SAFETY: a fresh record, owned from here on.
-        let owned = unsafe { OwnedRecord::new(record) };
+        let owned = GraphRecord::callable(Arc::clone(&self.context.shared), callable);
         let params = CUDA_HOST_NODE_PARAMS {
-            fn_: Some(trampoline::graph_host_fn),
-            userData: record.as_ptr().cast(),
+            fn_: Some(GraphRecord::host_fn()),
+            userData: owned.user_data(),
         };
         let mut callables = self.callables();
         // SAFETY: both handles are live; the executable's callables keep the record alive as
         // long as the executable and its launches can run it.
-        let result =
-            unsafe { driver.cuGraphExecHostNodeSetParams(self.raw, node.as_raw(), &params) };
-        if let Err(error) = driver.check("cuGraphExecHostNodeSetParams", result) {
+        let set = unsafe {
+            checked!(
+                driver,
+                cuGraphExecHostNodeSetParams(self.raw, node.as_raw(), &params)
+            )
+        };
+        if let Err(error) = set {
             drop(callables);
-            // Never handed to the driver: dropped at once, with no lock held.
-            drop(owned);
+            // Never handed to the driver: dropped as soon as the reclaim rule allows, with no
+            // lock held.
+            owned.drop_soon();
             return Err(error.into());
         }
         callables.set(node.as_raw(), owned);
@@ -321,15 +313,15 @@ impl GraphExec {
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        let shared = Arc::clone(&self.context.shared);
-        let raw = SendHandle::new(self.raw);
         // Launches in flight finish first; the user objects keep their callables until then.
-        reclaim::call_outside_host_function(move || {
-            // SAFETY: owned by this `GraphExec`, destroyed once.
-            let result = unsafe { shared.driver().cuGraphExecDestroy(raw.get()) };
-            if let Err(error) = shared.driver().check("cuGraphExecDestroy", result) {
-                shared.record_drop_error("graph executable", error);
-            }
-        });
+        destroy_later(
+            &self.context.shared,
+            "graph executable",
+            self.raw,
+            |context, raw| {
+                // SAFETY: owned by this `GraphExec`, destroyed once.
+                unsafe { checked!(context.driver(), cuGraphExecDestroy(raw)) }
+            },
+        );
     }
 }

@@ -1,17 +1,19 @@
 //! Graphs built node by node, and their host nodes.
 
-use crate::context::Context;
+use super::exec::GraphExec;
+use super::user_object;
+use crate::checked::checked;
 use crate::error::Result;
-use crate::graph_exec::GraphExec;
 use crate::host_launch::UserData;
-use crate::reclaim;
-use crate::record::{self, HostCallable, RecordHeader};
-use crate::trampoline::{self, ensure_outside_host_function};
-use crate::user_object;
+use crate::launch::{
+    GraphRecord, HostCallable, callable_of_node, ensure_outside_host_function,
+    outside_host_function, reclaim,
+};
+use crate::objects::{Context, destroy_later};
 use cuda_host_sys::{CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphNode, CUgraphNodeType};
 use std::ffi::c_void;
 use std::marker::PhantomData;
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::sync::Arc;
 
 /// A CUDA graph: work (host nodes here; kernels through the raw handle) that can be
@@ -46,8 +48,7 @@ impl Graph {
         let mut raw = ptr::null_mut();
         shared.with_current(|| {
             // SAFETY: `raw` is a valid out-pointer; the context is current.
-            let result = unsafe { shared.driver().cuGraphCreate(&mut raw, 0) };
-            Ok(shared.driver().check("cuGraphCreate", result)?)
+            Ok(unsafe { checked!(shared.driver(), cuGraphCreate(&mut raw, 0)) }?)
         })?;
         // SAFETY: a fresh graph, owned from here on.
         Ok(unsafe { Graph::from_raw(context, raw) })
@@ -88,7 +89,7 @@ impl Graph {
     where
         F: Fn() + Send + Sync + 'static,
     {
-        let callable = reclaim::outside_host_function("Graph::add_host_node", callable)?;
+        let callable = outside_host_function("Graph::add_host_node", callable)?;
         self.add_host_node_shared(dependencies, Arc::new(callable))
     }
 
@@ -101,19 +102,15 @@ impl Graph {
         dependencies: &[&HostNode<'_>],
         callable: HostCallable,
     ) -> Result<HostNode<'_>> {
-        let callable = reclaim::outside_host_function("Graph::add_host_node", callable)?;
-        reclaim::reclaim();
+        let callable = outside_host_function("Graph::add_host_node", callable)?;
+        reclaim();
         let driver = self.context.driver();
-        let record = record::new_graph_callable(Arc::clone(&self.context.shared), callable);
-        // SAFETY: the graph is live and not shared; the fresh record passes to the user object,
-        // which keeps it alive as long as the node can run.
+        let record = GraphRecord::callable(Arc::clone(&self.context.shared), callable);
+        // SAFETY: the graph is live and not shared; the record passes to the user object, which
+        // keeps it alive as long as the node can run.
         unsafe {
-            user_object::attach_for(driver, self.raw, record, || {
-                self.add_host_node_with(
-                    dependencies,
-                    trampoline::graph_host_fn,
-                    record.as_ptr().cast(),
-                )
+            user_object::attach_for(driver, self.raw, record, |data| {
+                self.add_host_node_with(dependencies, GraphRecord::host_fn(), data)
             })
         }
     }
@@ -135,22 +132,18 @@ impl Graph {
         user_data: UserData<'_>,
     ) -> Result<HostNode<'_>> {
         ensure_outside_host_function("Graph::add_host_node_raw")?;
-        reclaim::reclaim();
+        reclaim();
         let pointer = match user_data {
             UserData::None => ptr::null_mut(),
             UserData::PassThrough(pointer) => pointer,
             UserData::Copied(bytes) => {
                 let driver = self.context.driver();
                 let shared = Arc::clone(&self.context.shared);
-                let record = record::new_with_bytes(shared, function, bytes);
+                let record = GraphRecord::copied_bytes(shared, function, bytes);
                 // SAFETY: as in `add_host_node_shared`.
                 return unsafe {
-                    user_object::attach_for(driver, self.raw, record, || {
-                        self.add_host_node_with(
-                            dependencies,
-                            trampoline::graph_host_fn,
-                            record.as_ptr().cast(),
-                        )
+                    user_object::attach_for(driver, self.raw, record, |data| {
+                        self.add_host_node_with(dependencies, GraphRecord::host_fn(), data)
                     })
                 };
             }
@@ -176,16 +169,18 @@ impl Graph {
         let mut node = ptr::null_mut();
         // SAFETY: the graph is live; the dependencies are nodes of live graphs (the driver
         // rejects nodes of another graph); the caller vouches for `function` and `data`.
-        let result = unsafe {
-            driver.cuGraphAddHostNode(
-                &mut node,
-                self.raw,
-                dependencies.as_ptr(),
-                dependencies.len(),
-                &params,
+        unsafe {
+            checked!(
+                driver,
+                cuGraphAddHostNode(
+                    &mut node,
+                    self.raw,
+                    dependencies.as_ptr(),
+                    dependencies.len(),
+                    &params,
+                )
             )
-        };
-        driver.check("cuGraphAddHostNode", result)?;
+        }?;
         Ok(HostNode {
             graph: self,
             raw: node,
@@ -202,19 +197,16 @@ impl Graph {
         let driver = self.context.driver();
         let mut count = 0;
         // SAFETY: a null array asks for the count only.
-        let result = unsafe { driver.cuGraphGetNodes(self.raw, ptr::null_mut(), &mut count) };
-        driver.check("cuGraphGetNodes", result)?;
+        unsafe { checked!(driver, cuGraphGetNodes(self.raw, ptr::null_mut(), &mut count)) }?;
         let mut nodes = vec![ptr::null_mut(); count];
         // SAFETY: the array holds `count` nodes.
-        let result = unsafe { driver.cuGraphGetNodes(self.raw, nodes.as_mut_ptr(), &mut count) };
-        driver.check("cuGraphGetNodes", result)?;
+        unsafe { checked!(driver, cuGraphGetNodes(self.raw, nodes.as_mut_ptr(), &mut count)) }?;
         nodes.truncate(count);
         let mut host_nodes = Vec::new();
         for node in nodes {
             let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
             // SAFETY: `node` is a node of this graph.
-            let result = unsafe { driver.cuGraphNodeGetType(node, &mut kind) };
-            driver.check("cuGraphNodeGetType", result)?;
+            unsafe { checked!(driver, cuGraphNodeGetType(node, &mut kind)) }?;
             if kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
                 host_nodes.push(HostNode {
                     graph: self,
@@ -234,7 +226,7 @@ impl Graph {
     #[doc(alias = "cuGraphInstantiate")]
     pub fn instantiate(&self) -> Result<GraphExec> {
         ensure_outside_host_function("Graph::instantiate")?;
-        reclaim::reclaim();
+        reclaim();
         self.context.shared.take_drop_error()?;
         GraphExec::instantiate(self)
     }
@@ -249,8 +241,7 @@ impl Graph {
         let driver = self.context.driver();
         let mut raw = ptr::null_mut();
         // SAFETY: a live graph; `raw` is a valid out-pointer.
-        let result = unsafe { driver.cuGraphClone(&mut raw, self.raw) };
-        driver.check("cuGraphClone", result)?;
+        unsafe { checked!(driver, cuGraphClone(&mut raw, self.raw)) }?;
         // SAFETY: a fresh graph, owned from here on.
         Ok(unsafe { Graph::from_raw(&self.context, raw) })
     }
@@ -258,15 +249,10 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        let shared = Arc::clone(&self.context.shared);
-        let raw = crate::handle::SendHandle::new(self.raw);
         // Executables and launches in flight keep their own references to the callables.
-        reclaim::call_outside_host_function(move || {
+        destroy_later(&self.context.shared, "graph", self.raw, |context, raw| {
             // SAFETY: owned by this `Graph`, destroyed once.
-            let result = unsafe { shared.driver().cuGraphDestroy(raw.get()) };
-            if let Err(error) = shared.driver().check("cuGraphDestroy", result) {
-                shared.record_drop_error("graph", error);
-            }
+            unsafe { checked!(context.driver(), cuGraphDestroy(raw)) }
         });
     }
 }
@@ -305,33 +291,24 @@ impl<'graph> HostNode<'graph> {
     #[doc(alias = "cuGraphHostNodeGetParams")]
     pub fn callable(&self) -> Result<Option<HostCallable>> {
         ensure_outside_host_function("HostNode::callable")?;
-        Ok(self.graph_callable()?.map(|(_, callable)| callable))
+        Ok(self
+            .graph_callable()?
+            .map(|callable| Arc::clone(&callable.callable)))
     }
 
-    /// The node's record in the graph, when it holds a cuda-host callable.
-    fn graph_callable(&self) -> Result<Option<(NonNull<RecordHeader>, HostCallable)>> {
+    /// The node's callable in the graph, when it is one of cuda-host's; borrowed from the graph,
+    /// whose user object keeps it alive while the graph exists.
+    fn graph_callable(&self) -> Result<Option<&'graph crate::launch::GraphCallable>> {
         let driver = self.graph.context.driver();
         let mut params = CUDA_HOST_NODE_PARAMS {
             fn_: None,
             userData: ptr::null_mut(),
         };
         // SAFETY: a node of the live graph; `params` is a valid out-pointer.
-        let result = unsafe { driver.cuGraphHostNodeGetParams(self.raw, &mut params) };
-        driver.check("cuGraphHostNodeGetParams", result)?;
-        let ours = params.fn_.is_some_and(|function| {
-            std::ptr::fn_addr_eq(
-                function,
-                trampoline::graph_host_fn as unsafe extern "C" fn(*mut c_void),
-            )
-        });
-        let Some(record) = NonNull::new(params.userData.cast::<RecordHeader>()).filter(|_| ours)
-        else {
-            return Ok(None);
-        };
-        // SAFETY: the graph's user object keeps the record alive while the graph (borrowed here)
-        // exists.
-        Ok(unsafe { record::as_graph_callable(record) }
-            .map(|graph_callable| (record, Arc::clone(&graph_callable.callable))))
+        unsafe { checked!(driver, cuGraphHostNodeGetParams(self.raw, &mut params)) }?;
+        // SAFETY: a node of cuda-host's runs a record the graph's user object keeps alive while
+        // the graph (borrowed for 'graph) exists.
+        Ok(unsafe { callable_of_node(params.fn_, params.userData) })
     }
 
     /// Replaces the node's callable in the graph (executables made before keep theirs). The
@@ -345,7 +322,7 @@ impl<'graph> HostNode<'graph> {
     where
         F: Fn() + Send + Sync + 'static,
     {
-        let callable = reclaim::outside_host_function("HostNode::set_callable", callable)?;
+        let callable = outside_host_function("HostNode::set_callable", callable)?;
         self.set_callable_shared(Arc::new(callable))
     }
 
@@ -354,30 +331,26 @@ impl<'graph> HostNode<'graph> {
     /// # Errors
     /// As [`set_callable`](Self::set_callable).
     pub fn set_callable_shared(&self, callable: HostCallable) -> Result<()> {
-        let callable = reclaim::outside_host_function("HostNode::set_callable", callable)?;
-        reclaim::reclaim();
+        let callable = outside_host_function("HostNode::set_callable", callable)?;
+        reclaim();
         let graph = self.graph;
         let driver = graph.context.driver();
-        let old = self.graph_callable()?;
-        let record = record::new_graph_callable(Arc::clone(&graph.context.shared), callable);
-        // SAFETY: the graph is live and not shared; the fresh record passes to the user object,
-        // which keeps it alive as long as the node can run it.
+        let old = self.graph_callable()?.map(|old| old.user_object());
+        let record = GraphRecord::callable(Arc::clone(&graph.context.shared), callable);
+        // SAFETY: the graph is live and not shared; the record passes to the user object, which
+        // keeps it alive as long as the node can run it.
         unsafe {
-            user_object::attach_for(driver, graph.raw, record, || {
+            user_object::attach_for(driver, graph.raw, record, |data| {
                 let params = CUDA_HOST_NODE_PARAMS {
-                    fn_: Some(trampoline::graph_host_fn),
-                    userData: record.as_ptr().cast(),
+                    fn_: Some(GraphRecord::host_fn()),
+                    userData: data,
                 };
-                let result = driver.cuGraphHostNodeSetParams(self.raw, &params);
-                Ok(driver.check("cuGraphHostNodeSetParams", result)?)
+                Ok(checked!(driver, cuGraphHostNodeSetParams(self.raw, &params))?)
             })?;
         }
-        if let Some((old_record, _)) = old {
-            // SAFETY: the old record is alive while the graph holds its user object.
-            if let Some(old) = unsafe { record::as_graph_callable(old_record) } {
-                // SAFETY: the graph holds that user object's reference.
-                unsafe { user_object::release_from_graph(driver, graph.raw, old.user_object()) };
-            }
+        if let Some(old) = old {
+            // SAFETY: the graph holds that user object's reference.
+            unsafe { user_object::release_from_graph(driver, graph.raw, old) };
         }
         Ok(())
     }

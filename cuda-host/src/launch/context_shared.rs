@@ -1,0 +1,142 @@
+//! What a context's objects (streams, events, graphs) and its launch records share: the driver,
+//! the context handle, and the errors `Drop`s could not return.
+//!
+//! A launch record holds the context (an `Arc` of this) so that no record outlives it, and the
+//! context is released when the last object and record let go. That release is a driver call,
+//! which must never run on the driver's own thread: every holder that can be dropped there is a
+//! public `Context` (inside a `Stream`, `Event`, `Graph` or `GraphExec`), whose `Drop` defers
+//! itself from a host function (`objects::context`); records and deferred work are only ever
+//! dropped on callers' threads (`reclaim`). So this type's own `Drop` releases directly.
+
+use crate::checked::checked;
+use crate::error::{Error, Result};
+use crate::sync::lock;
+use cuda_host_sys::{CUcontext, CUdevice, Driver};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What a context's streams, events, graphs and launch records share.
+pub(crate) struct ContextShared {
+    driver: Arc<Driver>,
+    device: CUdevice,
+    raw: CUcontext,
+    has_drop_errors: AtomicBool,
+    drop_errors: Mutex<Vec<Error>>,
+}
+
+// SAFETY: `raw` is a driver handle, valid on any thread; the driver API is thread-safe.
+unsafe impl Send for ContextShared {}
+// SAFETY: as above; the mutable state is behind an atomic and a mutex.
+unsafe impl Sync for ContextShared {}
+
+impl std::fmt::Debug for ContextShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("raw", &self.raw)
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ContextShared {
+    /// The shared state of the primary context `raw` of `device`, which the caller retained
+    /// once; it is released when this is dropped.
+    pub(crate) fn retained_primary(driver: Arc<Driver>, device: CUdevice, raw: CUcontext) -> Self {
+        ContextShared {
+            driver,
+            device,
+            raw,
+            has_drop_errors: AtomicBool::new(false),
+            drop_errors: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    pub(crate) fn driver_arc(&self) -> &Arc<Driver> {
+        &self.driver
+    }
+
+    pub(crate) fn raw(&self) -> CUcontext {
+        self.raw
+    }
+
+    pub(crate) fn device(&self) -> CUdevice {
+        self.device
+    }
+
+    /// Runs `call` with this context current on the calling thread, then makes what was current
+    /// before current again: cuda-host leaves the thread's current context as it found it.
+    pub(crate) fn with_current<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
+        let driver = self.driver();
+        let mut previous = ptr::null_mut();
+        // SAFETY: `previous` is a valid out-pointer.
+        unsafe { checked!(driver, cuCtxGetCurrent(&mut previous)) }?;
+        if previous == self.raw {
+            return call();
+        }
+        // SAFETY: `raw` is a context this value retains.
+        unsafe { checked!(driver, cuCtxSetCurrent(self.raw)) }?;
+        let outcome = call();
+        // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
+        if let Err(error) = unsafe { checked!(driver, cuCtxSetCurrent(previous)) } {
+            // The call's own outcome matters more to the caller: what it did happened.
+            log::error!("cannot make the previous context current again: {error}");
+        }
+        outcome
+    }
+
+    /// Makes this context current on the calling thread, and leaves it so.
+    pub(crate) fn bind_to_thread(&self) -> Result<()> {
+        let driver = self.driver();
+        let mut current = ptr::null_mut();
+        // SAFETY: `current` is a valid out-pointer.
+        unsafe { checked!(driver, cuCtxGetCurrent(&mut current)) }?;
+        if current != self.raw {
+            // SAFETY: `raw` is a context this value retains.
+            unsafe { checked!(driver, cuCtxSetCurrent(self.raw)) }?;
+        }
+        Ok(())
+    }
+
+    /// Keeps an error a `Drop` could not return, for the next call on this context.
+    pub(crate) fn record_drop_error(&self, object: &'static str, error: cuda_host_sys::Error) {
+        log::error!("destroying the {object} failed: {error}");
+        lock(&self.drop_errors).push(Error::DropFailed {
+            object,
+            source: error,
+        });
+        self.has_drop_errors.store(true, Ordering::Release);
+    }
+
+    /// The oldest error recorded by a `Drop`, if any, as this call's error.
+    #[inline]
+    pub(crate) fn take_drop_error(&self) -> Result<()> {
+        if !self.has_drop_errors.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let mut errors = lock(&self.drop_errors);
+        let oldest = (!errors.is_empty()).then(|| errors.remove(0));
+        self.has_drop_errors
+            .store(!errors.is_empty(), Ordering::Release);
+        oldest.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for ContextShared {
+    fn drop(&mut self) {
+        // SAFETY: this value retained the primary context once; it is released once.
+        if let Err(error) = unsafe {
+            checked!(
+                self.driver(),
+                cuDevicePrimaryCtxRelease_v2(self.device)
+            )
+        } {
+            // The context is gone: nobody is left to return the error to.
+            log::error!("releasing the primary context failed: {error}");
+        }
+    }
+}

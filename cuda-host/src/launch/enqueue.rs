@@ -1,0 +1,107 @@
+//! Handing a launch to the driver: the capture check held until the driver took the launch, the
+//! record under a ticket, the failure handshake, and the look for a capture other code began.
+
+use crate::checked::checked;
+use crate::error::{CaptureState, Error, Result};
+use crate::launch::capture_check::LaunchWindow;
+use crate::launch::context_failure;
+use crate::launch::context_shared::ContextShared;
+use crate::launch::payload::{self, RunOnce};
+use crate::launch::reclaim;
+use crate::launch::slot;
+use crate::launch::trampoline;
+use cuda_host_sys::CUstream;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// Launches `payload` once on `stream` of `context`, after the work enqueued there before it.
+/// The stream's context must be current where the driver resolves `stream` against it (the
+/// special streams). A refused payload is dropped as the reclaim rule allows.
+pub(crate) fn run_once<P: RunOnce>(
+    context: &Arc<ContextShared>,
+    stream: CUstream,
+    payload: P,
+) -> Result<()> {
+    let window = match open_window(context, stream) {
+        Ok(window) => window,
+        Err(error) => {
+            reclaim::drop_when_allowed(payload);
+            return Err(error);
+        }
+    };
+    let slot = payload::in_slot(Arc::clone(context), payload);
+    let driver = context.driver();
+    let ticket = slot.begin_launch(context.raw().addr(), window.stream());
+    // SAFETY: the stream handle is valid (the caller's); the ticket names a slot whose record
+    // stays valid until it is claimed, and the trampoline claims before it runs.
+    let launched = unsafe {
+        checked!(
+            driver,
+            cuLaunchHostFunc(
+                window.stream(),
+                Some(trampoline::run_once_host_fn),
+                ticket.into_user_data()
+            )
+        )
+    };
+    if let Err(error) = launched {
+        match slot::take_refused(ticket) {
+            // SAFETY: the driver refused the launch, so its record is exclusively ours again.
+            Some(record) => unsafe { reclaim::drop_soon(record) },
+            None => log::error!("the driver ran a host function whose launch it refused"),
+        }
+        context_failure::abandon_if_failed(context, error.result());
+        return Err(error.into());
+    }
+    context_failure::mark_launched(context.raw().addr(), ticket);
+    if window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data())
+        && let Some(record) = slot::abandon_ticket(ticket)
+    {
+        // Other code began a capture of the stream between the check and the launch: the
+        // launch became a node of that graph. Abandoned, the node does nothing.
+        // SAFETY: abandoning claimed the record, which never ran: it is ours to drop.
+        unsafe { reclaim::drop_soon(record) };
+        return Err(Error::StreamCapturing {
+            status: CaptureState::Active,
+        });
+    }
+    Ok(())
+}
+
+/// Launches `function` with `pointer` on `stream`, with the same capture check; nothing is
+/// allocated.
+///
+/// # Safety
+/// As `host_launch_raw`: `function` must be callable with `pointer` on the driver's thread.
+pub(crate) unsafe fn pass_through(
+    context: &ContextShared,
+    stream: CUstream,
+    function: unsafe extern "C" fn(*mut c_void),
+    pointer: *mut c_void,
+) -> Result<()> {
+    let window = open_window(context, stream)?;
+    // SAFETY: the stream handle is valid (the caller's); the caller vouches for `function`
+    // and `pointer`.
+    let launched = unsafe {
+        checked!(
+            context.driver(),
+            cuLaunchHostFunc(window.stream(), Some(function), pointer)
+        )
+    };
+    if let Err(error) = &launched {
+        context_failure::abandon_if_failed(context, error.result());
+    }
+    Ok(launched?)
+}
+
+/// Opens the launch's window on `stream` (`capture_check`); a failure its check sees is noted.
+fn open_window<'context>(
+    context: &'context ContextShared,
+    stream: CUstream,
+) -> Result<LaunchWindow<'context>> {
+    LaunchWindow::open(context.driver(), stream).inspect_err(|error| {
+        if let Some(result) = error.driver_result() {
+            context_failure::abandon_if_failed(context, result);
+        }
+    })
+}

@@ -1,0 +1,75 @@
+//! The `extern "C"` functions the driver calls.
+//!
+//! Nothing that runs here may unwind into the driver or abort: the user's function runs under
+//! `catch_unwind`, its panic is reported by code that catches its own panics (a panicking logger
+//! or hook), the panic's payload is dropped on a caller's thread, and everything else is under a
+//! last `catch_unwind` too. No user value is dropped here: finished records go to their home
+//! thread's inbox (`inboxes`).
+
+use crate::launch::inboxes::{self, RunningHome};
+use crate::launch::mark::InHostFunction;
+use crate::launch::panic_report;
+use crate::launch::record::RecordHeader;
+use crate::launch::slot::{self, Ticket};
+use cuda_host_sys::CUstream;
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
+
+/// Runs the record's payload with the thread marked as inside a host function (of the record's
+/// home), catching a panic and reporting it (the report runs marked too, and never unwinds).
+///
+/// # Safety
+/// As [`RecordHeader::run`].
+unsafe fn run_marked(record: NonNull<RecordHeader>, stream: Option<CUstream>) {
+    let _marked = InHostFunction::enter();
+    // SAFETY: the record stays live while it runs (caller).
+    let _home = unsafe { RunningHome::enter(record) };
+    // SAFETY: per the caller.
+    let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { RecordHeader::run(record) }));
+    if let Err(payload) = outcome {
+        panic_report::report_host_function_panic(payload, stream);
+    }
+}
+
+/// Keeps a panic that escaped everything else from crossing into the driver: its payload is
+/// dropped later on a caller's thread.
+fn contain(outcome: std::thread::Result<()>) {
+    if let Err(payload) = outcome {
+        panic_report::dispose(payload);
+    }
+}
+
+/// The `CUhostFn` of run-once records; its user data is a launch ticket, not an address. The
+/// driver calls it at most once per launch; a stale ticket (its record was abandoned after the
+/// context failed, or was run already) is ignored. A run record goes to its home's inbox.
+///
+/// # Safety
+/// `data` must be a ticket of `slot`, given to the driver by a launch.
+pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
+    contain(catch_unwind(|| {
+        let Some((record, stream)) = slot::claim(Ticket::from_user_data(data)) else {
+            log::debug!("ignored a host function call with a stale launch ticket");
+            return;
+        };
+        // SAFETY: claimed: the record is owned here and has not run.
+        unsafe { run_marked(record, Some(stream)) };
+        // SAFETY: the record is finished and owned here; ownership passes to its home's list.
+        unsafe { inboxes::finish(record) };
+    }));
+}
+
+/// The `CUhostFn` of graph host nodes: runs the callable (or copied-bytes function), which stays
+/// owned by a user object of the graph or by the executable.
+///
+/// # Safety
+/// `data` must be a graph callable or copied-bytes record kept alive while graphs can run it.
+pub(crate) unsafe extern "C" fn graph_host_fn(data: *mut c_void) {
+    contain(catch_unwind(|| {
+        if let Some(record) = NonNull::new(data.cast::<RecordHeader>()) {
+            // SAFETY: the record's owner keeps it alive while a graph can run it; these records
+            // may run many times.
+            unsafe { run_marked(record, None) };
+        }
+    }));
+}

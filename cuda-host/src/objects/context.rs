@@ -1,0 +1,193 @@
+//! Devices and their primary contexts.
+
+use crate::checked::checked;
+use crate::error::{Error, Result};
+use crate::launch::{
+    ContextShared, abandon_if_failed, drop_when_allowed, ensure_outside_host_function,
+    in_host_function, reclaim,
+};
+use cuda_host_sys::{CUcontext, CUdevice, Driver};
+use std::ffi::{CStr, c_char};
+use std::ptr;
+use std::sync::Arc;
+
+/// A CUDA device of a loaded driver.
+#[derive(Debug, Clone)]
+pub struct Device {
+    driver: Arc<Driver>,
+    handle: CUdevice,
+    ordinal: usize,
+}
+
+impl Device {
+    /// How many devices the driver has. Initialises the driver (`cuInit`).
+    ///
+    /// # Errors
+    /// The driver's error from `cuInit` or `cuDeviceGetCount`.
+    #[doc(alias = "cuDeviceGetCount")]
+    pub fn count(driver: &Arc<Driver>) -> Result<usize> {
+        ensure_outside_host_function("Device::count")?;
+        initialise(driver)?;
+        let mut count = 0;
+        // SAFETY: `count` is a valid out-pointer.
+        unsafe { checked!(driver, cuDeviceGetCount(&mut count)) }?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    /// The device with this ordinal. Initialises the driver (`cuInit`).
+    ///
+    /// # Errors
+    /// The driver's error, e.g. `CUDA_ERROR_INVALID_DEVICE` for an ordinal out of range.
+    #[doc(alias = "cuDeviceGet")]
+    pub fn get(driver: &Arc<Driver>, ordinal: usize) -> Result<Device> {
+        ensure_outside_host_function("Device::get")?;
+        initialise(driver)?;
+        let index = i32::try_from(ordinal).map_err(|_| Error::InvalidArgument {
+            what: format!("device ordinal {ordinal} is out of range"),
+        })?;
+        let mut handle = 0;
+        // SAFETY: `handle` is a valid out-pointer.
+        unsafe { checked!(driver, cuDeviceGet(&mut handle, index)) }?;
+        Ok(Device {
+            driver: Arc::clone(driver),
+            handle,
+            ordinal,
+        })
+    }
+
+    /// The device's name, e.g. `"NVIDIA H200"`.
+    ///
+    /// # Errors
+    /// The driver's error from `cuDeviceGetName`.
+    #[doc(alias = "cuDeviceGetName")]
+    pub fn name(&self) -> Result<String> {
+        ensure_outside_host_function("Device::name")?;
+        let mut name = [0 as c_char; 256];
+        // SAFETY: the buffer holds `name.len()` bytes, the length passed.
+        unsafe {
+            checked!(
+                &self.driver,
+                cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, self.handle)
+            )
+        }?;
+        // SAFETY: the driver wrote a NUL-terminated string into the buffer.
+        let name = unsafe { CStr::from_ptr(name.as_ptr()) };
+        Ok(name.to_string_lossy().into_owned())
+    }
+
+    /// The ordinal it was opened with.
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// The driver's handle.
+    pub fn as_raw(&self) -> CUdevice {
+        self.handle
+    }
+
+    /// The driver it belongs to.
+    pub fn driver(&self) -> &Arc<Driver> {
+        &self.driver
+    }
+
+    /// Retains the device's primary context (the one the CUDA runtime and most libraries share).
+    ///
+    /// # Errors
+    /// The driver's error from `cuDevicePrimaryCtxRetain`.
+    #[doc(alias = "cuDevicePrimaryCtxRetain")]
+    pub fn primary_context(&self) -> Result<Context> {
+        Context::primary(self)
+    }
+}
+
+fn initialise(driver: &Driver) -> Result<()> {
+    // SAFETY: no pointer arguments; `cuInit` may be called any number of times.
+    Ok(unsafe { checked!(driver, cuInit(0)) }?)
+}
+
+/// A retained primary context. Cheap to clone; released when the last clone, stream, event and
+/// launch record of it is gone.
+#[derive(Debug, Clone)]
+pub struct Context {
+    pub(crate) shared: Arc<ContextShared>,
+}
+
+impl Context {
+    /// Retains `device`'s primary context.
+    ///
+    /// # Errors
+    /// The driver's error from `cuDevicePrimaryCtxRetain`.
+    #[doc(alias = "cuDevicePrimaryCtxRetain")]
+    pub fn primary(device: &Device) -> Result<Context> {
+        ensure_outside_host_function("Context::primary")?;
+        let driver = &device.driver;
+        let mut raw = ptr::null_mut();
+        // SAFETY: `raw` is a valid out-pointer; the device handle came from the driver.
+        unsafe { checked!(driver, cuDevicePrimaryCtxRetain(&mut raw, device.handle)) }?;
+        Ok(Context {
+            shared: Arc::new(ContextShared::retained_primary(
+                Arc::clone(driver),
+                device.handle,
+                raw,
+            )),
+        })
+    }
+
+    /// The driver's handle.
+    pub fn as_raw(&self) -> CUcontext {
+        self.shared.raw()
+    }
+
+    /// The driver it belongs to.
+    pub fn driver(&self) -> &Arc<Driver> {
+        self.shared.driver_arc()
+    }
+
+    /// The device's handle.
+    pub fn device(&self) -> CUdevice {
+        self.shared.device()
+    }
+
+    /// Makes this context current on the calling thread, for raw driver calls that use the
+    /// current context. cuda-host's own calls leave the current context as they found it.
+    ///
+    /// # Errors
+    /// [`Error::InHostFunction`], or the driver's error from `cuCtxGetCurrent`/`cuCtxSetCurrent`.
+    #[doc(alias = "cuCtxSetCurrent")]
+    pub fn bind_to_thread(&self) -> Result<()> {
+        ensure_outside_host_function("Context::bind_to_thread")?;
+        self.shared.bind_to_thread()
+    }
+
+    /// Waits until all work of the context has finished, then reclaims finished launch records.
+    ///
+    /// # Errors
+    /// An error recorded by an earlier `Drop`, or the driver's error from `cuCtxSynchronize`
+    /// (which also reports an earlier asynchronous failure, such as a kernel's illegal address).
+    #[doc(alias = "cuCtxSynchronize")]
+    pub fn synchronize(&self) -> Result<()> {
+        ensure_outside_host_function("Context::synchronize")?;
+        self.shared.take_drop_error()?;
+        let driver = self.shared.driver();
+        let synchronized = self.shared.with_current(|| {
+            // SAFETY: no arguments; the context is current.
+            Ok(unsafe { checked!(driver, cuCtxSynchronize()) })
+        })?;
+        if let Err(error) = &synchronized {
+            abandon_if_failed(&self.shared, error.result());
+        }
+        reclaim();
+        Ok(synchronized?)
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // Releasing the context is a driver call, never made on the driver's thread: from there
+        // the reference goes to a caller's thread (`launch::context_shared` says why this is the
+        // one place that needs it).
+        if in_host_function() {
+            drop_when_allowed(Arc::clone(&self.shared));
+        }
+    }
+}
