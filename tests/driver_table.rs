@@ -391,3 +391,47 @@ fn the_pointer_macros_have_their_header_values() {
     assert_eq!(cuda_host_sys::CU_LAUNCH_PARAM_BUFFER_SIZE.addr(), 2);
     assert_eq!(cuda_host_sys::CU_DEVICE_CPU, -1);
 }
+
+#[test]
+fn a_driver_another_library_opened_is_reused_through_its_proc_address() {
+    let opened = &test_driver().driver;
+    // Another library's handle on the same driver library (the platform loader hands back the
+    // one already open).
+    // SAFETY: the test driver's own library, already loaded and initialised in this process.
+    let library = unsafe { libloading::Library::new(opened.library_name()) }.expect("opens");
+    type GetProcAddress = unsafe extern "C" fn(
+        *const std::ffi::c_char,
+        *mut *mut std::ffi::c_void,
+        std::ffi::c_int,
+        u64,
+        *mut std::ffi::c_int,
+    ) -> CUresult;
+    // SAFETY: the driver exports `cuGetProcAddress_v2` with this C signature.
+    let get_proc_address = *unsafe { library.get::<GetProcAddress>(c"cuGetProcAddress_v2") }
+        .expect("the driver has cuGetProcAddress_v2");
+    // SAFETY: the driver's own resolver; `library` stays loaded until the end of the test, and
+    // the test driver keeps the library loaded for the process anyway.
+    let reused = unsafe { Driver::from_get_proc_address(get_proc_address, false) }
+        .expect("the table is resolved through the driver's resolver");
+    assert_eq!(reused.version(), opened.version());
+    // Both tables reach the same functions.
+    assert!(mismatches_between(opened, &reused).is_empty());
+    // SAFETY: no pointer arguments.
+    assert_eq!(unsafe { reused.cuInit(0) }, CUresult::CUDA_SUCCESS);
+    let mut count = 0;
+    // SAFETY: a valid out-pointer.
+    let counted = unsafe { reused.cuDeviceGetCount(&mut count) };
+    assert_eq!(counted, CUresult::CUDA_SUCCESS);
+    assert!(count >= 1);
+    drop(library);
+}
+
+/// Entry points two tables resolved differently: (name, first's address, second's).
+fn mismatches_between(first: &Driver, second: &Driver) -> Vec<(String, usize, usize)> {
+    first
+        .entry_points()
+        .zip(second.entry_points())
+        .filter(|((_, _, a), (_, _, b))| a != b)
+        .map(|((entry, _, a), (_, _, b))| (entry.name().to_owned(), a.addr(), b.addr()))
+        .collect()
+}

@@ -73,6 +73,8 @@ mod sync;
 
 outside_loom_models! {
     mod checked;
+    #[cfg(test)]
+    mod fake_driver;
     mod error;
     mod graph;
     mod handle;

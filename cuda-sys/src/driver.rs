@@ -119,8 +119,9 @@ impl LoadOptions {
 /// lacks answers `CUDA_ERROR_NOT_FOUND` (and is logged once); [`availability`](Driver::availability)
 /// says which and why.
 pub struct Driver {
-    // Keeps the code the table points into loaded for as long as the table lives.
-    _library: libloading::Library,
+    // Keeps the code the table points into loaded for as long as the table lives; `None` when
+    // the table was built from a resolver, whose caller keeps the code alive.
+    _library: Option<libloading::Library>,
     library_name: String,
     version: i32,
     per_thread_default_stream: bool,
@@ -240,38 +241,132 @@ impl Driver {
             .ok()
             .map(|symbol| *symbol);
 
-        let mut version: c_int = 0;
-        // SAFETY: `version` is a valid `int` to write; the function needs no initialisation.
-        let result = unsafe { get_version(&mut version) };
-        match result {
-            CUresult::CUDA_SUCCESS => {}
-            CUresult::CUDA_ERROR_STUB_LIBRARY => {
-                return Err(LoadError::StubLibrary {
-                    library: library_name,
-                });
-            }
-            result => {
-                return Err(LoadError::VersionQuery {
-                    library: library_name,
-                    result,
-                });
-            }
-        }
-        if version < MINIMUM_DRIVER_VERSION {
-            return Err(LoadError::DriverTooOld {
-                library: library_name,
-                found: version,
-                required: MINIMUM_DRIVER_VERSION,
-            });
-        }
-
-        let mut addresses = vec![ptr::null_mut::<c_void>(); ENTRY_POINT_COUNT];
-        let mut availability = vec![Availability::NotInDriver; ENTRY_POINT_COUNT];
+        let version = query_version(get_version, &library_name)?;
         let flags = if per_thread_default_stream {
             CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
         } else {
             CU_GET_PROC_ADDRESS_LEGACY_STREAM
         };
+        let by_symbol = get_proc_address.is_none();
+        let resolve = |entry: &EntryPoint| match (get_proc_address, entry.proc_address) {
+            (Some(get_proc_address), Some((name, abi_version))) => {
+                resolve(get_proc_address, name, abi_version, flags)
+            }
+            _ => {
+                // Some `_ptsz` names the header declares are not exported (the real driver has
+                // no `cuGetProcAddress_v2_ptsz`): the plain symbol serves both.
+                let per_thread = match entry.per_thread_symbol {
+                    Some(symbol) if per_thread_default_stream => lookup_symbol(&library, symbol),
+                    _ => ptr::null_mut(),
+                };
+                if per_thread.is_null() {
+                    lookup_symbol(&library, entry.symbol)
+                } else {
+                    per_thread
+                }
+            }
+        };
+        // SAFETY: each address is resolved for its entry at the ABI version the header declares
+        // (or by the header's exported symbol name) from the library kept with the table.
+        let mut driver =
+            unsafe { Driver::assemble(library_name, version, per_thread_default_stream, resolve) };
+        driver._library = Some(library);
+        if by_symbol {
+            log::debug!(
+                "{}: resolved by symbol name (no cuGetProcAddress_v2)",
+                driver.library_name
+            );
+        }
+        Ok(driver)
+    }
+
+    /// A driver table whose entry points come from `resolve`, which answers each entry point the
+    /// header declares with its address, or null where it has none. Entry points whose ABI is
+    /// newer than `version` are not asked for: they need a newer driver.
+    ///
+    /// This is the seam for a driver made of something other than a library this crate opens:
+    /// test fakes written in Rust, or a `libcuda` another library already opened (resolve through
+    /// its `cuGetProcAddress_v2`, as [`Driver::from_get_proc_address`] does). `name` is what
+    /// [`library_name`](Driver::library_name) reports.
+    ///
+    /// # Safety
+    /// 1. Every non-null address `resolve` returns for an entry point must be a function with the
+    ///    C signature `cuda.h` declares for that entry point's `symbol`, behaving as the CUDA
+    ///    driver API documents it (or, for a fake, as its callers may rely on).
+    /// 2. Those functions must stay callable, from any thread, for as long as the returned
+    ///    `Driver` and anything made from it live.
+    pub unsafe fn from_resolver(
+        name: impl Into<String>,
+        version: i32,
+        resolve: impl FnMut(&EntryPoint) -> *mut c_void,
+    ) -> Driver {
+        // SAFETY: per the caller.
+        unsafe { Driver::assemble(name.into(), version, false, resolve) }
+    }
+
+    /// A driver table resolved through the `cuGetProcAddress_v2` of a driver library another
+    /// library already opened (the CUDA runtime, cudarc, a C library), so that both use the same
+    /// `libcuda` without opening it twice. The driver's version comes from its
+    /// `cuDriverGetVersion`, resolved through `get_proc_address` too.
+    ///
+    /// # Errors
+    /// [`LoadError::MissingBootstrap`] when `get_proc_address` does not give
+    /// `cuDriverGetVersion`; the errors of [`Driver::open`] about the version.
+    ///
+    /// # Safety
+    /// 1. `get_proc_address` must be the driver's `cuGetProcAddress_v2` (the C signature
+    ///    `CUresult (const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *)`),
+    ///    and every pointer it returns must be the entry point it names, at the version asked.
+    /// 2. The library it belongs to must stay loaded for as long as the returned `Driver` and
+    ///    anything made from it live.
+    pub unsafe fn from_get_proc_address(
+        get_proc_address: unsafe extern "C" fn(
+            *const c_char,
+            *mut *mut c_void,
+            c_int,
+            u64,
+            *mut c_int,
+        ) -> CUresult,
+        per_thread_default_stream: bool,
+    ) -> Result<Driver, LoadError> {
+        const NAME: &str = "the driver another library opened";
+        let flags = if per_thread_default_stream {
+            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+        } else {
+            CU_GET_PROC_ADDRESS_LEGACY_STREAM
+        };
+        let get_version = resolve(get_proc_address, c"cuDriverGetVersion", 2020, flags);
+        if get_version.is_null() {
+            return Err(LoadError::MissingBootstrap {
+                library: NAME.to_owned(),
+                symbol: "cuDriverGetVersion",
+            });
+        }
+        // SAFETY: the driver's `cuDriverGetVersion` (per the caller's `get_proc_address`).
+        let get_version: DriverGetVersion = unsafe { std::mem::transmute(get_version) };
+        let version = query_version(get_version, NAME)?;
+        let resolve = |entry: &EntryPoint| match entry.proc_address {
+            Some((name, abi_version)) => resolve(get_proc_address, name, abi_version, flags),
+            None => ptr::null_mut(),
+        };
+        // SAFETY: per the caller: the addresses come from the driver's own resolver.
+        Ok(unsafe {
+            Driver::assemble(NAME.to_owned(), version, per_thread_default_stream, resolve)
+        })
+    }
+
+    /// Builds the table from `resolve`.
+    ///
+    /// # Safety
+    /// As [`Driver::from_resolver`].
+    unsafe fn assemble(
+        library_name: String,
+        version: i32,
+        per_thread_default_stream: bool,
+        mut resolve: impl FnMut(&EntryPoint) -> *mut c_void,
+    ) -> Driver {
+        let mut addresses = vec![ptr::null_mut::<c_void>(); ENTRY_POINT_COUNT];
+        let mut availability = vec![Availability::NotInDriver; ENTRY_POINT_COUNT];
         for (index, entry) in ENTRY_POINTS.iter().enumerate() {
             if let Some(required) = entry.abi_version()
                 && required as i64 > i64::from(version)
@@ -281,26 +376,7 @@ impl Driver {
                 availability[index] = Availability::NeedsNewerDriver { required };
                 continue;
             }
-            let address = match (get_proc_address, entry.proc_address) {
-                (Some(get_proc_address), Some((name, abi_version))) => {
-                    resolve(get_proc_address, name, abi_version, flags)
-                }
-                _ => {
-                    // Some `_ptsz` names the header declares are not exported (the real driver
-                    // has no `cuGetProcAddress_v2_ptsz`): the plain symbol serves both.
-                    let per_thread = match entry.per_thread_symbol {
-                        Some(symbol) if per_thread_default_stream => {
-                            lookup_symbol(&library, symbol)
-                        }
-                        _ => ptr::null_mut(),
-                    };
-                    if per_thread.is_null() {
-                        lookup_symbol(&library, entry.symbol)
-                    } else {
-                        per_thread
-                    }
-                }
-            };
+            let address = resolve(entry);
             if !address.is_null() {
                 addresses[index] = address;
                 availability[index] = Availability::Available;
@@ -310,11 +386,10 @@ impl Driver {
             .into_boxed_slice()
             .try_into()
             .expect("one address per entry point");
-        // SAFETY: each non-null address was resolved for the entry at its index, at the ABI
-        // version the header declares (or by the header's exported symbol name).
+        // SAFETY: each non-null address is the entry at its index (per the caller).
         let functions = unsafe { DriverFunctions::from_addresses(&addresses) };
         let driver = Driver {
-            _library: library,
+            _library: None,
             library_name,
             version,
             per_thread_default_stream,
@@ -326,18 +401,13 @@ impl Driver {
                 .collect(),
         };
         log::debug!(
-            "loaded {} (CUDA {}): {} of {} entry points available{}",
+            "loaded {} (CUDA {}): {} of {} entry points available",
             driver.library_name,
             crate::version_text(version),
             driver.available_count(),
             ENTRY_POINT_COUNT,
-            if get_proc_address.is_some() {
-                ""
-            } else {
-                ", resolved by symbol name (no cuGetProcAddress_v2)"
-            }
         );
-        Ok(driver)
+        driver
     }
 
     /// The driver's version as `cuDriverGetVersion` reports it, e.g. `13000` for CUDA 13.0.
@@ -450,6 +520,35 @@ impl Driver {
     }
 }
 
+/// The driver's version from its `cuDriverGetVersion`, checked against the minimum.
+fn query_version(get_version: DriverGetVersion, library: &str) -> Result<i32, LoadError> {
+    let mut version: c_int = 0;
+    // SAFETY: `version` is a valid `int` to write; the function needs no initialisation.
+    let result = unsafe { get_version(&mut version) };
+    match result {
+        CUresult::CUDA_SUCCESS => {}
+        CUresult::CUDA_ERROR_STUB_LIBRARY => {
+            return Err(LoadError::StubLibrary {
+                library: library.to_owned(),
+            });
+        }
+        result => {
+            return Err(LoadError::VersionQuery {
+                library: library.to_owned(),
+                result,
+            });
+        }
+    }
+    if version < MINIMUM_DRIVER_VERSION {
+        return Err(LoadError::DriverTooOld {
+            library: library.to_owned(),
+            found: version,
+            required: MINIMUM_DRIVER_VERSION,
+        });
+    }
+    Ok(version)
+}
+
 fn resolve(
     get_proc_address: GetProcAddress,
     name: &CStr,
@@ -543,4 +642,117 @@ unsafe fn load_process_driver(options: &LoadOptions) -> Result<Arc<Driver>, Load
         .inspect_err(|error| {
             log::error!("the process-wide CUDA driver could not be loaded: {error}");
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    unsafe extern "C" fn fake_init(_flags: std::ffi::c_uint) -> CUresult {
+        CUresult::CUDA_ERROR_NO_DEVICE
+    }
+
+    unsafe extern "C" fn fake_driver_get_version(version: *mut c_int) -> CUresult {
+        // SAFETY: the caller passes a valid out-pointer.
+        unsafe { version.write(12_000) };
+        CUresult::CUDA_SUCCESS
+    }
+
+    /// A driver whose `cuInit` answers "no device" and that has nothing else.
+    fn fake() -> Driver {
+        // SAFETY: the only address handed out is `fake_init`, which has `cuInit`'s signature and
+        // lives as long as the program.
+        unsafe {
+            Driver::from_resolver("fake", 12_000, |entry| {
+                if entry.symbol == c"cuInit" {
+                    fake_init as *mut c_void
+                } else {
+                    ptr::null_mut()
+                }
+            })
+        }
+    }
+
+    #[test]
+    fn a_driver_from_a_resolver_calls_what_it_resolved_and_nothing_else() {
+        let driver = fake();
+        assert_eq!(driver.library_name(), "fake");
+        assert_eq!(driver.version(), 12_000);
+        // SAFETY: no pointer arguments.
+        assert_eq!(unsafe { driver.cuInit(0) }, CUresult::CUDA_ERROR_NO_DEVICE);
+        assert_eq!(driver.availability("cuInit"), Some(Availability::Available));
+        let mut count = 7;
+        // SAFETY: a valid out-pointer; the entry is missing, so nothing is written.
+        let missing = unsafe { driver.cuDeviceGetCount(&mut count) };
+        assert_eq!(missing, CUresult::CUDA_ERROR_NOT_FOUND);
+        assert_eq!(count, 7);
+        assert_eq!(
+            driver.availability("cuDeviceGetCount"),
+            Some(Availability::NotInDriver)
+        );
+        assert!(matches!(
+            driver.check("cuDeviceGetCount", missing),
+            Err(Error::EntryPointUnavailable { .. })
+        ));
+    }
+
+    #[test]
+    fn a_resolver_is_never_asked_for_an_abi_newer_than_its_version() {
+        let mut asked = Vec::new();
+        // SAFETY: nothing is resolved, so nothing can be called wrongly.
+        let driver = unsafe {
+            Driver::from_resolver("fake", 12_000, |entry| {
+                asked.push(entry.name());
+                ptr::null_mut()
+            })
+        };
+        assert!(asked.contains(&"cuInit"));
+        assert!(
+            !asked.contains(&"cuLaunchHostFunc_v2"),
+            "asked for a CUDA 13.1 ABI from a 12.0 driver"
+        );
+        assert_eq!(
+            driver.availability("cuLaunchHostFunc_v2"),
+            Some(Availability::NeedsNewerDriver { required: 13010 })
+        );
+    }
+
+    unsafe extern "C" fn fake_get_proc_address(
+        name: *const c_char,
+        address: *mut *mut c_void,
+        _version: c_int,
+        _flags: u64,
+        status: *mut c_int,
+    ) -> CUresult {
+        // SAFETY: the caller passes a NUL-terminated name and valid out-pointers.
+        let (name, address, status) =
+            unsafe { (CStr::from_ptr(name), &mut *address, &mut *status) };
+        *address = if name == c"cuDriverGetVersion" {
+            fake_driver_get_version as *mut c_void
+        } else if name == c"cuInit" {
+            fake_init as *mut c_void
+        } else {
+            ptr::null_mut()
+        };
+        *status = i32::from(address.is_null());
+        if address.is_null() {
+            CUresult::CUDA_ERROR_NOT_FOUND
+        } else {
+            CUresult::CUDA_SUCCESS
+        }
+    }
+
+    #[test]
+    fn a_driver_another_library_opened_is_resolved_through_its_proc_address() {
+        // SAFETY: the fake resolver hands out functions with the signatures of the names asked.
+        let driver = unsafe { Driver::from_get_proc_address(fake_get_proc_address, false) }
+            .expect("the fake resolves cuDriverGetVersion");
+        assert_eq!(driver.version(), 12_000);
+        // SAFETY: no pointer arguments.
+        assert_eq!(unsafe { driver.cuInit(0) }, CUresult::CUDA_ERROR_NO_DEVICE);
+        assert_eq!(
+            driver.availability("cuStreamCreate"),
+            Some(Availability::NotInDriver)
+        );
+    }
 }

@@ -232,3 +232,92 @@ fn captured_by_other_code(
                 .is_some_and(|found| std::ptr::fn_addr_eq(found, function))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_driver;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// What the fake `cuStreamIsCapturing` answers on this thread: the result and status.
+        static ANSWER: Cell<(CUresult, CUstreamCaptureStatus)> =
+            const { Cell::new((CUresult::CUDA_SUCCESS, CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)) };
+    }
+
+    unsafe extern "C" fn is_capturing(
+        _stream: CUstream,
+        status: *mut CUstreamCaptureStatus,
+    ) -> CUresult {
+        let (result, answer) = ANSWER.with(Cell::get);
+        // SAFETY: the caller passes a valid out-pointer.
+        unsafe { status.write(answer) };
+        result
+    }
+
+    fn state_when(result: CUresult, status: CUstreamCaptureStatus) -> Result<Option<CaptureState>> {
+        ANSWER.with(|answer| answer.set((result, status)));
+        // SAFETY: `is_capturing` has `cuStreamIsCapturing`'s signature.
+        let driver =
+            unsafe { fake_driver::driver(&[(c"cuStreamIsCapturing", is_capturing as *mut c_void)]) };
+        capture_state(&driver, std::ptr::null_mut())
+    }
+
+    #[test]
+    fn the_drivers_capture_answers_map_to_capture_states() {
+        use CUstreamCaptureStatus as Status;
+        let ok = CUresult::CUDA_SUCCESS;
+        assert_eq!(state_when(ok, Status::CU_STREAM_CAPTURE_STATUS_NONE), Ok(None));
+        assert_eq!(
+            state_when(ok, Status::CU_STREAM_CAPTURE_STATUS_ACTIVE),
+            Ok(Some(CaptureState::Active))
+        );
+        assert_eq!(
+            state_when(ok, Status::CU_STREAM_CAPTURE_STATUS_INVALIDATED),
+            Ok(Some(CaptureState::Invalidated))
+        );
+        assert_eq!(
+            state_when(ok, CUstreamCaptureStatus(9)),
+            Ok(Some(CaptureState::Active)),
+            "a status a newer driver adds counts as capturing"
+        );
+        assert_eq!(
+            state_when(
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+                Status::CU_STREAM_CAPTURE_STATUS_NONE
+            ),
+            Ok(Some(CaptureState::Implicit))
+        );
+        let error = state_when(
+            CUresult::CUDA_ERROR_INVALID_HANDLE,
+            Status::CU_STREAM_CAPTURE_STATUS_NONE,
+        )
+        .unwrap_err();
+        assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_INVALID_HANDLE));
+        assert!(error.to_string().contains("cuStreamIsCapturing"), "{error}");
+    }
+
+    #[test]
+    fn a_launch_window_refuses_a_capturing_stream() {
+        ANSWER.with(|answer| {
+            answer.set((
+                CUresult::CUDA_SUCCESS,
+                CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+            ))
+        });
+        // SAFETY: `is_capturing` has `cuStreamIsCapturing`'s signature.
+        let driver =
+            unsafe { fake_driver::driver(&[(c"cuStreamIsCapturing", is_capturing as *mut c_void)]) };
+        let stream = 0x77_usize as CUstream;
+        let refused = LaunchWindow::open(&driver, stream).err();
+        assert_eq!(
+            refused,
+            Some(Error::StreamCapturing {
+                status: CaptureState::Active
+            })
+        );
+        // The refused window let go of its stream's group: a capture can begin at once.
+        let beginning = CaptureBeginning::wait_for_launches(stream);
+        drop(beginning);
+    }
+}

@@ -105,3 +105,63 @@ fn open_window<'context>(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_driver;
+    use cuda_host_sys::{CUhostFn, CUresult, CUstreamCaptureStatus};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    unsafe extern "C" fn not_capturing(
+        _stream: CUstream,
+        status: *mut CUstreamCaptureStatus,
+    ) -> CUresult {
+        // SAFETY: the caller passes a valid out-pointer.
+        unsafe { status.write(CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE) };
+        CUresult::CUDA_SUCCESS
+    }
+
+    unsafe extern "C" fn refuse_launch(
+        _stream: CUstream,
+        _function: CUhostFn,
+        _data: *mut c_void,
+    ) -> CUresult {
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY
+    }
+
+    /// Counts its drops and the thread it was dropped on.
+    struct Counted(Arc<AtomicUsize>, std::thread::ThreadId);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            assert_eq!(std::thread::current().id(), self.1, "dropped on another thread");
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_refused_launch_drops_its_payload_at_once_and_names_the_call() {
+        // SAFETY: both fakes have their entry points' signatures.
+        let driver = unsafe {
+            fake_driver::driver(&[
+                (c"cuStreamIsCapturing", not_capturing as *mut c_void),
+                (c"cuLaunchHostFunc", refuse_launch as *mut c_void),
+            ])
+        };
+        let context = fake_driver::context(&driver);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let counted = Counted(Arc::clone(&drops), std::thread::current().id());
+        let ran = Arc::new(AtomicUsize::new(0));
+        let in_closure = Arc::clone(&ran);
+        let payload = crate::launch::RunOnceClosure(move || {
+            let _ = &counted;
+            in_closure.fetch_add(1, Ordering::SeqCst);
+        });
+        let error = run_once(&context, 0x77_usize as CUstream, payload).unwrap_err();
+        assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert!(error.to_string().contains("cuLaunchHostFunc"), "{error}");
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "the payload was not dropped at once");
+        assert_eq!(ran.load(Ordering::SeqCst), 0);
+    }
+}

@@ -142,3 +142,48 @@ impl Drop for Event {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_driver;
+    use cuda_host_sys::{CUevent, CUresult};
+    use std::ffi::c_void;
+
+    unsafe extern "C" fn create_event(event: *mut CUevent, _flags: std::ffi::c_uint) -> CUresult {
+        // SAFETY: the caller passes a valid out-pointer.
+        unsafe { event.write(0x99_usize as CUevent) };
+        CUresult::CUDA_SUCCESS
+    }
+
+    unsafe extern "C" fn fail_to_destroy(_event: CUevent) -> CUresult {
+        CUresult::CUDA_ERROR_INVALID_HANDLE
+    }
+
+    #[test]
+    fn a_destruction_that_fails_in_drop_is_returned_by_the_next_call() {
+        // SAFETY: both fakes have their entry points' signatures.
+        let driver = unsafe {
+            fake_driver::driver(&[
+                (c"cuEventCreate", create_event as *mut c_void),
+                (c"cuEventDestroy_v2", fail_to_destroy as *mut c_void),
+            ])
+        };
+        let context = Context {
+            shared: fake_driver::context(&driver),
+        };
+        let event = Event::new(&context, EventFlags::DisableTiming).expect("created");
+        drop(event);
+        let error = Event::new(&context, EventFlags::DisableTiming).unwrap_err();
+        match &error {
+            crate::Error::DropFailed { object, source } => {
+                assert_eq!(*object, "event");
+                assert_eq!(source.result(), CUresult::CUDA_ERROR_INVALID_HANDLE);
+            }
+            other => panic!("expected the drop's error, got {other}"),
+        }
+        assert!(error.to_string().contains("cuEventDestroy_v2"), "{error}");
+        // Returned once: the call after it succeeds.
+        Event::new(&context, EventFlags::DisableTiming).expect("created after the error");
+    }
+}
