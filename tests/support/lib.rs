@@ -15,6 +15,8 @@
 //! - [`kernels`] loads the PTX kernels of `examples/kernels/` on the real driver.
 //! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
 //!   either driver without kernels.
+//! - [`quiet`] keeps the tests' deliberate panics out of their output; [`test_driver`] installs
+//!   it.
 
 pub mod capture;
 pub mod child;
@@ -22,6 +24,7 @@ pub mod exclusive;
 pub mod host_function;
 pub mod kernels;
 pub mod memory;
+pub mod quiet;
 pub mod selection;
 pub mod software;
 pub mod tally;
