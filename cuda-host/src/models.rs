@@ -119,76 +119,65 @@ fn concurrent_drains_of_one_list_take_each_record_once() {
     });
 }
 
-/// The launcher marks its launch launched while its context fails and is scanned; the driver
-/// never runs a failed context's functions. Exactly one of the launcher (which sees the failure
-/// afterwards) and the scan (which sees the launch) abandons the record: none would leak it,
-/// both would drop it twice.
+/// A launch racing its context's failure, as both sides make it: the launcher marks its slot
+/// launched, then abandons it if it sees the failure; the failure is recorded, then the slots are
+/// scanned and a launched one abandoned. With `host_function`, the driver's thread also tries to
+/// claim the record (a launch made before the fault, which the driver still runs). Returns how
+/// many parties came to own the record, and the slot.
+fn race_a_launch_against_its_contexts_failure(host_function: bool) -> (usize, Arc<SlotState>) {
+    const CONTEXT: usize = 1;
+    let slot = Arc::new(SlotState::new(1));
+    let failed = Arc::new(FailedContexts::new());
+    let owners = Arc::new(AtomicUsize::new(0));
+    let generation = slot.begin();
+    let launcher = {
+        let (slot, failed, owners) = (Arc::clone(&slot), Arc::clone(&failed), Arc::clone(&owners));
+        thread::spawn(move || {
+            slot.mark_launched(generation);
+            if failed.has_failed(CONTEXT) && slot.abandon(generation) {
+                owners.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    let claimer = host_function.then(|| {
+        let (slot, owners) = (Arc::clone(&slot), Arc::clone(&owners));
+        thread::spawn(move || {
+            if slot.claim(generation) {
+                owners.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    });
+    failed.record(CONTEXT);
+    let (phase, seen) = slot.load(Ordering::Acquire);
+    if phase == Phase::Launched && seen == generation && slot.abandon(generation) {
+        owners.fetch_add(1, Ordering::SeqCst);
+    }
+    launcher.join().unwrap();
+    if let Some(claimer) = claimer {
+        claimer.join().unwrap();
+    }
+    (owners.load(Ordering::SeqCst), slot)
+}
 
+/// The driver never runs a failed context's functions: exactly one of the launcher (which sees
+/// the failure afterwards) and the scan (which sees the launch) abandons the record. None would
+/// leak it, both would drop it twice.
 #[test]
 fn a_launch_racing_its_contexts_failure_is_abandoned_exactly_once() {
-    const CONTEXT: usize = 1;
     loom::model(|| {
-        let slot = Arc::new(SlotState::new(1));
-        let failed = Arc::new(FailedContexts::new());
-        let owners = Arc::new(AtomicUsize::new(0));
-        let generation = slot.begin();
-        let launcher = {
-            let (slot, failed, owners) =
-                (Arc::clone(&slot), Arc::clone(&failed), Arc::clone(&owners));
-            thread::spawn(move || {
-                slot.mark_launched(generation);
-                if failed.has_failed(CONTEXT) && slot.abandon(generation) {
-                    owners.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        };
-        failed.record(CONTEXT);
-        let (phase, seen) = slot.load(Ordering::Acquire);
-        if phase == Phase::Launched && seen == generation && slot.abandon(generation) {
-            owners.fetch_add(1, Ordering::SeqCst);
-        }
-        launcher.join().unwrap();
-        assert_eq!(owners.load(Ordering::SeqCst), 1);
+        let (owners, slot) = race_a_launch_against_its_contexts_failure(false);
+        assert_eq!(owners, 1);
         assert_eq!(slot.release(), Released::Retired);
     });
 }
 
-/// The same race while the host function of a launch made before the fault still runs: exactly
-/// one party owns the record (the host function's claim, or an abandon).
+/// The same race while the host function still runs: exactly one party owns the record (the
+/// host function's claim, or an abandon).
 #[test]
 fn a_launch_claimed_while_its_context_fails_has_exactly_one_owner() {
-    const CONTEXT: usize = 1;
     loom::model(|| {
-        let slot = Arc::new(SlotState::new(1));
-        let failed = Arc::new(FailedContexts::new());
-        let owners = Arc::new(AtomicUsize::new(0));
-        let generation = slot.begin();
-        let launcher = {
-            let (slot, failed, owners) =
-                (Arc::clone(&slot), Arc::clone(&failed), Arc::clone(&owners));
-            thread::spawn(move || {
-                slot.mark_launched(generation);
-                if failed.has_failed(CONTEXT) && slot.abandon(generation) {
-                    owners.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        };
-        let host_function = {
-            let (slot, owners) = (Arc::clone(&slot), Arc::clone(&owners));
-            thread::spawn(move || {
-                if slot.claim(generation) {
-                    owners.fetch_add(1, Ordering::SeqCst);
-                }
-            })
-        };
-        failed.record(CONTEXT);
-        let (phase, seen) = slot.load(Ordering::Acquire);
-        if phase == Phase::Launched && seen == generation && slot.abandon(generation) {
-            owners.fetch_add(1, Ordering::SeqCst);
-        }
-        launcher.join().unwrap();
-        host_function.join().unwrap();
-        assert_eq!(owners.load(Ordering::SeqCst), 1);
+        let (owners, _) = race_a_launch_against_its_contexts_failure(true);
+        assert_eq!(owners, 1);
     });
 }
 
