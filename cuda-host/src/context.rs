@@ -1,4 +1,4 @@
-//! Devices and their primary contexts.
+//! Devices, their primary contexts, and contexts borrowed from other code.
 
 use crate::context_failure;
 use crate::error::{Error, Result};
@@ -106,8 +106,9 @@ fn initialise(driver: &Driver) -> Result<()> {
     Ok(driver.check("cuInit", result)?)
 }
 
-/// A retained primary context. Cheap to clone; released when the last clone, stream, event and
-/// launch record of it is gone.
+/// A CUDA context: a primary context cuda-host retained ([`Context::primary`]), released when the
+/// last clone, stream, event and launch record of it is gone, or one another library made
+/// ([`Context::borrow_raw`]), which cuda-host never releases. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Context {
     pub(crate) shared: Arc<ContextShared>,
@@ -118,6 +119,9 @@ pub(crate) struct ContextShared {
     driver: Arc<Driver>,
     device: CUdevice,
     raw: CUcontext,
+    /// Whether this value retained a primary context, which its drop releases. A borrowed
+    /// context is its owner's to release.
+    retained: bool,
     has_drop_errors: AtomicBool,
     drop_errors: Mutex<Vec<Error>>,
 }
@@ -154,9 +158,56 @@ impl Context {
                 driver: Arc::clone(driver),
                 device: device.handle,
                 raw,
+                retained: true,
                 has_drop_errors: AtomicBool::new(false),
                 drop_errors: Mutex::new(Vec::new()),
             }),
+        })
+    }
+
+    /// Wraps a context made by other code (the CUDA runtime, cudarc, a C library), primary or
+    /// not, without retaining it: dropping the last clone releases nothing. Its device is the one
+    /// the driver reports for it (`cuCtxGetDevice`, asked with the context made current for the
+    /// call, and what was current made current again).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null handle, [`Error::InHostFunction`], or the driver's
+    /// error from `cuCtxGetCurrent`, `cuCtxSetCurrent` or `cuCtxGetDevice`.
+    ///
+    /// # Safety
+    /// 1. `raw` must be a context of `driver`: made through the same loaded driver library, and
+    ///    not destroyed.
+    /// 2. It must stay alive (not destroyed; for a primary context, still retained by its owner)
+    ///    while the returned `Context`, a clone of it, or anything made from it exists (streams,
+    ///    events, graphs, executables), and until the work enqueued through them has finished:
+    ///    cuda-host uses the handle until then, and the driver never runs the host functions of
+    ///    a destroyed context.
+    #[doc(alias = "cuCtxGetDevice")]
+    pub unsafe fn borrow_raw(driver: &Arc<Driver>, raw: CUcontext) -> Result<Context> {
+        ensure_outside_host_function("Context::borrow_raw")?;
+        if raw.is_null() {
+            return Err(Error::InvalidArgument {
+                what: "a null CUcontext is no context".to_owned(),
+            });
+        }
+        let mut shared = ContextShared {
+            driver: Arc::clone(driver),
+            device: 0,
+            raw,
+            retained: false,
+            has_drop_errors: AtomicBool::new(false),
+            drop_errors: Mutex::new(Vec::new()),
+        };
+        shared.device = shared.with_current(|| {
+            let mut device = 0;
+            // SAFETY: `device` is a valid out-pointer; the context is current (the caller
+            // guarantees it is a live context of this driver).
+            let result = unsafe { driver.cuCtxGetDevice(&mut device) };
+            driver.check("cuCtxGetDevice", result)?;
+            Ok(device)
+        })?;
+        Ok(Context {
+            shared: Arc::new(shared),
         })
     }
 
@@ -225,7 +276,8 @@ impl ContextShared {
         if previous == self.raw {
             return call();
         }
-        // SAFETY: `raw` is a context this value retains.
+        // SAFETY: `raw` is live while this value exists: retained by it, or kept alive by its
+        // owner (`Context::borrow_raw`).
         let result = unsafe { self.driver.cuCtxSetCurrent(self.raw) };
         self.driver.check("cuCtxSetCurrent", result)?;
         let outcome = call();
@@ -244,7 +296,8 @@ impl ContextShared {
         let result = unsafe { self.driver.cuCtxGetCurrent(&mut current) };
         self.driver.check("cuCtxGetCurrent", result)?;
         if current != self.raw {
-            // SAFETY: `raw` is a context this value retains.
+            // SAFETY: `raw` is live while this value exists: retained by it, or kept alive by its
+            // owner (`Context::borrow_raw`).
             let result = unsafe { self.driver.cuCtxSetCurrent(self.raw) };
             self.driver.check("cuCtxSetCurrent", result)?;
         }
@@ -288,6 +341,10 @@ impl ContextShared {
 
 impl Drop for ContextShared {
     fn drop(&mut self) {
+        if !self.retained {
+            // Another library's context: its owner releases it.
+            return;
+        }
         let driver = Arc::clone(&self.driver);
         let device = self.device;
         let release = move || {
