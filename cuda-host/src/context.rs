@@ -2,6 +2,7 @@
 
 use crate::context_failure;
 use crate::error::{Error, Result};
+use crate::keep_alive::KeepAlive;
 use crate::reclaim;
 use crate::trampoline::ensure_outside_host_function;
 use cuda_host_sys::{CUcontext, CUdevice, Driver};
@@ -108,7 +109,8 @@ fn initialise(driver: &Driver) -> Result<()> {
 
 /// A CUDA context: a primary context cuda-host retained ([`Context::primary`]), released when the
 /// last clone, stream, event and launch record of it is gone, or one another library made
-/// ([`Context::borrow_raw`]), which cuda-host never releases. Cheap to clone.
+/// ([`Context::borrow_raw`], `Context::from_cudarc`), which cuda-host never releases. Cheap to
+/// clone.
 #[derive(Debug, Clone)]
 pub struct Context {
     pub(crate) shared: Arc<ContextShared>,
@@ -122,6 +124,9 @@ pub(crate) struct ContextShared {
     /// Whether this value retained a primary context, which its drop releases. A borrowed
     /// context is its owner's to release.
     retained: bool,
+    /// What keeps a borrowed context alive, if cuda-host holds it (cudarc's `Arc`); let go of,
+    /// as the reclaim rules allow, once nothing of the context is left.
+    _keep_alive: Option<KeepAlive>,
     has_drop_errors: AtomicBool,
     drop_errors: Mutex<Vec<Error>>,
 }
@@ -159,6 +164,7 @@ impl Context {
                 device: device.handle,
                 raw,
                 retained: true,
+                _keep_alive: None,
                 has_drop_errors: AtomicBool::new(false),
                 drop_errors: Mutex::new(Vec::new()),
             }),
@@ -185,6 +191,20 @@ impl Context {
     #[doc(alias = "cuCtxGetDevice")]
     pub unsafe fn borrow_raw(driver: &Arc<Driver>, raw: CUcontext) -> Result<Context> {
         ensure_outside_host_function("Context::borrow_raw")?;
+        // SAFETY: the caller's obligations are those of `borrowed`, with nothing held.
+        unsafe { Context::borrowed(driver, raw, None) }
+    }
+
+    /// A context that is not cuda-host's to release, kept alive by `keep_alive` if given, which
+    /// is dropped after the last reference of the context.
+    ///
+    /// # Safety
+    /// As [`Context::borrow_raw`], where `keep_alive` may be what keeps `raw` alive.
+    pub(crate) unsafe fn borrowed(
+        driver: &Arc<Driver>,
+        raw: CUcontext,
+        keep_alive: Option<KeepAlive>,
+    ) -> Result<Context> {
         if raw.is_null() {
             return Err(Error::InvalidArgument {
                 what: "a null CUcontext is no context".to_owned(),
@@ -195,6 +215,7 @@ impl Context {
             device: 0,
             raw,
             retained: false,
+            _keep_alive: keep_alive,
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
         };
@@ -342,7 +363,7 @@ impl ContextShared {
 impl Drop for ContextShared {
     fn drop(&mut self) {
         if !self.retained {
-            // Another library's context: its owner releases it.
+            // Another library's context; what keeps it alive, if held, goes with `_keep_alive`.
             return;
         }
         let driver = Arc::clone(&self.driver);
