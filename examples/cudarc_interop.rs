@@ -1,11 +1,13 @@
-//! cuda-host on a stream made by another library: cudarc creates the stream and the device work,
-//! cuda-host borrows the stream (without taking it over) to run a Rust closure in its order.
+//! cuda-host on cudarc's context and stream, in safe code: cudarc creates the stream and the
+//! device work, and cuda-host runs a Rust closure in the stream's order (cuda-host's `cudarc`
+//! feature).
 //!
-//! Run: `cargo run --example cudarc_interop`. Without a CUDA driver and GPU it prints one line
-//! saying why and exits with status 1.
+//! Run: `cargo run --example cudarc_interop --features cuda-host/cudarc` (this workspace's suite
+//! turns the feature on by default). Without a CUDA driver and GPU it prints one line saying why
+//! and exits with status 1.
 
-use cuda_host::cuda_host_sys::CUstream;
-use cuda_host::{Device, Stream, host_launch};
+use cuda_host::{Context, Device, Stream, host_launch};
+use cudarc::driver::CudaContext;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
@@ -20,26 +22,18 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), String> {
-    // cuda-host first: it reports a missing driver as a one-line error, where cudarc panics.
+    // cuda-host first: it reports a missing driver or device as a one-line error, where cudarc
+    // panics.
     let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
-    let context = Device::get(driver, 0)
-        .and_then(|device| device.primary_context())
-        .map_err(|e| format!("no CUDA device: {e}"))?;
+    Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
 
-    let cudarc_context = cudarc::driver::CudaContext::new(0).map_err(cudarc_error)?;
-    if cudarc_context.cu_ctx().addr() != context.as_raw().addr() {
-        return Err("cudarc and cuda-host see different primary contexts".to_owned());
-    }
+    let cudarc_context = CudaContext::new(0).map_err(cudarc_error)?;
+    // Holds cudarc's context, after checking that cudarc opened the same driver library.
+    let context = Context::from_cudarc(driver, &cudarc_context).map_err(|e| e.to_string())?;
     let cudarc_stream = cudarc_context.new_stream().map_err(cudarc_error)?;
-    // SAFETY: the handle is a stream of the same (primary) context, and `cudarc_stream` outlives
-    // `stream`, which is declared after it and so dropped first; dropping `stream` leaves the
+    // Holds cudarc's stream, after checking that it belongs to `context`; dropping it leaves the
     // stream to cudarc.
-    let stream = unsafe {
-        Stream::borrow_raw(
-            &context,
-            cudarc_stream.cu_stream().cast::<std::ffi::c_void>() as CUstream,
-        )
-    };
+    let stream = Stream::from_cudarc(&context, &cudarc_stream).map_err(|e| e.to_string())?;
 
     let values: Vec<u32> = (0..1024).collect();
     let on_device = cudarc_stream.clone_htod(&values).map_err(cudarc_error)?;

@@ -124,6 +124,11 @@ fn rows() -> Vec<Row> {
             StreamFlags::NonBlocking
         )
         .map(drop)),
+        row!(c"cuCtxGetDevice", Returned, NOTHING, |f| {
+            // SAFETY: the fixture's context is a live context of the fixture's driver, and
+            // outlives the borrowed one, which is dropped at once.
+            unsafe { Context::borrow_raw(&f.driver, f.context.as_raw()) }.map(drop)
+        }),
         row!(c"cuCtxSynchronize", Returned, NOTHING, |f| f
             .context
             .synchronize()),

@@ -1495,3 +1495,12 @@ fn streams_on_two_devices_with_host_functions_in_flight_at_once_keep_their_order
         "dropped when synchronize returned"
     );
 }
+
+#[test]
+fn a_borrowed_null_context_is_refused() {
+    let driver = &test_driver().driver;
+    // SAFETY: null is refused before any use.
+    let error = unsafe { Context::borrow_raw(driver, std::ptr::null_mut()) }
+        .expect_err("a null context was taken");
+    assert!(matches!(error, Error::InvalidArgument { .. }), "{error}");
+}

@@ -59,6 +59,32 @@ pub enum Error {
         /// What is wrong.
         what: String,
     },
+
+    /// Another library's stream belongs to another context than the [`Context`](crate::Context)
+    /// it was given with.
+    #[error(
+        "the stream belongs to context {stream_context:#x}, not to the context given \
+         ({context:#x})"
+    )]
+    ContextMismatch {
+        /// The address of the given context's handle.
+        context: usize,
+        /// The address of the handle of the stream's context.
+        stream_context: usize,
+    },
+
+    /// Another library reaches CUDA through another loaded driver library than cuda-host's
+    /// [`Driver`](crate::Driver), so its handles mean nothing to cuda-host's driver.
+    #[error(
+        "{library} uses another CUDA driver library than cuda-host's ({driver}): its handles are \
+         not valid there; make both load the same libcuda"
+    )]
+    DriverMismatch {
+        /// The other library, e.g. `"cudarc"`.
+        library: &'static str,
+        /// The name cuda-host's driver library was opened by.
+        driver: String,
+    },
 }
 
 impl Error {

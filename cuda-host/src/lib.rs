@@ -17,6 +17,11 @@
 //!   found on the building machine (cuda-host-sys's `bindgen` feature; needs libclang). Without
 //!   it they come from cuda-host-sys's committed snapshot of the CUDA 13.5 headers, and bindgen is
 //!   not compiled.
+//! - `cudarc` (off by default): `Context::from_cudarc` and `Stream::from_cudarc` make cuda-host's
+//!   objects from cudarc 0.19's `Arc<CudaContext>` and `Arc<CudaStream>`, holding them and
+//!   checking that they belong together, so that [`host_launch`] runs on cudarc's streams in safe
+//!   code. The CUDA version and the way libcuda is loaded stay those of your own cudarc
+//!   dependency.
 //!
 //! # How it works
 //! - [`host_launch`] puts the closure in a launch record (a reused slot; a closure of up to 64

@@ -13,6 +13,8 @@
 //! - [`run_in_child`] runs one test in a child process, for what poisons a process (a sticky
 //!   context error, a changed driver version).
 //! - [`kernels`] loads the PTX kernels of `examples/kernels/` on the real driver.
+//! - [`LibcudaAlias`] makes a library the `libcuda` that other libraries (cudarc) open by name,
+//!   for a child process.
 //! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
 //!   either driver without kernels.
 //! - [`quiet`] keeps the tests' deliberate panics out of their output; [`test_driver`] installs
@@ -23,6 +25,7 @@ pub mod child;
 pub mod exclusive;
 pub mod host_function;
 pub mod kernels;
+pub mod libcuda_alias;
 pub mod memory;
 pub mod quiet;
 pub mod selection;
@@ -32,6 +35,7 @@ pub mod wait;
 
 pub use child::{in_child_process, run_in_child};
 pub use exclusive::capture_lock;
+pub use libcuda_alias::LibcudaAlias;
 pub use memory::{Gate, MappedWords};
 pub use selection::{
     DriverKind, TestDriver, context, ok, skip, skip_unless_real, software_driver_path, test_driver,

@@ -6,12 +6,15 @@
 //! which must never run on the driver's own thread: every holder that can be dropped there is a
 //! public `Context` (inside a `Stream`, `Event`, `Graph` or `GraphExec`), whose `Drop` defers
 //! itself from a host function (`objects::context`); records and deferred work are only ever
-//! dropped on callers' threads (`reclaim`). So this type's own `Drop` releases directly.
+//! dropped on callers' threads (`reclaim`). So this type's own `Drop` releases directly, and
+//! drops directly what keeps another library's context alive (a borrowed context is not
+//! released: it is its owner's).
 
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, Driver};
+use std::any::Any;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +24,12 @@ pub(crate) struct ContextShared {
     driver: Arc<Driver>,
     device: CUdevice,
     raw: CUcontext,
+    /// Whether this value retained a primary context, which its drop releases. A borrowed
+    /// context is its owner's to release.
+    retained: bool,
+    /// What keeps a borrowed context alive, if cuda-host holds it (cudarc's `Arc`): dropped
+    /// with this value, never on the driver's thread (see the module documentation).
+    _keep_alive: Option<Box<dyn Any + Send + Sync>>,
     has_drop_errors: AtomicBool,
     drop_errors: Mutex<Vec<Error>>,
 }
@@ -47,9 +56,42 @@ impl ContextShared {
             driver,
             device,
             raw,
+            retained: true,
+            _keep_alive: None,
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The shared state of a context other code made, which this value never releases; its
+    /// device is the one the driver reports for it (`cuCtxGetDevice`, asked with the context
+    /// made current for the call). `keep_alive`, if given, is dropped with this value.
+    ///
+    /// # Safety
+    /// `raw` must be a live context of `driver` for as long as this value and the work made
+    /// through it live (`Context::borrow_raw` says it for its callers).
+    pub(crate) unsafe fn borrowed(
+        driver: Arc<Driver>,
+        raw: CUcontext,
+        keep_alive: Option<Box<dyn Any + Send + Sync>>,
+    ) -> Result<Self> {
+        let mut shared = ContextShared {
+            driver,
+            device: 0,
+            raw,
+            retained: false,
+            _keep_alive: keep_alive,
+            has_drop_errors: AtomicBool::new(false),
+            drop_errors: Mutex::new(Vec::new()),
+        };
+        shared.device = shared.with_current(|| {
+            let mut device = 0;
+            // SAFETY: `device` is a valid out-pointer; the context is current (a live context
+            // of this driver, per the caller).
+            unsafe { checked!(shared.driver(), cuCtxGetDevice(&mut device)) }?;
+            Ok(device)
+        })?;
+        Ok(shared)
     }
 
     pub(crate) fn driver(&self) -> &Driver {
@@ -78,7 +120,8 @@ impl ContextShared {
         if previous == self.raw {
             return call();
         }
-        // SAFETY: `raw` is a context this value retains.
+        // SAFETY: `raw` is live while this value exists: retained by it, or kept alive by its
+        // owner (`Context::borrow_raw`).
         unsafe { checked!(driver, cuCtxSetCurrent(self.raw)) }?;
         let outcome = call();
         // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
@@ -96,7 +139,7 @@ impl ContextShared {
         // SAFETY: `current` is a valid out-pointer.
         unsafe { checked!(driver, cuCtxGetCurrent(&mut current)) }?;
         if current != self.raw {
-            // SAFETY: `raw` is a context this value retains.
+            // SAFETY: `raw` is live while this value exists (as above).
             unsafe { checked!(driver, cuCtxSetCurrent(self.raw)) }?;
         }
         Ok(())
@@ -128,6 +171,10 @@ impl ContextShared {
 
 impl Drop for ContextShared {
     fn drop(&mut self) {
+        if !self.retained {
+            // Another library's context; what keeps it alive, if held, goes with `_keep_alive`.
+            return;
+        }
         // SAFETY: this value retained the primary context once; it is released once.
         if let Err(error) = unsafe {
             checked!(

@@ -1,4 +1,4 @@
-//! Devices and their primary contexts.
+//! Devices, their primary contexts, and contexts borrowed from other code.
 
 use crate::checked::checked;
 use crate::error::{Error, Result};
@@ -105,8 +105,10 @@ fn initialise(driver: &Driver) -> Result<()> {
     Ok(unsafe { checked!(driver, cuInit(0)) }?)
 }
 
-/// A retained primary context. Cheap to clone; released when the last clone, stream, event and
-/// launch record of it is gone.
+/// A CUDA context: a primary context cuda-host retained ([`Context::primary`]), released when the
+/// last clone, stream, event and launch record of it is gone, or one another library made
+/// ([`Context::borrow_raw`], `Context::from_cudarc`), which cuda-host never releases. Cheap to
+/// clone.
 #[derive(Debug, Clone)]
 pub struct Context {
     pub(crate) shared: Arc<ContextShared>,
@@ -130,6 +132,52 @@ impl Context {
                 device.handle,
                 raw,
             )),
+        })
+    }
+
+    /// Wraps a context made by other code (the CUDA runtime, cudarc, a C library), primary or
+    /// not, without retaining it: dropping the last clone releases nothing. Its device is the one
+    /// the driver reports for it (`cuCtxGetDevice`, asked with the context made current for the
+    /// call, and what was current made current again).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a null handle, [`Error::InHostFunction`], or the driver's
+    /// error from `cuCtxGetCurrent`, `cuCtxSetCurrent` or `cuCtxGetDevice`.
+    ///
+    /// # Safety
+    /// 1. `raw` must be a context of `driver`: made through the same loaded driver library, and
+    ///    not destroyed.
+    /// 2. It must stay alive (not destroyed; for a primary context, still retained by its owner)
+    ///    while the returned `Context`, a clone of it, or anything made from it exists (streams,
+    ///    events, graphs, executables), and until the work enqueued through them has finished:
+    ///    cuda-host uses the handle until then, and the driver never runs the host functions of
+    ///    a destroyed context.
+    #[doc(alias = "cuCtxGetDevice")]
+    pub unsafe fn borrow_raw(driver: &Arc<Driver>, raw: CUcontext) -> Result<Context> {
+        ensure_outside_host_function("Context::borrow_raw")?;
+        // SAFETY: the caller's obligations are those of `borrowed`, with nothing held.
+        unsafe { Context::borrowed(driver, raw, None) }
+    }
+
+    /// A context that is not cuda-host's to release, kept alive by `keep_alive` if given, which
+    /// is dropped after the last reference of the context.
+    ///
+    /// # Safety
+    /// As [`Context::borrow_raw`], where `keep_alive` may be what keeps `raw` alive.
+    pub(crate) unsafe fn borrowed(
+        driver: &Arc<Driver>,
+        raw: CUcontext,
+        keep_alive: Option<Box<dyn std::any::Any + Send + Sync>>,
+    ) -> Result<Context> {
+        if raw.is_null() {
+            return Err(Error::InvalidArgument {
+                what: "a null CUcontext is no context".to_owned(),
+            });
+        }
+        // SAFETY: per the caller.
+        let shared = unsafe { ContextShared::borrowed(Arc::clone(driver), raw, keep_alive) }?;
+        Ok(Context {
+            shared: Arc::new(shared),
         })
     }
 

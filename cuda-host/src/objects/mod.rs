@@ -1,7 +1,10 @@
 //! The few objects host functions need: devices and their primary contexts, streams, events.
 
 mod context;
+#[cfg(feature = "cudarc")]
+mod cudarc;
 mod event;
+mod keep_alive;
 mod stream;
 
 pub use context::{Context, Device};

@@ -1,5 +1,6 @@
 //! Streams: owned ones, the two special default streams, and streams borrowed from other code.
 
+use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
 use crate::checked::checked;
 use crate::error::{CaptureState, Result};
@@ -46,6 +47,10 @@ pub struct Stream {
     /// Whether run-once host functions were launched through this value: its drop then watches
     /// the stream for the context's failure (`context_failure`).
     launched: AtomicBool,
+    /// What keeps a borrowed stream alive, if held (cudarc's `Arc`): dropped after `drop` no
+    /// longer uses the handle, as the reclaim rules allow.
+    #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
+    pub(crate) keep_alive: Option<KeepAlive>,
 }
 
 // SAFETY: `raw` is a driver handle, valid from any thread; the driver API is thread-safe.
@@ -77,6 +82,7 @@ impl Stream {
             raw,
             ownership: Ownership::Owned,
             launched: AtomicBool::new(false),
+            keep_alive: None,
         })
     }
 
@@ -88,6 +94,7 @@ impl Stream {
             raw: CU_STREAM_LEGACY,
             ownership: Ownership::Special,
             launched: AtomicBool::new(false),
+            keep_alive: None,
         }
     }
 
@@ -98,11 +105,13 @@ impl Stream {
             raw: CU_STREAM_PER_THREAD,
             ownership: Ownership::Special,
             launched: AtomicBool::new(false),
+            keep_alive: None,
         }
     }
 
     /// Wraps a stream created by other code (the CUDA runtime, cudarc, a C library) without
-    /// taking ownership: dropping the `Stream` does not destroy it.
+    /// taking ownership: dropping the `Stream` does not destroy it. (With the `cudarc` feature,
+    /// `Stream::from_cudarc` does this for cudarc's streams in safe code.)
     ///
     /// # Safety
     /// 1. `raw` must be a stream of `context`'s CUDA context (or `CU_STREAM_LEGACY`,
@@ -121,6 +130,7 @@ impl Stream {
             raw,
             ownership,
             launched: AtomicBool::new(false),
+            keep_alive: None,
         }
     }
 
