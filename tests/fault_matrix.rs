@@ -9,8 +9,8 @@
 //! none, so a new call cannot go unexercised.
 
 use cuda_host::{
-    CaptureMode, Context, Device, Event, EventFlags, Graph, GraphBuilder, Stream, StreamFlags,
-    UserData, host_launch, host_launch_raw,
+    CaptureMode, Context, Device, Event, EventFlags, Graph, GraphBuilder, HostTaskSyncMode,
+    LaunchOptions, Stream, StreamFlags, UserData, host_launch, host_launch_raw, host_launch_with,
 };
 use cuda_host_sys::CUresult;
 use std::collections::BTreeSet;
@@ -359,6 +359,11 @@ fn rows() -> Vec<Row> {
         row!(c"cuLaunchHostFunc", Returned, NOTHING, |f| {
             // SAFETY: `nothing` ignores its bytes.
             unsafe { host_launch_raw(&f.stream(), nothing, UserData::Copied(&[7; 100])) }
+        }),
+        // A sync mode launches through cuLaunchHostFunc_v2.
+        row!(c"cuLaunchHostFunc_v2", Returned, NOTHING, |f| {
+            let spin = LaunchOptions::default().sync_mode(HostTaskSyncMode::SpinWait);
+            host_launch_with(&f.stream(), spin, f.probe_closure())
         }),
     ]
 }

@@ -79,6 +79,7 @@ outside_loom_models! {
     mod graph;
     mod handle;
     mod host_launch;
+    mod launch_options;
     mod objects;
 
     pub use cuda_host_sys as sys;
@@ -87,6 +88,9 @@ outside_loom_models! {
     pub use error::{CaptureState, Error, Result};
     pub use graph::{CaptureMode, Graph, GraphBuilder, GraphExec, HostNode};
     pub use host_launch::{HostLaunch, UserData, host_launch, host_launch_raw};
+    pub use launch_options::{
+        HostTaskSyncMode, LaunchOptions, host_launch_raw_with, host_launch_with,
+    };
     pub use launch::{
         HostCallable, HostFunctionPanic, LaunchSlotCounts, PanicOrigin, clear_host_panic_hook,
         in_host_function, launch_slot_counts, reclaim, set_host_panic_hook,

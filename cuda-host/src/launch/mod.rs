@@ -30,7 +30,7 @@ outside_loom_models! {
     pub(crate) use capture_check::{CaptureBeginning, capture_state};
     pub(crate) use context_failure::{abandon_if_failed, watch_stream};
     pub(crate) use context_shared::ContextShared;
-    pub(crate) use enqueue::{pass_through, run_once};
+    pub(crate) use enqueue::{HostFuncEntry, pass_through, run_once};
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
     pub(crate) use mark::ensure_outside_host_function;
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
