@@ -81,6 +81,7 @@ outside_loom_models! {
     mod host_launch;
     mod launch_options;
     mod objects;
+    mod points;
 
     pub use cuda_host_sys as sys;
     pub use cuda_host_sys;
@@ -97,6 +98,10 @@ outside_loom_models! {
         set_launch_reclaim_interval,
     };
     pub use objects::{Context, Device, Event, EventFlags, Stream, StreamFlags};
+    pub use points::{
+        StreamPoint, StreamPointCounts, Unreleased, release_in_stream_order, stream_point,
+        stream_point_counts,
+    };
 
     use std::sync::Arc;
 
