@@ -80,6 +80,18 @@ pub enum Error {
          as a kernel's illegal address): the point will never be passed"
     )]
     ContextFailed,
+
+    /// A host copy whose source and destination overlap.
+    #[error(
+        "a host copy's buffers overlap: source {:#x}..{:#x}, destination {:#x}..{:#x}",
+        from.start, from.end, to.start, to.end
+    )]
+    OverlappingCopy {
+        /// The source's addresses.
+        from: std::ops::Range<usize>,
+        /// The destination's addresses.
+        to: std::ops::Range<usize>,
+    },
 }
 
 impl Error {

@@ -29,7 +29,7 @@ outside_loom_models! {
     mod trampoline;
 
     pub(crate) use capture_check::{CaptureBeginning, LaunchWindow, capture_state};
-    pub(crate) use context_failure::{abandon_if_failed, has_failed, watch_stream};
+    pub(crate) use context_failure::{abandon_if_failed, has_failed, is_sticky, watch_stream};
     pub(crate) use context_shared::ContextShared;
     pub(crate) use enqueue::{HostFuncEntry, pass_through, run_once};
     pub(crate) use held::{Progress, held_count, hold_until};
