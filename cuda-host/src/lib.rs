@@ -37,6 +37,15 @@
 //! - A panic in a host function, in the panic hook, in a logger, or in the `Drop` of a captured
 //!   value is caught and reported; nothing unwinds into the driver.
 //!
+//! # Beyond the driver's primitive
+//! - [`release_in_stream_order`]: hand a value to a stream; it is dropped on this thread once the
+//!   stream passed that point. [`stream_point`]: a future that completes there. A point is one
+//!   stream memory write to pinned memory (`points`), not a host function.
+//! - [`host_copy_fn`]: a `CUhostFn` that copies between host buffers in stream order
+//!   ([`host_copy_scope`], [`host_copy_raw`]).
+//! - [`host_launch_with`]: `cuLaunchHostFunc_v2`'s sync mode ([`HostTaskSyncMode`]), or a typed
+//!   error on drivers without it.
+//!
 //! `docs/RELIABILITY.md` in the repository states each rule and how it is tested.
 //!
 //! # The driver's rules for host functions
