@@ -16,6 +16,12 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 use suite::{Gate, MappedWords, TIMEOUT, Tally, context, wait_until};
 
+/// Prints a measured figure around the output capture (and out of a child process).
+fn figure(text: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "[cuda-host figures] {text}");
+}
+
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
 }
@@ -163,11 +169,11 @@ fn a_hundred_thousand_releases_leak_nothing() {
     }
     let enqueued = start.elapsed();
     stream.synchronize().expect("synchronize");
-    println!(
+    figure(&format!(
         "{RELEASES} releases: {:.2} µs each to enqueue, all dropped {:?} after the first",
         enqueued.as_secs_f64() * 1e6 / RELEASES as f64,
         start.elapsed()
-    );
+    ));
     assert_eq!((tally.probes(), tally.drops()), (RELEASES, RELEASES));
     assert!(
         tally
@@ -418,10 +424,10 @@ fn ten_thousand_futures_on_four_streams_all_complete() {
         .await
         .expect("every future completes")
     });
-    println!(
+    figure(&format!(
         "{FUTURES} futures on 4 streams completed {:?} after the gates opened",
         start.elapsed()
-    );
+    ));
     assert!(outcomes.iter().all(Result::is_ok));
     assert_eq!(completed.load(Ordering::SeqCst), FUTURES);
 }
@@ -531,11 +537,11 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
     let idle_from = watcher_cpu_time().expect("the watcher thread");
     std::thread::sleep(Duration::from_millis(500));
     let idle_to = watcher_cpu_time().expect("the watcher thread");
-    println!(
+    figure(&format!(
         "watcher CPU time: {busy:?} after 50 ms with one future waiting; {:?} over 500 ms \
          parked with none",
         idle_to - idle_from
-    );
+    ));
     assert!(
         idle_to - idle_from <= Duration::from_millis(20),
         "the parked watcher used {:?} of CPU in 500 ms",
