@@ -9,8 +9,9 @@
 //! none, so a new call cannot go unexercised.
 
 use cuda_host::{
-    CaptureMode, Context, Device, Event, EventFlags, Graph, GraphBuilder, Stream, StreamFlags,
-    UserData, host_launch, host_launch_raw,
+    CaptureMode, Context, Device, Event, EventFlags, Graph, GraphBuilder, HostTaskSyncMode,
+    LaunchOptions, Stream, StreamFlags, UserData, host_launch, host_launch_raw, host_launch_with,
+    release_in_stream_order,
 };
 use cuda_host_sys::CUresult;
 use std::collections::BTreeSet;
@@ -365,7 +366,49 @@ fn rows() -> Vec<Row> {
             // SAFETY: `nothing` ignores its bytes.
             unsafe { host_launch_raw(&f.stream(), nothing, UserData::Copied(&[7; 100])) }
         }),
+        // A sync mode launches through cuLaunchHostFunc_v2.
+        row!(c"cuLaunchHostFunc_v2", Returned, NOTHING, |f| {
+            let spin = LaunchOptions::default().sync_mode(HostTaskSyncMode::SpinWait);
+            host_launch_with(&f.stream(), spin, f.probe_closure())
+        }),
+        // Stream points: a release, which hands its value back when refused.
+        row!(c"cuStreamGetId", Returned, NOTHING, |f| release(
+            f,
+            &f.stream()
+        )),
+        row!(c"cuStreamWriteValue64_v2", Returned, NOTHING, |f| release(
+            f,
+            &f.stream()
+        )),
+        // A context value's first point allocates its counter memory.
+        row!(c"cuMemHostAlloc", Returned, NOTHING, |f| {
+            let context = Device::get(&f.driver, 0)?.primary_context()?;
+            release(f, &Stream::new(&context, StreamFlags::NonBlocking)?)
+        }),
+        row!(c"cuMemHostGetDevicePointer_v2", Returned, NOTHING, |f| {
+            let context = Device::get(&f.driver, 0)?.primary_context()?;
+            release(f, &Stream::new(&context, StreamFlags::NonBlocking)?)
+        }),
+        row!(c"cuMemFreeHost", Logged, NOTHING, |f| {
+            // The counter memory is freed with the last holder of its context value: the
+            // stream's failure watch, reclaimed here once the driver hands it back.
+            let context = Device::get(&f.driver, 0)?.primary_context()?;
+            let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
+            release(f, &stream)?;
+            stream.synchronize()?;
+            drop((stream, context));
+            suite::wait_until("the context value to be released", || {
+                cuda_host::reclaim();
+                suite::software::expect_controls().armed_failures(c"cuMemFreeHost") == 0
+            });
+            Ok(())
+        }),
     ]
+}
+
+/// Releases a value in stream order on `stream`; a refused value is dropped here.
+fn release(f: &Fixture, stream: &Stream) -> cuda_host::Result<()> {
+    release_in_stream_order(stream, f.tally.probe()).map_err(|refused| refused.error)
 }
 
 /// Keeps warnings and errors cuda-host logs, to check the rows whose failure is only logged.

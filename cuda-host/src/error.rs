@@ -85,6 +85,39 @@ pub enum Error {
         /// The name cuda-host's driver library was opened by.
         driver: String,
     },
+
+    /// A stream point (a release in stream order, a [`StreamPoint`](crate::StreamPoint)) was
+    /// asked of a stream that is being captured into a graph. Such a point would belong to the
+    /// graph, which may pass it many times or never, so cuda-host refuses it; nothing is
+    /// enqueued and the capture is left intact.
+    #[error(
+        "cannot mark a stream point: {status}. A captured point would belong to the graph, which \
+         passes it on every launch or never; mark points on a stream that is not capturing"
+    )]
+    PointInCapture {
+        /// What `cuStreamIsCapturing` reported.
+        status: CaptureState,
+    },
+
+    /// The stream's context failed (a sticky error, such as a kernel's illegal address) before
+    /// the stream reached the point: it never will.
+    #[error(
+        "the stream's context failed before the stream reached the point (a sticky error, such \
+         as a kernel's illegal address): the point will never be passed"
+    )]
+    ContextFailed,
+
+    /// A host copy whose source and destination overlap.
+    #[error(
+        "a host copy's buffers overlap: source {:#x}..{:#x}, destination {:#x}..{:#x}",
+        from.start, from.end, to.start, to.end
+    )]
+    OverlappingCopy {
+        /// The source's addresses.
+        from: std::ops::Range<usize>,
+        /// The destination's addresses.
+        to: std::ops::Range<usize>,
+    },
 }
 
 impl Error {

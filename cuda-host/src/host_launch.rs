@@ -2,8 +2,8 @@
 
 use crate::error::Result;
 use crate::launch::{
-    self, CopiedBytes, RunOnce, RunOnceClosure, drop_when_allowed, ensure_outside_host_function,
-    outside_host_function, reclaim_on_launch,
+    self, CopiedBytes, HostFuncEntry, RunOnce, RunOnceClosure, drop_when_allowed,
+    ensure_outside_host_function, outside_host_function, reclaim_on_launch,
 };
 use crate::objects::Stream;
 use std::ffi::c_void;
@@ -118,7 +118,7 @@ where
     fn host_launch(&self, function: F) -> Result<()> {
         let function = outside_host_function("host_launch", function)?;
         reclaim_on_launch();
-        self.launch_run_once(RunOnceClosure(function))
+        self.launch_run_once(RunOnceClosure(function), HostFuncEntry::Classic)
     }
 }
 
@@ -158,14 +158,28 @@ pub unsafe fn host_launch_raw(
     user_data: UserData<'_>,
 ) -> Result<()> {
     ensure_outside_host_function("host_launch_raw")?;
+    // SAFETY: per the caller.
+    unsafe { launch_raw(stream, function, user_data, HostFuncEntry::Classic) }
+}
+
+/// `host_launch_raw` through `entry`.
+///
+/// # Safety
+/// As [`host_launch_raw`].
+pub(crate) unsafe fn launch_raw(
+    stream: &Stream,
+    function: unsafe extern "C" fn(*mut c_void),
+    user_data: UserData<'_>,
+    entry: HostFuncEntry,
+) -> Result<()> {
     reclaim_on_launch();
     let pointer = match user_data {
         UserData::None => std::ptr::null_mut(),
         UserData::PassThrough(pointer) => pointer,
         UserData::Copied(bytes) => {
             return match CopiedBytes::new(function, bytes) {
-                CopiedBytes::Inline(payload) => stream.launch_run_once(payload),
-                CopiedBytes::Boxed(payload) => stream.launch_run_once(payload),
+                CopiedBytes::Inline(payload) => stream.launch_run_once(payload, entry),
+                CopiedBytes::Boxed(payload) => stream.launch_run_once(payload, entry),
             };
         }
     };
@@ -173,7 +187,13 @@ pub unsafe fn host_launch_raw(
         // SAFETY: the stream handle is valid while `stream` exists; the caller vouches for
         // `function` and `pointer`.
         unsafe {
-            launch::pass_through(stream.shared_context(), stream.as_raw(), function, pointer)
+            launch::pass_through(
+                stream.shared_context(),
+                stream.as_raw(),
+                function,
+                pointer,
+                entry,
+            )
         }
     })
 }
@@ -181,12 +201,16 @@ pub unsafe fn host_launch_raw(
 impl Stream {
     /// Launches a run-once record of `payload`, with what the stream needs for it: the context's
     /// deferred errors first, and the special streams' context current during the launch.
-    fn launch_run_once<P: RunOnce>(&self, payload: P) -> Result<()> {
+    pub(crate) fn launch_run_once<P: RunOnce>(
+        &self,
+        payload: P,
+        entry: HostFuncEntry,
+    ) -> Result<()> {
         self.note_launch();
         let mut payload = Some(payload);
         let launched = self.with_stream_context(|| {
             let payload = payload.take().expect("launched once");
-            launch::run_once(self.shared_context(), self.as_raw(), payload)
+            launch::run_once(self.shared_context(), self.as_raw(), payload, entry)
         });
         if let Some(refused) = payload {
             // Refused before the launch was tried: dropped as the reclaim rule allows.

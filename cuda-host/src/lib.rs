@@ -42,6 +42,15 @@
 //! - A panic in a host function, in the panic hook, in a logger, or in the `Drop` of a captured
 //!   value is caught and reported; nothing unwinds into the driver.
 //!
+//! # Beyond the driver's primitive
+//! - [`release_in_stream_order`]: hand a value to a stream; it is dropped on this thread once the
+//!   stream passed that point. [`stream_point`]: a future that completes there. A point is one
+//!   stream memory write to pinned memory (`points`), not a host function.
+//! - [`host_copy_fn`]: a `CUhostFn` that copies between host buffers in stream order
+//!   ([`host_copy_scope`], [`host_copy_raw`]).
+//! - [`host_launch_with`]: `cuLaunchHostFunc_v2`'s sync mode ([`HostTaskSyncMode`]), or a typed
+//!   error on drivers without it.
+//!
 //! `docs/RELIABILITY.md` in the repository states each rule and how it is tested.
 //!
 //! # The driver's rules for host functions
@@ -83,21 +92,32 @@ outside_loom_models! {
     mod error;
     mod graph;
     mod handle;
+    mod host_copy;
     mod host_launch;
+    mod launch_options;
     mod objects;
+    mod points;
 
     pub use cuda_host_sys as sys;
     pub use cuda_host_sys;
     pub use cuda_host_sys::Driver;
     pub use error::{CaptureState, Error, Result};
     pub use graph::{CaptureMode, Graph, GraphBuilder, GraphExec, HostNode};
+    pub use host_copy::{HostCopy, HostCopyScope, host_copy_fn, host_copy_raw, host_copy_scope};
     pub use host_launch::{HostLaunch, UserData, host_launch, host_launch_raw};
+    pub use launch_options::{
+        HostTaskSyncMode, LaunchOptions, host_launch_raw_with, host_launch_with,
+    };
     pub use launch::{
         HostCallable, HostFunctionPanic, LaunchSlotCounts, PanicOrigin, clear_host_panic_hook,
         in_host_function, launch_slot_counts, reclaim, set_host_panic_hook,
         set_launch_reclaim_interval,
     };
     pub use objects::{Context, Device, Event, EventFlags, Stream, StreamFlags};
+    pub use points::{
+        StreamPoint, StreamPointCounts, Unreleased, release_in_stream_order, stream_point,
+        stream_point_counts,
+    };
 
     use std::sync::Arc;
 

@@ -386,4 +386,9 @@ CUresult cuswArmedFailures(const char *entry, unsigned int *remaining);
  * CUDA_ERROR_NOT_FOUND for an unknown entry name. */
 CUresult cuswCallCount(const char *entry, unsigned long long *count);
 
+/* How many host functions were launched through cuLaunchHostFunc_v2 (and its _ptsz form) with
+ * `syncMode` (CU_HOST_TASK_BLOCKING or CU_HOST_TASK_SPINWAIT) since load, by any thread, calls an
+ * injected failure answered excluded. CUDA_ERROR_INVALID_VALUE for another mode. */
+CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigned long long *count);
+
 #endif /* CUDASW_H */

@@ -129,6 +129,7 @@ bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
 void cusw_delay_injected(const char *base, const char *symbol);
 /* Counts a call that named a handle the driver issued and has since destroyed. */
 void cusw_note_stale_handle(void);
+void cusw_note_host_task_sync_mode(unsigned int syncMode); /* host_task_sync.c */
 
 /* ---- Handle registry (registry.c) ------------------------------------------------------------ */
 

@@ -43,6 +43,7 @@ CUSW_EXPORT CUresult cuLaunchHostFunc_v2(CUstream hStream, CUhostFn fn, void *us
     CUSW_ENTRY("cuLaunchHostFunc", "cuLaunchHostFunc_v2");
     if (!valid_sync_mode(syncMode))
         return CUDA_ERROR_INVALID_VALUE;
+    cusw_note_host_task_sync_mode(syncMode);
     return launch_host_func(hStream, false, fn, userData);
 }
 
@@ -52,6 +53,7 @@ CUSW_EXPORT CUresult cuLaunchHostFunc_v2_ptsz(CUstream hStream, CUhostFn fn, voi
     CUSW_ENTRY("cuLaunchHostFunc", "cuLaunchHostFunc_v2_ptsz");
     if (!valid_sync_mode(syncMode))
         return CUDA_ERROR_INVALID_VALUE;
+    cusw_note_host_task_sync_mode(syncMode);
     return launch_host_func(hStream, true, fn, userData);
 }
 

@@ -151,6 +151,7 @@ static const struct entry entries[] = {
     CONTROL(cuswLiveObjects),
     CONTROL(cuswArmedFailures),
     CONTROL(cuswCallCount),
+    CONTROL(cuswHostTaskSyncModeLaunches),
 };
 
 #define ENTRY_COUNT (sizeof entries / sizeof entries[0])

@@ -84,6 +84,7 @@ pub fn run_in_child(module: &str, name: &str, env: &[(&str, &str)]) {
             let mut parent = std::io::stderr().lock();
             for line in stderr.lines().filter(|line| {
                 line.starts_with("[cuda-host stress]")
+                    || line.starts_with("[cuda-host figures]")
                     || line.starts_with("[cuda-host tests] skipped")
             }) {
                 let _ = writeln!(parent, "{line}");

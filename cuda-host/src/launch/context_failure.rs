@@ -56,6 +56,11 @@ pub(crate) fn abandon_if_failed(context: &ContextShared, result: CUresult) {
 /// The contexts that failed (`CUcontext` addresses). A failure is sticky: they stay failed.
 static FAILED: FailedContexts = FailedContexts::new();
 
+/// Whether the context (a `CUcontext` address) failed, as far as cuda-host has seen.
+pub(crate) fn has_failed(context: usize) -> bool {
+    FAILED.has_failed(context)
+}
+
 fn failed(context: usize, result: CUresult) {
     FAILED.record(context);
     let mut count = 0usize;

@@ -17,7 +17,7 @@ use cuda_host_sys::{CUcontext, CUdevice, Driver};
 use std::any::Any;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// What a context's streams, events, graphs and launch records share.
 pub(crate) struct ContextShared {
@@ -32,6 +32,9 @@ pub(crate) struct ContextShared {
     _keep_alive: Option<Box<dyn Any + Send + Sync>>,
     has_drop_errors: AtomicBool,
     drop_errors: Mutex<Vec<Error>>,
+    /// The counter memory of stream points (`crate::points`), made on first use. Type-erased so
+    /// that this layer does not import the one above it; freed before the context is released.
+    stream_points: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 // SAFETY: `raw` is a driver handle, valid on any thread; the driver API is thread-safe.
@@ -60,6 +63,7 @@ impl ContextShared {
             _keep_alive: None,
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
+            stream_points: OnceLock::new(),
         }
     }
 
@@ -83,6 +87,7 @@ impl ContextShared {
             _keep_alive: keep_alive,
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
+            stream_points: OnceLock::new(),
         };
         shared.device = shared.with_current(|| {
             let mut device = 0;
@@ -145,6 +150,14 @@ impl ContextShared {
         Ok(())
     }
 
+    /// The stream points' state of this context (`crate::points`), made by `make` on first use.
+    pub(crate) fn stream_points<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> &T {
+        self.stream_points
+            .get_or_init(|| Box::new(make()))
+            .downcast_ref()
+            .expect("one type of stream points")
+    }
+
     /// Keeps an error a `Drop` could not return, for the next call on this context.
     pub(crate) fn record_drop_error(&self, object: &'static str, error: cuda_host_sys::Error) {
         log::error!("destroying the {object} failed: {error}");
@@ -171,6 +184,8 @@ impl ContextShared {
 
 impl Drop for ContextShared {
     fn drop(&mut self) {
+        // The points' pinned memory belongs to the context: freed while it is still retained.
+        drop(self.stream_points.take());
         if !self.retained {
             // Another library's context; what keeps it alive, if held, goes with `_keep_alive`.
             return;

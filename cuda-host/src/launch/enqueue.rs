@@ -10,17 +10,53 @@ use crate::launch::payload::{self, RunOnce};
 use crate::launch::reclaim;
 use crate::launch::slot;
 use crate::launch::trampoline;
-use cuda_host_sys::CUstream;
-use std::ffi::c_void;
+use cuda_host_sys::{CUstream, Driver};
+use std::ffi::{c_uint, c_void};
 use std::sync::Arc;
 
-/// Launches `payload` once on `stream` of `context`, after the work enqueued there before it.
-/// The stream's context must be current where the driver resolves `stream` against it (the
-/// special streams). A refused payload is dropped as the reclaim rule allows.
+/// The entry point a host function is launched through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HostFuncEntry {
+    /// `cuLaunchHostFunc`.
+    Classic,
+    /// `cuLaunchHostFunc_v2` with this `CUhostTaskSyncMode`.
+    WithSyncMode(c_uint),
+}
+
+impl HostFuncEntry {
+    /// Enqueues `function` with `data` on `stream` through this entry point.
+    ///
+    /// # Safety
+    /// As `cuLaunchHostFunc`: a valid stream; `function` callable with `data` on the driver's
+    /// thread.
+    unsafe fn launch(
+        self,
+        driver: &Driver,
+        stream: CUstream,
+        function: unsafe extern "C" fn(*mut c_void),
+        data: *mut c_void,
+    ) -> Result<(), cuda_host_sys::Error> {
+        match self {
+            // SAFETY: per the caller.
+            HostFuncEntry::Classic => unsafe {
+                checked!(driver, cuLaunchHostFunc(stream, Some(function), data))
+            },
+            // SAFETY: per the caller; the driver validates the mode.
+            HostFuncEntry::WithSyncMode(mode) => unsafe {
+                checked!(driver, cuLaunchHostFunc_v2(stream, Some(function), data, mode))
+            },
+        }
+    }
+}
+
+/// Launches `payload` once on `stream` of `context`, after the work enqueued there before it,
+/// through `entry`. The stream's context must be current where the driver resolves `stream`
+/// against it (the special streams). A refused payload is dropped as the reclaim rule allows.
 pub(crate) fn run_once<P: RunOnce>(
     context: &Arc<ContextShared>,
     stream: CUstream,
     payload: P,
+    entry: HostFuncEntry,
 ) -> Result<()> {
     let window = match open_window(context, stream) {
         Ok(window) => window,
@@ -35,13 +71,11 @@ pub(crate) fn run_once<P: RunOnce>(
     // SAFETY: the stream handle is valid (the caller's); the ticket names a slot whose record
     // stays valid until it is claimed, and the trampoline claims before it runs.
     let launched = unsafe {
-        checked!(
+        entry.launch(
             driver,
-            cuLaunchHostFunc(
-                window.stream(),
-                Some(trampoline::run_once_host_fn),
-                ticket.into_user_data()
-            )
+            window.stream(),
+            trampoline::run_once_host_fn,
+            ticket.into_user_data(),
         )
     };
     if let Err(error) = launched {
@@ -78,16 +112,12 @@ pub(crate) unsafe fn pass_through(
     stream: CUstream,
     function: unsafe extern "C" fn(*mut c_void),
     pointer: *mut c_void,
+    entry: HostFuncEntry,
 ) -> Result<()> {
     let window = open_window(context, stream)?;
     // SAFETY: the stream handle is valid (the caller's); the caller vouches for `function`
     // and `pointer`.
-    let launched = unsafe {
-        checked!(
-            context.driver(),
-            cuLaunchHostFunc(window.stream(), Some(function), pointer)
-        )
-    };
+    let launched = unsafe { entry.launch(context.driver(), window.stream(), function, pointer) };
     if let Err(error) = &launched {
         context_failure::abandon_if_failed(context, error.result());
     }
@@ -158,7 +188,13 @@ mod tests {
             let _ = &counted;
             in_closure.fetch_add(1, Ordering::SeqCst);
         });
-        let error = run_once(&context, 0x77_usize as CUstream, payload).unwrap_err();
+        let error = run_once(
+            &context,
+            0x77_usize as CUstream,
+            payload,
+            HostFuncEntry::Classic,
+        )
+        .unwrap_err();
         assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
         assert!(error.to_string().contains("cuLaunchHostFunc"), "{error}");
         assert_eq!(drops.load(Ordering::SeqCst), 1, "the payload was not dropped at once");

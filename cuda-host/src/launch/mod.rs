@@ -18,6 +18,7 @@ outside_loom_models! {
     mod context_shared;
     mod enqueue;
     mod graph_record;
+    mod held;
     mod inboxes;
     mod mark;
     mod panic_report;
@@ -27,10 +28,11 @@ outside_loom_models! {
     mod slot;
     mod trampoline;
 
-    pub(crate) use capture_check::{CaptureBeginning, capture_state};
-    pub(crate) use context_failure::{abandon_if_failed, watch_stream};
+    pub(crate) use capture_check::{CaptureBeginning, LaunchWindow, capture_state};
+    pub(crate) use context_failure::{abandon_if_failed, has_failed, is_sticky, watch_stream};
     pub(crate) use context_shared::ContextShared;
-    pub(crate) use enqueue::{pass_through, run_once};
+    pub(crate) use enqueue::{HostFuncEntry, pass_through, run_once};
+    pub(crate) use held::{Progress, held_count, hold_until};
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
     pub(crate) use mark::ensure_outside_host_function;
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};

@@ -25,6 +25,7 @@
 //! thread's last call.
 
 use crate::error::{Error, Result};
+use crate::launch::held;
 use crate::launch::inboxes::{self, SHARED, ThreadState};
 use crate::launch::mark::in_host_function;
 use crate::launch::panic_report;
@@ -85,7 +86,7 @@ fn drain(thread: &ThreadState) -> usize {
     let own_empty = thread
         .existing_inbox()
         .is_none_or(|inbox| inbox.list.is_empty());
-    if (own_empty && SHARED.is_empty()) || !may_drain(thread) {
+    if (own_empty && SHARED.is_empty() && !held::anything_held()) || !may_drain(thread) {
         return 0;
     }
     let inbox = std::sync::Arc::clone(thread.inbox());
@@ -100,6 +101,8 @@ fn drain(thread: &ThreadState) -> usize {
         }
     }
     thread.drain_depth.set(depth + 1);
+    // Values released in stream order whose points were passed join the inboxes first.
+    held::release_passed();
     let mut count = drop_chain(thread, inbox.list.take());
     if !SHARED.is_empty() {
         count += drop_chain(thread, SHARED.take());

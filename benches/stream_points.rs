@@ -1,0 +1,255 @@
+//! What a stream point costs a stream, beside a host function, in one run.
+//!
+//! Run: `cargo bench --bench stream_points` on a machine with an NVIDIA GPU (add `-- --quick`
+//! for a short run). On one non-blocking stream, each form enqueues 20,000 iterations of:
+//! 1. an empty kernel + an empty kernel (the baseline);
+//! 2. kernel + a release point (`release_in_stream_order` of a small boxed value) + kernel;
+//! 3. kernel + a future point (`stream_point`, polled once so that the watcher waits on it) +
+//!    kernel;
+//! 4. kernel + a host function (`host_launch` of a closure bumping a counter) + kernel;
+//!
+//! and times them from the first enqueue until the stream drained: the time per iteration is
+//! what the stream takes, the enqueuing thread's share included (as `FACTS.md` measured the
+//! driver's primitives). Rounds measure every form once, in an order that rotates; a form's cost
+//! is the median over the rounds of its time per iteration minus the baseline's of the same
+//! round. On the software driver, which runs no kernels, the forms run without them (`--quick`
+//! only makes sense there): what is left is each point's own cost on the enqueuing thread.
+
+use cuda_host::cuda_host_sys::{CUfunction, CUmodule, Driver};
+use cuda_host::{
+    Device, Stream, StreamFlags, StreamPoint, host_launch, release_in_stream_order, stream_point,
+};
+use std::ffi::CString;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context as TaskContext, Waker};
+use std::time::Instant;
+
+const PTX: &str = include_str!("../examples/kernels/kernels.ptx");
+
+fn main() {
+    let quick = std::env::args().any(|argument| argument == "--quick");
+    if let Err(reason) = run(quick) {
+        eprintln!("stream_points: {reason}");
+        std::process::exit(1);
+    }
+}
+
+/// The empty kernel, when the driver runs kernels.
+struct Kernel<'driver> {
+    driver: &'driver Driver,
+    module: CUmodule,
+    function: CUfunction,
+}
+
+impl<'driver> Kernel<'driver> {
+    /// Loads `empty_kernel` into the current context; why not, when the driver cannot.
+    fn load(driver: &'driver Driver) -> Result<Self, String> {
+        let ptx = CString::new(PTX).expect("PTX text has no NUL");
+        let mut module = std::ptr::null_mut();
+        // SAFETY: NUL-terminated PTX text; `module` is a valid out-pointer; the context is
+        // current.
+        let result = unsafe { driver.cuModuleLoadData(&mut module, ptx.as_ptr().cast()) };
+        driver
+            .check("cuModuleLoadData", result)
+            .map_err(|e| e.to_string())?;
+        let mut function = std::ptr::null_mut();
+        // SAFETY: `module` is loaded; `function` is a valid out-pointer.
+        let result =
+            unsafe { driver.cuModuleGetFunction(&mut function, module, c"empty_kernel".as_ptr()) };
+        driver
+            .check("cuModuleGetFunction", result)
+            .map_err(|e| e.to_string())?;
+        Ok(Kernel {
+            driver,
+            module,
+            function,
+        })
+    }
+
+    fn launch(&self, stream: &Stream) {
+        // SAFETY: `empty_kernel` takes no parameters; one thread.
+        let result = unsafe {
+            self.driver.cuLaunchKernel(
+                self.function,
+                1,
+                1,
+                1,
+                1,
+                1,
+                1,
+                0,
+                stream.as_raw(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        self.driver
+            .check("cuLaunchKernel", result)
+            .expect("the kernel launches");
+    }
+}
+
+impl Drop for Kernel<'_> {
+    fn drop(&mut self) {
+        // SAFETY: loaded in `load`, unloaded once, after the stream drained.
+        let _ = unsafe { self.driver.cuModuleUnload(self.module) };
+    }
+}
+
+struct Bench<'driver> {
+    stream: Stream,
+    kernel: Option<Kernel<'driver>>,
+    points: Vec<StreamPoint>,
+}
+
+static HOST_FUNCTION_RUNS: AtomicU64 = AtomicU64::new(0);
+
+impl Bench<'_> {
+    fn kernel(&self) {
+        if let Some(kernel) = &self.kernel {
+            kernel.launch(&self.stream);
+        }
+    }
+}
+
+struct Form {
+    name: &'static str,
+    iteration: fn(&mut Bench<'_>),
+}
+
+const FORMS: [Form; 4] = [
+    Form {
+        name: "kernel + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            bench.kernel();
+        },
+    },
+    Form {
+        name: "kernel + release point + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            release_in_stream_order(&bench.stream, Box::new([0u8; 64]))
+                .map_err(|refused| refused.error)
+                .expect("released");
+            bench.kernel();
+        },
+    },
+    Form {
+        name: "kernel + future point + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            let mut point = stream_point(&bench.stream).expect("a point");
+            // Polled once, so that the watcher waits on it as an executor's task would.
+            let _ = Pin::new(&mut point).poll(&mut TaskContext::from_waker(Waker::noop()));
+            bench.points.push(point);
+            bench.kernel();
+        },
+    },
+    Form {
+        name: "kernel + host function + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            host_launch(&bench.stream, || {
+                HOST_FUNCTION_RUNS.fetch_add(1, Ordering::Relaxed);
+            })
+            .expect("launched");
+            bench.kernel();
+        },
+    },
+];
+
+/// Seconds per iteration of `form`, from the first enqueue until the stream drained.
+fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> f64 {
+    let start = Instant::now();
+    for _ in 0..iterations {
+        (form.iteration)(bench);
+    }
+    bench.stream.synchronize().expect("synchronize");
+    let elapsed = start.elapsed().as_secs_f64();
+    let unfinished = bench
+        .points
+        .drain(..)
+        .filter(|point| point.is_passed() != Ok(true))
+        .count();
+    assert_eq!(
+        unfinished, 0,
+        "{}: points not passed after the drain",
+        form.name
+    );
+    elapsed / iterations as f64
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn run(quick: bool) -> Result<(), String> {
+    let (iterations, rounds) = if quick { (2_000, 3) } else { (20_000, 7) };
+    let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
+    let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
+    let context = device.primary_context().map_err(|e| e.to_string())?;
+    let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
+    context.bind_to_thread().map_err(|e| e.to_string())?;
+    let kernel = Kernel::load(driver)
+        .inspect_err(|reason| println!("no kernels: {reason}"))
+        .ok();
+    println!(
+        "{} (CUDA {} driver): {iterations} iterations per form and round, {rounds} rounds",
+        device.name().map_err(|e| e.to_string())?,
+        cuda_host::cuda_host_sys::version_text(driver.version())
+    );
+    if kernel.is_none() {
+        println!(
+            "so the forms run without kernels and show each point's own cost on the enqueuing \
+             thread (the software driver runs no kernels)"
+        );
+    }
+    let mut bench = Bench {
+        stream,
+        kernel,
+        points: Vec::with_capacity(iterations),
+    };
+    for form in &FORMS {
+        measure(&mut bench, form, iterations / 10);
+    }
+    let mut times = vec![Vec::new(); FORMS.len()];
+    let mut over_baseline = vec![Vec::new(); FORMS.len()];
+    for round in 0..rounds {
+        let mut this_round = [0.0; FORMS.len()];
+        for offset in 0..FORMS.len() {
+            let index = (round + offset) % FORMS.len();
+            this_round[index] = measure(&mut bench, &FORMS[index], iterations);
+        }
+        for (index, time) in this_round.iter().enumerate() {
+            times[index].push(*time);
+            over_baseline[index].push(time - this_round[0]);
+        }
+    }
+    println!();
+    println!(
+        "{:<36} {:>14} {:>22}",
+        "form", "µs/iteration", "µs over kernel+kernel"
+    );
+    for (index, form) in FORMS.iter().enumerate() {
+        println!(
+            "{:<36} {:>14.3} {:>22.3}",
+            form.name,
+            median(&mut times[index]) * 1e6,
+            median(&mut over_baseline[index]) * 1e6
+        );
+    }
+    println!(
+        "(medians over {rounds} rounds; the last column pairs each form with the baseline of \
+         its own round; {} host functions ran)",
+        HOST_FUNCTION_RUNS.load(Ordering::Relaxed)
+    );
+    let counts = cuda_host::stream_point_counts();
+    if counts.held != 0 || counts.waiting != 0 {
+        return Err(format!("stream points left behind: {counts:?}"));
+    }
+    Ok(())
+}

@@ -1,0 +1,249 @@
+//! Records held until a stream passes a point: what a release in stream order leaves behind.
+//!
+//! A held record waits in a queue of the thread that made it, one queue per sequence of points
+//! (a stream's counter, `crate::points`). Each drain of that thread (`reclaim`) first looks how
+//! far each of its sequences has come and hands every record whose point was passed to the
+//! thread's inbox, where the same drain drops it: so held records follow the rule of launch
+//! records (dropped on the thread that made them, never on the driver's thread, never during a
+//! capture through cuda-host). A record whose context failed is handed on too: the stream will
+//! never pass its point. When a thread exits, its queues pass to a shared list that every
+//! drain looks at, and their records go to the shared list of records when passed.
+//!
+//! Looking costs a drain nothing while the thread holds nothing and no exited thread left
+//! anything; otherwise one read of each sequence's counter and, per queue, the failure check.
+
+use crate::launch::context_failure;
+use crate::launch::context_shared::ContextShared;
+use crate::launch::inboxes;
+use crate::launch::record::{self, RecordHeader};
+use crate::sync::lock;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A sequence of points a stream passes in order: how far it has come.
+pub(crate) trait Progress: Send + Sync {
+    /// The highest point passed so far (points are numbered from 1).
+    fn passed(&self) -> u64;
+}
+
+/// The records of one thread held for one sequence, in the order of their points.
+struct Queue {
+    progress: Arc<dyn Progress>,
+    /// The context (`CUcontext` address) the sequence's stream belongs to.
+    context: usize,
+    records: VecDeque<(u64, NonNull<RecordHeader>)>,
+}
+
+// SAFETY: the queue owns its records, which are `Send` (their payloads are); `progress` is
+// `Send + Sync`.
+unsafe impl Send for Queue {}
+
+impl Queue {
+    /// Hands every record whose point was passed (all of them, if the context failed) to its
+    /// home; returns how many.
+    fn release_passed(&mut self) -> usize {
+        let passed = self.progress.passed();
+        let failed = self
+            .records
+            .front()
+            .is_some_and(|&(point, _)| point > passed)
+            && context_failure::has_failed(self.context);
+        let mut count = 0;
+        while let Some(&(point, record)) = self.records.front() {
+            if point > passed && !failed {
+                break;
+            }
+            self.records.pop_front();
+            // SAFETY: the queue owned the record; ownership passes to its home's list.
+            unsafe { inboxes::finish(record) };
+            count += 1;
+        }
+        count
+    }
+
+    fn is_for(&self, progress: &Arc<dyn Progress>) -> bool {
+        std::ptr::addr_eq(Arc::as_ptr(&self.progress), Arc::as_ptr(progress))
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        // Only the shared list's queues are ever dropped with records (they never are: they are
+        // kept until released); a record is never dropped here, where its thread may be wrong.
+        for (_, record) in self.records.drain(..) {
+            // SAFETY: owned by the queue; ownership passes to the shared list.
+            unsafe { inboxes::finish(record) };
+        }
+    }
+}
+
+/// A thread's queues.
+struct Held {
+    queues: RefCell<Vec<Queue>>,
+    count: Cell<usize>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let queues = std::mem::take(self.queues.get_mut());
+        if !queues.is_empty() {
+            ORPHANED.fetch_add(self.count.get(), Ordering::SeqCst);
+            lock(&ORPHANS).extend(queues);
+        }
+    }
+}
+
+thread_local! {
+    static HELD: Held = const { Held { queues: RefCell::new(Vec::new()), count: Cell::new(0) } };
+}
+
+/// Queues of threads that exited.
+static ORPHANS: Mutex<Vec<Queue>> = Mutex::new(Vec::new());
+/// Records in `ORPHANS`.
+static ORPHANED: AtomicUsize = AtomicUsize::new(0);
+/// Records held by every thread, for [`held_count`].
+static HELD_TOTAL: AtomicUsize = AtomicUsize::new(0);
+
+/// Holds `value` in a record of `context`, homed on the calling thread, until `progress` passes
+/// `point` or the context fails; the thread's drains then drop it.
+pub(crate) fn hold_until<T: Send + 'static>(
+    progress: Arc<dyn Progress>,
+    context: &Arc<ContextShared>,
+    point: u64,
+    value: T,
+) {
+    let context_handle = context.raw().addr();
+    let record = record::holding(value, Some(Arc::clone(context)), inboxes::home());
+    HELD_TOTAL.fetch_add(1, Ordering::Relaxed);
+    let mut queue = Some(Queue {
+        progress,
+        context: context_handle,
+        records: VecDeque::new(),
+    });
+    let held = HELD.try_with(|held| {
+        let mut queues = held.queues.borrow_mut();
+        let queue = match queues.iter().position(|q| q.is_for(&queue.as_ref().expect("one").progress)) {
+            Some(index) => &mut queues[index],
+            None => {
+                queues.push(queue.take().expect("one"));
+                queues.last_mut().expect("just pushed")
+            }
+        };
+        insert(queue, point, record);
+        held.count.set(held.count.get() + 1);
+    });
+    if held.is_err() {
+        // The thread is being torn down: the record waits with those of exited threads.
+        let mut queue = queue.take().expect("not placed");
+        insert(&mut queue, point, record);
+        ORPHANED.fetch_add(1, Ordering::SeqCst);
+        lock(&ORPHANS).push(queue);
+    }
+}
+
+/// Puts `record` in `queue` in the order of the points (a thread's points of one sequence come
+/// in order, so this is a push at the back).
+fn insert(queue: &mut Queue, point: u64, record: NonNull<RecordHeader>) {
+    let at = queue
+        .records
+        .iter()
+        .rposition(|&(earlier, _)| earlier <= point)
+        .map_or(0, |index| index + 1);
+    queue.records.insert(at, (point, record));
+}
+
+/// Hands the calling thread's held records whose points were passed (or whose context failed)
+/// to its inbox, and those of exited threads to the shared list; returns how many. Only pushes:
+/// the caller's drain drops them.
+pub(crate) fn release_passed() -> usize {
+    let mut released = HELD
+        .try_with(|held| {
+            if held.count.get() == 0 {
+                return 0;
+            }
+            let Ok(mut queues) = held.queues.try_borrow_mut() else {
+                return 0;
+            };
+            let released: usize = queues.iter_mut().map(Queue::release_passed).sum();
+            queues.retain(|queue| !queue.records.is_empty());
+            held.count.set(held.count.get() - released);
+            released
+        })
+        .unwrap_or(0);
+    if ORPHANED.load(Ordering::SeqCst) != 0 {
+        let mut orphans = lock(&ORPHANS);
+        let from_orphans: usize = orphans.iter_mut().map(Queue::release_passed).sum();
+        orphans.retain(|queue| !queue.records.is_empty());
+        ORPHANED.fetch_sub(from_orphans, Ordering::SeqCst);
+        released += from_orphans;
+    }
+    HELD_TOTAL.fetch_sub(released, Ordering::Relaxed);
+    released
+}
+
+/// Whether the calling thread, or an exited one, holds records: a drain then has work to look
+/// at even with an empty inbox.
+pub(crate) fn anything_held() -> bool {
+    HELD.try_with(|held| held.count.get() != 0).unwrap_or(false)
+        || ORPHANED.load(Ordering::Relaxed) != 0
+}
+
+/// Records held by every thread, waiting for their points.
+pub(crate) fn held_count() -> usize {
+    HELD_TOTAL.load(Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_driver;
+    use std::sync::atomic::AtomicU64;
+
+    struct Counter(AtomicU64);
+
+    impl Progress for Counter {
+        fn passed(&self) -> u64 {
+            self.0.load(Ordering::SeqCst)
+        }
+    }
+
+    struct Dropped(Arc<AtomicUsize>, std::thread::ThreadId);
+
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            assert_eq!(std::thread::current().id(), self.1, "dropped on another thread");
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn held_values_are_dropped_by_a_drain_of_their_thread_once_their_point_is_passed() {
+        // SAFETY: no entry points beyond the fakes' defaults.
+        let driver = unsafe { fake_driver::driver(&[]) };
+        let context = fake_driver::context(&driver);
+        let counter = Arc::new(Counter(AtomicU64::new(0)));
+        let drops = Arc::new(AtomicUsize::new(0));
+        let here = std::thread::current().id();
+        for point in 1..=3 {
+            let progress: Arc<dyn Progress> = counter.clone();
+            hold_until(progress, &context, point, Dropped(Arc::clone(&drops), here));
+        }
+        crate::launch::reclaim();
+        assert_eq!(drops.load(Ordering::SeqCst), 0, "no point passed yet");
+        counter.0.store(2, Ordering::SeqCst);
+        // Another thread's drain leaves them alone.
+        std::thread::scope(|scope| {
+            scope.spawn(crate::launch::reclaim);
+        });
+        assert_eq!(drops.load(Ordering::SeqCst), 0);
+        crate::launch::reclaim();
+        assert_eq!(drops.load(Ordering::SeqCst), 2, "the first two points were passed");
+        counter.0.store(3, Ordering::SeqCst);
+        crate::launch::reclaim();
+        assert_eq!(drops.load(Ordering::SeqCst), 3);
+        assert!(!anything_held());
+    }
+}

@@ -1,0 +1,143 @@
+//! Options of a host-function launch: the driver's sync mode (`cuLaunchHostFunc_v2`).
+//!
+//! CUDA 13.1 added `cuLaunchHostFunc_v2`, whose fourth argument says how the driver's
+//! host-function thread waits for its next task: blocking, or spin-waiting (the driver's own
+//! low-latency path). A launch that asks for a mode goes through `cuLaunchHostFunc_v2` and
+//! nothing else: on an older driver it fails with a typed error naming the entry point and the
+//! driver version it needs, and never falls back to `cuLaunchHostFunc`, whose semantics differ.
+//! Everything else about the launch is `host_launch`'s: the same run-once record, capture check,
+//! reclaim rule and failure handling.
+
+use crate::error::Result;
+use crate::host_launch::{UserData, launch_raw};
+use crate::launch::{
+    HostFuncEntry, RunOnceClosure, ensure_outside_host_function, outside_host_function,
+    reclaim_on_launch,
+};
+use crate::objects::Stream;
+use cuda_host_sys::CUhostTaskSyncMode;
+use std::ffi::c_void;
+
+/// How the driver's host-function thread waits for its next task (`CUhostTaskSyncMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[doc(alias = "CUhostTaskSyncMode")]
+pub enum HostTaskSyncMode {
+    /// The thread blocks until new host tasks are ready (`CU_HOST_TASK_BLOCKING`).
+    #[doc(alias = "CU_HOST_TASK_BLOCKING")]
+    Blocking,
+    /// The thread spin-waits for new host tasks (`CU_HOST_TASK_SPINWAIT`): lower latency, one
+    /// core busy.
+    #[doc(alias = "CU_HOST_TASK_SPINWAIT")]
+    SpinWait,
+}
+
+impl HostTaskSyncMode {
+    /// The driver's value.
+    pub fn to_raw(self) -> CUhostTaskSyncMode {
+        match self {
+            HostTaskSyncMode::Blocking => CUhostTaskSyncMode::CU_HOST_TASK_BLOCKING,
+            HostTaskSyncMode::SpinWait => CUhostTaskSyncMode::CU_HOST_TASK_SPINWAIT,
+        }
+    }
+}
+
+/// Options of [`host_launch_with`] and [`host_launch_raw_with`]. The default launches as
+/// [`host_launch`](crate::host_launch) does, through `cuLaunchHostFunc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LaunchOptions {
+    sync_mode: Option<HostTaskSyncMode>,
+}
+
+impl LaunchOptions {
+    /// Launches through `cuLaunchHostFunc_v2` (CUDA 13.1) with `mode`. On a driver without that
+    /// entry point the launch fails with
+    /// [`EntryPointUnavailable`](cuda_host_sys::Error::EntryPointUnavailable) naming it and the
+    /// version it needs; it never falls back to `cuLaunchHostFunc`.
+    #[must_use]
+    pub fn sync_mode(mut self, mode: HostTaskSyncMode) -> Self {
+        self.sync_mode = Some(mode);
+        self
+    }
+
+    /// The sync mode asked for; `None` launches through `cuLaunchHostFunc`.
+    pub fn get_sync_mode(&self) -> Option<HostTaskSyncMode> {
+        self.sync_mode
+    }
+
+    fn entry(self) -> HostFuncEntry {
+        match self.sync_mode {
+            None => HostFuncEntry::Classic,
+            Some(mode) => HostFuncEntry::WithSyncMode(mode.to_raw().0),
+        }
+    }
+}
+
+/// [`host_launch`](crate::host_launch) on a stream, with `options`: `function` runs once, in
+/// stream order, under every rule of `host_launch`.
+///
+/// # Errors
+/// As [`host_launch`](crate::host_launch); with a sync mode on a driver older than CUDA 13.1,
+/// [`Error::Driver`](crate::Error::Driver) holding
+/// [`EntryPointUnavailable`](cuda_host_sys::Error::EntryPointUnavailable) for
+/// `cuLaunchHostFunc_v2` (`function` is then dropped at once, unrun, like any refused launch).
+///
+/// ```no_run
+/// use cuda_host::{HostTaskSyncMode, LaunchOptions, host_launch_with};
+/// # fn demo(stream: &cuda_host::Stream) -> cuda_host::Result<()> {
+/// let spin = LaunchOptions::default().sync_mode(HostTaskSyncMode::SpinWait);
+/// host_launch_with(stream, spin, || println!("served by a spin-waiting driver thread"))?;
+/// # Ok(()) }
+/// ```
+#[doc(alias = "cuLaunchHostFunc_v2")]
+pub fn host_launch_with<F>(stream: &Stream, options: LaunchOptions, function: F) -> Result<()>
+where
+    F: FnMut() + Send + 'static,
+{
+    let function = outside_host_function("host_launch_with", function)?;
+    reclaim_on_launch();
+    stream.launch_run_once(RunOnceClosure(function), options.entry())
+}
+
+/// [`host_launch_raw`](crate::host_launch_raw) with `options`.
+///
+/// # Safety
+/// As [`host_launch_raw`](crate::host_launch_raw):
+/// 1. `function` must be safe to call on the driver's host-function thread with the pointer it
+///    receives, and must not call CUDA.
+/// 2. With [`UserData::PassThrough`], the pointer must stay valid for what `function` does with
+///    it until `function` has run.
+/// 3. With [`UserData::Copied`], `function` must not keep the pointer after it returns.
+///
+/// # Errors
+/// As [`host_launch_with`].
+#[doc(alias = "cuLaunchHostFunc_v2")]
+pub unsafe fn host_launch_raw_with(
+    stream: &Stream,
+    options: LaunchOptions,
+    function: unsafe extern "C" fn(*mut c_void),
+    user_data: UserData<'_>,
+) -> Result<()> {
+    ensure_outside_host_function("host_launch_raw_with")?;
+    // SAFETY: per the caller.
+    unsafe { launch_raw(stream, function, user_data, options.entry()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_launches_classically_and_a_mode_through_v2_with_its_value() {
+        assert_eq!(LaunchOptions::default().entry(), HostFuncEntry::Classic);
+        assert_eq!(LaunchOptions::default().get_sync_mode(), None);
+        let spin = LaunchOptions::default().sync_mode(HostTaskSyncMode::SpinWait);
+        assert_eq!(spin.entry(), HostFuncEntry::WithSyncMode(1));
+        assert_eq!(
+            LaunchOptions::default()
+                .sync_mode(HostTaskSyncMode::Blocking)
+                .entry(),
+            HostFuncEntry::WithSyncMode(0)
+        );
+    }
+}

@@ -1,0 +1,135 @@
+//! Awaiting a stream: a future that completes once the stream passes the point where it was
+//! made, with any executor, without a host function and without blocking a thread.
+
+use crate::error::Result;
+use crate::launch::{
+    drop_when_allowed, ensure_outside_host_function, in_host_function, reclaim_on_launch,
+};
+use crate::objects::Stream;
+use crate::points::{Mark, mark, watcher};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+/// Marks a point on `stream` now and returns a future that completes once the stream has passed
+/// it, that is, once all work enqueued on the stream before this call finished.
+///
+/// The point costs the stream one memory write (`cuStreamWriteValue64` to pinned, device-mapped
+/// host memory), not a host function. The future works with any executor: a pending future is
+/// woken by cuda-host's watcher thread, which polls the points futures wait for, backs off, and
+/// parks when none waits. Dropping the future at any time is safe and takes its registration
+/// back; futures are cheap to hold by the thousand.
+///
+/// It completes with `Ok(())` once the point was passed, or with [`Error::ContextFailed`](crate::Error::ContextFailed) once
+/// cuda-host has seen the stream's context fail before it (a cuda-host call answering the sticky
+/// error, such as a synchronize, or the stream's drop).
+///
+/// # Errors
+/// [`Error::PointInCapture`](crate::Error::PointInCapture) on a stream that is being captured;
+/// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function; the driver's error when it refuses the write.
+///
+/// ```no_run
+/// # async fn demo(stream: &cuda_host::Stream) -> cuda_host::Result<()> {
+/// // ... enqueue kernels and copies on `stream` ...
+/// cuda_host::stream_point(stream)?.await?; // no thread blocked meanwhile
+/// # Ok(()) }
+/// ```
+#[doc(alias = "cuStreamWriteValue64")]
+pub fn stream_point(stream: &Stream) -> Result<StreamPoint> {
+    ensure_outside_host_function("stream_point")?;
+    reclaim_on_launch();
+    // A stream that marked points is watched for its context's failure when dropped.
+    stream.note_launch();
+    Ok(StreamPoint {
+        mark: Some(mark(stream)?),
+        registration: None,
+    })
+}
+
+/// A point of a stream, as a future: see [`stream_point`].
+#[must_use = "a stream point does nothing unless awaited or polled"]
+pub struct StreamPoint {
+    /// Always `Some` until dropped.
+    mark: Option<Mark>,
+    /// Its registration with the watcher, while it has one.
+    registration: Option<u64>,
+}
+
+impl StreamPoint {
+    /// Whether the stream has passed the point, without waiting.
+    ///
+    /// # Errors
+    /// [`Error::ContextFailed`](crate::Error::ContextFailed) once the stream's context was seen failing before the point.
+    pub fn is_passed(&self) -> Result<bool> {
+        self.mark().outcome().transpose().map(|passed| passed.is_some())
+    }
+
+    fn mark(&self) -> &Mark {
+        self.mark.as_ref().expect("a point until dropped")
+    }
+
+    fn forget(&mut self) {
+        if let Some(id) = self.registration.take() {
+            watcher::forget(&self.mark().counter, id);
+        }
+    }
+}
+
+impl Future for StreamPoint {
+    type Output = Result<()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        if let Some(outcome) = this.mark().outcome() {
+            this.forget();
+            return Poll::Ready(outcome);
+        }
+        let mark = this.mark();
+        match watcher::register(
+            &mark.counter,
+            mark.context.raw().addr(),
+            mark.point,
+            cx.waker(),
+            this.registration,
+        ) {
+            Some(id) => this.registration = Some(id),
+            None => {
+                // No watcher thread: the executor polls again.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+        }
+        // The point may have been passed between the first look and the registration.
+        if let Some(outcome) = this.mark().outcome() {
+            this.forget();
+            return Poll::Ready(outcome);
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for StreamPoint {
+    fn drop(&mut self) {
+        self.forget();
+        if let Some(mark) = self.mark.take()
+            && in_host_function()
+        {
+            // The point holds its context, whose release is a driver call: not made on the
+            // driver's thread.
+            drop_when_allowed(Arc::clone(&mark.context));
+        }
+    }
+}
+
+impl fmt::Debug for StreamPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mark = self.mark();
+        f.debug_struct("StreamPoint")
+            .field("context", &mark.context)
+            .field("point", &mark.point)
+            .field("waiting", &self.registration.is_some())
+            .finish()
+    }
+}

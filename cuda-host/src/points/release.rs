@@ -1,0 +1,108 @@
+//! Releasing a value in stream order: dropped once the stream has passed the point where it was
+//! handed over, without a host function and without a blocking synchronize.
+
+use crate::error::Error;
+use crate::launch::{hold_until, in_host_function, reclaim_on_launch};
+use crate::objects::Stream;
+use crate::points::{mark, progress};
+use std::fmt;
+
+/// Hands `value` to `stream`: it is dropped once the stream has passed this point, that is,
+/// after all work enqueued on the stream before this call finished.
+///
+/// Marking the point costs the stream one memory write (`cuStreamWriteValue64` to pinned,
+/// device-mapped host memory), not a host function: the stream never waits for the host. The
+/// value is dropped on **the thread that released it**, by its first cuda-host call (a launch, a
+/// release, a synchronize, [`reclaim`](crate::reclaim)) that sees the point passed, by the rule
+/// of host functions' captured values: never on the driver's thread, never while this thread
+/// captures, nor while a global-mode capture begun through cuda-host is open; once the thread
+/// has exited, by any thread. After [`Stream::synchronize`] returns on this thread, the values
+/// it released on that stream before the call have been dropped.
+///
+/// Typical values: a pinned staging buffer an async copy reads, an `Arc` keeping device memory
+/// alive until the kernels using it finished.
+///
+/// If the stream's context fails (a kernel's illegal address) before the point, the stream never
+/// passes it: the value is dropped once cuda-host has seen the failure (a call answering it, at
+/// the latest the stream's drop), when nothing will touch what it owns any more.
+///
+/// # Errors
+/// The value is handed back in [`Unreleased`], never dropped here, since the stream may still be
+/// using it:
+/// - [`Error::PointInCapture`] when the stream is being captured (the point would belong to the
+///   graph); nothing is enqueued and the capture is left intact;
+/// - [`Error::InHostFunction`] inside a host function;
+/// - the driver's error when it refuses the write, or the counter memory cannot be allocated.
+///
+/// ```no_run
+/// # fn demo(stream: &cuda_host::Stream, staging: Vec<u8>) -> cuda_host::Result<()> {
+/// // ... enqueue an async copy that reads `staging` on `stream` ...
+/// if let Err(refused) = cuda_host::release_in_stream_order(stream, staging) {
+///     stream.synchronize()?; // the copy finished: now the buffer may go
+///     drop(refused.value);
+///     return Err(refused.error);
+/// }
+/// // no synchronize: `staging` is dropped by a later call on this thread once the copy finished
+/// # Ok(()) }
+/// ```
+#[doc(alias = "cuStreamWriteValue64")]
+pub fn release_in_stream_order<T: Send + 'static>(
+    stream: &Stream,
+    value: T,
+) -> Result<(), Unreleased<T>> {
+    if in_host_function() {
+        return Err(Unreleased {
+            error: Error::InHostFunction {
+                call: "release_in_stream_order",
+            },
+            value,
+        });
+    }
+    reclaim_on_launch();
+    // A stream that marked points is watched for its context's failure when dropped.
+    stream.note_launch();
+    match mark(stream) {
+        Ok(mark) => {
+            hold_until(progress(&mark.counter), &mark.context, mark.point, value);
+            Ok(())
+        }
+        Err(error) => Err(Unreleased { error, value }),
+    }
+}
+
+/// A value [`release_in_stream_order`] could not hand to the stream, with why: the caller gets
+/// it back, since the stream may still be using it.
+#[non_exhaustive]
+pub struct Unreleased<T> {
+    /// Why the stream did not take the value.
+    pub error: Error,
+    /// The value, still the caller's.
+    pub value: T,
+}
+
+impl<T> Unreleased<T> {
+    /// The value, still the caller's.
+    pub fn into_value(self) -> T {
+        self.value
+    }
+}
+
+impl<T> fmt::Debug for Unreleased<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Unreleased")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> fmt::Display for Unreleased<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the value was not released in stream order: {}", self.error)
+    }
+}
+
+impl<T> std::error::Error for Unreleased<T> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}

@@ -1,0 +1,250 @@
+//! The watcher: one process-wide thread that wakes the futures of stream points.
+//!
+//! Futures that are not ready register their waker here, grouped by counter, ordered by point.
+//! The thread reads each counter that futures wait on (one read of pinned memory serves every
+//! future of that stream), wakes those whose point was passed (or whose context failed), and
+//! forgets them. Its pace: it spins for a few microseconds after a wake or a new registration,
+//! then yields for a while, then sleeps in growing steps (up to a millisecond) while futures
+//! still wait, and parks when none does. A registration unparks it only when it finds it parked
+//! (the idle-to-active transition); others just ask it, through a flag, to spin again after its
+//! current step. Wakers are called on this thread, outside the lock, each under `catch_unwind`.
+//!
+//! The thread reads a counter only while a future of it is registered: that future holds the
+//! context, which keeps the counter's memory. It never holds a context itself, so no context is
+//! released here. A future dropped early takes its registration back (`forget`).
+
+use crate::launch::{Progress, has_failed};
+use crate::points::counters::Counter;
+use crate::sync::lock;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+/// The futures waiting on one counter.
+struct Waiting {
+    counter: Arc<Counter>,
+    /// Its context (`CUcontext` address), for the failure check.
+    context: usize,
+    /// (point, registration id), earliest point first; entries of forgotten ids are skipped.
+    order: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Registration id to its point and waker.
+    wakers: HashMap<u64, (u64, Waker)>,
+}
+
+impl Waiting {
+    /// Moves the wakers whose point was passed (all, if the context failed) to `woken`.
+    fn take_passed(&mut self, woken: &mut Vec<Waker>) {
+        let passed = self.counter.passed();
+        let mut failed = None;
+        while let Some(&Reverse((point, id))) = self.order.peek() {
+            if point > passed && !*failed.get_or_insert_with(|| has_failed(self.context)) {
+                break;
+            }
+            self.order.pop();
+            if let Some((_, waker)) = self.wakers.remove(&id) {
+                woken.push(waker);
+            }
+        }
+    }
+
+    /// Drops the order's entries of forgotten registrations once they outnumber the live ones.
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.wakers.len() + 64 {
+            self.order = self
+                .wakers
+                .iter()
+                .map(|(&id, &(point, _))| Reverse((point, id)))
+                .collect();
+        }
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    waiting: Vec<Waiting>,
+    next_id: u64,
+    /// Registered wakers, over all counters.
+    live: usize,
+    /// Set by the thread, under the lock, just before it parks for lack of work.
+    parked: bool,
+}
+
+struct Watcher {
+    registry: Mutex<Registry>,
+    thread: OnceLock<Option<std::thread::Thread>>,
+    /// Asks the thread to spin again: a future just registered.
+    fresh: AtomicBool,
+    parks: AtomicU64,
+}
+
+static WATCHER: Watcher = Watcher {
+    registry: Mutex::new(Registry {
+        waiting: Vec::new(),
+        next_id: 0,
+        live: 0,
+        parked: false,
+    }),
+    thread: OnceLock::new(),
+    fresh: AtomicBool::new(false),
+    parks: AtomicU64::new(0),
+};
+
+/// The watcher thread, started on first use; `None` if it could not be started.
+fn thread() -> Option<&'static std::thread::Thread> {
+    WATCHER
+        .thread
+        .get_or_init(|| {
+            match std::thread::Builder::new()
+                .name("cuda-host-watch".to_owned())
+                .spawn(run)
+            {
+                Ok(handle) => Some(handle.thread().clone()),
+                Err(error) => {
+                    log::error!("cannot start the stream-point watcher thread: {error}");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Registers `waker` for the point `point` of `counter` (of the context `context`), or, with
+/// `id` still registered, updates its waker. Returns the registration's id; `None` when the
+/// watcher thread cannot run (the caller must then poll again by itself).
+pub(super) fn register(
+    counter: &Arc<Counter>,
+    context: usize,
+    point: u64,
+    waker: &Waker,
+    id: Option<u64>,
+) -> Option<u64> {
+    let thread = thread()?;
+    let mut registry = lock(&WATCHER.registry);
+    let index = match registry
+        .waiting
+        .iter()
+        .position(|waiting| Arc::ptr_eq(&waiting.counter, counter))
+    {
+        Some(index) => index,
+        None => {
+            registry.waiting.push(Waiting {
+                counter: Arc::clone(counter),
+                context,
+                order: BinaryHeap::new(),
+                wakers: HashMap::new(),
+            });
+            registry.waiting.len() - 1
+        }
+    };
+    if let Some(id) = id
+        && let Some((_, registered)) = registry.waiting[index].wakers.get_mut(&id)
+    {
+        let replaced = (!registered.will_wake(waker))
+            .then(|| std::mem::replace(registered, waker.clone()));
+        drop(registry);
+        drop(replaced); // a waker's drop is the executor's code: not under the lock
+        return Some(id);
+    }
+    let id = registry.next_id;
+    registry.next_id += 1;
+    let waiting = &mut registry.waiting[index];
+    waiting.order.push(Reverse((point, id)));
+    waiting.wakers.insert(id, (point, waker.clone()));
+    registry.live += 1;
+    if registry.parked {
+        registry.parked = false;
+        drop(registry);
+        thread.unpark();
+    } else {
+        drop(registry);
+        WATCHER.fresh.store(true, Ordering::Relaxed);
+    }
+    Some(id)
+}
+
+/// Takes back the registration `id` of `counter`, if the watcher has not woken it yet.
+pub(super) fn forget(counter: &Arc<Counter>, id: u64) {
+    let mut registry = lock(&WATCHER.registry);
+    let Some(index) = registry
+        .waiting
+        .iter()
+        .position(|waiting| Arc::ptr_eq(&waiting.counter, counter))
+    else {
+        return;
+    };
+    let waiting = &mut registry.waiting[index];
+    let Some((_, waker)) = waiting.wakers.remove(&id) else {
+        return;
+    };
+    if waiting.wakers.is_empty() {
+        registry.waiting.swap_remove(index);
+    } else {
+        waiting.compact();
+    }
+    registry.live -= 1;
+    drop(registry);
+    drop(waker);
+}
+
+/// Registered futures, whether the thread is parked, and how often it parked.
+pub(super) fn counts() -> (usize, bool, u64) {
+    let registry = lock(&WATCHER.registry);
+    (
+        registry.live,
+        registry.parked,
+        WATCHER.parks.load(Ordering::Relaxed),
+    )
+}
+
+/// Spinning, then yielding, then sleeping: how long since the last progress each lasts.
+const SPIN: Duration = Duration::from_micros(20);
+const YIELD: Duration = Duration::from_micros(200);
+const LONGEST_SLEEP: Duration = Duration::from_millis(1);
+
+fn run() {
+    let mut woken = Vec::new();
+    let mut active_since = Instant::now();
+    loop {
+        let idle = {
+            let mut registry = lock(&WATCHER.registry);
+            for waiting in &mut registry.waiting {
+                waiting.take_passed(&mut woken);
+            }
+            registry.waiting.retain(|waiting| !waiting.wakers.is_empty());
+            registry.live -= woken.len();
+            if registry.live == 0 {
+                registry.parked = true;
+                WATCHER.parks.fetch_add(1, Ordering::Relaxed);
+            }
+            registry.live == 0
+        };
+        let progressed = !woken.is_empty();
+        for waker in woken.drain(..) {
+            if catch_unwind(AssertUnwindSafe(|| waker.wake())).is_err() {
+                log::error!("a waker of a stream point panicked; the watcher goes on");
+            }
+        }
+        if idle {
+            std::thread::park();
+            active_since = Instant::now();
+            continue;
+        }
+        if progressed || WATCHER.fresh.swap(false, Ordering::Relaxed) {
+            active_since = Instant::now();
+        }
+        let quiet = active_since.elapsed();
+        if quiet < SPIN {
+            for _ in 0..64 {
+                std::hint::spin_loop();
+            }
+        } else if quiet < YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::park_timeout((quiet / 8).min(LONGEST_SLEEP));
+        }
+    }
+}

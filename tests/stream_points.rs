@@ -1,0 +1,625 @@
+//! Stream points: values released in stream order, and futures that complete when a stream
+//! passes a point. Their timing, threads, leaks, failures, captures and the watcher's idling.
+
+use cuda_host::{
+    CaptureMode, CaptureState, Context, Error, Event, EventFlags, GraphBuilder, Stream,
+    StreamFlags, StreamPoint, host_launch, reclaim, release_in_stream_order, stream_point,
+    stream_point_counts,
+};
+use cuda_host_sys::CUresult;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+use suite::{Gate, MappedWords, TIMEOUT, Tally, context, wait_until};
+
+/// Prints a measured figure around the output capture (and out of a child process).
+fn figure(text: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "[cuda-host figures] {text}");
+}
+
+fn new_stream(context: &Context) -> Stream {
+    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Polls `future` once with a waker that does nothing.
+fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+    Pin::new(future).poll(&mut TaskContext::from_waker(Waker::noop()))
+}
+
+/// Remembers, when dropped, whether an event had completed and on which thread.
+struct Observer {
+    event: Arc<Event>,
+    seen: Arc<Mutex<Option<(bool, ThreadId)>>>,
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        let complete = self.event.is_complete().unwrap_or(false);
+        *self.seen.lock().unwrap() = Some((complete, std::thread::current().id()));
+    }
+}
+
+#[test]
+fn a_released_value_is_dropped_after_the_work_before_it_finished_on_the_releasing_thread() {
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let event = Arc::new(Event::new(&context, EventFlags::DisableTiming).expect("event"));
+    let seen = Arc::new(Mutex::new(None));
+    gate.hold(&stream);
+    // Completes only once the stream got past the gate: the work before the point.
+    event.record(&stream).expect("record");
+    let observer = Observer {
+        event: Arc::clone(&event),
+        seen: Arc::clone(&seen),
+    };
+    release_in_stream_order(&stream, observer).expect("released");
+    for _ in 0..20 {
+        reclaim();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        seen.lock().unwrap().is_none(),
+        "dropped before the stream passed the point"
+    );
+    assert!(!event.is_complete().expect("query"));
+    gate.open();
+    wait_until("the released value to be dropped", || {
+        reclaim();
+        seen.lock().unwrap().is_some()
+    });
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some((true, std::thread::current().id())),
+        "dropped after the work before it finished, on the releasing thread"
+    );
+}
+
+#[test]
+fn after_synchronize_the_values_this_thread_released_on_the_stream_are_dropped() {
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    for _ in 0..10 {
+        release_in_stream_order(&stream, tally.probe()).expect("released");
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.drops(), 10);
+    assert!(
+        tally
+            .drop_threads()
+            .iter()
+            .all(|thread| *thread == std::thread::current().id())
+    );
+}
+
+#[test]
+fn another_threads_drains_never_drop_a_released_value() {
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    release_in_stream_order(&stream, tally.probe()).expect("released");
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // The point is passed after this synchronize; this thread's drains are not the
+            // value's.
+            stream.synchronize().expect("synchronize");
+            for _ in 0..10 {
+                reclaim();
+            }
+        });
+    });
+    assert_eq!(tally.drops(), 0, "dropped by another thread");
+    reclaim();
+    assert_eq!(tally.drops(), 1);
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+}
+
+#[test]
+fn values_a_thread_released_before_it_exited_are_dropped_by_any_thread() {
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    let exited = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                release_in_stream_order(&stream, tally.probe()).expect("released");
+                std::thread::current().id()
+            })
+            .join()
+            .expect("the releasing thread")
+    });
+    gate.open();
+    wait_until("the exited thread's value to be dropped", || {
+        reclaim();
+        tally.drops() == 1
+    });
+    assert_ne!(tally.drop_threads(), [exited]);
+}
+
+#[test]
+fn a_hundred_thousand_releases_leak_nothing() {
+    let test = "a_hundred_thousand_releases_leak_nothing";
+    // Alone in a process: the counts checked are process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    const RELEASES: usize = 100_000;
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let start = Instant::now();
+    for _ in 0..RELEASES {
+        release_in_stream_order(&stream, tally.probe()).expect("released");
+    }
+    let enqueued = start.elapsed();
+    stream.synchronize().expect("synchronize");
+    figure(&format!(
+        "{RELEASES} releases: {:.2} µs each to enqueue, all dropped {:?} after the first",
+        enqueued.as_secs_f64() * 1e6 / RELEASES as f64,
+        start.elapsed()
+    ));
+    assert_eq!((tally.probes(), tally.drops()), (RELEASES, RELEASES));
+    assert!(
+        tally
+            .drop_threads()
+            .iter()
+            .all(|thread| *thread == std::thread::current().id())
+    );
+    assert_eq!(stream_point_counts().held, 0, "{:?}", stream_point_counts());
+}
+
+#[test]
+fn values_released_around_a_context_failure_are_all_dropped_once_it_is_seen() {
+    let test = "values_released_around_a_context_failure_are_all_dropped_once_it_is_seen";
+    // Alone in a process: the failure stays with it.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    const EACH: usize = 50;
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let driver = Arc::clone(context.driver());
+    let kernels = suite::kernels::for_faults(&driver);
+    let (before, after) = (Tally::new(), Tally::new());
+    gate.hold(&stream);
+    for _ in 0..EACH {
+        release_in_stream_order(&stream, before.probe()).expect("released");
+    }
+    suite::kernels::launch_fault(&stream, kernels.as_ref());
+    for _ in 0..EACH {
+        release_in_stream_order(&stream, after.probe()).expect("released");
+    }
+    gate.open();
+    let error = stream.synchronize().expect_err("the fault is reported");
+    assert_eq!(
+        error.driver_result(),
+        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)
+    );
+    reclaim();
+    for tally in [&before, &after] {
+        assert_eq!(tally.drops(), EACH, "each value dropped exactly once");
+        assert!(
+            tally
+                .drop_threads()
+                .iter()
+                .all(|thread| *thread == std::thread::current().id())
+        );
+    }
+    assert_eq!(stream_point_counts().held, 0);
+    std::mem::forget(kernels); // unloading answers the sticky error too
+}
+
+#[test]
+fn values_released_on_a_failed_context_are_dropped_at_the_latest_when_their_stream_is() {
+    let test = "values_released_on_a_failed_context_are_dropped_at_the_latest_when_their_stream_is";
+    // Nothing but the stream's drop sees the failure. Alone in a process: it stays with it.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    const EACH: usize = 50;
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let driver = Arc::clone(context.driver());
+    let kernels = suite::kernels::for_faults(&driver);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    suite::kernels::launch_fault(&stream, kernels.as_ref());
+    for _ in 0..EACH {
+        release_in_stream_order(&stream, tally.probe()).expect("released");
+    }
+    gate.open();
+    std::thread::sleep(Duration::from_millis(20));
+    reclaim();
+    assert_eq!(tally.drops(), 0, "no failure was seen yet");
+    drop(stream);
+    wait_until("the values of the failed context to be dropped", || {
+        reclaim();
+        tally.drops() == EACH
+    });
+    std::mem::forget(kernels);
+}
+
+#[test]
+fn a_capturing_stream_refuses_points_hands_the_value_back_and_its_capture_still_works() {
+    let _capture = suite::capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    // The context's counter memory exists before the capture (allocating pinned memory is a
+    // call a global-mode capture forbids).
+    release_in_stream_order(&stream, ()).expect("released");
+    let tally = Tally::new();
+    let builder = GraphBuilder::begin(&stream, CaptureMode::ThreadLocal).expect("capture");
+    let refused = release_in_stream_order(&stream, tally.probe()).expect_err("a point captured");
+    assert_eq!(
+        refused.error,
+        Error::PointInCapture {
+            status: CaptureState::Active
+        }
+    );
+    assert!(refused.to_string().contains("capturing"), "{refused}");
+    assert_eq!(tally.drops(), 0, "the value was handed back, not dropped");
+    let probe = refused.into_value();
+    let error = stream_point(&stream).expect_err("a point captured");
+    assert!(matches!(error, Error::PointInCapture { .. }), "{error}");
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&ran);
+    builder
+        .callback(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .expect("callback");
+    let graph = builder.end().expect("the capture ends in a graph");
+    let executable = graph.instantiate().expect("instantiate");
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(ran.load(Ordering::SeqCst), 1, "the graph runs");
+    drop(probe);
+    assert_eq!(tally.drops(), 1);
+}
+
+#[test]
+fn a_release_inside_a_host_function_is_refused_and_the_value_handed_back() {
+    let context = context();
+    let stream = Arc::new(new_stream(&context));
+    let tally = Tally::new();
+    let kept = Arc::new(Mutex::new(None));
+    let (inner, probe, keep) = (Arc::clone(&stream), tally.probe(), Arc::clone(&kept));
+    let mut probe = Some(probe);
+    host_launch(&stream, move || {
+        if let Some(probe) = probe.take() {
+            let refused = release_in_stream_order(&inner, probe).expect_err("released there");
+            let error = refused.error.clone();
+            // Kept, to be dropped on the test's thread rather than here.
+            *keep.lock().unwrap() = Some((error, refused.into_value()));
+        }
+    })
+    .expect("launch");
+    stream.synchronize().expect("synchronize");
+    let (error, value) = kept.lock().unwrap().take().expect("the host function ran");
+    assert!(matches!(error, Error::InHostFunction { .. }), "{error}");
+    assert_eq!(tally.drops(), 0);
+    drop(value);
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+}
+
+#[test]
+fn a_point_is_a_memory_write_not_a_host_function() {
+    let test = "a_point_is_a_memory_write_not_a_host_function";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "call counts are a control of the software driver");
+    };
+    // Alone in a process: the counts are process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = context();
+    let stream = new_stream(&context);
+    release_in_stream_order(&stream, ()).expect("released");
+    stream.synchronize().expect("synchronize");
+    let count = |entry: &std::ffi::CStr| controls.call_count(entry);
+    let before = [
+        count(c"cuStreamWriteValue64"),
+        count(c"cuLaunchHostFunc"),
+        count(c"cuStreamAddCallback"),
+        count(c"cuEventRecord"),
+    ];
+    release_in_stream_order(&stream, vec![0u8; 64]).expect("released");
+    let point = stream_point(&stream).expect("a point");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(poll_once(&mut { point }), Poll::Ready(Ok(())));
+    let after = [
+        count(c"cuStreamWriteValue64"),
+        count(c"cuLaunchHostFunc"),
+        count(c"cuStreamAddCallback"),
+        count(c"cuEventRecord"),
+    ];
+    assert_eq!(after, [before[0] + 2, before[1], before[2], before[3]]);
+}
+
+#[test]
+fn a_future_completes_after_its_stream_point_and_never_before() {
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let words = Arc::new(MappedWords::new(&context, 1));
+    gate.hold(&stream);
+    words.write_in_stream(&stream, 0, 7);
+    let mut point = stream_point(&stream).expect("a point");
+    let runtime = runtime();
+    for _ in 0..5 {
+        let waited = runtime
+            .block_on(async { tokio::time::timeout(Duration::from_millis(10), &mut point).await });
+        assert!(waited.is_err(), "completed before the stream reached it");
+        assert_eq!(point.is_passed(), Ok(false));
+    }
+    gate.open();
+    let seen = runtime.block_on(async {
+        let outcome = tokio::time::timeout(TIMEOUT, &mut point).await;
+        (outcome, words.get(0))
+    });
+    assert!(matches!(seen.0, Ok(Ok(()))), "{:?}", seen.0);
+    assert_eq!(
+        seen.1, 7,
+        "completed before the work ahead of the point was done"
+    );
+    assert_eq!(point.is_passed(), Ok(true));
+}
+
+#[test]
+fn ten_thousand_futures_on_four_streams_all_complete() {
+    const FUTURES: usize = 10_000;
+    let context = context();
+    let streams: Vec<Stream> = (0..4).map(|_| new_stream(&context)).collect();
+    let gate = Gate::new(&context);
+    for stream in &streams {
+        gate.hold(stream);
+    }
+    let runtime = runtime();
+    let completed = Arc::new(AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..FUTURES)
+        .map(|index| {
+            let point = stream_point(&streams[index % 4]).expect("a point");
+            let completed = Arc::clone(&completed);
+            runtime.spawn(async move {
+                let outcome = point.await;
+                completed.fetch_add(1, Ordering::SeqCst);
+                outcome
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        completed.load(Ordering::SeqCst),
+        0,
+        "completed behind a gate"
+    );
+    let start = Instant::now();
+    gate.open();
+    let outcomes = runtime.block_on(async {
+        tokio::time::timeout(TIMEOUT, async {
+            let mut outcomes = Vec::with_capacity(FUTURES);
+            for task in tasks {
+                outcomes.push(task.await.expect("the task"));
+            }
+            outcomes
+        })
+        .await
+        .expect("every future completes")
+    });
+    figure(&format!(
+        "{FUTURES} futures on 4 streams completed {:?} after the gates opened",
+        start.elapsed()
+    ));
+    assert!(outcomes.iter().all(Result::is_ok));
+    assert_eq!(completed.load(Ordering::SeqCst), FUTURES);
+}
+
+/// A waker that counts its wakes; its `Arc`'s count shows the clones still held.
+#[derive(Default)]
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn dropped_futures_leak_nothing() {
+    let test = "dropped_futures_leak_nothing";
+    // Alone in a process: the counts are process-wide.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let counting = Arc::new(CountingWaker::default());
+    let waker = Waker::from(Arc::clone(&counting));
+    let mut points: Vec<StreamPoint> = (0..1000)
+        .map(|_| stream_point(&stream).expect("a point"))
+        .collect();
+    for point in &mut points {
+        let polled = Pin::new(point).poll(&mut TaskContext::from_waker(&waker));
+        assert!(polled.is_pending());
+    }
+    assert_eq!(stream_point_counts().waiting, 1000);
+    assert!(!stream_point_counts().watcher_parked);
+    // Dropped while waiting, and one never polled.
+    drop(points);
+    drop(stream_point(&stream).expect("a point"));
+    assert_eq!(stream_point_counts().waiting, 0);
+    assert_eq!(
+        Arc::strong_count(&counting),
+        2,
+        "a waker clone is still held"
+    );
+    drop(waker);
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    wait_until("the watcher to park", || {
+        stream_point_counts().watcher_parked
+    });
+    assert_eq!(Arc::strong_count(&counting), 1);
+    assert_eq!(
+        counting.0.load(Ordering::SeqCst),
+        0,
+        "a dropped future was woken"
+    );
+}
+
+/// The CPU time (user + system) the watcher thread used so far, from `/proc`.
+fn watcher_cpu_time() -> Option<Duration> {
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if name.trim() != "cuda-host-watch" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+        // The fields after the command's closing parenthesis; utime and stime are 14 and 15.
+        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // USER_HZ is 100 on Linux.
+        return Some(Duration::from_millis(ticks * 10));
+    }
+    None
+}
+
+#[test]
+fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
+    let test = "the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu";
+    // Alone in a process: no other test's futures keep the watcher busy.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = context();
+    let stream = new_stream(&context);
+    let runtime = runtime();
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let point = stream_point(&stream).expect("a point");
+    let task = runtime.spawn(point);
+    wait_until("the future to wait with the watcher", || {
+        stream_point_counts().waiting == 1
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let busy = watcher_cpu_time().expect("the watcher thread");
+    gate.open();
+    runtime
+        .block_on(task)
+        .expect("the task")
+        .expect("the point was passed");
+    wait_until("the watcher to park", || {
+        stream_point_counts().watcher_parked
+    });
+    let parks = stream_point_counts().watcher_parks;
+    let idle_from = watcher_cpu_time().expect("the watcher thread");
+    std::thread::sleep(Duration::from_millis(500));
+    let idle_to = watcher_cpu_time().expect("the watcher thread");
+    figure(&format!(
+        "watcher CPU time: {busy:?} after 50 ms with one future waiting; {:?} over 500 ms \
+         parked with none",
+        idle_to - idle_from
+    ));
+    assert!(
+        idle_to - idle_from <= Duration::from_millis(20),
+        "the parked watcher used {:?} of CPU in 500 ms",
+        idle_to - idle_from
+    );
+    assert_eq!(
+        stream_point_counts().watcher_parks,
+        parks,
+        "woke without a future"
+    );
+    // A new future unparks it, and it parks again once that one completed.
+    let point = stream_point(&stream).expect("a point");
+    runtime.block_on(point).expect("passed");
+    wait_until("the watcher to park again", || {
+        stream_point_counts().watcher_parked
+    });
+}
+
+/// The smallest executor: polls on this thread, parks it between wakes.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut context = TaskContext::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        assert!(Instant::now() < deadline, "the future never completed");
+        std::thread::park_timeout(TIMEOUT);
+    }
+}
+
+#[test]
+fn a_future_completes_with_any_executor() {
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let point = stream_point(&stream).expect("a point");
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        gate.open();
+    });
+    assert_eq!(block_on(point), Ok(()));
+    opener.join().expect("the opener");
+}
+
+#[test]
+fn a_future_behind_a_failed_context_completes_with_an_error() {
+    let test = "a_future_behind_a_failed_context_completes_with_an_error";
+    // Alone in a process: the failure stays with it.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let driver = Arc::clone(context.driver());
+    let kernels = suite::kernels::for_faults(&driver);
+    gate.hold(&stream);
+    suite::kernels::launch_fault(&stream, kernels.as_ref());
+    let point = stream_point(&stream).expect("a point");
+    let runtime = runtime();
+    let task = runtime.spawn(point);
+    gate.open();
+    // The synchronize sees the failure; the watcher then wakes the future.
+    assert!(stream.synchronize().is_err(), "the fault is reported");
+    let outcome = runtime.block_on(async { tokio::time::timeout(TIMEOUT, task).await });
+    assert_eq!(
+        outcome.expect("completed").expect("the task"),
+        Err(Error::ContextFailed)
+    );
+    std::mem::forget(kernels);
+}
