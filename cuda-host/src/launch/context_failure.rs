@@ -18,7 +18,6 @@ use crate::launch::capture_check;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::failed_contexts::FailedContexts;
 use crate::launch::inboxes;
-use crate::launch::reclaim;
 use crate::launch::record::{self, RecordHeader};
 use crate::launch::slot::{self, Ticket};
 use cuda_host_sys::{CUresult, CUstream};
@@ -122,8 +121,9 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
         // Records of this stream a later failure strands are then reclaimed when a call answers
         // the failure.
         log::warn!("cannot watch a dropped stream for its context's failure: {error}");
-        // SAFETY: refused, so the watch is still exclusively ours.
-        unsafe { reclaim::drop_soon(watch) };
+        // SAFETY: refused, so the watch is still exclusively ours; it only holds the context,
+        // and goes with this thread's next drain.
+        unsafe { inboxes::keep_here(watch) };
         abandon_if_failed(context, error.result());
     }
 }
