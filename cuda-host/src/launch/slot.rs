@@ -676,12 +676,16 @@ mod tests {
         finish(record);
         assert!(claim(ticket).is_none(), "a freed slot is not claimable");
         let again = launch(1);
-        assert_eq!(
-            again.index(),
-            ticket.index(),
-            "the freed slot is reused first"
-        );
-        assert_ne!(again.generation(), ticket.generation());
+        // A reserve slot goes back to this thread's cache and is reused first; a slot beyond the
+        // reserve (while other tests hold the reserve) goes back to the pool in a batch.
+        if is_reserve(ticket.index()) {
+            assert_eq!(
+                again.index(),
+                ticket.index(),
+                "the freed slot is reused first"
+            );
+            assert_ne!(again.generation(), ticket.generation());
+        }
         assert!(claim(ticket).is_none(), "the old ticket is stale");
         let (record, _) = claim(again).expect("the new ticket is live");
         finish(record);
