@@ -2,7 +2,7 @@
 //!
 //! - [`test_driver`] picks the driver a test binary runs on, from `CUDA_TEST_DRIVER`:
 //!   `real` (NVIDIA's `libcuda`, which must load and have a device), `software` (the software
-//!   driver built from `tests/software-driver/`) or `auto` (the default: the real driver when it
+//!   driver built from `tests/driver-double/`) or `auto` (the default: the real driver when it
 //!   loads and has a device, else the software one). It also becomes the process-wide driver of
 //!   `cuda-host-sys`, and the choice is printed once.
 //! - [`ok`] panics with the driver's typed error unless a raw driver call succeeded.

@@ -82,7 +82,7 @@ pub fn expect_controls() -> &'static Controls {
 macro_rules! symbol {
     ($library:expr, $name:literal) => {
         // SAFETY: the software driver exports this control function with the C signature the
-        // field declares (tests/software-driver/cudasw.h).
+        // field declares (tests/driver-double/cudasw.h).
         *unsafe { $library.get($name) }
             .unwrap_or_else(|e| panic!("the software driver lacks {:?}: {e}", $name))
     };
