@@ -1,0 +1,187 @@
+//! Two devices, each with its own primary context, streams, host functions, events and memory;
+//! modules and the current context.
+
+use crate::harness::*;
+use cuda_host::{Context, Event, EventFlags};
+use cuda_host_sys::{CU_STREAM_LEGACY, CUdevice_attribute, CUresult, CUuuid};
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use suite::host_function::launch_host;
+use suite::{Gate, ok, test_driver, wait_until};
+
+/// What `attribute` of `device` reads.
+fn attribute(device: &cuda_host::Device, attribute: CUdevice_attribute) -> i32 {
+    let mut value = 0;
+    // SAFETY: a valid out-pointer and a device of the driver.
+    ok("cuDeviceGetAttribute", unsafe {
+        driver().cuDeviceGetAttribute(&mut value, attribute, device.as_raw())
+    });
+    value
+}
+
+/// Free device memory as `cuMemGetInfo` reports it for `context`'s device.
+fn free_memory(context: &Context) -> usize {
+    context.bind_to_thread().expect("the context binds");
+    let (mut free, mut total) = (0, 0);
+    // SAFETY: valid out-pointers; the context is current.
+    ok("cuMemGetInfo_v2", unsafe {
+        driver().cuMemGetInfo_v2(&mut free, &mut total)
+    });
+    free
+}
+
+#[test]
+fn two_devices_have_their_own_primary_contexts_streams_host_functions_events_and_memory() {
+    let test =
+        "two_devices_have_their_own_primary_contexts_streams_host_functions_events_and_memory";
+    let devices = cuda_host::Device::count(&test_driver().driver).expect("device count");
+    if !test_driver().is_software() && devices < 2 {
+        return suite::skip(test, "the real driver has fewer than two devices here");
+    }
+    // The software driver reads its device count when it is loaded: a fresh process.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[("CUSW_DEVICE_COUNT", "2")]);
+    }
+    assert!(devices >= 2, "{devices} devices");
+    let device = [0, 1]
+        .map(|ordinal| cuda_host::Device::get(&test_driver().driver, ordinal).expect("device"));
+    let context = [&device[0], &device[1]].map(|device| device.primary_context().expect("ctx"));
+    assert_ne!(context[0].as_raw(), context[1].as_raw());
+    let mut uuid = [CUuuid::default(); 2];
+    for (ordinal, context) in context.iter().enumerate() {
+        assert_eq!(context.device(), device[ordinal].as_raw());
+        context.bind_to_thread().expect("the context binds");
+        let mut current = -1;
+        // SAFETY: a valid out-pointer; the context is current.
+        ok("cuCtxGetDevice", unsafe {
+            driver().cuCtxGetDevice(&mut current)
+        });
+        assert_eq!(current, device[ordinal].as_raw());
+        // SAFETY: a valid out-pointer and a device of the driver.
+        ok("cuDeviceGetUuid_v2", unsafe {
+            driver().cuDeviceGetUuid_v2(&mut uuid[ordinal], device[ordinal].as_raw())
+        });
+    }
+    assert_ne!(uuid[0].bytes, uuid[1].bytes, "each device has its own UUID");
+    let pci = |device: &cuda_host::Device| {
+        [
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID,
+        ]
+        .map(|which| attribute(device, which))
+    };
+    assert_ne!(
+        pci(&device[0]),
+        pci(&device[1]),
+        "each device has its own PCI address"
+    );
+
+    // Each device's stream belongs to its context; holding one holds nothing of the other.
+    let stream = [&context[0], &context[1]].map(non_blocking);
+    for (stream, context) in stream.iter().zip(&context) {
+        let mut owner = ptr::null_mut();
+        // SAFETY: a live stream and a valid out-pointer.
+        ok("cuStreamGetCtx", unsafe {
+            driver().cuStreamGetCtx(stream.as_raw(), &mut owner)
+        });
+        assert_eq!(owner, context.as_raw());
+    }
+    let event = [&context[0], &context[1]]
+        .map(|context| Event::new(context, EventFlags::DisableTiming).expect("event"));
+    let gate = Gate::new(&context[0]);
+    let log = Log::default();
+    gate.hold(&stream[0]);
+    // A held blocking stream of device 0 would hold device 0's legacy stream, not device 1's.
+    let held_blocking = blocking(&context[0]);
+    gate.hold(&held_blocking);
+    context[1].bind_to_thread().expect("the context binds");
+    let legacy_ran = Arc::new(AtomicUsize::new(0));
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(CU_STREAM_LEGACY, counting(&legacy_ran)),
+    );
+    wait_until("device 1's legacy stream", || count(&legacy_ran) == 1);
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(stream[0].as_raw(), log.marker("device 0")),
+    );
+    record(&event[0], stream[0].as_raw());
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(stream[1].as_raw(), log.marker("device 1")),
+    );
+    record(&event[1], stream[1].as_raw());
+    ok("cuEventSynchronize", event_synchronize(&event[1]));
+    assert_eq!(log.entries(), ["device 1"], "device 1 waited for device 0");
+    assert_eq!(
+        event_query(event[0].as_raw()),
+        CUresult::CUDA_ERROR_NOT_READY
+    );
+    assert_eq!(
+        query(stream[0].as_raw()),
+        CUresult::CUDA_ERROR_NOT_READY,
+        "device 0's stream went on while held"
+    );
+
+    // An event of one device orders a stream of the other.
+    stream[1]
+        .wait_event(&event[0])
+        .expect("waits for device 0's event");
+    ok(
+        "cuLaunchHostFunc",
+        launch_host(stream[1].as_raw(), log.marker("device 1 after device 0")),
+    );
+    let_free_work_run(&non_blocking(&context[1]));
+    assert_eq!(
+        log.entries(),
+        ["device 1"],
+        "device 1 ran past device 0's event"
+    );
+    gate.open();
+    ok("cuStreamSynchronize", synchronize(stream[1].as_raw()));
+    assert_eq!(
+        log.entries(),
+        ["device 1", "device 0", "device 1 after device 0"]
+    );
+
+    // Memory: an allocation on device 0 takes nothing from device 1.
+    const GIB: usize = 1 << 30;
+    let free_before = [&context[0], &context[1]].map(free_memory);
+    context[0].bind_to_thread().expect("the context binds");
+    let mut allocation = 0;
+    // SAFETY: a valid out-pointer; device 0's context is current.
+    ok("cuMemAlloc_v2", unsafe {
+        driver().cuMemAlloc_v2(&mut allocation, GIB)
+    });
+    let free_after = [&context[0], &context[1]].map(free_memory);
+    context[0].bind_to_thread().expect("the context binds");
+    // SAFETY: allocated above, freed once.
+    ok("cuMemFree_v2", unsafe { driver().cuMemFree_v2(allocation) });
+    assert!(
+        free_after[0] + GIB <= free_before[0],
+        "device 0 lost the allocation"
+    );
+    assert!(
+        free_after[1] + GIB / 2 > free_before[1],
+        "device 1 lost {} bytes to device 0's allocation",
+        free_before[1] - free_after[1]
+    );
+}
+
+#[test]
+fn loading_a_module_without_a_current_context_answers_invalid_context() {
+    let _shared = shared();
+    let _context = suite::context();
+    // A thread of its own, with no context current.
+    let result = std::thread::spawn(|| {
+        let ptx = c".version 7.0\n.target sm_50\n.address_size 64\n";
+        let mut module = ptr::null_mut();
+        // SAFETY: a valid out-pointer and a NUL-terminated image.
+        unsafe { driver().cuModuleLoadData(&mut module, ptx.as_ptr().cast()) }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+}
