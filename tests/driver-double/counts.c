@@ -1,7 +1,8 @@
 /*
  * counts.c - what tests count: calls of each entry point since load (cuswCallCount) and the
  * objects alive now (cuswLiveObjects), so that a test can tell that a call was made, or that
- * nothing leaked.
+ * nothing leaked; and, with CUSW_CALL_LOG set, every entry point's count written at exit, so that
+ * a test can tell which entry points a whole run called.
  *
  * Call counting is lock-free, since every entry point does it: each exported function has its own
  * static call site (CUSW_ENTRY), which counts with one relaxed atomic add and puts itself on a
@@ -11,7 +12,10 @@
 #include "internal.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static _Atomic(struct cusw_call_site *) call_sites;
 
@@ -28,6 +32,19 @@ void cusw_count_call(struct cusw_call_site *site)
                                                     memory_order_release, memory_order_relaxed));
 }
 
+/* Calls of the sites whose exported name, or with `by_base` also whose base name, is `entry`. */
+static unsigned long long calls_of(const char *entry, bool by_base)
+{
+    unsigned long long total = 0;
+    for (const struct cusw_call_site *site =
+             atomic_load_explicit(&call_sites, memory_order_acquire);
+         site != NULL; site = site->next) {
+        if (strcmp(site->symbol, entry) == 0 || (by_base && strcmp(site->base, entry) == 0))
+            total += atomic_load_explicit(&site->calls, memory_order_relaxed);
+    }
+    return total;
+}
+
 CUSW_EXPORT CUresult cuswCallCount(const char *entry, unsigned long long *count)
 {
     CUSW_ENTRY("cuswCallCount", "cuswCallCount");
@@ -35,15 +52,31 @@ CUSW_EXPORT CUresult cuswCallCount(const char *entry, unsigned long long *count)
         return CUDA_ERROR_INVALID_VALUE;
     if (!cusw_entry_name_known(entry))
         return CUDA_ERROR_NOT_FOUND; /* catches typos in tests */
-    unsigned long long total = 0;
-    for (const struct cusw_call_site *site =
-             atomic_load_explicit(&call_sites, memory_order_acquire);
-         site != NULL; site = site->next) {
-        if (strcmp(site->base, entry) == 0 || strcmp(site->symbol, entry) == 0)
-            total += atomic_load_explicit(&site->calls, memory_order_relaxed);
-    }
-    *count = total;
+    *count = calls_of(entry, true);
     return CUDA_SUCCESS;
+}
+
+static void log_calls(const char *symbol, void *file)
+{
+    fprintf(file, "%s %llu\n", symbol, calls_of(symbol, false));
+}
+
+/* CUSW_CALL_LOG=DIR: at exit, each process writes DIR/calls-PID, a line per exported entry point
+ * (controls included): its name and its calls, zero too. Children of the process write their own
+ * files, so a run's whole set of calls is the sum over the folder. */
+__attribute__((destructor)) static void write_call_log(void)
+{
+    const char *dir = getenv("CUSW_CALL_LOG");
+    if (CUSW_IS_STUB || dir == NULL || *dir == '\0')
+        return;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/calls-%ld", dir, (long)getpid()) >= (int)sizeof path)
+        return;
+    FILE *file = fopen(path, "w");
+    if (file == NULL)
+        return;
+    cusw_for_each_export(log_calls, file);
+    fclose(file);
 }
 
 CUSW_EXPORT CUresult cuswLiveObjects(struct cuswLiveCounts *counts)

@@ -105,6 +105,8 @@ int cusw_device_count(void);
 
 int cusw_reported_driver_version(void);
 bool cusw_entry_name_known(const char *name); /* base or exported name of an entry or control */
+/* Calls fn with the exported name of every entry point and control. */
+void cusw_for_each_export(void (*fn)(const char *symbol, void *arg), void *arg);
 
 /* ---- Call counts (counts.c) ------------------------------------------------------------------ */
 

@@ -166,6 +166,15 @@ bool cusw_entry_name_known(const char *name)
     return false;
 }
 
+void cusw_for_each_export(void (*fn)(const char *symbol, void *arg), void *arg)
+{
+    for (size_t i = 0; i < ENTRY_COUNT; i++) {
+        fn(entries[i].symbol, arg);
+        if (entries[i].ptds_symbol != NULL)
+            fn(entries[i].ptds_symbol, arg);
+    }
+}
+
 /* ---- Reported driver version ---------------------------------------------------------------- */
 
 static atomic_int version_override; /* 0: the configured default */
