@@ -12,7 +12,8 @@
 //! - [`wait_until`] is the only way tests wait: every wait has a bound and fails with a message.
 //! - [`run_in_child`] runs one test in a child process, for what poisons a process (a sticky
 //!   context error, a changed driver version).
-//! - [`kernels`] loads the PTX kernels of `examples/kernels/` on the real driver.
+//! - [`kernels`] loads the PTX kernels of `kernels/` (which the examples load too) on the real
+//!   driver.
 //! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
 //!   either driver without kernels.
 
