@@ -1,4 +1,4 @@
-//! The test harness shared by the integration tests and the examples.
+//! The test harness of the integration tests (the examples and the benchmark do without it).
 //!
 //! - [`test_driver`] picks the driver a test binary runs on, from `CUDA_TEST_DRIVER`:
 //!   `real` (NVIDIA's `libcuda`, which must load and have a device), `software` (the software
