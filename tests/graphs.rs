@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use suite::{Gate, Tally, capture_lock, context, wait_until};
+use suite::{Tally, capture_lock, context, hold_and_release, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -454,17 +454,20 @@ fn a_held_launch_keeps_the_callable_of_a_destroyed_executable() {
     let _alone = capture_lock();
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let tally = Tally::new();
     let graph = counting_graph(&context, &tally);
     let executable = graph.instantiate().unwrap();
     drop(graph);
-    gate.hold(&stream);
-    executable.launch(&stream).unwrap();
-    drop(executable);
-    assert_still_held(&tally, "released while a launch was in flight");
-    gate.open();
-    stream.synchronize().unwrap();
+    hold_and_release(
+        &stream,
+        || {
+            executable.launch(&stream).unwrap();
+            drop(executable);
+        },
+        || assert_still_held(&tally, "released while a launch was in flight"),
+        Stream::synchronize,
+    )
+    .unwrap();
     assert_eq!(tally.runs(), 1);
     wait_for_drops(&tally, 1, "the callable to be released after the launch");
 }

@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use suite::kernels::Kernels;
-use suite::{Gate, MappedWords, Tally, context, test_driver, wait_until};
+use suite::{Gate, MappedWords, Tally, context, hold_and_release, test_driver, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -181,15 +181,17 @@ fn captured_values_are_dropped_once_after_the_run_on_a_caller_thread() {
     }
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let tally = Tally::new();
-    gate.hold(&stream);
-    let probe = tally.probe();
-    host_launch(&stream, move || probe.ran()).expect("launch");
-    assert_eq!((tally.runs(), tally.drops()), (0, 0));
-
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran()).expect("launch");
+        },
+        || assert_eq!((tally.runs(), tally.drops()), (0, 0)),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!(tally.runs(), 1);
     assert_eq!(
         tally.drops(),
@@ -265,15 +267,25 @@ unsafe extern "C" fn keep_64_bytes(data: *mut c_void) {
 fn copied_bytes_survive_the_caller_overwriting_and_freeing_its_buffer() {
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let mut buffer: Vec<u8> = (0..64).collect();
-    // SAFETY: `keep_64_bytes` reads exactly the 64 bytes given and keeps no pointer.
-    unsafe { host_launch_raw(&stream, keep_64_bytes, UserData::Copied(&buffer)) }.expect("launch");
-    buffer.fill(0xEE);
-    drop(buffer);
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            let mut buffer: Vec<u8> = (0..64).collect();
+            // SAFETY: `keep_64_bytes` reads exactly the 64 bytes given and keeps no pointer.
+            unsafe { host_launch_raw(&stream, keep_64_bytes, UserData::Copied(&buffer)) }
+                .expect("launch");
+            buffer.fill(0xEE);
+            drop(buffer);
+        },
+        || {
+            assert!(
+                COPIED.lock().unwrap().is_empty(),
+                "ran with the stream held"
+            )
+        },
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!(*COPIED.lock().unwrap(), (0..64).collect::<Vec<u8>>());
     assert_eq!(
         COPIED_ALIGNMENT.load(Ordering::SeqCst),
@@ -638,20 +650,24 @@ fn reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread() {
     }
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let tally = Tally::new();
     let reclaimed = Arc::new(AtomicUsize::new(usize::MAX));
     // Both run after the gate opens: the first is finished when the second reclaims.
-    gate.hold(&stream);
-    let probe = tally.probe();
-    host_launch(&stream, move || probe.ran()).expect("launch");
-    let inner = Arc::clone(&reclaimed);
-    host_launch(&stream, move || {
-        inner.store(cuda_host::reclaim(), Ordering::SeqCst);
-    })
-    .expect("launch");
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran()).expect("launch");
+            let inner = Arc::clone(&reclaimed);
+            host_launch(&stream, move || {
+                inner.store(cuda_host::reclaim(), Ordering::SeqCst);
+            })
+            .expect("launch");
+        },
+        || assert_eq!(tally.runs(), 0, "ran with the stream held"),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!(reclaimed.load(Ordering::SeqCst), 0);
     assert_eq!(tally.drops(), 1);
     assert_ne!(
@@ -776,13 +792,17 @@ fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm
         stream.synchronize().expect("synchronize");
     }
     // Warm: hold the stream so that every launch is in flight at once; the slots exist now.
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    for _ in 0..LAUNCHES {
-        host_launch(&stream, || {}).expect("launch");
-    }
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            for _ in 0..LAUNCHES {
+                host_launch(&stream, || {}).expect("launch");
+            }
+        },
+        || assert_eq!(cuda_host::launch_slot_counts().in_flight, LAUNCHES),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!(
         allocations::during(|| closures::<8>(&stream)),
         0,
@@ -983,20 +1003,25 @@ fn captured_values_are_dropped_on_the_thread_that_launched_them() {
 fn records_of_a_thread_that_exited_are_dropped_by_any_thread() {
     let context = context();
     let stream = Arc::new(new_stream(&context));
-    let gate = Gate::new(&context);
     let tally = Tally::new();
-    gate.hold(&stream);
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let probe = tally.probe();
-            host_launch(&*stream, move || probe.ran()).expect("launch");
-        });
-    });
-    gate.open();
-    wait_until("the exited thread's record to be dropped here", || {
-        cuda_host::reclaim();
-        tally.drops() == 1
-    });
+    hold_and_release(
+        &stream,
+        || {
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    let probe = tally.probe();
+                    host_launch(&*stream, move || probe.ran()).expect("launch");
+                });
+            });
+        },
+        || assert_eq!(tally.runs(), 0, "ran with the stream held"),
+        |_| {
+            wait_until("the exited thread's record to be dropped here", || {
+                cuda_host::reclaim();
+                tally.drops() == 1
+            });
+        },
+    );
     assert_eq!(tally.runs(), 1);
     assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
 }
@@ -1210,13 +1235,18 @@ fn the_panic_hook_runs_marked_as_inside_a_host_function() {
     });
     // A finished record waits for a drain when the hook runs.
     let tally = Tally::new();
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let probe = tally.probe();
-    host_launch(&*stream, move || probe.ran()).expect("launch");
-    host_launch(&*stream, || panic!("deliberate panic in a host function")).expect("launch");
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            let probe = tally.probe();
+            host_launch(&*stream, move || probe.ran()).expect("launch");
+            host_launch(&*stream, || panic!("deliberate panic in a host function"))
+                .expect("launch");
+        },
+        || assert_eq!(tally.runs(), 0, "ran with the stream held"),
+        |stream| stream.synchronize(),
+    )
+    .expect("synchronize");
     assert_eq!(
         *seen.lock().unwrap(),
         [
@@ -1389,18 +1419,23 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     const BURST: usize = 50_000;
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let tally = Tally::new();
-    gate.hold(&stream);
-    for _ in 0..BURST {
-        let probe = tally.probe();
-        host_launch(&stream, move || probe.ran()).expect("launch");
-    }
-    let during = cuda_host::launch_slot_counts();
-    assert!(during.allocated >= BURST, "{during:?}");
-    assert_eq!(during.in_flight, BURST, "{during:?}");
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            for _ in 0..BURST {
+                let probe = tally.probe();
+                host_launch(&stream, move || probe.ran()).expect("launch");
+            }
+        },
+        || {
+            let during = cuda_host::launch_slot_counts();
+            assert!(during.allocated >= BURST, "{during:?}");
+            assert_eq!(during.in_flight, BURST, "{during:?}");
+        },
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!((tally.runs(), tally.drops()), (BURST, BURST));
     let after = cuda_host::launch_slot_counts();
     assert!(
@@ -1410,12 +1445,17 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     assert_eq!((after.in_flight, after.finished), (0, 0), "{after:?}");
     assert!(after.peak >= BURST, "{after:?}");
     // The table grows again for the next burst, and gives it back again.
-    gate.hold(&stream);
-    for _ in 0..BURST {
-        host_launch(&stream, || {}).expect("launch");
-    }
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            for _ in 0..BURST {
+                host_launch(&stream, || {}).expect("launch");
+            }
+        },
+        || assert!(cuda_host::launch_slot_counts().allocated >= BURST),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert!(cuda_host::launch_slot_counts().allocated <= after.reserve);
 }
 

@@ -25,10 +25,7 @@ fn every_capture_mode_yields_a_graph_whose_captured_host_node_runs_on_each_launc
         let stream = non_blocking(&context);
         let runs = Arc::new(AtomicUsize::new(0));
         let capture = Capture::begin(stream.as_raw(), mode);
-        ok(
-            "cuLaunchHostFunc",
-            launch_host(stream.as_raw(), counting(&runs)),
-        );
+        launch(stream.as_raw(), counting(&runs));
         let graph = capture
             .end()
             .unwrap_or_else(|(result, _)| panic!("{mode:?}: the capture ended with {result}"));
@@ -62,10 +59,7 @@ fn capture_info_reports_an_active_capture_with_a_unique_id_its_graph_and_its_las
     let mut ids = Vec::new();
     for _ in 0..2 {
         let capture = Capture::begin(stream.as_raw(), GLOBAL);
-        ok(
-            "cuLaunchHostFunc",
-            launch_host(stream.as_raw(), Log::default().marker("captured")),
-        );
+        launch(stream.as_raw(), Log::default().marker("captured"));
         let mut status = CUstreamCaptureStatus(77);
         let (mut id, mut graph) = (0u64, ptr::null_mut());
         let (mut dependencies, mut count) = (ptr::null(), usize::MAX);
@@ -119,10 +113,7 @@ fn a_blocking_capture_makes_legacy_is_capturing_answer_implicit_and_stays_valid(
             );
         }
         assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, ACTIVE), "{mode:?}");
-        ok(
-            "cuLaunchHostFunc",
-            launch_host(stream.as_raw(), counting(&runs)),
-        );
+        launch(stream.as_raw(), counting(&runs));
         let graph = capture
             .end()
             .unwrap_or_else(|(result, _)| panic!("{mode:?}: the capture ended with {result}"));
@@ -203,19 +194,13 @@ fn a_non_blocking_capture_leaves_the_legacy_stream_free_to_launch_and_run() {
         (SUCCESS, NONE),
         "the legacy stream is not involved"
     );
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(CU_STREAM_LEGACY, counting(&legacy_runs)),
-    );
+    launch(CU_STREAM_LEGACY, counting(&legacy_runs));
     wait_until(
         "the legacy stream's host function to run during the capture",
         || count(&legacy_runs) == 1,
     );
     assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, ACTIVE));
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), counting(&node_runs)),
-    );
+    launch(stream.as_raw(), counting(&node_runs));
     let graph = capture.end().expect("the capture stays valid");
     ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
     let exec = graph.instantiate();
@@ -260,10 +245,7 @@ fn an_invalidated_capture_reports_invalidated_refuses_launches_and_ends_without_
         ))
     );
     assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, NONE));
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), counting(&after)),
-    );
+    launch(stream.as_raw(), counting(&after));
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
     ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
     assert_eq!((count(&refused), count(&after)), (0, 1));

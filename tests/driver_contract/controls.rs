@@ -127,10 +127,7 @@ fn fail_next_calls_with_a_count_of_zero_disarms() {
         any_thread: false,
     };
     controls.fail_next_calls(c"cuLaunchHostFunc", 0, CUresult::CUDA_ERROR_UNKNOWN);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), counting(&runs)),
-    );
+    launch(stream.as_raw(), counting(&runs));
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
     assert_eq!(count(&runs), 1);
 }
@@ -162,10 +159,7 @@ fn fail_next_calls_any_thread_fails_the_next_call_from_another_thread() {
         .join()
         .expect("the other thread");
     assert_eq!(other, code, "the other thread's call was not failed");
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), counting(&runs)),
-    );
+    launch(stream.as_raw(), counting(&runs));
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
     assert_eq!(count(&runs), 1);
 }
@@ -185,12 +179,9 @@ fn launch_sleep_holds_its_stream_for_at_least_the_time_given() {
     let start = Instant::now();
     controls.launch_sleep(&stream, u32::try_from(SLEEP.as_micros()).expect("fits"));
     let host_reached = Arc::clone(&reached);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), move || {
-            *lock(&host_reached) = Some(start.elapsed());
-        }),
-    );
+    launch(stream.as_raw(), move || {
+        *lock(&host_reached) = Some(start.elapsed());
+    });
     assert_eq!(query(stream.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
     let reached = lock(&reached).expect("the host function ran");
@@ -355,12 +346,9 @@ fn live_objects_count_each_kind_from_its_creation_until_its_destruction() {
         ok("cuMemAlloc_v2", driver().cuMemAlloc_v2(&mut device, 64));
     }
     gate.hold(&held);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(held.as_raw(), log.marker("host function")),
-    );
+    launch(held.as_raw(), log.marker("host function"));
     let callback = leak(CallbackProbe::default());
-    ok("cuStreamAddCallback", add_callback(held.as_raw(), callback));
+    add_callback(held.as_raw(), callback);
     exec.launch(held.as_raw());
 
     let one_more = LiveObjects {

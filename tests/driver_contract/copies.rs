@@ -6,7 +6,7 @@ use cuda_host_sys::{CUdeviceptr, CUresult};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use suite::{Gate, MappedWords, ok, wait_until};
+use suite::{Gate, MappedWords, hold_and_release, ok, wait_until};
 
 /// A word of device memory, freed on drop. Tests that use one run alone: allocating can be refused
 /// by another test's global-mode capture, and freeing waits for the whole context.
@@ -124,30 +124,38 @@ fn a_copy_from_mapped_host_memory_to_device_memory_returns_at_once_behind_a_held
     let context = current_context();
     let device = DeviceWord::new(); // freed after the gate has opened
     let stream = non_blocking(&context);
-    let gate = Gate::new(&context);
     let words = MappedWords::new(&context, 2);
     words.set(0, 7);
-    gate.hold(&stream);
 
     let (to, from) = (device.0, words.device_address(0));
-    let (handle, copy_context) = (SendHandle(stream.as_raw()), context.clone());
-    let result = returns_while_held("a copy to device memory with its stream held", move || {
-        copy_context.bind_to_thread().expect("the context binds");
-        // SAFETY: mapped host memory to device memory, both of the stream's context.
-        unsafe { driver().cuMemcpyDtoDAsync_v2(to, from, 4, handle.get()) }
-    });
-    ok("cuMemcpyDtoDAsync_v2", result);
-    assert_eq!(
-        query(stream.as_raw()),
-        CUresult::CUDA_ERROR_NOT_READY,
-        "the stream went on before the gate opened"
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            let (handle, copy_context) = (SendHandle(stream.as_raw()), context.clone());
+            let result =
+                returns_while_held("a copy to device memory with its stream held", move || {
+                    copy_context.bind_to_thread().expect("the context binds");
+                    // SAFETY: mapped host memory to device memory, both of the stream's context.
+                    unsafe { driver().cuMemcpyDtoDAsync_v2(to, from, 4, handle.get()) }
+                });
+            ok("cuMemcpyDtoDAsync_v2", result);
+        },
+        || {
+            assert_eq!(
+                query(stream.as_raw()),
+                CUresult::CUDA_ERROR_NOT_READY,
+                "the stream went on before the gate opened"
+            );
+        },
+        |stream| {
+            // Copied back behind it: the copy ran, in order, once the stream went on.
+            // SAFETY: device memory to mapped host memory, both of the stream's context.
+            ok("cuMemcpyDtoDAsync_v2", unsafe {
+                driver().cuMemcpyDtoDAsync_v2(words.device_address(1), to, 4, stream.as_raw())
+            });
+            synchronize(stream.as_raw())
+        },
     );
-    gate.open();
-    // Copied back behind it: the copy ran, in order, once the stream went on.
-    // SAFETY: device memory to mapped host memory, both of the stream's context.
-    ok("cuMemcpyDtoDAsync_v2", unsafe {
-        driver().cuMemcpyDtoDAsync_v2(words.device_address(1), to, 4, stream.as_raw())
-    });
-    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    ok("cuStreamSynchronize", synchronized);
     assert_eq!(words.get(1), 7);
 }

@@ -7,7 +7,6 @@ use cuda_host_sys::{CU_STREAM_LEGACY, CUdevice_attribute, CUresult, CUuuid};
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use suite::host_function::launch_host;
 use suite::{Gate, ok, test_driver, wait_until};
 
 /// What `attribute` of `device` reads.
@@ -98,20 +97,11 @@ fn two_devices_have_their_own_primary_contexts_streams_host_functions_events_and
     gate.hold(&held_blocking);
     context[1].bind_to_thread().expect("the context binds");
     let legacy_ran = Arc::new(AtomicUsize::new(0));
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(CU_STREAM_LEGACY, counting(&legacy_ran)),
-    );
+    launch(CU_STREAM_LEGACY, counting(&legacy_ran));
     wait_until("device 1's legacy stream", || count(&legacy_ran) == 1);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream[0].as_raw(), log.marker("device 0")),
-    );
+    launch(stream[0].as_raw(), log.marker("device 0"));
     record(&event[0], stream[0].as_raw());
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream[1].as_raw(), log.marker("device 1")),
-    );
+    launch(stream[1].as_raw(), log.marker("device 1"));
     record(&event[1], stream[1].as_raw());
     ok("cuEventSynchronize", event_synchronize(&event[1]));
     assert_eq!(log.entries(), ["device 1"], "device 1 waited for device 0");
@@ -129,10 +119,7 @@ fn two_devices_have_their_own_primary_contexts_streams_host_functions_events_and
     stream[1]
         .wait_event(&event[0])
         .expect("waits for device 0's event");
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream[1].as_raw(), log.marker("device 1 after device 0")),
-    );
+    launch(stream[1].as_raw(), log.marker("device 1 after device 0"));
     let_free_work_run(&non_blocking(&context[1]));
     assert_eq!(
         log.entries(),

@@ -127,15 +127,18 @@ pub(crate) fn count(counter: &AtomicUsize) -> usize {
     counter.load(Ordering::SeqCst)
 }
 
+/// Launches `host_function` on `stream` (a raw handle), which must succeed.
+#[track_caller]
+pub(crate) fn launch(stream: CUstream, host_function: impl Fn() + Send + Sync + 'static) {
+    ok("cuLaunchHostFunc", launch_host(stream, host_function));
+}
+
 /// Runs a host function through `stream` and waits (bounded) until it has run; also warms up a
 /// stream before a test relies on how soon it runs.
 #[track_caller]
 pub(crate) fn round_trip(stream: &Stream) {
     let ran = Arc::new(AtomicUsize::new(0));
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), counting(&ran)),
-    );
+    launch(stream.as_raw(), counting(&ran));
     wait_until("a host function on an idle stream", || count(&ran) == 1);
 }
 
@@ -146,6 +149,19 @@ pub(crate) fn let_free_work_run(witness: &Stream) {
     for _ in 0..3 {
         round_trip(witness);
     }
+}
+
+/// Checks that work held behind a gate has not run: nothing is in `log` once independent work on
+/// `witness` went through, and `waiting`, a stream with some of that work, is not done.
+#[track_caller]
+pub(crate) fn assert_held(witness: &Stream, log: &Log, waiting: CUstream, what: &str) {
+    let_free_work_run(witness);
+    assert!(log.entries().is_empty(), "{what}: work ran while held");
+    assert_eq!(
+        query(waiting),
+        CUresult::CUDA_ERROR_NOT_READY,
+        "{what} went ahead of the held work"
+    );
 }
 
 /// Runs `call` on another thread and waits (bounded) for it to return: for calls that must not
@@ -169,7 +185,23 @@ pub(crate) fn returns_while_held<T: Send + 'static>(
 /// Records every status a stream callback is called with.
 #[derive(Debug, Default)]
 pub(crate) struct CallbackProbe {
-    pub(crate) statuses: Mutex<Vec<CUresult>>,
+    statuses: Mutex<Vec<CUresult>>,
+}
+
+impl CallbackProbe {
+    /// A stream callback on `stream`, through `driver`'s table, that records into this probe.
+    pub(crate) fn add_through(&'static self, driver: &Driver, stream: CUstream) -> CUresult {
+        let data = ptr::from_ref(self).cast_mut().cast();
+        // SAFETY: `record_status` only reads the leaked probe, from any thread.
+        unsafe { driver.cuStreamAddCallback(stream, Some(record_status), data, 0) }
+    }
+
+    /// The statuses the callback was called with, once it has been called.
+    #[track_caller]
+    pub(crate) fn statuses_once_called(&self) -> Vec<CUresult> {
+        wait_until("the stream callback", || !lock(&self.statuses).is_empty());
+        lock(&self.statuses).clone()
+    }
 }
 
 unsafe extern "C" fn record_status(_stream: CUstream, status: CUresult, data: *mut c_void) {
@@ -178,10 +210,10 @@ unsafe extern "C" fn record_status(_stream: CUstream, status: CUresult, data: *m
     lock(&probe.statuses).push(status);
 }
 
-pub(crate) fn add_callback(stream: CUstream, probe: &'static CallbackProbe) -> CUresult {
-    let data = ptr::from_ref(probe).cast_mut().cast();
-    // SAFETY: `record_status` only reads the leaked probe, from any thread.
-    unsafe { driver().cuStreamAddCallback(stream, Some(record_status), data, 0) }
+/// Adds a stream callback on `stream` that records into `probe`, which must succeed.
+#[track_caller]
+pub(crate) fn add_callback(stream: CUstream, probe: &'static CallbackProbe) {
+    ok("cuStreamAddCallback", probe.add_through(driver(), stream));
 }
 
 pub(crate) fn query(stream: CUstream) -> CUresult {

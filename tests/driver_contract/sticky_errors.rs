@@ -4,8 +4,8 @@
 use crate::harness::*;
 use cuda_host_sys::CUresult;
 use std::ptr;
+use suite::hold_and_release;
 use suite::host_function::launch_host;
-use suite::{Gate, ok, wait_until};
 
 #[test]
 fn set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_answers_it() {
@@ -20,25 +20,18 @@ fn set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_ans
     let code = CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR;
     let context = current_context();
     let stream = non_blocking(&context);
-    let gate = Gate::new(&context);
     let (log, callback) = (Log::default(), leak(CallbackProbe::default()));
-    gate.hold(&stream);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), log.marker("pending")),
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            launch(stream.as_raw(), log.marker("pending"));
+            add_callback(stream.as_raw(), callback);
+        },
+        || controls.set_sticky_error(&context, code),
+        |stream| synchronize(stream.as_raw()),
     );
-    ok(
-        "cuStreamAddCallback",
-        add_callback(stream.as_raw(), callback),
-    );
-
-    controls.set_sticky_error(&context, code);
-    gate.open();
-    wait_until("the pending callback", || {
-        !lock(&callback.statuses).is_empty()
-    });
-    assert_eq!(*lock(&callback.statuses), [code]);
-    assert_eq!(synchronize(stream.as_raw()), code);
+    assert_eq!(callback.statuses_once_called(), [code]);
+    assert_eq!(synchronized, code);
     assert!(log.entries().is_empty(), "a pending host function ran");
     assert_eq!(launch_host(stream.as_raw(), log.marker("after")), code);
     let mut raw = ptr::null_mut();
@@ -59,21 +52,23 @@ fn launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it() {
     let code = CUresult::CUDA_ERROR_LAUNCH_FAILED;
     let context = current_context();
     let stream = non_blocking(&context);
-    let gate = Gate::new(&context);
     let log = Log::default();
-    gate.hold(&stream);
-    controls.launch_fault(&stream, code);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), log.marker("after")),
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            controls.launch_fault(&stream, code);
+            launch(stream.as_raw(), log.marker("after"));
+        },
+        || {
+            assert_eq!(
+                query(stream.as_raw()),
+                CUresult::CUDA_ERROR_NOT_READY,
+                "the context failed before the stream reached the fault"
+            );
+        },
+        |stream| synchronize(stream.as_raw()),
     );
-    assert_eq!(
-        query(stream.as_raw()),
-        CUresult::CUDA_ERROR_NOT_READY,
-        "the context failed before the stream reached the fault"
-    );
-    gate.open();
-    assert_eq!(synchronize(stream.as_raw()), code);
+    assert_eq!(synchronized, code);
     assert!(log.entries().is_empty(), "work after the fault ran");
     assert_eq!(launch_host(stream.as_raw(), log.marker("later")), code);
 }
@@ -89,32 +84,23 @@ fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_e
     let context = current_context();
     let stream = non_blocking(&context);
     let kernels = suite::kernels::for_faults(driver());
-    let gate = Gate::new(&context);
     let (log, callback) = (Log::default(), leak(CallbackProbe::default()));
 
-    gate.hold(&stream);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), log.marker("before")),
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            launch(stream.as_raw(), log.marker("before"));
+            suite::kernels::launch_fault(&stream, kernels.as_ref());
+            launch(stream.as_raw(), log.marker("after"));
+            add_callback(stream.as_raw(), callback);
+        },
+        || assert!(log.entries().is_empty(), "ran with the stream held"),
+        |stream| synchronize(stream.as_raw()),
     );
-    suite::kernels::launch_fault(&stream, kernels.as_ref());
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), log.marker("after")),
-    );
-    ok(
-        "cuStreamAddCallback",
-        add_callback(stream.as_raw(), callback),
-    );
-    gate.open();
-
     let illegal_address = CUresult::CUDA_ERROR_ILLEGAL_ADDRESS;
-    assert_eq!(synchronize(stream.as_raw()), illegal_address);
-    wait_until("the callback after the fault", || {
-        !lock(&callback.statuses).is_empty()
-    });
+    assert_eq!(synchronized, illegal_address);
     assert_eq!(
-        *lock(&callback.statuses),
+        callback.statuses_once_called(),
         [illegal_address],
         "called once, with the error"
     );

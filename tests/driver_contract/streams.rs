@@ -8,7 +8,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use suite::host_function::launch_host;
-use suite::{Gate, ok, test_driver, wait_until};
+use suite::{Gate, hold_and_release, ok, test_driver, wait_until};
 
 #[test]
 fn a_blocking_stream_waits_for_earlier_work_of_the_legacy_stream() {
@@ -16,28 +16,19 @@ fn a_blocking_stream_waits_for_earlier_work_of_the_legacy_stream() {
     let context = current_context();
     let legacy = Stream::legacy(&context);
     let (stream, witness) = (blocking(&context), non_blocking(&context));
-    let gate = Gate::new(&context);
     let log = Log::default();
     round_trip(&stream);
 
-    gate.hold(&legacy);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(CU_STREAM_LEGACY, log.marker("legacy")),
+    let synchronized = hold_and_release(
+        &legacy,
+        || {
+            launch(CU_STREAM_LEGACY, log.marker("legacy"));
+            launch(stream.as_raw(), log.marker("blocking"));
+        },
+        || assert_held(&witness, &log, stream.as_raw(), "the blocking stream"),
+        |_| synchronize(stream.as_raw()),
     );
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), log.marker("blocking")),
-    );
-    let_free_work_run(&witness);
-    assert!(log.entries().is_empty(), "ran with the legacy stream held");
-    assert_eq!(
-        query(stream.as_raw()),
-        CUresult::CUDA_ERROR_NOT_READY,
-        "the blocking stream did not wait for the held legacy stream"
-    );
-    gate.open();
-    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    ok("cuStreamSynchronize", synchronized);
     assert_eq!(log.entries(), ["legacy", "blocking"]);
 }
 
@@ -46,31 +37,19 @@ fn the_legacy_stream_waits_for_earlier_work_of_blocking_streams() {
     let _alone = alone();
     let context = current_context();
     let (stream, witness) = (blocking(&context), non_blocking(&context));
-    let gate = Gate::new(&context);
     let log = Log::default();
     ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
 
-    gate.hold(&stream);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), log.marker("blocking")),
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            launch(stream.as_raw(), log.marker("blocking"));
+            launch(CU_STREAM_LEGACY, log.marker("legacy"));
+        },
+        || assert_held(&witness, &log, CU_STREAM_LEGACY, "the legacy stream"),
+        |_| synchronize(CU_STREAM_LEGACY),
     );
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(CU_STREAM_LEGACY, log.marker("legacy")),
-    );
-    let_free_work_run(&witness);
-    assert!(
-        log.entries().is_empty(),
-        "ran with the blocking stream held"
-    );
-    assert_eq!(
-        query(CU_STREAM_LEGACY),
-        CUresult::CUDA_ERROR_NOT_READY,
-        "the legacy stream did not wait for the held blocking stream"
-    );
-    gate.open();
-    ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
+    ok("cuStreamSynchronize", synchronized);
     assert_eq!(log.entries(), ["blocking", "legacy"]);
 }
 
@@ -80,26 +59,25 @@ fn a_non_blocking_stream_does_not_wait_for_a_held_legacy_stream() {
     let context = current_context();
     let legacy = Stream::legacy(&context);
     let stream = non_blocking(&context);
-    let gate = Gate::new(&context);
     let log = Log::default();
 
-    gate.hold(&legacy);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(CU_STREAM_LEGACY, log.marker("legacy")),
+    let synchronized = hold_and_release(
+        &legacy,
+        || {
+            launch(CU_STREAM_LEGACY, log.marker("legacy"));
+            launch(stream.as_raw(), log.marker("non-blocking"));
+        },
+        || {
+            wait_until(
+                "the non-blocking stream's host function, with the legacy stream held",
+                || !log.entries().is_empty(),
+            );
+            ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+            assert_eq!(query(CU_STREAM_LEGACY), CUresult::CUDA_ERROR_NOT_READY);
+        },
+        |legacy| synchronize(legacy.as_raw()),
     );
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), log.marker("non-blocking")),
-    );
-    wait_until(
-        "the non-blocking stream's host function, with the legacy stream held",
-        || !log.entries().is_empty(),
-    );
-    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
-    assert_eq!(query(CU_STREAM_LEGACY), CUresult::CUDA_ERROR_NOT_READY);
-    gate.open();
-    ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
+    ok("cuStreamSynchronize", synchronized);
     assert_eq!(log.entries(), ["non-blocking", "legacy"]);
 }
 
@@ -119,18 +97,16 @@ fn stream_query_answers_not_ready_while_work_is_pending_and_success_after() {
     let _shared = shared();
     let context = current_context();
     let stream = non_blocking(&context);
-    let gate = Gate::new(&context);
     let runs = Arc::new(AtomicUsize::new(0));
     assert_eq!(query(stream.as_raw()), SUCCESS, "a new stream is idle");
 
-    gate.hold(&stream);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), counting(&runs)),
+    let synchronized = hold_and_release(
+        &stream,
+        || launch(stream.as_raw(), counting(&runs)),
+        || assert_eq!(query(stream.as_raw()), CUresult::CUDA_ERROR_NOT_READY),
+        |stream| synchronize(stream.as_raw()),
     );
-    assert_eq!(query(stream.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
-    gate.open();
-    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    ok("cuStreamSynchronize", synchronized);
     assert_eq!(query(stream.as_raw()), SUCCESS);
     assert_eq!(count(&runs), 1);
 }
@@ -141,16 +117,14 @@ fn an_event_is_not_ready_until_its_stream_reaches_it() {
     let context = current_context();
     let stream = non_blocking(&context);
     let event = Event::new(&context, EventFlags::Timing).expect("event");
-    let gate = Gate::new(&context);
 
-    gate.hold(&stream);
-    record(&event, stream.as_raw());
-    assert_eq!(event_query(event.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
-    gate.open();
-    // SAFETY: a live event.
-    ok("cuEventSynchronize", unsafe {
-        driver().cuEventSynchronize(event.as_raw())
-    });
+    let synchronized = hold_and_release(
+        &stream,
+        || record(&event, stream.as_raw()),
+        || assert_eq!(event_query(event.as_raw()), CUresult::CUDA_ERROR_NOT_READY),
+        |_| event_synchronize(&event),
+    );
+    ok("cuEventSynchronize", synchronized);
     assert_eq!(event_query(event.as_raw()), SUCCESS);
 }
 
@@ -161,22 +135,19 @@ fn elapsed_time_is_not_ready_before_both_events_complete_and_not_negative_after(
     let stream = non_blocking(&context);
     let start = Event::new(&context, EventFlags::Timing).expect("event");
     let end = Event::new(&context, EventFlags::Timing).expect("event");
-    let gate = Gate::new(&context);
     let runs = Arc::new(AtomicUsize::new(0));
 
-    gate.hold(&stream);
-    record(&start, stream.as_raw());
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(stream.as_raw(), counting(&runs)),
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            record(&start, stream.as_raw());
+            launch(stream.as_raw(), counting(&runs));
+            record(&end, stream.as_raw());
+        },
+        || assert_eq!(elapsed_ms(&start, &end).0, CUresult::CUDA_ERROR_NOT_READY),
+        |_| event_synchronize(&end),
     );
-    record(&end, stream.as_raw());
-    assert_eq!(elapsed_ms(&start, &end).0, CUresult::CUDA_ERROR_NOT_READY);
-    gate.open();
-    // SAFETY: a live event.
-    ok("cuEventSynchronize", unsafe {
-        driver().cuEventSynchronize(end.as_raw())
-    });
+    ok("cuEventSynchronize", synchronized);
     let (result, milliseconds) = elapsed_ms(&start, &end);
     ok("cuEventElapsedTime_v2", result);
     assert!(
@@ -193,33 +164,24 @@ fn stream_wait_event_orders_one_stream_after_another() {
     let (first, second) = (non_blocking(&context), non_blocking(&context));
     let witness = non_blocking(&context);
     let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
-    let gate = Gate::new(&context);
     let log = Log::default();
     round_trip(&second);
 
-    gate.hold(&first);
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(first.as_raw(), log.marker("first")),
+    let synchronized = hold_and_release(
+        &first,
+        || {
+            launch(first.as_raw(), log.marker("first"));
+            record(&event, first.as_raw());
+            // SAFETY: a live stream and a live event.
+            ok("cuStreamWaitEvent", unsafe {
+                driver().cuStreamWaitEvent(second.as_raw(), event.as_raw(), 0)
+            });
+            launch(second.as_raw(), log.marker("second"));
+        },
+        || assert_held(&witness, &log, second.as_raw(), "the waiting stream"),
+        |_| synchronize(second.as_raw()),
     );
-    record(&event, first.as_raw());
-    // SAFETY: a live stream and a live event.
-    ok("cuStreamWaitEvent", unsafe {
-        driver().cuStreamWaitEvent(second.as_raw(), event.as_raw(), 0)
-    });
-    ok(
-        "cuLaunchHostFunc",
-        launch_host(second.as_raw(), log.marker("second")),
-    );
-    let_free_work_run(&witness);
-    assert!(log.entries().is_empty(), "ran with the first stream held");
-    assert_eq!(
-        query(second.as_raw()),
-        CUresult::CUDA_ERROR_NOT_READY,
-        "the waiting stream went ahead"
-    );
-    gate.open();
-    ok("cuStreamSynchronize", synchronize(second.as_raw()));
+    ok("cuStreamSynchronize", synchronized);
     assert_eq!(log.entries(), ["first", "second"]);
 }
 
@@ -267,7 +229,7 @@ fn destroying_a_stream_with_pending_work_returns_at_once_and_the_work_still_runs
         gate.hold(&borrowed);
     }
     let runs = Arc::new(AtomicUsize::new(0));
-    ok("cuLaunchHostFunc", launch_host(stream, counting(&runs)));
+    launch(stream, counting(&runs));
 
     let (handle, destroy_context) = (SendHandle(stream), context.clone());
     let answer = returns_while_held("cuStreamDestroy_v2 with its stream held", move || {

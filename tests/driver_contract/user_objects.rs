@@ -2,7 +2,7 @@
 
 use crate::harness::*;
 use suite::capture::Graph;
-use suite::{Gate, ok, wait_until};
+use suite::{hold_and_release, ok, wait_until};
 
 #[test]
 fn a_moved_user_object_is_destroyed_only_after_its_graph_its_executable_and_its_last_launch() {
@@ -25,21 +25,28 @@ fn a_moved_user_object_is_destroyed_only_after_its_graph_its_executable_and_its_
     destructor_round_trip();
     assert_eq!(probe.runs(), 0, "destroyed while its executable exists");
 
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    exec.launch(stream.as_raw());
-    probe.release("executable destroyed, launch held");
-    let (exec, destroy_context) = (SendHandle(exec), context.clone());
-    returns_while_held("cuGraphExecDestroy with its launch held", move || {
-        destroy_context.bind_to_thread().expect("the context binds");
-        drop(exec.into_inner());
-    });
-    destructor_round_trip();
-    assert_eq!(probe.runs(), 0, "destroyed while a launch is in flight");
-    assert_eq!(count(&probe.node_runs), 2, "the held launch ran early");
-    gate.open();
-    wait_until("the user object's destructor", || probe.runs() == 1);
-    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            exec.launch(stream.as_raw());
+            probe.release("executable destroyed, launch held");
+            let (exec, destroy_context) = (SendHandle(exec), context.clone());
+            returns_while_held("cuGraphExecDestroy with its launch held", move || {
+                destroy_context.bind_to_thread().expect("the context binds");
+                drop(exec.into_inner());
+            });
+        },
+        || {
+            destructor_round_trip();
+            assert_eq!(probe.runs(), 0, "destroyed while a launch is in flight");
+            assert_eq!(count(&probe.node_runs), 2, "the held launch ran early");
+        },
+        |stream| {
+            wait_until("the user object's destructor", || probe.runs() == 1);
+            synchronize(stream.as_raw())
+        },
+    );
+    ok("cuStreamSynchronize", synchronized);
 
     assert_eq!(
         probe.seen(),

@@ -15,7 +15,8 @@
 //! - [`kernels`] loads the PTX kernels of `kernels/` (which the examples load too) on the real
 //!   driver.
 //! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
-//!   either driver without kernels.
+//!   either driver without kernels, and [`hold_and_release`], the shape of a test of what waits
+//!   behind a gate.
 
 pub mod capture;
 pub mod child;
@@ -30,7 +31,7 @@ pub mod wait;
 
 pub use child::{in_child_process, run_in_child};
 pub use exclusive::capture_lock;
-pub use memory::{Gate, MappedWords};
+pub use memory::{Gate, MappedWords, hold_and_release};
 pub use selection::{
     DriverKind, TestDriver, context, ok, skip, skip_unless_real, software_driver_path, test_driver,
 };
