@@ -210,13 +210,7 @@ fn finished_record_holding_device_memory(
 #[test]
 fn no_drain_runs_on_a_thread_that_is_capturing() {
     // Alone in a process, so that the finished record waits for this thread's drain.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "no_drain_runs_on_a_thread_that_is_capturing",
-            &[],
-        );
-    }
+    suite::alone_in_child!(no_drain_runs_on_a_thread_that_is_capturing);
     let _alone = capture_lock();
     let context = context();
     let (stream, captured) = (new_stream(&context), new_stream(&context));
@@ -237,13 +231,7 @@ fn no_drain_runs_on_a_thread_that_is_capturing() {
 
 #[test]
 fn no_drain_runs_while_another_threads_global_capture_is_open() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "no_drain_runs_while_another_threads_global_capture_is_open",
-            &[],
-        );
-    }
+    suite::alone_in_child!(no_drain_runs_while_another_threads_global_capture_is_open);
     let _alone = capture_lock();
     let context = context();
     let (stream, captured) = (new_stream(&context), new_stream(&context));

@@ -51,13 +51,9 @@ fn a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second(
     }
     // Alone in a process: loading and unloading a module may wait for the whole context, where
     // other tests hold streams at gates.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second
+    );
     const N: u32 = 4096;
     let context = context();
     let stream = new_stream(&context);
@@ -172,13 +168,7 @@ fn two_streams_keep_their_own_order_and_data() {
 #[test]
 fn captured_values_are_dropped_once_after_the_run_on_a_caller_thread() {
     // Alone in a process: another test's thread that reclaims first would drop the value.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "captured_values_are_dropped_once_after_the_run_on_a_caller_thread",
-            &[],
-        );
-    }
+    suite::alone_in_child!(captured_values_are_dropped_once_after_the_run_on_a_caller_thread);
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
@@ -207,13 +197,7 @@ fn captured_values_are_dropped_once_after_the_run_on_a_caller_thread() {
 fn every_launch_reclaims_the_records_finished_before_it() {
     // Alone in a process: any thread that calls into cuda-host may reclaim, and in this binary
     // other tests' threads do.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "every_launch_reclaims_the_records_finished_before_it",
-            &[],
-        );
-    }
+    suite::alone_in_child!(every_launch_reclaims_the_records_finished_before_it);
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
@@ -232,13 +216,7 @@ fn every_launch_reclaims_the_records_finished_before_it() {
 #[test]
 fn with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims() {
     // Alone in a process: the interval is process-wide, and other threads reclaim too.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims",
-            &[],
-        );
-    }
+    suite::alone_in_child!(with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims);
     cuda_host::set_launch_reclaim_interval(std::num::NonZeroU32::new(3).unwrap());
     let context = context();
     let stream = new_stream(&context);
@@ -407,13 +385,9 @@ fn an_injected_refusal_drops_the_closure_at_once_without_running_it() {
 
 #[test]
 fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once
+    );
     let context = context();
     let stream = new_stream(&context);
     let driver = Arc::clone(context.driver());
@@ -439,13 +413,7 @@ fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
 
 #[test]
 fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_sticky_error_leaks_nothing_and_runs_nothing_twice",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_sticky_error_leaks_nothing_and_runs_nothing_twice);
     const EACH: usize = 50;
     let context = context();
     let (faulting, waiting) = (new_stream(&context), new_stream(&context));
@@ -487,13 +455,9 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
 fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_dropped() {
     // Nothing observes the failure but the streams' drops: an owned stream, and a borrowed
     // wrapper of a stream that stays alive (whose drop destroys nothing).
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_dropped",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_dropped
+    );
     const EACH: usize = 50;
     let context = context();
     let (owned, kept) = (new_stream(&context), new_stream(&context));
@@ -535,13 +499,9 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
 #[test]
 fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
     // Alone in a process: the failure stays with it.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "launches_racing_a_context_failure_on_four_threads_drop_every_record_once",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        launches_racing_a_context_failure_on_four_threads_drop_every_record_once
+    );
     const THREADS: usize = 4;
     let context = context();
     let faulting = new_stream(&context); // also makes the context current, for the module
@@ -605,13 +565,9 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
 fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() {
     // Two `Context` values of one primary context: a failure seen through one reclaims what was
     // launched through the other, whose stream stays alive.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "records_are_reclaimed_when_the_failure_shows_through_another_context_value",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        records_are_reclaimed_when_the_failure_shows_through_another_context_value
+    );
     const EACH: usize = 20;
     let first = context();
     let second = cuda_host::Device::get(first.driver(), 0)
@@ -641,13 +597,7 @@ fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() 
 #[test]
 fn reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread() {
     // Alone in a process, so that no other test's thread takes the finished record first.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread",
-            &[],
-        );
-    }
+    suite::alone_in_child!(reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread);
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
@@ -680,13 +630,7 @@ fn reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread() {
 #[test]
 fn a_captured_value_whose_drop_panics_still_lets_its_context_go() {
     // Alone in a process: the harness's own context would keep the primary context retained.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_captured_value_whose_drop_panics_still_lets_its_context_go",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_captured_value_whose_drop_panics_still_lets_its_context_go);
     struct PanicsOnDrop;
     impl Drop for PanicsOnDrop {
         fn drop(&mut self) {
@@ -759,13 +703,9 @@ mod allocations {
 fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm() {
     // Alone in a process: a test thread that reclaims takes the freed slots into its own free
     // list, and this thread would then allocate new ones.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm
+    );
     const LAUNCHES: usize = 1_000;
     static RAN: AtomicUsize = AtomicUsize::new(0);
     let context = context();
@@ -833,13 +773,7 @@ fn eight_threads_launching_on_four_streams_lose_nothing() {
     // thread, and a flood of enqueues makes later enqueues wait for it: beside a test that holds
     // a host function behind a gate it opens only after its next enqueue, both would wait for
     // each other (seen on an H200).
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "eight_threads_launching_on_four_streams_lose_nothing",
-            &[],
-        );
-    }
+    suite::alone_in_child!(eight_threads_launching_on_four_streams_lose_nothing);
     const THREADS: usize = 8;
     const LAUNCHES: usize = 100_000;
     let context = context();
@@ -923,13 +857,9 @@ fn collect_panic_reports() -> Arc<Mutex<Vec<String>>> {
 #[test]
 fn a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on() {
     // Alone in a process: the hook is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on
+    );
     let reports = collect_panic_reports();
     let context = context();
     let stream = new_stream(&context);
@@ -1031,13 +961,9 @@ fn a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_dead
     // The value's Drop takes a lock that the second thread holds while it launches: had the
     // second thread dropped it, it would wait for itself forever.
     // In a child process, so that a deadlock fails the test within a bound.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_deadlock",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_deadlock
+    );
     static SHARED_STATE: Mutex<u32> = Mutex::new(0);
     struct NeedsTheLock;
     impl Drop for NeedsTheLock {
@@ -1156,13 +1082,7 @@ fn a_closure_refused_inside_a_host_function_is_dropped_on_a_callers_thread() {
 #[test]
 fn a_panic_hook_that_replaces_itself_does_not_deadlock() {
     // Alone in a process: the hook is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_panic_hook_that_replaces_itself_does_not_deadlock",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_panic_hook_that_replaces_itself_does_not_deadlock);
     let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let (in_first, for_second) = (Arc::clone(&first), Arc::clone(&second));
     cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
@@ -1187,13 +1107,7 @@ fn a_panic_hook_that_replaces_itself_does_not_deadlock() {
 #[test]
 fn replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock() {
     // Alone in a process: the hook is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock",
-            &[],
-        );
-    }
+    suite::alone_in_child!(replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock);
     struct ClearsOnDrop;
     impl Drop for ClearsOnDrop {
         fn drop(&mut self) {
@@ -1216,13 +1130,7 @@ fn replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock() {
 #[test]
 fn the_panic_hook_runs_marked_as_inside_a_host_function() {
     // Alone in a process: the hook is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "the_panic_hook_runs_marked_as_inside_a_host_function",
-            &[],
-        );
-    }
+    suite::alone_in_child!(the_panic_hook_runs_marked_as_inside_a_host_function);
     let context = context();
     let stream = Arc::new(new_stream(&context));
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -1266,13 +1174,7 @@ fn the_panic_hook_runs_marked_as_inside_a_host_function() {
 #[test]
 fn a_panic_payload_whose_drop_panics_does_not_disturb_the_stream() {
     // Alone in a process: the panic is reported through the process-wide hook.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_panic_payload_whose_drop_panics_does_not_disturb_the_stream",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_panic_payload_whose_drop_panics_does_not_disturb_the_stream);
     let reports = collect_panic_reports();
     let context = context();
     let stream = new_stream(&context);
@@ -1297,13 +1199,7 @@ fn a_panic_payload_whose_drop_panics_does_not_disturb_the_stream() {
 #[test]
 fn a_logger_that_panics_does_not_abort_the_process() {
     // Alone in a process: the logger is process-wide and set once.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_logger_that_panics_does_not_abort_the_process",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_logger_that_panics_does_not_abort_the_process);
     struct PanickingLogger;
     impl log::Log for PanickingLogger {
         fn enabled(&self, _: &log::Metadata<'_>) -> bool {
@@ -1336,9 +1232,7 @@ fn a_borrowed_stream_dropped_inside_a_host_function_is_not_touched_after_its_own
         );
     };
     // Alone in a process: the count of calls on destroyed handles is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(a_borrowed_stream_dropped_inside_a_host_function_is_not_touched_after_its_owner_destroyed_it);
     let context = context();
     let owner = new_stream(&context);
     // SAFETY: the wrapper is dropped (inside the host function below) before `owner`.
@@ -1409,13 +1303,7 @@ fn creating_streams_and_events_and_using_the_special_streams_leave_the_current_c
 #[test]
 fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     // Alone in a process: the slot table is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "slot_memory_beyond_the_reserve_goes_back_after_a_burst",
-            &[],
-        );
-    }
+    suite::alone_in_child!(slot_memory_beyond_the_reserve_goes_back_after_a_burst);
     const BURST: usize = 50_000;
     let context = context();
     let stream = new_stream(&context);

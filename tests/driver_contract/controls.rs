@@ -37,11 +37,9 @@ impl Drop for Disarm {
 
 #[test]
 fn fail_next_calls_fails_the_next_calls_of_this_thread_only_then_calls_succeed() {
-    let Some(controls) = controls_or_skip(
-        "fail_next_calls_fails_the_next_calls_of_this_thread_only_then_calls_succeed",
-    ) else {
-        return;
-    };
+    let controls = controls_or_skip!(
+        fail_next_calls_fails_the_next_calls_of_this_thread_only_then_calls_succeed
+    );
     let _shared = shared();
     let context = current_context();
     let stream = non_blocking(&context);
@@ -76,10 +74,9 @@ type FailNextCalls = unsafe extern "C" fn(*const c_char, c_uint, CUresult) -> CU
 
 #[test]
 fn the_controls_are_reachable_through_proc_address_and_refuse_unknown_entry_names() {
-    let test = "the_controls_are_reachable_through_proc_address_and_refuse_unknown_entry_names";
-    if controls_or_skip(test).is_none() {
-        return;
-    }
+    controls_or_skip!(
+        the_controls_are_reachable_through_proc_address_and_refuse_unknown_entry_names
+    );
     let _shared = shared();
     let mut address = ptr::null_mut();
     let mut status = CUdriverProcAddressQueryResult(77);
@@ -113,9 +110,7 @@ fn the_controls_are_reachable_through_proc_address_and_refuse_unknown_entry_name
 
 #[test]
 fn fail_next_calls_with_a_count_of_zero_disarms() {
-    let Some(controls) = controls_or_skip("fail_next_calls_with_a_count_of_zero_disarms") else {
-        return;
-    };
+    let controls = controls_or_skip!(fail_next_calls_with_a_count_of_zero_disarms);
     let _shared = shared();
     let context = current_context();
     let stream = non_blocking(&context);
@@ -134,14 +129,10 @@ fn fail_next_calls_with_a_count_of_zero_disarms() {
 
 #[test]
 fn fail_next_calls_any_thread_fails_the_next_call_from_another_thread() {
-    let test = "fail_next_calls_any_thread_fails_the_next_call_from_another_thread";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
+    let controls =
+        controls_or_skip!(fail_next_calls_any_thread_fails_the_next_call_from_another_thread);
     // Alone in a process: it fails calls of every thread.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(fail_next_calls_any_thread_fails_the_next_call_from_another_thread);
     let context = current_context();
     let stream = non_blocking(&context);
     let runs = Arc::new(AtomicUsize::new(0));
@@ -166,11 +157,7 @@ fn fail_next_calls_any_thread_fails_the_next_call_from_another_thread() {
 
 #[test]
 fn launch_sleep_holds_its_stream_for_at_least_the_time_given() {
-    let Some(controls) =
-        controls_or_skip("launch_sleep_holds_its_stream_for_at_least_the_time_given")
-    else {
-        return;
-    };
+    let controls = controls_or_skip!(launch_sleep_holds_its_stream_for_at_least_the_time_given);
     const SLEEP: Duration = Duration::from_millis(500);
     let _shared = shared();
     let context = current_context();
@@ -193,14 +180,12 @@ fn launch_sleep_holds_its_stream_for_at_least_the_time_given() {
 
 #[test]
 fn set_driver_version_hides_newer_entry_points_from_proc_address_and_from_a_new_driver_table() {
-    let test =
-        "set_driver_version_hides_newer_entry_points_from_proc_address_and_from_a_new_driver_table";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    let controls = controls_or_skip!(
+        set_driver_version_hides_newer_entry_points_from_proc_address_and_from_a_new_driver_table
+    );
+    suite::alone_in_child!(
+        set_driver_version_hides_newer_entry_points_from_proc_address_and_from_a_new_driver_table
+    );
     let context = current_context();
     let stream = non_blocking(&context);
     controls.set_driver_version(13000);
@@ -280,14 +265,9 @@ fn set_driver_version_hides_newer_entry_points_from_proc_address_and_from_a_new_
 
 #[test]
 fn user_object_stats_count_live_user_objects_and_destructors_run() {
-    let test = "user_object_stats_count_live_user_objects_and_destructors_run";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
+    let controls = controls_or_skip!(user_object_stats_count_live_user_objects_and_destructors_run);
     // Alone in a process: the counts are process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(user_object_stats_count_live_user_objects_and_destructors_run);
     let _context = current_context();
     let (destroyed, alive) = controls.user_object_stats();
     let probe = DestructorProbe::new();
@@ -315,14 +295,10 @@ fn control_address(name: &CStr) -> *mut c_void {
 
 #[test]
 fn live_objects_count_each_kind_from_its_creation_until_its_destruction() {
-    let test = "live_objects_count_each_kind_from_its_creation_until_its_destruction";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
+    let controls =
+        controls_or_skip!(live_objects_count_each_kind_from_its_creation_until_its_destruction);
     // Alone in a process: the counts are process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(live_objects_count_each_kind_from_its_creation_until_its_destruction);
     let context = current_context();
     let held = non_blocking(&context);
     let gate = Gate::new(&context); // takes its pinned pool before the counts are read
@@ -388,10 +364,7 @@ fn live_objects_count_each_kind_from_its_creation_until_its_destruction() {
 
 #[test]
 fn live_objects_fills_only_the_whole_counts_a_shorter_struct_has_room_for() {
-    let test = "live_objects_fills_only_the_whole_counts_a_shorter_struct_has_room_for";
-    if controls_or_skip(test).is_none() {
-        return;
-    }
+    controls_or_skip!(live_objects_fills_only_the_whole_counts_a_shorter_struct_has_room_for);
     let _shared = shared();
     // SAFETY: the software driver's `cuswLiveObjects` has this C signature (cudasw.h).
     let live_objects = unsafe {
@@ -421,14 +394,13 @@ fn live_objects_fills_only_the_whole_counts_a_shorter_struct_has_room_for() {
 
 #[test]
 fn armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_thread() {
-    let test = "armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_thread";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
+    let controls = controls_or_skip!(
+        armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_thread
+    );
     // Alone in a process: an injection armed for any thread fails other tests' calls.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(
+        armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_thread
+    );
     let context = current_context();
     let stream = non_blocking(&context);
     let entry = c"cuStreamQuery";
@@ -486,14 +458,10 @@ fn armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_t
 
 #[test]
 fn call_count_counts_every_call_by_base_name_and_by_exported_name() {
-    let test = "call_count_counts_every_call_by_base_name_and_by_exported_name";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
+    let controls =
+        controls_or_skip!(call_count_counts_every_call_by_base_name_and_by_exported_name);
     // Alone in a process: the counts are process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(call_count_counts_every_call_by_base_name_and_by_exported_name);
     let context = current_context();
     let stream = non_blocking(&context);
     let names = [
@@ -553,10 +521,7 @@ type CallCount = unsafe extern "C" fn(*const c_char, *mut u64) -> CUresult;
 
 #[test]
 fn armed_failures_and_call_count_refuse_unknown_entry_names_and_null_pointers() {
-    let test = "armed_failures_and_call_count_refuse_unknown_entry_names_and_null_pointers";
-    if controls_or_skip(test).is_none() {
-        return;
-    }
+    controls_or_skip!(armed_failures_and_call_count_refuse_unknown_entry_names_and_null_pointers);
     let _shared = shared();
     // SAFETY: the software driver's controls have these C signatures (cudasw.h).
     let (armed_failures, call_count) = unsafe {
@@ -592,14 +557,13 @@ fn armed_failures_and_call_count_refuse_unknown_entry_names_and_null_pointers() 
 
 #[test]
 fn a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held() {
-    let test = "a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
+    let controls = controls_or_skip!(
+        a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held
+    );
     // Alone in a process: a delay armed for any thread would hold other tests' calls too.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(
+        a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held
+    );
     let context = current_context();
     let stream = non_blocking(&context);
     const DELAY: Duration = Duration::from_millis(200);
@@ -619,14 +583,9 @@ fn a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held() 
 
 #[test]
 fn calls_naming_a_destroyed_handle_are_counted() {
-    let test = "calls_naming_a_destroyed_handle_are_counted";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
+    let controls = controls_or_skip!(calls_naming_a_destroyed_handle_are_counted);
     // Alone in a process: the count is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(calls_naming_a_destroyed_handle_are_counted);
     let _context = current_context();
     let mut stream = ptr::null_mut();
     // SAFETY: a valid out-pointer; the context is current.

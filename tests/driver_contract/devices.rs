@@ -39,9 +39,10 @@ fn two_devices_have_their_own_primary_contexts_streams_host_functions_events_and
         return suite::skip(test, "the real driver has fewer than two devices here");
     }
     // The software driver reads its device count when it is loaded: a fresh process.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[("CUSW_DEVICE_COUNT", "2")]);
-    }
+    suite::alone_in_child!(
+        two_devices_have_their_own_primary_contexts_streams_host_functions_events_and_memory,
+        &[("CUSW_DEVICE_COUNT", "2")]
+    );
     assert!(devices >= 2, "{devices} devices");
     let device = [0, 1]
         .map(|ordinal| cuda_host::Device::get(&test_driver().driver, ordinal).expect("device"));

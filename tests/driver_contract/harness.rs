@@ -62,7 +62,7 @@ pub(crate) fn alone() -> Alone {
 }
 
 /// The software driver's controls; `None` (and a skip note) on the real driver.
-pub(crate) fn controls_or_skip(test: &str) -> Option<&'static Controls> {
+pub(crate) fn software_controls(test: &str) -> Option<&'static Controls> {
     let controls = suite::software::controls();
     if controls.is_none() {
         suite::skip(
@@ -72,6 +72,19 @@ pub(crate) fn controls_or_skip(test: &str) -> Option<&'static Controls> {
     }
     controls
 }
+
+/// [`software_controls`] for the test `$test` (checked to name a function): returns from the test
+/// on the real driver.
+macro_rules! controls_or_skip {
+    ($test:ident) => {{
+        let _: fn() = $test;
+        match $crate::harness::software_controls(stringify!($test)) {
+            Some(controls) => controls,
+            None => return,
+        }
+    }};
+}
+pub(crate) use controls_or_skip;
 
 pub(crate) fn leak<T>(value: T) -> &'static T {
     Box::leak(Box::new(value))

@@ -9,14 +9,12 @@ use suite::host_function::launch_host;
 
 #[test]
 fn set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_answers_it() {
-    let test =
-        "set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_answers_it";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    let controls = controls_or_skip!(
+        set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_answers_it
+    );
+    suite::alone_in_child!(
+        set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_answers_it
+    );
     let code = CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR;
     let context = current_context();
     let stream = non_blocking(&context);
@@ -42,13 +40,9 @@ fn set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_ans
 
 #[test]
 fn launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it() {
-    let test = "launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it";
-    let Some(controls) = controls_or_skip(test) else {
-        return;
-    };
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    let controls =
+        controls_or_skip!(launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it);
+    suite::alone_in_child!(launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it);
     let code = CUresult::CUDA_ERROR_LAUNCH_FAILED;
     let context = current_context();
     let stream = non_blocking(&context);
@@ -75,12 +69,10 @@ fn launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it() {
 
 #[test]
 fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_error_once() {
-    let test =
-        "after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_error_once";
     // Alone in a process: the sticky error stays with it.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(
+        after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_error_once
+    );
     let context = current_context();
     let stream = non_blocking(&context);
     let kernels = suite::kernels::for_faults(driver());

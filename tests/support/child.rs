@@ -7,9 +7,7 @@
 //! ```ignore
 //! #[test]
 //! fn sticky_error_leaks_nothing() {
-//!     if !suite::in_child_process() {
-//!         return suite::run_in_child(module_path!(), "sticky_error_leaks_nothing", &[]);
-//!     }
+//!     suite::alone_in_child!(sticky_error_leaks_nothing);
 //!     // the test itself
 //! }
 //! ```
@@ -18,6 +16,23 @@ use crate::wait::TIMEOUT;
 use std::io::Write as _;
 use std::process::{Command, Stdio};
 use std::time::Instant;
+
+/// Unless this is the child process it started, re-runs the calling test in a child process of
+/// its own and returns from the test with that child's outcome (see [`run_in_child`]); in the
+/// child, the test goes on. `$test` is the calling test function's name, checked to name a
+/// function; `$env`, when given, the child's extra environment (`&[(name, value)]`).
+#[macro_export]
+macro_rules! alone_in_child {
+    ($test:ident) => {
+        $crate::alone_in_child!($test, &[])
+    };
+    ($test:ident, $env:expr) => {
+        let _: fn() = $test;
+        if !$crate::in_child_process() {
+            return $crate::run_in_child(module_path!(), stringify!($test), $env);
+        }
+    };
+}
 
 const CHILD_VARIABLE: &str = "CUDA_HOST_SUITE_CHILD";
 
