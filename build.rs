@@ -127,6 +127,9 @@ fn build_library(
         .warnings(true)
         .extra_warnings(true)
         .warnings_into_errors(true)
+        // Every function outside its file needs a prototype; an entry point gets its own from
+        // entries.def, which also puts it in the entry table, so one missing there does not build.
+        .flag("-Wmissing-prototypes")
         .flag("-std=c11")
         .flag("-pthread")
         .flag("-fvisibility=hidden");

@@ -19,17 +19,25 @@
 
 static _Atomic(struct cusw_call_site *) call_sites;
 
-void cusw_count_call(struct cusw_call_site *site)
+bool cusw_enter(struct cusw_call_site *site, CUresult *injected)
 {
+    const char *base = atomic_load_explicit(&site->base, memory_order_acquire);
+    if (base == NULL) {
+        base = cusw_entry_base(site->symbol);
+        atomic_store_explicit(&site->base, base, memory_order_release);
+    }
+    cusw_delay_injected(base, site->symbol);
     atomic_fetch_add_explicit(&site->calls, 1, memory_order_relaxed);
-    if (atomic_load_explicit(&site->listed, memory_order_relaxed) ||
-        atomic_exchange(&site->listed, true))
-        return;
-    struct cusw_call_site *head = atomic_load_explicit(&call_sites, memory_order_relaxed);
-    do {
-        site->next = head;
-    } while (!atomic_compare_exchange_weak_explicit(&call_sites, &head, site,
-                                                    memory_order_release, memory_order_relaxed));
+    if (!atomic_load_explicit(&site->listed, memory_order_relaxed) &&
+        !atomic_exchange(&site->listed, true)) {
+        struct cusw_call_site *head = atomic_load_explicit(&call_sites, memory_order_relaxed);
+        do {
+            site->next = head;
+        } while (!atomic_compare_exchange_weak_explicit(&call_sites, &head, site,
+                                                        memory_order_release,
+                                                        memory_order_relaxed));
+    }
+    return cusw_fault_injected(base, site->symbol, injected);
 }
 
 /* Calls of the sites whose exported name, or with `by_base` also whose base name, is `entry`. */
@@ -39,7 +47,8 @@ static unsigned long long calls_of(const char *entry, bool by_base)
     for (const struct cusw_call_site *site =
              atomic_load_explicit(&call_sites, memory_order_acquire);
          site != NULL; site = site->next) {
-        if (strcmp(site->symbol, entry) == 0 || (by_base && strcmp(site->base, entry) == 0))
+        if (strcmp(site->symbol, entry) == 0 ||
+            (by_base && strcmp(atomic_load_explicit(&site->base, memory_order_acquire), entry) == 0))
             total += atomic_load_explicit(&site->calls, memory_order_relaxed);
     }
     return total;
@@ -47,7 +56,7 @@ static unsigned long long calls_of(const char *entry, bool by_base)
 
 CUSW_EXPORT CUresult cuswCallCount(const char *entry, unsigned long long *count)
 {
-    CUSW_ENTRY("cuswCallCount", "cuswCallCount");
+    CUSW_ENTRY();
     if (entry == NULL || count == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (!cusw_entry_name_known(entry))
@@ -81,7 +90,7 @@ __attribute__((destructor)) static void write_call_log(void)
 
 CUSW_EXPORT CUresult cuswLiveObjects(struct cuswLiveCounts *counts)
 {
-    CUSW_ENTRY("cuswLiveObjects", "cuswLiveObjects");
+    CUSW_ENTRY();
     if (counts == NULL || counts->size < sizeof counts->size)
         return CUDA_ERROR_INVALID_VALUE;
     struct cuswLiveCounts now = { .size = sizeof now };

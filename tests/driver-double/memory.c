@@ -4,23 +4,19 @@
  * stream operations (which, like the unified addressing of the real device, is what host-side
  * tests want).
  *
- * Allocations are tracked per context (freed when the context is reset or released) and
- * checked on free. Synchronous copies and sets behave like the real driver's: they are ordered
- * on the legacy stream (or the per-thread stream for the _ptds forms), so they wait for earlier
- * work of blocking streams, and return when done. Async copies and sets return at once, except
- * the copies the real driver does synchronously (copy_waits_for_stream). Frees synchronise the
- * context first, as the real driver's implicit synchronisation does, so that pending stream work
- * never touches freed memory.
+ * Allocations are tracked per context (freed when the context is released) and checked on free.
+ * Async copies and sets return at once, except the copies the real driver does synchronously
+ * (copy_waits_for_stream). Frees synchronise the context first, as the real driver's implicit
+ * synchronisation does, so that pending stream work never touches freed memory.
  */
 #include "internal.h"
-#include "entries.h"
 
 #include <stdlib.h>
 
 struct allocation {
     size_t size;
     struct cusw_ctx *ctx;
-    bool host; /* cuMemAllocHost / cuMemHostAlloc */
+    bool host; /* cuMemHostAlloc */
 };
 
 static struct cusw_map allocations; /* base address -> struct allocation */
@@ -130,15 +126,12 @@ void cusw_memory_release_context(struct cusw_ctx *ctx)
 
 CUSW_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    CUSW_ENTRY("cuMemAlloc", "cuMemAlloc_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (dptr == NULL || bytesize == 0)
         return CUDA_ERROR_INVALID_VALUE;
     void *p = NULL;
     cusw_lock_acquire();
-    rc = allocate(bytesize, false, &p);
+    CUresult rc = allocate(bytesize, false, &p);
     cusw_lock_release();
     if (rc == CUDA_SUCCESS)
         *dptr = (CUdeviceptr)(uintptr_t)p;
@@ -147,67 +140,45 @@ CUSW_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 
 CUSW_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-    CUSW_ENTRY("cuMemFree", "cuMemFree_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS || dptr == 0)
-        return rc;
+    CUSW_INIT_ENTRY();
+    if (dptr == 0)
+        return CUDA_SUCCESS;
     cusw_lock_acquire();
-    rc = deallocate((void *)(uintptr_t)dptr, false);
+    CUresult rc = deallocate((void *)(uintptr_t)dptr, false);
     cusw_lock_release();
     return rc;
-}
-
-static const unsigned int host_alloc_flags =
-    CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
-
-static CUresult host_alloc(void **pp, size_t bytesize, unsigned int flags)
-{
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (pp == NULL || bytesize == 0 || (flags & ~host_alloc_flags) != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    rc = allocate(bytesize, true, pp);
-    cusw_lock_release();
-    return rc;
-}
-
-CUSW_EXPORT CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
-{
-    CUSW_ENTRY("cuMemAllocHost", "cuMemAllocHost_v2");
-    return host_alloc(pp, bytesize, 0);
 }
 
 CUSW_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-    CUSW_ENTRY("cuMemHostAlloc", "cuMemHostAlloc");
-    return host_alloc(pp, bytesize, Flags);
+    CUSW_INIT_ENTRY();
+    const unsigned int known_flags =
+        CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
+    if (pp == NULL || bytesize == 0 || (Flags & ~known_flags) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    CUresult rc = allocate(bytesize, true, pp);
+    cusw_lock_release();
+    return rc;
 }
 
 CUSW_EXPORT CUresult cuMemFreeHost(void *p)
 {
-    CUSW_ENTRY("cuMemFreeHost", "cuMemFreeHost");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     cusw_lock_acquire();
-    rc = deallocate(p, true);
+    CUresult rc = deallocate(p, true);
     cusw_lock_release();
     return rc;
 }
 
 CUSW_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
 {
-    CUSW_ENTRY("cuMemHostGetDevicePointer", "cuMemHostGetDevicePointer_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (pdptr == NULL || p == NULL || Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_ctx *ctx = NULL;
-    rc = cusw_ctx_current(&ctx);
+    CUresult rc = cusw_ctx_current(&ctx);
     if (rc == CUDA_SUCCESS) {
         /* Any address inside a page-locked allocation maps to itself. */
         const struct allocation *a = allocation_of(p);
@@ -222,15 +193,12 @@ CUSW_EXPORT CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, u
 
 CUSW_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 {
-    CUSW_ENTRY("cuMemGetInfo", "cuMemGetInfo_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (free == NULL || total == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_ctx *ctx = NULL;
-    rc = cusw_ctx_current(&ctx);
+    CUresult rc = cusw_ctx_current(&ctx);
     if (rc == CUDA_SUCCESS) {
         *total = (size_t)CUSW_DEVICE_MEMORY_BYTES;
         *free = (size_t)CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use[ctx->device];
@@ -241,17 +209,11 @@ CUSW_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
 
 /* ---- Copies and sets ------------------------------------------------------------------------- */
 
+#define HOST(p) ((void *)(uintptr_t)(p))
+
 static struct cusw_action copy_action(void *dst, const void *src, size_t bytes)
 {
     struct cusw_action a = { .kind = CUSW_ACT_COPY, .u.copy = { dst, src, bytes } };
-    return a;
-}
-
-static struct cusw_action set_action(CUdeviceptr dst, unsigned int value, unsigned int elem_size,
-                                     size_t count)
-{
-    struct cusw_action a = { .kind = CUSW_ACT_SET,
-                             .u.set = { (void *)(uintptr_t)dst, value, elem_size, count } };
     return a;
 }
 
@@ -259,33 +221,7 @@ static bool valid(const struct cusw_action *a)
 {
     if (a->kind == CUSW_ACT_COPY)
         return a->u.copy.bytes == 0 || (a->u.copy.dst != NULL && a->u.copy.src != NULL);
-    return a->u.set.count == 0 ||
-           (a->u.set.dst != NULL && (uintptr_t)a->u.set.dst % a->u.set.elem_size == 0);
-}
-
-/* A synchronous copy or set: enqueued on the legacy (or per-thread) stream, then waited for. */
-static CUresult run_sync(bool per_thread, const struct cusw_action *a)
-{
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (!valid(a))
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_stream *s = NULL;
-    rc = cusw_capture_check_unsafe();
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_stream_resolve(NULL, per_thread, &s);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_capture_check_sync(s);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_stream_enqueue(s, a, NULL, 0);
-    if (rc == CUDA_SUCCESS) {
-        cusw_stream_drain(s);
-        rc = cusw_ctx_sticky(s->ctx);
-    }
-    cusw_lock_release();
-    return rc;
+    return a->u.set.count == 0 || (a->u.set.dst != NULL && (uintptr_t)a->u.set.dst % 4 == 0);
 }
 
 /* An async copy between two host buffers (page-locked or pageable), or into pageable host
@@ -304,169 +240,43 @@ static bool copy_waits_for_stream(const struct cusw_action *a)
     return waits;
 }
 
-static CUresult run_async(CUstream stream, bool per_thread, const struct cusw_action *a)
+static CUresult run_async(CUstream stream, const struct cusw_action *a)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     if (!valid(a))
         return CUDA_ERROR_INVALID_VALUE;
     if (copy_waits_for_stream(a))
-        return cusw_submit_and_wait(stream, per_thread, a);
-    return cusw_submit(stream, per_thread, a);
-}
-
-#define HOST(p) ((void *)(uintptr_t)(p))
-
-CUSW_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    CUSW_ENTRY("cuMemcpyHtoD", "cuMemcpyHtoD_v2");
-    struct cusw_action a = copy_action(HOST(dstDevice), srcHost, ByteCount);
-    return run_sync(false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost,
-                                          size_t ByteCount)
-{
-    CUSW_ENTRY("cuMemcpyHtoD", "cuMemcpyHtoD_v2_ptds");
-    struct cusw_action a = copy_action(HOST(dstDevice), srcHost, ByteCount);
-    return run_sync(true, &a);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    CUSW_ENTRY("cuMemcpyDtoH", "cuMemcpyDtoH_v2");
-    struct cusw_action a = copy_action(dstHost, HOST(srcDevice), ByteCount);
-    return run_sync(false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    CUSW_ENTRY("cuMemcpyDtoH", "cuMemcpyDtoH_v2_ptds");
-    struct cusw_action a = copy_action(dstHost, HOST(srcDevice), ByteCount);
-    return run_sync(true, &a);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                                     size_t ByteCount)
-{
-    CUSW_ENTRY("cuMemcpyDtoD", "cuMemcpyDtoD_v2");
-    struct cusw_action a = copy_action(HOST(dstDevice), HOST(srcDevice), ByteCount);
-    return run_sync(false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                                          size_t ByteCount)
-{
-    CUSW_ENTRY("cuMemcpyDtoD", "cuMemcpyDtoD_v2_ptds");
-    struct cusw_action a = copy_action(HOST(dstDevice), HOST(srcDevice), ByteCount);
-    return run_sync(true, &a);
+        return cusw_submit_and_wait(stream, false, a);
+    return cusw_submit(stream, false, a);
 }
 
 CUSW_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
                                           size_t ByteCount, CUstream hStream)
 {
-    CUSW_ENTRY("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2");
+    CUSW_INIT_ENTRY();
     struct cusw_action a = copy_action(HOST(dstDevice), srcHost, ByteCount);
-    return run_async(hStream, false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
-                                               size_t ByteCount, CUstream hStream)
-{
-    CUSW_ENTRY("cuMemcpyHtoDAsync", "cuMemcpyHtoDAsync_v2_ptsz");
-    struct cusw_action a = copy_action(HOST(dstDevice), srcHost, ByteCount);
-    return run_async(hStream, true, &a);
+    return run_async(hStream, &a);
 }
 
 CUSW_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
                                           CUstream hStream)
 {
-    CUSW_ENTRY("cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2");
+    CUSW_INIT_ENTRY();
     struct cusw_action a = copy_action(dstHost, HOST(srcDevice), ByteCount);
-    return run_async(hStream, false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice,
-                                               size_t ByteCount, CUstream hStream)
-{
-    CUSW_ENTRY("cuMemcpyDtoHAsync", "cuMemcpyDtoHAsync_v2_ptsz");
-    struct cusw_action a = copy_action(dstHost, HOST(srcDevice), ByteCount);
-    return run_async(hStream, true, &a);
+    return run_async(hStream, &a);
 }
 
 CUSW_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
                                           size_t ByteCount, CUstream hStream)
 {
-    CUSW_ENTRY("cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2");
+    CUSW_INIT_ENTRY();
     struct cusw_action a = copy_action(HOST(dstDevice), HOST(srcDevice), ByteCount);
-    return run_async(hStream, false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                                               size_t ByteCount, CUstream hStream)
-{
-    CUSW_ENTRY("cuMemcpyDtoDAsync", "cuMemcpyDtoDAsync_v2_ptsz");
-    struct cusw_action a = copy_action(HOST(dstDevice), HOST(srcDevice), ByteCount);
-    return run_async(hStream, true, &a);
-}
-
-CUSW_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    CUSW_ENTRY("cuMemsetD8", "cuMemsetD8_v2");
-    struct cusw_action a = set_action(dstDevice, uc, 1, N);
-    return run_sync(false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    CUSW_ENTRY("cuMemsetD8", "cuMemsetD8_v2_ptds");
-    struct cusw_action a = set_action(dstDevice, uc, 1, N);
-    return run_sync(true, &a);
-}
-
-CUSW_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    CUSW_ENTRY("cuMemsetD32", "cuMemsetD32_v2");
-    struct cusw_action a = set_action(dstDevice, ui, 4, N);
-    return run_sync(false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    CUSW_ENTRY("cuMemsetD32", "cuMemsetD32_v2_ptds");
-    struct cusw_action a = set_action(dstDevice, ui, 4, N);
-    return run_sync(true, &a);
-}
-
-CUSW_EXPORT CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
-                                     CUstream hStream)
-{
-    CUSW_ENTRY("cuMemsetD8Async", "cuMemsetD8Async");
-    struct cusw_action a = set_action(dstDevice, uc, 1, N);
-    return run_async(hStream, false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
-                                          CUstream hStream)
-{
-    CUSW_ENTRY("cuMemsetD8Async", "cuMemsetD8Async_ptsz");
-    struct cusw_action a = set_action(dstDevice, uc, 1, N);
-    return run_async(hStream, true, &a);
+    return run_async(hStream, &a);
 }
 
 CUSW_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
                                       CUstream hStream)
 {
-    CUSW_ENTRY("cuMemsetD32Async", "cuMemsetD32Async");
-    struct cusw_action a = set_action(dstDevice, ui, 4, N);
-    return run_async(hStream, false, &a);
-}
-
-CUSW_EXPORT CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
-                                           CUstream hStream)
-{
-    CUSW_ENTRY("cuMemsetD32Async", "cuMemsetD32Async_ptsz");
-    struct cusw_action a = set_action(dstDevice, ui, 4, N);
-    return run_async(hStream, true, &a);
+    CUSW_INIT_ENTRY();
+    struct cusw_action a = { .kind = CUSW_ACT_SET, .u.set = { HOST(dstDevice), ui, N } };
+    return run_async(hStream, &a);
 }
