@@ -1,9 +1,11 @@
-//! Two devices, each with its own primary context, streams, host functions, events and memory;
-//! modules and the current context.
+//! Devices and contexts: a device's name, its primary context's state, the device of a context,
+//! context-wide synchronisation, module loading without a current context, and two devices, each
+//! with its own primary context, streams, host functions, events and memory.
 
 use crate::harness::*;
 use cuda_host::{Context, Event, EventFlags};
 use cuda_host_sys::{CU_STREAM_LEGACY, CUdevice_attribute, CUresult, CUuuid};
+use std::ffi::{CStr, c_char};
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -172,4 +174,99 @@ fn loading_a_module_without_a_current_context_answers_invalid_context() {
     .join()
     .unwrap();
     assert_eq!(result, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+}
+
+#[test]
+fn a_device_has_a_name() {
+    let _shared = shared();
+    let context = current_context();
+    let mut name: [c_char; 256] = [0; 256];
+    // SAFETY: a buffer of the length given and a device of the driver.
+    ok("cuDeviceGetName", unsafe {
+        driver().cuDeviceGetName(name.as_mut_ptr(), 256, context.device())
+    });
+    // SAFETY: the driver wrote a NUL-terminated name into the buffer.
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) };
+    assert!(!name.is_empty(), "an empty name");
+}
+
+#[test]
+fn a_retained_primary_context_is_active() {
+    let _shared = shared();
+    let context = current_context(); // retained for the whole process
+    let (mut flags, mut active) = (u32::MAX, -1);
+    // SAFETY: valid out-pointers and a device of the driver.
+    ok("cuDevicePrimaryCtxGetState", unsafe {
+        driver().cuDevicePrimaryCtxGetState(context.device(), &mut flags, &mut active)
+    });
+    assert_eq!(active, 1);
+}
+
+#[test]
+fn the_device_of_a_context_is_told_with_the_context_current_or_named() {
+    let _shared = shared();
+    let context = current_context();
+    let mut current = -1;
+    // SAFETY: a valid out-pointer; the context is current.
+    ok("cuCtxGetDevice", unsafe {
+        driver().cuCtxGetDevice(&mut current)
+    });
+    assert_eq!(current, context.device());
+    let named = SendHandle(context.as_raw());
+    // A thread of its own, with no context current.
+    let (without_current, named_device) = std::thread::spawn(move || {
+        let (mut current, mut named_device) = (-1, -1);
+        // SAFETY: valid out-pointers and a live context.
+        unsafe {
+            let without_current = driver().cuCtxGetDevice(&mut current);
+            let result = driver().cuCtxGetDevice_v2(&mut named_device, named.get());
+            (without_current, (result, named_device))
+        }
+    })
+    .join()
+    .expect("the other thread");
+    assert_eq!(without_current, CUresult::CUDA_ERROR_INVALID_CONTEXT);
+    assert_eq!(named_device, (SUCCESS, context.device()));
+}
+
+/// Holds two streams of the context with a host function behind each, and has another thread, its
+/// context current, call `synchronize`: checks that the call answered success only once both
+/// host functions had run.
+fn assert_synchronizes_the_context(synchronize: impl FnOnce() -> CUresult + Send + 'static) {
+    let context = current_context();
+    let streams = [non_blocking(&context), non_blocking(&context)];
+    let gate = Gate::new(&context);
+    let log = Log::default();
+    for (stream, entry) in streams.iter().zip(["first stream", "second stream"]) {
+        gate.hold(stream);
+        launch(stream.as_raw(), log.marker(entry));
+    }
+    let seen = log.clone();
+    let ((result, ran), waited) = enqueue_then_open(&context, &gate, move || {
+        let result = synchronize();
+        (result, seen.entries().len())
+    });
+    assert_eq!(result, SUCCESS);
+    assert!(waited, "returned before the streams went on");
+    assert_eq!(ran, 2, "returned before both host functions ran");
+}
+
+#[test]
+fn context_synchronize_returns_once_every_stream_of_the_current_context_is_done() {
+    let _alone = alone();
+    // SAFETY: no arguments; the context is current on the calling thread.
+    assert_synchronizes_the_context(|| unsafe { driver().cuCtxSynchronize() });
+}
+
+#[test]
+fn context_synchronize_of_a_named_context_waits_for_it_without_it_current() {
+    let _alone = alone();
+    let named = SendHandle(current_context().as_raw());
+    assert_synchronizes_the_context(move || {
+        // SAFETY: no context, then a live one, named.
+        unsafe {
+            ok("cuCtxSetCurrent", driver().cuCtxSetCurrent(ptr::null_mut()));
+            driver().cuCtxSynchronize_v2(named.get())
+        }
+    });
 }

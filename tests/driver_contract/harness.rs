@@ -4,18 +4,19 @@
 
 use cuda_host::{Context, Event, Stream, StreamFlags};
 use cuda_host_sys::{
-    CUevent, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus, CUuserObject,
-    CUuserObject_flags, CUuserObjectRetain_flags, Driver,
+    CUdeviceptr, CUevent, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUuserObject, CUuserObject_flags, CUuserObjectRetain_flags, Driver,
 };
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::ThreadId;
+use std::time::{Duration, Instant};
 use suite::capture::Graph;
 use suite::host_function::launch_host;
 use suite::software::Controls;
-use suite::{ok, test_driver, wait_until};
+use suite::{Gate, MappedWords, ok, test_driver, wait_until};
 
 pub(crate) fn driver() -> &'static Driver {
     &test_driver().driver
@@ -193,6 +194,39 @@ pub(crate) fn returns_while_held<T: Send + 'static>(
     });
     wait_until(what, || lock(&answer).is_some());
     lock(&answer).take().expect("the answer")
+}
+
+/// How long after an enqueue began the gate that holds its stream opens.
+pub(crate) const RELEASE_AFTER: Duration = Duration::from_millis(200);
+
+/// Calls `enqueue` on another thread (with `context` bound) while its stream is held at `gate`,
+/// and opens the gate from this thread [`RELEASE_AFTER`] after the call began. Answers what the
+/// call returned, and whether it returned only after the gate opened. Bounded: a call that never
+/// returns fails the test.
+pub(crate) fn enqueue_then_open<T: Send + 'static>(
+    context: &Context,
+    gate: &Gate,
+    enqueue: impl FnOnce() -> T + Send + 'static,
+) -> (T, bool) {
+    let began = Arc::new(AtomicBool::new(false));
+    let answer: Arc<Mutex<Option<(T, Instant)>>> = Arc::default();
+    let (thread_began, slot) = (Arc::clone(&began), Arc::clone(&answer));
+    let context = context.clone();
+    std::thread::spawn(move || {
+        context.bind_to_thread().expect("the context binds");
+        thread_began.store(true, Ordering::SeqCst);
+        let value = enqueue();
+        *lock(&slot) = Some((value, Instant::now()));
+    });
+    wait_until("the enqueuing thread", || began.load(Ordering::SeqCst));
+    std::thread::sleep(RELEASE_AFTER);
+    let opened = Instant::now();
+    gate.open();
+    wait_until("the enqueue, once the gate opened", || {
+        lock(&answer).is_some()
+    });
+    let (value, returned) = lock(&answer).take().expect("the answer");
+    (value, returned >= opened)
 }
 
 /// Records every status a stream callback is called with.
@@ -377,4 +411,51 @@ pub(crate) fn destructor_round_trip() {
 pub(crate) fn event_synchronize(event: &Event) -> CUresult {
     // SAFETY: a live event.
     unsafe { driver().cuEventSynchronize(event.as_raw()) }
+}
+
+/// Mapped host memory for stream memory operations: a 32-bit word, and a 64-bit one aligned to 8
+/// bytes as they require.
+pub(crate) struct MemOpWords {
+    words: MappedWords,
+    wide: usize,
+}
+
+impl MemOpWords {
+    pub(crate) fn new(context: &Context) -> MemOpWords {
+        let words = MappedWords::new(context, 4);
+        let wide = if words.device_address(1).is_multiple_of(8) {
+            1
+        } else {
+            2
+        };
+        MemOpWords { words, wide }
+    }
+
+    pub(crate) fn narrow_address(&self) -> CUdeviceptr {
+        self.words.device_address(0)
+    }
+
+    pub(crate) fn narrow(&self) -> u32 {
+        self.words.get(0)
+    }
+
+    pub(crate) fn set_narrow(&self, value: u32) {
+        self.words.set(0, value);
+    }
+
+    pub(crate) fn wide_address(&self) -> CUdeviceptr {
+        self.words.device_address(self.wide)
+    }
+
+    /// The 64-bit word, as two halves (little-endian): read only while no stream writes it.
+    pub(crate) fn wide(&self) -> u64 {
+        u64::from(self.words.get(self.wide)) | u64::from(self.words.get(self.wide + 1)) << 32
+    }
+
+    /// Writes the 64-bit word from the host, high half first: where the high half stays the same,
+    /// as in these tests, a stream reading between the two writes sees the old or the new value.
+    pub(crate) fn set_wide(&self, value: u64) {
+        self.words.set(self.wide + 1, (value >> 32) as u32);
+        self.words.set(self.wide, value as u32);
+    }
 }

@@ -17,6 +17,8 @@ mod devices;
 mod graphs;
 mod harness;
 mod ordering;
+mod per_thread;
 mod sticky_errors;
+mod stream_memory;
 mod streams;
 mod user_objects;

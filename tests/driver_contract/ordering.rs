@@ -1,13 +1,16 @@
-//! Host functions of a stream run in FIFO order, all on one driver thread.
+//! Host functions of a stream run in FIFO order, all on one driver thread, whichever ABI launched
+//! them.
 
 use crate::harness::*;
 use cuda_host::Stream;
+use cuda_host_sys::{Availability, CUhostTaskSyncMode};
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::ThreadId;
-use suite::ok;
+use suite::host_function::{leak_closure, run_closure};
+use suite::{hold_and_release, ok};
 
 /// What the host functions of one stream share.
 struct StreamState {
@@ -116,4 +119,38 @@ fn host_functions_of_all_streams_run_on_one_thread_that_is_not_the_callers() {
         Some(std::thread::current().id()),
         "host functions ran on the enqueuing thread"
     );
+}
+
+#[test]
+fn launch_host_func_v2_runs_host_functions_in_stream_order_in_either_sync_mode() {
+    if driver().availability("cuLaunchHostFunc_v2") != Some(Availability::Available) {
+        return suite::skip(
+            "launch_host_func_v2_runs_host_functions_in_stream_order_in_either_sync_mode",
+            "cuLaunchHostFunc_v2 came with CUDA 13.1, after this driver",
+        );
+    }
+    let _shared = shared();
+    let context = current_context();
+    let (stream, witness) = (non_blocking(&context), non_blocking(&context));
+    let log = Log::default();
+    let modes = [
+        (CUhostTaskSyncMode::CU_HOST_TASK_BLOCKING, "blocking"),
+        (CUhostTaskSyncMode::CU_HOST_TASK_SPINWAIT, "spin-wait"),
+    ];
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            for (mode, entry) in modes {
+                let data = leak_closure(log.marker(entry));
+                // SAFETY: `run_closure` accepts `data` on any thread, for the process's lifetime.
+                ok("cuLaunchHostFunc_v2", unsafe {
+                    driver().cuLaunchHostFunc_v2(stream.as_raw(), Some(run_closure), data, mode.0)
+                });
+            }
+        },
+        || assert_held(&witness, &log, stream.as_raw(), "the held stream"),
+        |stream| synchronize(stream.as_raw()),
+    );
+    ok("cuStreamSynchronize", synchronized);
+    assert_eq!(log.entries(), ["blocking", "spin-wait"]);
 }

@@ -177,3 +177,24 @@ fn a_graph_retains_a_reference_of_its_own_unless_the_callers_is_moved() {
     wait_until("the user object's destructor", || probe.runs() == 1);
     assert_eq!(probe.seen().map(|(step, _)| step), Some("graph destroyed"));
 }
+
+#[test]
+fn a_graph_releasing_the_last_reference_runs_the_destructor_inside_that_call() {
+    let _shared = shared();
+    let _context = current_context();
+    let probe = DestructorProbe::new();
+    let object = user_object(probe, 1);
+    let graph = Graph::new();
+    graph_retain(&graph, object, MOVE);
+    probe.release("released by the graph");
+    // SAFETY: a live graph that holds the one reference it releases.
+    ok("cuGraphReleaseUserObject", unsafe {
+        driver().cuGraphReleaseUserObject(graph.0, object, 1)
+    });
+    assert_eq!(probe.runs(), 1, "cuGraphReleaseUserObject returned first");
+    assert_eq!(probe.thread(), std::thread::current().id());
+    assert_eq!(
+        probe.seen().map(|(step, _)| step),
+        Some("released by the graph")
+    );
+}
