@@ -13,6 +13,7 @@
 mod capture;
 mod controls;
 mod copies;
+mod coverage;
 mod devices;
 mod graphs;
 mod harness;
