@@ -313,16 +313,25 @@ static CUstreamCaptureStatus status_of(const struct cusw_stream *s)
                                    : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
+/* [locked] The stream a capture-state query names: the legacy stream while a blocking stream of
+ * its context captures answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, but asking invalidates
+ * nothing (measured). */
+static CUresult queried_stream(CUstream hStream, bool per_thread, struct cusw_stream **s)
+{
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, s);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    bool implicit = (*s)->kind == CUSW_STREAM_LEGACY && blocking_capture((*s)->ctx, false);
+    return implicit ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+}
+
 static CUresult is_capturing(CUstream hStream, bool per_thread, CUstreamCaptureStatus *status)
 {
     if (status == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
-    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
-    /* Asking about the legacy stream does not invalidate anything (measured). */
-    if (rc == CUDA_SUCCESS && s->kind == CUSW_STREAM_LEGACY && blocking_capture(s->ctx, false))
-        rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    CUresult rc = queried_stream(hStream, per_thread, &s);
     if (rc == CUDA_SUCCESS)
         *status = status_of(s);
     cusw_lock_release();
@@ -341,9 +350,7 @@ static CUresult get_capture_info(CUstream hStream, bool per_thread,
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
-    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS && s->kind == CUSW_STREAM_LEGACY && blocking_capture(s->ctx, false))
-        rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    CUresult rc = queried_stream(hStream, per_thread, &s);
     if (rc == CUDA_SUCCESS) {
         *captureStatus_out = status_of(s);
         if (s->capture != NULL && id_out != NULL)

@@ -41,7 +41,7 @@ CUresult cusw_ctx_check(const struct cusw_ctx *ctx)
     return cusw_ctx_sticky(ctx);
 }
 
-/* ---- The calling thread's current context ----------------------------------------------------- */
+/* ---- The calling thread's current context ---------------------------------------------------- */
 
 /* Contexts are never freed, so a thread may keep a plain pointer. */
 static _Thread_local struct cusw_ctx *current;

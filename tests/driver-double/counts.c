@@ -47,8 +47,8 @@ static unsigned long long calls_of(const char *entry, bool by_base)
     for (const struct cusw_call_site *site =
              atomic_load_explicit(&call_sites, memory_order_acquire);
          site != NULL; site = site->next) {
-        if (strcmp(site->symbol, entry) == 0 ||
-            (by_base && strcmp(atomic_load_explicit(&site->base, memory_order_acquire), entry) == 0))
+        const char *base = atomic_load_explicit(&site->base, memory_order_acquire);
+        if (strcmp(site->symbol, entry) == 0 || (by_base && strcmp(base, entry) == 0))
             total += atomic_load_explicit(&site->calls, memory_order_relaxed);
     }
     return total;

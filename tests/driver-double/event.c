@@ -170,15 +170,20 @@ static CUresult record(CUevent hEvent, CUstream hStream, bool per_thread)
 
 CUSW_TWINS(cuEventRecord, (CUevent hEvent, CUstream hStream), record(hEvent, hStream, per_thread))
 
+/* [locked] event_checked, and not recorded in a capture still going on: for queries and waits. */
+static CUresult event_outside_capture(CUevent handle, struct cusw_event **out)
+{
+    CUresult rc = event_checked(handle, out);
+    return rc == CUDA_SUCCESS && live_capture_of(*out) != NULL ? CUDA_ERROR_CAPTURED_EVENT : rc;
+}
+
 CUSW_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
     CUSW_INIT_ENTRY();
     cusw_lock_acquire();
     struct cusw_event *e = NULL;
-    CUresult rc = event_checked(hEvent, &e);
-    if (rc == CUDA_SUCCESS && live_capture_of(e) != NULL)
-        rc = CUDA_ERROR_CAPTURED_EVENT;
-    else if (rc == CUDA_SUCCESS && !complete(e))
+    CUresult rc = event_outside_capture(hEvent, &e);
+    if (rc == CUDA_SUCCESS && !complete(e))
         rc = CUDA_ERROR_NOT_READY;
     cusw_lock_release();
     return rc;
@@ -189,9 +194,7 @@ CUSW_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
     CUSW_INIT_ENTRY();
     cusw_lock_acquire();
     struct cusw_event *e = NULL;
-    CUresult rc = event_checked(hEvent, &e);
-    if (rc == CUDA_SUCCESS && live_capture_of(e) != NULL)
-        rc = CUDA_ERROR_CAPTURED_EVENT;
+    CUresult rc = event_outside_capture(hEvent, &e);
     if (rc == CUDA_SUCCESS && e->stream != NULL) {
         /* Wait for the point recorded now, even if the event is re-recorded meanwhile. */
         struct cusw_stream *s = e->stream;

@@ -301,39 +301,39 @@ CUSW_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
     return rc;
 }
 
-CUSW_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+/* Sets a host node's parameters from `in`, or reads them into `out`. */
+static CUresult host_node_params(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *in,
+                                 CUDA_HOST_NODE_PARAMS *out)
 {
-    CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
-    if (nodeParams == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_node *n = node_of(hNode);
+    CUresult rc = CUDA_SUCCESS;
     if (n == NULL || n->action.kind != CUSW_ACT_HOST_FN) {
         rc = CUDA_ERROR_INVALID_VALUE;
+    } else if (in != NULL) {
+        n->action.u.host.fn = in->fn;
+        n->action.u.host.data = in->userData;
     } else {
-        nodeParams->fn = n->action.u.host.fn;
-        nodeParams->userData = n->action.u.host.data;
+        out->fn = n->action.u.host.fn;
+        out->userData = n->action.u.host.data;
     }
     cusw_lock_release();
     return rc;
+}
+
+CUSW_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
+{
+    CUSW_INIT_ENTRY();
+    if (nodeParams == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_node_params(hNode, NULL, nodeParams);
 }
 
 CUSW_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode,
                                               const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
     CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
     if (!valid_host_params(nodeParams))
         return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_node *n = node_of(hNode);
-    if (n == NULL || n->action.kind != CUSW_ACT_HOST_FN) {
-        rc = CUDA_ERROR_INVALID_VALUE;
-    } else {
-        n->action.u.host.fn = nodeParams->fn;
-        n->action.u.host.data = nodeParams->userData;
-    }
-    cusw_lock_release();
-    return rc;
+    return host_node_params(hNode, nodeParams, NULL);
 }

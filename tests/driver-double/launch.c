@@ -80,18 +80,15 @@ static CUresult mem_op(CUstream stream, bool per_thread, enum cusw_action_kind k
     return cusw_submit(stream, per_thread, &a);
 }
 
-CUSW_TWINS(cuStreamWriteValue32_v2,
-           (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-           mem_op(stream, per_thread, CUSW_ACT_WRITE_VALUE, addr, value, flags, false))
-CUSW_TWINS(cuStreamWaitValue32_v2,
-           (CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-           mem_op(stream, per_thread, CUSW_ACT_WAIT_VALUE, addr, value, flags, false))
-CUSW_TWINS(cuStreamWriteValue64_v2,
-           (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-           mem_op(stream, per_thread, CUSW_ACT_WRITE_VALUE, addr, value, flags, true))
-CUSW_TWINS(cuStreamWaitValue64_v2,
-           (CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-           mem_op(stream, per_thread, CUSW_ACT_WAIT_VALUE, addr, value, flags, true))
+/* The four operations have the same parameters but for the value's width. */
+#define MEM_OP_TWINS(name, value_type, kind, is64)                                               \
+    CUSW_TWINS(name, (CUstream stream, CUdeviceptr addr, value_type value, unsigned int flags),   \
+               mem_op(stream, per_thread, kind, addr, value, flags, is64))
+
+MEM_OP_TWINS(cuStreamWriteValue32_v2, cuuint32_t, CUSW_ACT_WRITE_VALUE, false)
+MEM_OP_TWINS(cuStreamWaitValue32_v2, cuuint32_t, CUSW_ACT_WAIT_VALUE, false)
+MEM_OP_TWINS(cuStreamWriteValue64_v2, cuuint64_t, CUSW_ACT_WRITE_VALUE, true)
+MEM_OP_TWINS(cuStreamWaitValue64_v2, cuuint64_t, CUSW_ACT_WAIT_VALUE, true)
 
 /* ---- Modules: none can be loaded ------------------------------------------------------------ */
 

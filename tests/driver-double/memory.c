@@ -31,13 +31,19 @@ void cusw_memory_counts(size_t *host, size_t *device)
 
 #define ALLOCATION_ALIGNMENT 256 /* cudaMalloc guarantees at least 256 bytes */
 
+/* [locked] The current context, for an allocation or a free: both are "potentially unsafe"
+ * during a capture. */
+static CUresult context_for_memory(struct cusw_ctx **ctx)
+{
+    CUresult rc = cusw_ctx_current(ctx);
+    return rc != CUDA_SUCCESS ? rc : cusw_capture_check_unsafe();
+}
+
 /* [locked] */
 static CUresult allocate(size_t size, bool host, void **out)
 {
     struct cusw_ctx *ctx = NULL;
-    CUresult rc = cusw_ctx_current(&ctx);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_capture_check_unsafe();
+    CUresult rc = context_for_memory(&ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (!host && size > CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use[ctx->device])
@@ -81,9 +87,7 @@ static void release(void *p, struct allocation *a)
 static CUresult deallocate(void *p, bool host)
 {
     struct cusw_ctx *ctx = NULL;
-    CUresult rc = cusw_ctx_current(&ctx);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_capture_check_unsafe();
+    CUresult rc = context_for_memory(&ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
     struct allocation *a = cusw_map_get(&allocations, (uintptr_t)p);

@@ -221,37 +221,35 @@ CUSW_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUh
     return rc;
 }
 
-CUSW_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
+/* The application's retain (`retain`) or release of `count` references. */
+static CUresult retain_or_release(CUuserObject object, unsigned int count, bool retain)
 {
-    CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
     if (count == 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_user_object *o = cusw_handle_get((uintptr_t)object, CUSW_KIND_USER_OBJECT);
-    if (o == NULL)
+    CUresult rc = CUDA_SUCCESS;
+    /* Releasing more than exists would take references owned by graphs: refuse. */
+    if (o == NULL || (!retain && count > o->refs))
         rc = CUDA_ERROR_INVALID_VALUE;
-    else
+    else if (retain)
         cusw_user_object_retain(o, count);
+    else
+        cusw_user_object_release(o, count, CUSW_DESTROY_INLINE);
     cusw_lock_release();
     return rc;
+}
+
+CUSW_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
+{
+    CUSW_INIT_ENTRY();
+    return retain_or_release(object, count, true);
 }
 
 CUSW_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
 {
     CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
-    if (count == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_user_object *o = cusw_handle_get((uintptr_t)object, CUSW_KIND_USER_OBJECT);
-    /* Releasing more than exists would take references owned by graphs: refuse. */
-    if (o == NULL || count > o->refs)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else
-        cusw_user_object_release(o, count, CUSW_DESTROY_INLINE);
-    cusw_lock_release();
-    return rc;
+    return retain_or_release(object, count, false);
 }
 
 CUSW_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object,
