@@ -17,14 +17,36 @@ use suite::host_function::{launch_host, leak_closure, run_closure};
 use suite::software::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
 use suite::{Gate, ok, wait_until};
 
-/// Disarms an injection when the test ends, also when it fails.
-struct Disarm {
+/// A failure injection the test armed: the next `count` calls of `entry`, from this thread or
+/// (`any_thread`) from any, answer `code`. Disarmed when the test ends, also when it fails.
+struct Armed {
     controls: &'static Controls,
-    entry: &'static std::ffi::CStr,
+    entry: &'static CStr,
     any_thread: bool,
 }
 
-impl Drop for Disarm {
+impl Armed {
+    fn new(
+        controls: &'static Controls,
+        entry: &'static CStr,
+        count: u32,
+        code: CUresult,
+        any_thread: bool,
+    ) -> Armed {
+        if any_thread {
+            controls.fail_next_calls_any_thread(entry, count, code);
+        } else {
+            controls.fail_next_calls(entry, count, code);
+        }
+        Armed {
+            controls,
+            entry,
+            any_thread,
+        }
+    }
+}
+
+impl Drop for Armed {
     fn drop(&mut self) {
         if self.any_thread {
             self.controls
@@ -45,18 +67,12 @@ fn fail_next_calls_fails_the_next_calls_of_this_thread_only_then_calls_succeed()
     let stream = non_blocking(&context);
     let runs = Arc::new(AtomicUsize::new(0));
     let code = CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
-    controls.fail_next_calls(c"cuLaunchHostFunc", 2, code);
-    let _disarm = Disarm {
-        controls,
-        entry: c"cuLaunchHostFunc",
-        any_thread: false,
-    };
+    let _armed = Armed::new(controls, c"cuLaunchHostFunc", 2, code, false);
 
-    let handle = SendHandle(stream.as_raw());
     let other_runs = Arc::clone(&runs);
-    let other = std::thread::spawn(move || launch_host(handle.get(), counting(&other_runs)))
-        .join()
-        .expect("the other thread");
+    let other = on_another_thread(stream.as_raw(), move |stream| {
+        launch_host(stream, counting(&other_runs))
+    });
     assert_eq!(other, SUCCESS, "another thread's call failed");
     assert_eq!(launch_host(stream.as_raw(), counting(&runs)), code);
     assert_eq!(launch_host(stream.as_raw(), counting(&runs)), code);
@@ -115,12 +131,13 @@ fn fail_next_calls_with_a_count_of_zero_disarms() {
     let context = current_context();
     let stream = non_blocking(&context);
     let runs = Arc::new(AtomicUsize::new(0));
-    controls.fail_next_calls(c"cuLaunchHostFunc", 3, CUresult::CUDA_ERROR_UNKNOWN);
-    let _disarm = Disarm {
+    let _armed = Armed::new(
         controls,
-        entry: c"cuLaunchHostFunc",
-        any_thread: false,
-    };
+        c"cuLaunchHostFunc",
+        3,
+        CUresult::CUDA_ERROR_UNKNOWN,
+        false,
+    );
     controls.fail_next_calls(c"cuLaunchHostFunc", 0, CUresult::CUDA_ERROR_UNKNOWN);
     launch(stream.as_raw(), counting(&runs));
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
@@ -137,18 +154,12 @@ fn fail_next_calls_any_thread_fails_the_next_call_from_another_thread() {
     let stream = non_blocking(&context);
     let runs = Arc::new(AtomicUsize::new(0));
     let code = CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
-    controls.fail_next_calls_any_thread(c"cuLaunchHostFunc", 1, code);
-    let _disarm = Disarm {
-        controls,
-        entry: c"cuLaunchHostFunc",
-        any_thread: true,
-    };
+    let _armed = Armed::new(controls, c"cuLaunchHostFunc", 1, code, true);
 
-    let handle = SendHandle(stream.as_raw());
     let other_runs = Arc::clone(&runs);
-    let other = std::thread::spawn(move || launch_host(handle.get(), counting(&other_runs)))
-        .join()
-        .expect("the other thread");
+    let other = on_another_thread(stream.as_raw(), move |stream| {
+        launch_host(stream, counting(&other_runs))
+    });
     assert_eq!(other, code, "the other thread's call was not failed");
     launch(stream.as_raw(), counting(&runs));
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
@@ -405,12 +416,8 @@ fn armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_t
     let stream = non_blocking(&context);
     let entry = c"cuStreamQuery";
     let code = CUresult::CUDA_ERROR_LAUNCH_TIMEOUT;
-    let other_thread = |work: fn(CUstream) -> (CUresult, u32)| {
-        let handle = SendHandle(stream.as_raw());
-        std::thread::spawn(move || work(handle.get()))
-            .join()
-            .expect("the other thread")
-    };
+    let other_thread =
+        |work: fn(CUstream) -> (CUresult, u32)| on_another_thread(stream.as_raw(), work);
     fn armed_here(_: CUstream) -> (CUresult, u32) {
         let controls = suite::software::expect_controls();
         (SUCCESS, controls.armed_failures(c"cuStreamQuery"))
@@ -421,13 +428,8 @@ fn armed_failures_count_down_as_injected_failures_fire_on_this_thread_then_any_t
     }
 
     assert_eq!(controls.armed_failures(entry), 0);
-    controls.fail_next_calls(entry, 2, code);
-    controls.fail_next_calls_any_thread(entry, 3, code);
-    let _disarm = [false, true].map(|any_thread| Disarm {
-        controls,
-        entry,
-        any_thread,
-    });
+    let _armed = [(2, false), (3, true)]
+        .map(|(count, any_thread)| Armed::new(controls, entry, count, code, any_thread));
     assert_eq!(
         controls.armed_failures(entry),
         5,

@@ -212,19 +212,15 @@ fn the_device_of_a_context_is_told_with_the_context_current_or_named() {
         driver().cuCtxGetDevice(&mut current)
     });
     assert_eq!(current, context.device());
-    let named = SendHandle(context.as_raw());
-    // A thread of its own, with no context current.
-    let (without_current, named_device) = std::thread::spawn(move || {
+    let (without_current, named_device) = on_another_thread(context.as_raw(), |named| {
         let (mut current, mut named_device) = (-1, -1);
         // SAFETY: valid out-pointers and a live context.
         unsafe {
             let without_current = driver().cuCtxGetDevice(&mut current);
-            let result = driver().cuCtxGetDevice_v2(&mut named_device, named.get());
+            let result = driver().cuCtxGetDevice_v2(&mut named_device, named);
             (without_current, (result, named_device))
         }
-    })
-    .join()
-    .expect("the other thread");
+    });
     assert_eq!(without_current, CUresult::CUDA_ERROR_INVALID_CONTEXT);
     assert_eq!(named_device, (SUCCESS, context.device()));
 }

@@ -178,6 +178,18 @@ pub(crate) fn assert_held(witness: &Stream, log: &Log, waiting: CUstream, what: 
     );
 }
 
+/// Runs `work` on a new thread, where no context is current, with `handle` (driver handles are
+/// valid on every thread), and answers what it returned.
+pub(crate) fn on_another_thread<H: Copy + 'static, T: Send + 'static>(
+    handle: H,
+    work: impl FnOnce(H) -> T + Send + 'static,
+) -> T {
+    let handle = SendHandle(handle);
+    std::thread::spawn(move || work(handle.get()))
+        .join()
+        .expect("the other thread")
+}
+
 /// Runs `call` on another thread and waits (bounded) for it to return: for calls that must not
 /// wait for work a test holds at a gate, so that a driver that does wait fails the test instead
 /// of hanging it.

@@ -1,8 +1,21 @@
 //! User objects: who keeps them alive, where and when their destructor runs.
 
 use crate::harness::*;
-use suite::capture::Graph;
+use cuda_host::Stream;
+use suite::capture::{Exec, Graph};
 use suite::{hold_and_release, ok, wait_until};
+
+/// A graph with a host node, owning (moved into it) the one reference of a user object that
+/// `probe` watches, and an executable of it, launched once on `stream` and finished.
+fn launched_graph_owning(probe: &'static DestructorProbe, stream: &Stream) -> (Graph, Exec) {
+    let graph = Graph::new();
+    graph.add_host_node(&[], probe.node());
+    graph_retain(&graph, user_object(probe, 1), MOVE);
+    let exec = graph.instantiate();
+    exec.launch(stream.as_raw());
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    (graph, exec)
+}
 
 #[test]
 fn a_moved_user_object_is_destroyed_only_after_its_graph_its_executable_and_its_last_launch() {
@@ -10,13 +23,7 @@ fn a_moved_user_object_is_destroyed_only_after_its_graph_its_executable_and_its_
     let context = current_context();
     let stream = non_blocking(&context);
     let probe = DestructorProbe::new();
-    let object = user_object(probe, 1);
-    let graph = Graph::new();
-    graph.add_host_node(&[], probe.node());
-    graph_retain(&graph, object, MOVE);
-    let exec = graph.instantiate();
-    exec.launch(stream.as_raw());
-    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    let (graph, exec) = launched_graph_owning(probe, &stream);
 
     probe.release("graph destroyed");
     drop(graph);
@@ -68,13 +75,7 @@ fn a_moved_user_object_is_destroyed_when_its_graph_goes_last() {
     let context = current_context();
     let stream = non_blocking(&context);
     let probe = DestructorProbe::new();
-    let object = user_object(probe, 1);
-    let graph = Graph::new();
-    graph.add_host_node(&[], probe.node());
-    graph_retain(&graph, object, MOVE);
-    let exec = graph.instantiate();
-    exec.launch(stream.as_raw());
-    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    let (graph, exec) = launched_graph_owning(probe, &stream);
 
     probe.release("executable destroyed");
     drop(exec);
@@ -124,13 +125,10 @@ fn dropping_the_last_reference_outside_a_launch_runs_the_destructor_inside_that_
     assert_eq!(released.thread(), here);
 
     let elsewhere = DestructorProbe::new();
-    let object = SendHandle(user_object(elsewhere, 1));
-    let releasing_thread = std::thread::spawn(move || {
-        release(object.get(), 1);
+    let releasing_thread = on_another_thread(user_object(elsewhere, 1), move |object| {
+        release(object, 1);
         (elsewhere.runs(), std::thread::current().id())
-    })
-    .join()
-    .expect("the releasing thread");
+    });
     assert_eq!(
         releasing_thread,
         (1, elsewhere.thread()),
