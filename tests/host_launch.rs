@@ -424,10 +424,7 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
 
     gate.hold(&faulting);
     gate.hold(&waiting);
-    for _ in 0..EACH {
-        let probe = before.probe();
-        host_launch(&faulting, move || probe.ran()).expect("launch");
-    }
+    before.launch_counted(&faulting, EACH);
     suite::kernels::launch_fault(&faulting, kernels.as_ref());
     for _ in 0..EACH {
         let probe = after.probe();
@@ -437,16 +434,12 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
     }
     gate.open();
     assert!(faulting.synchronize().is_err(), "the fault is reported");
-    wait_until("every record to be handed back and reclaimed", || {
-        cuda_host::reclaim();
-        before.drops() + after.drops() + elsewhere.drops() == 3 * EACH
-    });
+    for tally in [&before, &after, &elsewhere] {
+        tally.reclaim_until_dropped(EACH, "every record to be handed back and reclaimed once");
+    }
     assert_eq!(before.runs(), EACH, "work before the fault ran");
     assert_eq!(after.runs(), 0, "work after the fault never runs");
     assert!(elsewhere.runs() <= EACH);
-    for tally in [&before, &after, &elsewhere] {
-        assert_eq!(tally.drops(), EACH, "each record reclaimed exactly once");
-    }
     drop((faulting, waiting));
     std::mem::forget(kernels);
 }
@@ -479,20 +472,11 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
     }
     gate.open();
     drop(borrowed);
-    wait_until("the borrowed wrapper's records to be reclaimed", || {
-        cuda_host::reclaim();
-        on_borrowed.drops() == EACH
-    });
+    on_borrowed.reclaim_until_dropped(EACH, "the borrowed wrapper's records to be reclaimed");
     drop(owned);
-    wait_until("the owned stream's records to be reclaimed", || {
-        cuda_host::reclaim();
-        on_owned.drops() == EACH
-    });
+    on_owned.reclaim_until_dropped(EACH, "the owned stream's records to be reclaimed");
     assert_eq!(on_owned.runs(), 0, "work after the fault never runs");
     assert!(on_borrowed.runs() <= EACH);
-    for tally in [&on_owned, &on_borrowed] {
-        assert_eq!(tally.drops(), EACH, "each record reclaimed exactly once");
-    }
     std::mem::forget((kept, kernels));
 }
 
@@ -580,16 +564,10 @@ fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() 
     let kernels = suite::kernels::for_faults(&driver);
     let tally = Tally::new();
     gate.hold(&held);
-    for _ in 0..EACH {
-        let probe = tally.probe();
-        host_launch(&held, move || probe.ran()).expect("launch");
-    }
+    tally.launch_counted(&held, EACH);
     suite::kernels::launch_fault(&faulting, kernels.as_ref());
     assert!(faulting.synchronize().is_err(), "the fault is reported");
-    wait_until("the held stream's records to be reclaimed", || {
-        cuda_host::reclaim();
-        tally.drops() == EACH
-    });
+    tally.reclaim_until_dropped(EACH, "the held stream's records to be reclaimed");
     assert_eq!(tally.runs(), 0, "work behind the gate never ran");
     std::mem::forget((held, faulting, kernels));
 }
@@ -946,10 +924,7 @@ fn records_of_a_thread_that_exited_are_dropped_by_any_thread() {
         },
         || assert_eq!(tally.runs(), 0, "ran with the stream held"),
         |_| {
-            wait_until("the exited thread's record to be dropped here", || {
-                cuda_host::reclaim();
-                tally.drops() == 1
-            });
+            tally.reclaim_until_dropped(1, "the exited thread's record to be dropped here");
         },
     );
     assert_eq!(tally.runs(), 1);
@@ -1061,10 +1036,7 @@ fn a_closure_refused_inside_a_host_function_is_dropped_on_a_callers_thread() {
     })
     .expect("launch");
     stream.synchronize().expect("synchronize");
-    wait_until("both refused closures to be dropped", || {
-        cuda_host::reclaim();
-        tally.drops() == 2
-    });
+    tally.reclaim_until_dropped(2, "both refused closures to be dropped");
     let driver_thread = driver_thread
         .lock()
         .unwrap()
@@ -1311,10 +1283,7 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     hold_and_release(
         &stream,
         || {
-            for _ in 0..BURST {
-                let probe = tally.probe();
-                host_launch(&stream, move || probe.ran()).expect("launch");
-            }
+            tally.launch_counted(&stream, BURST);
         },
         || {
             let during = cuda_host::launch_slot_counts();
