@@ -390,8 +390,7 @@ fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
     );
     let context = context();
     let stream = new_stream(&context);
-    let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(context.driver());
     suite::kernels::launch_fault(&stream, kernels.as_ref());
     let error = stream.synchronize().unwrap_err();
     assert_eq!(
@@ -418,8 +417,7 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
     let context = context();
     let (faulting, waiting) = (new_stream(&context), new_stream(&context));
     let gate = Gate::new(&context);
-    let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(context.driver());
     let (before, after, elsewhere) = (Tally::new(), Tally::new(), Tally::new());
 
     gate.hold(&faulting);
@@ -457,8 +455,7 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
     // SAFETY: `kept` outlives the wrapper.
     let borrowed = unsafe { Stream::borrow_raw(&context, kept.as_raw()) };
     let gate = Gate::new(&context);
-    let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(context.driver());
     let (on_owned, on_borrowed) = (Tally::new(), Tally::new());
 
     gate.hold(&owned);
@@ -489,8 +486,7 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
     const THREADS: usize = 4;
     let context = context();
     let faulting = new_stream(&context); // also makes the context current, for the module
-    let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(context.driver());
     let tally = Tally::new();
     // The fault waits behind a gate that opens while the threads launch: a host write, so the
     // flood of launches cannot delay it. Each thread launches until the driver refuses it.
@@ -560,8 +556,7 @@ fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() 
     assert_eq!(first.as_raw(), second.as_raw());
     let (held, faulting) = (new_stream(&first), new_stream(&second));
     let gate = Gate::new(&first);
-    let driver = Arc::clone(first.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(first.driver());
     let tally = Tally::new();
     gate.hold(&held);
     tally.launch_counted(&held, EACH);
