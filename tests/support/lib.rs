@@ -10,8 +10,9 @@
 //!   and [`host_function`] closures as raw host functions, for tests that call the driver directly.
 //! - [`software`] reaches the software driver's fault-injection controls.
 //! - [`wait_until`] is the only way tests wait: every wait has a bound and fails with a message.
-//! - [`run_in_child`] runs one test in a child process, for what poisons a process (a sticky
-//!   context error, a changed driver version).
+//! - [`run_in_child`] (in one line: [`alone_in_child!`]) runs one test in a child process, for
+//!   what poisons a process (a sticky context error, a changed driver version).
+//! - [`Tally`] counts the runs and drops of launched closures.
 //! - [`kernels`] loads the PTX kernels of `kernels/` (which the examples load too) on the real
 //!   driver.
 //! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
