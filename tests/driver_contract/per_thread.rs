@@ -37,7 +37,6 @@ fn the_per_thread_forms_given_the_null_stream_capture_the_calling_threads_per_th
     let context = current_context();
     let table = per_thread_table();
     let log = Log::default();
-    let words = MemOpWords::new(&context);
     let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
     let v2 = table.availability("cuLaunchHostFunc_v2") == Some(Availability::Available);
 
@@ -67,26 +66,6 @@ fn the_per_thread_forms_given_the_null_stream_capture_the_calling_threads_per_th
         ok("cuLaunchHostFunc_v2", unsafe {
             table.cuLaunchHostFunc_v2(NULL, Some(run_closure), data, blocking)
         });
-    }
-    // SAFETY: mapped host memory of the context, aligned for each operation; the memory outlives
-    // the graph's launch below.
-    unsafe {
-        ok(
-            "cuStreamWaitValue32_v2",
-            table.cuStreamWaitValue32_v2(NULL, words.narrow_address(), 1, GEQ),
-        );
-        ok(
-            "cuStreamWaitValue64_v2",
-            table.cuStreamWaitValue64_v2(NULL, words.wide_address(), 0, GEQ),
-        );
-        ok(
-            "cuStreamWriteValue32_v2",
-            table.cuStreamWriteValue32_v2(NULL, words.narrow_address(), 7, 0),
-        );
-        ok(
-            "cuStreamWriteValue64_v2",
-            table.cuStreamWriteValue64_v2(NULL, words.wide_address(), 1 << 40 | 9, 0),
-        );
     }
     let (mut status, mut count) = (CUstreamCaptureStatus(77), usize::MAX);
     // SAFETY: valid out-pointers; nothing else asked for.
@@ -120,8 +99,7 @@ fn the_per_thread_forms_given_the_null_stream_capture_the_calling_threads_per_th
     assert!(log.entries().is_empty(), "captured work ran");
 
     let exec = graph.instantiate();
-    words.set_narrow(1);
-    // SAFETY: a live executable; its nodes' memory outlives the launch.
+    // SAFETY: a live executable of host nodes.
     unsafe {
         ok("cuGraphLaunch", table.cuGraphLaunch(exec.0, NULL));
         ok("cuStreamSynchronize", table.cuStreamSynchronize(NULL));
@@ -132,16 +110,17 @@ fn the_per_thread_forms_given_the_null_stream_capture_the_calling_threads_per_th
         &["host function"]
     };
     assert_eq!(log.entries(), launched);
-    assert_eq!((words.narrow(), words.wide()), (7, 1 << 40 | 9));
 }
 
 #[test]
-fn the_per_thread_forms_given_the_null_stream_wait_for_and_query_the_calling_threads_stream() {
+fn the_per_thread_forms_given_the_null_stream_enqueue_on_and_query_the_calling_threads_stream() {
     let _alone = alone();
     let context = current_context();
     let table = per_thread_table();
     let log = Log::default();
     let callback = leak(CallbackProbe::default());
+    let words = MemOpWords::new(&context);
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
     let synchronized = hold_and_release(
         &Stream::per_thread(&context),
         || {
@@ -150,6 +129,27 @@ fn the_per_thread_forms_given_the_null_stream_wait_for_and_query_the_calling_thr
                 launch_host_through(table, NULL, log.marker("held")),
             );
             ok("cuStreamAddCallback", callback.add_through(table, NULL));
+            // SAFETY: mapped host memory of the context, aligned for each operation, which
+            // outlives the stream's work; a live event.
+            unsafe {
+                ok(
+                    "cuStreamWaitValue32_v2",
+                    table.cuStreamWaitValue32_v2(NULL, words.narrow_address(), 1, GEQ),
+                );
+                ok(
+                    "cuStreamWaitValue64_v2",
+                    table.cuStreamWaitValue64_v2(NULL, words.wide_address(), 0, GEQ),
+                );
+                ok(
+                    "cuStreamWriteValue32_v2",
+                    table.cuStreamWriteValue32_v2(NULL, words.narrow_address(), 7, 0),
+                );
+                ok(
+                    "cuStreamWriteValue64_v2",
+                    table.cuStreamWriteValue64_v2(NULL, words.wide_address(), 1 << 40 | 9, 0),
+                );
+                ok("cuEventRecord", table.cuEventRecord(event.as_raw(), NULL));
+            }
         },
         || {
             // SAFETY: the calling thread's per-thread stream.
@@ -169,6 +169,9 @@ fn the_per_thread_forms_given_the_null_stream_wait_for_and_query_the_calling_thr
             .expect("the other thread");
             assert_eq!(elsewhere, SUCCESS, "another thread's is its own");
             assert!(log.entries().is_empty(), "ran with the stream held");
+            assert_eq!(event_query(event.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
+            assert_eq!((words.narrow(), words.wide()), (0, 0), "written while held");
+            words.set_narrow(1); // the wait goes on once the gate opens
         },
         // SAFETY: the calling thread's per-thread stream.
         |_| unsafe { table.cuStreamSynchronize(NULL) },
@@ -176,4 +179,6 @@ fn the_per_thread_forms_given_the_null_stream_wait_for_and_query_the_calling_thr
     ok("cuStreamSynchronize", synchronized);
     assert_eq!(log.entries(), ["held"]);
     assert_eq!(callback.statuses_once_called(), [SUCCESS]);
+    assert_eq!(event_query(event.as_raw()), SUCCESS);
+    assert_eq!((words.narrow(), words.wide()), (7, 1 << 40 | 9));
 }
