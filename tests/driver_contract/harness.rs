@@ -1,6 +1,7 @@
 //! What the contract's tests share: the driver and context, streams, the isolation between tests,
-//! host functions that log or count, stream callbacks, thin wrappers of raw calls, and user objects
-//! whose destructor reports where and when it ran.
+//! host functions that log or count, stream callbacks, thin wrappers of raw calls, work held behind
+//! a gate, user objects whose destructor reports where and when it ran, and words for stream
+//! memory operations.
 
 use cuda_host::{Context, Event, Stream, StreamFlags};
 use cuda_host_sys::{
@@ -45,9 +46,10 @@ pub(crate) fn shared() -> RwLockReadGuard<'static, ()> {
     ISOLATION.read().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Held by the tests that capture or use the legacy stream: a global-mode capture refuses (and
-/// is invalidated by) other threads' unsafe calls, and a blocking stream's capture by any use of
-/// the legacy stream, so these run with no other test of this binary.
+/// Held by the tests that capture, use the legacy or a per-thread stream (which wait for each
+/// other) or synchronise the whole context: a global-mode capture refuses (and is invalidated by)
+/// other threads' unsafe calls, and a blocking stream's capture by any use of the legacy stream,
+/// so these run with no other test of this binary.
 pub(crate) struct Alone {
     _capture: MutexGuard<'static, ()>,
     _isolation: RwLockWriteGuard<'static, ()>,
