@@ -1,7 +1,7 @@
 //! Builds the C parts of the suite:
 //! - `benches/floor.c`, the benchmark's floor (`cuLaunchHostFunc` called from C), a static
 //!   library the benchmark links;
-//! - the software CUDA driver the integration tests load (`tests/software-driver/`), as shared
+//! - the software CUDA driver the integration tests load (`tests/driver-double/`), as shared
 //!   objects, whose folder the tests learn through `CUDA_SOFTWARE_DRIVER_DIR`:
 //! - `libcudasw.so`: the software driver;
 //! - `libcudasw-stub.so`: the same sources acting as the toolkit's stub `libcuda.so` (every entry
@@ -20,7 +20,7 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const SOURCE_DIR: &str = "tests/software-driver";
+const SOURCE_DIR: &str = "tests/driver-double";
 const VARIANTS: [(&str, Option<&str>); 3] = [
     ("libcudasw.so", None),
     ("libcudasw-stub.so", Some("CUSW_VARIANT_STUB")),
@@ -127,6 +127,9 @@ fn build_library(
         .warnings(true)
         .extra_warnings(true)
         .warnings_into_errors(true)
+        // Every function outside its file needs a prototype; an entry point gets its own from
+        // entries.def, which also puts it in the entry table, so one missing there does not build.
+        .flag("-Wmissing-prototypes")
         .flag("-std=c11")
         .flag("-pthread")
         .flag("-fvisibility=hidden");

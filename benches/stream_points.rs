@@ -15,18 +15,20 @@
 //! round. On the software driver, which runs no kernels, the forms run without them (`--quick`
 //! only makes sense there): what is left is each point's own cost on the enqueuing thread.
 
-use cuda_host::cuda_host_sys::{CUfunction, CUmodule, Driver};
 use cuda_host::{
     Device, Stream, StreamFlags, StreamPoint, host_launch, release_in_stream_order, stream_point,
 };
-use std::ffi::CString;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context as TaskContext, Waker};
 use std::time::Instant;
 
-const PTX: &str = include_str!("../examples/kernels/kernels.ptx");
+#[allow(dead_code)] // the bench launches only `empty_kernel`
+#[path = "../kernels/load.rs"]
+mod kernels;
+
+use kernels::Kernels;
 
 fn main() {
     let quick = std::env::args().any(|argument| argument == "--quick");
@@ -36,71 +38,10 @@ fn main() {
     }
 }
 
-/// The empty kernel, when the driver runs kernels.
-struct Kernel<'driver> {
-    driver: &'driver Driver,
-    module: CUmodule,
-    function: CUfunction,
-}
-
-impl<'driver> Kernel<'driver> {
-    /// Loads `empty_kernel` into the current context; why not, when the driver cannot.
-    fn load(driver: &'driver Driver) -> Result<Self, String> {
-        let ptx = CString::new(PTX).expect("PTX text has no NUL");
-        let mut module = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX text; `module` is a valid out-pointer; the context is
-        // current.
-        let result = unsafe { driver.cuModuleLoadData(&mut module, ptx.as_ptr().cast()) };
-        driver
-            .check("cuModuleLoadData", result)
-            .map_err(|e| e.to_string())?;
-        let mut function = std::ptr::null_mut();
-        // SAFETY: `module` is loaded; `function` is a valid out-pointer.
-        let result =
-            unsafe { driver.cuModuleGetFunction(&mut function, module, c"empty_kernel".as_ptr()) };
-        driver
-            .check("cuModuleGetFunction", result)
-            .map_err(|e| e.to_string())?;
-        Ok(Kernel {
-            driver,
-            module,
-            function,
-        })
-    }
-
-    fn launch(&self, stream: &Stream) {
-        // SAFETY: `empty_kernel` takes no parameters; one thread.
-        let result = unsafe {
-            self.driver.cuLaunchKernel(
-                self.function,
-                1,
-                1,
-                1,
-                1,
-                1,
-                1,
-                0,
-                stream.as_raw(),
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-            )
-        };
-        self.driver
-            .check("cuLaunchKernel", result)
-            .expect("the kernel launches");
-    }
-}
-
-impl Drop for Kernel<'_> {
-    fn drop(&mut self) {
-        // SAFETY: loaded in `load`, unloaded once, after the stream drained.
-        let _ = unsafe { self.driver.cuModuleUnload(self.module) };
-    }
-}
-
 struct Bench<'driver> {
     stream: Stream,
-    kernel: Option<Kernel<'driver>>,
+    /// The kernels, when the driver runs kernels.
+    kernels: Option<Kernels<'driver>>,
     points: Vec<StreamPoint>,
 }
 
@@ -108,8 +49,10 @@ static HOST_FUNCTION_RUNS: AtomicU64 = AtomicU64::new(0);
 
 impl Bench<'_> {
     fn kernel(&self) {
-        if let Some(kernel) = &self.kernel {
-            kernel.launch(&self.stream);
+        if let Some(kernels) = &self.kernels {
+            // SAFETY: `empty_kernel` takes no parameters.
+            unsafe { kernels.launch(kernels.empty_kernel, 1, 1, self.stream.as_raw(), &mut []) }
+                .expect("the kernel launches");
         }
     }
 }
@@ -194,7 +137,7 @@ fn run(quick: bool) -> Result<(), String> {
     let context = device.primary_context().map_err(|e| e.to_string())?;
     let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
     context.bind_to_thread().map_err(|e| e.to_string())?;
-    let kernel = Kernel::load(driver)
+    let kernels = Kernels::load(driver)
         .inspect_err(|reason| println!("no kernels: {reason}"))
         .ok();
     println!(
@@ -202,7 +145,7 @@ fn run(quick: bool) -> Result<(), String> {
         device.name().map_err(|e| e.to_string())?,
         cuda_host::cuda_host_sys::version_text(driver.version())
     );
-    if kernel.is_none() {
+    if kernels.is_none() {
         println!(
             "so the forms run without kernels and show each point's own cost on the enqueuing \
              thread (the software driver runs no kernels)"
@@ -210,7 +153,7 @@ fn run(quick: bool) -> Result<(), String> {
     }
     let mut bench = Bench {
         stream,
-        kernel,
+        kernels,
         points: Vec::with_capacity(iterations),
     };
     for form in &FORMS {

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_host};
+use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_host, launch};
 use cuda_host::{Device, Stream, StreamFlags, stream_point};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -60,12 +60,17 @@ async fn run() -> Result<(), String> {
 
     let start = Instant::now();
     for _ in 0..4 {
-        kernels.launch(
-            kernels.fill_iota,
-            N,
-            &stream,
-            &[argument(&data.address), argument(&N), argument(&MULTIPLIER)],
-        )?;
+        // SAFETY: `fill_iota(unsigned *out, unsigned n, unsigned mul)`, writing `data`'s N words;
+        // `data` outlives the stream's work (the point below is awaited first).
+        unsafe {
+            launch(
+                &kernels,
+                kernels.fill_iota,
+                N,
+                &stream,
+                &[argument(&data.address), argument(&N), argument(&MULTIPLIER)],
+            )
+        }?;
     }
     copy_to_host(driver, &results, &data, &stream)?;
     let point = stream_point(&stream).map_err(|e| e.to_string())?;

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_host};
+use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_host, launch};
 use cuda_host::{CaptureMode, Device, GraphBuilder, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -58,12 +58,17 @@ fn run() -> Result<(), String> {
             before.before_kernel.fetch_add(1, Ordering::SeqCst);
         })
         .map_err(|e| e.to_string())?;
-    kernels.launch(
-        kernels.fill_iota,
-        N,
-        builder.stream(),
-        &[argument(&data.address), argument(&N), argument(&multiplier)],
-    )?;
+    // SAFETY: `fill_iota(unsigned *out, unsigned n, unsigned mul)`, writing `data`'s N words;
+    // `data` outlives every launch of the graph.
+    unsafe {
+        launch(
+            &kernels,
+            kernels.fill_iota,
+            N,
+            builder.stream(),
+            &[argument(&data.address), argument(&N), argument(&multiplier)],
+        )
+    }?;
     copy_to_host(driver, &results, &data, builder.stream())?;
     let (after, host_results) = (Arc::clone(&counts), Arc::clone(&results));
     builder

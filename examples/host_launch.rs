@@ -3,14 +3,14 @@
 //! Kernel 1 fills a device buffer; the buffer is copied to pinned host memory; a Rust closure,
 //! launched with `host_launch`, checks those values in stream order and writes a number to
 //! pinned memory; that number is copied to the device and kernel 2 adds it to every value. The
-//! kernels are PTX text (`examples/kernels/`), loaded with `cuModuleLoadData`: no nvcc needed.
+//! kernels are PTX text (`kernels/`), loaded with `cuModuleLoadData`: no nvcc needed.
 //!
 //! Run: `cargo run --example host_launch`. Without a CUDA driver and GPU it prints one line saying
 //! why and exits with status 1.
 
 mod common;
 
-use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_device, copy_to_host};
+use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_device, copy_to_host, launch};
 use cuda_host::{Device, Stream, StreamFlags, host_launch};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -52,12 +52,17 @@ fn run() -> Result<(), String> {
     let report = Arc::new(Mutex::new(None));
 
     // Kernel 1: data[i] = i * MULTIPLIER, then copy the values to the host.
-    kernels.launch(
-        kernels.fill_iota,
-        N,
-        &stream,
-        &[argument(&data.address), argument(&N), argument(&MULTIPLIER)],
-    )?;
+    // SAFETY: `fill_iota(unsigned *out, unsigned n, unsigned mul)`, writing `data`'s N words;
+    // `data` is freed after the stream is synchronized.
+    unsafe {
+        launch(
+            &kernels,
+            kernels.fill_iota,
+            N,
+            &stream,
+            &[argument(&data.address), argument(&N), argument(&MULTIPLIER)],
+        )
+    }?;
     copy_to_host(driver, &results, &data, &stream)?;
 
     // The host function: runs after the copy, before everything enqueued below.
@@ -77,16 +82,21 @@ fn run() -> Result<(), String> {
 
     // Kernel 2 adds what the host function wrote: data[i] += value.
     copy_to_device(driver, &scalar, &value_for_kernel_2, &stream)?;
-    kernels.launch(
-        kernels.add_scalar,
-        N,
-        &stream,
-        &[
-            argument(&data.address),
-            argument(&scalar.address),
-            argument(&N),
-        ],
-    )?;
+    // SAFETY: `add_scalar(unsigned *data, const unsigned *scalar, unsigned n)`, on `data`'s N words
+    // and `scalar`'s one; both are freed after the stream is synchronized.
+    unsafe {
+        launch(
+            &kernels,
+            kernels.add_scalar,
+            N,
+            &stream,
+            &[
+                argument(&data.address),
+                argument(&scalar.address),
+                argument(&N),
+            ],
+        )
+    }?;
     copy_to_host(driver, &results, &data, &stream)?;
     stream.synchronize().map_err(|e| e.to_string())?;
 

@@ -6,14 +6,14 @@
 //! later cuda-host call, while the batches after it are still being enqueued. A kernel adds a
 //! number to each batch's values and they are copied back. An event recorded after each copy
 //! shows, at each buffer's drop, that its copy had finished. The kernels are PTX text
-//! (`examples/kernels/`), loaded with `cuModuleLoadData`.
+//! (`kernels/`), loaded with `cuModuleLoadData`.
 //!
 //! Run: `cargo run --example release_in_stream_order`. Without a CUDA driver and GPU it prints
 //! one line saying why and exits with status 1.
 
 mod common;
 
-use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_device, copy_to_host};
+use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_device, copy_to_host, launch};
 use cuda_host::{Device, Event, EventFlags, Stream, StreamFlags, release_in_stream_order};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -94,16 +94,21 @@ fn run() -> Result<(), String> {
             stream.synchronize().map_err(|e| e.to_string())?;
             return Err(refused.error.to_string());
         }
-        kernels.launch(
-            kernels.add_scalar,
-            N,
-            &stream,
-            &[
-                argument(&data.address),
-                argument(&scalar.address),
-                argument(&N),
-            ],
-        )?;
+        // SAFETY: `add_scalar(unsigned *data, const unsigned *scalar, unsigned n)`, on `data`'s
+        // N words and `scalar`'s one; both are freed after the stream is synchronized.
+        unsafe {
+            launch(
+                &kernels,
+                kernels.add_scalar,
+                N,
+                &stream,
+                &[
+                    argument(&data.address),
+                    argument(&scalar.address),
+                    argument(&N),
+                ],
+            )
+        }?;
         let result = PinnedBuffer::new(driver, N as usize)?;
         copy_to_host(driver, &result, &data, &stream)?;
         device_batches.push(data);

@@ -9,8 +9,10 @@ use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::Duration;
 use suite::capture::{Capture, Graph, is_capturing};
+use suite::software::Controls;
 use suite::{Tally, capture_lock, context};
 
 fn new_stream(context: &Context) -> Stream {
@@ -210,13 +212,7 @@ fn finished_record_holding_device_memory(
 #[test]
 fn no_drain_runs_on_a_thread_that_is_capturing() {
     // Alone in a process, so that the finished record waits for this thread's drain.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "no_drain_runs_on_a_thread_that_is_capturing",
-            &[],
-        );
-    }
+    suite::alone_in_child!(no_drain_runs_on_a_thread_that_is_capturing);
     let _alone = capture_lock();
     let context = context();
     let (stream, captured) = (new_stream(&context), new_stream(&context));
@@ -237,13 +233,7 @@ fn no_drain_runs_on_a_thread_that_is_capturing() {
 
 #[test]
 fn no_drain_runs_while_another_threads_global_capture_is_open() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "no_drain_runs_while_another_threads_global_capture_is_open",
-            &[],
-        );
-    }
+    suite::alone_in_child!(no_drain_runs_while_another_threads_global_capture_is_open);
     let _alone = capture_lock();
     let context = context();
     let (stream, captured) = (new_stream(&context), new_stream(&context));
@@ -277,34 +267,58 @@ fn no_drain_runs_while_another_threads_global_capture_is_open() {
     assert_eq!(*frees.lock().unwrap(), [CUresult::CUDA_SUCCESS]);
 }
 
-#[test]
-fn a_capture_begun_while_a_launch_is_in_flight_never_captures_the_run_once_record() {
-    let test = "a_capture_begun_while_a_launch_is_in_flight_never_captures_the_run_once_record";
-    let Some(controls) = suite::software::controls() else {
-        return suite::skip(
+/// The software driver's controls, for holding a launch inside the driver; `None` (and a skip
+/// note for `test`) on the real driver.
+fn controls_to_hold_a_launch(test: &str) -> Option<&'static Controls> {
+    let controls = suite::software::controls();
+    if controls.is_none() {
+        suite::skip(
             test,
             "holding a launch inside the driver is a software-driver control",
         );
+    }
+    controls
+}
+
+/// Launches a counted closure on `stream` from another thread, a launch that passes its capture
+/// check and is then held inside the driver for 300 ms, and runs `meanwhile` on this thread 50 ms
+/// into that hold. Answers the launch's result and thread, and what `meanwhile` answered.
+fn launch_held_in_the_driver<T>(
+    controls: &Controls,
+    stream: &Stream,
+    tally: &Arc<Tally>,
+    meanwhile: impl FnOnce() -> T,
+) -> ((cuda_host::Result<()>, ThreadId), T) {
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
+    std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let probe = tally.probe();
+            let launched = host_launch(stream, move || probe.ran());
+            (launched, std::thread::current().id())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let during = meanwhile();
+        (launcher.join().unwrap(), during)
+    })
+}
+
+#[test]
+fn a_capture_begun_while_a_launch_is_in_flight_never_captures_the_run_once_record() {
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_capture_begun_while_a_launch_is_in_flight_never_captures_the_run_once_record",
+    ) else {
+        return;
     };
     let _alone = capture_lock();
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
-    // The launch passes its capture check, then is held inside the driver while the capture
-    // begins on another thread.
-    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
-    let launched = std::thread::scope(|scope| {
-        let launcher = scope.spawn(|| {
-            let probe = tally.probe();
-            host_launch(&stream, move || probe.ran())
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        let builder = GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture begins");
-        let launched = launcher.join().unwrap();
-        let graph = builder.end().expect("capture ends");
-        (launched, graph.host_nodes().expect("nodes").len())
+    // The capture begins while the launch, past its capture check, is held inside the driver.
+    let ((launched, _), builder) = launch_held_in_the_driver(controls, &stream, &tally, || {
+        GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture begins")
     });
-    let (launched, nodes) = launched;
+    let graph = builder.end().expect("capture ends");
+    let nodes = graph.host_nodes().expect("nodes").len();
     stream.synchronize().expect("synchronize");
     cuda_host::reclaim();
     match launched {
@@ -321,34 +335,24 @@ fn a_capture_begun_while_a_launch_is_in_flight_never_captures_the_run_once_recor
 
 #[test]
 fn a_launch_captured_by_a_capture_other_code_began_is_refused_and_its_closure_dropped() {
-    let test = "a_launch_captured_by_a_capture_other_code_began_is_refused_and_its_closure_dropped";
-    let Some(controls) = suite::software::controls() else {
-        return suite::skip(
-            test,
-            "holding a launch inside the driver is a software-driver control",
-        );
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_launch_captured_by_a_capture_other_code_began_is_refused_and_its_closure_dropped",
+    ) else {
+        return;
     };
     let _alone = capture_lock();
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
-    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
-    let (launched, graph) = std::thread::scope(|scope| {
-        let launcher = scope.spawn(|| {
-            let probe = tally.probe();
-            let launched = host_launch(&stream, move || probe.ran());
-            (launched, std::thread::current().id())
+    // Other code captures the stream with the driver's own call: cuda-host cannot hold it.
+    let ((launched, launcher), capture) =
+        launch_held_in_the_driver(controls, &stream, &tally, || {
+            Capture::begin(
+                stream.as_raw(),
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            )
         });
-        std::thread::sleep(Duration::from_millis(50));
-        // Other code captures the stream with the driver's own call: cuda-host cannot hold it.
-        let capture = Capture::begin(
-            stream.as_raw(),
-            CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-        );
-        let launched = launcher.join().unwrap();
-        (launched, capture.end().expect("the capture ends"))
-    });
-    let (launched, launcher) = launched;
+    let graph = capture.end().expect("the capture ends");
     assert_eq!(
         launched,
         Err(Error::StreamCapturing {

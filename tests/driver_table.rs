@@ -103,26 +103,20 @@ fn default_library_names() -> Vec<String> {
 
 #[test]
 fn default_library_names_are_the_versioned_name_then_the_plain_one() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "default_library_names_are_the_versioned_name_then_the_plain_one",
-            // Empty counts as unset.
-            &[("CUDA_SYS_LIBCUDA", "")],
-        );
-    }
+    // Empty counts as unset.
+    suite::alone_in_child!(
+        default_library_names_are_the_versioned_name_then_the_plain_one,
+        &[("CUDA_SYS_LIBCUDA", "")]
+    );
     assert_eq!(default_library_names(), ["libcuda.so.1", "libcuda.so"]);
 }
 
 #[test]
 fn a_library_named_by_the_variable_is_the_only_one_tried() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_library_named_by_the_variable_is_the_only_one_tried",
-            &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so")],
-        );
-    }
+    suite::alone_in_child!(
+        a_library_named_by_the_variable_is_the_only_one_tried,
+        &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda-custom.so")]
+    );
     assert_eq!(default_library_names(), ["/nonexistent/libcuda-custom.so"]);
 }
 
@@ -268,21 +262,28 @@ fn an_entry_point_the_driver_lacks_answers_not_found_and_a_typed_error() {
     assert!(error.to_string().contains(symbol));
 }
 
-#[test]
-fn an_older_driver_hides_entry_points_newer_than_itself() {
-    if !suite::in_child_process() {
-        if test_driver().kind != DriverKind::Software {
-            return suite::skip(
-                "an_older_driver_hides_entry_points_newer_than_itself",
-                "changing the reported version needs the software driver",
-            );
-        }
-        return suite::run_in_child(
-            module_path!(),
-            "an_older_driver_hides_entry_points_newer_than_itself",
-            &[("CUSW_DRIVER_VERSION", "12080")],
+/// `true` (and a skip note) on the real driver, whose reported version cannot be changed. Asked in
+/// the parent process only: its child's driver may be too old to load as the test driver.
+fn skip_unless_software(test: &str) -> bool {
+    let real = !suite::in_child_process() && test_driver().kind != DriverKind::Software;
+    if real {
+        suite::skip(
+            test,
+            "changing the reported version needs the software driver",
         );
     }
+    real
+}
+
+#[test]
+fn an_older_driver_hides_entry_points_newer_than_itself() {
+    if skip_unless_software("an_older_driver_hides_entry_points_newer_than_itself") {
+        return;
+    }
+    suite::alone_in_child!(
+        an_older_driver_hides_entry_points_newer_than_itself,
+        &[("CUSW_DRIVER_VERSION", "12080")]
+    );
     // SAFETY: the software driver implements the driver API's names with their C signatures.
     let driver = unsafe { Driver::open(software_driver_path("libcudasw.so")) }.expect("loads");
     assert_eq!(driver.version(), 12080);
@@ -307,19 +308,13 @@ fn an_older_driver_hides_entry_points_newer_than_itself() {
 
 #[test]
 fn a_driver_older_than_the_minimum_is_refused() {
-    if !suite::in_child_process() {
-        if test_driver().kind != DriverKind::Software {
-            return suite::skip(
-                "a_driver_older_than_the_minimum_is_refused",
-                "changing the reported version needs the software driver",
-            );
-        }
-        return suite::run_in_child(
-            module_path!(),
-            "a_driver_older_than_the_minimum_is_refused",
-            &[("CUSW_DRIVER_VERSION", "9020")],
-        );
+    if skip_unless_software("a_driver_older_than_the_minimum_is_refused") {
+        return;
     }
+    suite::alone_in_child!(
+        a_driver_older_than_the_minimum_is_refused,
+        &[("CUSW_DRIVER_VERSION", "9020")]
+    );
     // SAFETY: the software driver implements the driver API's names with their C signatures.
     let error = unsafe { Driver::open(software_driver_path("libcudasw.so")) }.unwrap_err();
     assert!(

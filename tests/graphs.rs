@@ -12,7 +12,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use suite::{Gate, Tally, capture_lock, context, wait_until};
+use suite::{Tally, capture_lock, context, hold_and_release, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -26,15 +26,6 @@ fn counting_graph(context: &Context, tally: &Arc<Tally>) -> Graph {
         .add_host_node(&[], move || probe.ran())
         .expect("host node");
     graph
-}
-
-/// Reclaims until `tally` counts `drops` drops; fails after the harness's bound.
-fn wait_for_drops(tally: &Tally, drops: usize, what: &str) {
-    wait_until(what, || {
-        cuda_host::reclaim();
-        tally.drops() >= drops
-    });
-    assert_eq!(tally.drops(), drops, "{what}: dropped more than once");
 }
 
 /// Gives a wrongly early release a chance to show, then checks that nothing was released.
@@ -64,11 +55,7 @@ fn a_captured_callback_runs_on_every_launch_and_is_dropped_after_the_last_execut
     assert_still_held(&tally, "released while an executable exists");
 
     drop(executable);
-    wait_for_drops(
-        &tally,
-        1,
-        "the callable to be released after the executable",
-    );
+    tally.reclaim_until_dropped(1, "the callable to be released after the executable");
     let (ran_on, dropped_on) = (tally.run_threads()[0], tally.drop_threads()[0]);
     assert_ne!(
         dropped_on, ran_on,
@@ -141,7 +128,7 @@ fn the_graph_dropped_during_a_long_host_function_frees_nothing_until_it_returns(
     release.store(true, Ordering::SeqCst);
     stream.synchronize().expect("synchronize");
     assert_eq!(tally.runs(), 1);
-    wait_for_drops(&tally, 1, "the callable to be released after it returned");
+    tally.reclaim_until_dropped(1, "the callable to be released after it returned");
 }
 
 #[test]
@@ -164,11 +151,7 @@ fn two_executables_keep_the_callable_until_both_are_gone() {
     stream.synchronize().unwrap();
     assert_eq!(tally.runs(), 3);
     drop(second);
-    wait_for_drops(
-        &tally,
-        1,
-        "the callable to be released after both executables",
-    );
+    tally.reclaim_until_dropped(1, "the callable to be released after both executables");
 }
 
 #[test]
@@ -186,7 +169,7 @@ fn a_clone_keeps_the_callable_after_the_original_is_gone() {
     stream.synchronize().unwrap();
     assert_eq!(tally.runs(), 1);
     drop((clone, executable));
-    wait_for_drops(&tally, 1, "the callable to be released after the clone");
+    tally.reclaim_until_dropped(1, "the callable to be released after the clone");
 }
 
 #[test]
@@ -246,12 +229,8 @@ fn a_callable_replaced_in_an_executable_runs_from_the_next_launch_and_the_old_on
     );
 
     drop(executable);
-    wait_for_drops(&old, 1, "the old callable to be released");
-    wait_for_drops(
-        &new,
-        1,
-        "the new callable to be released with the executable",
-    );
+    old.reclaim_until_dropped(1, "the old callable to be released");
+    new.reclaim_until_dropped(1, "the new callable to be released with the executable");
 }
 
 #[test]
@@ -282,18 +261,10 @@ fn a_callable_replaced_in_the_graph_is_read_back_and_new_executables_run_it() {
         "each executable runs its own"
     );
     drop(before);
-    wait_for_drops(
-        &old,
-        1,
-        "the old callable, once no graph or executable has it",
-    );
+    old.reclaim_until_dropped(1, "the old callable, once no graph or executable has it");
     assert_eq!(new.drops(), 0);
     drop((graph, after));
-    wait_for_drops(
-        &new,
-        1,
-        "the new callable with the graph and its executable",
-    );
+    new.reclaim_until_dropped(1, "the new callable with the graph and its executable");
 }
 
 #[test]
@@ -373,7 +344,7 @@ fn an_abandoned_builder_ends_the_capture_and_releases_its_callables() {
         let probe = tally.probe();
         builder.callback(move || probe.ran()).unwrap();
     }
-    wait_for_drops(&tally, 1, "the discarded graph's callable to be released");
+    tally.reclaim_until_dropped(1, "the discarded graph's callable to be released");
     assert_eq!(stream.capture_state().unwrap(), None, "the capture ended");
     let after = tally.probe();
     host_launch(&stream, move || after.ran()).expect("the stream works again");
@@ -438,7 +409,7 @@ fn failures_while_attaching_a_callable_leave_no_leak_and_nothing_attached() {
     }
     let graph = builder.end().unwrap();
     for (tally, failing) in refused {
-        wait_for_drops(&tally, 1, failing);
+        tally.reclaim_until_dropped(1, failing);
         assert_eq!(tally.runs(), 0);
     }
     assert!(graph.host_nodes().unwrap().is_empty(), "no node was added");
@@ -454,19 +425,22 @@ fn a_held_launch_keeps_the_callable_of_a_destroyed_executable() {
     let _alone = capture_lock();
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let tally = Tally::new();
     let graph = counting_graph(&context, &tally);
     let executable = graph.instantiate().unwrap();
     drop(graph);
-    gate.hold(&stream);
-    executable.launch(&stream).unwrap();
-    drop(executable);
-    assert_still_held(&tally, "released while a launch was in flight");
-    gate.open();
-    stream.synchronize().unwrap();
+    hold_and_release(
+        &stream,
+        || {
+            executable.launch(&stream).unwrap();
+            drop(executable);
+        },
+        || assert_still_held(&tally, "released while a launch was in flight"),
+        Stream::synchronize,
+    )
+    .unwrap();
     assert_eq!(tally.runs(), 1);
-    wait_for_drops(&tally, 1, "the callable to be released after the launch");
+    tally.reclaim_until_dropped(1, "the callable to be released after the launch");
 }
 
 #[test]
@@ -496,5 +470,5 @@ fn replacing_an_executables_callable_before_every_launch_keeps_a_bounded_number_
     }
     assert_eq!(tally.runs(), ITERATIONS);
     drop((executable, graph));
-    wait_for_drops(&tally, ITERATIONS, "every replacement to be released");
+    tally.reclaim_until_dropped(ITERATIONS, "every replacement to be released");
 }

@@ -10,7 +10,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use suite::kernels::Kernels;
-use suite::{Gate, MappedWords, Tally, context, test_driver, wait_until};
+use suite::{Gate, MappedWords, Tally, context, hold_and_release, test_driver, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -51,13 +51,9 @@ fn a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second(
     }
     // Alone in a process: loading and unloading a module may wait for the whole context, where
     // other tests hold streams at gates.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        a_host_function_between_two_kernels_sees_the_first_and_is_seen_by_the_second
+    );
     const N: u32 = 4096;
     let context = context();
     let stream = new_stream(&context);
@@ -172,24 +168,20 @@ fn two_streams_keep_their_own_order_and_data() {
 #[test]
 fn captured_values_are_dropped_once_after_the_run_on_a_caller_thread() {
     // Alone in a process: another test's thread that reclaims first would drop the value.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "captured_values_are_dropped_once_after_the_run_on_a_caller_thread",
-            &[],
-        );
-    }
+    suite::alone_in_child!(captured_values_are_dropped_once_after_the_run_on_a_caller_thread);
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let tally = Tally::new();
-    gate.hold(&stream);
-    let probe = tally.probe();
-    host_launch(&stream, move || probe.ran()).expect("launch");
-    assert_eq!((tally.runs(), tally.drops()), (0, 0));
-
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran()).expect("launch");
+        },
+        || assert_eq!((tally.runs(), tally.drops()), (0, 0)),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!(tally.runs(), 1);
     assert_eq!(
         tally.drops(),
@@ -205,13 +197,7 @@ fn captured_values_are_dropped_once_after_the_run_on_a_caller_thread() {
 fn every_launch_reclaims_the_records_finished_before_it() {
     // Alone in a process: any thread that calls into cuda-host may reclaim, and in this binary
     // other tests' threads do.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "every_launch_reclaims_the_records_finished_before_it",
-            &[],
-        );
-    }
+    suite::alone_in_child!(every_launch_reclaims_the_records_finished_before_it);
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
@@ -230,13 +216,7 @@ fn every_launch_reclaims_the_records_finished_before_it() {
 #[test]
 fn with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims() {
     // Alone in a process: the interval is process-wide, and other threads reclaim too.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims",
-            &[],
-        );
-    }
+    suite::alone_in_child!(with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims);
     cuda_host::set_launch_reclaim_interval(std::num::NonZeroU32::new(3).unwrap());
     let context = context();
     let stream = new_stream(&context);
@@ -265,15 +245,25 @@ unsafe extern "C" fn keep_64_bytes(data: *mut c_void) {
 fn copied_bytes_survive_the_caller_overwriting_and_freeing_its_buffer() {
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let mut buffer: Vec<u8> = (0..64).collect();
-    // SAFETY: `keep_64_bytes` reads exactly the 64 bytes given and keeps no pointer.
-    unsafe { host_launch_raw(&stream, keep_64_bytes, UserData::Copied(&buffer)) }.expect("launch");
-    buffer.fill(0xEE);
-    drop(buffer);
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            let mut buffer: Vec<u8> = (0..64).collect();
+            // SAFETY: `keep_64_bytes` reads exactly the 64 bytes given and keeps no pointer.
+            unsafe { host_launch_raw(&stream, keep_64_bytes, UserData::Copied(&buffer)) }
+                .expect("launch");
+            buffer.fill(0xEE);
+            drop(buffer);
+        },
+        || {
+            assert!(
+                COPIED.lock().unwrap().is_empty(),
+                "ran with the stream held"
+            )
+        },
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!(*COPIED.lock().unwrap(), (0..64).collect::<Vec<u8>>());
     assert_eq!(
         COPIED_ALIGNMENT.load(Ordering::SeqCst),
@@ -395,17 +385,12 @@ fn an_injected_refusal_drops_the_closure_at_once_without_running_it() {
 
 #[test]
 fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once
+    );
     let context = context();
     let stream = new_stream(&context);
-    let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(context.driver());
     suite::kernels::launch_fault(&stream, kernels.as_ref());
     let error = stream.synchronize().unwrap_err();
     assert_eq!(
@@ -427,27 +412,17 @@ fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
 
 #[test]
 fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_sticky_error_leaks_nothing_and_runs_nothing_twice",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_sticky_error_leaks_nothing_and_runs_nothing_twice);
     const EACH: usize = 50;
     let context = context();
     let (faulting, waiting) = (new_stream(&context), new_stream(&context));
     let gate = Gate::new(&context);
-    let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(context.driver());
     let (before, after, elsewhere) = (Tally::new(), Tally::new(), Tally::new());
 
     gate.hold(&faulting);
     gate.hold(&waiting);
-    for _ in 0..EACH {
-        let probe = before.probe();
-        host_launch(&faulting, move || probe.ran()).expect("launch");
-    }
+    before.launch_counted(&faulting, EACH);
     suite::kernels::launch_fault(&faulting, kernels.as_ref());
     for _ in 0..EACH {
         let probe = after.probe();
@@ -457,16 +432,12 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
     }
     gate.open();
     assert!(faulting.synchronize().is_err(), "the fault is reported");
-    wait_until("every record to be handed back and reclaimed", || {
-        cuda_host::reclaim();
-        before.drops() + after.drops() + elsewhere.drops() == 3 * EACH
-    });
+    for tally in [&before, &after, &elsewhere] {
+        tally.reclaim_until_dropped(EACH, "every record to be handed back and reclaimed once");
+    }
     assert_eq!(before.runs(), EACH, "work before the fault ran");
     assert_eq!(after.runs(), 0, "work after the fault never runs");
     assert!(elsewhere.runs() <= EACH);
-    for tally in [&before, &after, &elsewhere] {
-        assert_eq!(tally.drops(), EACH, "each record reclaimed exactly once");
-    }
     drop((faulting, waiting));
     std::mem::forget(kernels);
 }
@@ -475,21 +446,16 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
 fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_dropped() {
     // Nothing observes the failure but the streams' drops: an owned stream, and a borrowed
     // wrapper of a stream that stays alive (whose drop destroys nothing).
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_dropped",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_dropped
+    );
     const EACH: usize = 50;
     let context = context();
     let (owned, kept) = (new_stream(&context), new_stream(&context));
     // SAFETY: `kept` outlives the wrapper.
     let borrowed = unsafe { Stream::borrow_raw(&context, kept.as_raw()) };
     let gate = Gate::new(&context);
-    let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(context.driver());
     let (on_owned, on_borrowed) = (Tally::new(), Tally::new());
 
     gate.hold(&owned);
@@ -503,38 +469,24 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
     }
     gate.open();
     drop(borrowed);
-    wait_until("the borrowed wrapper's records to be reclaimed", || {
-        cuda_host::reclaim();
-        on_borrowed.drops() == EACH
-    });
+    on_borrowed.reclaim_until_dropped(EACH, "the borrowed wrapper's records to be reclaimed");
     drop(owned);
-    wait_until("the owned stream's records to be reclaimed", || {
-        cuda_host::reclaim();
-        on_owned.drops() == EACH
-    });
+    on_owned.reclaim_until_dropped(EACH, "the owned stream's records to be reclaimed");
     assert_eq!(on_owned.runs(), 0, "work after the fault never runs");
     assert!(on_borrowed.runs() <= EACH);
-    for tally in [&on_owned, &on_borrowed] {
-        assert_eq!(tally.drops(), EACH, "each record reclaimed exactly once");
-    }
     std::mem::forget((kept, kernels));
 }
 
 #[test]
 fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
     // Alone in a process: the failure stays with it.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "launches_racing_a_context_failure_on_four_threads_drop_every_record_once",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        launches_racing_a_context_failure_on_four_threads_drop_every_record_once
+    );
     const THREADS: usize = 4;
     let context = context();
     let faulting = new_stream(&context); // also makes the context current, for the module
-    let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(context.driver());
     let tally = Tally::new();
     // The fault waits behind a gate that opens while the threads launch: a host write, so the
     // flood of launches cannot delay it. Each thread launches until the driver refuses it.
@@ -593,13 +545,9 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
 fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() {
     // Two `Context` values of one primary context: a failure seen through one reclaims what was
     // launched through the other, whose stream stays alive.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "records_are_reclaimed_when_the_failure_shows_through_another_context_value",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        records_are_reclaimed_when_the_failure_shows_through_another_context_value
+    );
     const EACH: usize = 20;
     let first = context();
     let second = cuda_host::Device::get(first.driver(), 0)
@@ -608,20 +556,13 @@ fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() 
     assert_eq!(first.as_raw(), second.as_raw());
     let (held, faulting) = (new_stream(&first), new_stream(&second));
     let gate = Gate::new(&first);
-    let driver = Arc::clone(first.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let kernels = suite::kernels::for_faults(first.driver());
     let tally = Tally::new();
     gate.hold(&held);
-    for _ in 0..EACH {
-        let probe = tally.probe();
-        host_launch(&held, move || probe.ran()).expect("launch");
-    }
+    tally.launch_counted(&held, EACH);
     suite::kernels::launch_fault(&faulting, kernels.as_ref());
     assert!(faulting.synchronize().is_err(), "the fault is reported");
-    wait_until("the held stream's records to be reclaimed", || {
-        cuda_host::reclaim();
-        tally.drops() == EACH
-    });
+    tally.reclaim_until_dropped(EACH, "the held stream's records to be reclaimed");
     assert_eq!(tally.runs(), 0, "work behind the gate never ran");
     std::mem::forget((held, faulting, kernels));
 }
@@ -629,29 +570,27 @@ fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() 
 #[test]
 fn reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread() {
     // Alone in a process, so that no other test's thread takes the finished record first.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread",
-            &[],
-        );
-    }
+    suite::alone_in_child!(reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread);
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let tally = Tally::new();
     let reclaimed = Arc::new(AtomicUsize::new(usize::MAX));
     // Both run after the gate opens: the first is finished when the second reclaims.
-    gate.hold(&stream);
-    let probe = tally.probe();
-    host_launch(&stream, move || probe.ran()).expect("launch");
-    let inner = Arc::clone(&reclaimed);
-    host_launch(&stream, move || {
-        inner.store(cuda_host::reclaim(), Ordering::SeqCst);
-    })
-    .expect("launch");
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran()).expect("launch");
+            let inner = Arc::clone(&reclaimed);
+            host_launch(&stream, move || {
+                inner.store(cuda_host::reclaim(), Ordering::SeqCst);
+            })
+            .expect("launch");
+        },
+        || assert_eq!(tally.runs(), 0, "ran with the stream held"),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!(reclaimed.load(Ordering::SeqCst), 0);
     assert_eq!(tally.drops(), 1);
     assert_ne!(
@@ -664,13 +603,7 @@ fn reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread() {
 #[test]
 fn a_captured_value_whose_drop_panics_still_lets_its_context_go() {
     // Alone in a process: the harness's own context would keep the primary context retained.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_captured_value_whose_drop_panics_still_lets_its_context_go",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_captured_value_whose_drop_panics_still_lets_its_context_go);
     struct PanicsOnDrop;
     impl Drop for PanicsOnDrop {
         fn drop(&mut self) {
@@ -743,13 +676,9 @@ mod allocations {
 fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm() {
     // Alone in a process: a test thread that reclaims takes the freed slots into its own free
     // list, and this thread would then allocate new ones.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm
+    );
     const LAUNCHES: usize = 1_000;
     static RAN: AtomicUsize = AtomicUsize::new(0);
     let context = context();
@@ -776,13 +705,17 @@ fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm
         stream.synchronize().expect("synchronize");
     }
     // Warm: hold the stream so that every launch is in flight at once; the slots exist now.
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    for _ in 0..LAUNCHES {
-        host_launch(&stream, || {}).expect("launch");
-    }
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            for _ in 0..LAUNCHES {
+                host_launch(&stream, || {}).expect("launch");
+            }
+        },
+        || assert_eq!(cuda_host::launch_slot_counts().in_flight, LAUNCHES),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!(
         allocations::during(|| closures::<8>(&stream)),
         0,
@@ -813,13 +746,7 @@ fn eight_threads_launching_on_four_streams_lose_nothing() {
     // thread, and a flood of enqueues makes later enqueues wait for it: beside a test that holds
     // a host function behind a gate it opens only after its next enqueue, both would wait for
     // each other (seen on an H200).
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "eight_threads_launching_on_four_streams_lose_nothing",
-            &[],
-        );
-    }
+    suite::alone_in_child!(eight_threads_launching_on_four_streams_lose_nothing);
     const THREADS: usize = 8;
     const LAUNCHES: usize = 100_000;
     let context = context();
@@ -903,13 +830,9 @@ fn collect_panic_reports() -> Arc<Mutex<Vec<String>>> {
 #[test]
 fn a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on() {
     // Alone in a process: the hook is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on
+    );
     let reports = collect_panic_reports();
     let context = context();
     let stream = new_stream(&context);
@@ -983,20 +906,22 @@ fn captured_values_are_dropped_on_the_thread_that_launched_them() {
 fn records_of_a_thread_that_exited_are_dropped_by_any_thread() {
     let context = context();
     let stream = Arc::new(new_stream(&context));
-    let gate = Gate::new(&context);
     let tally = Tally::new();
-    gate.hold(&stream);
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let probe = tally.probe();
-            host_launch(&*stream, move || probe.ran()).expect("launch");
-        });
-    });
-    gate.open();
-    wait_until("the exited thread's record to be dropped here", || {
-        cuda_host::reclaim();
-        tally.drops() == 1
-    });
+    hold_and_release(
+        &stream,
+        || {
+            std::thread::scope(|scope| {
+                scope.spawn(|| {
+                    let probe = tally.probe();
+                    host_launch(&*stream, move || probe.ran()).expect("launch");
+                });
+            });
+        },
+        || assert_eq!(tally.runs(), 0, "ran with the stream held"),
+        |_| {
+            tally.reclaim_until_dropped(1, "the exited thread's record to be dropped here");
+        },
+    );
     assert_eq!(tally.runs(), 1);
     assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
 }
@@ -1006,13 +931,9 @@ fn a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_dead
     // The value's Drop takes a lock that the second thread holds while it launches: had the
     // second thread dropped it, it would wait for itself forever.
     // In a child process, so that a deadlock fails the test within a bound.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_deadlock",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_deadlock
+    );
     static SHARED_STATE: Mutex<u32> = Mutex::new(0);
     struct NeedsTheLock;
     impl Drop for NeedsTheLock {
@@ -1110,10 +1031,7 @@ fn a_closure_refused_inside_a_host_function_is_dropped_on_a_callers_thread() {
     })
     .expect("launch");
     stream.synchronize().expect("synchronize");
-    wait_until("both refused closures to be dropped", || {
-        cuda_host::reclaim();
-        tally.drops() == 2
-    });
+    tally.reclaim_until_dropped(2, "both refused closures to be dropped");
     let driver_thread = driver_thread
         .lock()
         .unwrap()
@@ -1131,13 +1049,7 @@ fn a_closure_refused_inside_a_host_function_is_dropped_on_a_callers_thread() {
 #[test]
 fn a_panic_hook_that_replaces_itself_does_not_deadlock() {
     // Alone in a process: the hook is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_panic_hook_that_replaces_itself_does_not_deadlock",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_panic_hook_that_replaces_itself_does_not_deadlock);
     let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let (in_first, for_second) = (Arc::clone(&first), Arc::clone(&second));
     cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
@@ -1162,13 +1074,7 @@ fn a_panic_hook_that_replaces_itself_does_not_deadlock() {
 #[test]
 fn replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock() {
     // Alone in a process: the hook is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock",
-            &[],
-        );
-    }
+    suite::alone_in_child!(replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock);
     struct ClearsOnDrop;
     impl Drop for ClearsOnDrop {
         fn drop(&mut self) {
@@ -1191,13 +1097,7 @@ fn replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock() {
 #[test]
 fn the_panic_hook_runs_marked_as_inside_a_host_function() {
     // Alone in a process: the hook is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "the_panic_hook_runs_marked_as_inside_a_host_function",
-            &[],
-        );
-    }
+    suite::alone_in_child!(the_panic_hook_runs_marked_as_inside_a_host_function);
     let context = context();
     let stream = Arc::new(new_stream(&context));
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -1210,13 +1110,18 @@ fn the_panic_hook_runs_marked_as_inside_a_host_function() {
     });
     // A finished record waits for a drain when the hook runs.
     let tally = Tally::new();
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let probe = tally.probe();
-    host_launch(&*stream, move || probe.ran()).expect("launch");
-    host_launch(&*stream, || panic!("deliberate panic in a host function")).expect("launch");
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            let probe = tally.probe();
+            host_launch(&*stream, move || probe.ran()).expect("launch");
+            host_launch(&*stream, || panic!("deliberate panic in a host function"))
+                .expect("launch");
+        },
+        || assert_eq!(tally.runs(), 0, "ran with the stream held"),
+        |stream| stream.synchronize(),
+    )
+    .expect("synchronize");
     assert_eq!(
         *seen.lock().unwrap(),
         [
@@ -1236,13 +1141,7 @@ fn the_panic_hook_runs_marked_as_inside_a_host_function() {
 #[test]
 fn a_panic_payload_whose_drop_panics_does_not_disturb_the_stream() {
     // Alone in a process: the panic is reported through the process-wide hook.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_panic_payload_whose_drop_panics_does_not_disturb_the_stream",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_panic_payload_whose_drop_panics_does_not_disturb_the_stream);
     let reports = collect_panic_reports();
     let context = context();
     let stream = new_stream(&context);
@@ -1267,13 +1166,7 @@ fn a_panic_payload_whose_drop_panics_does_not_disturb_the_stream() {
 #[test]
 fn a_logger_that_panics_does_not_abort_the_process() {
     // Alone in a process: the logger is process-wide and set once.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "a_logger_that_panics_does_not_abort_the_process",
-            &[],
-        );
-    }
+    suite::alone_in_child!(a_logger_that_panics_does_not_abort_the_process);
     struct PanickingLogger;
     impl log::Log for PanickingLogger {
         fn enabled(&self, _: &log::Metadata<'_>) -> bool {
@@ -1306,9 +1199,7 @@ fn a_borrowed_stream_dropped_inside_a_host_function_is_not_touched_after_its_own
         );
     };
     // Alone in a process: the count of calls on destroyed handles is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(a_borrowed_stream_dropped_inside_a_host_function_is_not_touched_after_its_owner_destroyed_it);
     let context = context();
     let owner = new_stream(&context);
     // SAFETY: the wrapper is dropped (inside the host function below) before `owner`.
@@ -1379,28 +1270,24 @@ fn creating_streams_and_events_and_using_the_special_streams_leave_the_current_c
 #[test]
 fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     // Alone in a process: the slot table is process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "slot_memory_beyond_the_reserve_goes_back_after_a_burst",
-            &[],
-        );
-    }
+    suite::alone_in_child!(slot_memory_beyond_the_reserve_goes_back_after_a_burst);
     const BURST: usize = 50_000;
     let context = context();
     let stream = new_stream(&context);
-    let gate = Gate::new(&context);
     let tally = Tally::new();
-    gate.hold(&stream);
-    for _ in 0..BURST {
-        let probe = tally.probe();
-        host_launch(&stream, move || probe.ran()).expect("launch");
-    }
-    let during = cuda_host::launch_slot_counts();
-    assert!(during.allocated >= BURST, "{during:?}");
-    assert_eq!(during.in_flight, BURST, "{during:?}");
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            tally.launch_counted(&stream, BURST);
+        },
+        || {
+            let during = cuda_host::launch_slot_counts();
+            assert!(during.allocated >= BURST, "{during:?}");
+            assert_eq!(during.in_flight, BURST, "{during:?}");
+        },
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert_eq!((tally.runs(), tally.drops()), (BURST, BURST));
     let after = cuda_host::launch_slot_counts();
     assert!(
@@ -1410,12 +1297,17 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     assert_eq!((after.in_flight, after.finished), (0, 0), "{after:?}");
     assert!(after.peak >= BURST, "{after:?}");
     // The table grows again for the next burst, and gives it back again.
-    gate.hold(&stream);
-    for _ in 0..BURST {
-        host_launch(&stream, || {}).expect("launch");
-    }
-    gate.open();
-    stream.synchronize().expect("synchronize");
+    hold_and_release(
+        &stream,
+        || {
+            for _ in 0..BURST {
+                host_launch(&stream, || {}).expect("launch");
+            }
+        },
+        || assert!(cuda_host::launch_slot_counts().allocated >= BURST),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
     assert!(cuda_host::launch_slot_counts().allocated <= after.reserve);
 }
 

@@ -80,13 +80,9 @@ fn resident_bytes() -> u64 {
 #[test]
 fn eight_threads_four_streams_captures_and_panics_lose_nothing_and_leak_nothing() {
     // Alone in a process: the panic hook and the slot table are process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(
-            module_path!(),
-            "eight_threads_four_streams_captures_and_panics_lose_nothing_and_leak_nothing",
-            &[],
-        );
-    }
+    suite::alone_in_child!(
+        eight_threads_four_streams_captures_and_panics_lose_nothing_and_leak_nothing
+    );
     let per_thread: usize = std::env::var("CUDA_HOST_STRESS_LAUNCHES")
         .ok()
         .and_then(|value| value.parse().ok())

@@ -6,27 +6,14 @@ use cuda_host::{
     Device, Error, HostTaskSyncMode, LaunchOptions, Stream, StreamFlags, UserData, host_launch,
     host_launch_raw_with, host_launch_with,
 };
-use std::ffi::{CStr, c_uint, c_ulonglong, c_void};
+use std::ffi::{CStr, c_void};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use suite::{Tally, context};
 
-/// `cuswHostTaskSyncModeLaunches` of the software driver: launches through `cuLaunchHostFunc_v2`
-/// with `mode` since load.
+/// Launches through `cuLaunchHostFunc_v2` with `mode` since load (software driver).
 fn launches_in_mode(mode: HostTaskSyncMode) -> u64 {
-    type Control = unsafe extern "C" fn(c_uint, *mut c_ulonglong) -> cuda_host::sys::CUresult;
-    let path = suite::software_driver_path("libcudasw.so");
-    // SAFETY: the library is the software driver the tests already loaded.
-    let library = unsafe { libloading::Library::new(&path) }.expect("the software driver");
-    // SAFETY: the control has this signature (tests/software-driver/cudasw.h).
-    let control = unsafe { library.get::<Control>(c"cuswHostTaskSyncModeLaunches") }
-        .expect("the control exists");
-    let mut count = 0;
-    // SAFETY: a valid out-pointer.
-    suite::ok("cuswHostTaskSyncModeLaunches", unsafe {
-        control(mode.to_raw().0, &mut count)
-    });
-    count
+    suite::software::expect_controls().host_task_sync_mode_launches(mode.to_raw().0)
 }
 
 fn call_count(entry: &CStr) -> u64 {

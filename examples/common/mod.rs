@@ -1,87 +1,43 @@
-//! What the examples share: the PTX kernels, device and pinned buffers, and copies between them,
-//! written with the raw driver API (cuda-host only covers what host functions need).
+//! What the examples share: the PTX kernels (`kernels/` at the workspace root, which the tests
+//! load too), device and pinned buffers, and copies between them, written with the raw driver API
+//! (cuda-host only covers what host functions need).
 
 #![allow(dead_code)] // each example uses a part
 
 use cuda_host::Stream;
-use cuda_host::cuda_host_sys::{CUdeviceptr, CUfunction, CUmodule, Driver};
-use std::ffi::{CString, c_void};
+use cuda_host::cuda_host_sys::{CUdeviceptr, CUfunction, Driver};
+use std::ffi::c_void;
 use std::sync::Arc;
 
-const PTX: &str = include_str!("../kernels/kernels.ptx");
+#[path = "../../kernels/load.rs"]
+mod kernels;
 
-pub struct Kernels<'driver> {
-    driver: &'driver Driver,
-    module: CUmodule,
-    pub fill_iota: CUfunction,
-    pub add_scalar: CUfunction,
-}
+pub use kernels::Kernels;
 
-impl<'driver> Kernels<'driver> {
-    pub fn load(driver: &'driver Driver) -> Result<Self, String> {
-        let ptx = CString::new(PTX).map_err(|e| e.to_string())?;
-        let mut module = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX text; `module` is a valid out-pointer. The caller made the
-        // context current.
-        let result = unsafe { driver.cuModuleLoadData(&mut module, ptx.as_ptr().cast()) };
-        driver
-            .check("cuModuleLoadData", result)
-            .map_err(|e| e.to_string())?;
-        let function = |name: &std::ffi::CStr| {
-            let mut function = std::ptr::null_mut();
-            // SAFETY: `module` is loaded; `function` is a valid out-pointer.
-            let result =
-                unsafe { driver.cuModuleGetFunction(&mut function, module, name.as_ptr()) };
-            driver
-                .check("cuModuleGetFunction", result)
-                .map(|()| function)
-                .map_err(|e| e.to_string())
-        };
-        Ok(Kernels {
-            driver,
-            module,
-            fill_iota: function(c"fill_iota")?,
-            add_scalar: function(c"add_scalar")?,
-        })
+/// Launches `function` over `threads` threads, in blocks of 256.
+///
+/// # Safety
+/// `arguments` must match the kernel's parameters, and the buffers they name must outlive the
+/// stream's work.
+pub unsafe fn launch(
+    kernels: &Kernels<'_>,
+    function: CUfunction,
+    threads: u32,
+    stream: &Stream,
+    arguments: &[*mut c_void],
+) -> Result<(), String> {
+    let mut arguments = arguments.to_vec();
+    // SAFETY: the caller passes the kernel's parameters, with buffers that outlive the work.
+    unsafe {
+        kernels.launch(
+            function,
+            threads.div_ceil(256),
+            256,
+            stream.as_raw(),
+            &mut arguments,
+        )
     }
-
-    /// Launches `function` over `threads` threads. `arguments` must match the kernel's
-    /// parameters, and the buffers they name must outlive the stream's work.
-    pub fn launch(
-        &self,
-        function: CUfunction,
-        threads: u32,
-        stream: &Stream,
-        arguments: &[*mut c_void],
-    ) -> Result<(), String> {
-        let mut pointers = arguments.to_vec();
-        // SAFETY: the caller passes the kernel's parameters; the buffers outlive the work.
-        let result = unsafe {
-            self.driver.cuLaunchKernel(
-                function,
-                threads.div_ceil(256),
-                1,
-                1,
-                256,
-                1,
-                1,
-                0,
-                stream.as_raw(),
-                pointers.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        self.driver
-            .check("cuLaunchKernel", result)
-            .map_err(|e| e.to_string())
-    }
-}
-
-impl Drop for Kernels<'_> {
-    fn drop(&mut self) {
-        // SAFETY: loaded in `load`, unloaded once.
-        let _ = unsafe { self.driver.cuModuleUnload(self.module) };
-    }
+    .map_err(|e| e.to_string())
 }
 
 /// A kernel argument as `cuLaunchKernel` takes it: the address of the value.

@@ -7,17 +7,32 @@
 //! ```ignore
 //! #[test]
 //! fn sticky_error_leaks_nothing() {
-//!     if !suite::in_child_process() {
-//!         return suite::run_in_child(module_path!(), "sticky_error_leaks_nothing", &[]);
-//!     }
+//!     suite::alone_in_child!(sticky_error_leaks_nothing);
 //!     // the test itself
 //! }
 //! ```
 
 use crate::wait::TIMEOUT;
 use std::io::Write as _;
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// Unless this is the child process it started, re-runs the calling test in a child process of
+/// its own and returns from the test with that child's outcome (see [`run_in_child`]); in the
+/// child, the test goes on. `$test` is the calling test function's name, checked to name a
+/// function; `$env`, when given, the child's extra environment (`&[(name, value)]`).
+#[macro_export]
+macro_rules! alone_in_child {
+    ($test:ident) => {
+        $crate::alone_in_child!($test, &[])
+    };
+    ($test:ident, $env:expr) => {
+        let _: fn() = $test;
+        if !$crate::in_child_process() {
+            return $crate::run_in_child(module_path!(), stringify!($test), $env);
+        }
+    };
+}
 
 const CHILD_VARIABLE: &str = "CUDA_HOST_SUITE_CHILD";
 
@@ -38,15 +53,75 @@ pub fn run_in_child(module: &str, name: &str, env: &[(&str, &str)]) {
         Some((_, inner)) => format!("{inner}::{name}"),
         None => name.to_owned(),
     };
+    let env: Vec<(&str, &str)> = [(CHILD_VARIABLE, "1")]
+        .into_iter()
+        .chain(env.iter().copied())
+        .collect();
+    let limit = TIMEOUT * 2;
+    let run = rerun_this_binary(
+        &[path.as_str(), "--exact", "--nocapture", "--test-threads=1"],
+        &env,
+        limit,
+    );
+    let output = run.output();
+    match run.status {
+        None => panic!("{path} did not finish within {limit:?} in a child\n{output}"),
+        Some(status) if !status.success() => {
+            panic!("{path} failed in a child process ({status})\n{output}")
+        }
+        Some(_) => {
+            assert!(
+                run.stdout.contains("1 passed"),
+                "the child ran no test named {path}\n{output}"
+            );
+            // The child's skips and figures, which its own output capture would hide.
+            let mut parent = std::io::stderr().lock();
+            for line in run.stderr.lines().filter(|line| {
+                line.starts_with("[cuda-host stress]")
+                    || line.starts_with("[cuda-host figures]")
+                    || line.starts_with("[cuda-host tests] skipped")
+            }) {
+                let _ = writeln!(parent, "{line}");
+            }
+        }
+    }
+}
+
+/// How a run of this test binary in another process ended.
+#[derive(Debug)]
+pub struct Run {
+    /// Its exit status; `None` when it did not finish in time and was killed.
+    pub status: Option<ExitStatus>,
+    /// What it wrote to stdout.
+    pub stdout: String,
+    /// What it wrote to stderr.
+    pub stderr: String,
+}
+
+impl Run {
+    /// Both outputs, labelled, for a failure message.
+    pub fn output(&self) -> String {
+        format!(
+            "--- child stdout ---\n{}\n--- child stderr ---\n{}",
+            self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs this test binary again, in a new process, with the arguments `args` (test filters and
+/// options) and the extra environment `env`, its output captured; kills it after `limit`.
+///
+/// # Panics
+/// When the process cannot be started.
+pub fn rerun_this_binary(args: &[&str], env: &[(&str, &str)], limit: Duration) -> Run {
     let executable = std::env::current_exe().expect("the test binary's path");
-    let mut child = Command::new(executable)
-        .args([path.as_str(), "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_VARIABLE, "1")
+    let mut child = Command::new(&executable)
+        .args(args)
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot start a child process for {path}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot start {} {args:?}: {e}", executable.display()));
     let mut stdout = child.stdout.take().expect("piped stdout");
     let mut stderr = child.stderr.take().expect("piped stderr");
     let readers = [
@@ -58,38 +133,18 @@ pub fn run_in_child(module: &str, name: &str, env: &[(&str, &str)]) {
         if let Some(status) = child.try_wait().expect("waiting for the child") {
             break Some(status);
         }
-        if start.elapsed() > TIMEOUT * 2 {
+        if start.elapsed() > limit {
             let _ = child.kill();
             let _ = child.wait();
             break None;
         }
-        std::thread::sleep(std::time::Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(5));
     };
     let [stdout, stderr] = readers.map(|reader| reader.join().unwrap_or_default());
-    let output = format!("--- child stdout ---\n{stdout}\n--- child stderr ---\n{stderr}");
-    match status {
-        None => panic!(
-            "{path} did not finish within {:?} in a child\n{output}",
-            TIMEOUT * 2
-        ),
-        Some(status) if !status.success() => {
-            panic!("{path} failed in a child process ({status})\n{output}")
-        }
-        Some(_) => {
-            assert!(
-                stdout.contains("1 passed"),
-                "the child ran no test named {path}\n{output}"
-            );
-            // The child's skips and figures, which its own output capture would hide.
-            let mut parent = std::io::stderr().lock();
-            for line in stderr.lines().filter(|line| {
-                line.starts_with("[cuda-host stress]")
-                    || line.starts_with("[cuda-host figures]")
-                    || line.starts_with("[cuda-host tests] skipped")
-            }) {
-                let _ = writeln!(parent, "{line}");
-            }
-        }
+    Run {
+        status,
+        stdout,
+        stderr,
     }
 }
 

@@ -9,7 +9,7 @@
 )]
 
 use crate::test_driver;
-use cuda_host_sys::{CUDA_HOST_NODE_PARAMS, CUresult, CUstream};
+use cuda_host_sys::{CUDA_HOST_NODE_PARAMS, CUresult, CUstream, Driver};
 use std::ffi::c_void;
 
 type HostClosure = Box<dyn Fn() + Send + Sync>;
@@ -31,14 +31,20 @@ pub unsafe extern "C" fn run_closure(data: *mut c_void) {
 
 /// Raw `cuLaunchHostFunc` of `closure` on `stream`: the driver's answer.
 pub fn launch_host(stream: CUstream, closure: impl Fn() + Send + Sync + 'static) -> CUresult {
+    launch_host_through(&test_driver().driver, stream, closure)
+}
+
+/// [`launch_host`] through another table of the driver (one loaded for the per-thread default
+/// stream, say).
+pub fn launch_host_through(
+    driver: &Driver,
+    stream: CUstream,
+    closure: impl Fn() + Send + Sync + 'static,
+) -> CUresult {
     let data = leak_closure(closure);
     // SAFETY: `run_closure` accepts `data` on any thread, any number of times, for the process's
     // lifetime.
-    unsafe {
-        test_driver()
-            .driver
-            .cuLaunchHostFunc(stream, Some(run_closure), data)
-    }
+    unsafe { driver.cuLaunchHostFunc(stream, Some(run_closure), data) }
 }
 
 /// Host node parameters that run `closure`.

@@ -1,8 +1,8 @@
-//! The test harness shared by the integration tests and the examples.
+//! The test harness of the integration tests (the examples and the benchmark do without it).
 //!
 //! - [`test_driver`] picks the driver a test binary runs on, from `CUDA_TEST_DRIVER`:
 //!   `real` (NVIDIA's `libcuda`, which must load and have a device), `software` (the software
-//!   driver built from `tests/software-driver/`) or `auto` (the default: the real driver when it
+//!   driver built from `tests/driver-double/`) or `auto` (the default: the real driver when it
 //!   loads and has a device, else the software one). It also becomes the process-wide driver of
 //!   `cuda-host-sys`, and the choice is printed once.
 //! - [`ok`] panics with the driver's typed error unless a raw driver call succeeded.
@@ -10,13 +10,16 @@
 //!   and [`host_function`] closures as raw host functions, for tests that call the driver directly.
 //! - [`software`] reaches the software driver's fault-injection controls.
 //! - [`wait_until`] is the only way tests wait: every wait has a bound and fails with a message.
-//! - [`run_in_child`] runs one test in a child process, for what poisons a process (a sticky
-//!   context error, a changed driver version).
-//! - [`kernels`] loads the PTX kernels of `examples/kernels/` on the real driver.
+//! - [`run_in_child`] (in one line: [`alone_in_child!`]) runs one test in a child process, for
+//!   what poisons a process (a sticky context error, a changed driver version).
+//! - [`Tally`] counts the runs and drops of launched closures.
+//! - [`kernels`] loads the PTX kernels of `kernels/` (which the examples load too) on the real
+//!   driver.
+//! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
+//!   either driver without kernels, and [`hold_and_release`], the shape of a test of what waits
+//!   behind a gate.
 //! - [`LibcudaAlias`] makes a library the `libcuda` that other libraries (cudarc) open by name,
 //!   for a child process.
-//! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
-//!   either driver without kernels.
 //! - [`quiet`] keeps the tests' deliberate panics out of their output; [`test_driver`] installs
 //!   it.
 
@@ -36,7 +39,7 @@ pub mod wait;
 pub use child::{in_child_process, run_in_child};
 pub use exclusive::capture_lock;
 pub use libcuda_alias::LibcudaAlias;
-pub use memory::{Gate, MappedWords};
+pub use memory::{Gate, MappedWords, hold_and_release};
 pub use selection::{
     DriverKind, TestDriver, context, ok, skip, skip_unless_real, software_driver_path, test_driver,
 };

@@ -1,5 +1,6 @@
 //! Host memory both the host and the device can reach, and stream gates built on it: the tools
-//! that order work in tests on either driver without kernels.
+//! that order work in tests on either driver without kernels; and [`hold_and_release`], the
+//! shape of a test of what waits behind a gate.
 
 use cuda_host::{Context, Stream};
 use cuda_host_sys::{
@@ -198,4 +199,27 @@ impl Drop for Gate {
     fn drop(&mut self) {
         self.open();
     }
+}
+
+/// The shape of a test of what waits, in one call: holds `stream` at a fresh gate, runs `enqueue`
+/// (work that queues behind the gate, on `stream` or on streams that wait for it), then
+/// `while_held` (what the test checks, or does, while that work waits: mostly, that none of it
+/// has run), opens the gate, and answers `synchronize(stream)`, which the caller picks:
+/// cuda-host's [`Stream::synchronize`], a raw call, or a wait for another stream or an event.
+///
+/// # Panics
+/// When a check panics (the gate opens as it unwinds).
+#[track_caller]
+pub fn hold_and_release<R>(
+    stream: &Stream,
+    enqueue: impl FnOnce(),
+    while_held: impl FnOnce(),
+    synchronize: impl FnOnce(&Stream) -> R,
+) -> R {
+    let gate = Gate::new(stream.context());
+    gate.hold(stream);
+    enqueue();
+    while_held();
+    gate.open();
+    synchronize(stream)
 }

@@ -16,7 +16,7 @@ pub const SOFTWARE_DRIVER_DIR_VARIABLE: &str = "CUDA_SOFTWARE_DRIVER_DIR";
 pub enum DriverKind {
     /// NVIDIA's driver with a GPU.
     Real,
-    /// The software driver of `tests/software-driver/`.
+    /// The software driver of `tests/driver-double/`.
     Software,
 }
 

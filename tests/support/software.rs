@@ -26,6 +26,7 @@ pub struct Controls {
     live_objects: LiveObjectsFn,
     armed_failures: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
     call_count: unsafe extern "C" fn(*const c_char, *mut c_ulonglong) -> CUresult,
+    host_task_sync_mode_launches: unsafe extern "C" fn(c_uint, *mut c_ulonglong) -> CUresult,
 }
 
 /// `cuswLiveObjects`, as `cudasw.h` declares it.
@@ -82,7 +83,7 @@ pub fn expect_controls() -> &'static Controls {
 macro_rules! symbol {
     ($library:expr, $name:literal) => {
         // SAFETY: the software driver exports this control function with the C signature the
-        // field declares (tests/software-driver/cudasw.h).
+        // field declares (tests/driver-double/cudasw.h).
         *unsafe { $library.get($name) }
             .unwrap_or_else(|e| panic!("the software driver lacks {:?}: {e}", $name))
     };
@@ -107,6 +108,7 @@ impl Controls {
             live_objects: symbol!(library, c"cuswLiveObjects"),
             armed_failures: symbol!(library, c"cuswArmedFailures"),
             call_count: symbol!(library, c"cuswCallCount"),
+            host_task_sync_mode_launches: symbol!(library, c"cuswHostTaskSyncModeLaunches"),
             _library: library,
         }
     }
@@ -223,6 +225,16 @@ impl Controls {
         let mut count = 0;
         // SAFETY: `entry` is NUL-terminated; `count` is a valid out-pointer.
         check(unsafe { (self.call_count)(entry.as_ptr(), &mut count) });
+        count
+    }
+
+    /// How many host functions were launched through `cuLaunchHostFunc_v2` (or its per-thread
+    /// form) with the sync mode `mode` (a `CUhostTaskSyncMode` value) since the driver was loaded;
+    /// launches an injected failure or a bad argument refused are not counted.
+    pub fn host_task_sync_mode_launches(&self, mode: c_uint) -> u64 {
+        let mut count = 0;
+        // SAFETY: `count` is a valid out-pointer.
+        check(unsafe { (self.host_task_sync_mode_launches)(mode, &mut count) });
         count
     }
 }

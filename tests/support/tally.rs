@@ -1,5 +1,7 @@
 //! Counting what happens to a host function and the values it captures.
 
+use crate::wait::wait_until;
+use cuda_host::{Stream, host_launch};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
@@ -53,6 +55,33 @@ impl Tally {
     pub fn probe(self: &Arc<Self>) -> DropProbe {
         self.probes.fetch_add(1, Ordering::SeqCst);
         DropProbe(Arc::clone(self))
+    }
+
+    /// Launches `count` closures on `stream` with `host_launch`, each capturing a probe of this
+    /// tally and recording its run.
+    ///
+    /// # Panics
+    /// When a launch fails.
+    #[track_caller]
+    pub fn launch_counted(self: &Arc<Self>, stream: &Stream, count: usize) {
+        for _ in 0..count {
+            let probe = self.probe();
+            host_launch(stream, move || probe.ran()).expect("launch");
+        }
+    }
+
+    /// Reclaims on this thread (`cuda_host::reclaim`) until `drops` probes were dropped, then
+    /// checks that no more were.
+    ///
+    /// # Panics
+    /// When that many are not dropped within the harness's bound, or more are.
+    #[track_caller]
+    pub fn reclaim_until_dropped(&self, drops: usize, what: &str) {
+        wait_until(what, || {
+            cuda_host::reclaim();
+            self.drops() >= drops
+        });
+        assert_eq!(self.drops(), drops, "{what}: dropped more than once");
     }
 
     /// How many probes were made: those not dropped yet are alive.

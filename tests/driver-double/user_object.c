@@ -22,7 +22,6 @@
  * still inside the API call. A destructor may itself call the driver.
  */
 #include "internal.h"
-#include "entries.h"
 
 #include <stdlib.h>
 
@@ -198,10 +197,8 @@ void cusw_urefs_release(struct cusw_uref_list *l, enum cusw_destroy_route route)
 CUSW_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
                                         unsigned int initialRefcount, unsigned int flags)
 {
-    CUSW_ENTRY("cuUserObjectCreate", "cuUserObjectCreate");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (object_out == NULL || destroy == NULL || initialRefcount == 0 ||
         flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
         return CUDA_ERROR_INVALID_VALUE;
@@ -224,50 +221,42 @@ CUSW_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUh
     return rc;
 }
 
-CUSW_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
+/* The application's retain (`retain`) or release of `count` references. */
+static CUresult retain_or_release(CUuserObject object, unsigned int count, bool retain)
 {
-    CUSW_ENTRY("cuUserObjectRetain", "cuUserObjectRetain");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     if (count == 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_user_object *o = cusw_handle_get((uintptr_t)object, CUSW_KIND_USER_OBJECT);
-    if (o == NULL)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else
-        cusw_user_object_retain(o, count);
-    cusw_lock_release();
-    return rc;
-}
-
-CUSW_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
-{
-    CUSW_ENTRY("cuUserObjectRelease", "cuUserObjectRelease");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (count == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_user_object *o = cusw_handle_get((uintptr_t)object, CUSW_KIND_USER_OBJECT);
+    CUresult rc = CUDA_SUCCESS;
     /* Releasing more than exists would take references owned by graphs: refuse. */
-    if (o == NULL || count > o->refs)
+    if (o == NULL || (!retain && count > o->refs))
         rc = CUDA_ERROR_INVALID_VALUE;
+    else if (retain)
+        cusw_user_object_retain(o, count);
     else
         cusw_user_object_release(o, count, CUSW_DESTROY_INLINE);
     cusw_lock_release();
     return rc;
 }
 
+CUSW_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
+{
+    CUSW_INIT_ENTRY();
+    return retain_or_release(object, count, true);
+}
+
+CUSW_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
+{
+    CUSW_INIT_ENTRY();
+    return retain_or_release(object, count, false);
+}
+
 CUSW_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object,
                                              unsigned int count, unsigned int flags)
 {
-    CUSW_ENTRY("cuGraphRetainUserObject", "cuGraphRetainUserObject");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (count == 0 || (flags & ~(unsigned int)CU_GRAPH_USER_OBJECT_MOVE) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -287,10 +276,8 @@ CUSW_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object,
 CUSW_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object,
                                               unsigned int count)
 {
-    CUSW_ENTRY("cuGraphReleaseUserObject", "cuGraphReleaseUserObject");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (count == 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -316,7 +303,7 @@ unsigned long long cusw_user_objects_alive(void) { return atomic_load(&objects_a
 
 CUSW_EXPORT CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive)
 {
-    CUSW_ENTRY("cuswUserObjectStats", "cuswUserObjectStats");
+    CUSW_ENTRY();
     if (destroyed != NULL)
         *destroyed = atomic_load(&destructors_run);
     if (alive != NULL)

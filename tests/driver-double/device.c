@@ -1,26 +1,23 @@
 /*
- * device.c - cuInit and the device queries. The software devices are identical: compute
- * capability 9.0, 16 GiB, attributes of a plausible Hopper-class part, stream memory operations
- * supported, host memory mappable, unified addressing; concurrent managed access is 0.
+ * device.c - cuInit and the device queries. The software devices are identical but for their PCI
+ * bus: compute capability 9.0, stream memory operations supported, host memory mappable, unified
+ * addressing, no memory pools, no concurrent managed access. Only the attributes that the suite
+ * and libraries run on the double (cudarc) ask for are modelled.
  */
 #include "internal.h"
-#include "entries.h"
 
 #include <stdio.h>
 #include <string.h>
 
 static atomic_bool initialized;
 
-CUresult cusw_require_init(void)
-{
-    return atomic_load(&initialized) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
-}
+bool cusw_initialized(void) { return atomic_load(&initialized); }
 
 int cusw_device_count(void) { return cusw_config_device_count(); }
 
 CUSW_EXPORT CUresult cuInit(unsigned int Flags)
 {
-    CUSW_ENTRY("cuInit", "cuInit");
+    CUSW_ENTRY();
     if (Flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     /* Like the real driver when no device is visible: cuInit fails and the driver stays
@@ -36,20 +33,14 @@ CUSW_EXPORT CUresult cuInit(unsigned int Flags)
     return CUDA_SUCCESS;
 }
 
-static CUresult check_device(CUdevice dev)
+CUresult cusw_check_device(CUdevice dev)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     return (dev >= 0 && dev < cusw_device_count()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUSW_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 {
-    CUSW_ENTRY("cuDeviceGet", "cuDeviceGet");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (device == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (ordinal < 0 || ordinal >= cusw_device_count())
@@ -60,10 +51,7 @@ CUSW_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
 
 CUSW_EXPORT CUresult cuDeviceGetCount(int *count)
 {
-    CUSW_ENTRY("cuDeviceGetCount", "cuDeviceGetCount");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (count == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *count = cusw_device_count();
@@ -72,8 +60,8 @@ CUSW_EXPORT CUresult cuDeviceGetCount(int *count)
 
 CUSW_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
-    CUSW_ENTRY("cuDeviceGetName", "cuDeviceGetName");
-    CUresult rc = check_device(dev);
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (name == NULL || len <= 0)
@@ -82,9 +70,10 @@ CUSW_EXPORT CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
+CUSW_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 {
-    CUresult rc = check_device(dev);
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (uuid == NULL)
@@ -100,75 +89,22 @@ static CUresult get_uuid(CUuuid *uuid, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-CUSW_EXPORT CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
-{
-    CUSW_ENTRY("cuDeviceGetUuid", "cuDeviceGetUuid");
-    return get_uuid(uuid, dev);
-}
-
-CUSW_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
-{
-    CUSW_ENTRY("cuDeviceGetUuid", "cuDeviceGetUuid_v2");
-    return get_uuid(uuid, dev);
-}
-
-CUSW_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
-{
-    CUSW_ENTRY("cuDeviceTotalMem", "cuDeviceTotalMem_v2");
-    CUresult rc = check_device(dev);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (bytes == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    *bytes = (size_t)CUSW_DEVICE_MEMORY_BYTES;
-    return CUDA_SUCCESS;
-}
-
 struct attribute_value {
     CUdevice_attribute attribute;
     int value;
 };
 
 static const struct attribute_value attribute_values[] = {
-    { CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, 1024 },
-    { CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, 1024 },
-    { CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, 1024 },
-    { CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, 64 },
-    { CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, 2147483647 },
-    { CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, 65535 },
-    { CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, 65535 },
-    { CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, 49152 },
-    { CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, 65536 },
-    { CU_DEVICE_ATTRIBUTE_WARP_SIZE, 32 },
-    { CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, 65536 },
-    { CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1755000 },
-    { CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, 1 },
-    { CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 132 },
-    { CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT, 0 },
-    { CU_DEVICE_ATTRIBUTE_INTEGRATED, 0 },
     { CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1 },
-    { CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, 0 },
-    { CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, 1 },
-    { CU_DEVICE_ATTRIBUTE_ECC_ENABLED, 0 },
     { CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0 },
-    { CU_DEVICE_ATTRIBUTE_TCC_DRIVER, 0 },
-    { CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 2619000 },
-    { CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, 5120 },
-    { CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, 52428800 },
-    { CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, 2048 },
-    { CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, 2 },
     { CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1 },
     { CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0 },
     { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9 },
     { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0 },
-    { CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, 1 },
-    { CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0 },
-    { CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0 },
     { CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 1 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 1 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1, 1 },
-    { CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, 232448 },
     { CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, 0 },
     { CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 1 },
@@ -177,8 +113,8 @@ static const struct attribute_value attribute_values[] = {
 
 CUSW_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
-    CUSW_ENTRY("cuDeviceGetAttribute", "cuDeviceGetAttribute");
-    CUresult rc = check_device(dev);
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (pi == NULL)

@@ -1,10 +1,9 @@
 /*
- * graph.c - graphs and their nodes: creation, host and empty nodes, dependencies, queries,
+ * graph.c - graphs and their nodes: creation, host nodes, dependencies, queries,
  * cloning, destruction. A node's dependencies are stored on the node (its incoming edges); a
  * graph owns its nodes and its user-object references. Graphs belong to no context.
  */
 #include "internal.h"
-#include "entries.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -112,9 +111,7 @@ static CUresult resolve_deps(struct cusw_graph *g, const CUgraphNode *handles, s
 static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                          size_t numDependencies, const struct cusw_action *a)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUresult rc = CUDA_SUCCESS;
     if (phGraphNode == NULL || (a->kind == CUSW_ACT_HOST_FN && a->u.host.fn == NULL))
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -138,10 +135,8 @@ static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraph
 
 CUSW_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
-    CUSW_ENTRY("cuGraphCreate", "cuGraphCreate");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (phGraph == NULL || flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -156,10 +151,8 @@ CUSW_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 
 CUSW_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
-    CUSW_ENTRY("cuGraphDestroy", "cuGraphDestroy");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     cusw_lock_acquire();
     struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
     if (g == NULL)
@@ -178,7 +171,7 @@ CUSW_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph
                                         const CUgraphNode *dependencies, size_t numDependencies,
                                         const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    CUSW_ENTRY("cuGraphAddHostNode", "cuGraphAddHostNode");
+    CUSW_INIT_ENTRY();
     struct cusw_action a = { .kind = CUSW_ACT_HOST_FN };
     if (nodeParams != NULL) {
         a.u.host.fn = nodeParams->fn;
@@ -187,23 +180,13 @@ CUSW_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph
     return add_node(phGraphNode, hGraph, dependencies, numDependencies, &a);
 }
 
-CUSW_EXPORT CUresult cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph,
-                                         const CUgraphNode *dependencies, size_t numDependencies)
-{
-    CUSW_ENTRY("cuGraphAddEmptyNode", "cuGraphAddEmptyNode");
-    struct cusw_action a = { .kind = CUSW_ACT_NOP };
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, &a);
-}
-
 CUSW_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from,
                                                const CUgraphNode *to,
                                                const CUgraphEdgeData *edgeData,
                                                size_t numDependencies)
 {
-    CUSW_ENTRY("cuGraphAddDependencies", "cuGraphAddDependencies_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (numDependencies > 0 && (from == NULL || to == NULL))
         return CUDA_ERROR_INVALID_VALUE;
     /* Only default edges: ports and types other than 0 concern kernel nodes. */
@@ -238,10 +221,8 @@ CUSW_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode
 
 CUSW_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
-    CUSW_ENTRY("cuGraphGetNodes", "cuGraphGetNodes");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (numNodes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -269,10 +250,8 @@ static struct cusw_node *node_of(CUgraphNode handle)
 
 CUSW_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
-    CUSW_ENTRY("cuGraphNodeGetType", "cuGraphNodeGetType");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (type == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -287,10 +266,8 @@ CUSW_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type
 
 CUSW_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
-    CUSW_ENTRY("cuGraphClone", "cuGraphClone");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (phGraphClone == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -324,34 +301,21 @@ CUSW_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
     return rc;
 }
 
-CUSW_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
+/* Sets a host node's parameters from `in`, or reads them into `out`. */
+static CUresult host_node_params(CUgraphNode hNode, const CUDA_HOST_NODE_PARAMS *in,
+                                 CUDA_HOST_NODE_PARAMS *out)
 {
-    CUSW_ENTRY("cuGraphDestroyNode", "cuGraphDestroyNode");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     cusw_lock_acquire();
     struct cusw_node *n = node_of(hNode);
-    if (n == NULL) {
+    CUresult rc = CUDA_SUCCESS;
+    if (n == NULL || n->action.kind != CUSW_ACT_HOST_FN) {
         rc = CUDA_ERROR_INVALID_VALUE;
-    } else if (n->graph->capture != NULL) {
-        rc = CUDA_ERROR_ILLEGAL_STATE; /* node removal is not permitted during capture */
+    } else if (in != NULL) {
+        n->action.u.host.fn = in->fn;
+        n->action.u.host.data = in->userData;
     } else {
-        struct cusw_graph *g = n->graph;
-        size_t at = 0;
-        for (size_t i = 0; i < g->n_nodes; i++) {
-            struct cusw_node *m = g->nodes[i];
-            if (m == n)
-                continue;
-            size_t kept = 0;
-            for (size_t d = 0; d < m->ndeps; d++)
-                if (m->deps[d] != n)
-                    m->deps[kept++] = m->deps[d];
-            m->ndeps = kept;
-            g->nodes[at++] = m;
-        }
-        g->n_nodes = at;
-        node_free(n);
+        out->fn = n->action.u.host.fn;
+        out->userData = n->action.u.host.data;
     }
     cusw_lock_release();
     return rc;
@@ -359,41 +323,17 @@ CUSW_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
 
 CUSW_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    CUSW_ENTRY("cuGraphHostNodeGetParams", "cuGraphHostNodeGetParams");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (nodeParams == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_node *n = node_of(hNode);
-    if (n == NULL || n->action.kind != CUSW_ACT_HOST_FN) {
-        rc = CUDA_ERROR_INVALID_VALUE;
-    } else {
-        nodeParams->fn = n->action.u.host.fn;
-        nodeParams->userData = n->action.u.host.data;
-    }
-    cusw_lock_release();
-    return rc;
+    return host_node_params(hNode, NULL, nodeParams);
 }
 
 CUSW_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode,
                                               const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    CUSW_ENTRY("cuGraphHostNodeSetParams", "cuGraphHostNodeSetParams");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (!valid_host_params(nodeParams))
         return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_node *n = node_of(hNode);
-    if (n == NULL || n->action.kind != CUSW_ACT_HOST_FN) {
-        rc = CUDA_ERROR_INVALID_VALUE;
-    } else {
-        n->action.u.host.fn = nodeParams->fn;
-        n->action.u.host.data = nodeParams->userData;
-    }
-    cusw_lock_release();
-    return rc;
+    return host_node_params(hNode, nodeParams, NULL);
 }

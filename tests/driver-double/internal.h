@@ -48,27 +48,49 @@
 #endif
 
 /* First statement of every exported function. The stub variant answers like NVIDIA's toolkit
- * stub libcuda.so; otherwise the call is counted (counts.c), and armed fault injections (fault.c)
- * take precedence over it. */
-#define CUSW_ENTRY(base, symbol)                                                                 \
+ * stub libcuda.so; otherwise an armed delay (delay.c) holds the call back, the call is counted
+ * (counts.c), and an armed fault injection (fault.c) answers in its place. Each function's call
+ * site knows it by its exported name, __func__. */
+#define CUSW_ENTRY()                                                                             \
     do {                                                                                         \
         if (CUSW_IS_STUB)                                                                        \
             return CUDA_ERROR_STUB_LIBRARY;                                                      \
-        cusw_delay_injected((base), (symbol));                                                   \
-        static struct cusw_call_site cusw_site_ = { (base), (symbol), 0, false, NULL };          \
-        cusw_count_call(&cusw_site_);                                                            \
+        static struct cusw_call_site cusw_site_ = { .symbol = __func__ };                        \
         CUresult cusw_injected_;                                                                 \
-        if (cusw_fault_injected((base), (symbol), &cusw_injected_))                              \
+        if (cusw_enter(&cusw_site_, &cusw_injected_))                                            \
             return cusw_injected_;                                                               \
     } while (0)
+
+/* CUSW_ENTRY for the entry points that need a successful cuInit first. */
+#define CUSW_INIT_ENTRY()                                                                        \
+    do {                                                                                         \
+        CUSW_ENTRY();                                                                            \
+        if (!cusw_initialized())                                                                 \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                   \
+    } while (0)
+
+/* Defines the exported function `name` and its twin name##_ptsz (entries.def's TWIN), both
+ * answering `call`, an expression of the parameters and of `per_thread`: false in `name`, true in
+ * the twin, where a NULL stream means the calling thread's per-thread stream. */
+#define CUSW_TWINS(name, params, call)                                                           \
+    CUSW_EXPORT CUresult name params                                                             \
+    {                                                                                            \
+        const bool per_thread = false;                                                           \
+        CUSW_INIT_ENTRY();                                                                       \
+        return call;                                                                             \
+    }                                                                                            \
+    CUSW_EXPORT CUresult name##_ptsz params                                                      \
+    {                                                                                            \
+        const bool per_thread = true;                                                            \
+        CUSW_INIT_ENTRY();                                                                       \
+        return call;                                                                             \
+    }
 
 /* ---- Limits and defaults --------------------------------------------------------------------- */
 
 #define CUSW_MAX_DEVICES 8
 #define CUSW_DEFAULT_DRIVER_VERSION 13050
 #define CUSW_DEVICE_MEMORY_BYTES (16ULL << 30)
-#define CUSW_STREAM_PRIORITY_GREATEST (-5)
-#define CUSW_STREAM_PRIORITY_LEAST 0
 
 /* ---- Global lock (runtime.c) ----------------------------------------------------------------- */
 
@@ -98,26 +120,34 @@ bool cusw_reserve(void **array, size_t *capacity, size_t needed, size_t elem_siz
 
 /* ---- Initialisation and devices (device.c) --------------------------------------------------- */
 
-CUresult cusw_require_init(void); /* CUDA_ERROR_NOT_INITIALIZED before a successful cuInit */
+bool cusw_initialized(void); /* whether cuInit has succeeded */
 int cusw_device_count(void);
+CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
 
 /* ---- Driver version and entry table (proc_address.c) ----------------------------------------- */
 
 int cusw_reported_driver_version(void);
 bool cusw_entry_name_known(const char *name); /* base or exported name of an entry or control */
+/* The base name of the entry point or control exported as `symbol`. */
+const char *cusw_entry_base(const char *symbol);
+/* Calls fn with the exported name of every entry point and control. */
+void cusw_for_each_export(void (*fn)(const char *symbol, void *arg), void *arg);
 
 /* ---- Call counts (counts.c) ------------------------------------------------------------------ */
 
 /* One per exported function (a static in CUSW_ENTRY), put on a process-wide list at its first
  * call; cuswCallCount sums the sites whose base or exported name matches. */
 struct cusw_call_site {
-    const char *base, *symbol;
+    const char *symbol;
+    _Atomic(const char *) base; /* looked up at the first call */
     atomic_ullong calls;
     atomic_bool listed;
     struct cusw_call_site *next; /* written once, before the site is published */
 };
 
-void cusw_count_call(struct cusw_call_site *site);
+/* CUSW_ENTRY's work: delays, counts, and answers whether a fault injection takes the call
+ * (then *injected is its answer). */
+bool cusw_enter(struct cusw_call_site *site, CUresult *injected);
 
 /* ---- Fault injection (fault.c) ---------------------------------------------------------------- */
 
@@ -186,7 +216,7 @@ struct cusw_action {
         struct { CUhostFn fn; void *data; } host;
         struct { CUstreamCallback fn; void *data; CUstream stream; } callback;
         struct { void *dst; const void *src; size_t bytes; } copy;
-        struct { void *dst; unsigned int value; unsigned int elem_size; size_t count; } set;
+        struct { uint32_t *dst; uint32_t value; size_t count; } set; /* of 32-bit words */
         struct { CUdeviceptr addr; uint64_t value; unsigned int flags; bool is64; } mem;
         struct { CUresult code; } fault;
         struct { unsigned int usec; } sleep;
@@ -238,7 +268,7 @@ struct cusw_ctx {
     int retain_count;
     bool active;
     atomic_int sticky;          /* CUresult; never cleared for the process */
-    atomic_bool tearing_down;   /* makes wait-value polls give up while the context is reset */
+    atomic_bool tearing_down;   /* makes wait-value polls give up while the context is torn down */
     struct cusw_stream *legacy; /* while active */
     struct cusw_stream *streams; /* every stream of the context, also destroyed ones still draining */
     struct cusw_event *events;
@@ -278,8 +308,7 @@ struct cusw_stream {
     struct cusw_ctx *ctx;
     enum cusw_stream_kind kind;
     unsigned int flags;
-    int priority;
-    unsigned long long id;
+    unsigned long long id; /* cuStreamGetId's answer */
     unsigned int refs; /* the worker's, plus one per dependency or event that names the stream */
     bool destroyed;
     pthread_cond_t wake; /* the worker waits here for new operations */
@@ -296,7 +325,7 @@ struct cusw_stream {
 };
 
 /* [locked] Resolves an API stream argument: NULL means the legacy stream, or the per-thread stream
- * for _ptsz/_ptds entry points; CU_STREAM_LEGACY / CU_STREAM_PER_THREAD name the current
+ * for the _ptsz twins; CU_STREAM_LEGACY / CU_STREAM_PER_THREAD name the current
  * context's. Checks the context (see cusw_ctx_check). */
 CUresult cusw_stream_resolve(CUstream handle, bool per_thread, struct cusw_stream **out);
 /* [locked] Appends an operation (with extra dependencies, also the implicit legacy-stream ones). */
@@ -310,10 +339,10 @@ bool cusw_stream_syncs_with_legacy(const struct cusw_stream *s); /* blocking or 
 void cusw_stream_ref(struct cusw_stream *s);   /* [locked] */
 void cusw_stream_unref(struct cusw_stream *s); /* [locked] */
 struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_kind kind,
-                                       unsigned int flags, int priority); /* [locked] */
+                                       unsigned int flags); /* [locked] */
 /* [locked] Invalidates the handle at once; the worker drains pending work, then exits. */
 void cusw_stream_destroy(struct cusw_stream *s);
-size_t cusw_user_stream_count(void); /* [locked] made by cuStreamCreate*, not destroyed */
+size_t cusw_user_stream_count(void); /* [locked] made by cuStreamCreate, not destroyed */
 /* Submits a stream-ordered action (takes the lock): checks initialisation, resolves the stream,
  * applies the capture rules (while capturing, the action becomes a graph node) and enqueues it. */
 CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a);
@@ -370,7 +399,7 @@ CUresult cusw_capture_add_node(struct cusw_stream *s, const struct cusw_action *
 /* [locked] For stream-synchronising calls on `s` (synchronize, query): answers 900/901/906 and
  * invalidates as the real driver does. */
 CUresult cusw_capture_check_sync(struct cusw_stream *s);
-/* [locked] For "potentially unsafe" calls (allocation, synchronous copies, context sync). */
+/* [locked] For "potentially unsafe" calls (allocation, context sync). */
 CUresult cusw_capture_check_unsafe(void);
 /* [locked] Marks the capture invalidated (it stays until cuStreamEndCapture). */
 void cusw_capture_invalidate(struct cusw_capture *c);
@@ -452,5 +481,15 @@ unsigned long long cusw_user_objects_alive(void); /* whose destructor has not ru
 
 void cusw_memory_release_context(struct cusw_ctx *ctx); /* [locked] frees its allocations */
 void cusw_memory_counts(size_t *host, size_t *device); /* [locked] live allocations */
+
+/* ---- The exported functions (entries.def) ---------------------------------------------------- */
+
+#define ENTRY(base, version, name, params) CUresult name params;
+#define TWIN(base, version, name, params) CUresult name params; CUresult name##_ptsz params;
+#define CONTROL(name)
+#include "entries.def"
+#undef ENTRY
+#undef TWIN
+#undef CONTROL
 
 #endif /* CUSW_INTERNAL_H */

@@ -12,7 +12,6 @@
  * thread; those made due by destroying one never launched run inside cuGraphExecDestroy.
  */
 #include "internal.h"
-#include "entries.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -109,10 +108,7 @@ out:
 CUSW_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                                  unsigned long long flags)
 {
-    CUSW_ENTRY("cuGraphInstantiateWithFlags", "cuGraphInstantiateWithFlags");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     /* Graph memory nodes and node priorities do not exist here, so those flags change nothing.
      * UPLOAD is only valid with cuGraphInstantiateWithParams; device launch is not modelled. */
     const unsigned long long accepted =
@@ -122,7 +118,7 @@ CUSW_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgra
     cusw_lock_acquire();
     struct cusw_ctx *ctx = NULL;
     struct cusw_exec *x = NULL;
-    rc = cusw_ctx_current(&ctx);
+    CUresult rc = cusw_ctx_current(&ctx);
     struct cusw_graph *g = NULL;
     if (rc == CUDA_SUCCESS && (g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH)) == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -162,9 +158,7 @@ static CUresult capture_launch(struct cusw_exec *x, struct cusw_stream *s)
 
 static CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool per_thread)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUresult rc = CUDA_SUCCESS;
     cusw_lock_acquire();
     struct cusw_exec *x = cusw_handle_get((uintptr_t)hGraphExec, CUSW_KIND_EXEC);
     struct cusw_stream *s = NULL;
@@ -210,24 +204,13 @@ static CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool per_thread
     return rc;
 }
 
-CUSW_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
-{
-    CUSW_ENTRY("cuGraphLaunch", "cuGraphLaunch");
-    return launch(hGraphExec, hStream, false);
-}
-
-CUSW_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
-{
-    CUSW_ENTRY("cuGraphLaunch", "cuGraphLaunch_ptsz");
-    return launch(hGraphExec, hStream, true);
-}
+CUSW_TWINS(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream),
+           launch(hGraphExec, hStream, per_thread))
 
 CUSW_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
-    CUSW_ENTRY("cuGraphExecDestroy", "cuGraphExecDestroy");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     cusw_lock_acquire();
     struct cusw_exec *x = cusw_handle_get((uintptr_t)hGraphExec, CUSW_KIND_EXEC);
     if (x == NULL)
@@ -241,10 +224,8 @@ CUSW_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 CUSW_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
                                                   const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
-    CUSW_ENTRY("cuGraphExecHostNodeSetParams", "cuGraphExecHostNodeSetParams");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (nodeParams == NULL || nodeParams->fn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();

@@ -59,7 +59,7 @@ void cusw_note_stale_handle(void)
 CUSW_EXPORT CUresult cuswDelayNextCalls(const char *entry, unsigned int count,
                                         unsigned int microseconds)
 {
-    CUSW_ENTRY("cuswDelayNextCalls", "cuswDelayNextCalls");
+    CUSW_ENTRY();
     if (entry == NULL || count == 0 || microseconds == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (!cusw_entry_name_known(entry))
@@ -81,7 +81,7 @@ CUSW_EXPORT CUresult cuswDelayNextCalls(const char *entry, unsigned int count,
 
 CUSW_EXPORT CUresult cuswStaleHandleUses(unsigned long long *count)
 {
-    CUSW_ENTRY("cuswStaleHandleUses", "cuswStaleHandleUses");
+    CUSW_ENTRY();
     if (count == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *count = atomic_load(&stale_handle_uses);

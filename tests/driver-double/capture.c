@@ -1,7 +1,7 @@
 /*
  * capture.c - stream capture: cuStreamBeginCapture_v2, cuStreamEndCapture, cuStreamIsCapturing,
- * cuStreamGetCaptureInfo_v3, cuThreadExchangeStreamCaptureMode, and the rules that decide which
- * calls are allowed while captures are going on.
+ * cuStreamGetCaptureInfo_v3, and the rules that decide which calls are allowed while captures are
+ * going on.
  *
  * While a stream captures, the stream-ordered work given to it becomes graph nodes chained on the
  * stream's current dependency set instead of running. The rules reproduce the real driver,
@@ -12,24 +12,21 @@
  *    error and invalidate the capture. Non-blocking captures do not involve the legacy stream.
  *  - synchronising or querying a capturing stream answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
  *    and invalidates the capture.
- *  - "potentially unsafe" calls (allocation, synchronous copies, context or legacy-stream
- *    synchronisation) follow cuThreadExchangeStreamCaptureMode's documented rules: a thread in
- *    GLOBAL mode (the default) may not make them while it has a non-relaxed capture of its own
- *    or any thread has a GLOBAL capture; THREAD_LOCAL only looks at its own captures; RELAXED
- *    may always. A prohibited call answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates
- *    the captures that prohibited it.
+ *  - "potentially unsafe" calls (allocation, context or legacy-stream synchronisation) follow
+ *    the documented rules of a thread in GLOBAL capture interaction mode (every thread's, since
+ *    this driver has no cuThreadExchangeStreamCaptureMode): it may not make them while it has a
+ *    non-relaxed capture of its own or any thread has a GLOBAL capture. A prohibited call answers
+ *    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures that prohibited it.
  * An invalidated capture stays until cuStreamEndCapture, which then answers
  * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph.
  */
 #include "internal.h"
-#include "entries.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static struct cusw_capture *captures; /* all captures going on, process-wide */
 static uint64_t next_capture_id = 1;
-static _Thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 struct cusw_capture *cusw_capture_find(uint64_t id)
 {
@@ -91,15 +88,11 @@ CUresult cusw_capture_add_node(struct cusw_stream *s, const struct cusw_action *
 
 CUresult cusw_capture_check_unsafe(void)
 {
-    if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
-        return CUDA_SUCCESS;
     uint64_t self = cusw_thread_serial();
     bool prohibited = false;
     for (struct cusw_capture *c = captures; c != NULL; c = c->next) {
         bool own = c->thread_serial == self && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
-        bool global = thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
-                      c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
-        if (own || global) {
+        if (own || c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
             cusw_capture_invalidate(c);
             prohibited = true;
         }
@@ -244,16 +237,13 @@ static CUresult check_joined(struct cusw_capture *c)
 
 static CUresult begin_capture(CUstream hStream, bool per_thread, CUstreamCaptureMode mode)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
         mode != CU_STREAM_CAPTURE_MODE_RELAXED)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
     struct cusw_capture *c = NULL;
-    rc = cusw_stream_resolve(hStream, per_thread, &s);
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
     if (rc == CUDA_SUCCESS && s->kind == CUSW_STREAM_LEGACY)
         rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
     else if (rc == CUDA_SUCCESS && s->capture != NULL)
@@ -282,28 +272,16 @@ static CUresult begin_capture(CUstream hStream, bool per_thread, CUstreamCapture
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
-{
-    CUSW_ENTRY("cuStreamBeginCapture", "cuStreamBeginCapture_v2");
-    return begin_capture(hStream, false, mode);
-}
-
-CUSW_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
-{
-    CUSW_ENTRY("cuStreamBeginCapture", "cuStreamBeginCapture_v2_ptsz");
-    return begin_capture(hStream, true, mode);
-}
+CUSW_TWINS(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode),
+           begin_capture(hStream, per_thread, mode))
 
 static CUresult end_capture(CUstream hStream, bool per_thread, CUgraph *phGraph)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     if (phGraph == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
-    rc = cusw_stream_resolve(hStream, per_thread, &s);
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
     struct cusw_capture *c = rc == CUDA_SUCCESS ? s->capture : NULL;
     if (rc == CUDA_SUCCESS && c == NULL)
         rc = CUDA_ERROR_ILLEGAL_STATE;
@@ -324,17 +302,8 @@ static CUresult end_capture(CUstream hStream, bool per_thread, CUgraph *phGraph)
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
-{
-    CUSW_ENTRY("cuStreamEndCapture", "cuStreamEndCapture");
-    return end_capture(hStream, false, phGraph);
-}
-
-CUSW_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
-{
-    CUSW_ENTRY("cuStreamEndCapture", "cuStreamEndCapture_ptsz");
-    return end_capture(hStream, true, phGraph);
-}
+CUSW_TWINS(cuStreamEndCapture, (CUstream hStream, CUgraph *phGraph),
+           end_capture(hStream, per_thread, phGraph))
 
 static CUstreamCaptureStatus status_of(const struct cusw_stream *s)
 {
@@ -344,53 +313,44 @@ static CUstreamCaptureStatus status_of(const struct cusw_stream *s)
                                    : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
-static CUresult is_capturing(CUstream hStream, bool per_thread, CUstreamCaptureStatus *status)
+/* [locked] The stream a capture-state query names: the legacy stream while a blocking stream of
+ * its context captures answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, but asking invalidates
+ * nothing (measured). */
+static CUresult queried_stream(CUstream hStream, bool per_thread, struct cusw_stream **s)
 {
-    CUresult rc = cusw_require_init();
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, s);
     if (rc != CUDA_SUCCESS)
         return rc;
+    bool implicit = (*s)->kind == CUSW_STREAM_LEGACY && blocking_capture((*s)->ctx, false);
+    return implicit ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+}
+
+static CUresult is_capturing(CUstream hStream, bool per_thread, CUstreamCaptureStatus *status)
+{
     if (status == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
-    rc = cusw_stream_resolve(hStream, per_thread, &s);
-    /* Asking about the legacy stream does not invalidate anything (measured). */
-    if (rc == CUDA_SUCCESS && s->kind == CUSW_STREAM_LEGACY && blocking_capture(s->ctx, false))
-        rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    CUresult rc = queried_stream(hStream, per_thread, &s);
     if (rc == CUDA_SUCCESS)
         *status = status_of(s);
     cusw_lock_release();
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
-{
-    CUSW_ENTRY("cuStreamIsCapturing", "cuStreamIsCapturing");
-    return is_capturing(hStream, false, captureStatus);
-}
-
-CUSW_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream,
-                                              CUstreamCaptureStatus *captureStatus)
-{
-    CUSW_ENTRY("cuStreamIsCapturing", "cuStreamIsCapturing_ptsz");
-    return is_capturing(hStream, true, captureStatus);
-}
+CUSW_TWINS(cuStreamIsCapturing, (CUstream hStream, CUstreamCaptureStatus *captureStatus),
+           is_capturing(hStream, per_thread, captureStatus))
 
 static CUresult get_capture_info(CUstream hStream, bool per_thread,
                                  CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
                                  CUgraph *graph_out, const CUgraphNode **dependencies_out,
                                  const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     if (captureStatus_out == NULL || (edgeData_out != NULL && dependencies_out == NULL))
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
-    rc = cusw_stream_resolve(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS && s->kind == CUSW_STREAM_LEGACY && blocking_capture(s->ctx, false))
-        rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+    CUresult rc = queried_stream(hStream, per_thread, &s);
     if (rc == CUDA_SUCCESS) {
         *captureStatus_out = status_of(s);
         if (s->capture != NULL && id_out != NULL)
@@ -427,42 +387,9 @@ static CUresult get_capture_info(CUstream hStream, bool per_thread,
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream hStream,
-                                               CUstreamCaptureStatus *captureStatus_out,
-                                               cuuint64_t *id_out, CUgraph *graph_out,
-                                               const CUgraphNode **dependencies_out,
-                                               const CUgraphEdgeData **edgeData_out,
-                                               size_t *numDependencies_out)
-{
-    CUSW_ENTRY("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3");
-    return get_capture_info(hStream, false, captureStatus_out, id_out, graph_out,
-                            dependencies_out, edgeData_out, numDependencies_out);
-}
-
-CUSW_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
-                                                    CUstreamCaptureStatus *captureStatus_out,
-                                                    cuuint64_t *id_out, CUgraph *graph_out,
-                                                    const CUgraphNode **dependencies_out,
-                                                    const CUgraphEdgeData **edgeData_out,
-                                                    size_t *numDependencies_out)
-{
-    CUSW_ENTRY("cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_v3_ptsz");
-    return get_capture_info(hStream, true, captureStatus_out, id_out, graph_out,
-                            dependencies_out, edgeData_out, numDependencies_out);
-}
-
-CUSW_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
-{
-    CUSW_ENTRY("cuThreadExchangeStreamCaptureMode", "cuThreadExchangeStreamCaptureMode");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (mode == NULL || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
-                         *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-                         *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
-        return CUDA_ERROR_INVALID_VALUE;
-    CUstreamCaptureMode previous = thread_mode;
-    thread_mode = *mode;
-    *mode = previous;
-    return CUDA_SUCCESS;
-}
+CUSW_TWINS(cuStreamGetCaptureInfo_v3,
+           (CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
+            CUgraph *graph_out, const CUgraphNode **dependencies_out,
+            const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),
+           get_capture_info(hStream, per_thread, captureStatus_out, id_out, graph_out,
+                            dependencies_out, edgeData_out, numDependencies_out))

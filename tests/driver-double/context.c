@@ -1,15 +1,14 @@
 /*
- * context.c - primary contexts, the per-thread context stack, sticky errors, context-wide
+ * context.c - primary contexts, the calling thread's current context, sticky errors, context-wide
  * synchronisation.
  *
  * Each device has one primary context object for the life of the process, so its handle stays
- * the same across release/reset (as on the real driver) and its sticky error survives a reset:
- * measured on the real driver, a sticky error never clears for the process, and retaining the
- * primary context again answers it. Deactivating a context (last release, or reset) destroys its
- * streams (after they drain), events and allocations.
+ * the same across releases (as on the real driver) and its sticky error survives them: measured
+ * on the real driver, a sticky error never clears for the process, and retaining the
+ * primary context again answers it. Deactivating a context (its last release) destroys its streams
+ * (after they drain), events and allocations.
  */
 #include "internal.h"
-#include "entries.h"
 
 static struct cusw_ctx contexts[CUSW_MAX_DEVICES];
 
@@ -42,27 +41,18 @@ CUresult cusw_ctx_check(const struct cusw_ctx *ctx)
     return cusw_ctx_sticky(ctx);
 }
 
-/* ---- Per-thread context stack ---------------------------------------------------------------- */
+/* ---- The calling thread's current context ---------------------------------------------------- */
 
-#define CONTEXT_STACK_DEPTH 64
-
-/* Contexts are never freed, so the stack may hold plain pointers. */
-static _Thread_local struct cusw_ctx *context_stack[CONTEXT_STACK_DEPTH];
-static _Thread_local int context_depth;
-
-static struct cusw_ctx *current_context(void)
-{
-    return context_depth > 0 ? context_stack[context_depth - 1] : NULL;
-}
+/* Contexts are never freed, so a thread may keep a plain pointer. */
+static _Thread_local struct cusw_ctx *current;
 
 CUresult cusw_ctx_current(struct cusw_ctx **out)
 {
-    struct cusw_ctx *ctx = current_context();
-    if (ctx == NULL)
+    if (current == NULL)
         return CUDA_ERROR_INVALID_CONTEXT;
-    CUresult rc = cusw_ctx_check(ctx);
+    CUresult rc = cusw_ctx_check(current);
     if (rc == CUDA_SUCCESS)
-        *out = ctx;
+        *out = current;
     return rc;
 }
 
@@ -78,85 +68,31 @@ static CUresult context_from_handle(CUcontext handle, struct cusw_ctx **out)
 
 CUSW_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
-    CUSW_ENTRY("cuCtxSetCurrent", "cuCtxSetCurrent");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (ctx == NULL) {
-        if (context_depth > 0)
-            context_depth--;
-        return CUDA_SUCCESS;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
+    struct cusw_ctx *c = NULL; /* NULL unbinds */
+    if (ctx != NULL) {
+        cusw_lock_acquire();
+        rc = context_from_handle(ctx, &c);
+        cusw_lock_release();
     }
-    struct cusw_ctx *c = NULL;
-    cusw_lock_acquire();
-    rc = context_from_handle(ctx, &c);
-    cusw_lock_release();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (context_depth == 0)
-        context_depth = 1;
-    context_stack[context_depth - 1] = c;
-    return CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        current = c;
+    return rc;
 }
 
 CUSW_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
-    CUSW_ENTRY("cuCtxGetCurrent", "cuCtxGetCurrent");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (pctx == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    struct cusw_ctx *c = current_context();
-    *pctx = c ? (CUcontext)c->handle : NULL;
-    return CUDA_SUCCESS;
-}
-
-CUSW_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
-{
-    CUSW_ENTRY("cuCtxPushCurrent", "cuCtxPushCurrent_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (ctx == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct cusw_ctx *c = NULL;
-    cusw_lock_acquire();
-    rc = context_from_handle(ctx, &c);
-    cusw_lock_release();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (context_depth == CONTEXT_STACK_DEPTH)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    context_stack[context_depth++] = c;
-    return CUDA_SUCCESS;
-}
-
-CUSW_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
-{
-    CUSW_ENTRY("cuCtxPopCurrent", "cuCtxPopCurrent_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (context_depth == 0)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    struct cusw_ctx *c = context_stack[--context_depth];
-    if (pctx != NULL)
-        *pctx = (CUcontext)c->handle;
+    *pctx = current ? (CUcontext)current->handle : NULL;
     return CUDA_SUCCESS;
 }
 
 /* ---- Primary contexts ------------------------------------------------------------------------ */
 
-static CUresult check_device(CUdevice dev)
-{
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    return (dev >= 0 && dev < cusw_device_count()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
-}
-
-/* [locked] A reset or last release may be draining the context's streams with the lock
+/* [locked] A last release may be draining the context's streams with the lock
  * released; nothing may re-activate it meanwhile. */
 static void wait_teardown(struct cusw_ctx *c)
 {
@@ -186,8 +122,8 @@ static void deactivate(struct cusw_ctx *c)
 
 CUSW_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    CUSW_ENTRY("cuDevicePrimaryCtxRetain", "cuDevicePrimaryCtxRetain");
-    CUresult rc = check_device(dev);
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (pctx == NULL)
@@ -197,7 +133,7 @@ CUSW_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     wait_teardown(c);
     rc = cusw_ctx_sticky(c);
     if (rc == CUDA_SUCCESS && !c->active) {
-        c->legacy = cusw_stream_create(c, CUSW_STREAM_LEGACY, 0, 0);
+        c->legacy = cusw_stream_create(c, CUSW_STREAM_LEGACY, 0);
         if (c->legacy == NULL)
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else
@@ -213,8 +149,8 @@ CUSW_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 CUSW_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    CUSW_ENTRY("cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxRelease_v2");
-    CUresult rc = check_device(dev);
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
     if (rc != CUDA_SUCCESS)
         return rc;
     cusw_lock_acquire();
@@ -229,26 +165,10 @@ CUSW_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     return rc;
 }
 
-CUSW_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
-{
-    CUSW_ENTRY("cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2");
-    CUresult rc = check_device(dev);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    cusw_lock_acquire();
-    struct cusw_ctx *c = &contexts[dev];
-    wait_teardown(c);
-    if (c->active)
-        deactivate(c);
-    c->retain_count = 0;
-    cusw_lock_release();
-    return CUDA_SUCCESS;
-}
-
 CUSW_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
-    CUSW_ENTRY("cuDevicePrimaryCtxGetState", "cuDevicePrimaryCtxGetState");
-    CUresult rc = check_device(dev);
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
     if (rc != CUDA_SUCCESS)
         return rc;
     if (flags == NULL || active == NULL)
@@ -273,14 +193,11 @@ static CUresult context_checked(CUcontext handle, struct cusw_ctx **out)
 
 static CUresult get_device(CUdevice *device, CUcontext handle)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     if (device == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     struct cusw_ctx *c = NULL;
     cusw_lock_acquire();
-    rc = context_checked(handle, &c);
+    CUresult rc = context_checked(handle, &c);
     if (rc == CUDA_SUCCESS)
         *device = c->device;
     cusw_lock_release();
@@ -289,24 +206,21 @@ static CUresult get_device(CUdevice *device, CUcontext handle)
 
 CUSW_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
 {
-    CUSW_ENTRY("cuCtxGetDevice", "cuCtxGetDevice");
+    CUSW_INIT_ENTRY();
     return get_device(device, NULL);
 }
 
 CUSW_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
-    CUSW_ENTRY("cuCtxGetDevice", "cuCtxGetDevice_v2");
+    CUSW_INIT_ENTRY();
     return get_device(device, ctx);
 }
 
 static CUresult synchronize(CUcontext handle)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     struct cusw_ctx *c = NULL;
     cusw_lock_acquire();
-    rc = context_checked(handle, &c);
+    CUresult rc = context_checked(handle, &c);
     if (rc == CUDA_SUCCESS)
         rc = cusw_capture_check_unsafe();
     if (rc == CUDA_SUCCESS) {
@@ -319,12 +233,12 @@ static CUresult synchronize(CUcontext handle)
 
 CUSW_EXPORT CUresult cuCtxSynchronize(void)
 {
-    CUSW_ENTRY("cuCtxSynchronize", "cuCtxSynchronize");
+    CUSW_INIT_ENTRY();
     return synchronize(NULL);
 }
 
 CUSW_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
-    CUSW_ENTRY("cuCtxSynchronize", "cuCtxSynchronize_v2");
+    CUSW_INIT_ENTRY();
     return synchronize(ctx);
 }

@@ -45,8 +45,8 @@ static bool wait_condition_met(const struct cusw_action *a)
 }
 
 /* The device polls memory; so do we, backing off from 1 us to 1 ms between reads. The wait gives
- * up when the context gets a sticky error or is being reset, so a faulted or reset context never
- * leaves a worker polling forever. */
+ * up when the context gets a sticky error or is being torn down, so a faulted or released context
+ * never leaves a worker polling forever. */
 static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
 {
     unsigned long delay = 1;
@@ -61,10 +61,6 @@ static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
 
 static void fill(const struct cusw_action *a)
 {
-    if (a->u.set.elem_size == 1) {
-        memset(a->u.set.dst, (int)(unsigned char)a->u.set.value, a->u.set.count);
-        return;
-    }
     uint32_t *dst = a->u.set.dst;
     for (size_t i = 0; i < a->u.set.count; i++)
         dst[i] = a->u.set.value;

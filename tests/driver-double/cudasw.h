@@ -26,7 +26,6 @@ typedef int CUdevice_v1;
 typedef CUdevice_v1 CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
-typedef struct CUfunc_st *CUfunction;
 typedef struct CUevent_st *CUevent;
 typedef struct CUstream_st *CUstream;
 typedef struct CUgraph_st *CUgraph;
@@ -152,46 +151,17 @@ typedef enum cudaError_enum {
 } CUresult;
 
 typedef enum CUdevice_attribute_enum {
-    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
-    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X = 2,
-    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y = 3,
-    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z = 4,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X = 5,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y = 6,
-    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z = 7,
-    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK = 8,
-    CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY = 9,
-    CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
-    CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK = 12,
-    CU_DEVICE_ATTRIBUTE_CLOCK_RATE = 13,
-    CU_DEVICE_ATTRIBUTE_GPU_OVERLAP = 15,
-    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
-    CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT = 17,
-    CU_DEVICE_ATTRIBUTE_INTEGRATED = 18,
     CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY = 19,
-    CU_DEVICE_ATTRIBUTE_COMPUTE_MODE = 20,
-    CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS = 31,
-    CU_DEVICE_ATTRIBUTE_ECC_ENABLED = 32,
     CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
     CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
-    CU_DEVICE_ATTRIBUTE_TCC_DRIVER = 35,
-    CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE = 36,
-    CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH = 37,
-    CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE = 38,
-    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
-    CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40,
     CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
     CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
-    CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
-    CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED = 86,
-    CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS = 88,
     CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1 = 94,
-    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
     CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES = 98,
     CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
@@ -200,28 +170,18 @@ typedef enum CUdevice_attribute_enum {
 
 typedef enum CUctx_flags_enum {
     CU_CTX_SCHED_AUTO          = 0x00,
-    CU_CTX_FLAGS_MASK          = 0xFF
 } CUctx_flags;
 
 typedef enum CUstream_flags_enum {
-    CU_STREAM_DEFAULT             = 0x0,
     CU_STREAM_NON_BLOCKING        = 0x1
 } CUstream_flags;
 
 typedef enum CUevent_flags_enum {
-    CU_EVENT_DEFAULT        = 0x0,
     CU_EVENT_BLOCKING_SYNC  = 0x1,
     CU_EVENT_DISABLE_TIMING = 0x2,
-    CU_EVENT_INTERPROCESS   = 0x4
 } CUevent_flags;
 
-typedef enum CUevent_record_flags_enum {
-    CU_EVENT_RECORD_DEFAULT  = 0x0,
-    CU_EVENT_RECORD_EXTERNAL = 0x1
-} CUevent_record_flags;
-
 typedef enum CUevent_wait_flags_enum {
-    CU_EVENT_WAIT_DEFAULT  = 0x0,
     CU_EVENT_WAIT_EXTERNAL = 0x1
 } CUevent_wait_flags;
 
@@ -235,7 +195,6 @@ typedef enum CUstreamWaitValue_flags_enum {
 
 typedef enum CUstreamWriteValue_flags_enum {
     CU_STREAM_WRITE_VALUE_DEFAULT           = 0x0,
-    CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER = 0x1
 } CUstreamWriteValue_flags;
 
 typedef enum CUstreamCaptureStatus_enum {
@@ -257,29 +216,12 @@ typedef enum CUgraphNodeType_enum {
     CU_GRAPH_NODE_TYPE_HOST             = 3,
     CU_GRAPH_NODE_TYPE_GRAPH            = 4,
     CU_GRAPH_NODE_TYPE_EMPTY            = 5,
-    CU_GRAPH_NODE_TYPE_WAIT_EVENT       = 6,
     CU_GRAPH_NODE_TYPE_EVENT_RECORD     = 7,
-    CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL = 8,
-    CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT   = 9,
-    CU_GRAPH_NODE_TYPE_MEM_ALLOC        = 10,
-    CU_GRAPH_NODE_TYPE_MEM_FREE         = 11,
     CU_GRAPH_NODE_TYPE_BATCH_MEM_OP     = 12,
-    CU_GRAPH_NODE_TYPE_CONDITIONAL      = 13,
-    CU_GRAPH_NODE_TYPE_MEMCPY_BATCH     = 14,
-    CU_GRAPH_NODE_TYPE_RESERVED_16      = 16,
-    CU_GRAPH_NODE_TYPE_EXTERNAL_ENGINE  = 17,
-    CU_GRAPH_NODE_TYPE_FABRIC_CPY_BATCH = 18,
 } CUgraphNodeType;
-
-typedef enum CUgraphDependencyType_enum {
-    CU_GRAPH_DEPENDENCY_TYPE_DEFAULT = 0,
-    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1
-} CUgraphDependencyType;
 
 typedef enum CUgraphInstantiate_flags_enum {
     CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH  = 1
-  , CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD               = 2
-  , CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH        = 4
   , CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY    = 8
 } CUgraphInstantiate_flags;
 
@@ -303,7 +245,6 @@ typedef enum CUdriverProcAddressQueryResult_enum {
 }  CUdriverProcAddressQueryResult;
 
 typedef enum CUdriverProcAddress_flags_enum {
-    CU_GET_PROC_ADDRESS_DEFAULT = 0,
     CU_GET_PROC_ADDRESS_LEGACY_STREAM = 1 << 0,
     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM = 1 << 1
 } CUdriverProcAddress_flags;
@@ -331,8 +272,8 @@ typedef struct CUgraphEdgeData_st {
 /* ---- Test-control API of the software driver (not part of CUDA) ---------------------------- */
 
 /* The next `count` calls of entry `entry` made from the calling thread return `code` and do
- * nothing else. `entry` is a base name ("cuLaunchHostFunc", which also covers its _ptsz/_ptds
- * variants) or an exported name ("cuMemAlloc_v2"). */
+ * nothing else. `entry` is a base name ("cuLaunchHostFunc", which also covers its _ptsz
+ * twin) or an exported name ("cuMemAlloc_v2"). */
 CUresult cuswFailNextCalls(const char *entry, unsigned int count, CUresult code);
 /* Same, for calls from any thread. */
 CUresult cuswFailNextCallsAnyThread(const char *entry, unsigned int count, CUresult code);
@@ -361,20 +302,20 @@ CUresult cuswStaleHandleUses(unsigned long long *count);
  * a caller built against an older (shorter) struct keeps working. */
 struct cuswLiveCounts {
     size_t size;
-    unsigned long long streams;            /* made by cuStreamCreate*, not destroyed */
+    unsigned long long streams;            /* made by cuStreamCreate, not destroyed */
     unsigned long long events;             /* created, not destroyed */
     unsigned long long graphs;             /* created, cloned or captured, not destroyed; a
                                               capture under way counts its graph */
     unsigned long long graph_execs;        /* instantiated, not destroyed */
     unsigned long long user_objects;       /* whose destructor has not run yet */
-    unsigned long long host_allocations;   /* cuMemAllocHost / cuMemHostAlloc, not freed */
+    unsigned long long host_allocations;   /* cuMemHostAlloc, not freed */
     unsigned long long device_allocations; /* cuMemAlloc, not freed */
     unsigned long long pending_host_functions; /* host functions and stream callbacks enqueued
                                                   (also as nodes of a graph launch) that have
                                                   not finished running, or been skipped because
                                                   of a sticky error */
 };
-/* Modules are not counted: this driver loads none (cuModuleLoad* answer not supported). */
+/* Modules are not counted: this driver loads none (cuModuleLoadData answers not supported). */
 CUresult cuswLiveObjects(struct cuswLiveCounts *counts);
 /* How many injected failures of `entry`, spelt as it was armed, are still to come for calls from
  * the calling thread: those cuswFailNextCalls armed on this thread plus those
@@ -382,7 +323,7 @@ CUresult cuswLiveObjects(struct cuswLiveCounts *counts);
 CUresult cuswArmedFailures(const char *entry, unsigned int *remaining);
 /* How many times `entry` was called since the library was loaded, by any thread, including calls
  * an injected failure answered. A base name ("cuLaunchHostFunc") counts every ABI and per-thread
- * variant of it; an exported name ("cuLaunchHostFunc_ptsz") only that function.
+ * twin of it; an exported name ("cuLaunchHostFunc_ptsz") only that function.
  * CUDA_ERROR_NOT_FOUND for an unknown entry name. */
 CUresult cuswCallCount(const char *entry, unsigned long long *count);
 

@@ -16,14 +16,16 @@
  * dependency or event names it any more (reference count).
  */
 #include "internal.h"
-#include "entries.h"
 
 #include <stdlib.h>
 
-static unsigned long long next_stream_id = 1;
 static size_t user_streams; /* [locked] with a handle: not destroyed */
 
 size_t cusw_user_stream_count(void) { return user_streams; }
+
+/* [locked] Never reused, like the real driver's stream ids, which tell streams apart for the
+ * life of the process even when a handle's address is reused. */
+static unsigned long long next_stream_id = 1;
 
 bool cusw_stream_syncs_with_legacy(const struct cusw_stream *s)
 {
@@ -104,7 +106,7 @@ static void *worker_main(void *arg)
 }
 
 struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_kind kind,
-                                       unsigned int flags, int priority)
+                                       unsigned int flags)
 {
     struct cusw_stream *s = calloc(1, sizeof *s);
     if (s == NULL)
@@ -116,8 +118,8 @@ struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_ki
     s->ctx = ctx;
     s->kind = kind;
     s->flags = flags;
-    s->priority = priority;
     s->refs = 1; /* the worker's */
+    s->id = next_stream_id++;
     s->handle = cusw_handle_new(CUSW_KIND_STREAM, s);
     if (s->handle == 0 || !cusw_spawn_thread(worker_main, s)) {
         if (s->handle != 0)
@@ -126,7 +128,6 @@ struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_ki
         free(s);
         return NULL;
     }
-    s->id = next_stream_id++;
     if (kind == CUSW_STREAM_USER)
         user_streams++;
     s->ctx_next = ctx->streams;
@@ -153,7 +154,7 @@ void cusw_stream_destroy(struct cusw_stream *s)
 /* ---- Per-thread default streams ------------------------------------------------------------- */
 
 /* Per thread, the handle of its per-thread stream in each device's primary context. Handles,
- * not pointers: a context reset destroys the stream behind the thread's back, and a stale
+ * not pointers: a context's last release destroys the stream behind the thread's back, and a stale
  * handle is then simply not found. The streams are destroyed when the thread exits. */
 struct thread_streams {
     uintptr_t handles[CUSW_MAX_DEVICES];
@@ -197,7 +198,7 @@ static CUresult per_thread_stream(struct cusw_ctx *ctx, struct cusw_stream **out
     uintptr_t *slot = &ts->handles[ctx->device];
     struct cusw_stream *s = cusw_handle_get(*slot, CUSW_KIND_STREAM);
     if (s == NULL) {
-        s = cusw_stream_create(ctx, CUSW_STREAM_PER_THREAD, 0, 0);
+        s = cusw_stream_create(ctx, CUSW_STREAM_PER_THREAD, 0);
         if (s == NULL)
             return CUDA_ERROR_OUT_OF_MEMORY;
         *slot = s->handle;
@@ -323,13 +324,12 @@ void cusw_ctx_drain(struct cusw_ctx *ctx)
 
 static CUresult submit(CUstream stream, bool per_thread, const struct cusw_action *a, bool wait)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    if (!cusw_initialized()) /* the controls that submit are not entry points of the driver */
+        return CUDA_ERROR_NOT_INITIALIZED;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
     bool capturing = false;
-    rc = cusw_stream_resolve(stream, per_thread, &s);
+    CUresult rc = cusw_stream_resolve(stream, per_thread, &s);
     if (rc == CUDA_SUCCESS)
         rc = cusw_capture_check_enqueue(s, &capturing);
     if (rc == CUDA_SUCCESS)
@@ -354,23 +354,16 @@ CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cus
 
 /* ---- Stream API ------------------------------------------------------------------------------ */
 
-static CUresult create(CUstream *phStream, unsigned int flags, int priority)
+CUSW_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (phStream == NULL || (flags & ~(unsigned int)CU_STREAM_NON_BLOCKING) != 0)
+    CUSW_INIT_ENTRY();
+    if (phStream == NULL || (Flags & ~(unsigned int)CU_STREAM_NON_BLOCKING) != 0)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Like the real driver, out-of-range priorities are clamped, not rejected. */
-    if (priority < CUSW_STREAM_PRIORITY_GREATEST)
-        priority = CUSW_STREAM_PRIORITY_GREATEST;
-    if (priority > CUSW_STREAM_PRIORITY_LEAST)
-        priority = CUSW_STREAM_PRIORITY_LEAST;
     cusw_lock_acquire();
     struct cusw_ctx *ctx = NULL;
-    rc = cusw_ctx_current(&ctx);
+    CUresult rc = cusw_ctx_current(&ctx);
     if (rc == CUDA_SUCCESS) {
-        struct cusw_stream *s = cusw_stream_create(ctx, CUSW_STREAM_USER, flags, priority);
+        struct cusw_stream *s = cusw_stream_create(ctx, CUSW_STREAM_USER, Flags);
         if (s == NULL)
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         else
@@ -380,25 +373,10 @@ static CUresult create(CUstream *phStream, unsigned int flags, int priority)
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
-{
-    CUSW_ENTRY("cuStreamCreate", "cuStreamCreate");
-    return create(phStream, Flags, CUSW_STREAM_PRIORITY_LEAST);
-}
-
-CUSW_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
-                                                int priority)
-{
-    CUSW_ENTRY("cuStreamCreateWithPriority", "cuStreamCreateWithPriority");
-    return create(phStream, flags, priority);
-}
-
 CUSW_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
-    CUSW_ENTRY("cuStreamDestroy", "cuStreamDestroy_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
     if (hStream != NULL && hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD)
@@ -415,163 +393,64 @@ CUSW_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     return rc;
 }
 
-static CUresult synchronize(CUstream hStream, bool per_thread)
+/* Synchronize (`wait`) or query a stream. */
+static CUresult finish_or_query(CUstream hStream, bool per_thread, bool wait)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
-    rc = cusw_stream_resolve(hStream, per_thread, &s);
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
     if (rc == CUDA_SUCCESS)
         rc = cusw_capture_check_sync(s);
-    if (rc == CUDA_SUCCESS) {
+    if (rc == CUDA_SUCCESS && wait) {
         cusw_stream_drain(s);
         rc = cusw_ctx_sticky(s->ctx);
+    } else if (rc == CUDA_SUCCESS && pending(s)) {
+        rc = CUDA_ERROR_NOT_READY;
     }
     cusw_lock_release();
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
-{
-    CUSW_ENTRY("cuStreamSynchronize", "cuStreamSynchronize");
-    return synchronize(hStream, false);
-}
+CUSW_TWINS(cuStreamSynchronize, (CUstream hStream), finish_or_query(hStream, per_thread, true))
+CUSW_TWINS(cuStreamQuery, (CUstream hStream), finish_or_query(hStream, per_thread, false))
 
-CUSW_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream)
+/* The stream's context, and for the _v2 form its green context: this driver has none. */
+static CUresult get_ctx(CUstream hStream, bool per_thread, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
 {
-    CUSW_ENTRY("cuStreamSynchronize", "cuStreamSynchronize_ptsz");
-    return synchronize(hStream, true);
-}
-
-static CUresult query(CUstream hStream, bool per_thread)
-{
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    cusw_lock_acquire();
-    struct cusw_stream *s = NULL;
-    rc = cusw_stream_resolve(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_capture_check_sync(s);
-    if (rc == CUDA_SUCCESS && pending(s))
-        rc = CUDA_ERROR_NOT_READY;
-    cusw_lock_release();
-    return rc;
-}
-
-CUSW_EXPORT CUresult cuStreamQuery(CUstream hStream)
-{
-    CUSW_ENTRY("cuStreamQuery", "cuStreamQuery");
-    return query(hStream, false);
-}
-
-CUSW_EXPORT CUresult cuStreamQuery_ptsz(CUstream hStream)
-{
-    CUSW_ENTRY("cuStreamQuery", "cuStreamQuery_ptsz");
-    return query(hStream, true);
-}
-
-/* The getters: resolve the stream and read one property. */
-enum property { PROP_FLAGS, PROP_PRIORITY, PROP_CTX, PROP_ID };
-
-static CUresult get_property(CUstream hStream, bool per_thread, enum property p, void *out)
-{
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if (out == NULL)
+    if (pCtx == NULL && pGreenCtx == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
-    rc = cusw_stream_resolve(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS) {
-        switch (p) {
-        case PROP_FLAGS: *(unsigned int *)out = s->flags; break;
-        case PROP_PRIORITY: *(int *)out = s->priority; break;
-        case PROP_CTX: *(CUcontext *)out = (CUcontext)s->ctx->handle; break;
-        case PROP_ID: *(unsigned long long *)out = s->id; break;
-        }
-    }
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS && pCtx != NULL)
+        *pCtx = (CUcontext)s->ctx->handle;
+    if (rc == CUDA_SUCCESS && pGreenCtx != NULL)
+        *pGreenCtx = NULL;
     cusw_lock_release();
     return rc;
-}
-
-CUSW_EXPORT CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
-{
-    CUSW_ENTRY("cuStreamGetFlags", "cuStreamGetFlags");
-    return get_property(hStream, false, PROP_FLAGS, flags);
-}
-
-CUSW_EXPORT CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int *flags)
-{
-    CUSW_ENTRY("cuStreamGetFlags", "cuStreamGetFlags_ptsz");
-    return get_property(hStream, true, PROP_FLAGS, flags);
-}
-
-CUSW_EXPORT CUresult cuStreamGetPriority(CUstream hStream, int *priority)
-{
-    CUSW_ENTRY("cuStreamGetPriority", "cuStreamGetPriority");
-    return get_property(hStream, false, PROP_PRIORITY, priority);
-}
-
-CUSW_EXPORT CUresult cuStreamGetPriority_ptsz(CUstream hStream, int *priority)
-{
-    CUSW_ENTRY("cuStreamGetPriority", "cuStreamGetPriority_ptsz");
-    return get_property(hStream, true, PROP_PRIORITY, priority);
 }
 
 CUSW_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
 {
-    CUSW_ENTRY("cuStreamGetCtx", "cuStreamGetCtx");
-    return get_property(hStream, false, PROP_CTX, pctx);
+    CUSW_INIT_ENTRY();
+    return get_ctx(hStream, false, pctx, NULL);
 }
 
-CUSW_EXPORT CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext *pctx)
-{
-    CUSW_ENTRY("cuStreamGetCtx", "cuStreamGetCtx_ptsz");
-    return get_property(hStream, true, PROP_CTX, pctx);
-}
+CUSW_TWINS(cuStreamGetCtx_v2, (CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx),
+           get_ctx(hStream, per_thread, pCtx, pGreenCtx))
 
-/* The _v2 form also reports a green context; this driver has none. */
-static CUresult get_ctx_v2(CUstream hStream, bool per_thread, CUcontext *pCtx,
-                           CUgreenCtx *pGreenCtx)
+static CUresult get_id(CUstream hStream, bool per_thread, unsigned long long *streamId)
 {
-    if (pCtx == NULL && pGreenCtx == NULL)
+    if (streamId == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    CUcontext ctx = NULL;
-    CUresult rc = get_property(hStream, per_thread, PROP_CTX, &ctx);
-    if (rc == CUDA_SUCCESS) {
-        if (pCtx != NULL)
-            *pCtx = ctx;
-        if (pGreenCtx != NULL)
-            *pGreenCtx = NULL;
-    }
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        *streamId = s->id;
+    cusw_lock_release();
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx)
-{
-    CUSW_ENTRY("cuStreamGetCtx", "cuStreamGetCtx_v2");
-    return get_ctx_v2(hStream, false, pCtx, pGreenCtx);
-}
-
-CUSW_EXPORT CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext *pCtx,
-                                            CUgreenCtx *pGreenCtx)
-{
-    CUSW_ENTRY("cuStreamGetCtx", "cuStreamGetCtx_v2_ptsz");
-    return get_ctx_v2(hStream, true, pCtx, pGreenCtx);
-}
-
-CUSW_EXPORT CUresult cuStreamGetId(CUstream hStream, unsigned long long *streamId)
-{
-    CUSW_ENTRY("cuStreamGetId", "cuStreamGetId");
-    return get_property(hStream, false, PROP_ID, streamId);
-}
-
-CUSW_EXPORT CUresult cuStreamGetId_ptsz(CUstream hStream, unsigned long long *streamId)
-{
-    CUSW_ENTRY("cuStreamGetId", "cuStreamGetId_ptsz");
-    return get_property(hStream, true, PROP_ID, streamId);
-}
+CUSW_TWINS(cuStreamGetId, (CUstream hStream, unsigned long long *streamId),
+           get_id(hStream, per_thread, streamId))

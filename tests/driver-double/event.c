@@ -9,7 +9,6 @@
  * that stream into the capture (the standard multi-stream capture pattern).
  */
 #include "internal.h"
-#include "entries.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -83,17 +82,14 @@ static bool complete(const struct cusw_event *e)
 
 CUSW_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
-    CUSW_ENTRY("cuEventCreate", "cuEventCreate");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     const unsigned int supported = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING;
     /* Interprocess events need a second process to make sense; this driver has no IPC. */
     if (phEvent == NULL || (Flags & ~supported) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_ctx *ctx = NULL;
-    rc = cusw_ctx_current(&ctx);
+    CUresult rc = cusw_ctx_current(&ctx);
     struct cusw_event *e = NULL;
     if (rc == CUDA_SUCCESS) {
         e = calloc(1, sizeof *e);
@@ -118,10 +114,8 @@ CUSW_EXPORT CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 
 CUSW_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
 {
-    CUSW_ENTRY("cuEventDestroy", "cuEventDestroy_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     cusw_lock_acquire();
     struct cusw_event *e = cusw_handle_get((uintptr_t)hEvent, CUSW_KIND_EVENT);
     if (e == NULL) {
@@ -134,38 +128,28 @@ CUSW_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
     return rc;
 }
 
-static CUresult record(CUevent hEvent, CUstream hStream, bool per_thread, unsigned int flags)
+static CUresult record(CUevent hEvent, CUstream hStream, bool per_thread)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    if ((flags & ~(unsigned int)CU_EVENT_RECORD_EXTERNAL) != 0)
-        return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_event *e = NULL;
     struct cusw_stream *s = NULL;
     bool capturing = false;
-    rc = event_checked(hEvent, &e);
+    CUresult rc = event_checked(hEvent, &e);
     if (rc == CUDA_SUCCESS)
         rc = cusw_stream_resolve(hStream, per_thread, &s);
     if (rc == CUDA_SUCCESS)
         rc = cusw_capture_check_enqueue(s, &capturing);
     if (rc == CUDA_SUCCESS && capturing) {
-        if (flags & CU_EVENT_RECORD_EXTERNAL) {
-            rc = CUDA_ERROR_NOT_SUPPORTED; /* event record nodes are not modelled */
+        struct cusw_node **nodes = NULL;
+        if (s->n_cap_deps > 0 && (nodes = malloc(s->n_cap_deps * sizeof *nodes)) == NULL) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
-            struct cusw_node **nodes = NULL;
-            if (s->n_cap_deps > 0 &&
-                (nodes = malloc(s->n_cap_deps * sizeof *nodes)) == NULL) {
-                rc = CUDA_ERROR_OUT_OF_MEMORY;
-            } else {
-                forget_record(e);
-                if (s->n_cap_deps > 0)
-                    memcpy(nodes, s->cap_deps, s->n_cap_deps * sizeof *nodes);
-                e->cap_nodes = nodes;
-                e->n_cap_nodes = s->n_cap_deps;
-                e->capture_id = s->capture->id;
-            }
+            forget_record(e);
+            if (s->n_cap_deps > 0)
+                memcpy(nodes, s->cap_deps, s->n_cap_deps * sizeof *nodes);
+            e->cap_nodes = nodes;
+            e->n_cap_nodes = s->n_cap_deps;
+            e->capture_id = s->capture->id;
         }
     } else if (rc == CUDA_SUCCESS) {
         struct cusw_action a = { .kind = CUSW_ACT_EVENT_RECORD,
@@ -184,43 +168,22 @@ static CUresult record(CUevent hEvent, CUstream hStream, bool per_thread, unsign
     return rc;
 }
 
-CUSW_EXPORT CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
-{
-    CUSW_ENTRY("cuEventRecord", "cuEventRecord");
-    return record(hEvent, hStream, false, 0);
-}
+CUSW_TWINS(cuEventRecord, (CUevent hEvent, CUstream hStream), record(hEvent, hStream, per_thread))
 
-CUSW_EXPORT CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
+/* [locked] event_checked, and not recorded in a capture still going on: for queries and waits. */
+static CUresult event_outside_capture(CUevent handle, struct cusw_event **out)
 {
-    CUSW_ENTRY("cuEventRecord", "cuEventRecord_ptsz");
-    return record(hEvent, hStream, true, 0);
-}
-
-CUSW_EXPORT CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
-{
-    CUSW_ENTRY("cuEventRecordWithFlags", "cuEventRecordWithFlags");
-    return record(hEvent, hStream, false, flags);
-}
-
-CUSW_EXPORT CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream,
-                                                 unsigned int flags)
-{
-    CUSW_ENTRY("cuEventRecordWithFlags", "cuEventRecordWithFlags_ptsz");
-    return record(hEvent, hStream, true, flags);
+    CUresult rc = event_checked(handle, out);
+    return rc == CUDA_SUCCESS && live_capture_of(*out) != NULL ? CUDA_ERROR_CAPTURED_EVENT : rc;
 }
 
 CUSW_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
-    CUSW_ENTRY("cuEventQuery", "cuEventQuery");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     cusw_lock_acquire();
     struct cusw_event *e = NULL;
-    rc = event_checked(hEvent, &e);
-    if (rc == CUDA_SUCCESS && live_capture_of(e) != NULL)
-        rc = CUDA_ERROR_CAPTURED_EVENT;
-    else if (rc == CUDA_SUCCESS && !complete(e))
+    CUresult rc = event_outside_capture(hEvent, &e);
+    if (rc == CUDA_SUCCESS && !complete(e))
         rc = CUDA_ERROR_NOT_READY;
     cusw_lock_release();
     return rc;
@@ -228,15 +191,10 @@ CUSW_EXPORT CUresult cuEventQuery(CUevent hEvent)
 
 CUSW_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 {
-    CUSW_ENTRY("cuEventSynchronize", "cuEventSynchronize");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     cusw_lock_acquire();
     struct cusw_event *e = NULL;
-    rc = event_checked(hEvent, &e);
-    if (rc == CUDA_SUCCESS && live_capture_of(e) != NULL)
-        rc = CUDA_ERROR_CAPTURED_EVENT;
+    CUresult rc = event_outside_capture(hEvent, &e);
     if (rc == CUDA_SUCCESS && e->stream != NULL) {
         /* Wait for the point recorded now, even if the event is re-recorded meanwhile. */
         struct cusw_stream *s = e->stream;
@@ -254,15 +212,12 @@ CUSW_EXPORT CUresult cuEventSynchronize(CUevent hEvent)
 
 CUSW_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
-    CUSW_ENTRY("cuEventElapsedTime", "cuEventElapsedTime_v2");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
     if (pMilliseconds == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_event *start = NULL, *end = NULL;
-    rc = event_checked(hStart, &start);
+    CUresult rc = event_checked(hStart, &start);
     if (rc == CUDA_SUCCESS)
         rc = event_checked(hEnd, &end);
     if (rc == CUDA_SUCCESS) {
@@ -283,16 +238,13 @@ CUSW_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart,
 
 static CUresult wait_event(CUstream hStream, bool per_thread, CUevent hEvent, unsigned int Flags)
 {
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
     if ((Flags & ~(unsigned int)CU_EVENT_WAIT_EXTERNAL) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
     struct cusw_event *e = NULL;
     bool capturing = false;
-    rc = cusw_stream_resolve(hStream, per_thread, &s);
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
     if (rc == CUDA_SUCCESS) {
         /* The event may belong to another context; only the handle must be valid. */
         e = cusw_handle_get((uintptr_t)hEvent, CUSW_KIND_EVENT);
@@ -330,14 +282,5 @@ static CUresult wait_event(CUstream hStream, bool per_thread, CUevent hEvent, un
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
-{
-    CUSW_ENTRY("cuStreamWaitEvent", "cuStreamWaitEvent");
-    return wait_event(hStream, false, hEvent, Flags);
-}
-
-CUSW_EXPORT CUresult cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
-{
-    CUSW_ENTRY("cuStreamWaitEvent", "cuStreamWaitEvent_ptsz");
-    return wait_event(hStream, true, hEvent, Flags);
-}
+CUSW_TWINS(cuStreamWaitEvent, (CUstream hStream, CUevent hEvent, unsigned int Flags),
+           wait_event(hStream, per_thread, hEvent, Flags))

@@ -102,20 +102,20 @@ static CUresult arm(const char *entry, unsigned int count, CUresult code, uint64
 
 CUSW_EXPORT CUresult cuswFailNextCalls(const char *entry, unsigned int count, CUresult code)
 {
-    CUSW_ENTRY("cuswFailNextCalls", "cuswFailNextCalls");
+    CUSW_ENTRY();
     return arm(entry, count, code, cusw_thread_serial());
 }
 
 CUSW_EXPORT CUresult cuswFailNextCallsAnyThread(const char *entry, unsigned int count,
                                                 CUresult code)
 {
-    CUSW_ENTRY("cuswFailNextCallsAnyThread", "cuswFailNextCallsAnyThread");
+    CUSW_ENTRY();
     return arm(entry, count, code, 0);
 }
 
 CUSW_EXPORT CUresult cuswArmedFailures(const char *entry, unsigned int *remaining)
 {
-    CUSW_ENTRY("cuswArmedFailures", "cuswArmedFailures");
+    CUSW_ENTRY();
     if (entry == NULL || remaining == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     if (!cusw_entry_name_known(entry))
@@ -133,10 +133,8 @@ CUSW_EXPORT CUresult cuswArmedFailures(const char *entry, unsigned int *remainin
 
 CUSW_EXPORT CUresult cuswSetStickyError(CUcontext ctx, CUresult code)
 {
-    CUSW_ENTRY("cuswSetStickyError", "cuswSetStickyError");
-    CUresult rc = cusw_require_init();
-    if (rc != CUDA_SUCCESS)
-        return rc;
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
     if (code == CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -153,7 +151,7 @@ CUSW_EXPORT CUresult cuswSetStickyError(CUcontext ctx, CUresult code)
 
 CUSW_EXPORT CUresult cuswLaunchFault(CUstream stream, CUresult code)
 {
-    CUSW_ENTRY("cuswLaunchFault", "cuswLaunchFault");
+    CUSW_ENTRY();
     if (code == CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_VALUE;
     struct cusw_action a = { .kind = CUSW_ACT_FAULT, .u.fault.code = code };
@@ -162,7 +160,7 @@ CUSW_EXPORT CUresult cuswLaunchFault(CUstream stream, CUresult code)
 
 CUSW_EXPORT CUresult cuswLaunchSleep(CUstream stream, unsigned int microseconds)
 {
-    CUSW_ENTRY("cuswLaunchSleep", "cuswLaunchSleep");
+    CUSW_ENTRY();
     struct cusw_action a = { .kind = CUSW_ACT_SLEEP, .u.sleep.usec = microseconds };
     return cusw_submit(stream, false, &a);
 }

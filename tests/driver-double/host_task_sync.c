@@ -16,7 +16,7 @@ void cusw_note_host_task_sync_mode(unsigned int syncMode)
 
 CUSW_EXPORT CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigned long long *count)
 {
-    CUSW_ENTRY("cuswHostTaskSyncModeLaunches", "cuswHostTaskSyncModeLaunches");
+    CUSW_ENTRY();
     if (syncMode >= 2 || count == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *count = atomic_load_explicit(&launches_in_mode[syncMode], memory_order_relaxed);

@@ -1,0 +1,252 @@
+//! Stream capture: modes, capture state and info, the implicit legacy-stream rules, invalidation.
+
+use crate::harness::*;
+use cuda_host::Stream;
+use cuda_host_sys::{
+    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUgraphNodeType, CUresult, CUstreamCaptureMode,
+    CUstreamCaptureStatus,
+};
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use suite::capture::{Capture, is_capturing};
+use suite::host_function::launch_host;
+use suite::{ok, wait_until};
+
+#[test]
+fn every_capture_mode_yields_a_graph_whose_captured_host_node_runs_on_each_launch() {
+    let _alone = alone();
+    let context = current_context();
+    for mode in [
+        GLOBAL,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        RELAXED,
+    ] {
+        let stream = non_blocking(&context);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let capture = Capture::begin(stream.as_raw(), mode);
+        launch(stream.as_raw(), counting(&runs));
+        let graph = capture
+            .end()
+            .unwrap_or_else(|(result, _)| panic!("{mode:?}: the capture ended with {result}"));
+        assert_eq!(count(&runs), 0, "{mode:?}: a captured host function ran");
+        let exec = graph.instantiate();
+        exec.launch(stream.as_raw());
+        exec.launch(stream.as_raw());
+        ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+        assert_eq!(count(&runs), 2, "{mode:?}: once per launch");
+    }
+}
+
+#[test]
+fn is_capturing_answers_active_during_a_capture_and_none_after_it() {
+    let _alone = alone();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, NONE));
+    let capture = Capture::begin(stream.as_raw(), GLOBAL);
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, ACTIVE));
+    let graph = capture.end();
+    assert!(graph.is_ok(), "an empty capture ends in a graph");
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, NONE));
+}
+
+#[test]
+fn capture_info_reports_an_active_capture_with_a_unique_id_its_graph_and_its_last_node() {
+    let _alone = alone();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let capture = Capture::begin(stream.as_raw(), GLOBAL);
+        launch(stream.as_raw(), Log::default().marker("captured"));
+        let mut status = CUstreamCaptureStatus(77);
+        let (mut id, mut graph) = (0u64, ptr::null_mut());
+        let (mut dependencies, mut count) = (ptr::null(), usize::MAX);
+        // SAFETY: a live stream and valid out-pointers; no edge data asked for.
+        ok("cuStreamGetCaptureInfo_v3", unsafe {
+            driver().cuStreamGetCaptureInfo_v3(
+                stream.as_raw(),
+                &mut status,
+                &mut id,
+                &mut graph,
+                &mut dependencies,
+                ptr::null_mut(),
+                &mut count,
+            )
+        });
+        assert_eq!(status, ACTIVE);
+        assert_ne!(id, 0, "a capture's id is not zero");
+        assert!(!graph.is_null(), "the graph being built is reported");
+        assert_eq!(count, 1, "the stream depends on its last captured node");
+        // SAFETY: the driver reported an array of `count` nodes, valid during the capture.
+        let node = unsafe { *dependencies };
+        let mut kind = CUgraphNodeType(77);
+        // SAFETY: a node of the capture's graph and a valid out-pointer.
+        ok("cuGraphNodeGetType", unsafe {
+            driver().cuGraphNodeGetType(node, &mut kind)
+        });
+        assert_eq!(kind, CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST);
+        let ended = capture.end().expect("the capture ends in a graph");
+        assert_eq!(
+            ended.0, graph,
+            "the reported graph is the one the capture ends in"
+        );
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1], "two captures have different ids");
+}
+
+#[test]
+fn a_blocking_capture_makes_legacy_is_capturing_answer_implicit_and_stays_valid() {
+    let _alone = alone();
+    let context = current_context();
+    for mode in [GLOBAL, RELAXED] {
+        let stream = blocking(&context);
+        let runs = Arc::new(AtomicUsize::new(0));
+        let capture = Capture::begin(stream.as_raw(), mode);
+        for legacy in [CU_STREAM_LEGACY, ptr::null_mut()] {
+            assert_eq!(
+                is_capturing(legacy).0,
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+                "{mode:?}: cuStreamIsCapturing({legacy:?})"
+            );
+        }
+        assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, ACTIVE), "{mode:?}");
+        launch(stream.as_raw(), counting(&runs));
+        let graph = capture
+            .end()
+            .unwrap_or_else(|(result, _)| panic!("{mode:?}: the capture ended with {result}"));
+        let exec = graph.instantiate();
+        exec.launch(stream.as_raw());
+        ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+        assert_eq!(count(&runs), 1, "{mode:?}: the captured node runs");
+    }
+}
+
+#[test]
+fn a_blocking_capture_leaves_the_per_thread_stream_not_capturing() {
+    let _alone = alone();
+    let context = current_context();
+    let stream = blocking(&context);
+    let capture = Capture::begin(stream.as_raw(), GLOBAL);
+    assert_eq!(is_capturing(CU_STREAM_PER_THREAD), (SUCCESS, NONE));
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, ACTIVE));
+    assert!(capture.end().is_ok(), "the capture stays valid");
+}
+
+#[test]
+fn a_blocking_capture_refuses_a_legacy_launch_as_implicit_and_is_invalidated() {
+    let _alone = alone();
+    let context = current_context();
+    let stream = blocking(&context);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let capture = Capture::begin(stream.as_raw(), GLOBAL);
+    assert_eq!(
+        launch_host(CU_STREAM_LEGACY, counting(&runs)),
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+    );
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, INVALIDATED));
+    let ended = capture.end();
+    assert_eq!(
+        ended.err(),
+        Some((
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+            ptr::null_mut()
+        ))
+    );
+    ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
+    assert_eq!(count(&runs), 0, "a refused launch enqueued nothing");
+}
+
+/// Synchronizing the legacy stream while `stream` captures in global mode answers `expected` and
+/// invalidates the capture, which then ends without a graph.
+fn assert_legacy_synchronize_invalidates(stream: &Stream, expected: CUresult) {
+    let capture = Capture::begin(stream.as_raw(), GLOBAL);
+    assert_eq!(synchronize(CU_STREAM_LEGACY), expected);
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, INVALIDATED));
+    assert_eq!(
+        capture.end().err().map(|(result, _)| result),
+        Some(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    );
+    ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
+}
+
+#[test]
+fn a_blocking_capture_refuses_a_legacy_synchronize_as_implicit_and_is_invalidated() {
+    let _alone = alone();
+    let context = current_context();
+    assert_legacy_synchronize_invalidates(
+        &blocking(&context),
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+    );
+}
+
+#[test]
+fn a_non_blocking_capture_leaves_the_legacy_stream_free_to_launch_and_run() {
+    let _alone = alone();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let (legacy_runs, node_runs) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let capture = Capture::begin(stream.as_raw(), GLOBAL);
+    assert_eq!(
+        is_capturing(CU_STREAM_LEGACY),
+        (SUCCESS, NONE),
+        "the legacy stream is not involved"
+    );
+    launch(CU_STREAM_LEGACY, counting(&legacy_runs));
+    wait_until(
+        "the legacy stream's host function to run during the capture",
+        || count(&legacy_runs) == 1,
+    );
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, ACTIVE));
+    launch(stream.as_raw(), counting(&node_runs));
+    let graph = capture.end().expect("the capture stays valid");
+    ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
+    let exec = graph.instantiate();
+    exec.launch(stream.as_raw());
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    assert_eq!((count(&legacy_runs), count(&node_runs)), (1, 1));
+}
+
+#[test]
+fn a_non_blocking_global_capture_refuses_a_legacy_synchronize_as_unsupported_and_is_invalidated() {
+    let _alone = alone();
+    let context = current_context();
+    assert_legacy_synchronize_invalidates(
+        &non_blocking(&context),
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    );
+}
+
+#[test]
+fn an_invalidated_capture_reports_invalidated_refuses_launches_and_ends_without_a_graph() {
+    let _alone = alone();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let (refused, after) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let capture = Capture::begin(stream.as_raw(), GLOBAL);
+    assert_ne!(
+        synchronize(CU_STREAM_LEGACY),
+        SUCCESS,
+        "invalidates the capture"
+    );
+
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, INVALIDATED));
+    assert_eq!(
+        launch_host(stream.as_raw(), counting(&refused)),
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    );
+    assert_eq!(
+        capture.end().err(),
+        Some((
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+            ptr::null_mut()
+        ))
+    );
+    assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, NONE));
+    launch(stream.as_raw(), counting(&after));
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
+    assert_eq!((count(&refused), count(&after)), (0, 1));
+}

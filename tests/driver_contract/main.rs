@@ -1,0 +1,25 @@
+//! The driver contract: the CUDA driver behaviour the suite relies on, written as its
+//! specification through raw driver calls, one module a topic. Every test runs on both drivers
+//! unless it cannot (and then says why): here on the software driver (`tests/driver-double/`), on
+//! a GPU machine with `CUDA_TEST_DRIVER=real`, where the real driver is right wherever the two
+//! disagree (what was measured on it is in `docs/REAL-DRIVER.md`).
+//!
+//! Tests that capture a stream, use the legacy or per-thread stream (which a blocking stream's
+//! capture implicitly involves) or allocate device memory run alone ([`harness::alone`]); the
+//! others share the process ([`harness::shared`]). Whatever a host function or a destructor reads
+//! is leaked on purpose, so that one the driver still runs after a failed assertion never reads
+//! freed memory.
+
+mod capture;
+mod controls;
+mod copies;
+mod coverage;
+mod devices;
+mod graphs;
+mod harness;
+mod ordering;
+mod per_thread;
+mod sticky_errors;
+mod stream_memory;
+mod streams;
+mod user_objects;

@@ -1,0 +1,199 @@
+//! The per-thread-default-stream forms (`_ptsz`), which a table loaded for the per-thread default
+//! stream resolves: given the null stream, each acts on the calling thread's per-thread stream,
+//! where the plain forms act on the legacy stream.
+
+use crate::harness::*;
+use cuda_host::{Event, EventFlags, Stream};
+use cuda_host_sys::{
+    Availability, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUhostTaskSyncMode, CUresult, CUstream,
+    CUstreamCaptureStatus, CUstreamWaitValue_flags, Driver, LoadOptions,
+};
+use std::ptr;
+use std::sync::OnceLock;
+use suite::capture::{Graph, is_capturing};
+use suite::host_function::{launch_host_through, leak_closure, run_closure};
+use suite::{hold_and_release, ok};
+
+/// The null stream: in the per-thread table's entries, the calling thread's per-thread stream.
+const NULL: CUstream = ptr::null_mut();
+const GEQ: u32 = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0;
+
+/// A second table of the test driver's library, loaded for the per-thread default stream: its
+/// stream-ordered entries are the `_ptsz` forms.
+fn per_thread_table() -> &'static Driver {
+    static TABLE: OnceLock<Driver> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        // SAFETY: the library the suite already runs on as its driver.
+        let options = unsafe { LoadOptions::library(driver().library_name()) }
+            .per_thread_default_stream(true);
+        // SAFETY: as above.
+        unsafe { Driver::load(&options) }.expect("the driver loads again")
+    })
+}
+
+#[test]
+fn the_per_thread_forms_given_the_null_stream_capture_the_calling_threads_per_thread_stream() {
+    let _alone = alone();
+    let context = current_context();
+    let table = per_thread_table();
+    let log = Log::default();
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    let v2 = table.availability("cuLaunchHostFunc_v2") == Some(Availability::Available);
+
+    // SAFETY: the calling thread's per-thread stream, which is not capturing.
+    ok("cuStreamBeginCapture_v2", unsafe {
+        table.cuStreamBeginCapture_v2(NULL, GLOBAL)
+    });
+    let mut status = CUstreamCaptureStatus(77);
+    // SAFETY: a valid out-pointer.
+    ok("cuStreamIsCapturing", unsafe {
+        table.cuStreamIsCapturing(NULL, &mut status)
+    });
+    assert_eq!(status, ACTIVE);
+    assert_eq!(
+        is_capturing(CU_STREAM_PER_THREAD),
+        (SUCCESS, ACTIVE),
+        "the capturing stream is the per-thread one"
+    );
+    ok(
+        "cuLaunchHostFunc",
+        launch_host_through(table, NULL, log.marker("host function")),
+    );
+    if v2 {
+        let data = leak_closure(log.marker("host function v2"));
+        let blocking = CUhostTaskSyncMode::CU_HOST_TASK_BLOCKING.0;
+        // SAFETY: `run_closure` accepts `data` on any thread, for the process's lifetime.
+        ok("cuLaunchHostFunc_v2", unsafe {
+            table.cuLaunchHostFunc_v2(NULL, Some(run_closure), data, blocking)
+        });
+    }
+    let (mut status, mut count) = (CUstreamCaptureStatus(77), usize::MAX);
+    // SAFETY: valid out-pointers; nothing else asked for.
+    ok("cuStreamGetCaptureInfo_v3", unsafe {
+        table.cuStreamGetCaptureInfo_v3(
+            NULL,
+            &mut status,
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            &mut count,
+        )
+    });
+    assert_eq!((status, count), (ACTIVE, 1), "on the last captured node");
+    // SAFETY: a live event, recorded into the capture, and waited for within it.
+    unsafe {
+        ok("cuEventRecord", table.cuEventRecord(event.as_raw(), NULL));
+        ok(
+            "cuStreamWaitEvent",
+            table.cuStreamWaitEvent(NULL, event.as_raw(), 0),
+        );
+    }
+    let mut graph = ptr::null_mut();
+    // SAFETY: the capture begun above, ended on the thread that began it.
+    ok("cuStreamEndCapture", unsafe {
+        table.cuStreamEndCapture(NULL, &mut graph)
+    });
+    let graph = Graph(graph);
+    assert_eq!(is_capturing(CU_STREAM_PER_THREAD), (SUCCESS, NONE));
+    assert!(log.entries().is_empty(), "captured work ran");
+
+    let exec = graph.instantiate();
+    // SAFETY: a live executable of host nodes.
+    unsafe {
+        ok("cuGraphLaunch", table.cuGraphLaunch(exec.0, NULL));
+        ok("cuStreamSynchronize", table.cuStreamSynchronize(NULL));
+    }
+    let launched: &[&str] = if v2 {
+        &["host function", "host function v2"]
+    } else {
+        &["host function"]
+    };
+    assert_eq!(log.entries(), launched);
+}
+
+#[test]
+fn the_per_thread_forms_given_the_null_stream_enqueue_on_and_query_the_calling_threads_stream() {
+    let _alone = alone();
+    let context = current_context();
+    let table = per_thread_table();
+    let log = Log::default();
+    let callback = leak(CallbackProbe::default());
+    let words = MemOpWords::new(&context);
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    let synchronized = hold_and_release(
+        &Stream::per_thread(&context),
+        || {
+            ok(
+                "cuLaunchHostFunc",
+                launch_host_through(table, NULL, log.marker("held")),
+            );
+            ok("cuStreamAddCallback", callback.add_through(table, NULL));
+            // SAFETY: mapped host memory of the context, aligned for each operation, which
+            // outlives the stream's work; a live event.
+            unsafe {
+                ok(
+                    "cuStreamWaitValue32_v2",
+                    table.cuStreamWaitValue32_v2(NULL, words.narrow_address(), 1, GEQ),
+                );
+                ok(
+                    "cuStreamWaitValue64_v2",
+                    table.cuStreamWaitValue64_v2(NULL, words.wide_address(), 0, GEQ),
+                );
+                ok(
+                    "cuStreamWriteValue32_v2",
+                    table.cuStreamWriteValue32_v2(NULL, words.narrow_address(), 7, 0),
+                );
+                ok(
+                    "cuStreamWriteValue64_v2",
+                    table.cuStreamWriteValue64_v2(NULL, words.wide_address(), 1 << 40 | 9, 0),
+                );
+                ok("cuEventRecord", table.cuEventRecord(event.as_raw(), NULL));
+            }
+        },
+        || {
+            // SAFETY: the calling thread's per-thread stream.
+            let here = unsafe { table.cuStreamQuery(NULL) };
+            assert_eq!(
+                here,
+                CUresult::CUDA_ERROR_NOT_READY,
+                "this thread's is held"
+            );
+            let queried_context = context.clone();
+            let elsewhere = std::thread::spawn(move || {
+                queried_context.bind_to_thread().expect("the context binds");
+                // SAFETY: the other thread's own per-thread stream.
+                unsafe { per_thread_table().cuStreamQuery(NULL) }
+            })
+            .join()
+            .expect("the other thread");
+            assert_eq!(elsewhere, SUCCESS, "another thread's is its own");
+            assert!(log.entries().is_empty(), "ran with the stream held");
+            assert_eq!(event_query(event.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
+            assert_eq!((words.narrow(), words.wide()), (0, 0), "written while held");
+            words.set_narrow(1); // the wait goes on once the gate opens
+        },
+        // SAFETY: the calling thread's per-thread stream.
+        |_| unsafe { table.cuStreamSynchronize(NULL) },
+    );
+    ok("cuStreamSynchronize", synchronized);
+    assert_eq!(log.entries(), ["held"]);
+    assert_eq!(callback.statuses_once_called(), [SUCCESS]);
+    assert_eq!(event_query(event.as_raw()), SUCCESS);
+    assert_eq!((words.narrow(), words.wide()), (7, 1 << 40 | 9));
+}
+
+#[test]
+fn the_per_thread_stream_id_form_given_the_null_stream_names_the_calling_threads_stream() {
+    let _alone = alone();
+    let _context = current_context();
+    let table = per_thread_table();
+    let here = stream_id(table, NULL);
+    assert_eq!(here, stream_id(driver(), CU_STREAM_PER_THREAD));
+    assert_ne!(here, stream_id(driver(), CU_STREAM_LEGACY));
+    assert_eq!(
+        stream_id(table, CU_STREAM_LEGACY),
+        stream_id(driver(), NULL),
+        "the legacy handle still names the legacy stream"
+    );
+}

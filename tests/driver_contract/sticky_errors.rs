@@ -1,0 +1,105 @@
+//! Sticky errors: what runs, what is called back and what is answered once a context has
+//! failed, by the software driver's controls or by a faulting launch.
+
+use crate::harness::*;
+use cuda_host_sys::CUresult;
+use std::ptr;
+use suite::hold_and_release;
+use suite::host_function::launch_host;
+
+#[test]
+fn set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_answers_it() {
+    let controls = controls_or_skip!(
+        set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_answers_it
+    );
+    suite::alone_in_child!(
+        set_sticky_error_skips_pending_host_functions_calls_back_once_with_it_and_answers_it
+    );
+    let code = CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR;
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let (log, callback) = (Log::default(), leak(CallbackProbe::default()));
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            launch(stream.as_raw(), log.marker("pending"));
+            add_callback(stream.as_raw(), callback);
+        },
+        || controls.set_sticky_error(&context, code),
+        |stream| synchronize(stream.as_raw()),
+    );
+    assert_eq!(callback.statuses_once_called(), [code]);
+    assert_eq!(synchronized, code);
+    assert!(log.entries().is_empty(), "a pending host function ran");
+    assert_eq!(launch_host(stream.as_raw(), log.marker("after")), code);
+    let mut raw = ptr::null_mut();
+    // SAFETY: a valid out-pointer and device 0.
+    let retained = unsafe { driver().cuDevicePrimaryCtxRetain(&mut raw, context.device()) };
+    assert_eq!(retained, code, "the error stays with the process");
+}
+
+#[test]
+fn launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it() {
+    let controls =
+        controls_or_skip!(launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it);
+    suite::alone_in_child!(launch_fault_fails_the_context_with_its_code_when_the_stream_reaches_it);
+    let code = CUresult::CUDA_ERROR_LAUNCH_FAILED;
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let log = Log::default();
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            controls.launch_fault(&stream, code);
+            launch(stream.as_raw(), log.marker("after"));
+        },
+        || {
+            assert_eq!(
+                query(stream.as_raw()),
+                CUresult::CUDA_ERROR_NOT_READY,
+                "the context failed before the stream reached the fault"
+            );
+        },
+        |stream| synchronize(stream.as_raw()),
+    );
+    assert_eq!(synchronized, code);
+    assert!(log.entries().is_empty(), "work after the fault ran");
+    assert_eq!(launch_host(stream.as_raw(), log.marker("later")), code);
+}
+
+#[test]
+fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_error_once() {
+    // Alone in a process: the sticky error stays with it.
+    suite::alone_in_child!(
+        after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_error_once
+    );
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let kernels = suite::kernels::for_faults(driver());
+    let (log, callback) = (Log::default(), leak(CallbackProbe::default()));
+
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            launch(stream.as_raw(), log.marker("before"));
+            suite::kernels::launch_fault(&stream, kernels.as_ref());
+            launch(stream.as_raw(), log.marker("after"));
+            add_callback(stream.as_raw(), callback);
+        },
+        || assert!(log.entries().is_empty(), "ran with the stream held"),
+        |stream| synchronize(stream.as_raw()),
+    );
+    let illegal_address = CUresult::CUDA_ERROR_ILLEGAL_ADDRESS;
+    assert_eq!(synchronized, illegal_address);
+    assert_eq!(
+        callback.statuses_once_called(),
+        [illegal_address],
+        "called once, with the error"
+    );
+    assert_eq!(log.entries(), ["before"]);
+    assert_eq!(
+        launch_host(stream.as_raw(), log.marker("later")),
+        illegal_address
+    );
+    std::mem::forget(kernels); // unloading answers the sticky error too
+}
