@@ -78,6 +78,21 @@ fn per_thread_default_stream_resolves_the_ptsz_and_ptds_entries() {
         wrong.is_empty(),
         "per-thread entries resolved elsewhere: {wrong:#x?}"
     );
+    // The per-thread forms of the oldest entry points came with CUDA 7.0: asked for at their
+    // ABI's version, the driver finds none (cuEventRecord, cuStreamSynchronize).
+    let lost: Vec<&str> = test_driver()
+        .driver
+        .entry_points()
+        .zip(driver.entry_points())
+        .filter(|((_, legacy, _), (_, per_thread, _))| {
+            legacy.is_available() && !per_thread.is_available()
+        })
+        .map(|((entry, _, _), _)| entry.name())
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "the per-thread table lacks entry points the legacy one has: {lost:?}"
+    );
 }
 
 #[test]

@@ -94,15 +94,21 @@ pub fn generate(headers: &Headers, provenance: &str) -> Result<String, String> {
     let results = result_texts(&file)?;
     let extra_args = extra_clang_args();
     let abi = abi_versions(headers, &extra_args)?;
+    let plain_listed = listed_versions(headers, Form::Plain)?;
+    let per_thread_listed = listed_versions(headers, Form::PerThread)?;
     let per_thread = per_thread_symbols(headers, &extra_args)?;
 
     let mut entries = Vec::with_capacity(functions.len());
     for function in functions {
         let abi_version = abi.get(&function.name).cloned();
+        let per_thread_version = abi_version.as_ref().and_then(|(base, version)| {
+            per_thread_version(&plain_listed, &per_thread_listed, base, *version)
+        });
         let per_thread_symbol = per_thread.get(&function.name).cloned();
         entries.push(Entry {
             function,
             abi_version,
+            per_thread_version,
             per_thread_symbol,
         });
     }
@@ -266,6 +272,8 @@ struct Entry {
     function: Function,
     /// The base name and ABI version to ask `cuGetProcAddress_v2` for.
     abi_version: Option<(String, u32)>,
+    /// The version to ask for with the per-thread default stream, where it differs.
+    per_thread_version: Option<u32>,
     /// The `_ptsz`/`_ptds` symbol, for the platform-loader fallback with the per-thread default
     /// stream.
     per_thread_symbol: Option<String>,
@@ -549,24 +557,7 @@ fn abi_versions(
     headers: &Headers,
     extra_args: &[String],
 ) -> Result<BTreeMap<String, (String, u32)>, String> {
-    let typedefs_h = headers.include_dir.join("cudaTypedefs.h");
-    let text = std::fs::read_to_string(&typedefs_h)
-        .map_err(|e| format!("cannot read {}: {e}", typedefs_h.display()))?;
-    let mut listed: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for (position, _) in text.match_indices("PFN_") {
-        let name: String = text[position..]
-            .chars()
-            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-            .collect();
-        if let Some((base, version)) = parse_pfn_name(&name) {
-            listed.entry(base.to_owned()).or_default().push(version);
-        }
-    }
-    for versions in listed.values_mut() {
-        versions.sort_unstable();
-        versions.dedup();
-    }
-
+    let listed = listed_versions(headers, Form::Plain)?;
     let mut declared = BTreeMap::new();
     let mut signatures: BTreeMap<(String, u32), String> = BTreeMap::new();
     visit_declarations(headers, "cudaTypedefs.h", &[], extra_args, |cursor| {
@@ -619,6 +610,67 @@ fn parse_pfn_name(name: &str) -> Option<(&str, u32)> {
         return None;
     }
     Some((base, version.parse().ok()?))
+}
+
+/// Which of an entry point's typedefs in `cudaTypedefs.h`: `PFN_<base>_v<N>` or
+/// `PFN_<base>_v<N>_ptsz` (or `_ptds`), the form for the per-thread default stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Form {
+    Plain,
+    PerThread,
+}
+
+/// The versions `cudaTypedefs.h` lists for each base name in `form`, sorted.
+fn listed_versions(headers: &Headers, form: Form) -> Result<BTreeMap<String, Vec<u32>>, String> {
+    let typedefs_h = headers.include_dir.join("cudaTypedefs.h");
+    let text = std::fs::read_to_string(&typedefs_h)
+        .map_err(|e| format!("cannot read {}: {e}", typedefs_h.display()))?;
+    let mut listed: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (position, _) in text.match_indices("PFN_") {
+        let name: String = text[position..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let per_thread = name
+            .strip_suffix("_ptsz")
+            .or_else(|| name.strip_suffix("_ptds"));
+        let typedef = match form {
+            Form::Plain => Some(name.as_str()),
+            Form::PerThread => per_thread,
+        };
+        if let Some((base, version)) = typedef.and_then(parse_pfn_name) {
+            listed.entry(base.to_owned()).or_default().push(version);
+        }
+    }
+    for versions in listed.values_mut() {
+        versions.sort_unstable();
+        versions.dedup();
+    }
+    Ok(listed)
+}
+
+/// The version to ask `cuGetProcAddress_v2` for the per-thread form of the ABI `(base, version)`,
+/// when it is not `version` itself: the per-thread forms of the oldest entry points came later
+/// than their ABI (`cuEventRecord` is 2000, its `_ptsz` form 7000), and the driver finds no
+/// per-thread form at a version older than the form. The form is the first one listed at or
+/// after `version` and before the base name's next ABI; `None` when there is none, or it is
+/// `version`.
+fn per_thread_version(
+    plain_listed: &BTreeMap<String, Vec<u32>>,
+    per_thread_listed: &BTreeMap<String, Vec<u32>>,
+    base: &str,
+    version: u32,
+) -> Option<u32> {
+    let next_abi = plain_listed
+        .get(base)
+        .and_then(|versions| versions.iter().copied().find(|&other| other > version))
+        .unwrap_or(u32::MAX);
+    per_thread_listed
+        .get(base)?
+        .iter()
+        .copied()
+        .find(|&form| form >= version && form < next_abi)
+        .filter(|&form| form != version)
 }
 
 /// `cuMemAlloc_v2` as `("cuMemAlloc", 2)`; `None` when there is no `_v<K>` suffix.
@@ -706,13 +758,17 @@ fn emit_entry_points(out: &mut String, entries: &[Entry]) {
             Some((base, version)) => format!("Some((c\"{base}\", {version}))"),
             None => "None".into(),
         };
+        let per_thread_version = match entry.per_thread_version {
+            Some(version) => format!("Some({version})"),
+            None => "None".into(),
+        };
         let per_thread = match &entry.per_thread_symbol {
             Some(symbol) => format!("Some(c\"{symbol}\")"),
             None => "None".into(),
         };
         writeln!(
             out,
-            "    EntryPoint {{ symbol: c\"{name}\", proc_address: {proc}, per_thread_symbol: {per_thread} }},"
+            "    EntryPoint {{ symbol: c\"{name}\", proc_address: {proc}, per_thread_version: {per_thread_version}, per_thread_symbol: {per_thread} }},"
         )
         .unwrap();
     }
@@ -859,6 +915,44 @@ mod tests {
     }
 
     #[test]
+    fn a_per_thread_form_is_asked_for_at_its_own_version_within_its_abi() {
+        let listed = |entries: &[(&str, &[u32])]| -> BTreeMap<String, Vec<u32>> {
+            entries
+                .iter()
+                .map(|(base, versions)| ((*base).to_owned(), versions.to_vec()))
+                .collect()
+        };
+        let plain = listed(&[
+            ("cuEventRecord", &[2000]),
+            ("cuStreamGetCtx", &[9020, 12050]),
+            ("cuMemPrefetchAsync", &[8000, 12020]),
+            ("cuInit", &[2000]),
+        ]);
+        let per_thread = listed(&[
+            ("cuEventRecord", &[7000]),
+            ("cuStreamGetCtx", &[9020, 12050]),
+            ("cuMemPrefetchAsync", &[8000, 12020]),
+        ]);
+        let version = |base, abi| per_thread_version(&plain, &per_thread, base, abi);
+        assert_eq!(version("cuEventRecord", 2000), Some(7000), "came later");
+        assert_eq!(version("cuStreamGetCtx", 9020), None, "the same version");
+        assert_eq!(version("cuStreamGetCtx", 12050), None);
+        assert_eq!(version("cuMemPrefetchAsync", 8000), None);
+        assert_eq!(version("cuInit", 2000), None, "no per-thread form");
+        let later_abi = listed(&[("cuOld", &[2000, 5000])]);
+        let form_of_the_later_abi = listed(&[("cuOld", &[7000])]);
+        assert_eq!(
+            per_thread_version(&later_abi, &form_of_the_later_abi, "cuOld", 2000),
+            None,
+            "the form at 7000 is the 5000 ABI's, not the 2000 one's"
+        );
+        assert_eq!(
+            per_thread_version(&later_abi, &form_of_the_later_abi, "cuOld", 5000),
+            Some(7000)
+        );
+    }
+
+    #[test]
     fn extra_clang_args_prefer_the_targets_own_variable_as_bindgen_does() {
         let mut variables = HashMap::from([
             ("TARGET", "x86_64-unknown-linux-gnu"),
@@ -921,6 +1015,7 @@ mod tests {
                 params: vec![("flags".to_owned(), "::std::os::raw::c_uint".to_owned())],
             },
             abi_version: abi.map(|(base, version)| (base.to_owned(), version)),
+            per_thread_version: None,
             per_thread_symbol: None,
         }
     }

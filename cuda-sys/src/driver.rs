@@ -248,9 +248,12 @@ impl Driver {
             CU_GET_PROC_ADDRESS_LEGACY_STREAM
         };
         let by_symbol = get_proc_address.is_none();
-        let resolve = |entry: &EntryPoint| match (get_proc_address, entry.proc_address) {
-            (Some(get_proc_address), Some((name, abi_version))) => {
-                resolve(get_proc_address, name, abi_version, flags)
+        let resolve = |entry: &EntryPoint| match (
+            get_proc_address,
+            entry.proc_address_for(per_thread_default_stream),
+        ) {
+            (Some(get_proc_address), Some((name, version))) => {
+                resolve(get_proc_address, name, version, flags)
             }
             _ => {
                 // Some `_ptsz` names the header declares are not exported (the real driver has
@@ -345,8 +348,8 @@ impl Driver {
         // SAFETY: the driver's `cuDriverGetVersion` (per the caller's `get_proc_address`).
         let get_version: DriverGetVersion = unsafe { std::mem::transmute(get_version) };
         let version = query_version(get_version, NAME)?;
-        let resolve = |entry: &EntryPoint| match entry.proc_address {
-            Some((name, abi_version)) => resolve(get_proc_address, name, abi_version, flags),
+        let resolve = |entry: &EntryPoint| match entry.proc_address_for(per_thread_default_stream) {
+            Some((name, version)) => resolve(get_proc_address, name, version, flags),
             None => ptr::null_mut(),
         };
         // SAFETY: per the caller: the addresses come from the driver's own resolver.
@@ -368,7 +371,7 @@ impl Driver {
         let mut addresses = vec![ptr::null_mut::<c_void>(); ENTRY_POINT_COUNT];
         let mut availability = vec![Availability::NotInDriver; ENTRY_POINT_COUNT];
         for (index, entry) in ENTRY_POINTS.iter().enumerate() {
-            if let Some(required) = entry.abi_version()
+            if let Some((_, required)) = entry.proc_address_for(per_thread_default_stream)
                 && required as i64 > i64::from(version)
             {
                 // Asking would be answered CUDA_ERROR_INVALID_VALUE: the ABI is newer than the
@@ -549,15 +552,10 @@ fn query_version(get_version: DriverGetVersion, library: &str) -> Result<i32, Lo
     Ok(version)
 }
 
-fn resolve(
-    get_proc_address: GetProcAddress,
-    name: &CStr,
-    abi_version: u32,
-    flags: u64,
-) -> *mut c_void {
+fn resolve(get_proc_address: GetProcAddress, name: &CStr, version: u32, flags: u64) -> *mut c_void {
     let mut address = ptr::null_mut();
     let mut symbol_status: c_int = 0;
-    let Ok(version) = c_int::try_from(abi_version) else {
+    let Ok(version) = c_int::try_from(version) else {
         return ptr::null_mut();
     };
     // SAFETY: `name` is NUL-terminated and both out-pointers are valid for writes.

@@ -12,6 +12,12 @@ pub struct EntryPoint {
     /// The name and ABI version to ask `cuGetProcAddress_v2` for, e.g. `("cuMemAlloc", 3020)`:
     /// the CUDA version in which the declared ABI appeared (from `cudaTypedefs.h`).
     pub proc_address: Option<(&'static CStr, u32)>,
+    /// The version to ask `cuGetProcAddress_v2` for with the per-thread default stream, where it
+    /// is not `proc_address`'s: the version of this ABI's per-thread form
+    /// (`PFN_<base>_v<N>_ptsz` in `cudaTypedefs.h`). The per-thread forms of the oldest entry
+    /// points came with CUDA 7.0 (`cuEventRecord` is 2000, its per-thread form 7000), and the
+    /// driver finds none at an older version.
+    pub per_thread_version: Option<u32>,
     /// The `_ptsz`/`_ptds` symbol used with the per-thread default stream when the driver has no
     /// `cuGetProcAddress_v2`.
     pub per_thread_symbol: Option<&'static CStr>,
@@ -27,6 +33,19 @@ impl EntryPoint {
     /// The CUDA version whose driver first has this ABI, when the header says.
     pub fn abi_version(&self) -> Option<u32> {
         self.proc_address.map(|(_, version)| version)
+    }
+
+    /// The name and version to ask `cuGetProcAddress_v2` for, for a table of the legacy default
+    /// stream or (`per_thread_default_stream`) of the per-thread one.
+    pub fn proc_address_for(
+        &self,
+        per_thread_default_stream: bool,
+    ) -> Option<(&'static CStr, u32)> {
+        let (name, version) = self.proc_address?;
+        match self.per_thread_version {
+            Some(per_thread) if per_thread_default_stream => Some((name, per_thread)),
+            _ => Some((name, version)),
+        }
     }
 }
 

@@ -5,8 +5,11 @@
  * One row per exported ABI (entries.def): the base name a caller asks for, the CUDA version at
  * which that ABI appeared, the exported function, and its per-thread-default-stream twin where it
  * has one. A lookup takes, among the rows of that base name whose version is at most both the
- * requested version and the reported driver version, the newest. The pointers are the exported
- * functions themselves, so they equal what dlsym gives.
+ * requested version and the reported driver version, the newest. A lookup for the per-thread
+ * default stream counts a twin's version instead, which is never older than CUDA 7.0, where the
+ * per-thread forms came (cudaTypedefs.h: PFN_cuEventRecord_v7000_ptsz for an ABI of 2000): as on
+ * the real driver, asking for such a form at an older version finds none. The pointers are the
+ * exported functions themselves, so they equal what dlsym gives.
  */
 #include "internal.h"
 
@@ -33,6 +36,9 @@ static const struct entry entries[] = {
 #undef CONTROL
 
 #define ENTRY_COUNT (sizeof entries / sizeof entries[0])
+
+/* The CUDA version of the first per-thread-default-stream forms. */
+#define PER_THREAD_FORMS_SINCE 7000
 
 bool cusw_entry_name_known(const char *name)
 {
@@ -117,17 +123,23 @@ CUSW_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cud
     if (cudaVersion > reported)
         return CUDA_ERROR_INVALID_VALUE;
 
+    bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     const struct entry *best = NULL;
+    int best_version = 0;
     bool name_exists = false;
     for (size_t i = 0; i < ENTRY_COUNT; i++) {
         const struct entry *e = &entries[i];
         if (strcmp(e->base, symbol) != 0)
             continue;
         name_exists = true;
+        int version = e->version;
+        if (per_thread && e->twin_fn != NULL && version < PER_THREAD_FORMS_SINCE)
+            version = PER_THREAD_FORMS_SINCE;
         /* Rows newer than the reported version are hidden, as they would be on an older driver. */
-        if (e->version <= cudaVersion && e->version <= reported &&
-            (best == NULL || e->version > best->version))
+        if (version <= cudaVersion && version <= reported && (best == NULL || version > best_version)) {
             best = e;
+            best_version = version;
+        }
     }
     if (best == NULL) {
         if (symbolStatus != NULL)
@@ -135,7 +147,6 @@ CUSW_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cud
                                         : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
         return CUDA_ERROR_NOT_FOUND;
     }
-    bool per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
     *pfn = (per_thread && best->twin_fn != NULL) ? best->twin_fn : best->fn;
     if (symbolStatus != NULL)
         *symbolStatus = CU_GET_PROC_ADDRESS_SUCCESS;

@@ -5,8 +5,9 @@
 use crate::harness::*;
 use cuda_host::{Event, EventFlags, Stream};
 use cuda_host_sys::{
-    Availability, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUhostTaskSyncMode, CUresult, CUstream,
-    CUstreamCaptureStatus, CUstreamWaitValue_flags, Driver, LoadOptions,
+    Availability, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUdriverProcAddress_flags,
+    CUdriverProcAddressQueryResult, CUhostTaskSyncMode, CUresult, CUstream, CUstreamCaptureStatus,
+    CUstreamWaitValue_flags, Driver, LoadOptions,
 };
 use std::ptr;
 use std::sync::OnceLock;
@@ -196,4 +197,43 @@ fn the_per_thread_stream_id_form_given_the_null_stream_names_the_calling_threads
         stream_id(driver(), NULL),
         "the legacy handle still names the legacy stream"
     );
+}
+
+#[test]
+fn a_per_thread_form_is_found_from_cuda_7_0_not_at_its_abis_older_version() {
+    let _shared = shared();
+    let lookup = |version: i32, flags: CUdriverProcAddress_flags| {
+        let (mut address, mut status) = (ptr::null_mut(), CUdriverProcAddressQueryResult(77));
+        // SAFETY: a NUL-terminated name and valid out-pointers.
+        let result = unsafe {
+            driver().cuGetProcAddress_v2(
+                c"cuEventRecord".as_ptr(),
+                &mut address,
+                version,
+                u64::from(flags.0),
+                &mut status,
+            )
+        };
+        (result, status, address.is_null())
+    };
+    let (legacy, per_thread) = (
+        CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+        CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+    );
+    let found = (
+        SUCCESS,
+        CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS,
+        false,
+    );
+    assert_eq!(lookup(2000, legacy), found, "the ABI of CUDA 2.0");
+    assert_eq!(
+        lookup(2000, per_thread),
+        (
+            CUresult::CUDA_ERROR_NOT_FOUND,
+            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+            true
+        ),
+        "cuEventRecord_ptsz is of CUDA 7.0"
+    );
+    assert_eq!(lookup(7000, per_thread), found);
 }

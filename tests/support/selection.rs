@@ -87,10 +87,14 @@ pub fn test_driver() -> &'static TestDriver {
     })
 }
 
+/// The software driver, with the default stream `CUDA_SYS_PER_THREAD_DEFAULT_STREAM` asks for,
+/// as the real driver's default options have.
 fn software_options() -> LoadOptions {
+    let per_thread = LoadOptions::default().uses_per_thread_default_stream();
     // SAFETY: the software driver implements the driver API's entry points with their C
     // signatures, and its initialisation only sets up its own state.
     unsafe { LoadOptions::library(software_driver_path("libcudasw.so")) }
+        .per_thread_default_stream(per_thread)
 }
 
 /// Whether NVIDIA's driver loads, initialises and has a device; why not otherwise.
