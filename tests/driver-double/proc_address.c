@@ -141,11 +141,13 @@ CUSW_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cud
             best_version = version;
         }
     }
+    /* Measured on the real 13.0 driver: a name it lacks, or has only in a newer form than the
+     * version asked for, is answered with success and a null pointer; the status says which. */
     if (best == NULL) {
         if (symbolStatus != NULL)
             *symbolStatus = name_exists ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
                                         : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-        return CUDA_ERROR_NOT_FOUND;
+        return CUDA_SUCCESS;
     }
     *pfn = (per_thread && best->twin_fn != NULL) ? best->twin_fn : best->fn;
     if (symbolStatus != NULL)

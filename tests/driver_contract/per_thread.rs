@@ -9,6 +9,7 @@ use cuda_host_sys::{
     CUdriverProcAddressQueryResult, CUhostTaskSyncMode, CUresult, CUstream, CUstreamCaptureStatus,
     CUstreamWaitValue_flags, Driver, LoadOptions,
 };
+use std::ffi::CStr;
 use std::ptr;
 use std::sync::OnceLock;
 use suite::capture::{Graph, is_capturing};
@@ -200,22 +201,8 @@ fn the_per_thread_stream_id_form_given_the_null_stream_names_the_calling_threads
 }
 
 #[test]
-fn a_per_thread_form_is_found_from_cuda_7_0_not_at_its_abis_older_version() {
+fn a_missing_form_is_a_null_pointer_and_a_status_and_per_thread_forms_start_at_cuda_7_0() {
     let _shared = shared();
-    let lookup = |version: i32, flags: CUdriverProcAddress_flags| {
-        let (mut address, mut status) = (ptr::null_mut(), CUdriverProcAddressQueryResult(77));
-        // SAFETY: a NUL-terminated name and valid out-pointers.
-        let result = unsafe {
-            driver().cuGetProcAddress_v2(
-                c"cuEventRecord".as_ptr(),
-                &mut address,
-                version,
-                u64::from(flags.0),
-                &mut status,
-            )
-        };
-        (result, status, address.is_null())
-    };
     let (legacy, per_thread) = (
         CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_LEGACY_STREAM,
         CUdriverProcAddress_flags::CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
@@ -225,15 +212,55 @@ fn a_per_thread_form_is_found_from_cuda_7_0_not_at_its_abis_older_version() {
         CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS,
         false,
     );
-    assert_eq!(lookup(2000, legacy), found, "the ABI of CUDA 2.0");
+    let too_old = (
+        SUCCESS,
+        CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
+        true,
+    );
     assert_eq!(
-        lookup(2000, per_thread),
-        (
-            CUresult::CUDA_ERROR_NOT_FOUND,
-            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT,
-            true
-        ),
+        lookup(c"cuEventRecord", 2000, legacy),
+        found,
+        "the ABI of CUDA 2.0"
+    );
+    assert_eq!(
+        lookup(c"cuEventRecord", 2000, per_thread),
+        too_old,
         "cuEventRecord_ptsz is of CUDA 7.0"
     );
-    assert_eq!(lookup(7000, per_thread), found);
+    assert_eq!(lookup(c"cuEventRecord", 7000, per_thread), found);
+    assert_eq!(
+        lookup(c"cuLaunchHostFunc", 9020, legacy),
+        too_old,
+        "cuLaunchHostFunc is of CUDA 10.0"
+    );
+    assert_eq!(
+        lookup(c"cuNoSuchEntryPoint", 12000, legacy),
+        (
+            SUCCESS,
+            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+            true
+        ),
+        "success too: the status and the null pointer say what is missing"
+    );
+}
+
+/// `cuGetProcAddress_v2` of `name`: its answer, the symbol status, and whether the pointer is
+/// null.
+fn lookup(
+    name: &CStr,
+    version: i32,
+    flags: CUdriverProcAddress_flags,
+) -> (CUresult, CUdriverProcAddressQueryResult, bool) {
+    let (mut address, mut status) = (ptr::null_mut(), CUdriverProcAddressQueryResult(77));
+    // SAFETY: a NUL-terminated name and valid out-pointers.
+    let result = unsafe {
+        driver().cuGetProcAddress_v2(
+            name.as_ptr(),
+            &mut address,
+            version,
+            u64::from(flags.0),
+            &mut status,
+        )
+    };
+    (result, status, address.is_null())
 }
