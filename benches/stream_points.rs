@@ -3,10 +3,13 @@
 //! Run: `cargo bench --bench stream_points` on a machine with an NVIDIA GPU (add `-- --quick`
 //! for a short run). On one non-blocking stream, each form enqueues 20,000 iterations of:
 //! 1. an empty kernel + an empty kernel (the baseline);
-//! 2. kernel + a release point (`release_in_stream_order` of a small boxed value) + kernel;
-//! 3. kernel + a future point (`stream_point`, polled once so that the watcher waits on it) +
+//! 2. kernel + a bare `cuStreamWriteValue64` to pinned, device-mapped memory + kernel, and
+//! 3. kernel + a bare `cuEventRecord` + kernel: what a point can be made of, with nothing around
+//!    it;
+//! 4. kernel + a release point (`release_in_stream_order` of a small boxed value) + kernel;
+//! 5. kernel + a future point (`stream_point`, polled once so that the watcher waits on it) +
 //!    kernel;
-//! 4. kernel + a host function (`host_launch` of a closure bumping a counter) + kernel;
+//! 6. kernel + a host function (`host_launch` of a closure bumping a counter) + kernel;
 //!
 //! and times them from the first enqueue until the stream drained: the time per iteration is
 //! what the stream takes, the enqueuing thread's share included (as `FACTS.md` measured the
@@ -15,9 +18,12 @@
 //! round. On the software driver, which runs no kernels, the forms run without them (`--quick`
 //! only makes sense there): what is left is each point's own cost on the enqueuing thread.
 
+use cuda_host::sys::{CU_MEMHOSTALLOC_DEVICEMAP, CUdeviceptr, Driver};
 use cuda_host::{
-    Device, Stream, StreamFlags, StreamPoint, host_launch, release_in_stream_order, stream_point,
+    Device, Event, EventFlags, Stream, StreamFlags, StreamPoint, host_launch,
+    release_in_stream_order, stream_point,
 };
+use std::ffi::c_void;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -39,10 +45,16 @@ fn main() {
 }
 
 struct Bench<'driver> {
+    driver: &'driver Driver,
     stream: Stream,
     /// The kernels, when the driver runs kernels.
     kernels: Option<Kernels<'driver>>,
     points: Vec<StreamPoint>,
+    /// A word of pinned, device-mapped host memory, as the device addresses it: what a bare
+    /// stream write writes.
+    word: CUdeviceptr,
+    writes: u64,
+    event: Event,
 }
 
 static HOST_FUNCTION_RUNS: AtomicU64 = AtomicU64::new(0);
@@ -62,11 +74,62 @@ struct Form {
     iteration: fn(&mut Bench<'_>),
 }
 
-const FORMS: [Form; 4] = [
+const FORMS: [Form; 7] = [
     Form {
         name: "kernel + kernel",
         iteration: |bench| {
             bench.kernel();
+            bench.kernel();
+        },
+    },
+    Form {
+        name: "kernel + bare 64-bit write + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            bench.writes += 1;
+            // SAFETY: the word is pinned, device-mapped and 8-byte aligned, and outlives the
+            // stream's work (the bench synchronizes before freeing it).
+            let result = unsafe {
+                bench.driver.cuStreamWriteValue64_v2(
+                    bench.stream.as_raw(),
+                    bench.word,
+                    bench.writes,
+                    0,
+                )
+            };
+            bench
+                .driver
+                .check("cuStreamWriteValue64_v2", result)
+                .expect("the write is enqueued");
+            bench.kernel();
+        },
+    },
+    Form {
+        name: "kernel + bare 32-bit write + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            bench.writes += 1;
+            // SAFETY: as for the 64-bit write; the low half of the same word.
+            let result = unsafe {
+                bench.driver.cuStreamWriteValue32_v2(
+                    bench.stream.as_raw(),
+                    bench.word,
+                    bench.writes as u32,
+                    0,
+                )
+            };
+            bench
+                .driver
+                .check("cuStreamWriteValue32_v2", result)
+                .expect("the write is enqueued");
+            bench.kernel();
+        },
+    },
+    Form {
+        name: "kernel + bare event record + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            bench.event.record(&bench.stream).expect("recorded");
             bench.kernel();
         },
     },
@@ -125,6 +188,53 @@ fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> f64 {
     elapsed / iterations as f64
 }
 
+/// A word of pinned host memory the device writes to.
+struct PinnedWord<'driver> {
+    driver: &'driver Driver,
+    host: *mut c_void,
+    device: CUdeviceptr,
+}
+
+impl<'driver> PinnedWord<'driver> {
+    fn new(driver: &'driver Driver) -> Result<Self, String> {
+        let mut host = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the context is current.
+        let result = unsafe { driver.cuMemHostAlloc(&mut host, 8, CU_MEMHOSTALLOC_DEVICEMAP) };
+        driver
+            .check("cuMemHostAlloc", result)
+            .map_err(|e| e.to_string())?;
+        let mut device = 0;
+        // SAFETY: `host` was allocated device-mapped just above; a valid out-pointer.
+        let result = unsafe { driver.cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
+        driver
+            .check("cuMemHostGetDevicePointer_v2", result)
+            .map_err(|e| e.to_string())?;
+        Ok(PinnedWord {
+            driver,
+            host,
+            device,
+        })
+    }
+}
+
+impl Drop for PinnedWord<'_> {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`, freed once, after the bench's stream drained.
+        let _ = unsafe { self.driver.cuMemFreeHost(self.host) };
+    }
+}
+
+/// Prints what one call of `call` costs the calling thread, over 200,000 calls.
+fn time_calls<R>(name: &str, mut call: impl FnMut() -> R) {
+    const CALLS: u32 = 200_000;
+    let start = Instant::now();
+    for _ in 0..CALLS {
+        std::hint::black_box(call());
+    }
+    let nanoseconds = start.elapsed().as_secs_f64() * 1e9 / f64::from(CALLS);
+    println!("{name:<36} {nanoseconds:>8.1} ns a call");
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -151,10 +261,15 @@ fn run(quick: bool) -> Result<(), String> {
              thread (the software driver runs no kernels)"
         );
     }
+    let word = PinnedWord::new(driver)?;
     let mut bench = Bench {
+        driver,
+        event: Event::new(&context, EventFlags::DisableTiming).map_err(|e| e.to_string())?,
         stream,
         kernels,
         points: Vec::with_capacity(iterations),
+        word: word.device,
+        writes: 0,
     };
     for form in &FORMS {
         measure(&mut bench, form, iterations / 10);
@@ -190,6 +305,22 @@ fn run(quick: bool) -> Result<(), String> {
          its own round; {} host functions ran)",
         HOST_FUNCTION_RUNS.load(Ordering::Relaxed)
     );
+    println!();
+    let stream = bench.stream.as_raw();
+    let event = bench.event.as_raw();
+    let (mut id, mut status) = (0, cuda_host::sys::CUstreamCaptureStatus(0));
+    // SAFETY: a live event.
+    time_calls("cuEventQuery of a completed event", || unsafe {
+        driver.cuEventQuery(event)
+    });
+    // SAFETY: a live stream; a valid out-pointer.
+    time_calls("cuStreamGetId", || unsafe {
+        driver.cuStreamGetId(stream, &mut id)
+    });
+    // SAFETY: a live stream; a valid out-pointer.
+    time_calls("cuStreamIsCapturing", || unsafe {
+        driver.cuStreamIsCapturing(stream, &mut status)
+    });
     let counts = cuda_host::stream_point_counts();
     if counts.held != 0 || counts.waiting != 0 {
         return Err(format!("stream points left behind: {counts:?}"));
