@@ -376,7 +376,7 @@ fn rows() -> Vec<Row> {
             f,
             &f.stream()
         )),
-        row!(c"cuStreamWriteValue64_v2", Returned, NOTHING, |f| release(
+        row!(c"cuStreamWriteValue32_v2", Returned, NOTHING, |f| release(
             f,
             &f.stream()
         )),

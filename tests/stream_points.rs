@@ -336,7 +336,7 @@ fn a_point_is_a_memory_write_not_a_host_function() {
     stream.synchronize().expect("synchronize");
     let count = |entry: &std::ffi::CStr| controls.call_count(entry);
     let before = [
-        count(c"cuStreamWriteValue64"),
+        count(c"cuStreamWriteValue32"),
         count(c"cuLaunchHostFunc"),
         count(c"cuStreamAddCallback"),
         count(c"cuEventRecord"),
@@ -346,7 +346,7 @@ fn a_point_is_a_memory_write_not_a_host_function() {
     stream.synchronize().expect("synchronize");
     assert_eq!(poll_once(&mut { point }), Poll::Ready(Ok(())));
     let after = [
-        count(c"cuStreamWriteValue64"),
+        count(c"cuStreamWriteValue32"),
         count(c"cuLaunchHostFunc"),
         count(c"cuStreamAddCallback"),
         count(c"cuEventRecord"),

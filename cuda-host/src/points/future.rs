@@ -16,11 +16,11 @@ use std::task::{Context, Poll};
 /// Marks a point on `stream` now and returns a future that completes once the stream has passed
 /// it, that is, once all work enqueued on the stream before this call finished.
 ///
-/// The point costs the stream one memory write (`cuStreamWriteValue64` to pinned, device-mapped
+/// The point costs the stream one memory write (`cuStreamWriteValue32` to pinned, device-mapped
 /// host memory), not a host function. The future works with any executor: a pending future is
 /// woken by cuda-host's watcher thread, which polls the points futures wait for, backs off, and
-/// parks when none waits. Dropping the future at any time is safe and takes its registration
-/// back; futures are cheap to hold by the thousand.
+/// parks when none has waited for 2 ms. Dropping the future at any time is safe and takes its
+/// registration back; futures are cheap to hold by the thousand.
 ///
 /// It completes with `Ok(())` once the point was passed, or with [`Error::ContextFailed`](crate::Error::ContextFailed) once
 /// cuda-host has seen the stream's context fail before it (a cuda-host call answering the sticky
@@ -36,7 +36,7 @@ use std::task::{Context, Poll};
 /// cuda_host::stream_point(stream)?.await?; // no thread blocked meanwhile
 /// # Ok(()) }
 /// ```
-#[doc(alias = "cuStreamWriteValue64")]
+#[doc(alias = "cuStreamWriteValue32")]
 pub fn stream_point(stream: &Stream) -> Result<StreamPoint> {
     ensure_outside_host_function("stream_point")?;
     reclaim_on_launch();

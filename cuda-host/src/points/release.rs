@@ -10,7 +10,7 @@ use std::fmt;
 /// Hands `value` to `stream`: it is dropped once the stream has passed this point, that is,
 /// after all work enqueued on the stream before this call finished.
 ///
-/// Marking the point costs the stream one memory write (`cuStreamWriteValue64` to pinned,
+/// Marking the point costs the stream one memory write (`cuStreamWriteValue32` to pinned,
 /// device-mapped host memory), not a host function: the stream never waits for the host. The
 /// value is dropped on **the thread that released it**, by its first cuda-host call (a launch, a
 /// release, a synchronize, [`reclaim`](crate::reclaim)) that sees the point passed, by the rule
@@ -45,7 +45,7 @@ use std::fmt;
 /// // no synchronize: `staging` is dropped by a later call on this thread once the copy finished
 /// # Ok(()) }
 /// ```
-#[doc(alias = "cuStreamWriteValue64")]
+#[doc(alias = "cuStreamWriteValue32")]
 pub fn release_in_stream_order<T: Send + 'static>(
     stream: &Stream,
     value: T,
