@@ -5,9 +5,9 @@
 //! future of that stream), wakes those whose point was passed (or whose context failed), and
 //! forgets them. Its pace: it spins for a few microseconds after a wake or a new registration,
 //! then yields for a while, then sleeps in growing steps (up to a millisecond) while futures
-//! still wait, and parks when none does. A registration unparks it only when it finds it parked
-//! (the idle-to-active transition); others just ask it, through a flag, to spin again after its
-//! current step. Wakers are called on this thread, outside the lock, each under `catch_unwind`.
+//! still wait, and parks once none has waited for a while (`LINGER`). A registration unparks it
+//! only when it finds it parked (the idle-to-active transition); others just ask it, through a
+//! flag, to spin again after its current step. Wakers are called on this thread, outside the lock, each under `catch_unwind`.
 //!
 //! The thread reads a counter only while a future of it is registered: that future holds the
 //! context, which keeps the counter's memory. It never holds a context itself, so no context is
@@ -204,23 +204,30 @@ pub(super) fn counts() -> (usize, bool, u64) {
 const SPIN: Duration = Duration::from_micros(20);
 const YIELD: Duration = Duration::from_micros(200);
 const LONGEST_SLEEP: Duration = Duration::from_millis(1);
+/// How long the thread stays up with nothing registered before it parks. Parking at once would
+/// make a caller that makes a future every few microseconds (each passed before the next) pay
+/// an unpark, a system call and a context switch, for each of them.
+const LINGER: Duration = Duration::from_millis(2);
 
 fn run() {
     let mut woken = Vec::new();
     let mut active_since = Instant::now();
     loop {
-        let idle = {
+        let quiet = active_since.elapsed();
+        let parking = {
             let mut registry = lock(&WATCHER.registry);
             for waiting in &mut registry.waiting {
                 waiting.take_passed(&mut woken);
             }
             registry.waiting.retain(|waiting| !waiting.wakers.is_empty());
             registry.live -= woken.len();
-            if registry.live == 0 {
-                registry.parked = true;
+            // Set under the lock, as `register` reads it: a registration after this look either
+            // finds the thread parked and unparks it, or is seen by the next look.
+            registry.parked = registry.live == 0 && woken.is_empty() && quiet >= LINGER;
+            if registry.parked {
                 WATCHER.parks.fetch_add(1, Ordering::Relaxed);
             }
-            registry.live == 0
+            registry.parked
         };
         let progressed = !woken.is_empty();
         for waker in woken.drain(..) {
@@ -228,7 +235,7 @@ fn run() {
                 log::error!("a waker of a stream point panicked; the watcher goes on");
             }
         }
-        if idle {
+        if parking {
             std::thread::park();
             active_since = Instant::now();
             continue;
