@@ -499,12 +499,18 @@ fn watcher_cpu_time() -> Option<Duration> {
         if name.trim() != "cuda-host-watch" {
             continue;
         }
+        // The thread's time on a CPU in nanoseconds, schedstat's first field, where the kernel
+        // keeps it; else utime + stime (fields 14 and 15 of stat) in ticks of 10 ms.
+        if let Some(nanoseconds) = std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+        {
+            return Some(Duration::from_nanos(nanoseconds));
+        }
         let stat = std::fs::read_to_string(path.join("stat")).ok()?;
-        // The fields after the command's closing parenthesis; utime and stime are 14 and 15.
         let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
         let ticks: u64 =
             fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        // USER_HZ is 100 on Linux.
         return Some(Duration::from_millis(ticks * 10));
     }
     None
