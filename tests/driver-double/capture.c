@@ -12,11 +12,13 @@
  *    error and invalidate the capture. Non-blocking captures do not involve the legacy stream.
  *  - synchronising or querying a capturing stream answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
  *    and invalidates the capture.
- *  - "potentially unsafe" calls (allocation, context or legacy-stream synchronisation) follow
- *    the documented rules of a thread in GLOBAL capture interaction mode (every thread's, since
- *    this driver has no cuThreadExchangeStreamCaptureMode): it may not make them while it has a
- *    non-relaxed capture of its own or any thread has a GLOBAL capture. A prohibited call answers
- *    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures that prohibited it.
+ *  - "potentially unsafe" calls (allocation, context or legacy-stream synchronisation, an event
+ *    query) follow the documented rules of the calling thread's capture interaction mode
+ *    (cuThreadExchangeStreamCaptureMode; GLOBAL until changed): in GLOBAL mode a thread may not
+ *    make them while it has a non-relaxed capture of its own or any thread has a GLOBAL capture;
+ *    in THREAD_LOCAL mode only its own captures count; in RELAXED mode none does. A prohibited
+ *    call answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures that
+ *    prohibited it.
  * An invalidated capture stays until cuStreamEndCapture, which then answers
  * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph.
  */
@@ -86,13 +88,33 @@ CUresult cusw_capture_add_node(struct cusw_stream *s, const struct cusw_action *
     return CUDA_SUCCESS;
 }
 
+/* The calling thread's capture interaction mode. */
+static _Thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+CUSW_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    CUSW_INIT_ENTRY();
+    if (mode == NULL || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                         *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                         *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode previous = thread_mode;
+    thread_mode = *mode;
+    *mode = previous;
+    return CUDA_SUCCESS;
+}
+
 CUresult cusw_capture_check_unsafe(void)
 {
+    if (thread_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
     uint64_t self = cusw_thread_serial();
     bool prohibited = false;
     for (struct cusw_capture *c = captures; c != NULL; c = c->next) {
         bool own = c->thread_serial == self && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
-        if (own || c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
+        bool global = thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+                      c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+        if (own || global) {
             cusw_capture_invalidate(c);
             prohibited = true;
         }

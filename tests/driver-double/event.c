@@ -177,12 +177,21 @@ static CUresult event_outside_capture(CUevent handle, struct cusw_event **out)
     return rc == CUDA_SUCCESS && live_capture_of(*out) != NULL ? CUDA_ERROR_CAPTURED_EVENT : rc;
 }
 
+/* Measured: a query of an event a capture took answers CUDA_ERROR_CAPTURED_EVENT and invalidates
+ * that capture, whatever the modes; a query of another event is a potentially unsafe call. */
 CUSW_EXPORT CUresult cuEventQuery(CUevent hEvent)
 {
     CUSW_INIT_ENTRY();
     cusw_lock_acquire();
     struct cusw_event *e = NULL;
-    CUresult rc = event_outside_capture(hEvent, &e);
+    CUresult rc = event_checked(hEvent, &e);
+    struct cusw_capture *taken = rc == CUDA_SUCCESS ? live_capture_of(e) : NULL;
+    if (taken != NULL) {
+        cusw_capture_invalidate(taken);
+        rc = CUDA_ERROR_CAPTURED_EVENT;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_unsafe();
     if (rc == CUDA_SUCCESS && !complete(e))
         rc = CUDA_ERROR_NOT_READY;
     cusw_lock_release();

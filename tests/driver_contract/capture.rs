@@ -1,7 +1,7 @@
 //! Stream capture: modes, capture state and info, the implicit legacy-stream rules, invalidation.
 
 use crate::harness::*;
-use cuda_host::Stream;
+use cuda_host::{Event, EventFlags, Stream};
 use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUgraphNodeType, CUresult, CUstreamCaptureMode,
     CUstreamCaptureStatus,
@@ -249,4 +249,93 @@ fn an_invalidated_capture_reports_invalidated_refuses_launches_and_ends_without_
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
     ok("cuStreamSynchronize", synchronize(CU_STREAM_LEGACY));
     assert_eq!((count(&refused), count(&after)), (0, 1));
+}
+
+const THREAD_LOCAL: CUstreamCaptureMode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+
+/// Sets the calling thread's capture interaction mode; returns the one it had.
+fn exchange_capture_mode(mode: CUstreamCaptureMode) -> CUstreamCaptureMode {
+    let mut mode = mode;
+    // SAFETY: a valid pointer to a mode.
+    ok("cuThreadExchangeStreamCaptureMode", unsafe {
+        driver().cuThreadExchangeStreamCaptureMode(&mut mode)
+    });
+    mode
+}
+
+#[test]
+fn an_event_query_under_a_global_capture_is_refused_and_invalidates_it_unless_the_thread_may() {
+    let _alone = alone();
+    let context = current_context();
+    let (captured, other) = (non_blocking(&context), non_blocking(&context));
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("an event");
+    record(&event, other.as_raw());
+    ok("cuStreamSynchronize", synchronize(other.as_raw()));
+    let raw = event.as_raw().addr();
+    // (on the capturing thread, the querying thread's own mode, answer)
+    let cases = [
+        (
+            false,
+            GLOBAL,
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        ),
+        (false, THREAD_LOCAL, SUCCESS),
+        (false, RELAXED, SUCCESS),
+        (
+            true,
+            GLOBAL,
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        ),
+        (
+            true,
+            THREAD_LOCAL,
+            CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+        ),
+        (true, RELAXED, SUCCESS),
+    ];
+    for (on_capturing_thread, own_mode, expected) in cases {
+        let capture = Capture::begin(captured.as_raw(), GLOBAL);
+        let query = move || {
+            let previous = exchange_capture_mode(own_mode);
+            let answer = event_query(std::ptr::with_exposed_provenance_mut(raw));
+            assert_eq!(exchange_capture_mode(previous), own_mode);
+            answer
+        };
+        let answer = if on_capturing_thread {
+            query()
+        } else {
+            std::thread::scope(|scope| scope.spawn(query).join().expect("queried"))
+        };
+        let case = format!("on the capturing thread: {on_capturing_thread}, mode {own_mode:?}");
+        assert_eq!(answer, expected, "{case}");
+        let ended = capture.end().map(drop).map_err(|(result, _)| result);
+        let invalidated = Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+        assert_eq!(
+            ended,
+            if expected == SUCCESS {
+                Ok(())
+            } else {
+                invalidated
+            },
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn a_query_of_an_event_a_capture_took_answers_captured_event_and_invalidates_the_capture() {
+    let _alone = alone();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("an event");
+    let capture = Capture::begin(stream.as_raw(), RELAXED);
+    record(&event, stream.as_raw());
+    assert_eq!(
+        event_query(event.as_raw()),
+        CUresult::CUDA_ERROR_CAPTURED_EVENT
+    );
+    assert_eq!(
+        capture.end().map(drop).map_err(|(result, _)| result),
+        Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    );
 }
