@@ -3,7 +3,7 @@
 //! A task enqueues a kernel that fills a device buffer and a copy of it to pinned host memory,
 //! then awaits a stream point made after them: no thread blocks on the stream meanwhile (another
 //! task keeps ticking on the same single-threaded runtime), and the point costs the stream one
-//! memory write, not a host function. When the future completes, the results are on the host.
+//! event record, not a host function. When the future completes, the results are on the host.
 //!
 //! Run: `cargo run --example await_stream_point`. Without a CUDA driver and GPU it prints one
 //! line saying why and exits with status 1.

@@ -227,9 +227,11 @@ fn values_released_around_a_context_failure_are_all_dropped_once_it_is_seen() {
 }
 
 #[test]
-fn values_released_on_a_failed_context_are_dropped_at_the_latest_when_their_stream_is() {
-    let test = "values_released_on_a_failed_context_are_dropped_at_the_latest_when_their_stream_is";
-    // Nothing but the stream's drop sees the failure. Alone in a process: it stays with it.
+fn values_released_on_a_failed_context_are_dropped_once_a_look_at_their_points_sees_it() {
+    let test =
+        "values_released_on_a_failed_context_are_dropped_once_a_look_at_their_points_sees_it";
+    // Nothing but the looks at the points' events sees the failure. Alone in a process: it
+    // stays with it.
     if !suite::in_child_process() {
         return suite::run_in_child(module_path!(), test, &[]);
     }
@@ -245,15 +247,17 @@ fn values_released_on_a_failed_context_are_dropped_at_the_latest_when_their_stre
     for _ in 0..EACH {
         release_in_stream_order(&stream, tally.probe()).expect("released");
     }
-    gate.open();
-    std::thread::sleep(Duration::from_millis(20));
     reclaim();
-    assert_eq!(tally.drops(), 0, "no failure was seen yet");
-    drop(stream);
+    assert_eq!(tally.drops(), 0, "the stream has not reached the fault");
+    gate.open();
+    // The stream never passes the points: their events answer the context's failure instead.
     wait_until("the values of the failed context to be dropped", || {
         reclaim();
         tally.drops() == EACH
     });
+    let here = std::thread::current().id();
+    assert!(tally.drop_threads().iter().all(|thread| *thread == here));
+    drop(stream);
     std::mem::forget(kernels);
 }
 
@@ -262,8 +266,7 @@ fn a_capturing_stream_refuses_points_hands_the_value_back_and_its_capture_still_
     let _capture = suite::capture_lock();
     let context = context();
     let stream = new_stream(&context);
-    // The context's counter memory exists before the capture (allocating pinned memory is a
-    // call a global-mode capture forbids).
+    // The stream has its track before the capture, so the refusal below is the capture's.
     release_in_stream_order(&stream, ()).expect("released");
     let tally = Tally::new();
     let builder = GraphBuilder::begin(&stream, CaptureMode::ThreadLocal).expect("capture");
@@ -321,8 +324,8 @@ fn a_release_inside_a_host_function_is_refused_and_the_value_handed_back() {
 }
 
 #[test]
-fn a_point_is_a_memory_write_not_a_host_function() {
-    let test = "a_point_is_a_memory_write_not_a_host_function";
+fn a_point_is_an_event_record_not_a_host_function() {
+    let test = "a_point_is_an_event_record_not_a_host_function";
     let Some(controls) = suite::software::controls() else {
         return suite::skip(test, "call counts are a control of the software driver");
     };
@@ -336,20 +339,20 @@ fn a_point_is_a_memory_write_not_a_host_function() {
     stream.synchronize().expect("synchronize");
     let count = |entry: &std::ffi::CStr| controls.call_count(entry);
     let before = [
-        count(c"cuStreamWriteValue32"),
+        count(c"cuEventRecord"),
         count(c"cuLaunchHostFunc"),
         count(c"cuStreamAddCallback"),
-        count(c"cuEventRecord"),
+        count(c"cuStreamWriteValue32"),
     ];
     release_in_stream_order(&stream, vec![0u8; 64]).expect("released");
     let point = stream_point(&stream).expect("a point");
     stream.synchronize().expect("synchronize");
     assert_eq!(poll_once(&mut { point }), Poll::Ready(Ok(())));
     let after = [
-        count(c"cuStreamWriteValue32"),
+        count(c"cuEventRecord"),
         count(c"cuLaunchHostFunc"),
         count(c"cuStreamAddCallback"),
-        count(c"cuEventRecord"),
+        count(c"cuStreamWriteValue32"),
     ];
     assert_eq!(after, [before[0] + 2, before[1], before[2], before[3]]);
 }
@@ -632,4 +635,51 @@ fn a_future_behind_a_failed_context_completes_with_an_error() {
         Err(Error::ContextFailed)
     );
     std::mem::forget(kernels);
+}
+
+#[test]
+fn looks_at_points_never_invalidate_a_global_capture_other_code_began() {
+    let test = "looks_at_points_never_invalidate_a_global_capture_other_code_began";
+    // Alone in a process: any thread's allocation would invalidate a global-mode capture.
+    if !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[]);
+    }
+    let context = context();
+    let (captured, released) = (new_stream(&context), new_stream(&context));
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    // A point the watcher waits on, and released values the drains look at, all pending.
+    gate.hold(&released);
+    let mut point = stream_point(&released).expect("a point");
+    assert_eq!(poll_once(&mut point), Poll::Pending);
+    release_in_stream_order(&released, tally.probe()).expect("released");
+    // Other code captures in global mode (the driver's default) meanwhile: an event query
+    // made in that mode by any thread would invalidate the capture.
+    let capture = suite::capture::Capture::begin(
+        captured.as_raw(),
+        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            release_in_stream_order(&released, tally.probe()).expect("released");
+            assert_eq!(reclaim(), 0, "nothing passed yet");
+        });
+    });
+    assert_eq!(point.is_passed(), Ok(false));
+    assert_eq!(reclaim(), 0);
+    gate.open();
+    wait_until("the point to be seen passed", || {
+        poll_once(&mut point) == Poll::Ready(Ok(()))
+    });
+    wait_until("this thread's value to be dropped", || {
+        reclaim();
+        tally.drops() >= 1
+    });
+    if let Err((result, _)) = capture.end() {
+        panic!("the capture was invalidated: it ended with {result}");
+    }
+    wait_until("the other thread's value to be dropped", || {
+        reclaim();
+        tally.drops() == 2
+    });
 }

@@ -45,7 +45,7 @@
 //! # Beyond the driver's primitive
 //! - [`release_in_stream_order`]: hand a value to a stream; it is dropped on this thread once the
 //!   stream passed that point. [`stream_point`]: a future that completes there. A point is one
-//!   stream memory write to pinned memory (`points`), not a host function.
+//!   event record (`points`), not a host function.
 //! - [`host_copy_fn`]: a `CUhostFn` that copies between host buffers in stream order
 //!   ([`host_copy_scope`], [`host_copy_raw`]).
 //! - [`host_launch_with`]: `cuLaunchHostFunc_v2`'s sync mode ([`HostTaskSyncMode`]), or a typed

@@ -52,6 +52,13 @@ pub(crate) fn abandon_if_failed(context: &ContextShared, result: CUresult) {
     }
 }
 
+/// [`abandon_if_failed`] for a context known by its address (`CUcontext`).
+pub(crate) fn abandon_context_if_failed(context: usize, result: CUresult) {
+    if is_sticky(result) {
+        failed(context, result);
+    }
+}
+
 /// The contexts that failed (`CUcontext` addresses). A failure is sticky: they stay failed.
 static FAILED: FailedContexts = FailedContexts::new();
 

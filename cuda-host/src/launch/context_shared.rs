@@ -13,7 +13,7 @@
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::sync::lock;
-use cuda_host_sys::{CUcontext, CUdevice, Driver};
+use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};
 use std::any::Any;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,9 +32,19 @@ pub(crate) struct ContextShared {
     _keep_alive: Option<Box<dyn Any + Send + Sync>>,
     has_drop_errors: AtomicBool,
     drop_errors: Mutex<Vec<Error>>,
-    /// The counter memory of stream points (`crate::points`), made on first use. Type-erased so
-    /// that this layer does not import the one above it; freed before the context is released.
-    stream_points: OnceLock<Box<dyn Any + Send + Sync>>,
+    /// The tracks of stream points (`crate::points`), made on first use. Behind a trait so that
+    /// this layer does not import the one above it; dropped before the context is released.
+    stream_points: OnceLock<Box<dyn StreamPointsOfContext>>,
+}
+
+/// What the stream points of a context (`crate::points`) offer the layers below them.
+pub(crate) trait StreamPointsOfContext: Any + Send + Sync {
+    /// A synchronize of `stream` (of the whole context, with `None`) returned: every point
+    /// marked on it before is passed, which the points should see now rather than at their
+    /// next look.
+    fn synchronized(&self, stream: Option<CUstream>);
+
+    fn as_any(&self) -> &dyn Any;
 }
 
 // SAFETY: `raw` is a driver handle, valid on any thread; the driver API is thread-safe.
@@ -151,11 +161,20 @@ impl ContextShared {
     }
 
     /// The stream points' state of this context (`crate::points`), made by `make` on first use.
-    pub(crate) fn stream_points<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> &T {
+    pub(crate) fn stream_points<T: StreamPointsOfContext>(&self, make: impl FnOnce() -> T) -> &T {
         self.stream_points
             .get_or_init(|| Box::new(make()))
+            .as_any()
             .downcast_ref()
             .expect("one type of stream points")
+    }
+
+    /// Tells the context's stream points, if any, that a synchronize returned (see
+    /// [`StreamPointsOfContext::synchronized`]).
+    pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
+        if let Some(points) = self.stream_points.get() {
+            points.synchronized(stream);
+        }
     }
 
     /// Keeps an error a `Drop` could not return, for the next call on this context.
@@ -184,7 +203,7 @@ impl ContextShared {
 
 impl Drop for ContextShared {
     fn drop(&mut self) {
-        // The points' pinned memory belongs to the context: freed while it is still retained.
+        // The points' events belong to the context: destroyed while it is still retained.
         drop(self.stream_points.take());
         if !self.retained {
             // Another library's context; what keeps it alive, if held, goes with `_keep_alive`.

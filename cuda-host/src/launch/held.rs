@@ -1,7 +1,7 @@
 //! Records held until a stream passes a point: what a release in stream order leaves behind.
 //!
 //! A held record waits in a queue of the thread that made it, one queue per sequence of points
-//! (a stream's counter, `crate::points`). Each drain of that thread (`reclaim`) first looks how
+//! (a stream's track, `crate::points`). Each drain of that thread (`reclaim`) first looks how
 //! far each of its sequences has come and hands every record whose point was passed to the
 //! thread's inbox, where the same drain drops it: so held records follow the rule of launch
 //! records (dropped on the thread that made them, never on the driver's thread, never during a
@@ -10,7 +10,9 @@
 //! drain looks at, and their records go to the shared list of records when passed.
 //!
 //! Looking costs a drain nothing while the thread holds nothing and no exited thread left
-//! anything; otherwise one read of each sequence's counter and, per queue, the failure check.
+//! anything; otherwise, per sequence, a look at its progress, which queries the driver only now
+//! and then ([`Look`]), and, per queue, the failure check. Moving records to the inbox runs no
+//! `Drop`, so it is done before the drain decides whether it may drop anything.
 
 use crate::launch::context_failure;
 use crate::launch::context_shared::ContextShared;
@@ -25,8 +27,18 @@ use std::sync::{Arc, Mutex};
 
 /// A sequence of points a stream passes in order: how far it has come.
 pub(crate) trait Progress: Send + Sync {
-    /// The highest point passed so far (points are numbered from 1).
-    fn passed(&self) -> u64;
+    /// The highest point known passed so far (points are numbered from 1), after looking at the
+    /// stream as `look` says.
+    fn passed(&self, look: Look) -> u64;
+}
+
+/// How a drain looks at the streams of its held records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Look {
+    /// Now: after a synchronize, or when asked to reclaim.
+    Fresh,
+    /// Only if nobody looked for a while: the drain of a launch, which must stay cheap.
+    Paced,
 }
 
 /// The records of one thread held for one sequence, in the order of their points.
@@ -44,8 +56,8 @@ unsafe impl Send for Queue {}
 impl Queue {
     /// Hands every record whose point was passed (all of them, if the context failed) to its
     /// home; returns how many.
-    fn release_passed(&mut self) -> usize {
-        let passed = self.progress.passed();
+    fn release_passed(&mut self, look: Look) -> usize {
+        let passed = self.progress.passed(look);
         let failed = self
             .records
             .front()
@@ -111,12 +123,12 @@ static HELD_TOTAL: AtomicUsize = AtomicUsize::new(0);
 /// `point` or the context fails; the thread's drains then drop it.
 pub(crate) fn hold_until<T: Send + 'static>(
     progress: Arc<dyn Progress>,
-    context: &Arc<ContextShared>,
+    context: Arc<ContextShared>,
     point: u64,
     value: T,
 ) {
     let context_handle = context.raw().addr();
-    let record = record::holding(value, Some(Arc::clone(context)), inboxes::home());
+    let record = record::holding(value, Some(context), inboxes::home());
     HELD_TOTAL.fetch_add(1, Ordering::Relaxed);
     let mut queue = Some(Queue {
         progress,
@@ -158,7 +170,7 @@ fn insert(queue: &mut Queue, point: u64, record: NonNull<RecordHeader>) {
 /// Hands the calling thread's held records whose points were passed (or whose context failed)
 /// to its inbox, and those of exited threads to the shared list; returns how many. Only pushes:
 /// the caller's drain drops them.
-pub(crate) fn release_passed() -> usize {
+pub(crate) fn release_passed(look: Look) -> usize {
     let mut released = HELD
         .try_with(|held| {
             if held.count.get() == 0 {
@@ -167,7 +179,7 @@ pub(crate) fn release_passed() -> usize {
             let Ok(mut queues) = held.queues.try_borrow_mut() else {
                 return 0;
             };
-            let released: usize = queues.iter_mut().map(Queue::release_passed).sum();
+            let released: usize = queues.iter_mut().map(|queue| queue.release_passed(look)).sum();
             queues.retain(|queue| !queue.records.is_empty());
             held.count.set(held.count.get() - released);
             released
@@ -175,7 +187,10 @@ pub(crate) fn release_passed() -> usize {
         .unwrap_or(0);
     if ORPHANED.load(Ordering::SeqCst) != 0 {
         let mut orphans = lock(&ORPHANS);
-        let from_orphans: usize = orphans.iter_mut().map(Queue::release_passed).sum();
+        let from_orphans: usize = orphans
+            .iter_mut()
+            .map(|queue| queue.release_passed(look))
+            .sum();
         orphans.retain(|queue| !queue.records.is_empty());
         ORPHANED.fetch_sub(from_orphans, Ordering::SeqCst);
         released += from_orphans;
@@ -205,7 +220,7 @@ mod tests {
     struct Counter(AtomicU64);
 
     impl Progress for Counter {
-        fn passed(&self) -> u64 {
+        fn passed(&self, _: Look) -> u64 {
             self.0.load(Ordering::SeqCst)
         }
     }
@@ -229,7 +244,7 @@ mod tests {
         let here = std::thread::current().id();
         for point in 1..=3 {
             let progress: Arc<dyn Progress> = counter.clone();
-            hold_until(progress, &context, point, Dropped(Arc::clone(&drops), here));
+            hold_until(progress, Arc::clone(&context), point, Dropped(Arc::clone(&drops), here));
         }
         crate::launch::reclaim();
         assert_eq!(drops.load(Ordering::SeqCst), 0, "no point passed yet");

@@ -29,10 +29,12 @@ outside_loom_models! {
     mod trampoline;
 
     pub(crate) use capture_check::{CaptureBeginning, LaunchWindow, capture_state};
-    pub(crate) use context_failure::{abandon_if_failed, has_failed, is_sticky, watch_stream};
-    pub(crate) use context_shared::ContextShared;
+    pub(crate) use context_failure::{
+        abandon_context_if_failed, abandon_if_failed, has_failed, is_sticky, watch_stream,
+    };
+    pub(crate) use context_shared::{ContextShared, StreamPointsOfContext};
     pub(crate) use enqueue::{HostFuncEntry, pass_through, run_once};
-    pub(crate) use held::{Progress, held_count, hold_until};
+    pub(crate) use held::{Look, Progress, held_count, hold_until};
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
     pub(crate) use mark::ensure_outside_host_function;
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};

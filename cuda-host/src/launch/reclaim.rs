@@ -25,7 +25,7 @@
 //! thread's last call.
 
 use crate::error::{Error, Result};
-use crate::launch::held;
+use crate::launch::held::{self, Look};
 use crate::launch::inboxes::{self, SHARED, ThreadState};
 use crate::launch::mark::in_host_function;
 use crate::launch::panic_report;
@@ -65,7 +65,7 @@ pub(crate) fn reclaim_on_launch() {
         due
     });
     if due == Some(true) {
-        reclaim();
+        inboxes::with_thread(|thread| drain(thread, Look::Paced));
     }
 }
 
@@ -78,15 +78,26 @@ pub(crate) fn reclaim_on_launch() {
 /// cuda-host, or while a global-mode capture begun through cuda-host is open (see the module
 /// documentation of the rule). A `Drop` that panics is reported through the panic hook and the
 /// drain goes on: this function never panics.
+///
+/// Values released in stream order are looked at afresh here (their streams' events queried),
+/// where a launch's drain looks at each stream at most every 50 µs.
 pub fn reclaim() -> usize {
-    inboxes::with_thread(drain).unwrap_or(0)
+    inboxes::with_thread(|thread| drain(thread, Look::Fresh)).unwrap_or(0)
 }
 
-fn drain(thread: &ThreadState) -> usize {
+fn drain(thread: &ThreadState, look: Look) -> usize {
+    if !may_drain(thread) {
+        return 0;
+    }
+    // Values released in stream order whose points were passed join the inboxes first (this
+    // only moves records; no `Drop` runs).
+    if held::anything_held() {
+        held::release_passed(look);
+    }
     let own_empty = thread
         .existing_inbox()
         .is_none_or(|inbox| inbox.list.is_empty());
-    if (own_empty && SHARED.is_empty() && !held::anything_held()) || !may_drain(thread) {
+    if own_empty && SHARED.is_empty() {
         return 0;
     }
     let inbox = std::sync::Arc::clone(thread.inbox());
@@ -101,8 +112,6 @@ fn drain(thread: &ThreadState) -> usize {
         }
     }
     thread.drain_depth.set(depth + 1);
-    // Values released in stream order whose points were passed join the inboxes first.
-    held::release_passed();
     let mut count = drop_chain(thread, inbox.list.take());
     if !SHARED.is_empty() {
         count += drop_chain(thread, SHARED.take());

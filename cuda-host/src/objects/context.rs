@@ -221,8 +221,9 @@ impl Context {
             // SAFETY: no arguments; the context is current.
             Ok(unsafe { checked!(driver, cuCtxSynchronize()) })
         })?;
-        if let Err(error) = &synchronized {
-            abandon_if_failed(&self.shared, error.result());
+        match &synchronized {
+            Ok(()) => self.shared.synchronized(None),
+            Err(error) => abandon_if_failed(&self.shared, error.result()),
         }
         reclaim();
         Ok(synchronized?)

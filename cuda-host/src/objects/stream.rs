@@ -12,7 +12,7 @@ use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags,
 };
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// How a new stream orders itself against the legacy default stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -47,6 +47,9 @@ pub struct Stream {
     /// Whether run-once host functions were launched through this value: its drop then watches
     /// the stream for the context's failure (`context_failure`).
     launched: AtomicBool,
+    /// The stream's id (`cuStreamGetId`), once asked, for streams other than the special ones
+    /// (whose id depends on the calling thread); 0 until then.
+    id: AtomicU64,
     /// What keeps a borrowed stream alive, if held (cudarc's `Arc`): dropped after `drop` no
     /// longer uses the handle, as the reclaim rules allow.
     #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
@@ -82,6 +85,7 @@ impl Stream {
             raw,
             ownership: Ownership::Owned,
             launched: AtomicBool::new(false),
+            id: AtomicU64::new(0),
             keep_alive: None,
         })
     }
@@ -94,6 +98,7 @@ impl Stream {
             raw: CU_STREAM_LEGACY,
             ownership: Ownership::Special,
             launched: AtomicBool::new(false),
+            id: AtomicU64::new(0),
             keep_alive: None,
         }
     }
@@ -105,6 +110,7 @@ impl Stream {
             raw: CU_STREAM_PER_THREAD,
             ownership: Ownership::Special,
             launched: AtomicBool::new(false),
+            id: AtomicU64::new(0),
             keep_alive: None,
         }
     }
@@ -130,6 +136,7 @@ impl Stream {
             raw,
             ownership,
             launched: AtomicBool::new(false),
+            id: AtomicU64::new(0),
             keep_alive: None,
         }
     }
@@ -147,6 +154,23 @@ impl Stream {
     /// What the stream's context shares with its launch records.
     pub(crate) fn shared_context(&self) -> &std::sync::Arc<ContextShared> {
         &self.context.shared
+    }
+
+    /// The stream's id (`cuStreamGetId`), unique for the life of the process; a special
+    /// stream's is the one it resolves to on the calling thread. The context must be current
+    /// for a special stream.
+    pub(crate) fn id(&self) -> std::result::Result<u64, cuda_host_sys::Error> {
+        let known = self.id.load(Ordering::Relaxed);
+        if known != 0 {
+            return Ok(known);
+        }
+        let mut id = 0;
+        // SAFETY: the stream handle is valid while `self` exists; a valid out-pointer.
+        unsafe { checked!(self.context.shared.driver(), cuStreamGetId(self.raw, &mut id)) }?;
+        if self.ownership != Ownership::Special {
+            self.id.store(id, Ordering::Relaxed);
+        }
+        Ok(id)
     }
 
     /// Marks that run-once host functions were launched through this value.
@@ -187,7 +211,12 @@ impl Stream {
         let shared = &self.context.shared;
         let synchronized = self.with_stream_context(|| {
             // SAFETY: the stream handle is valid while `self` exists.
-            Ok(unsafe { checked!(shared.driver(), cuStreamSynchronize(self.raw)) })
+            let synchronized = unsafe { checked!(shared.driver(), cuStreamSynchronize(self.raw)) };
+            if synchronized.is_ok() {
+                // Where the special streams resolve against the current context.
+                shared.synchronized(Some(self.raw));
+            }
+            Ok(synchronized)
         })?;
         if let Err(error) = &synchronized {
             abandon_if_failed(shared, error.result());

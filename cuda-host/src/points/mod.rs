@@ -3,73 +3,77 @@
 //! ([`release_in_stream_order`]) and awaiting a stream ([`StreamPoint`]).
 //!
 //! **Why not a host function.** A host function between two kernels costs the stream 17–37 µs on
-//! an H200 (the driver's host-function thread must wake, run it and report back before the next
-//! kernel may start); a 32-bit stream memory write costs it 0.9 µs (`benches/stream_points.rs`).
-//! A point is one `cuStreamWriteValue32` of the stream's next sequence number to a counter in
-//! pinned, device-mapped host memory (`counters`); the host sees the point passed once the
-//! counter reaches that number. The stream never waits for the host.
+//! an H200: the driver's host-function thread must wake, run it and report back before the next
+//! kernel may start. A point is one `cuEventRecord` of an event of the stream's track (`tracks`),
+//! which costs the enqueuing thread 0.13 µs; the host sees the point passed once a query of that
+//! event, or of a later point's, answers that it completed. The stream never waits for the host.
+//! Between two kernels a release point costs the stream 0.7 µs, a future point 0.8 µs
+//! (`benches/stream_points.rs`).
 //!
-//! **Why not an event.** Recording an event costs the stream less (0.3 µs), but the host can only
-//! look at it through `cuEventQuery`, 1.4 µs a call on the same machine, against one read of
-//! memory for a counter, which also answers for every earlier point of the stream at once.
+//! **Why not a stream memory write.** A 32-bit write to pinned, device-mapped memory
+//! (`cuStreamWriteValue32`) would let the host look with one read of memory instead of a 0.1 µs
+//! query, but it costs the enqueuing thread 0.8 µs, and when enqueuing is what holds a stream
+//! back, the stream pays it all: 0.9–1.1 µs between two kernels, before anything cuda-host adds.
+//! Events are cheap to mark; looks are made rare instead (`tracks`).
 //!
-//! **Counter width: 32 bits, numbers of 64.** A 64-bit write costs the stream 1.3 µs. Points are
-//! numbered in 64 bits and written as their low half; the host extends what it reads from the
-//! highest point it knows passed, and ignores values that are no point between that one and the
-//! last issued, so a late, stale write never unpasses a point (`counters`).
+//! **Looks never break a capture.** An event query is a "potentially unsafe" call: made in the
+//! driver's default capture interaction mode while any thread captures in global mode, it is
+//! refused and invalidates that capture. Every look runs in the relaxed mode, set for the query
+//! and given back (`tracks`); marking a point (`cuEventRecord` on a stream that is not capturing)
+//! and making a track's events are allowed during captures (measured on the 13.0 driver,
+//! `docs/probes/capture_event_calls.c`).
 //!
 //! **Captures: refused.** A point on a stream that is being captured would become a node of the
-//! graph, which writes it on every launch or never: a value released there would belong to the
+//! graph, which records it on every launch or never: a value released there would belong to the
 //! graph's lifetime, not the stream's. cuda-host refuses such points with
 //! [`Error::PointInCapture`](crate::Error::PointInCapture) (a release hands its value back), and,
 //! as for host functions, a capture begun through cuda-host waits for points being marked on its
-//! stream. A capture other code begins at the same moment can take the write; the point is then
-//! passed when a later point of the stream is (its number is higher), so a value is never
-//! released early, only later.
+//! stream. A capture other code begins at the same moment can take the record; the event then
+//! answers no completion until recorded again, and the point is passed when a later point of the
+//! stream is, so a value is never released early, only later.
 //!
-//! **Failed contexts.** A stream whose context failed never writes again. A point of a context
-//! that cuda-host saw fail (a call answering the sticky error, or the failure watch of a stream
-//! that marked points, when it is dropped) counts as never to be passed: released values are
-//! dropped by their thread's next drain, and futures complete with
-//! [`Error::ContextFailed`](crate::Error::ContextFailed).
+//! **Failed contexts.** A stream whose context failed never completes another event. A point of
+//! a context that cuda-host saw fail (a call answering the sticky error, a look whose query
+//! answers it, or the failure watch of a stream that marked points, when it is dropped) counts as
+//! never to be passed: released values are dropped by their thread's next drain, and futures
+//! complete with [`Error::ContextFailed`](crate::Error::ContextFailed).
 //!
 //! **Who looks.** Released values are looked at by their own thread's drains (every cuda-host
 //! call that reclaims, and [`reclaim`](crate::reclaim)): they are dropped there, by the rule of
 //! launch records. Futures are looked at by one process-wide watcher thread (`watcher`), which
-//! polls the counters while futures wait, backs off, and parks once none has for a while.
+//! looks every 50 µs while futures wait, then less often, and parks once none has for a while.
 
-mod counters;
 mod future;
 mod release;
+mod tracks;
 mod watcher;
 
 pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 
-use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, LaunchWindow, Progress, abandon_if_failed, has_failed};
 use crate::objects::Stream;
-use counters::{ContextCounters, Counter};
+use tracks::{ContextTracks, Pace, Track};
 use std::sync::Arc;
 
-/// A point marked on a stream: its context (kept retained, which keeps the counter's memory),
-/// its counter and its number.
+/// A point marked on a stream: its context (kept retained, which keeps the track's events), its
+/// track and its number.
 pub(crate) struct Mark {
     context: Arc<ContextShared>,
-    counter: Arc<Counter>,
+    track: Arc<Track>,
     point: u64,
 }
 
 impl Mark {
     /// `Some(Ok)` once the stream passed the point, `Some(Err)` once its context failed before,
-    /// `None` while it may still come.
-    fn outcome(&self) -> Option<Result<()>> {
-        if self.counter.passed() >= self.point {
+    /// `None` while it may still come; the track's events are queried as `pace` says.
+    fn outcome(&self, pace: Pace) -> Option<Result<()>> {
+        if self.track.look_for(self.point, pace) >= self.point {
             Some(Ok(()))
         } else if has_failed(self.context.raw().addr()) {
             // Passed after all between the two looks? Then it counts as passed.
-            Some(if self.counter.passed() >= self.point {
+            Some(if self.track.look_for(self.point, Pace::Now) >= self.point {
                 Ok(())
             } else {
                 Err(Error::ContextFailed)
@@ -84,8 +88,8 @@ impl Mark {
 ///
 /// # Errors
 /// [`Error::PointInCapture`] when the stream is capturing; the driver's error from
-/// `cuStreamIsCapturing`, `cuStreamGetId`, `cuStreamWriteValue32_v2`, or, for the context's
-/// first points, `cuMemHostAlloc` and `cuMemHostGetDevicePointer_v2`.
+/// `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventRecord`, or, for a stream's first points,
+/// `cuEventCreate`.
 fn mark(stream: &Stream) -> Result<Mark> {
     let shared = stream.shared_context();
     stream.with_stream_context(|| {
@@ -101,17 +105,12 @@ fn mark(stream: &Stream) -> Result<Mark> {
             Error::StreamCapturing { status } => Error::PointInCapture { status },
             other => noted(other),
         })?;
-        let mut stream_id = 0;
-        // SAFETY: a valid stream (the caller's); `stream_id` is a valid out-pointer.
-        unsafe { checked!(driver, cuStreamGetId(window.stream(), &mut stream_id)) }
-            .map_err(|error| noted(error.into()))?;
-        let counters = shared.stream_points(|| ContextCounters::new(shared));
-        let marked = counters
-            .mark(shared, window.stream(), stream_id)
-            .map_err(noted)?;
+        let stream_id = stream.id().map_err(|error| noted(error.into()))?;
+        let tracks = shared.stream_points(|| ContextTracks::new(shared));
+        let marked = tracks.mark(shared, window.stream(), stream_id).map_err(noted)?;
         Ok(Mark {
             context: Arc::clone(shared),
-            counter: marked.counter,
+            track: marked.track,
             point: marked.point,
         })
     })
@@ -142,7 +141,7 @@ pub fn stream_point_counts() -> StreamPointCounts {
     }
 }
 
-/// A counter as the held records see it.
-fn progress(counter: &Arc<Counter>) -> Arc<dyn Progress> {
-    Arc::clone(counter) as Arc<dyn Progress>
+/// A track as the held records see it.
+fn progress(track: &Arc<Track>) -> Arc<dyn Progress> {
+    Arc::clone(track) as Arc<dyn Progress>
 }

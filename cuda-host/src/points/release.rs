@@ -10,21 +10,24 @@ use std::fmt;
 /// Hands `value` to `stream`: it is dropped once the stream has passed this point, that is,
 /// after all work enqueued on the stream before this call finished.
 ///
-/// Marking the point costs the stream one memory write (`cuStreamWriteValue32` to pinned,
-/// device-mapped host memory), not a host function: the stream never waits for the host. The
-/// value is dropped on **the thread that released it**, by its first cuda-host call (a launch, a
-/// release, a synchronize, [`reclaim`](crate::reclaim)) that sees the point passed, by the rule
-/// of host functions' captured values: never on the driver's thread, never while this thread
-/// captures, nor while a global-mode capture begun through cuda-host is open; once the thread
-/// has exited, by any thread. After [`Stream::synchronize`] returns on this thread, the values
-/// it released on that stream before the call have been dropped.
+/// Marking the point costs the stream one event record (`cuEventRecord`), not a host function:
+/// the stream never waits for the host. The value is dropped on **the thread that released
+/// it**, by its first cuda-host call (a launch, a release, a synchronize,
+/// [`reclaim`](crate::reclaim)) that sees the point passed, by the rule of host functions'
+/// captured values: never on the driver's thread, never while this thread captures, nor while a
+/// global-mode capture begun through cuda-host is open; once the thread has exited, by any
+/// thread. A launch or a release looks at a stream's points at most every 50 µs; a
+/// synchronize and [`reclaim`](crate::reclaim) look at once. After [`Stream::synchronize`]
+/// returns on this thread, the values it released on that stream before the call have been
+/// dropped.
 ///
 /// Typical values: a pinned staging buffer an async copy reads, an `Arc` keeping device memory
 /// alive until the kernels using it finished.
 ///
 /// If the stream's context fails (a kernel's illegal address) before the point, the stream never
-/// passes it: the value is dropped once cuda-host has seen the failure (a call answering it, at
-/// the latest the stream's drop), when nothing will touch what it owns any more.
+/// passes it: the value is dropped once cuda-host has seen the failure (a call or a look at the
+/// point answering it, at the latest the stream's drop), when nothing will touch what it owns
+/// any more.
 ///
 /// # Errors
 /// The value is handed back in [`Unreleased`], never dropped here, since the stream may still be
@@ -32,7 +35,7 @@ use std::fmt;
 /// - [`Error::PointInCapture`] when the stream is being captured (the point would belong to the
 ///   graph); nothing is enqueued and the capture is left intact;
 /// - [`Error::InHostFunction`] inside a host function;
-/// - the driver's error when it refuses the write, or the counter memory cannot be allocated.
+/// - the driver's error when it refuses the record, or the stream's events cannot be made.
 ///
 /// ```no_run
 /// # fn demo(stream: &cuda_host::Stream, staging: Vec<u8>) -> cuda_host::Result<()> {
@@ -45,7 +48,7 @@ use std::fmt;
 /// // no synchronize: `staging` is dropped by a later call on this thread once the copy finished
 /// # Ok(()) }
 /// ```
-#[doc(alias = "cuStreamWriteValue32")]
+#[doc(alias = "cuEventRecord")]
 pub fn release_in_stream_order<T: Send + 'static>(
     stream: &Stream,
     value: T,
@@ -63,7 +66,7 @@ pub fn release_in_stream_order<T: Send + 'static>(
     stream.note_launch();
     match mark(stream) {
         Ok(mark) => {
-            hold_until(progress(&mark.counter), &mark.context, mark.point, value);
+            hold_until(progress(&mark.track), mark.context, mark.point, value);
             Ok(())
         }
         Err(error) => Err(Unreleased { error, value }),

@@ -1,135 +1,316 @@
-//! The counters stream points are made of: 32-bit words of pinned, device-mapped host memory,
-//! one per stream in use, written by the stream (`cuStreamWriteValue32`) and read by the host.
+//! The tracks stream points are made of: per stream in use, a ring of events the stream records
+//! in turn, and the numbers of the points they were recorded for.
 //!
-//! **32 bits, not 64.** On an H200 a 32-bit stream write costs the stream 0.9 µs between two
-//! kernels, a 64-bit one 1.3 µs (`benches/stream_points.rs`). Points are numbered in 64 bits on
-//! the host and written as their low half; the host extends what it reads from the highest point
-//! it knows passed (`high`). That is exact while fewer than 2^32 points of one counter are
-//! outstanding, which the driver's queue depth guarantees by far (it blocks an enqueue long
-//! before).
+//! **Events, not memory writes** (see `crate::points`): recording an event costs the enqueuing
+//! thread 0.13 µs on an H200, a 32-bit stream memory write 0.8 µs. What the write saves is the
+//! look: one read of memory against a `cuEventQuery` of 0.1–0.3 µs, which, made by another
+//! thread, also slows the enqueuing thread (by about 0.4 µs a query: the bench's "queried
+//! elsewhere" form). So looks are rare: a drain of a launch or a release looks at a track at
+//! most every `DRAIN_LOOK` (50 µs), reading the clock only every `CLOCK_EVERY`th time; the
+//! watcher at most every `WATCH_LOOK` (50 µs); a synchronize, [`reclaim`](crate::reclaim) and
+//! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed) look at once ([`Pace`]). A look
+//! queries one event when it is after one point, else the newest, then bisects; every look runs
+//! in the relaxed capture interaction mode (`in_relaxed_capture_mode`).
 //!
-//! A counter's sequence only grows: a point is the next number, enqueued as a write under the
-//! counter's lock, so the stream writes the numbers in order, and a point is passed once the
-//! word holds it or a later one. A value read that is no point between `high` and the last one
-//! issued is a stale write arriving late (a graph replaying a write that other code's capture
-//! took; a counter given to another stream while an old write was still on its way cannot be,
-//! see below) and is ignored: it never makes a passed point look unpassed.
+//! **The ring.** Point `n` of a track is recorded on event `n % RING`. An event records only its
+//! last point: when it is re-recorded before anyone saw its earlier point passed, that point is
+//! seen passed with a later one (the stream passes points in order), later, never early. The
+//! last `RING` points each have their own event, completed ones first: a look queries the
+//! newest, then bisects them (at most 7 queries). A
+//! point's number is published (`Slot::point`) only after its record returned and before it
+//! counts as issued, so a look that reads the number and then queries the event sees that record
+//! or a later one of the same event: a completed query proves the number read, or more.
+//!
+//! A track's sequence only grows: a point is the next number, recorded under the track's lock,
+//! so the stream records the numbers in order, and a point is passed once the track has seen it
+//! or a later one complete (`high`).
 //!
 //! Streams are told apart by `cuStreamGetId`, which is unique for the life of the process (a
 //! destroyed stream's handle may come back; its id does not) and resolves the per-thread default
-//! stream to the calling thread's. A counter serves one stream at a time. When every counter of
-//! the context is taken, the counters whose stream has passed all its points are taken back
-//! (their sequence goes on where it was, so no point of the old stream can be mistaken for one
-//! of the new); only when none is free is another page of pinned memory allocated.
+//! stream to the calling thread's. A track serves one stream at a time. When every track of the
+//! context is taken, the tracks whose stream has passed all its points are taken back (their
+//! sequence goes on where it was, so no point of the old stream can be mistaken for one of the
+//! new); only when none is free is another track made, with its ring of events.
 //!
-//! The pages belong to the context's shared state and are freed before the context is released,
-//! except a page a stream may still write to (a point nobody waits for any more), which is left
-//! to the context's destruction rather than freed under the device's feet.
+//! The events belong to the context's shared state and are destroyed before the context is
+//! released; the driver lets an event still pending go once it completed.
 
 use crate::checked::checked;
 use crate::error::Result;
-use crate::launch::{ContextShared, Progress, has_failed};
+use crate::launch::{
+    ContextShared, Look, Progress, StreamPointsOfContext, abandon_context_if_failed,
+};
+use std::any::Any;
+use std::cell::Cell;
 use crate::sync::lock;
 use cuda_host_sys::{
-    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUdeviceptr, CUstream, Driver,
+    CUcontext, CUevent, CUevent_flags, CUresult, CUstream, CUstreamCaptureMode, Driver,
 };
 use std::collections::HashMap;
-use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
-/// Bytes of pinned memory per page: 1024 counters.
-const PAGE_BYTES: usize = 4096;
-const COUNTERS_PER_PAGE: usize = PAGE_BYTES / size_of::<u32>();
+/// Events per track: how many points may wait unseen before one is seen only with a later one.
+const RING: usize = 64;
+/// How often a thread's drains look at a track, at most.
+const DRAIN_LOOK: Duration = Duration::from_micros(50);
+/// How often the watcher looks at a track, at most.
+pub(super) const WATCH_LOOK: Duration = Duration::from_micros(50);
 
-/// One stream's counter.
-pub(crate) struct Counter {
-    /// The word in pinned memory; valid while the context's shared state lives.
-    host: *const AtomicU32,
-    /// The same word as the device addresses it.
-    device: CUdeviceptr,
-    state: Mutex<CounterState>,
-    /// The last point enqueued: written under `state`'s lock once its write was enqueued.
-    issued: AtomicU64,
-    /// The highest point the host has seen passed.
-    high: AtomicU64,
+/// When a look queries a track's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pace {
+    /// Now, after any look going on: a synchronize, `reclaim`, `is_passed`.
+    Now,
+    /// If nobody did for `WATCH_LOOK`: the watcher, which paces itself.
+    Watcher,
+    /// If nobody did for `DRAIN_LOOK`, reading the clock only every `CLOCK_EVERY`th time: the
+    /// drains of launches and the polls of futures, which must stay cheap.
+    Drain,
 }
 
-struct CounterState {
-    /// The id of the stream the counter serves, if any.
+/// One event of a track's ring.
+struct Slot {
+    event: CUevent,
+    /// The last point recorded on the event (0: none yet), published after its record returned.
+    point: AtomicU64,
+}
+
+/// One stream's sequence of points.
+pub(crate) struct Track {
+    driver: Arc<Driver>,
+    /// Its context (`CUcontext` address), for failures its queries answer.
+    context: usize,
+    slots: Box<[Slot]>,
+    state: Mutex<TrackState>,
+    /// The last point recorded: stored under `state`'s lock once its record returned.
+    issued: AtomicU64,
+    /// The highest point seen passed.
+    high: AtomicU64,
+    /// When the track was last looked at, in nanoseconds since `epoch()`.
+    looked: AtomicU64,
+    /// Held while a thread queries the track's events: one at a time is enough.
+    looking: AtomicBool,
+    /// Whether a query's unexpected error was logged (once per track).
+    logged: AtomicBool,
+}
+
+struct TrackState {
+    /// The id of the stream the track serves, if any.
     owner: Option<u64>,
 }
 
-// SAFETY: `host` points to pinned memory that any thread may read atomically; the rest is
-// atomics and a mutex.
-unsafe impl Send for Counter {}
+// SAFETY: the events are driver handles, usable from any thread; the rest is atomics and a
+// mutex.
+unsafe impl Send for Track {}
 // SAFETY: as above.
-unsafe impl Sync for Counter {}
+unsafe impl Sync for Track {}
 
-impl Progress for Counter {
-    fn passed(&self) -> u64 {
-        // `issued` first: a point written but not yet counted as issued is ignored this time,
-        // never taken for a stale write's wrapped value.
-        let issued = self.issued.load(Ordering::Acquire);
-        let high = self.high.load(Ordering::Acquire);
-        // SAFETY: whoever asks holds the context's shared state (a point's holder does), which
-        // keeps the page allocated; the stream writes the word, so every host access is atomic.
-        let seen = unsafe { (*self.host).load(Ordering::Acquire) };
-        let ahead = u64::from(seen.wrapping_sub(high as u32));
-        if ahead == 0 || ahead > issued.saturating_sub(high) {
-            return high;
-        }
-        let passed = high + ahead;
-        self.high.fetch_max(passed, Ordering::AcqRel).max(passed)
+impl Progress for Track {
+    fn passed(&self, look: Look) -> u64 {
+        self.look(match look {
+            Look::Fresh => Pace::Now,
+            Look::Paced => Pace::Drain,
+        })
     }
 }
 
-/// A page of counters.
-struct Page {
-    host: *mut c_void,
-    counters: Vec<Arc<Counter>>,
+/// How many paced looks of a thread skip the clock before one reads it: reading it costs as
+/// much as the rest of a look that finds nothing due (40 ns on the H200's host).
+const CLOCK_EVERY: u32 = 8;
+
+/// Whether this paced look of the calling thread reads the clock.
+fn clock_due() -> bool {
+    thread_local! {
+        static LOOKS: Cell<u32> = const { Cell::new(0) };
+    }
+    LOOKS
+        .try_with(|looks| {
+            let count = looks.get().wrapping_add(1);
+            looks.set(count);
+            count % CLOCK_EVERY == 0
+        })
+        .unwrap_or(true)
 }
 
-/// The counters of one context.
-pub(crate) struct ContextCounters {
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+impl Track {
+    /// The highest point seen passed, after looking at the events if there are points not seen
+    /// passed and `pace` says so. A look `Now` is this call's own (it waits for another thread's
+    /// look to end), so it sees what the stream finished before it.
+    pub(super) fn look(&self, pace: Pace) -> u64 {
+        self.look_with(self.issued.load(Ordering::Acquire), pace, || self.query())
+    }
+
+    /// [`look`](Self::look) for someone who needs `point` only: one query, of that point's
+    /// event, while the event still holds it.
+    pub(super) fn look_for(&self, point: u64, pace: Pace) -> u64 {
+        self.look_with(point, pace, || {
+            let issued = self.issued.load(Ordering::Acquire);
+            if issued - point >= RING as u64 {
+                return self.query();
+            }
+            match self.completed(point) {
+                Some(passed) => self.raise(passed),
+                None => self.high.load(Ordering::Acquire),
+            }
+        })
+    }
+
+    /// Looks with `query` unless `wanted` is known passed, or `pace` says not now.
+    fn look_with(&self, wanted: u64, pace: Pace, query: impl FnOnce() -> u64) -> u64 {
+        let high = self.high.load(Ordering::Acquire);
+        if high >= wanted {
+            return high;
+        }
+        let every = match pace {
+            Pace::Now => Duration::ZERO,
+            Pace::Watcher => WATCH_LOOK,
+            Pace::Drain if clock_due() => DRAIN_LOOK,
+            Pace::Drain => return high,
+        };
+        let now = epoch().elapsed().as_nanos() as u64;
+        if pace == Pace::Now {
+            // Another look takes a few queries at most.
+            while self.looking.swap(true, Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+        } else if now.saturating_sub(self.looked.load(Ordering::Relaxed)) < every.as_nanos() as u64
+            || self.looking.swap(true, Ordering::Acquire)
+        {
+            return high;
+        }
+        self.looked.store(now, Ordering::Relaxed);
+        let high = in_relaxed_capture_mode(&self.driver, query).unwrap_or(high);
+        self.looking.store(false, Ordering::Release);
+        high
+    }
+
+    /// The last point recorded.
+    pub(super) fn issued(&self) -> u64 {
+        self.issued.load(Ordering::Acquire)
+    }
+
+    /// Queries the events: the newest first, which answers for every point when the stream
+    /// caught up; else, by bisection, the last completed of the points whose events still hold
+    /// them (the last `RING`), where the completed ones come first.
+    fn query(&self) -> u64 {
+        let issued = self.issued.load(Ordering::Acquire);
+        let high = self.high.load(Ordering::Acquire);
+        if high >= issued {
+            return high;
+        }
+        if let Some(point) = self.completed(issued) {
+            return self.raise(point);
+        }
+        // `passed` is known passed (or is where the events' window begins), `pending` not.
+        let (mut passed, mut pending) = (high.max(issued.saturating_sub(RING as u64)), issued);
+        while pending - passed > 1 {
+            let middle = passed + (pending - passed) / 2;
+            match self.completed(middle) {
+                Some(point) => {
+                    self.raise(point);
+                    passed = middle;
+                }
+                None => pending = middle,
+            }
+        }
+        self.high.load(Ordering::Acquire)
+    }
+
+    /// The point the event of `point`'s slot was last recorded for (`point` or a later one),
+    /// if that record completed.
+    fn completed(&self, point: u64) -> Option<u64> {
+        let slot = &self.slots[(point % RING as u64) as usize];
+        // Read before the query: the query then sees this record or a later one of the event.
+        let recorded = slot.point.load(Ordering::Acquire);
+        // SAFETY: the event lives while the context's shared state does, which whoever looks
+        // keeps (see the module's comment).
+        let result = unsafe { self.driver.cuEventQuery(slot.event) };
+        match result {
+            CUresult::CUDA_SUCCESS => Some(recorded),
+            CUresult::CUDA_ERROR_NOT_READY => None,
+            error => {
+                abandon_context_if_failed(self.context, error);
+                if !self.logged.swap(true, Ordering::Relaxed) {
+                    log::warn!(
+                        "cuEventQuery of a stream point failed: {}",
+                        self.driver.check("cuEventQuery", error).unwrap_err()
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    fn raise(&self, point: u64) -> u64 {
+        self.high.fetch_max(point, Ordering::AcqRel).max(point)
+    }
+}
+
+/// Runs `query` with the calling thread in the relaxed capture interaction mode, and then in its
+/// own again; `None`, logged, when the driver refused to change the mode. An event query is a
+/// "potentially unsafe" call: in the default (global) mode it is refused, and invalidates the
+/// capture, while any thread captures in global mode or this thread captures; in relaxed mode it
+/// is not (measured on the 13.0 driver; the two exchanges cost 21 ns). So cuda-host's looks
+/// never break a capture, its own or other code's.
+fn in_relaxed_capture_mode<T>(driver: &Driver, query: impl FnOnce() -> T) -> Option<T> {
+    let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: a valid pointer to a mode.
+    if let Err(error) = unsafe { checked!(driver, cuThreadExchangeStreamCaptureMode(&mut mode)) } {
+        log::warn!("a look at stream points waits for the next one: {error}");
+        return None;
+    }
+    let answer = query();
+    // SAFETY: as above; `mode` is the thread's own mode again.
+    if let Err(error) = unsafe { checked!(driver, cuThreadExchangeStreamCaptureMode(&mut mode)) } {
+        log::error!("cannot give a thread its capture interaction mode back: {error}");
+    }
+    Some(answer)
+}
+
+/// The tracks of one context.
+pub(crate) struct ContextTracks {
     driver: Arc<Driver>,
     context: CUcontext,
     state: Mutex<State>,
 }
 
-// SAFETY: the raw pointers are the context's handle and pinned allocations, valid on any thread.
-unsafe impl Send for ContextCounters {}
+// SAFETY: the raw pointer is the context's handle, valid on any thread.
+unsafe impl Send for ContextTracks {}
 // SAFETY: as above; the mutable state is behind the mutex.
-unsafe impl Sync for ContextCounters {}
+unsafe impl Sync for ContextTracks {}
 
 #[derive(Default)]
 struct State {
-    pages: Vec<Page>,
-    free: Vec<Arc<Counter>>,
-    /// Stream id to its counter.
-    streams: HashMap<u64, Arc<Counter>>,
+    tracks: Vec<Arc<Track>>,
+    free: Vec<Arc<Track>>,
+    /// Stream id to its track.
+    streams: HashMap<u64, Arc<Track>>,
 }
 
-// SAFETY: pages hold pinned allocations, valid on any thread.
-unsafe impl Send for State {}
-
-/// What marking a point on a stream gives: its counter and number.
+/// What marking a point on a stream gives: its track and number.
 pub(crate) struct Marked {
-    pub(crate) counter: Arc<Counter>,
+    pub(crate) track: Arc<Track>,
     pub(crate) point: u64,
 }
 
-impl ContextCounters {
-    pub(crate) fn new(context: &ContextShared) -> ContextCounters {
-        ContextCounters {
+impl ContextTracks {
+    pub(crate) fn new(context: &ContextShared) -> ContextTracks {
+        ContextTracks {
             driver: Arc::clone(context.driver_arc()),
             context: context.raw(),
             state: Mutex::new(State::default()),
         }
     }
 
-    /// Enqueues on `stream` (whose id is `stream_id`) the write of its counter's next point.
-    /// The context must be current where the driver resolves a special stream against it.
+    /// Records on `stream` (whose id is `stream_id`) its track's next point. The context must
+    /// be current where the driver resolves a special stream against it.
     pub(crate) fn mark(
         &self,
         shared: &ContextShared,
@@ -137,159 +318,143 @@ impl ContextCounters {
         stream_id: u64,
     ) -> Result<Marked> {
         loop {
-            let counter = self.counter_of(shared, stream_id)?;
-            let state = lock(&counter.state);
+            let track = self.track_of(shared, stream_id)?;
+            let state = lock(&track.state);
             if state.owner != Some(stream_id) {
                 // Taken back between the look-up and the lock: look again.
                 continue;
             }
-            let point = counter.issued.load(Ordering::Relaxed) + 1;
-            // SAFETY: a valid stream (the caller's); the address is the device's view of a word
-            // of pinned memory of this context, 4-byte aligned. The low half of the point is
-            // written (see the module's comment).
-            unsafe {
+            let point = track.issued.load(Ordering::Relaxed) + 1;
+            let slot = &track.slots[(point % RING as u64) as usize];
+            // SAFETY: a valid stream (the caller's) and an event of its context.
+            unsafe { checked!(&self.driver, cuEventRecord(slot.event, stream)) }?;
+            slot.point.store(point, Ordering::Release);
+            track.issued.store(point, Ordering::Release);
+            drop(state);
+            return Ok(Marked { track, point });
+        }
+    }
+
+    /// The track of the stream `stream_id`, given one if it has none.
+    fn track_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Track>> {
+        let mut state = lock(&self.state);
+        if let Some(track) = state.streams.get(&stream_id) {
+            return Ok(Arc::clone(track));
+        }
+        if state.free.is_empty() {
+            state.take_back_quiet_tracks();
+        }
+        if state.free.is_empty() {
+            let track = shared.with_current(|| self.make_track())?;
+            state.tracks.push(Arc::clone(&track));
+            state.free.push(track);
+        }
+        let track = state.free.pop().expect("a free track");
+        lock(&track.state).owner = Some(stream_id);
+        state.streams.insert(stream_id, Arc::clone(&track));
+        Ok(track)
+    }
+
+    /// A track with its ring of events. The context is current.
+    fn make_track(&self) -> Result<Arc<Track>> {
+        let mut slots = Vec::with_capacity(RING);
+        for _ in 0..RING {
+            let mut event = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer; the context is current.
+            let created = unsafe {
                 checked!(
                     &self.driver,
-                    cuStreamWriteValue32_v2(stream, counter.device, point as u32, 0)
+                    cuEventCreate(&mut event, CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
                 )
-            }?;
-            counter.issued.store(point, Ordering::Release);
-            drop(state);
-            return Ok(Marked { counter, point });
-        }
-    }
-
-    /// The counter of the stream `stream_id`, given one if it has none.
-    fn counter_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Counter>> {
-        let mut state = lock(&self.state);
-        if let Some(counter) = state.streams.get(&stream_id) {
-            return Ok(Arc::clone(counter));
-        }
-        if state.free.is_empty() {
-            state.take_back_quiet_counters();
-        }
-        if state.free.is_empty() {
-            let page = shared.with_current(|| self.allocate_page())?;
-            state.free.extend(page.counters.iter().rev().cloned());
-            state.pages.push(page);
-        }
-        let counter = state.free.pop().expect("a free counter");
-        lock(&counter.state).owner = Some(stream_id);
-        state.streams.insert(stream_id, Arc::clone(&counter));
-        Ok(counter)
-    }
-
-    /// A page of pinned, device-mapped counters, all zero. The context is current.
-    fn allocate_page(&self) -> Result<Page> {
-        let driver = &*self.driver;
-        let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; the context is current.
-        unsafe {
-            checked!(
-                driver,
-                cuMemHostAlloc(
-                    &mut host,
-                    PAGE_BYTES,
-                    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE
-                )
-            )
-        }?;
-        let mut device: CUdeviceptr = 0;
-        // SAFETY: `host` was allocated with DEVICEMAP just above; `device` is a valid
-        // out-pointer.
-        let mapped =
-            unsafe { checked!(driver, cuMemHostGetDevicePointer_v2(&mut device, host, 0)) };
-        if let Err(error) = mapped {
-            // SAFETY: allocated above, never handed out.
-            if let Err(freed) = unsafe { checked!(driver, cuMemFreeHost(host)) } {
-                log::error!("cannot free a page of stream-point counters: {freed}");
+            };
+            if let Err(error) = created {
+                destroy_events(&self.driver, slots.iter().map(|slot: &Slot| slot.event));
+                return Err(error.into());
             }
-            return Err(error.into());
+            slots.push(Slot {
+                event,
+                point: AtomicU64::new(0),
+            });
         }
-        let counters = (0..COUNTERS_PER_PAGE)
-            .map(|index| {
-                // SAFETY: in bounds of the page; pinned allocations are page-aligned, so each
-                // word is 4-byte aligned.
-                let word = unsafe { host.cast::<AtomicU32>().add(index) };
-                // SAFETY: as above; nothing else touches the fresh page yet.
-                unsafe { word.write(AtomicU32::new(0)) };
-                Arc::new(Counter {
-                    host: word,
-                    device: device + (index * size_of::<u32>()) as CUdeviceptr,
-                    state: Mutex::new(CounterState { owner: None }),
-                    issued: AtomicU64::new(0),
-                    high: AtomicU64::new(0),
-                })
-            })
-            .collect();
-        Ok(Page { host, counters })
+        Ok(Arc::new(Track {
+            driver: Arc::clone(&self.driver),
+            context: self.context.addr(),
+            slots: slots.into_boxed_slice(),
+            state: Mutex::new(TrackState { owner: None }),
+            issued: AtomicU64::new(0),
+            high: AtomicU64::new(0),
+            looked: AtomicU64::new(0),
+            looking: AtomicBool::new(false),
+            logged: AtomicBool::new(false),
+        }))
     }
 
-    /// How many counters serve a stream now, and how many pages exist (for tests).
+    /// How many tracks serve a stream now, and how many exist (for tests).
     #[cfg(test)]
     fn sizes(&self) -> (usize, usize) {
         let state = lock(&self.state);
-        (state.streams.len(), state.pages.len())
+        (state.streams.len(), state.tracks.len())
     }
 }
 
 impl State {
-    /// Takes back the counters whose stream has passed every point it was given, and which no
+    /// Takes back the tracks whose stream has passed every point it was given, and which no
     /// thread is marking a point on.
-    fn take_back_quiet_counters(&mut self) {
+    fn take_back_quiet_tracks(&mut self) {
         let free = &mut self.free;
-        self.streams.retain(|_, counter| {
-            let Ok(mut state) = counter.state.try_lock() else {
+        self.streams.retain(|_, track| {
+            let Ok(mut state) = track.state.try_lock() else {
                 return true;
             };
-            if counter.passed() < counter.issued.load(Ordering::Acquire) {
+            if track.look(Pace::Now) < track.issued() {
                 return true;
             }
             state.owner = None;
             drop(state);
-            free.push(Arc::clone(counter));
+            free.push(Arc::clone(track));
             false
         });
     }
 }
 
-impl Drop for ContextCounters {
+impl StreamPointsOfContext for ContextTracks {
+    fn synchronized(&self, stream: Option<CUstream>) {
+        let tracks: Vec<Arc<Track>> = match stream {
+            None => lock(&self.state).streams.values().cloned().collect(),
+            Some(stream) => {
+                let mut id = 0;
+                // SAFETY: a live stream of the caller's; a valid out-pointer.
+                if unsafe { checked!(&self.driver, cuStreamGetId(stream, &mut id)) }.is_err() {
+                    return;
+                }
+                lock(&self.state).streams.get(&id).cloned().into_iter().collect()
+            }
+        };
+        for track in tracks {
+            track.look(Pace::Now);
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Destroys events; the driver lets those still pending go once they completed.
+fn destroy_events(driver: &Driver, events: impl Iterator<Item = CUevent>) {
+    for event in events {
+        // SAFETY: an event of this module's, destroyed once, never used after.
+        if let Err(error) = unsafe { checked!(driver, cuEventDestroy_v2(event)) } {
+            log::error!("cannot destroy an event of the stream points: {error}");
+        }
+    }
+}
+
+impl Drop for ContextTracks {
     fn drop(&mut self) {
-        let pages = std::mem::take(&mut lock(&self.state).pages);
-        if pages.is_empty() {
-            return;
-        }
-        let failed = has_failed(self.context.addr());
-        let driver = &*self.driver;
-        let mut previous = std::ptr::null_mut();
-        // SAFETY: `previous` is a valid out-pointer.
-        let current = unsafe { checked!(driver, cuCtxGetCurrent(&mut previous)) }
-            // SAFETY: this context is still retained by the shared state being dropped.
-            .and_then(|()| unsafe { checked!(driver, cuCtxSetCurrent(self.context)) });
-        if let Err(error) = current {
-            log::error!("cannot free the stream-point counters of a context: {error}");
-            return;
-        }
-        for page in pages {
-            let quiet = failed
-                || page
-                    .counters
-                    .iter()
-                    .all(|counter| counter.passed() >= counter.issued.load(Ordering::Acquire));
-            if !quiet {
-                // A write of a point nobody waits for may still arrive: the page goes with the
-                // context's destruction instead.
-                log::debug!("a page of stream-point counters still written to is left allocated");
-                continue;
-            }
-            // SAFETY: allocated by `allocate_page`, freed once; no stream writes to it any more.
-            if let Err(error) = unsafe { checked!(driver, cuMemFreeHost(page.host)) } {
-                log::error!("cannot free a page of stream-point counters: {error}");
-            }
-        }
-        // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
-        if let Err(error) = unsafe { checked!(driver, cuCtxSetCurrent(previous)) } {
-            log::error!("cannot make the previous context current again: {error}");
+        let tracks = std::mem::take(&mut lock(&self.state).tracks);
+        for track in tracks {
+            destroy_events(&self.driver, track.slots.iter().map(|slot| slot.event));
         }
     }
 }
@@ -298,47 +463,75 @@ impl Drop for ContextCounters {
 mod tests {
     use super::*;
     use crate::fake_driver;
-    use cuda_host_sys::{CUresult, cuuint32_t};
-    use std::ffi::c_uint;
+    use std::ffi::{c_uint, c_void};
     use std::sync::atomic::AtomicUsize;
 
-    static FREED: AtomicUsize = AtomicUsize::new(0);
+    /// A fake stream, shared by the tests: events recorded in order, of which the first
+    /// `completed` ran. Tests tell their events apart by the stream handle they record on.
+    #[derive(Default)]
+    struct FakeStreams {
+        /// Event to (stream, index of its last record on that stream).
+        last_record: HashMap<usize, (usize, usize)>,
+        /// Stream to (records so far, records completed).
+        streams: HashMap<usize, (usize, usize)>,
+        /// Stream to the queries of its events.
+        queries: HashMap<usize, usize>,
+        next_event: usize,
+    }
 
-    unsafe extern "C" fn host_alloc(host: *mut *mut c_void, bytes: usize, _flags: c_uint) -> CUresult {
-        let page = Box::leak(vec![0u64; bytes / 8].into_boxed_slice());
+    static STREAMS: Mutex<Option<FakeStreams>> = Mutex::new(None);
+    static DESTROYED: AtomicUsize = AtomicUsize::new(0);
+
+    fn with_streams<T>(call: impl FnOnce(&mut FakeStreams) -> T) -> T {
+        call(lock(&STREAMS).get_or_insert_with(FakeStreams::default))
+    }
+
+    /// Lets the stream `stream` run its first `records` records.
+    fn complete(stream: usize, records: usize) {
+        with_streams(|fake| fake.streams.entry(stream).or_default().1 = records);
+    }
+
+    unsafe extern "C" fn create(event: *mut CUevent, _flags: c_uint) -> CUresult {
+        let id = with_streams(|fake| {
+            fake.next_event += 1;
+            fake.next_event
+        });
         // SAFETY: a valid out-pointer.
-        unsafe { host.write(page.as_mut_ptr().cast()) };
+        unsafe { event.write(std::ptr::without_provenance_mut(id)) };
         CUresult::CUDA_SUCCESS
     }
 
-    unsafe extern "C" fn device_pointer(
-        device: *mut CUdeviceptr,
-        host: *mut c_void,
-        _flags: c_uint,
-    ) -> CUresult {
-        // SAFETY: a valid out-pointer.
-        unsafe { device.write(host.expose_provenance() as CUdeviceptr) };
+    unsafe extern "C" fn record(event: CUevent, stream: CUstream) -> CUresult {
+        with_streams(|fake| {
+            let (records, _) = fake.streams.entry(stream.addr()).or_default();
+            fake.last_record
+                .insert(event.addr(), (stream.addr(), *records));
+            *records += 1;
+        });
         CUresult::CUDA_SUCCESS
     }
 
-    unsafe extern "C" fn free_host(host: *mut c_void) -> CUresult {
-        let page = std::ptr::slice_from_raw_parts_mut(host.cast::<u64>(), PAGE_BYTES / 8);
-        // SAFETY: made by `host_alloc` as a boxed slice of a page's words, freed once.
-        drop(unsafe { Box::from_raw(page) });
-        FREED.fetch_add(1, Ordering::SeqCst);
-        CUresult::CUDA_SUCCESS
+    /// The queries of the events recorded on `stream` so far.
+    fn queries(stream: usize) -> usize {
+        with_streams(|fake| fake.queries.get(&stream).copied().unwrap_or(0))
     }
 
-    /// The stream "writes" at once, as if it were idle.
-    unsafe extern "C" fn write_value(
-        _stream: CUstream,
-        address: CUdeviceptr,
-        value: cuuint32_t,
-        _flags: c_uint,
-    ) -> CUresult {
-        let word = std::ptr::with_exposed_provenance_mut::<u32>(address as usize);
-        // SAFETY: the fake device address is the exposed host address of a live counter word.
-        unsafe { AtomicU32::from_ptr(word) }.store(value, Ordering::SeqCst);
+    unsafe extern "C" fn query(event: CUevent) -> CUresult {
+        with_streams(|fake| match fake.last_record.get(&event.addr()) {
+            Some(&(stream, index)) => {
+                *fake.queries.entry(stream).or_default() += 1;
+                if index < fake.streams[&stream].1 {
+                    CUresult::CUDA_SUCCESS
+                } else {
+                    CUresult::CUDA_ERROR_NOT_READY
+                }
+            }
+            None => CUresult::CUDA_SUCCESS,
+        })
+    }
+
+    unsafe extern "C" fn destroy(_event: CUevent) -> CUresult {
+        DESTROYED.fetch_add(1, Ordering::SeqCst);
         CUresult::CUDA_SUCCESS
     }
 
@@ -346,84 +539,114 @@ mod tests {
         CUresult::CUDA_SUCCESS
     }
 
+    unsafe extern "C" fn exchange_mode(_mode: *mut CUstreamCaptureMode) -> CUresult {
+        CUresult::CUDA_SUCCESS
+    }
+
     fn fakes() -> Arc<Driver> {
         // SAFETY: each fake has its entry point's signature.
         unsafe {
             fake_driver::driver(&[
-                (c"cuMemHostAlloc", host_alloc as *mut c_void),
-                (c"cuMemHostGetDevicePointer_v2", device_pointer as *mut c_void),
-                (c"cuMemFreeHost", free_host as *mut c_void),
-                (c"cuStreamWriteValue32_v2", write_value as *mut c_void),
+                (c"cuEventCreate", create as *mut c_void),
+                (c"cuEventRecord", record as *mut c_void),
+                (c"cuEventQuery", query as *mut c_void),
+                (c"cuEventDestroy_v2", destroy as *mut c_void),
                 (c"cuCtxSetCurrent", set_current as *mut c_void),
+                (
+                    c"cuThreadExchangeStreamCaptureMode",
+                    exchange_mode as *mut c_void,
+                ),
             ])
         }
     }
 
     #[test]
-    fn points_of_a_stream_count_up_and_idle_counters_are_reused_before_a_new_page() {
+    fn points_count_up_and_quiet_tracks_are_reused_before_a_new_one() {
         let driver = fakes();
         let shared = fake_driver::context(&driver);
-        let counters = ContextCounters::new(&shared);
-        let stream = 0x77_usize as CUstream;
-        let first = counters.mark(&shared, stream, 1).expect("marked");
-        let second = counters.mark(&shared, stream, 1).expect("marked");
-        assert!(Arc::ptr_eq(&first.counter, &second.counter));
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x71_usize as CUstream;
+        let first = tracks.mark(&shared, stream, 1).expect("marked");
+        let second = tracks.mark(&shared, stream, 1).expect("marked");
+        assert!(Arc::ptr_eq(&first.track, &second.track));
         assert_eq!((first.point, second.point), (1, 2));
-        assert_eq!(second.counter.passed(), 2, "the fake stream wrote at once");
-        // More streams than a page holds: the first page's streams passed all their points, so
-        // their counters are taken back instead of allocating another page.
-        for id in 2..=(COUNTERS_PER_PAGE as u64 + 10) {
-            counters.mark(&shared, stream, id).expect("marked");
-        }
-        assert_eq!(counters.sizes().1, 1, "one page");
-        // A counter given to another stream goes on from where it was.
-        let reused = counters.mark(&shared, stream, 1).expect("marked");
-        assert!(reused.point > 0);
-        let before = FREED.load(Ordering::SeqCst);
-        drop(counters);
-        assert_eq!(FREED.load(Ordering::SeqCst), before + 1, "the page was freed");
-    }
-
-    /// A counter over `word` with `issued` points enqueued, of which `high` are known passed.
-    fn counter_over(word: &AtomicU32, issued: u64, high: u64) -> Counter {
-        Counter {
-            host: word,
-            device: 0,
-            state: Mutex::new(CounterState { owner: Some(1) }),
-            issued: AtomicU64::new(issued),
-            high: AtomicU64::new(high),
-        }
+        assert_eq!(second.track.look(Pace::Now), 0, "nothing ran yet");
+        complete(0x71, 2);
+        assert_eq!(second.track.look(Pace::Now), 2);
+        // Another stream finds the first one's track quiet and takes it over, its numbers going
+        // on from where they were.
+        let other = tracks.mark(&shared, stream, 2).expect("marked");
+        assert!(Arc::ptr_eq(&other.track, &first.track));
+        assert_eq!(other.point, 3);
+        assert_eq!(tracks.sizes(), (1, 1));
+        // While that point is pending, a third stream needs a track of its own.
+        tracks.mark(&shared, stream, 3).expect("marked");
+        assert_eq!(tracks.sizes(), (2, 2));
+        let before = DESTROYED.load(Ordering::SeqCst);
+        drop(tracks);
+        assert_eq!(DESTROYED.load(Ordering::SeqCst) - before, 2 * RING);
     }
 
     #[test]
-    fn a_late_lower_write_never_makes_a_passed_point_look_unpassed() {
-        let word = AtomicU32::new(0);
-        let counter = counter_over(&word, 9, 0);
-        word.store(9, Ordering::SeqCst);
-        assert_eq!(counter.passed(), 9);
-        word.store(4, Ordering::SeqCst);
-        assert_eq!(counter.passed(), 9);
+    fn a_point_whose_event_was_recorded_again_passes_with_the_later_point_never_early() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x72_usize as CUstream;
+        let points = (0..RING + 3)
+            .map(|_| tracks.mark(&shared, stream, 7).expect("marked").point)
+            .collect::<Vec<_>>();
+        let track = tracks.mark(&shared, stream, 7).expect("marked").track;
+        let last = *points.last().expect("points") + 1;
+        // Points 1 to 4 share their events with points RING + 1 to RING + 4: while those are
+        // pending, the first ones cannot be told passed, and are not.
+        complete(0x72, 4);
+        assert_eq!(track.look(Pace::Now), 0, "never early");
+        // The stream reached point RING: the events of 5 to RING answer, and so for 1 to 4.
+        complete(0x72, RING);
+        assert_eq!(track.look(Pace::Now), RING as u64);
+        complete(0x72, RING + 1);
+        assert_eq!(track.look(Pace::Now), RING as u64 + 1);
+        complete(0x72, RING + 2);
+        assert_eq!(track.look(Pace::Now), RING as u64 + 2);
+        complete(0x72, last as usize);
+        assert_eq!(track.look(Pace::Now), last, "the newest answers for all");
     }
 
     #[test]
-    fn points_past_the_32_bit_wrap_are_passed_in_order_and_never_early() {
-        let word = AtomicU32::new(0);
-        let below_wrap = u64::from(u32::MAX) - 1;
-        let counter = counter_over(&word, below_wrap + 5, below_wrap);
-        word.store(below_wrap as u32, Ordering::SeqCst);
-        assert_eq!(counter.passed(), below_wrap, "nothing new");
-        word.store(u32::MAX, Ordering::SeqCst);
-        assert_eq!(counter.passed(), below_wrap + 1);
-        word.store(2, Ordering::SeqCst); // the low half of 2^32 + 2
-        assert_eq!(counter.passed(), (1 << 32) + 2);
-        // A value beyond the last point issued is not a point of this sequence (a write that
-        // raced `issued`, or garbage): ignored, never taken for a point not yet enqueued.
-        word.store(9, Ordering::SeqCst);
-        assert_eq!(counter.passed(), (1 << 32) + 2);
-        // A stale value from before the wrap is far behind: ignored too.
-        word.store(u32::MAX - 7, Ordering::SeqCst);
-        assert_eq!(counter.passed(), (1 << 32) + 2);
-        word.store(3, Ordering::SeqCst);
-        assert_eq!(counter.passed(), below_wrap + 5, "the last point issued");
+    fn a_paced_look_queries_the_events_at_most_once_in_its_interval() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x73_usize as CUstream;
+        let track = tracks.mark(&shared, stream, 9).expect("marked").track;
+        track.look(Pace::Now);
+        complete(0x73, 1);
+        for _ in 0..2 * CLOCK_EVERY {
+            assert_eq!(track.look(Pace::Drain), 0, "looked a moment ago: not again");
+        }
+        assert_eq!(track.look(Pace::Now), 1);
+        let before = queries(0x73);
+        assert_eq!(track.look(Pace::Drain), 1);
+        assert_eq!(track.look(Pace::Now), 1);
+        assert_eq!(queries(0x73), before, "nothing pending: no query");
+    }
+
+    #[test]
+    fn a_look_for_one_point_queries_its_event_alone() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x74_usize as CUstream;
+        for _ in 0..9 {
+            tracks.mark(&shared, stream, 11).expect("marked");
+        }
+        let track = tracks.mark(&shared, stream, 11).expect("marked").track;
+        complete(0x74, 3);
+        assert_eq!(track.look_for(2, Pace::Now), 2, "point 2's event answers");
+        assert_eq!(queries(0x74), 1);
+        assert_eq!(track.look_for(2, Pace::Now), 2, "known: no query");
+        assert_eq!(track.look_for(4, Pace::Now), 2, "pending");
+        assert_eq!(queries(0x74), 2);
     }
 }

@@ -1,44 +1,72 @@
 //! The watcher: one process-wide thread that wakes the futures of stream points.
 //!
-//! Futures that are not ready register their waker here, grouped by counter, ordered by point.
-//! The thread reads each counter that futures wait on (one read of pinned memory serves every
-//! future of that stream), wakes those whose point was passed (or whose context failed), and
-//! forgets them. Its pace: it spins for a few microseconds after a wake or a new registration,
-//! then yields for a while, then sleeps in growing steps (up to a millisecond) while futures
-//! still wait, and parks once none has waited for a while (`LINGER`). A registration unparks it
-//! only when it finds it parked (the idle-to-active transition); others just ask it, through a
-//! flag, to spin again after its current step. Wakers are called on this thread, outside the lock, each under `catch_unwind`.
+//! Futures that are not ready register their waker here, grouped by track, ordered by point.
+//! The thread looks at each track that futures wait on (one query, of the event of the earliest
+//! point waited for, often answers for many futures of that stream), wakes those whose point was
+//! passed (or whose context failed), and forgets them. Its pace: it looks every `WATCH_LOOK`
+//! (50 µs) while there was progress (a wake or a registration) in the last millisecond, then in
+//! growing sleeps (up to a millisecond) while futures still wait, and parks once none has waited
+//! for `LINGER`. It sleeps between looks rather than spin: a spinning thread slowed the threads
+//! enqueuing work. A registration unparks it only when it finds it parked (the idle-to-active
+//! transition); others just ask it, through a flag, to look often again. Wakers are called on
+//! this thread, outside the lock, each under `catch_unwind`.
 //!
-//! The thread reads a counter only while a future of it is registered: that future holds the
-//! context, which keeps the counter's memory. It never holds a context itself, so no context is
-//! released here. A future dropped early takes its registration back (`forget`).
+//! The thread looks at a track only under the lock, while a future of it is registered: that
+//! future holds the context, which keeps the track's events, and cannot take its registration
+//! back (`forget`) meanwhile. The thread never holds a context itself, so no context is
+//! released here.
 
-use crate::launch::{Progress, has_failed};
-use crate::points::counters::Counter;
+use crate::launch::has_failed;
+use crate::points::tracks::{Pace, Track, WATCH_LOOK};
 use crate::sync::lock;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-/// The futures waiting on one counter.
+/// The futures waiting on one track.
 struct Waiting {
-    counter: Arc<Counter>,
+    track: Arc<Track>,
     /// Its context (`CUcontext` address), for the failure check.
     context: usize,
     /// (point, registration id), earliest point first; entries of forgotten ids are skipped.
     order: BinaryHeap<Reverse<(u64, u64)>>,
     /// Registration id to its point and waker.
-    wakers: HashMap<u64, (u64, Waker)>,
+    wakers: HashMap<u64, (u64, Waker), BuildHasherDefault<IdHasher>>,
+}
+
+/// Hashes registration ids, which are distinct counts: a multiply spreads them well enough, at a
+/// fraction of the default hasher's cost (a registration is on the path of every poll).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
 }
 
 impl Waiting {
     /// Moves the wakers whose point was passed (all, if the context failed) to `woken`.
     fn take_passed(&mut self, woken: &mut Vec<Waker>) {
-        let passed = self.counter.passed();
+        let Some(&Reverse((first, _))) = self.order.peek() else {
+            return;
+        };
+        let passed = self.track.look_for(first, Pace::Watcher);
         let mut failed = None;
         while let Some(&Reverse((point, id))) = self.order.peek() {
             if point > passed && !*failed.get_or_insert_with(|| has_failed(self.context)) {
@@ -67,7 +95,7 @@ impl Waiting {
 struct Registry {
     waiting: Vec<Waiting>,
     next_id: u64,
-    /// Registered wakers, over all counters.
+    /// Registered wakers, over all tracks.
     live: usize,
     /// Set by the thread, under the lock, just before it parks for lack of work.
     parked: bool,
@@ -112,11 +140,11 @@ fn thread() -> Option<&'static std::thread::Thread> {
         .as_ref()
 }
 
-/// Registers `waker` for the point `point` of `counter` (of the context `context`), or, with
+/// Registers `waker` for the point `point` of `track` (of the context `context`), or, with
 /// `id` still registered, updates its waker. Returns the registration's id; `None` when the
 /// watcher thread cannot run (the caller must then poll again by itself).
 pub(super) fn register(
-    counter: &Arc<Counter>,
+    track: &Arc<Track>,
     context: usize,
     point: u64,
     waker: &Waker,
@@ -127,15 +155,15 @@ pub(super) fn register(
     let index = match registry
         .waiting
         .iter()
-        .position(|waiting| Arc::ptr_eq(&waiting.counter, counter))
+        .position(|waiting| Arc::ptr_eq(&waiting.track, track))
     {
         Some(index) => index,
         None => {
             registry.waiting.push(Waiting {
-                counter: Arc::clone(counter),
+                track: Arc::clone(track),
                 context,
                 order: BinaryHeap::new(),
-                wakers: HashMap::new(),
+                wakers: HashMap::default(),
             });
             registry.waiting.len() - 1
         }
@@ -166,13 +194,13 @@ pub(super) fn register(
     Some(id)
 }
 
-/// Takes back the registration `id` of `counter`, if the watcher has not woken it yet.
-pub(super) fn forget(counter: &Arc<Counter>, id: u64) {
+/// Takes back the registration `id` of `track`, if the watcher has not woken it yet.
+pub(super) fn forget(track: &Arc<Track>, id: u64) {
     let mut registry = lock(&WATCHER.registry);
     let Some(index) = registry
         .waiting
         .iter()
-        .position(|waiting| Arc::ptr_eq(&waiting.counter, counter))
+        .position(|waiting| Arc::ptr_eq(&waiting.track, track))
     else {
         return;
     };
@@ -200,9 +228,9 @@ pub(super) fn counts() -> (usize, bool, u64) {
     )
 }
 
-/// Spinning, then yielding, then sleeping: how long since the last progress each lasts.
-const SPIN: Duration = Duration::from_micros(20);
-const YIELD: Duration = Duration::from_micros(200);
+/// How long after the last progress (a wake or a registration) the thread looks every
+/// `WATCH_LOOK`; after that it sleeps in growing steps, up to `LONGEST_SLEEP`.
+const BUSY: Duration = Duration::from_millis(1);
 const LONGEST_SLEEP: Duration = Duration::from_millis(1);
 /// How long the thread stays up with nothing registered before it parks. Parking at once would
 /// make a caller that makes a future every few microseconds (each passed before the next) pay
@@ -243,15 +271,14 @@ fn run() {
         if progressed || WATCHER.fresh.swap(false, Ordering::Relaxed) {
             active_since = Instant::now();
         }
+        // Sleeping, not spinning, between looks: while the watcher spun, a future point cost the
+        // stream 0.6 µs more than a release point; a look more often than `WATCH_LOOK` would
+        // query nothing anyway.
         let quiet = active_since.elapsed();
-        if quiet < SPIN {
-            for _ in 0..64 {
-                std::hint::spin_loop();
-            }
-        } else if quiet < YIELD {
-            std::thread::yield_now();
+        std::thread::park_timeout(if quiet < BUSY {
+            WATCH_LOOK
         } else {
-            std::thread::park_timeout((quiet / 8).min(LONGEST_SLEEP));
-        }
+            (quiet / 8).min(LONGEST_SLEEP)
+        });
     }
 }
