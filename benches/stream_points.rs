@@ -3,20 +3,26 @@
 //! Run: `cargo bench --bench stream_points` on a machine with an NVIDIA GPU (add `-- --quick`
 //! for a short run). On one non-blocking stream, each form enqueues 20,000 iterations of:
 //! 1. an empty kernel + an empty kernel (the baseline);
-//! 2. kernel + a bare `cuStreamWriteValue64` to pinned, device-mapped memory + kernel, and
-//! 3. kernel + a bare `cuEventRecord` + kernel: what a point can be made of, with nothing around
-//!    it;
-//! 4. kernel + a release point (`release_in_stream_order` of a small boxed value) + kernel;
-//! 5. kernel + a future point (`stream_point`, polled once so that the watcher waits on it) +
+//! 2. kernel + a bare `cuStreamWriteValue64`, a bare `cuStreamWriteValue32` (to pinned,
+//!    device-mapped memory) or a bare `cuEventRecord` + kernel: what a point can be made of,
+//!    with nothing around it; and a bare `cuEventRecord` (of a ring of 64 events) while a second
+//!    thread queries the ring's events nonstop: what looking from another thread costs;
+//! 3. kernel + a release point (`release_in_stream_order` of a small boxed value) + kernel;
+//! 4. kernel + a future point (`stream_point`, polled once so that the watcher waits on it) +
 //!    kernel;
-//! 6. kernel + a host function (`host_launch` of a closure bumping a counter) + kernel;
+//! 5. kernel + a host function (`host_launch` of a closure bumping a counter) + kernel;
 //!
 //! and times them from the first enqueue until the stream drained: the time per iteration is
 //! what the stream takes, the enqueuing thread's share included (as `FACTS.md` measured the
-//! driver's primitives). Rounds measure every form once, in an order that rotates; a form's cost
-//! is the median over the rounds of its time per iteration minus the baseline's of the same
-//! round. On the software driver, which runs no kernels, the forms run without them (`--quick`
-//! only makes sense there): what is left is each point's own cost on the enqueuing thread.
+//! driver's primitives); the time until the last enqueue returned is printed beside it. Rounds
+//! measure every form once, in an order that rotates; a form's cost is the median over the rounds
+//! of its time per iteration minus the baseline's of the same round. On the software driver,
+//! which runs no kernels, the forms run without them (`--quick` only makes sense there): what is
+//! left is each point's own cost on the enqueuing thread.
+//!
+//! Then each X alone, 500 in a row on an idle stream, timed until the last enqueue returned:
+//! what X costs the enqueuing thread, which is the stream's cost too while enqueuing is what
+//! holds the stream back; the same for parts of a point; and single driver calls.
 
 use cuda_host::sys::{CU_MEMHOSTALLOC_DEVICEMAP, CUdeviceptr, Driver};
 use cuda_host::{
@@ -26,7 +32,7 @@ use cuda_host::{
 use std::ffi::c_void;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context as TaskContext, Waker};
 use std::time::Instant;
 
@@ -49,18 +55,30 @@ struct Bench<'driver> {
     stream: Stream,
     /// The kernels, when the driver runs kernels.
     kernels: Option<Kernels<'driver>>,
+    /// Whether the forms launch their kernels (off to time what X alone costs the host).
+    launch_kernels: bool,
     points: Vec<StreamPoint>,
     /// A word of pinned, device-mapped host memory, as the device addresses it: what a bare
     /// stream write writes.
     word: CUdeviceptr,
     writes: u64,
     event: Event,
+    /// Events recorded in turn, which a second thread queries while a form asks for it.
+    ring: Vec<Event>,
+    recorded: usize,
 }
+
+/// Whether the querying thread queries the ring's events now.
+static QUERYING: AtomicBool = AtomicBool::new(false);
+static QUERIES: AtomicU64 = AtomicU64::new(0);
 
 static HOST_FUNCTION_RUNS: AtomicU64 = AtomicU64::new(0);
 
 impl Bench<'_> {
     fn kernel(&self) {
+        if !self.launch_kernels {
+            return;
+        }
         if let Some(kernels) = &self.kernels {
             // SAFETY: `empty_kernel` takes no parameters.
             unsafe { kernels.launch(kernels.empty_kernel, 1, 1, self.stream.as_raw(), &mut []) }
@@ -72,15 +90,18 @@ impl Bench<'_> {
 struct Form {
     name: &'static str,
     iteration: fn(&mut Bench<'_>),
+    /// Whether a second thread queries the ring's events meanwhile.
+    querying: bool,
 }
 
-const FORMS: [Form; 7] = [
+const FORMS: [Form; 8] = [
     Form {
         name: "kernel + kernel",
         iteration: |bench| {
             bench.kernel();
             bench.kernel();
         },
+        querying: false,
     },
     Form {
         name: "kernel + bare 64-bit write + kernel",
@@ -103,6 +124,7 @@ const FORMS: [Form; 7] = [
                 .expect("the write is enqueued");
             bench.kernel();
         },
+        querying: false,
     },
     Form {
         name: "kernel + bare 32-bit write + kernel",
@@ -124,6 +146,7 @@ const FORMS: [Form; 7] = [
                 .expect("the write is enqueued");
             bench.kernel();
         },
+        querying: false,
     },
     Form {
         name: "kernel + bare event record + kernel",
@@ -132,6 +155,18 @@ const FORMS: [Form; 7] = [
             bench.event.record(&bench.stream).expect("recorded");
             bench.kernel();
         },
+        querying: false,
+    },
+    Form {
+        name: "kernel + event record, queried elsewhere + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            let event = &bench.ring[bench.recorded % bench.ring.len()];
+            event.record(&bench.stream).expect("recorded");
+            bench.recorded += 1;
+            bench.kernel();
+        },
+        querying: true,
     },
     Form {
         name: "kernel + release point + kernel",
@@ -142,6 +177,7 @@ const FORMS: [Form; 7] = [
                 .expect("released");
             bench.kernel();
         },
+        querying: false,
     },
     Form {
         name: "kernel + future point + kernel",
@@ -153,6 +189,7 @@ const FORMS: [Form; 7] = [
             bench.points.push(point);
             bench.kernel();
         },
+        querying: false,
     },
     Form {
         name: "kernel + host function + kernel",
@@ -164,17 +201,30 @@ const FORMS: [Form; 7] = [
             .expect("launched");
             bench.kernel();
         },
+        querying: false,
     },
 ];
 
-/// Seconds per iteration of `form`, from the first enqueue until the stream drained.
-fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> f64 {
+/// What one iteration of a form took: until the enqueuing thread was done, and until the stream
+/// drained.
+#[derive(Clone, Copy)]
+struct Timing {
+    enqueue: f64,
+    total: f64,
+}
+
+/// Seconds per iteration of `form`, from the first enqueue until the last one returned and until
+/// the stream drained.
+fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> Timing {
+    QUERYING.store(form.querying, Ordering::SeqCst);
     let start = Instant::now();
     for _ in 0..iterations {
         (form.iteration)(bench);
     }
+    let enqueued = start.elapsed().as_secs_f64();
     bench.stream.synchronize().expect("synchronize");
-    let elapsed = start.elapsed().as_secs_f64();
+    let total = start.elapsed().as_secs_f64();
+    QUERYING.store(false, Ordering::SeqCst);
     let unfinished = bench
         .points
         .drain(..)
@@ -185,7 +235,10 @@ fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> f64 {
         "{}: points not passed after the drain",
         form.name
     );
-    elapsed / iterations as f64
+    Timing {
+        enqueue: enqueued / iterations as f64,
+        total: total / iterations as f64,
+    }
 }
 
 /// A word of pinned host memory the device writes to.
@@ -232,7 +285,7 @@ fn time_calls<R>(name: &str, mut call: impl FnMut() -> R) {
         std::hint::black_box(call());
     }
     let nanoseconds = start.elapsed().as_secs_f64() * 1e9 / f64::from(CALLS);
-    println!("{name:<36} {nanoseconds:>8.1} ns a call");
+    println!("{name:<50} {nanoseconds:>8.1} ns a call");
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -267,37 +320,81 @@ fn run(quick: bool) -> Result<(), String> {
         event: Event::new(&context, EventFlags::DisableTiming).map_err(|e| e.to_string())?,
         stream,
         kernels,
+        launch_kernels: true,
         points: Vec::with_capacity(iterations),
         word: word.device,
         writes: 0,
+        ring: (0..64)
+            .map(|_| Event::new(&context, EventFlags::DisableTiming))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
+        recorded: 0,
     };
+    let ring: Vec<usize> = bench
+        .ring
+        .iter()
+        .map(|event| event.as_raw().addr())
+        .collect();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| query_ring(driver, &ring, &stop));
+        let result = measure_all(&mut bench, iterations, rounds);
+        stop.store(true, Ordering::SeqCst);
+        result
+    })
+}
+
+/// The second thread of the "queried by another thread" form: queries the ring's events in
+/// turn while the form runs.
+fn query_ring(driver: &Driver, ring: &[usize], stop: &AtomicBool) {
+    while !stop.load(Ordering::SeqCst) {
+        if !QUERYING.load(Ordering::SeqCst) {
+            std::thread::sleep(std::time::Duration::from_micros(100));
+            continue;
+        }
+        for &event in ring {
+            // SAFETY: the ring's events live until this thread was stopped.
+            let _ = unsafe { driver.cuEventQuery(std::ptr::with_exposed_provenance_mut(event)) };
+            QUERIES.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn measure_all(bench: &mut Bench<'_>, iterations: usize, rounds: usize) -> Result<(), String> {
+    let driver = bench.driver;
     for form in &FORMS {
-        measure(&mut bench, form, iterations / 10);
+        measure(bench, form, iterations / 10);
     }
     let mut times = vec![Vec::new(); FORMS.len()];
     let mut over_baseline = vec![Vec::new(); FORMS.len()];
+    let mut enqueue_times = vec![Vec::new(); FORMS.len()];
     for round in 0..rounds {
-        let mut this_round = [0.0; FORMS.len()];
+        let mut this_round = [Timing {
+            enqueue: 0.0,
+            total: 0.0,
+        }; FORMS.len()];
         for offset in 0..FORMS.len() {
             let index = (round + offset) % FORMS.len();
-            this_round[index] = measure(&mut bench, &FORMS[index], iterations);
+            this_round[index] = measure(bench, &FORMS[index], iterations);
         }
-        for (index, time) in this_round.iter().enumerate() {
-            times[index].push(*time);
-            over_baseline[index].push(time - this_round[0]);
+        for (index, timing) in this_round.iter().enumerate() {
+            times[index].push(timing.total);
+            over_baseline[index].push(timing.total - this_round[0].total);
+            enqueue_times[index].push(timing.enqueue);
         }
     }
     println!();
     println!(
-        "{:<36} {:>14} {:>22}",
-        "form", "µs/iteration", "µs over kernel+kernel"
+        "{:<50} {:>14} {:>22} {:>10}",
+        "form", "µs/iteration", "µs over kernel+kernel", "enqueue µs"
     );
     for (index, form) in FORMS.iter().enumerate() {
         println!(
-            "{:<36} {:>14.3} {:>22.3}",
+            "{:<50} {:>14.3} {:>22.3} {:>10.3}",
             form.name,
             median(&mut times[index]) * 1e6,
-            median(&mut over_baseline[index]) * 1e6
+            median(&mut over_baseline[index]) * 1e6,
+            median(&mut enqueue_times[index]) * 1e6
         );
     }
     println!(
@@ -305,7 +402,57 @@ fn run(quick: bool) -> Result<(), String> {
          its own round; {} host functions ran)",
         HOST_FUNCTION_RUNS.load(Ordering::Relaxed)
     );
+    // What X alone costs the enqueuing thread: runs short enough that the stream's queue never
+    // fills, so that no enqueue waits for the device.
+    const ALONE: usize = 500;
+    bench.launch_kernels = false;
+    let mut alone = vec![Vec::new(); FORMS.len()];
+    for round in 0..rounds * 4 {
+        for offset in 1..FORMS.len() {
+            let index = 1 + (round + offset) % (FORMS.len() - 1);
+            alone[index].push(measure(bench, &FORMS[index], ALONE).enqueue);
+        }
+    }
+    bench.launch_kernels = true;
     println!();
+    println!("X alone, {ALONE} in a row on an idle stream: what each costs the enqueuing thread");
+    for (index, form) in FORMS.iter().enumerate().skip(1) {
+        let name = form.name.trim_start_matches("kernel + ");
+        let name = name.trim_end_matches(" + kernel");
+        println!("{name:<50} {:>8.1} ns", median(&mut alone[index]) * 1e9);
+    }
+    // The parts of a point, alone in the same way.
+    type Part = fn(&mut Bench<'_>);
+    let parts: [(&str, Part); 3] = [
+        ("stream_point, not polled", |bench| {
+            drop(stream_point(&bench.stream).expect("a point"));
+        }),
+        ("release_in_stream_order of ()", |bench| {
+            release_in_stream_order(&bench.stream, ())
+                .map_err(|refused| refused.error)
+                .expect("released");
+        }),
+        ("reclaim, nothing held", |_| {
+            cuda_host::reclaim();
+        }),
+    ];
+    for (name, part) in parts {
+        let mut times = Vec::new();
+        for _ in 0..rounds * 4 {
+            let start = Instant::now();
+            for _ in 0..ALONE {
+                part(bench);
+            }
+            times.push(start.elapsed().as_secs_f64() / ALONE as f64);
+            bench.stream.synchronize().expect("synchronize");
+        }
+        println!("{name:<50} {:>8.1} ns", median(&mut times) * 1e9);
+    }
+    println!();
+    println!(
+        "({} queries of the ring's events by the second thread)",
+        QUERIES.load(Ordering::Relaxed)
+    );
     let stream = bench.stream.as_raw();
     let event = bench.event.as_raw();
     let (mut id, mut status) = (0, cuda_host::sys::CUstreamCaptureStatus(0));
@@ -313,6 +460,22 @@ fn run(quick: bool) -> Result<(), String> {
     time_calls("cuEventQuery of a completed event", || unsafe {
         driver.cuEventQuery(event)
     });
+    if let Some(kernels) = &bench.kernels {
+        let mut nanoseconds: u64 = 2_000_000_000;
+        let mut arguments = [(&raw mut nanoseconds).cast::<c_void>()];
+        // SAFETY: `spin_ns` takes one 64-bit count of nanoseconds.
+        unsafe { kernels.launch(kernels.spin_ns, 1, 1, stream, &mut arguments) }
+            .map_err(|e| e.to_string())?;
+        bench
+            .event
+            .record(&bench.stream)
+            .map_err(|e| e.to_string())?;
+        // SAFETY: a live event.
+        time_calls("cuEventQuery of a pending event", || unsafe {
+            driver.cuEventQuery(event)
+        });
+        bench.stream.synchronize().map_err(|e| e.to_string())?;
+    }
     // SAFETY: a live stream; a valid out-pointer.
     time_calls("cuStreamGetId", || unsafe {
         driver.cuStreamGetId(stream, &mut id)
@@ -321,6 +484,15 @@ fn run(quick: bool) -> Result<(), String> {
     time_calls("cuStreamIsCapturing", || unsafe {
         driver.cuStreamIsCapturing(stream, &mut status)
     });
+    time_calls("cuThreadExchangeStreamCaptureMode, there and back", || {
+        let mut mode = cuda_host::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid pointer to a mode; the second call restores the thread's own.
+        unsafe {
+            driver.cuThreadExchangeStreamCaptureMode(&mut mode);
+            driver.cuThreadExchangeStreamCaptureMode(&mut mode)
+        }
+    });
+    time_calls("Instant::now", Instant::now);
     let counts = cuda_host::stream_point_counts();
     if counts.held != 0 || counts.waiting != 0 {
         return Err(format!("stream points left behind: {counts:?}"));
