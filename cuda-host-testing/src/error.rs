@@ -4,7 +4,7 @@ use cuda_host_sys::{CUresult, LoadError};
 use std::path::PathBuf;
 
 /// Why the software driver, its controls or its `libcuda` folder could not be used.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// cuda-host-sys could not load the software driver.
