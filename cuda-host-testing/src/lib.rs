@@ -29,7 +29,7 @@
 //! What it hands out:
 //! - the library's path ([`library_path`], for `CUDA_SYS_LIBCUDA`), and those of its stub and
 //!   pre-11.3 variants ([`variant_path`]);
-//! - a [`Driver`](cuda_host_sys::Driver) loaded on it ([`load`]), or made the process-wide driver
+//! - a [`Driver`] loaded on it ([`load`]), or made the process-wide driver
 //!   that cuda-host uses ([`install`]);
 //! - a folder holding it as `libcuda.so.1` and `libcuda.so` ([`LibcudaDir`]): a child process
 //!   whose `LD_LIBRARY_PATH` starts with it runs on the software driver whatever loads libcuda by
