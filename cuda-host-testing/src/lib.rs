@@ -19,9 +19,9 @@
 //!
 //! // SAFETY: as above.
 //! let controls = unsafe { cuda_host_testing::controls() }?;
-//! controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_LAUNCH_FAILED)?;
+//! controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
 //! let error = cuda_host::host_launch(&stream, || {}).unwrap_err();
-//! assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_LAUNCH_FAILED));
+//! assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
 //! # Ok(())
 //! # }
 //! ```
