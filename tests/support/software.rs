@@ -1,4 +1,4 @@
-//! The software driver's test controls, cuda-host-testing's [`Controls`], for the tests that run
+//! The software driver's test controls, [`cuda_host_testing::Controls`], for the tests that run
 //! on it: a control that fails fails the test, with the package's typed error.
 
 use crate::selection::{DriverKind, test_driver};
@@ -44,11 +44,6 @@ fn ok<T>(result: Result<T, impl Display>) -> T {
 }
 
 impl Controls {
-    /// The package's controls, for what returns its errors.
-    pub fn package(&self) -> &'static cuda_host_testing::Controls {
-        self.0
-    }
-
     /// [`cuda_host_testing::Controls::fail_next_calls`].
     #[track_caller]
     pub fn fail_next_calls(&self, entry: &CStr, count: u32, code: CUresult) {
