@@ -2,17 +2,18 @@
 //!
 //! cudarc opens libcuda by name. On the real driver it finds NVIDIA's, and the tests run here; on
 //! the software driver each test runs in a child process whose `LD_LIBRARY_PATH` leads cudarc to
-//! the software driver this binary loaded (`suite::LibcudaAlias`). Tests of what is process-wide
+//! the software driver this binary loaded (`cuda_host_testing::LibcudaDir`). Tests of what is process-wide
 //! (a primary context's state) run in a child on either driver.
 
 use cuda_host::cuda_host_sys::{CUcontext, CUdevice};
 use cuda_host::{Context, Error, Stream, StreamFlags, host_launch};
+use cuda_host_testing::LibcudaDir;
 use cudarc::driver::CudaContext;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use suite::{Gate, LibcudaAlias, Tally, in_child_process, ok, test_driver, wait_until};
+use suite::{Gate, Tally, in_child_process, ok, test_driver, wait_until};
 
 /// Whether `test` runs in this process: `false` when it ran in a child process instead (always
 /// on the software driver, there with cudarc opening the same software driver; on the real one
@@ -25,17 +26,15 @@ fn runs_here(test: &str, always_in_child: bool, env: &[(&str, &str)]) -> bool {
     if !software && !always_in_child {
         return true;
     }
-    let alias = LibcudaAlias::new(
-        &suite::software_driver_path("libcudasw.so"),
-        &["libcuda.so", "libcuda.so.1"],
-    );
-    let library_path = alias.library_path();
+    let libcuda = LibcudaDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let library_path = libcuda.ld_library_path();
+    let library_path = library_path.to_str().expect("a UTF-8 library path");
     let mut child_env = vec![(
         "CUDA_TEST_DRIVER",
         if software { "software" } else { "real" },
     )];
     if software {
-        child_env.push(("LD_LIBRARY_PATH", library_path.as_str()));
+        child_env.push(("LD_LIBRARY_PATH", library_path));
     }
     child_env.extend_from_slice(env);
     suite::run_in_child(module_path!(), test, &child_env);
@@ -393,10 +392,12 @@ fn cudarc_on_another_driver_library_than_cuda_hosts_is_refused() {
         // cudarc opens `libcuda.so` first: here the software driver built without
         // cuGetProcAddress, another library than the test driver (NVIDIA's, or the software
         // driver's `libcudasw.so`), which has its own contexts.
-        let alias = LibcudaAlias::new(
-            &suite::software_driver_path("libcudasw-noproc.so"),
+        let libcuda = LibcudaDir::with_names(
+            &cuda_host_testing::variant_path(cuda_host_testing::Variant::NoProcAddress),
             &["libcuda.so"],
-        );
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let library_path = libcuda.ld_library_path();
         let kind = if test_driver().is_software() {
             "software"
         } else {
@@ -407,7 +408,10 @@ fn cudarc_on_another_driver_library_than_cuda_hosts_is_refused() {
             test,
             &[
                 ("CUDA_TEST_DRIVER", kind),
-                ("LD_LIBRARY_PATH", &alias.library_path()),
+                (
+                    "LD_LIBRARY_PATH",
+                    library_path.to_str().expect("a UTF-8 library path"),
+                ),
             ],
         );
     }

@@ -4,7 +4,7 @@
 use cuda_host_sys::{Availability, CUresult, Driver, Error, LoadError, LoadOptions};
 use std::collections::BTreeMap;
 use std::ffi::CStr;
-use suite::{DriverKind, software_driver_path, test_driver};
+use suite::{DriverKind, test_driver};
 
 /// The address the platform loader gives for `symbol` in the library `driver` was opened from.
 fn platform_address(driver: &Driver, symbol: &CStr) -> usize {
@@ -142,7 +142,7 @@ fn folder_with_libcuda_so_1(test: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&folder).expect("the temporary folder is created");
     let link = folder.join("libcuda.so.1");
     let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink(software_driver_path("libcudasw.so"), &link)
+    std::os::unix::fs::symlink(cuda_host_testing::library_path(), &link)
         .expect("the link is created");
     folder
 }
@@ -199,7 +199,7 @@ fn a_library_named_by_the_variable_that_does_not_open_is_an_error_not_a_fallback
 
 #[test]
 fn a_stub_library_is_reported_as_a_stub() {
-    let stub = software_driver_path("libcudasw-stub.so");
+    let stub = cuda_host_testing::variant_path(cuda_host_testing::Variant::Stub);
     // SAFETY: the stub variant exports the driver API's names with their C signatures.
     let error = unsafe { Driver::open(&stub) }.unwrap_err();
     assert!(
@@ -300,7 +300,7 @@ fn an_older_driver_hides_entry_points_newer_than_itself() {
         &[("CUSW_DRIVER_VERSION", "12080")]
     );
     // SAFETY: the software driver implements the driver API's names with their C signatures.
-    let driver = unsafe { Driver::open(software_driver_path("libcudasw.so")) }.expect("loads");
+    let driver = unsafe { Driver::open(cuda_host_testing::library_path()) }.expect("loads");
     assert_eq!(driver.version(), 12080);
     assert_eq!(
         driver.availability("cuLaunchHostFunc_v2"),
@@ -331,7 +331,7 @@ fn a_driver_older_than_the_minimum_is_refused() {
         &[("CUSW_DRIVER_VERSION", "9020")]
     );
     // SAFETY: the software driver implements the driver API's names with their C signatures.
-    let error = unsafe { Driver::open(software_driver_path("libcudasw.so")) }.unwrap_err();
+    let error = unsafe { Driver::open(cuda_host_testing::library_path()) }.unwrap_err();
     assert!(
         matches!(
             error,
@@ -349,8 +349,12 @@ fn a_driver_older_than_the_minimum_is_refused() {
 fn without_cu_get_proc_address_entries_are_found_by_symbol_name() {
     // SAFETY: the variant without `cuGetProcAddress` still exports the driver API's names with
     // their C signatures.
-    let driver =
-        unsafe { Driver::open(software_driver_path("libcudasw-noproc.so")) }.expect("loads");
+    let driver = unsafe {
+        Driver::open(cuda_host_testing::variant_path(
+            cuda_host_testing::Variant::NoProcAddress,
+        ))
+    }
+    .expect("loads");
     assert_eq!(
         driver.availability("cuLaunchHostFunc"),
         Some(Availability::Available)

@@ -152,7 +152,7 @@ fn driver_without_v2(test: &str) -> Option<Arc<Driver>> {
     let controls = suite::software::controls()?;
     controls.set_driver_version(13000);
     // SAFETY: the software driver implements the driver API's signatures.
-    let fresh = unsafe { Driver::open(suite::software_driver_path("libcudasw.so")) }
+    let fresh = unsafe { Driver::open(cuda_host_testing::library_path()) }
         .unwrap_or_else(|error| panic!("{test}: the software driver opens: {error}"));
     Some(Arc::new(fresh))
 }

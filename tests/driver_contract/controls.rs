@@ -235,8 +235,7 @@ fn set_driver_version_hides_newer_entry_points_from_proc_address_and_from_a_new_
     );
 
     // SAFETY: the software driver implements the driver API's signatures.
-    let fresh =
-        unsafe { Driver::open(suite::software_driver_path("libcudasw.so")) }.expect("driver opens");
+    let fresh = unsafe { Driver::open(cuda_host_testing::library_path()) }.expect("driver opens");
     assert_eq!(fresh.version(), 13000);
     assert_eq!(
         fresh.availability("cuLaunchHostFunc_v2"),

@@ -1,8 +1,9 @@
 //! The driver contract: the CUDA driver behaviour the suite relies on, written as its
 //! specification through raw driver calls, one module a topic. Every test runs on both drivers
-//! unless it cannot (and then says why): here on the software driver (`tests/driver-double/`), on
-//! a GPU machine with `CUDA_TEST_DRIVER=real`, where the real driver is right wherever the two
-//! disagree (what was measured on it is in `docs/REAL-DRIVER.md`).
+//! unless it cannot (and then says why): here on the software driver
+//! (`cuda-host-testing/driver/`), on a GPU machine with `CUDA_TEST_DRIVER=real`, where the real
+//! driver is right wherever the two disagree (what was measured on it is in
+//! `docs/REAL-DRIVER.md`).
 //!
 //! Tests that capture a stream, use the legacy or per-thread stream (which a blocking stream's
 //! capture implicitly involves) or allocate device memory run alone ([`harness::alone`]); the

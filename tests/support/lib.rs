@@ -2,13 +2,14 @@
 //!
 //! - [`test_driver`] picks the driver a test binary runs on, from `CUDA_TEST_DRIVER`:
 //!   `real` (NVIDIA's `libcuda`, which must load and have a device), `software` (the software
-//!   driver built from `tests/driver-double/`) or `auto` (the default: the real driver when it
+//!   driver of cuda-host-testing, `cuda-host-testing/driver/`) or `auto` (the default: the real driver when it
 //!   loads and has a device, else the software one). It also becomes the process-wide driver of
 //!   `cuda-host-sys`, and the choice is printed once.
 //! - [`ok`] panics with the driver's typed error unless a raw driver call succeeded.
 //! - [`capture`] has raw stream capture and graph handles that end or destroy themselves on drop,
 //!   and [`host_function`] closures as raw host functions, for tests that call the driver directly.
-//! - [`software`] reaches the software driver's fault-injection controls.
+//! - [`software`] reaches the software driver's fault-injection controls (cuda-host-testing's,
+//!   failing the test where they return an error).
 //! - [`wait_until`] is the only way tests wait: every wait has a bound and fails with a message.
 //! - [`run_in_child`] (in one line: [`alone_in_child!`]) runs one test in a child process, for
 //!   what poisons a process (a sticky context error, a changed driver version).
@@ -18,8 +19,6 @@
 //! - [`memory`] has host memory the device reaches and stream gates, to order work in tests on
 //!   either driver without kernels, and [`hold_and_release`], the shape of a test of what waits
 //!   behind a gate.
-//! - [`LibcudaAlias`] makes a library the `libcuda` that other libraries (cudarc) open by name,
-//!   for a child process.
 //! - [`quiet`] keeps the tests' deliberate panics out of their output; [`test_driver`] installs
 //!   it.
 
@@ -28,7 +27,6 @@ pub mod child;
 pub mod exclusive;
 pub mod host_function;
 pub mod kernels;
-pub mod libcuda_alias;
 pub mod memory;
 pub mod quiet;
 pub mod selection;
@@ -38,10 +36,7 @@ pub mod wait;
 
 pub use child::{in_child_process, run_in_child};
 pub use exclusive::capture_lock;
-pub use libcuda_alias::LibcudaAlias;
 pub use memory::{Gate, MappedWords, hold_and_release};
-pub use selection::{
-    DriverKind, TestDriver, context, ok, skip, skip_unless_real, software_driver_path, test_driver,
-};
+pub use selection::{DriverKind, TestDriver, context, ok, skip, skip_unless_real, test_driver};
 pub use tally::{DropProbe, Tally};
 pub use wait::{TIMEOUT, wait_until};

@@ -2,21 +2,17 @@
 
 use cuda_host_sys::{CUresult, Driver, LoadOptions};
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 /// The variable that picks the driver: `real`, `software` or `auto`.
 pub const DRIVER_VARIABLE: &str = "CUDA_TEST_DRIVER";
-/// Overrides the folder holding the software driver libraries (for test binaries run on another
-/// machine than the one that built them).
-pub const SOFTWARE_DRIVER_DIR_VARIABLE: &str = "CUDA_SOFTWARE_DRIVER_DIR";
 
 /// Which kind of driver the tests run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DriverKind {
     /// NVIDIA's driver with a GPU.
     Real,
-    /// The software driver of `tests/driver-double/`.
+    /// The software driver of cuda-host-testing.
     Software,
 }
 
@@ -36,15 +32,6 @@ impl TestDriver {
     }
 }
 
-/// The path of a software driver library: `libcudasw.so`, `libcudasw-stub.so` or
-/// `libcudasw-noproc.so`.
-pub fn software_driver_path(library: &str) -> PathBuf {
-    let dir = std::env::var_os(SOFTWARE_DRIVER_DIR_VARIABLE)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CUDA_SOFTWARE_DRIVER_DIR")));
-    dir.join(library)
-}
-
 /// The driver this test binary runs on, chosen once (see the crate documentation).
 ///
 /// # Panics
@@ -54,23 +41,31 @@ pub fn test_driver() -> &'static TestDriver {
     SELECTED.get_or_init(|| {
         crate::quiet::quiet_deliberate_panics();
         let wanted = std::env::var(DRIVER_VARIABLE).unwrap_or_else(|_| "auto".to_owned());
-        let (kind, options) = match wanted.as_str() {
+        let kind = match wanted.as_str() {
             "real" => match real_driver_usable() {
-                Ok(()) => (DriverKind::Real, LoadOptions::default()),
+                Ok(()) => DriverKind::Real,
                 Err(reason) => panic!("{DRIVER_VARIABLE}=real, but {reason}"),
             },
-            "software" => (DriverKind::Software, software_options()),
+            "software" => DriverKind::Software,
             "auto" | "" => match real_driver_usable() {
-                Ok(()) => (DriverKind::Real, LoadOptions::default()),
-                Err(_) => (DriverKind::Software, software_options()),
+                Ok(()) => DriverKind::Real,
+                Err(_) => DriverKind::Software,
             },
             other => panic!("{DRIVER_VARIABLE}={other} is not one of real, software, auto"),
         };
-        // SAFETY: `options` name either the configured real driver or the software driver, which
-        // implements the driver API's signatures.
-        let driver = unsafe { cuda_host_sys::init_driver(&options) }
-            .unwrap_or_else(|e| panic!("the {kind:?} driver does not load: {e}"))
-            .clone();
+        let driver = match kind {
+            // SAFETY: the default options name the driver this process is configured with.
+            DriverKind::Real => unsafe { cuda_host_sys::init_driver(&LoadOptions::default()) }
+                .map_err(|e| e.to_string()),
+            DriverKind::Software => {
+                // SAFETY: the software driver cuda-host-testing built implements the driver
+                // API's entry points with their C signatures; its initialisation only sets up its
+                // own state.
+                unsafe { cuda_host_testing::install() }.map_err(|e| e.to_string())
+            }
+        }
+        .unwrap_or_else(|e| panic!("the {kind:?} driver does not load: {e}"))
+        .clone();
         let chosen = TestDriver { kind, driver };
         // Written around the test harness's output capture, so that every run shows it.
         let _ = writeln!(
@@ -85,16 +80,6 @@ pub fn test_driver() -> &'static TestDriver {
         );
         chosen
     })
-}
-
-/// The software driver, with the default stream `CUDA_SYS_PER_THREAD_DEFAULT_STREAM` asks for,
-/// as the real driver's default options have.
-fn software_options() -> LoadOptions {
-    let per_thread = LoadOptions::default().uses_per_thread_default_stream();
-    // SAFETY: the software driver implements the driver API's entry points with their C
-    // signatures, and its initialisation only sets up its own state.
-    unsafe { LoadOptions::library(software_driver_path("libcudasw.so")) }
-        .per_thread_default_stream(per_thread)
 }
 
 /// Whether NVIDIA's driver loads, initialises and has a device; why not otherwise.

@@ -155,7 +155,7 @@ fn software_driver_dir(tests: &[(String, PathBuf)]) -> Result<PathBuf, String> {
         .filter(|dir| {
             dir.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("cuda-host-suite-"))
+                .is_some_and(|n| n.starts_with("cuda-host-testing-"))
         })
         .map(|dir| dir.join("out"))
         .find(|out| out.join("libcudasw.so").is_file())

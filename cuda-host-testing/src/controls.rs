@@ -1,0 +1,347 @@
+//! The software driver's test controls (`cusw*`, declared in `driver/cudasw.h`) as a typed API.
+
+use crate::Error;
+use cuda_host::{Context, Stream};
+use cuda_host_sys::{CUcontext, CUresult, CUstream};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong};
+use std::path::Path;
+use std::time::Duration;
+
+/// The software driver's control functions: fault injection, sticky errors, stand-ins for long
+/// or faulting kernels, the reported driver version, and counts of calls and of live objects.
+///
+/// They are exported C functions of the software driver library, reached through the library
+/// already loaded (the platform loader hands back the open library, so they act on the driver
+/// the tests run on). Get them with [`controls`](crate::controls) or [`Controls::open`].
+#[derive(Debug)]
+pub struct Controls {
+    _library: libloading::Library,
+    fail_next_calls: unsafe extern "C" fn(*const c_char, c_uint, CUresult) -> CUresult,
+    fail_next_calls_any_thread: unsafe extern "C" fn(*const c_char, c_uint, CUresult) -> CUresult,
+    set_sticky_error: unsafe extern "C" fn(CUcontext, CUresult) -> CUresult,
+    launch_fault: unsafe extern "C" fn(CUstream, CUresult) -> CUresult,
+    launch_sleep: unsafe extern "C" fn(CUstream, c_uint) -> CUresult,
+    set_driver_version: unsafe extern "C" fn(c_int) -> CUresult,
+    user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
+    delay_next_calls: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> CUresult,
+    stale_handle_uses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
+    live_objects: LiveObjectsFn,
+    armed_failures: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
+    call_count: unsafe extern "C" fn(*const c_char, *mut c_ulonglong) -> CUresult,
+    host_task_sync_mode_launches: unsafe extern "C" fn(c_uint, *mut c_ulonglong) -> CUresult,
+}
+
+/// `cuswLiveObjects`, as `cudasw.h` declares it.
+pub type LiveObjectsFn = unsafe extern "C" fn(*mut LiveCounts) -> CUresult;
+
+/// `struct cuswLiveCounts` of `cudasw.h`: `size` first, then the counts; members are only added
+/// at the end, so that a caller built against a shorter struct keeps working.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveCounts {
+    /// Set by the caller to the size it knows; the driver answers the bytes it filled.
+    pub size: usize,
+    /// The counts, in the order of [`LiveObjects`]'s fields.
+    pub counts: [u64; 8],
+}
+
+/// What is alive in the software driver now, process-wide (`cuswLiveObjects`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveObjects {
+    /// Streams made by `cuStreamCreate*` and not destroyed (not the legacy or per-thread ones).
+    pub streams: u64,
+    /// Events not destroyed.
+    pub events: u64,
+    /// Graphs not destroyed, a capture's graph included while the capture lasts.
+    pub graphs: u64,
+    /// Executable graphs not destroyed.
+    pub graph_execs: u64,
+    /// User objects whose destructor has not run.
+    pub user_objects: u64,
+    /// Page-locked host allocations not freed.
+    pub host_allocations: u64,
+    /// Device allocations not freed.
+    pub device_allocations: u64,
+    /// Host functions and stream callbacks enqueued (also in graph launches) that have not
+    /// finished running or been skipped.
+    pub pending_host_functions: u64,
+}
+
+impl Controls {
+    /// Opens the library at `path` (a software driver library) and resolves its controls.
+    ///
+    /// # Errors
+    /// [`Error::Open`] when the library does not open, [`Error::MissingControl`] when it lacks a
+    /// control.
+    ///
+    /// # Safety
+    /// 1. `path` must be one of this package's libraries ([`library_path`](crate::library_path),
+    ///    [`variant_path`](crate::variant_path)) or another library that exports the controls
+    ///    `driver/cudasw.h` declares, with those C signatures;
+    /// 2. running its initialisation code in this process must be sound (this package's
+    ///    libraries only set up their own state).
+    pub unsafe fn open(path: &Path) -> Result<Controls, Error> {
+        // SAFETY: the caller vouches for the library's initialisation code.
+        let library = unsafe { libloading::Library::new(path) }.map_err(|e| Error::Open {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        macro_rules! control {
+            ($name:literal) => {
+                // SAFETY: the caller guarantees that the library exports this control with the
+                // C signature the field declares (driver/cudasw.h).
+                *unsafe { library.get($name) }.map_err(|e| Error::MissingControl {
+                    path: path.to_owned(),
+                    control: control_name($name),
+                    reason: e.to_string(),
+                })?
+            };
+        }
+        Ok(Controls {
+            fail_next_calls: control!(c"cuswFailNextCalls"),
+            fail_next_calls_any_thread: control!(c"cuswFailNextCallsAnyThread"),
+            set_sticky_error: control!(c"cuswSetStickyError"),
+            launch_fault: control!(c"cuswLaunchFault"),
+            launch_sleep: control!(c"cuswLaunchSleep"),
+            set_driver_version: control!(c"cuswSetDriverVersion"),
+            user_object_stats: control!(c"cuswUserObjectStats"),
+            delay_next_calls: control!(c"cuswDelayNextCalls"),
+            stale_handle_uses: control!(c"cuswStaleHandleUses"),
+            live_objects: control!(c"cuswLiveObjects"),
+            armed_failures: control!(c"cuswArmedFailures"),
+            call_count: control!(c"cuswCallCount"),
+            host_task_sync_mode_launches: control!(c"cuswHostTaskSyncModeLaunches"),
+            _library: library,
+        })
+    }
+
+    /// The next `count` calls of `entry` made from this thread answer `code` and do nothing;
+    /// `count` 0 disarms. `entry` is a base name (`cuLaunchHostFunc`, which also covers its ABI
+    /// versions and per-thread forms) or an exported name (`cuMemAlloc_v2`).
+    ///
+    /// # Errors
+    /// [`Error::Control`] with `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
+    #[doc(alias = "cuswFailNextCalls")]
+    pub fn fail_next_calls(&self, entry: &CStr, count: u32, code: CUresult) -> Result<(), Error> {
+        // SAFETY: `entry` is NUL-terminated; the driver copies what it keeps.
+        check("cuswFailNextCalls", unsafe {
+            (self.fail_next_calls)(entry.as_ptr(), count, code)
+        })
+    }
+
+    /// As [`fail_next_calls`](Self::fail_next_calls), for calls from any thread (the driver's
+    /// own threads, other test threads).
+    ///
+    /// # Errors
+    /// As [`fail_next_calls`](Self::fail_next_calls).
+    #[doc(alias = "cuswFailNextCallsAnyThread")]
+    pub fn fail_next_calls_any_thread(
+        &self,
+        entry: &CStr,
+        count: u32,
+        code: CUresult,
+    ) -> Result<(), Error> {
+        // SAFETY: `entry` is NUL-terminated; the driver copies what it keeps.
+        check("cuswFailNextCallsAnyThread", unsafe {
+            (self.fail_next_calls_any_thread)(entry.as_ptr(), count, code)
+        })
+    }
+
+    /// Puts `context` into the sticky error `code` now, as a faulting kernel would.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver refuses (a context of another driver).
+    #[doc(alias = "cuswSetStickyError")]
+    pub fn set_sticky_error(&self, context: &Context, code: CUresult) -> Result<(), Error> {
+        // SAFETY: a live context's handle; the driver checks it against its registry.
+        check("cuswSetStickyError", unsafe {
+            (self.set_sticky_error)(context.as_raw(), code)
+        })
+    }
+
+    /// Enqueues the stand-in for a faulting kernel: when `stream` reaches it, its context gets
+    /// the sticky error `code`.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver refuses (a stream of another driver).
+    #[doc(alias = "cuswLaunchFault")]
+    pub fn launch_fault(&self, stream: &Stream, code: CUresult) -> Result<(), Error> {
+        // SAFETY: a live stream's handle; the driver checks it against its registry.
+        check("cuswLaunchFault", unsafe {
+            (self.launch_fault)(stream.as_raw(), code)
+        })
+    }
+
+    /// Enqueues the stand-in for a long kernel: `stream` sleeps `microseconds` when it gets
+    /// there.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver refuses (a stream of another driver).
+    #[doc(alias = "cuswLaunchSleep")]
+    pub fn launch_sleep(&self, stream: &Stream, microseconds: u32) -> Result<(), Error> {
+        // SAFETY: a live stream's handle; the driver checks it against its registry.
+        check("cuswLaunchSleep", unsafe {
+            (self.launch_sleep)(stream.as_raw(), microseconds)
+        })
+    }
+
+    /// Makes the driver report `version` (e.g. 12040) and hide every ABI newer than it from
+    /// `cuGetProcAddress_v2`; 0 restores the default. Drivers loaded before keep their tables.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver refuses the version.
+    #[doc(alias = "cuswSetDriverVersion")]
+    pub fn set_driver_version(&self, version: i32) -> Result<(), Error> {
+        // SAFETY: no pointer arguments.
+        check("cuswSetDriverVersion", unsafe {
+            (self.set_driver_version)(version)
+        })
+    }
+
+    /// How many user-object destructors have run, and how many user objects are alive.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers an error.
+    #[doc(alias = "cuswUserObjectStats")]
+    pub fn user_object_stats(&self) -> Result<(u64, u64), Error> {
+        let (mut destroyed, mut alive) = (0, 0);
+        // SAFETY: both out-pointers are valid.
+        check("cuswUserObjectStats", unsafe {
+            (self.user_object_stats)(&mut destroyed, &mut alive)
+        })?;
+        Ok((destroyed, alive))
+    }
+
+    /// The next `count` calls of `entry`, from any thread, sleep `delay` before doing anything:
+    /// holds a race's window open (another thread acts while the call is held).
+    ///
+    /// # Errors
+    /// [`Error::DelayTooLong`] over `u32::MAX` microseconds; [`Error::Control`] with
+    /// `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
+    #[doc(alias = "cuswDelayNextCalls")]
+    pub fn delay_next_calls(&self, entry: &CStr, count: u32, delay: Duration) -> Result<(), Error> {
+        let microseconds =
+            u32::try_from(delay.as_micros()).map_err(|_| Error::DelayTooLong { delay })?;
+        // SAFETY: `entry` is NUL-terminated; the driver copies what it keeps.
+        check("cuswDelayNextCalls", unsafe {
+            (self.delay_next_calls)(entry.as_ptr(), count, microseconds)
+        })
+    }
+
+    /// How many calls so far named a handle after it was destroyed (the real driver may crash on
+    /// those; the software one answers an error and counts them).
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers an error.
+    #[doc(alias = "cuswStaleHandleUses")]
+    pub fn stale_handle_uses(&self) -> Result<u64, Error> {
+        let mut count = 0;
+        // SAFETY: a valid out-pointer.
+        check("cuswStaleHandleUses", unsafe {
+            (self.stale_handle_uses)(&mut count)
+        })?;
+        Ok(count)
+    }
+
+    /// What is alive in the driver now, process-wide: for leak checks.
+    ///
+    /// # Errors
+    /// [`Error::LiveCountsUnfilled`] when the driver does not fill every count this package
+    /// knows of; [`Error::Control`] when it answers an error.
+    #[doc(alias = "cuswLiveObjects")]
+    pub fn live_objects(&self) -> Result<LiveObjects, Error> {
+        let expected = size_of::<LiveCounts>();
+        let mut raw = LiveCounts {
+            size: expected,
+            ..LiveCounts::default()
+        };
+        // SAFETY: `raw` is a valid `struct cuswLiveCounts` of the size it says.
+        check("cuswLiveObjects", unsafe { (self.live_objects)(&mut raw) })?;
+        if raw.size != expected {
+            return Err(Error::LiveCountsUnfilled {
+                filled: raw.size,
+                expected,
+            });
+        }
+        let [
+            streams,
+            events,
+            graphs,
+            graph_execs,
+            user_objects,
+            host_allocations,
+            device_allocations,
+            pending_host_functions,
+        ] = raw.counts;
+        Ok(LiveObjects {
+            streams,
+            events,
+            graphs,
+            graph_execs,
+            user_objects,
+            host_allocations,
+            device_allocations,
+            pending_host_functions,
+        })
+    }
+
+    /// How many injected failures of `entry` (spelt as armed) are still to come for calls from
+    /// this thread: those armed on this thread plus those armed for any thread.
+    ///
+    /// # Errors
+    /// [`Error::Control`] with `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
+    #[doc(alias = "cuswArmedFailures")]
+    pub fn armed_failures(&self, entry: &CStr) -> Result<u32, Error> {
+        let mut remaining = 0;
+        // SAFETY: `entry` is NUL-terminated; `remaining` is a valid out-pointer.
+        check("cuswArmedFailures", unsafe {
+            (self.armed_failures)(entry.as_ptr(), &mut remaining)
+        })?;
+        Ok(remaining)
+    }
+
+    /// How many times `entry` was called since the driver was loaded, by any thread, calls an
+    /// injected failure answered included; a base name counts all its variants, an exported name
+    /// only that function.
+    ///
+    /// # Errors
+    /// [`Error::Control`] with `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
+    #[doc(alias = "cuswCallCount")]
+    pub fn call_count(&self, entry: &CStr) -> Result<u64, Error> {
+        let mut count = 0;
+        // SAFETY: `entry` is NUL-terminated; `count` is a valid out-pointer.
+        check("cuswCallCount", unsafe {
+            (self.call_count)(entry.as_ptr(), &mut count)
+        })?;
+        Ok(count)
+    }
+
+    /// How many host functions were launched through `cuLaunchHostFunc_v2` (or its per-thread
+    /// form) with the sync mode `mode` (a `CUhostTaskSyncMode` value) since the driver was
+    /// loaded; launches an injected failure or a bad argument refused are not counted.
+    ///
+    /// # Errors
+    /// [`Error::Control`] with `CUDA_ERROR_INVALID_VALUE` for an unknown mode.
+    #[doc(alias = "cuswHostTaskSyncModeLaunches")]
+    pub fn host_task_sync_mode_launches(&self, mode: c_uint) -> Result<u64, Error> {
+        let mut count = 0;
+        // SAFETY: `count` is a valid out-pointer.
+        check("cuswHostTaskSyncModeLaunches", unsafe {
+            (self.host_task_sync_mode_launches)(mode, &mut count)
+        })?;
+        Ok(count)
+    }
+}
+
+fn check(control: &'static str, result: CUresult) -> Result<(), Error> {
+    if result == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Control { control, result })
+    }
+}
+
+/// A control's name from its C string literal: the names are ASCII.
+fn control_name(name: &'static CStr) -> &'static str {
+    name.to_str().unwrap_or("a control")
+}

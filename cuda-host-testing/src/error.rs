@@ -1,0 +1,80 @@
+//! The package's error type.
+
+use cuda_host_sys::{CUresult, LoadError};
+use std::path::PathBuf;
+
+/// Why the software driver, its controls or its `libcuda` folder could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// cuda-host-sys could not load the software driver.
+    #[error("the software driver {} does not load: {source}", path.display())]
+    Load {
+        /// The library.
+        path: PathBuf,
+        /// cuda-host-sys's reason.
+        source: LoadError,
+    },
+    /// The process-wide driver was loaded before, on another library.
+    #[error(
+        "the process-wide CUDA driver was loaded before, on {loaded}, not on the software driver \
+         {}: install it before the first use of cuda-host",
+        path.display()
+    )]
+    OtherDriverInstalled {
+        /// The library the process-wide driver runs on.
+        loaded: String,
+        /// The software driver.
+        path: PathBuf,
+    },
+    /// The platform loader could not open the library for its controls.
+    #[error("the software driver {} does not open: {reason}", path.display())]
+    Open {
+        /// The library.
+        path: PathBuf,
+        /// The loader's message.
+        reason: String,
+    },
+    /// The library lacks a control function.
+    #[error("the software driver {} lacks the control {control}: {reason}", path.display())]
+    MissingControl {
+        /// The library.
+        path: PathBuf,
+        /// The control, e.g. `cuswFailNextCalls`.
+        control: &'static str,
+        /// The loader's message.
+        reason: String,
+    },
+    /// A control answered an error: an entry name it does not know (`CUDA_ERROR_NOT_FOUND`), a
+    /// destroyed handle, a value out of range.
+    #[error("the software driver's {control} answered {}", result.name())]
+    Control {
+        /// The control, e.g. `cuswFailNextCalls`.
+        control: &'static str,
+        /// Its answer.
+        result: CUresult,
+    },
+    /// The driver filled fewer live-object counts than this package knows of (an older
+    /// library).
+    #[error("cuswLiveObjects filled {filled} bytes of {expected}: an older software driver")]
+    LiveCountsUnfilled {
+        /// The bytes the driver filled.
+        filled: usize,
+        /// The bytes this package asked for.
+        expected: usize,
+    },
+    /// A delay too long for the control (over `u32::MAX` microseconds).
+    #[error("a delay of {delay:?} is longer than the driver's limit of u32::MAX microseconds")]
+    DelayTooLong {
+        /// The delay asked for.
+        delay: std::time::Duration,
+    },
+    /// A file system operation on the `libcuda` folder failed.
+    #[error("{}: {reason}", path.display())]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The system's message (kept as text so that the error is `Clone`).
+        reason: String,
+    },
+}

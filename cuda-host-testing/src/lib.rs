@@ -1,0 +1,207 @@
+//! A software CUDA driver for tests without a GPU: a test double of `libcuda` that implements
+//! the driver entry points cuda-host and cudarc's stream API call, with real threads, stream
+//! ordering, events, stream capture, graphs, user objects, sticky errors and fault injection. It
+//! runs no device code (`cuModuleLoadData` answers `CUDA_ERROR_NOT_SUPPORTED`).
+//!
+//! Add it as a dev-dependency; its build script compiles the driver's C sources with the C
+//! compiler `cc` finds. Then, in a test:
+//!
+//! ```no_run
+//! use cuda_host::cuda_host_sys::CUresult;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // SAFETY: the library this package built is a driver library; no other driver was loaded.
+//! let driver = unsafe { cuda_host_testing::install() }?;
+//! let context = cuda_host::Device::get(driver, 0)?.primary_context()?;
+//! let stream = cuda_host::Stream::new(&context, cuda_host::StreamFlags::NonBlocking)?;
+//! cuda_host::host_launch(&stream, || println!("on the software driver"))?;
+//! stream.synchronize()?;
+//!
+//! // SAFETY: as above.
+//! let controls = unsafe { cuda_host_testing::controls() }?;
+//! controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY)?;
+//! let error = cuda_host::host_launch(&stream, || {}).unwrap_err();
+//! assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! What it hands out:
+//! - the library's path ([`library_path`], for `CUDA_SYS_LIBCUDA`), and those of its stub and
+//!   pre-11.3 variants ([`variant_path`]);
+//! - a [`Driver`] loaded on it ([`load`]), or made the process-wide driver
+//!   that cuda-host uses ([`install`]);
+//! - a folder holding it as `libcuda.so.1` and `libcuda.so` ([`LibcudaDir`]): a child process
+//!   whose `LD_LIBRARY_PATH` starts with it runs on the software driver whatever loads libcuda by
+//!   name (cudarc, C code);
+//! - its test controls as a typed API ([`Controls`]): failures injected into the next calls of
+//!   an entry point, sticky context errors, stand-ins for long or faulting kernels, the driver
+//!   version it reports, and counts of calls and of live objects for leak checks.
+//!
+//! # Entry points
+//!
+//! [`ENTRY_POINTS`] lists what it implements, generated from the list the driver is built from
+//! (`driver/entries.def`); [`entry_points`] has the table. An entry point it lacks is missing as
+//! on a real driver that lacks it: `cuGetProcAddress_v2` answers success with a null pointer and
+//! `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`, and cuda-host-sys's table answers
+//! `CUDA_ERROR_NOT_FOUND` (`Error::EntryPointUnavailable`) when it is called; nothing crashes.
+//!
+//! # Where the libraries are
+//!
+//! In this package's build folder, whose path is compiled in: test executables run on the
+//! machine that built them. For executables moved to another machine, copy the three libraries
+//! and name their folder in `CUDA_SOFTWARE_DRIVER_DIR`.
+//!
+//! # Sanitizers
+//!
+//! Under `-Zsanitizer=address` or `thread` (nightly) the C code is instrumented too and leaves
+//! the sanitizer runtime to the executable that loads it, which must export it: link test
+//! executables with `-C link-arg=-Wl,--export-dynamic-symbol=__tsan_*` (`__asan_*`), or read
+//! `DEP_CUDASW_SANITIZER_RUNTIME_SYMBOLS` in a build script of a package that has this one as a
+//! normal dependency.
+//!
+//! # Crate features
+//!
+//! None.
+
+mod controls;
+pub mod entry_points;
+mod error;
+mod libcuda_dir;
+
+pub use controls::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
+pub use entry_points::{CONTROLS, ENTRY_POINTS, EntryPoint};
+pub use error::Error;
+pub use libcuda_dir::LibcudaDir;
+
+use cuda_host_sys::{Driver, LoadOptions};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+/// The variable that overrides the folder holding the libraries (for executables moved to
+/// another machine than the one that built them).
+pub const DRIVER_DIR_VARIABLE: &str = "CUDA_SOFTWARE_DRIVER_DIR";
+
+/// One of the three libraries built from the driver's sources.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Variant {
+    /// `libcudasw.so`, the software driver.
+    Driver,
+    /// `libcudasw-stub.so`: every entry point answers `CUDA_ERROR_STUB_LIBRARY`, as the
+    /// toolkit's link-time stub `libcuda.so` does.
+    Stub,
+    /// `libcudasw-noproc.so`: the driver without `cuGetProcAddress`, as drivers before CUDA
+    /// 11.3, whose entry points are found by symbol name.
+    NoProcAddress,
+}
+
+impl Variant {
+    /// The library's file name.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Variant::Driver => "libcudasw.so",
+            Variant::Stub => "libcudasw-stub.so",
+            Variant::NoProcAddress => "libcudasw-noproc.so",
+        }
+    }
+}
+
+/// The folder holding the libraries: `CUDA_SOFTWARE_DRIVER_DIR` when set, else this package's
+/// build folder.
+pub fn library_dir() -> PathBuf {
+    std::env::var_os(DRIVER_DIR_VARIABLE)
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(
+            || PathBuf::from(env!("CUDA_SOFTWARE_DRIVER_DIR")),
+            PathBuf::from,
+        )
+}
+
+/// The software driver's path, `libcudasw.so` in [`library_dir`]: the value of
+/// `CUDA_SYS_LIBCUDA` that makes cuda-host-sys's process-wide driver the software one.
+pub fn library_path() -> PathBuf {
+    variant_path(Variant::Driver)
+}
+
+/// The path of one of the three libraries, in [`library_dir`].
+pub fn variant_path(variant: Variant) -> PathBuf {
+    library_dir().join(variant.file_name())
+}
+
+/// A new [`Driver`] loaded on the software driver, beside any other (each is its own table; the
+/// library is loaded once per process, so all share one software driver's state).
+///
+/// # Errors
+/// [`Error::Load`] when the library cannot be loaded.
+///
+/// # Safety
+/// The library at [`library_path`] must be this package's software driver, or another library
+/// that implements the CUDA driver API with its C signatures and whose initialisation code is
+/// sound to run: where `CUDA_SOFTWARE_DRIVER_DIR` is set, the folder it names must hold such
+/// libraries.
+pub unsafe fn load() -> Result<Driver, Error> {
+    let path = library_path();
+    // SAFETY: the caller's obligations for the library are those of `Driver::open`.
+    unsafe { Driver::open(&path) }.map_err(|source| Error::Load { path, source })
+}
+
+/// Makes the software driver the process-wide driver of cuda-host-sys, the one
+/// `cuda_host::driver()` and every cuda-host object without an explicit driver use, and returns
+/// it. Calling it again returns the same driver. `CUDA_SYS_PER_THREAD_DEFAULT_STREAM` is read as
+/// for the real driver.
+///
+/// # Errors
+/// - [`Error::Load`] when the library cannot be loaded;
+/// - [`Error::OtherDriverInstalled`] when the process-wide driver was loaded before, on another
+///   library (a call of `cuda_host::driver()` before this one loads the real driver).
+///
+/// # Safety
+/// As for [`load`].
+pub unsafe fn install() -> Result<&'static Arc<Driver>, Error> {
+    let path = library_path();
+    let per_thread = LoadOptions::default().uses_per_thread_default_stream();
+    // SAFETY: the caller's obligations for the library are those of `Driver::load`.
+    let options = unsafe { LoadOptions::library(&path) }.per_thread_default_stream(per_thread);
+    // SAFETY: as above.
+    let driver = unsafe { cuda_host_sys::init_driver(&options) }.map_err(|source| Error::Load {
+        path: path.clone(),
+        source: source.clone(),
+    })?;
+    if !same_file(Path::new(driver.library_name()), &path) {
+        return Err(Error::OtherDriverInstalled {
+            loaded: driver.library_name().to_owned(),
+            path,
+        });
+    }
+    log::debug!(
+        "the process-wide CUDA driver is the software driver {}",
+        path.display()
+    );
+    Ok(driver)
+}
+
+/// The software driver's controls ([`library_path`]'s), opened once per process.
+///
+/// # Errors
+/// [`Error::Open`] or [`Error::MissingControl`] when the library cannot be opened or lacks a
+/// control; the same error on every later call.
+///
+/// # Safety
+/// As for [`load`]; the library must also export the controls `driver/cudasw.h` declares, with
+/// those C signatures.
+pub unsafe fn controls() -> Result<&'static Controls, Error> {
+    static CONTROLS: OnceLock<Result<Controls, Error>> = OnceLock::new();
+    CONTROLS
+        // SAFETY: passed on from the caller.
+        .get_or_init(|| unsafe { Controls::open(&library_path()) })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}

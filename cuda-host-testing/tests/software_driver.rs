@@ -1,0 +1,210 @@
+//! The package as a user's test sees it: the driver it installs, the entry points it documents,
+//! what answers for the others, its controls' typed errors and its libcuda folder.
+
+use cuda_host::cuda_host_sys::{
+    Availability, CUdriverProcAddressQueryResult, CUresult, Error as DriverError,
+};
+use cuda_host_testing::{CONTROLS, ENTRY_POINTS, Error, LibcudaDir, Variant};
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::sync::Arc;
+
+/// `cuGetProcAddress_v2`, as cuda.h declares it.
+type GetProcAddress = unsafe extern "C" fn(
+    *const c_char,
+    *mut *mut c_void,
+    c_int,
+    u64,
+    *mut CUdriverProcAddressQueryResult,
+) -> CUresult;
+
+fn installed() -> &'static Arc<cuda_host::Driver> {
+    // SAFETY: the library is this package's software driver.
+    unsafe { cuda_host_testing::install() }.expect("the software driver installs")
+}
+
+fn library() -> libloading::Library {
+    // SAFETY: the software driver's initialisation only sets up its own state; the process has
+    // it loaded already or loads the same library.
+    unsafe { libloading::Library::new(cuda_host_testing::library_path()) }.expect("opens")
+}
+
+/// What the library's `cuGetProcAddress_v2` answers for `name` at the version it reports.
+fn proc_address(name: &str) -> (CUresult, *mut c_void, CUdriverProcAddressQueryResult) {
+    let library = library();
+    // SAFETY: the software driver exports cuGetProcAddress_v2 with cuda.h's signature.
+    let get_proc_address = unsafe { library.get::<GetProcAddress>(c"cuGetProcAddress_v2") }
+        .expect("the software driver has cuGetProcAddress_v2");
+    let name = CString::new(name).expect("no NUL in a name");
+    let mut function = std::ptr::null_mut();
+    let mut status = CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS;
+    // SAFETY: valid pointers; the version is the one the driver reports, which it accepts.
+    let result = unsafe {
+        get_proc_address(
+            name.as_ptr(),
+            &mut function,
+            installed().version(),
+            0,
+            &mut status,
+        )
+    };
+    (result, function, status)
+}
+
+#[test]
+fn install_makes_the_software_driver_cuda_hosts_process_wide_driver() {
+    let driver = installed();
+    assert!(Arc::ptr_eq(driver, cuda_host::driver().expect("loaded")));
+    assert!(
+        Arc::ptr_eq(driver, installed()),
+        "a second install is the same driver"
+    );
+    assert_eq!(
+        std::fs::canonicalize(driver.library_name()).expect("a path"),
+        std::fs::canonicalize(cuda_host_testing::library_path()).expect("a path")
+    );
+}
+
+#[test]
+fn every_documented_entry_point_is_resolved_through_get_proc_address() {
+    assert!(ENTRY_POINTS.len() > 50, "entries.def was read");
+    for entry in ENTRY_POINTS {
+        let (result, function, status) = proc_address(entry.base);
+        assert_eq!(result, CUresult::CUDA_SUCCESS, "{}", entry.base);
+        assert!(!function.is_null(), "{} has no function", entry.base);
+        assert_eq!(
+            status,
+            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS,
+            "{}",
+            entry.base
+        );
+    }
+}
+
+#[test]
+fn every_documented_entry_point_and_control_is_exported() {
+    let library = library();
+    let exported = ENTRY_POINTS
+        .iter()
+        .flat_map(|entry| {
+            let twin = entry
+                .per_thread_twin
+                .then(|| format!("{}_ptsz", entry.exported));
+            std::iter::once(entry.exported.to_owned()).chain(twin)
+        })
+        .chain(CONTROLS.iter().map(|&control| control.to_owned()));
+    for name in exported {
+        let symbol = CString::new(name.as_str()).expect("no NUL in a name");
+        // SAFETY: only the symbol's presence is checked; it is never called.
+        let found = unsafe { library.get::<*mut c_void>(symbol.as_bytes_with_nul()) };
+        assert!(found.is_ok(), "{name} is documented but not exported");
+    }
+}
+
+#[test]
+fn an_entry_point_the_driver_lacks_is_answered_as_missing_never_a_crash() {
+    // Real driver entry points the software driver does not implement, and a name no driver has.
+    for name in ["cuMemPoolCreate", "cuMemAllocManaged", "cuNotAnEntryPoint"] {
+        assert!(ENTRY_POINTS.iter().all(|entry| entry.base != name));
+        let (result, function, status) = proc_address(name);
+        assert_eq!(result, CUresult::CUDA_SUCCESS, "{name}");
+        assert!(function.is_null(), "{name} has a function");
+        assert_eq!(
+            status,
+            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+            "{name}"
+        );
+    }
+    // Called through cuda-host-sys's table: a typed error, without reaching the library.
+    let driver = installed();
+    assert_eq!(
+        driver.availability("cuMemPoolCreate"),
+        Some(Availability::NotInDriver)
+    );
+    // SAFETY: the entry point is unavailable, so nothing reaches the driver.
+    let result = unsafe { driver.cuMemPoolCreate(std::ptr::null_mut(), std::ptr::null()) };
+    assert_eq!(result, CUresult::CUDA_ERROR_NOT_FOUND);
+    assert!(matches!(
+        driver.check("cuMemPoolCreate", result),
+        Err(DriverError::EntryPointUnavailable {
+            entry_point: "cuMemPoolCreate",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_control_naming_an_unknown_entry_point_is_a_typed_error() {
+    installed();
+    // SAFETY: the library is this package's software driver.
+    let controls = unsafe { cuda_host_testing::controls() }.expect("controls");
+    let error = controls
+        .fail_next_calls(c"cuNotAnEntryPoint", 1, CUresult::CUDA_ERROR_UNKNOWN)
+        .unwrap_err();
+    assert!(matches!(
+        error,
+        Error::Control {
+            control: "cuswFailNextCalls",
+            result: CUresult::CUDA_ERROR_NOT_FOUND
+        }
+    ));
+    assert!(controls.call_count(c"cuNotAnEntryPoint").is_err());
+}
+
+#[test]
+fn an_injected_failure_answers_the_next_call_from_this_thread_once() {
+    let driver = installed();
+    // SAFETY: no pointer arguments.
+    let init = unsafe { driver.cuInit(0) };
+    assert_eq!(init, CUresult::CUDA_SUCCESS);
+    // SAFETY: the library is this package's software driver.
+    let controls = unsafe { cuda_host_testing::controls() }.expect("controls");
+    controls
+        .fail_next_calls(
+            c"cuDeviceGetCount",
+            1,
+            CUresult::CUDA_ERROR_OPERATING_SYSTEM,
+        )
+        .expect("armed");
+    assert_eq!(controls.armed_failures(c"cuDeviceGetCount"), Ok(1));
+    let mut count = 0;
+    // SAFETY: a valid out-pointer.
+    let first = unsafe { driver.cuDeviceGetCount(&mut count) };
+    assert_eq!(first, CUresult::CUDA_ERROR_OPERATING_SYSTEM);
+    // SAFETY: as above.
+    let second = unsafe { driver.cuDeviceGetCount(&mut count) };
+    assert_eq!(second, CUresult::CUDA_SUCCESS);
+    assert_eq!(controls.armed_failures(c"cuDeviceGetCount"), Ok(0));
+}
+
+#[test]
+fn a_libcuda_folder_holds_the_driver_under_both_names_until_dropped() {
+    let folder = LibcudaDir::new().expect("made");
+    let driver = std::fs::canonicalize(cuda_host_testing::library_path()).expect("a path");
+    for name in ["libcuda.so.1", "libcuda.so"] {
+        let link = folder.path().join(name);
+        assert_eq!(std::fs::canonicalize(&link).expect("a link"), driver);
+    }
+    let ld_library_path = folder.ld_library_path();
+    assert!(
+        ld_library_path
+            .to_string_lossy()
+            .starts_with(&*folder.path().to_string_lossy())
+    );
+    let path = folder.path().to_owned();
+    drop(folder);
+    assert!(!path.exists());
+}
+
+#[test]
+fn a_missing_library_is_a_typed_error() {
+    let error = LibcudaDir::for_library(std::path::Path::new("/nonexistent/libcudasw.so"));
+    assert!(matches!(error, Err(Error::Io { .. })));
+}
+
+#[test]
+fn the_variants_are_built_beside_the_driver() {
+    for variant in [Variant::Driver, Variant::Stub, Variant::NoProcAddress] {
+        let path = cuda_host_testing::variant_path(variant);
+        assert!(path.is_file(), "{} is missing", path.display());
+    }
+}
