@@ -6,7 +6,9 @@
 //! 2. kernel + a bare `cuStreamWriteValue64`, a bare `cuStreamWriteValue32` (to pinned,
 //!    device-mapped memory) or a bare `cuEventRecord` + kernel: what a point can be made of,
 //!    with nothing around it; and a bare `cuEventRecord` (of a ring of 64 events) while a second
-//!    thread queries the ring's events nonstop: what looking from another thread costs;
+//!    thread queries the ring's events nonstop: what looking from another thread costs; and a
+//!    32-bit write with a wait on a word that already satisfies it, as two calls and as one
+//!    `cuStreamBatchMemOp`: what a polled host-function engine would enqueue;
 //! 3. kernel + a release point (`release_in_stream_order` of a small boxed value) + kernel;
 //! 4. kernel + a future point (`stream_point`, polled once so that the watcher waits on it) +
 //!    kernel;
@@ -24,7 +26,10 @@
 //! what X costs the enqueuing thread, which is the stream's cost too while enqueuing is what
 //! holds the stream back; the same for parts of a point; and single driver calls.
 
-use cuda_host::sys::{CU_MEMHOSTALLOC_DEVICEMAP, CUdeviceptr, Driver};
+use cuda_host::sys::{
+    CU_MEMHOSTALLOC_DEVICEMAP, CUdeviceptr, CUstreamBatchMemOpParams, CUstreamBatchMemOpType,
+    CUstreamWaitValue_flags, Driver,
+};
 use cuda_host::{
     Device, Event, EventFlags, Stream, StreamFlags, StreamPoint, host_launch,
     release_in_stream_order, stream_point,
@@ -61,6 +66,9 @@ struct Bench<'driver> {
     /// A word of pinned, device-mapped host memory, as the device addresses it: what a bare
     /// stream write writes.
     word: CUdeviceptr,
+    /// A second word of the same memory, which stays 0: a wait for at least 0 on it is always
+    /// satisfied, as a polled engine's wait for an acknowledgement that came.
+    acknowledged: CUdeviceptr,
     writes: u64,
     event: Event,
     /// Events recorded in turn, which a second thread queries while a form asks for it.
@@ -94,7 +102,7 @@ struct Form {
     querying: bool,
 }
 
-const FORMS: [Form; 8] = [
+const FORMS: [Form; 10] = [
     Form {
         name: "kernel + kernel",
         iteration: |bench| {
@@ -144,6 +152,65 @@ const FORMS: [Form; 8] = [
                 .driver
                 .check("cuStreamWriteValue32_v2", result)
                 .expect("the write is enqueued");
+            bench.kernel();
+        },
+        querying: false,
+    },
+    Form {
+        name: "kernel + write + satisfied wait, two calls + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            bench.writes += 1;
+            // SAFETY: as for the 32-bit write; the acknowledgement word is the same memory's.
+            let (written, waited) = unsafe {
+                (
+                    bench.driver.cuStreamWriteValue32_v2(
+                        bench.stream.as_raw(),
+                        bench.word,
+                        bench.writes as u32,
+                        0,
+                    ),
+                    bench.driver.cuStreamWaitValue32_v2(
+                        bench.stream.as_raw(),
+                        bench.acknowledged,
+                        0,
+                        CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0,
+                    ),
+                )
+            };
+            let driver = bench.driver;
+            driver
+                .check("cuStreamWriteValue32_v2", written)
+                .expect("written");
+            driver
+                .check("cuStreamWaitValue32_v2", waited)
+                .expect("waited");
+            bench.kernel();
+        },
+        querying: false,
+    },
+    Form {
+        name: "kernel + write + satisfied wait, one batch + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            bench.writes += 1;
+            let mut ops = [CUstreamBatchMemOpParams::default(); 2];
+            ops[0].writeValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+            ops[0].writeValue.address = bench.word;
+            ops[0].writeValue.__bindgen_anon_1.value = bench.writes as u32;
+            ops[1].waitValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32;
+            ops[1].waitValue.address = bench.acknowledged;
+            ops[1].waitValue.flags = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0;
+            // SAFETY: as for the two calls; two operations.
+            let result = unsafe {
+                bench
+                    .driver
+                    .cuStreamBatchMemOp_v2(bench.stream.as_raw(), 2, ops.as_mut_ptr(), 0)
+            };
+            let driver = bench.driver;
+            driver
+                .check("cuStreamBatchMemOp_v2", result)
+                .expect("enqueued");
             bench.kernel();
         },
         querying: false,
@@ -241,7 +308,7 @@ fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> Timing {
     }
 }
 
-/// A word of pinned host memory the device writes to.
+/// Two 32-bit words of pinned host memory the device writes to and waits on.
 struct PinnedWord<'driver> {
     driver: &'driver Driver,
     host: *mut c_void,
@@ -256,6 +323,10 @@ impl<'driver> PinnedWord<'driver> {
         driver
             .check("cuMemHostAlloc", result)
             .map_err(|e| e.to_string())?;
+        // Zeroed: the waits on its second half must find it satisfied (pinned memory comes as
+        // it was left).
+        // SAFETY: 8 bytes just allocated, page-aligned; nothing else touches them yet.
+        unsafe { host.cast::<u64>().write(0) };
         let mut device = 0;
         // SAFETY: `host` was allocated device-mapped just above; a valid out-pointer.
         let result = unsafe { driver.cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
@@ -323,6 +394,7 @@ fn run(quick: bool) -> Result<(), String> {
         launch_kernels: true,
         points: Vec::with_capacity(iterations),
         word: word.device,
+        acknowledged: word.device + 4,
         writes: 0,
         ring: (0..64)
             .map(|_| Event::new(&context, EventFlags::DisableTiming))

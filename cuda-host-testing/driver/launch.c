@@ -88,6 +88,61 @@ static CUresult mem_op(CUstream stream, bool per_thread, enum cusw_action_kind k
     CUSW_TWINS(name, (CUstream stream, CUdeviceptr addr, value_type value, unsigned int flags),   \
                mem_op(stream, per_thread, kind, addr, value, flags, is64))
 
+/* The fields of one batched operation as an action, or false when this driver does not take it
+ * (a flush of remote writes, a barrier, an atomic reduction). */
+static bool batched_action(const CUstreamBatchMemOpParams *op, struct cusw_action *a)
+{
+    bool wait = op->operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
+                op->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    bool is64 = op->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64 ||
+                op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    if (!wait && !is64 && op->operation != CU_STREAM_MEM_OP_WRITE_VALUE_32)
+        return false;
+    /* The wait's and the write's parameters share one layout. */
+    CUdeviceptr addr = op->writeValue.address;
+    uint64_t value = is64 ? op->writeValue.value64 : op->writeValue.value;
+    unsigned int flags = op->writeValue.flags;
+    if (addr == 0 || addr % (is64 ? 8 : 4) != 0)
+        return false;
+    if (wait ? flags > CU_STREAM_WAIT_VALUE_NOR : flags != CU_STREAM_WRITE_VALUE_DEFAULT)
+        return false;
+    *a = (struct cusw_action){ .kind = wait ? CUSW_ACT_WAIT_VALUE : CUSW_ACT_WRITE_VALUE,
+                               .u.mem = { addr, value, flags, is64 } };
+    return true;
+}
+
+#define CUSW_BATCH_MAX 256
+
+/* cuStreamBatchMemOp_v2: the operations enqueued in order, under one lock, so that nothing else
+ * enqueued on the stream comes between them. A capture takes them as one node each (the real
+ * driver makes one batch node). */
+static CUresult batch_mem_op(CUstream stream, bool per_thread, unsigned int count,
+                             CUstreamBatchMemOpParams *ops, unsigned int flags)
+{
+    if (count == 0 || count > CUSW_BATCH_MAX || ops == NULL || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cusw_action actions[CUSW_BATCH_MAX];
+    for (unsigned int i = 0; i < count; i++)
+        if (!batched_action(&ops[i], &actions[i]))
+            return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    CUresult rc = cusw_stream_resolve(stream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_enqueue(s, &capturing);
+    for (unsigned int i = 0; rc == CUDA_SUCCESS && i < count; i++)
+        rc = capturing ? cusw_capture_add_node(s, &actions[i])
+                       : cusw_stream_enqueue(s, &actions[i], NULL, 0);
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_TWINS(cuStreamBatchMemOp_v2,
+           (CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray,
+            unsigned int flags),
+           batch_mem_op(stream, per_thread, count, paramArray, flags))
+
 MEM_OP_TWINS(cuStreamWriteValue32_v2, cuuint32_t, CUSW_ACT_WRITE_VALUE, false)
 MEM_OP_TWINS(cuStreamWaitValue32_v2, cuuint32_t, CUSW_ACT_WAIT_VALUE, false)
 MEM_OP_TWINS(cuStreamWriteValue64_v2, cuuint64_t, CUSW_ACT_WRITE_VALUE, true)

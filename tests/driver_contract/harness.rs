@@ -5,8 +5,9 @@
 
 use cuda_host::{Context, Event, Stream, StreamFlags};
 use cuda_host_sys::{
-    CUdeviceptr, CUevent, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus,
-    CUuserObject, CUuserObject_flags, CUuserObjectRetain_flags, Driver,
+    CUdeviceptr, CUevent, CUresult, CUstream, CUstreamBatchMemOpParams, CUstreamBatchMemOpType,
+    CUstreamCaptureMode, CUstreamCaptureStatus, CUuserObject, CUuserObject_flags,
+    CUuserObjectRetain_flags, Driver,
 };
 use std::ffi::c_void;
 use std::ptr;
@@ -483,4 +484,20 @@ impl MemOpWords {
         self.words.set(self.wide + 1, (value >> 32) as u32);
         self.words.set(self.wide, value as u32);
     }
+}
+
+/// One operation of a batch: a 32-bit write or wait of `value` at `address`.
+pub(crate) fn batched(
+    operation: CUstreamBatchMemOpType,
+    address: CUdeviceptr,
+    value: u32,
+    flags: u32,
+) -> CUstreamBatchMemOpParams {
+    let mut op = CUstreamBatchMemOpParams::default();
+    // The write's and the wait's parameters share one layout; the tag says which it is.
+    op.writeValue.operation = operation;
+    op.writeValue.address = address;
+    op.writeValue.__bindgen_anon_1.value = value;
+    op.writeValue.flags = flags;
+    op
 }

@@ -6,8 +6,8 @@ use crate::harness::*;
 use cuda_host::{Event, EventFlags, Stream};
 use cuda_host_sys::{
     Availability, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUdriverProcAddress_flags,
-    CUdriverProcAddressQueryResult, CUhostTaskSyncMode, CUresult, CUstream, CUstreamCaptureStatus,
-    CUstreamWaitValue_flags, Driver, LoadOptions,
+    CUdriverProcAddressQueryResult, CUhostTaskSyncMode, CUresult, CUstream, CUstreamBatchMemOpType,
+    CUstreamCaptureStatus, CUstreamWaitValue_flags, Driver, LoadOptions,
 };
 use std::ffi::CStr;
 use std::ptr;
@@ -144,7 +144,13 @@ fn the_per_thread_forms_given_the_null_stream_enqueue_on_and_query_the_calling_t
                 );
                 ok(
                     "cuStreamWriteValue32_v2",
-                    table.cuStreamWriteValue32_v2(NULL, words.narrow_address(), 7, 0),
+                    table.cuStreamWriteValue32_v2(NULL, words.narrow_address(), 6, 0),
+                );
+                let write = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+                let mut ops = [batched(write, words.narrow_address(), 7, 0)];
+                ok(
+                    "cuStreamBatchMemOp_v2",
+                    table.cuStreamBatchMemOp_v2(NULL, 1, ops.as_mut_ptr(), 0),
                 );
                 ok(
                     "cuStreamWriteValue64_v2",

@@ -2,10 +2,10 @@
 //! a stream's later work until a word satisfies them.
 
 use crate::harness::*;
-use cuda_host_sys::{CUresult, CUstreamWaitValue_flags};
+use cuda_host_sys::{CUresult, CUstreamBatchMemOpType, CUstreamWaitValue_flags};
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use suite::{hold_and_release, ok, wait_until};
+use suite::{Gate, MappedWords, hold_and_release, ok, wait_until};
 
 #[test]
 fn stream_writes_of_32_and_64_bit_words_land_when_the_stream_reaches_them() {
@@ -103,4 +103,58 @@ fn a_64_bit_wait_for_at_least_holds_later_work_until_the_word_reaches_its_value(
     let _shared = shared();
     let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0;
     assert_wait_holds_until(true, geq, 5, &[0, 4], 6);
+}
+
+#[test]
+fn a_32_bit_wait_for_at_least_compares_cyclically_across_the_wrap() {
+    let _shared = shared();
+    let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0;
+    // (int32)(word - value) >= 0: 5 is 21 past 0xFFFF_FFF0; 0x7FFF_FFF0 is 2^31 behind it.
+    assert_wait_holds_until(false, geq, 0xFFFF_FFF0, &[0xFFFF_FFE0, 0x7FFF_FFF0], 5);
+}
+
+#[test]
+fn a_batch_of_a_write_and_a_wait_writes_when_the_stream_reaches_it_then_holds_later_work() {
+    let _shared = shared();
+    let context = current_context();
+    let (stream, witness) = (non_blocking(&context), non_blocking(&context));
+    let words = MappedWords::new(&context, 2);
+    let (sequence, acknowledged) = (0, 1);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut ops = [
+        batched(
+            CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32,
+            words.device_address(sequence),
+            1,
+            0,
+        ),
+        batched(
+            CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32,
+            words.device_address(acknowledged),
+            1,
+            CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0,
+        ),
+    ];
+    // SAFETY: a live stream; mapped host memory of its context, aligned, which outlives the
+    // stream's work; two operations.
+    ok("cuStreamBatchMemOp_v2", unsafe {
+        driver().cuStreamBatchMemOp_v2(stream.as_raw(), 2, ops.as_mut_ptr(), 0)
+    });
+    let runs = Arc::new(AtomicUsize::new(0));
+    launch(stream.as_raw(), counting(&runs));
+    let_free_work_run(&witness);
+    assert_eq!(
+        words.get(sequence),
+        0,
+        "written before the stream reached it"
+    );
+    gate.open();
+    wait_until("the batch's write to land", || words.get(sequence) == 1);
+    let_free_work_run(&witness);
+    assert_eq!(count(&runs), 0, "ran past the batch's wait");
+    assert_eq!(query(stream.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
+    words.set(acknowledged, 1);
+    wait_until("the work after the batch", || count(&runs) == 1);
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
 }
