@@ -12,7 +12,8 @@
 //! 3. kernel + a release point (`release_in_stream_order` of a small boxed value) + kernel;
 //! 4. kernel + a future point (`stream_point`, polled once so that the watcher waits on it) +
 //!    kernel;
-//! 5. kernel + a host function (`host_launch` of a closure bumping a counter) + kernel;
+//! 5. kernel + a host function (`host_launch` of a closure bumping a counter) + kernel, through
+//!    the driver and through the polled engine (`HostEngine::Polled`);
 //!
 //! and times them from the first enqueue until the stream drained: the time per iteration is
 //! what the stream takes, the enqueuing thread's share included (as `FACTS.md` measured the
@@ -31,7 +32,7 @@ use cuda_host::sys::{
     CUstreamWaitValue_flags, Driver,
 };
 use cuda_host::{
-    Device, Event, EventFlags, Stream, StreamFlags, StreamPoint, host_launch,
+    Device, Event, EventFlags, HostEngine, Stream, StreamFlags, StreamPoint, host_launch,
     release_in_stream_order, stream_point,
 };
 use std::ffi::c_void;
@@ -57,6 +58,9 @@ fn main() {
 
 struct Bench<'driver> {
     driver: &'driver Driver,
+    /// The stream below as another value, whose host functions the polled engine runs; dropped
+    /// first, as it borrows the handle.
+    polled: Stream,
     stream: Stream,
     /// The kernels, when the driver runs kernels.
     kernels: Option<Kernels<'driver>>,
@@ -102,7 +106,7 @@ struct Form {
     querying: bool,
 }
 
-const FORMS: [Form; 10] = [
+const FORMS: [Form; 11] = [
     Form {
         name: "kernel + kernel",
         iteration: |bench| {
@@ -270,6 +274,18 @@ const FORMS: [Form; 10] = [
         },
         querying: false,
     },
+    Form {
+        name: "kernel + host function, polled engine + kernel",
+        iteration: |bench| {
+            bench.kernel();
+            host_launch(&bench.polled, || {
+                HOST_FUNCTION_RUNS.fetch_add(1, Ordering::Relaxed);
+            })
+            .expect("launched");
+            bench.kernel();
+        },
+        querying: false,
+    },
 ];
 
 /// What one iteration of a form took: until the enqueuing thread was done, and until the stream
@@ -306,6 +322,97 @@ fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> Timing {
         enqueue: enqueued / iterations as f64,
         total: total / iterations as f64,
     }
+}
+
+/// Kernel + host function on each of four streams in turn, from one thread, `iterations` times:
+/// the driver's host-function thread against the polled engine, in alternating rounds, with
+/// the CPU time the engine's thread used.
+fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(), String> {
+    let Some(kernels) = &bench.kernels else {
+        return Ok(());
+    };
+    let context = bench.stream.context();
+    let owned = (0..4)
+        .map(|_| Stream::new(context, StreamFlags::NonBlocking))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    let polled: Vec<Stream> = owned
+        .iter()
+        // SAFETY: the owned streams outlive these values, dropped first below.
+        .map(|stream| unsafe { Stream::borrow_raw(context, stream.as_raw()) })
+        .map(|stream| stream.with_host_engine(HostEngine::Polled))
+        .collect();
+    let run = |streams: &[Stream]| {
+        let start = Instant::now();
+        for _ in 0..iterations {
+            for stream in streams {
+                // SAFETY: `empty_kernel` takes no parameters.
+                unsafe { kernels.launch(kernels.empty_kernel, 1, 1, stream.as_raw(), &mut []) }
+                    .expect("the kernel launches");
+                host_launch(stream, || {
+                    HOST_FUNCTION_RUNS.fetch_add(1, Ordering::Relaxed);
+                })
+                .expect("launched");
+            }
+        }
+        for stream in streams {
+            stream.synchronize().expect("synchronize");
+        }
+        start.elapsed().as_secs_f64()
+    };
+    let (mut driver_times, mut polled_times, mut engine_cpu) = (Vec::new(), Vec::new(), 0.0);
+    for round in 0..rounds {
+        for polled_first in [round % 2 == 0, round % 2 != 0] {
+            if polled_first {
+                let cpu = engine_cpu_seconds();
+                polled_times.push(run(&polled));
+                engine_cpu += engine_cpu_seconds() - cpu;
+            } else {
+                driver_times.push(run(&owned));
+            }
+        }
+    }
+    let (driver_time, polled_time) = (median(&mut driver_times), median(&mut polled_times));
+    let functions = (4 * iterations) as f64;
+    println!();
+    println!(
+        "four streams, kernel + host function on each in turn from one thread, {iterations} \
+         times each (medians over {rounds} rounds):"
+    );
+    for (name, time) in [("driver", driver_time), ("polled engine", polled_time)] {
+        println!(
+            "  {name:<14} {:>8.2} µs per kernel + host function, {:>9.0} host functions/s",
+            time * 1e6 / functions,
+            functions / time
+        );
+    }
+    println!(
+        "  polled engine / driver: {:.2}x the host functions per second; its thread used {:.0}% \
+         of a core while serving",
+        driver_time / polled_time,
+        100.0 * engine_cpu / polled_times.iter().sum::<f64>()
+    );
+    drop(polled);
+    Ok(())
+}
+
+/// The CPU time the polled engine's thread used so far, in seconds (0 where it is not found).
+fn engine_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    for task in tasks.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if name.trim() == "cuda-host-poll" {
+            // schedstat's first field: time on a CPU, in nanoseconds.
+            return std::fs::read_to_string(path.join("schedstat"))
+                .ok()
+                .and_then(|text| text.split_whitespace().next()?.parse::<f64>().ok())
+                .map_or(0.0, |nanoseconds| nanoseconds / 1e9);
+        }
+    }
+    0.0
 }
 
 /// Two 32-bit words of pinned host memory the device writes to and waits on.
@@ -370,6 +477,9 @@ fn run(quick: bool) -> Result<(), String> {
     let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
     let context = device.primary_context().map_err(|e| e.to_string())?;
     let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
+    // SAFETY: `stream` lives as long as the bench, and `polled` is dropped before it.
+    let polled = unsafe { Stream::borrow_raw(&context, stream.as_raw()) }
+        .with_host_engine(HostEngine::Polled);
     context.bind_to_thread().map_err(|e| e.to_string())?;
     let kernels = Kernels::load(driver)
         .inspect_err(|reason| println!("no kernels: {reason}"))
@@ -392,6 +502,7 @@ fn run(quick: bool) -> Result<(), String> {
         stream,
         kernels,
         launch_kernels: true,
+        polled,
         points: Vec::with_capacity(iterations),
         word: word.device,
         acknowledged: word.device + 4,
@@ -493,6 +604,7 @@ fn measure_all(bench: &mut Bench<'_>, iterations: usize, rounds: usize) -> Resul
         let name = name.trim_end_matches(" + kernel");
         println!("{name:<50} {:>8.1} ns", median(&mut alone[index]) * 1e9);
     }
+    four_streams(bench, iterations / 2, rounds)?;
     // The parts of a point, alone in the same way.
     type Part = fn(&mut Bench<'_>);
     let parts: [(&str, Part); 3] = [

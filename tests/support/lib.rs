@@ -37,6 +37,8 @@ pub mod wait;
 pub use child::{in_child_process, run_in_child};
 pub use exclusive::capture_lock;
 pub use memory::{Gate, MappedWords, hold_and_release};
-pub use selection::{DriverKind, TestDriver, context, ok, skip, skip_unless_real, test_driver};
+pub use selection::{
+    DriverKind, TestDriver, context, host_engine, ok, skip, skip_unless_real, test_driver,
+};
 pub use tally::{DropProbe, Tally};
 pub use wait::{TIMEOUT, wait_until};

@@ -147,3 +147,16 @@ pub fn context() -> cuda_host::Context {
         })
         .clone()
 }
+
+/// The host-function engine `CUDA_HOST_TEST_ENGINE` names for the suites that run in both:
+/// `driver` (the default) or `polled`.
+///
+/// # Panics
+/// On any other value.
+pub fn host_engine() -> cuda_host::HostEngine {
+    match std::env::var("CUDA_HOST_TEST_ENGINE").as_deref() {
+        Err(_) | Ok("" | "driver") => cuda_host::HostEngine::Driver,
+        Ok("polled") => cuda_host::HostEngine::Polled,
+        Ok(other) => panic!("CUDA_HOST_TEST_ENGINE={other}: expected driver or polled"),
+    }
+}

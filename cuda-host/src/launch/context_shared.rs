@@ -35,6 +35,9 @@ pub(crate) struct ContextShared {
     /// The tracks of stream points (`crate::points`), made on first use. Behind a trait so that
     /// this layer does not import the one above it; dropped before the context is released.
     stream_points: OnceLock<Box<dyn StreamPointsOfContext>>,
+    /// The lanes of the polled engine (`crate::polled`), made on first use; type-erased for the
+    /// same reason, and dropped before the context is released.
+    polled_lanes: OnceLock<Box<dyn Any + Send + Sync>>,
 }
 
 /// What the stream points of a context (`crate::points`) offer the layers below them.
@@ -74,6 +77,7 @@ impl ContextShared {
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
             stream_points: OnceLock::new(),
+            polled_lanes: OnceLock::new(),
         }
     }
 
@@ -98,6 +102,7 @@ impl ContextShared {
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
             stream_points: OnceLock::new(),
+            polled_lanes: OnceLock::new(),
         };
         shared.device = shared.with_current(|| {
             let mut device = 0;
@@ -169,6 +174,14 @@ impl ContextShared {
             .expect("one type of stream points")
     }
 
+    /// The polled engine's lanes of this context (`crate::polled`), made by `make` on first use.
+    pub(crate) fn polled_lanes<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> &T {
+        self.polled_lanes
+            .get_or_init(|| Box::new(make()))
+            .downcast_ref()
+            .expect("one type of polled lanes")
+    }
+
     /// Tells the context's stream points, if any, that a synchronize returned (see
     /// [`StreamPointsOfContext::synchronized`]).
     pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
@@ -205,6 +218,7 @@ impl Drop for ContextShared {
     fn drop(&mut self) {
         // The points' events belong to the context: destroyed while it is still retained.
         drop(self.stream_points.take());
+        drop(self.polled_lanes.take());
         if !self.retained {
             // Another library's context; what keeps it alive, if held, goes with `_keep_alive`.
             return;

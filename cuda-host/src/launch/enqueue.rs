@@ -10,9 +10,9 @@ use crate::launch::payload::{self, RunOnce};
 use crate::launch::reclaim;
 use crate::launch::slot;
 use crate::launch::trampoline;
-use cuda_host_sys::{CUstream, Driver};
+use cuda_host_sys::CUstream;
 use std::ffi::{c_uint, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The entry point a host function is launched through.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,22 +21,54 @@ pub(crate) enum HostFuncEntry {
     Classic,
     /// `cuLaunchHostFunc_v2` with this `CUhostTaskSyncMode`.
     WithSyncMode(c_uint),
+    /// The polled engine (`crate::polled`), through [`PolledEngine`].
+    Polled,
 }
 
-impl HostFuncEntry {
-    /// Enqueues `function` with `data` on `stream` through this entry point.
+/// What the polled engine (`crate::polled`) offers this layer, which does not import it.
+pub(crate) trait PolledEngine: Send + Sync {
+    /// Enqueues on `stream` (of `context`; current where the driver resolves a special stream
+    /// against it) the call of `function` with `data` on the engine's thread once the stream
+    /// reaches it, holding the stream's later work until it returned.
     ///
     /// # Safety
-    /// As `cuLaunchHostFunc`: a valid stream; `function` callable with `data` on the driver's
-    /// thread.
-    unsafe fn launch(
-        self,
-        driver: &Driver,
+    /// As `cuLaunchHostFunc`: a valid stream; `function` callable with `data` on that thread.
+    unsafe fn enqueue(
+        &self,
+        context: &Arc<ContextShared>,
         stream: CUstream,
         function: unsafe extern "C" fn(*mut c_void),
         data: *mut c_void,
-    ) -> Result<(), cuda_host_sys::Error> {
-        match self {
+    ) -> Result<()>;
+}
+
+static POLLED_ENGINE: OnceLock<&'static dyn PolledEngine> = OnceLock::new();
+
+/// Makes `engine` the one [`HostFuncEntry::Polled`] launches through (the first one given).
+pub(crate) fn install_polled_engine(engine: &'static dyn PolledEngine) {
+    let _ = POLLED_ENGINE.set(engine);
+}
+
+impl HostFuncEntry {
+    /// Enqueues `function` with `data` on `stream` of `context` through this entry point.
+    ///
+    /// # Safety
+    /// As `cuLaunchHostFunc`: a valid stream; `function` callable with `data` on the driver's
+    /// thread (or the engine's).
+    unsafe fn launch(
+        self,
+        context: &Arc<ContextShared>,
+        stream: CUstream,
+        function: unsafe extern "C" fn(*mut c_void),
+        data: *mut c_void,
+    ) -> Result<()> {
+        let driver = context.driver();
+        let launched = match self {
+            HostFuncEntry::Polled => {
+                let engine = POLLED_ENGINE.get().expect("a polled stream installed the engine");
+                // SAFETY: per the caller.
+                return unsafe { engine.enqueue(context, stream, function, data) };
+            }
             // SAFETY: per the caller.
             HostFuncEntry::Classic => unsafe {
                 checked!(driver, cuLaunchHostFunc(stream, Some(function), data))
@@ -45,7 +77,8 @@ impl HostFuncEntry {
             HostFuncEntry::WithSyncMode(mode) => unsafe {
                 checked!(driver, cuLaunchHostFunc_v2(stream, Some(function), data, mode))
             },
-        }
+        };
+        Ok(launched?)
     }
 }
 
@@ -66,13 +99,12 @@ pub(crate) fn run_once<P: RunOnce>(
         }
     };
     let slot = payload::in_slot(Arc::clone(context), payload);
-    let driver = context.driver();
     let ticket = slot.begin_launch(context.raw().addr(), window.stream());
     // SAFETY: the stream handle is valid (the caller's); the ticket names a slot whose record
     // stays valid until it is claimed, and the trampoline claims before it runs.
     let launched = unsafe {
         entry.launch(
-            driver,
+            context,
             window.stream(),
             trampoline::run_once_host_fn,
             ticket.into_user_data(),
@@ -84,12 +116,19 @@ pub(crate) fn run_once<P: RunOnce>(
             Some(record) => unsafe { reclaim::drop_soon(record) },
             None => log::error!("the driver ran a host function whose launch it refused"),
         }
-        context_failure::abandon_if_failed(context, error.result());
-        return Err(error.into());
+        if let Some(result) = error.driver_result() {
+            context_failure::abandon_if_failed(context, result);
+        }
+        return Err(error);
     }
     context_failure::mark_launched(context.raw().addr(), ticket);
-    if window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data())
-        && let Some(record) = slot::abandon_ticket(ticket)
+    let captured = match entry {
+        // The engine's memory operations, not a host node: any capture of the stream now took
+        // them (its graph would write and wait on words whose numbers have passed: harmless).
+        HostFuncEntry::Polled => window.stream_captures_now(),
+        _ => window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data()),
+    };
+    if captured && let Some(record) = slot::abandon_ticket(ticket)
     {
         // Other code began a capture of the stream between the check and the launch: the
         // launch became a node of that graph. Abandoned, the node does nothing.
@@ -108,7 +147,7 @@ pub(crate) fn run_once<P: RunOnce>(
 /// # Safety
 /// As `host_launch_raw`: `function` must be callable with `pointer` on the driver's thread.
 pub(crate) unsafe fn pass_through(
-    context: &ContextShared,
+    context: &Arc<ContextShared>,
     stream: CUstream,
     function: unsafe extern "C" fn(*mut c_void),
     pointer: *mut c_void,
@@ -117,11 +156,13 @@ pub(crate) unsafe fn pass_through(
     let window = open_window(context, stream)?;
     // SAFETY: the stream handle is valid (the caller's); the caller vouches for `function`
     // and `pointer`.
-    let launched = unsafe { entry.launch(context.driver(), window.stream(), function, pointer) };
-    if let Err(error) = &launched {
-        context_failure::abandon_if_failed(context, error.result());
+    let launched = unsafe { entry.launch(context, window.stream(), function, pointer) };
+    if let Err(error) = &launched
+        && let Some(result) = error.driver_result()
+    {
+        context_failure::abandon_if_failed(context, result);
     }
-    Ok(launched?)
+    launched
 }
 
 /// Opens the launch's window on `stream` (`capture_check`); a failure its check sees is noted.

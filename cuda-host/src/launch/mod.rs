@@ -33,10 +33,12 @@ outside_loom_models! {
         abandon_context_if_failed, abandon_if_failed, has_failed, is_sticky, watch_stream,
     };
     pub(crate) use context_shared::{ContextShared, StreamPointsOfContext};
-    pub(crate) use enqueue::{HostFuncEntry, pass_through, run_once};
+    pub(crate) use enqueue::{
+        HostFuncEntry, PolledEngine, install_polled_engine, pass_through, run_once,
+    };
     pub(crate) use held::{Look, Progress, held_count, hold_until};
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
-    pub(crate) use mark::ensure_outside_host_function;
+    pub(crate) use mark::{InHostFunction, ensure_outside_host_function};
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
     pub(crate) use reclaim::{
         CaptureMark, call_outside_host_function, drop_when_allowed, outside_host_function,

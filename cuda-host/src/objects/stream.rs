@@ -5,12 +5,14 @@ use super::{Context, Event, destroy_later};
 use crate::checked::checked;
 use crate::error::{CaptureState, Result};
 use crate::launch::{
+    HostFuncEntry,
     ContextShared, abandon_if_failed, capture_state,
     ensure_outside_host_function, in_host_function, reclaim, watch_stream,
 };
 use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags,
 };
+use crate::polled::HostEngine;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -50,6 +52,8 @@ pub struct Stream {
     /// The stream's id (`cuStreamGetId`), once asked, for streams other than the special ones
     /// (whose id depends on the calling thread); 0 until then.
     id: AtomicU64,
+    /// Who runs the host functions launched through this value.
+    host_engine: HostEngine,
     /// What keeps a borrowed stream alive, if held (cudarc's `Arc`): dropped after `drop` no
     /// longer uses the handle, as the reclaim rules allow.
     #[cfg_attr(not(feature = "cudarc"), allow(dead_code))]
@@ -86,6 +90,7 @@ impl Stream {
             ownership: Ownership::Owned,
             launched: AtomicBool::new(false),
             id: AtomicU64::new(0),
+            host_engine: HostEngine::Driver,
             keep_alive: None,
         })
     }
@@ -99,6 +104,7 @@ impl Stream {
             ownership: Ownership::Special,
             launched: AtomicBool::new(false),
             id: AtomicU64::new(0),
+            host_engine: HostEngine::Driver,
             keep_alive: None,
         }
     }
@@ -111,6 +117,7 @@ impl Stream {
             ownership: Ownership::Special,
             launched: AtomicBool::new(false),
             id: AtomicU64::new(0),
+            host_engine: HostEngine::Driver,
             keep_alive: None,
         }
     }
@@ -137,6 +144,7 @@ impl Stream {
             ownership,
             launched: AtomicBool::new(false),
             id: AtomicU64::new(0),
+            host_engine: HostEngine::Driver,
             keep_alive: None,
         }
     }
@@ -144,6 +152,32 @@ impl Stream {
     /// The driver's handle. It stays valid while this `Stream` exists.
     pub fn as_raw(&self) -> CUstream {
         self.raw
+    }
+
+    /// This stream value with host functions launched through it run by `engine`: with
+    /// [`HostEngine::Polled`], by cuda-host's polled engine instead of the driver's
+    /// host-function thread, under the same rules. Other `Stream` values of the same handle
+    /// keep their own engine.
+    #[must_use]
+    pub fn with_host_engine(mut self, engine: HostEngine) -> Stream {
+        if engine == HostEngine::Polled {
+            crate::polled::install();
+        }
+        self.host_engine = engine;
+        self
+    }
+
+    /// Who runs the host functions launched through this value.
+    pub fn host_engine(&self) -> HostEngine {
+        self.host_engine
+    }
+
+    /// The entry point a plain launch on this stream goes through.
+    pub(crate) fn host_func_entry(&self) -> HostFuncEntry {
+        match self.host_engine {
+            HostEngine::Driver => HostFuncEntry::Classic,
+            HostEngine::Polled => HostFuncEntry::Polled,
+        }
     }
 
     /// The context the stream belongs to.

@@ -1,0 +1,276 @@
+//! The lanes of the polled engine: per stream in use, two 32-bit words of pinned, device-mapped
+//! host memory, the number the stream writes when it reaches a host function (`sequence`) and
+//! the number of the last host function the engine ran (`acknowledged`), which the stream waits
+//! for; and the queue of the host functions enqueued, in the order of their numbers.
+//!
+//! A lane serves one stream at a time, told apart by `cuStreamGetId`. When every lane of the
+//! context is taken, the lanes whose queue is empty and whose stream waits for nothing are taken
+//! back; their numbers go on where they were. Numbers are 32-bit and compared cyclically, as the
+//! stream's wait compares them (`(int32_t)(word - value) >= 0`, measured on the 13.0 driver).
+
+use crate::checked::checked;
+use crate::error::Result;
+use crate::launch::ContextShared;
+use crate::sync::lock;
+use cuda_host_sys::{
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUdeviceptr, Driver,
+};
+use std::collections::{HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Bytes of pinned memory per page: 512 lanes of two words.
+const PAGE_BYTES: usize = 4096;
+const LANES_PER_PAGE: usize = PAGE_BYTES / (2 * size_of::<u32>());
+
+/// Whether `number` is at or after `reference` in the cyclic order of 32-bit numbers.
+pub(super) fn reached(number: u32, reference: u32) -> bool {
+    number.wrapping_sub(reference) as i32 >= 0
+}
+
+/// A host function waiting in a lane: its number and what to call.
+pub(super) struct Waiting {
+    pub(super) number: u32,
+    pub(super) function: unsafe extern "C" fn(*mut c_void),
+    pub(super) data: *mut c_void,
+}
+
+// SAFETY: the data is the launch's: a ticket or a pointer the caller vouched for on whatever
+// thread runs the function.
+unsafe impl Send for Waiting {}
+
+/// One stream's lane.
+pub(crate) struct Lane {
+    /// The word the stream writes: `sequence` on the host, `device + 0` for the stream.
+    sequence: *const AtomicU32,
+    /// The word the stream waits on.
+    acknowledged: *const AtomicU32,
+    device: CUdeviceptr,
+    pub(super) state: Mutex<LaneState>,
+    pub(super) queue: Mutex<VecDeque<Waiting>>,
+    /// Whether the server has the lane on its list.
+    pub(super) served: AtomicBool,
+}
+
+pub(super) struct LaneState {
+    /// The id of the stream the lane serves, if any.
+    pub(super) owner: Option<u64>,
+    /// The last number enqueued.
+    pub(super) issued: u32,
+}
+
+// SAFETY: the words are pinned memory that any thread may access atomically; the rest is
+// atomics and mutexes.
+unsafe impl Send for Lane {}
+// SAFETY: as above.
+unsafe impl Sync for Lane {}
+
+impl Lane {
+    /// The stream's address of the sequence word.
+    pub(super) fn sequence_device(&self) -> CUdeviceptr {
+        self.device
+    }
+
+    /// The stream's address of the acknowledged word.
+    pub(super) fn acknowledged_device(&self) -> CUdeviceptr {
+        self.device + size_of::<u32>() as CUdeviceptr
+    }
+
+    /// The last number the stream wrote.
+    pub(super) fn sequence(&self) -> u32 {
+        // SAFETY: the page lives while the context's shared state does, which whoever reads
+        // holds (an enqueuer, or the server for a lane it serves).
+        unsafe { (*self.sequence).load(Ordering::Acquire) }
+    }
+
+    /// Lets the stream go past every host function up to `number`.
+    pub(super) fn acknowledge(&self, number: u32) {
+        // SAFETY: as for `sequence`.
+        unsafe { (*self.acknowledged).store(number, Ordering::Release) }
+    }
+
+    /// The last number acknowledged.
+    fn acknowledged(&self) -> u32 {
+        // SAFETY: as for `sequence`.
+        unsafe { (*self.acknowledged).load(Ordering::Acquire) }
+    }
+}
+
+struct Page {
+    host: *mut c_void,
+}
+
+/// The lanes of one context.
+pub(crate) struct ContextLanes {
+    driver: Arc<Driver>,
+    context: CUcontext,
+    state: Mutex<State>,
+}
+
+// SAFETY: the raw pointers are the context's handle and pinned allocations, valid on any thread.
+unsafe impl Send for ContextLanes {}
+// SAFETY: as above; the mutable state is behind the mutex.
+unsafe impl Sync for ContextLanes {}
+
+#[derive(Default)]
+struct State {
+    pages: Vec<Page>,
+    free: Vec<Arc<Lane>>,
+    streams: HashMap<u64, Arc<Lane>>,
+}
+
+// SAFETY: pages are pinned allocations, valid on any thread.
+unsafe impl Send for State {}
+
+impl ContextLanes {
+    pub(crate) fn new(context: &ContextShared) -> ContextLanes {
+        ContextLanes {
+            driver: Arc::clone(context.driver_arc()),
+            context: context.raw(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The lane of the stream `stream_id`, given one if it has none.
+    pub(super) fn lane_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Lane>> {
+        let mut state = lock(&self.state);
+        if let Some(lane) = state.streams.get(&stream_id) {
+            return Ok(Arc::clone(lane));
+        }
+        if state.free.is_empty() {
+            state.take_back_quiet_lanes();
+        }
+        if state.free.is_empty() {
+            let (page, lanes) = shared.with_current(|| self.allocate_page())?;
+            state.free.extend(lanes.into_iter().rev());
+            state.pages.push(page);
+        }
+        let lane = state.free.pop().expect("a free lane");
+        lock(&lane.state).owner = Some(stream_id);
+        state.streams.insert(stream_id, Arc::clone(&lane));
+        Ok(lane)
+    }
+
+    /// A page of lanes, all words zero. The context is current.
+    fn allocate_page(&self) -> Result<(Page, Vec<Arc<Lane>>)> {
+        let driver = &*self.driver;
+        let mut host: *mut c_void = std::ptr::null_mut();
+        // SAFETY: `host` is a valid out-pointer; the context is current.
+        unsafe {
+            checked!(
+                driver,
+                cuMemHostAlloc(
+                    &mut host,
+                    PAGE_BYTES,
+                    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE
+                )
+            )
+        }?;
+        let mut device: CUdeviceptr = 0;
+        // SAFETY: `host` was allocated with DEVICEMAP just above; a valid out-pointer.
+        let mapped =
+            unsafe { checked!(driver, cuMemHostGetDevicePointer_v2(&mut device, host, 0)) };
+        if let Err(error) = mapped {
+            // SAFETY: allocated above, never handed out.
+            if let Err(freed) = unsafe { checked!(driver, cuMemFreeHost(host)) } {
+                log::error!("cannot free a page of the polled engine's lanes: {freed}");
+            }
+            return Err(error.into());
+        }
+        let lanes = (0..LANES_PER_PAGE)
+            .map(|index| {
+                // SAFETY: in bounds of the page; pinned allocations are page-aligned, so each
+                // word is 4-byte aligned.
+                let sequence = unsafe { host.cast::<AtomicU32>().add(2 * index) };
+                // SAFETY: as above, the word after it.
+                let acknowledged = unsafe { sequence.add(1) };
+                // SAFETY: as above; nothing else touches the fresh page yet.
+                unsafe {
+                    sequence.write(AtomicU32::new(0));
+                    acknowledged.write(AtomicU32::new(0));
+                }
+                Arc::new(Lane {
+                    sequence,
+                    acknowledged,
+                    device: device + (2 * index * size_of::<u32>()) as CUdeviceptr,
+                    state: Mutex::new(LaneState {
+                        owner: None,
+                        issued: 0,
+                    }),
+                    queue: Mutex::new(VecDeque::new()),
+                    served: AtomicBool::new(false),
+                })
+            })
+            .collect();
+        Ok((Page { host }, lanes))
+    }
+}
+
+impl State {
+    /// Takes back the lanes with nothing queued whose stream waits for nothing, and which no
+    /// thread is enqueuing on.
+    fn take_back_quiet_lanes(&mut self) {
+        let free = &mut self.free;
+        self.streams.retain(|_, lane| {
+            let Ok(mut state) = lane.state.try_lock() else {
+                return true;
+            };
+            let quiet = lock(&lane.queue).is_empty() && lane.acknowledged() == state.issued;
+            if !quiet {
+                return true;
+            }
+            state.owner = None;
+            drop(state);
+            free.push(Arc::clone(lane));
+            false
+        });
+    }
+}
+
+impl Drop for ContextLanes {
+    fn drop(&mut self) {
+        // No lane is served now: the server holds the context while it serves one.
+        let pages = std::mem::take(&mut lock(&self.state).pages);
+        if pages.is_empty() {
+            return;
+        }
+        let driver = &*self.driver;
+        let mut previous = std::ptr::null_mut();
+        // SAFETY: `previous` is a valid out-pointer.
+        let current = unsafe { checked!(driver, cuCtxGetCurrent(&mut previous)) }
+            // SAFETY: this context is still retained by the shared state being dropped.
+            .and_then(|()| unsafe { checked!(driver, cuCtxSetCurrent(self.context)) });
+        if let Err(error) = current {
+            log::error!("cannot free the polled engine's lanes of a context: {error}");
+            return;
+        }
+        for page in pages {
+            // SAFETY: allocated by `allocate_page`, freed once; no stream waits on it any more
+            // (every number enqueued was acknowledged before the server let the context go).
+            if let Err(error) = unsafe { checked!(driver, cuMemFreeHost(page.host)) } {
+                log::error!("cannot free a page of the polled engine's lanes: {error}");
+            }
+        }
+        // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
+        if let Err(error) = unsafe { checked!(driver, cuCtxSetCurrent(previous)) } {
+            log::error!("cannot make the previous context current again: {error}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reached;
+
+    #[test]
+    fn numbers_compare_cyclically_as_the_streams_wait_does() {
+        assert!(reached(3, 3));
+        assert!(reached(4, 3));
+        assert!(!reached(2, 3));
+        // Across the wrap: 5 is 21 past 0xFFFF_FFF0; 0x7FFF_FFF0 is 2^31 behind it.
+        assert!(reached(5, 0xFFFF_FFF0));
+        assert!(!reached(0xFFFF_FFE0, 0xFFFF_FFF0));
+        assert!(!reached(0x7FFF_FFF0, 0xFFFF_FFF0));
+    }
+}

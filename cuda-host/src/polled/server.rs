@@ -1,0 +1,226 @@
+//! The polled engine's server: one process-wide thread that runs the host functions of the
+//! lanes it serves, in order, and acknowledges each.
+//!
+//! A lane is served from the enqueue that finds it unserved until the server finds its queue
+//! empty and no function of it ran for `LINGER` (the emptiness seen under the queue's lock, so a
+//! function queued meanwhile is never left unserved).
+//! The server holds the lane's context while it serves it, so the words it reads stay allocated;
+//! it lets go of the context through the reclaim rule, since its thread counts as inside a host
+//! function for its whole life.
+//!
+//! Its pace: it looks at its lanes without pause while a function ran in the last `SPIN`, then
+//! yields until `YIELD`, then sleeps in growing steps up to `LONGEST_SLEEP` while functions are
+//! queued (a stream still busy with earlier work); with none queued it lingers `LINGER`, then
+//! parks until an enqueue finds it parked.
+
+use super::lanes::{Lane, reached};
+use crate::launch::{ContextShared, InHostFunction, drop_when_allowed, has_failed};
+use crate::sync::lock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// A lane being served, with the context that keeps its words.
+struct Served {
+    lane: Arc<Lane>,
+    context: Arc<ContextShared>,
+    /// When a function of it last ran (or it was registered).
+    last_active: Instant,
+}
+
+#[derive(Default)]
+struct Registry {
+    /// Lanes enqueuers asked the server to serve, not yet taken on its own list.
+    fresh: Vec<Served>,
+    /// Set by the server, under the lock, just before it parks.
+    parked: bool,
+}
+
+struct Server {
+    registry: Mutex<Registry>,
+    thread: OnceLock<Option<std::thread::Thread>>,
+    functions: AtomicU64,
+    parks: AtomicU64,
+    serving: AtomicU64,
+}
+
+static SERVER: Server = Server {
+    registry: Mutex::new(Registry {
+        fresh: Vec::new(),
+        parked: false,
+    }),
+    thread: OnceLock::new(),
+    functions: AtomicU64::new(0),
+    parks: AtomicU64::new(0),
+    serving: AtomicU64::new(0),
+};
+
+/// What the polled engine's server holds and has done, process-wide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PolledEngineCounts {
+    /// Lanes (streams) it serves now: with host functions queued, or just run.
+    pub serving: u64,
+    /// Host functions it ran (or let go unrun after their context failed).
+    pub functions: u64,
+    /// Whether its thread is parked (nothing queued anywhere).
+    pub parked: bool,
+    /// How many times it parked since it started.
+    pub parks: u64,
+}
+
+/// What the polled engine's server holds and has done (see [`PolledEngineCounts`]).
+pub fn polled_engine_counts() -> PolledEngineCounts {
+    let parked = lock(&SERVER.registry).parked;
+    PolledEngineCounts {
+        serving: SERVER.serving.load(Ordering::SeqCst),
+        functions: SERVER.functions.load(Ordering::SeqCst),
+        parked,
+        parks: SERVER.parks.load(Ordering::Relaxed),
+    }
+}
+
+fn thread() -> Option<&'static std::thread::Thread> {
+    SERVER
+        .thread
+        .get_or_init(|| {
+            match std::thread::Builder::new()
+                .name("cuda-host-poll".to_owned())
+                .spawn(run)
+            {
+                Ok(handle) => Some(handle.thread().clone()),
+                Err(error) => {
+                    log::error!("cannot start the polled engine's thread: {error}");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+/// Makes sure the server serves `lane`, which just got a function queued.
+pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
+    if lane.served.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    SERVER.serving.fetch_add(1, Ordering::SeqCst);
+    let Some(thread) = thread() else {
+        return;
+    };
+    let mut registry = lock(&SERVER.registry);
+    registry.fresh.push(Served {
+        lane: Arc::clone(lane),
+        context: Arc::clone(context),
+        last_active: Instant::now(),
+    });
+    if registry.parked {
+        registry.parked = false;
+        drop(registry);
+        thread.unpark();
+    }
+}
+
+const SPIN: Duration = Duration::from_micros(100);
+const YIELD: Duration = Duration::from_millis(1);
+const LONGEST_SLEEP: Duration = Duration::from_micros(200);
+const LINGER: Duration = Duration::from_millis(2);
+
+fn run() {
+    // Host functions run here: no cuda-host call reaches the driver from this thread, and
+    // nothing is dropped here (values go to their launching threads, the rest to any caller).
+    let _marked = InHostFunction::enter();
+    let mut served: Vec<Served> = Vec::new();
+    let mut last_progress = Instant::now();
+    loop {
+        {
+            let mut registry = lock(&SERVER.registry);
+            served.append(&mut registry.fresh);
+            if served.is_empty() && last_progress.elapsed() >= LINGER {
+                registry.parked = true;
+                SERVER.parks.fetch_add(1, Ordering::Relaxed);
+                drop(registry);
+                std::thread::park();
+                last_progress = Instant::now();
+                continue;
+            }
+        }
+        let mut progressed = false;
+        let mut index = 0;
+        while index < served.len() {
+            let lane = &mut served[index];
+            if serve_lane(lane) {
+                lane.last_active = Instant::now();
+                progressed = true;
+            }
+            // Kept a while after its last function, so that a stream launching one after
+            // another does not register again each time.
+            let quiet = lane.last_active.elapsed() >= LINGER && {
+                let queue = lock(&lane.lane.queue);
+                let empty = queue.is_empty();
+                if empty {
+                    lane.lane.served.store(false, Ordering::Release);
+                }
+                empty
+            };
+            if quiet {
+                let done = served.swap_remove(index);
+                SERVER.serving.fetch_sub(1, Ordering::SeqCst);
+                // The context's release is a driver call: made by a caller's thread instead.
+                drop_when_allowed(done.context);
+            } else {
+                index += 1;
+            }
+        }
+        if progressed {
+            last_progress = Instant::now();
+        }
+        let quiet = last_progress.elapsed();
+        if quiet < SPIN {
+            std::hint::spin_loop();
+        } else if quiet < YIELD {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep((quiet / 8).min(LONGEST_SLEEP));
+        }
+    }
+}
+
+/// Runs the functions of `served` whose numbers the stream wrote, in order, acknowledging each;
+/// lets them go unrun if the context failed. Whether any ran or went.
+fn serve_lane(served: &Served) -> bool {
+    let lane = &served.lane;
+    let sequence = lane.sequence();
+    let mut progressed = false;
+    loop {
+        let next = {
+            let mut queue = lock(&lane.queue);
+            match queue.front() {
+                Some(waiting) if reached(sequence, waiting.number) => queue.pop_front(),
+                _ => None,
+            }
+        };
+        let Some(waiting) = next else {
+            break;
+        };
+        // SAFETY: enqueued with this function and data by a launch, whose caller vouched that
+        // the function may be called with it on a host-function thread; the trampoline catches
+        // every panic.
+        unsafe { (waiting.function)(waiting.data) };
+        lane.acknowledge(waiting.number);
+        SERVER.functions.fetch_add(1, Ordering::SeqCst);
+        progressed = true;
+    }
+    if !progressed && has_failed(served.context.raw().addr()) {
+        // The stream will never write again: its run-once records were abandoned by the
+        // failure's path; raw functions are not run, as the driver runs none after a failure.
+        let let_go: Vec<_> = lock(&lane.queue).drain(..).collect();
+        if let Some(last) = let_go.last() {
+            lane.acknowledge(last.number);
+            SERVER
+                .functions
+                .fetch_add(let_go.len() as u64, Ordering::SeqCst);
+            progressed = true;
+        }
+    }
+    progressed
+}
