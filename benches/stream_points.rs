@@ -341,7 +341,8 @@ fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(
         // SAFETY: the owned streams outlive these values, dropped first below.
         .map(|stream| unsafe { Stream::borrow_raw(context, stream.as_raw()) })
         .map(|stream| stream.with_host_engine(HostEngine::Polled))
-        .collect();
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     let run = |streams: &[Stream]| {
         let start = Instant::now();
         for _ in 0..iterations {
@@ -479,7 +480,8 @@ fn run(quick: bool) -> Result<(), String> {
     let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
     // SAFETY: `stream` lives as long as the bench, and `polled` is dropped before it.
     let polled = unsafe { Stream::borrow_raw(&context, stream.as_raw()) }
-        .with_host_engine(HostEngine::Polled);
+        .with_host_engine(HostEngine::Polled)
+        .map_err(|e| e.to_string())?;
     context.bind_to_thread().map_err(|e| e.to_string())?;
     let kernels = Kernels::load(driver)
         .inspect_err(|reason| println!("no kernels: {reason}"))

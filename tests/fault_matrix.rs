@@ -73,7 +73,9 @@ impl Fixture {
     }
 
     fn polled_stream(&self) -> Stream {
-        self.stream().with_host_engine(HostEngine::Polled)
+        self.stream()
+            .with_host_engine(HostEngine::Polled)
+            .expect("a polled stream")
     }
 
     fn probe_closure(&self) -> impl Fn() + Send + Sync + 'static {
@@ -400,29 +402,23 @@ fn rows() -> Vec<Row> {
         row!(c"cuStreamBatchMemOp_v2", Returned, NOTHING, |f| {
             host_launch(&f.polled_stream(), f.probe_closure())
         }),
-        // A context value's first polled launch allocates its lanes' memory.
+        // A context value's first polled stream allocates its lanes' memory.
         row!(c"cuMemHostAlloc", Returned, NOTHING, |f| {
             let context = Device::get(&f.driver, 0)?.primary_context()?;
             let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
-            host_launch(
-                &stream.with_host_engine(HostEngine::Polled),
-                f.probe_closure(),
-            )
+            stream.with_host_engine(HostEngine::Polled).map(drop)
         }),
         row!(c"cuMemHostGetDevicePointer_v2", Returned, NOTHING, |f| {
             let context = Device::get(&f.driver, 0)?.primary_context()?;
             let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
-            host_launch(
-                &stream.with_host_engine(HostEngine::Polled),
-                f.probe_closure(),
-            )
+            stream.with_host_engine(HostEngine::Polled).map(drop)
         }),
         row!(c"cuMemFreeHost", Logged, NOTHING, |f| {
             // The lanes' memory is freed with the last holder of its context value: here the
             // engine, which lets go of it through a caller's drain once the lane is quiet.
             let context = Device::get(&f.driver, 0)?.primary_context()?;
             let stream = Stream::new(&context, StreamFlags::NonBlocking)?
-                .with_host_engine(HostEngine::Polled);
+                .with_host_engine(HostEngine::Polled)?;
             host_launch(&stream, f.probe_closure())?;
             stream.synchronize()?;
             drop((stream, context));

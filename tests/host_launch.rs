@@ -18,6 +18,7 @@ fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking)
         .expect("stream")
         .with_host_engine(suite::host_engine())
+        .expect("the stream's engine")
 }
 
 #[test]

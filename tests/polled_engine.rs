@@ -17,6 +17,7 @@ fn polled_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking)
         .expect("stream")
         .with_host_engine(HostEngine::Polled)
+        .expect("a polled stream")
 }
 
 #[test]

@@ -98,6 +98,15 @@ fn eight_threads_four_streams_captures_and_panics_lose_nothing_and_leak_nothing(
         // SAFETY: the owners outlive the wrappers (dropped at the end of the test).
         streams.push(unsafe { Stream::borrow_raw(&context, owner.as_raw()) });
     }
+    // On the engine `CUDA_HOST_TEST_ENGINE` names: the driver's, or the polled engine.
+    let streams: Vec<Stream> = streams
+        .into_iter()
+        .map(|stream| {
+            stream
+                .with_host_engine(suite::host_engine())
+                .expect("an engine")
+        })
+        .collect();
     // A small round first, so that the resident memory measured before the real one holds what
     // any round needs (threads' heaps and stacks, the driver's own).
     stress_round(&streams, per_thread.min(500), false);

@@ -158,13 +158,25 @@ impl Stream {
     /// [`HostEngine::Polled`], by cuda-host's polled engine instead of the driver's
     /// host-function thread, under the same rules. Other `Stream` values of the same handle
     /// keep their own engine.
-    #[must_use]
-    pub fn with_host_engine(mut self, engine: HostEngine) -> Stream {
+    ///
+    /// For the polled engine this gives the stream its lane now (for a per-thread default
+    /// stream, the calling thread's), allocating pinned memory for the context's first 512
+    /// streams at once: an allocation is a call that a global-mode capture on any thread forbids
+    /// (it would invalidate the capture), so make polled streams before such captures begin.
+    ///
+    /// # Errors
+    /// The driver's error from `cuStreamGetId`, or from `cuMemHostAlloc` or
+    /// `cuMemHostGetDevicePointer_v2` for the context's first polled stream.
+    pub fn with_host_engine(mut self, engine: HostEngine) -> Result<Stream> {
         if engine == HostEngine::Polled {
             crate::polled::install();
+            self.with_stream_context(|| {
+                let id = self.id()?;
+                crate::polled::prepare_lane(&self.context.shared, id)
+            })?;
         }
         self.host_engine = engine;
-        self
+        Ok(self)
     }
 
     /// Who runs the host functions launched through this value.

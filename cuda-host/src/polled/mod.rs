@@ -79,6 +79,13 @@ pub(crate) fn install() {
     install_polled_engine(&ENGINE);
 }
 
+/// Gives the stream `stream_id` of `context` its lane, if it has none yet. The context is
+/// current where it must be for an allocation.
+pub(crate) fn prepare_lane(context: &Arc<ContextShared>, stream_id: u64) -> Result<()> {
+    let lanes = context.polled_lanes(|| ContextLanes::new(context));
+    lanes.lane_of(context, stream_id).map(drop)
+}
+
 impl PolledEngine for Engine {
     unsafe fn enqueue(
         &self,
