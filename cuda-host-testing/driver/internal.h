@@ -346,6 +346,9 @@ size_t cusw_user_stream_count(void); /* [locked] made by cuStreamCreate, not des
 /* Submits a stream-ordered action (takes the lock): checks initialisation, resolves the stream,
  * applies the capture rules (while capturing, the action becomes a graph node) and enqueues it. */
 CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a);
+/* Same for n actions, enqueued in order under one lock: nothing else comes between them. */
+CUresult cusw_submit_all(CUstream stream, bool per_thread, const struct cusw_action *actions,
+                         size_t n);
 /* Same, but unless the action was captured, returns only once the stream has run it (in its
  * order, on its worker), answering the context's sticky error if one arose meanwhile. */
 CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a);

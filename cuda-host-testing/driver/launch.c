@@ -66,20 +66,28 @@ CUSW_TWINS(cuStreamAddCallback,
 
 /* ---- Stream memory operations ---------------------------------------------------------------- */
 
+/* A write or a wait as an action, or false for what this driver does not take: a misaligned
+ * or null address, or flags other than the comparisons (FLUSH needs CAN_FLUSH_REMOTE_WRITES,
+ * which this device reports as 0) and the default write (NO_MEMORY_BARRIER is not supported by
+ * the v2 API). */
+static bool mem_op_action(enum cusw_action_kind kind, CUdeviceptr addr, uint64_t value,
+                          unsigned int flags, bool is64, struct cusw_action *a)
+{
+    if (addr == 0 || addr % (is64 ? 8 : 4) != 0)
+        return false;
+    if (kind == CUSW_ACT_WAIT_VALUE ? flags > CU_STREAM_WAIT_VALUE_NOR
+                                    : flags != CU_STREAM_WRITE_VALUE_DEFAULT)
+        return false;
+    *a = (struct cusw_action){ .kind = kind, .u.mem = { addr, value, flags, is64 } };
+    return true;
+}
+
 static CUresult mem_op(CUstream stream, bool per_thread, enum cusw_action_kind kind,
                        CUdeviceptr addr, uint64_t value, unsigned int flags, bool is64)
 {
-    uintptr_t alignment = is64 ? 8 : 4;
-    if (addr == 0 || addr % alignment != 0)
+    struct cusw_action a;
+    if (!mem_op_action(kind, addr, value, flags, is64, &a))
         return CUDA_ERROR_INVALID_VALUE;
-    if (kind == CUSW_ACT_WAIT_VALUE) {
-        /* FLUSH needs CAN_FLUSH_REMOTE_WRITES, which this device reports as 0. */
-        if (flags > CU_STREAM_WAIT_VALUE_NOR)
-            return CUDA_ERROR_INVALID_VALUE;
-    } else if (flags != CU_STREAM_WRITE_VALUE_DEFAULT) {
-        return CUDA_ERROR_INVALID_VALUE; /* NO_MEMORY_BARRIER is not supported by the v2 API */
-    }
-    struct cusw_action a = { .kind = kind, .u.mem = { addr, value, flags, is64 } };
     return cusw_submit(stream, per_thread, &a);
 }
 
@@ -88,8 +96,8 @@ static CUresult mem_op(CUstream stream, bool per_thread, enum cusw_action_kind k
     CUSW_TWINS(name, (CUstream stream, CUdeviceptr addr, value_type value, unsigned int flags),   \
                mem_op(stream, per_thread, kind, addr, value, flags, is64))
 
-/* The fields of one batched operation as an action, or false when this driver does not take it
- * (a flush of remote writes, a barrier, an atomic reduction). */
+/* One batched operation as an action, or false when this driver does not take it (a flush of
+ * remote writes, a barrier, an atomic reduction, or what mem_op_action refuses). */
 static bool batched_action(const CUstreamBatchMemOpParams *op, struct cusw_action *a)
 {
     bool wait = op->operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
@@ -99,23 +107,16 @@ static bool batched_action(const CUstreamBatchMemOpParams *op, struct cusw_actio
     if (!wait && !is64 && op->operation != CU_STREAM_MEM_OP_WRITE_VALUE_32)
         return false;
     /* The wait's and the write's parameters share one layout. */
-    CUdeviceptr addr = op->writeValue.address;
-    uint64_t value = is64 ? op->writeValue.value64 : op->writeValue.value;
-    unsigned int flags = op->writeValue.flags;
-    if (addr == 0 || addr % (is64 ? 8 : 4) != 0)
-        return false;
-    if (wait ? flags > CU_STREAM_WAIT_VALUE_NOR : flags != CU_STREAM_WRITE_VALUE_DEFAULT)
-        return false;
-    *a = (struct cusw_action){ .kind = wait ? CUSW_ACT_WAIT_VALUE : CUSW_ACT_WRITE_VALUE,
-                               .u.mem = { addr, value, flags, is64 } };
-    return true;
+    const struct CUstreamMemOpWriteValueParams_st *p = &op->writeValue;
+    return mem_op_action(wait ? CUSW_ACT_WAIT_VALUE : CUSW_ACT_WRITE_VALUE, p->address,
+                         is64 ? p->value64 : p->value, p->flags, is64, a);
 }
 
 #define CUSW_BATCH_MAX 256
 
-/* cuStreamBatchMemOp_v2: the operations enqueued in order, under one lock, so that nothing else
- * enqueued on the stream comes between them. A capture takes them as one node each (the real
- * driver makes one batch node). */
+/* cuStreamBatchMemOp_v2: the operations submitted together, so that nothing else enqueued on the
+ * stream comes between them. A capture takes them as one node each (the real driver makes one
+ * batch node). */
 static CUresult batch_mem_op(CUstream stream, bool per_thread, unsigned int count,
                              CUstreamBatchMemOpParams *ops, unsigned int flags)
 {
@@ -125,17 +126,7 @@ static CUresult batch_mem_op(CUstream stream, bool per_thread, unsigned int coun
     for (unsigned int i = 0; i < count; i++)
         if (!batched_action(&ops[i], &actions[i]))
             return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_stream *s = NULL;
-    bool capturing = false;
-    CUresult rc = cusw_stream_resolve(stream, per_thread, &s);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_capture_check_enqueue(s, &capturing);
-    for (unsigned int i = 0; rc == CUDA_SUCCESS && i < count; i++)
-        rc = capturing ? cusw_capture_add_node(s, &actions[i])
-                       : cusw_stream_enqueue(s, &actions[i], NULL, 0);
-    cusw_lock_release();
-    return rc;
+    return cusw_submit_all(stream, per_thread, actions, count);
 }
 
 CUSW_TWINS(cuStreamBatchMemOp_v2,

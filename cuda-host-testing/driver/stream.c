@@ -322,7 +322,8 @@ void cusw_ctx_drain(struct cusw_ctx *ctx)
     free(targets);
 }
 
-static CUresult submit(CUstream stream, bool per_thread, const struct cusw_action *a, bool wait)
+static CUresult submit(CUstream stream, bool per_thread, const struct cusw_action *actions,
+                       size_t n, bool wait)
 {
     if (!cusw_initialized()) /* the controls that submit are not entry points of the driver */
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -332,8 +333,9 @@ static CUresult submit(CUstream stream, bool per_thread, const struct cusw_actio
     CUresult rc = cusw_stream_resolve(stream, per_thread, &s);
     if (rc == CUDA_SUCCESS)
         rc = cusw_capture_check_enqueue(s, &capturing);
-    if (rc == CUDA_SUCCESS)
-        rc = capturing ? cusw_capture_add_node(s, a) : cusw_stream_enqueue(s, a, NULL, 0);
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++)
+        rc = capturing ? cusw_capture_add_node(s, &actions[i])
+                       : cusw_stream_enqueue(s, &actions[i], NULL, 0);
     if (rc == CUDA_SUCCESS && wait && !capturing) {
         cusw_stream_drain(s); /* lets go of the lock while it waits */
         rc = cusw_ctx_sticky(s->ctx);
@@ -344,12 +346,18 @@ static CUresult submit(CUstream stream, bool per_thread, const struct cusw_actio
 
 CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a)
 {
-    return submit(stream, per_thread, a, false);
+    return submit(stream, per_thread, a, 1, false);
+}
+
+CUresult cusw_submit_all(CUstream stream, bool per_thread, const struct cusw_action *actions,
+                         size_t n)
+{
+    return submit(stream, per_thread, actions, n, false);
 }
 
 CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a)
 {
-    return submit(stream, per_thread, a, true);
+    return submit(stream, per_thread, a, 1, true);
 }
 
 /* ---- Stream API ------------------------------------------------------------------------------ */
