@@ -361,6 +361,9 @@ fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(
         }
         start.elapsed().as_secs_f64()
     };
+    // The CPU time the engine's thread used so far (0 before it started).
+    let engine_cpu_seconds =
+        || suite::thread_cpu_time("cuda-host-poll").map_or(0.0, |time| time.as_secs_f64());
     let (mut driver_times, mut polled_times, mut engine_cpu) = (Vec::new(), Vec::new(), 0.0);
     for round in 0..rounds {
         for polled_first in [round % 2 == 0, round % 2 != 0] {
@@ -395,25 +398,6 @@ fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(
     );
     drop(polled);
     Ok(())
-}
-
-/// The CPU time the polled engine's thread used so far, in seconds (0 where it is not found).
-fn engine_cpu_seconds() -> f64 {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return 0.0;
-    };
-    for task in tasks.flatten() {
-        let path = task.path();
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if name.trim() == "cuda-host-poll" {
-            // schedstat's first field: time on a CPU, in nanoseconds.
-            return std::fs::read_to_string(path.join("schedstat"))
-                .ok()
-                .and_then(|text| text.split_whitespace().next()?.parse::<f64>().ok())
-                .map_or(0.0, |nanoseconds| nanoseconds / 1e9);
-        }
-    }
-    0.0
 }
 
 /// Two 32-bit words of pinned host memory the device writes to and waits on.

@@ -171,11 +171,10 @@ fn a_sync_mode_is_refused_on_a_polled_stream_and_the_closure_dropped() {
 
 #[test]
 fn functions_pending_when_the_context_fails_never_run_are_reclaimed_and_leave_no_wait() {
-    let test = "functions_pending_when_the_context_fails_never_run_are_reclaimed_and_leave_no_wait";
     // A sticky error fails the primary context for the rest of the process.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(
+        functions_pending_when_the_context_fails_never_run_are_reclaimed_and_leave_no_wait
+    );
     const PENDING: usize = 50;
     let context = context();
     let stream = polled_stream(&context);
@@ -238,53 +237,33 @@ fn threads_launching_on_four_polled_streams_lose_nothing_and_keep_each_streams_o
     }
 }
 
-/// The CPU time the engine's thread used so far: schedstat's first field, in nanoseconds.
-fn engine_cpu_time() -> Option<Duration> {
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path();
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if name.trim() == "cuda-host-poll" {
-            let text = std::fs::read_to_string(path.join("schedstat")).ok()?;
-            return Some(Duration::from_nanos(
-                text.split_whitespace().next()?.parse().ok()?,
-            ));
-        }
-    }
-    None
-}
-
 #[test]
 fn the_engine_spins_while_a_function_is_pending_then_lets_go_and_parks_using_no_cpu() {
-    let test = "the_engine_spins_while_a_function_is_pending_then_lets_go_and_parks_using_no_cpu";
     // Alone in a process: no other test keeps the engine busy.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(
+        the_engine_spins_while_a_function_is_pending_then_lets_go_and_parks_using_no_cpu
+    );
     let context = context();
     let stream = polled_stream(&context);
     let gate = Gate::new(&context);
     gate.hold(&stream);
     host_launch(&stream, || {}).expect("launch");
-    let before = engine_cpu_time().expect("the engine's thread");
+    let before = suite::thread_cpu_time("cuda-host-poll").expect("the engine's thread");
     std::thread::sleep(Duration::from_millis(50));
-    let pending = engine_cpu_time().expect("the engine's thread") - before;
+    let pending = suite::thread_cpu_time("cuda-host-poll").expect("the engine's thread") - before;
     gate.open();
     stream.synchronize().expect("synchronize");
     wait_until("the engine to park", || {
         let counts = polled_engine_counts();
         counts.serving == 0 && counts.parked
     });
-    let parked_at = engine_cpu_time().expect("the engine's thread");
+    let parked_at = suite::thread_cpu_time("cuda-host-poll").expect("the engine's thread");
     std::thread::sleep(Duration::from_millis(200));
-    let parked = engine_cpu_time().expect("the engine's thread") - parked_at;
-    {
-        use std::io::Write as _;
-        let _ = writeln!(
-            std::io::stderr(),
-            "[cuda-host figures] polled engine CPU time: {pending:?} over 50 ms with a function \
-             pending; {parked:?} over 200 ms parked"
-        );
-    }
+    let parked = suite::thread_cpu_time("cuda-host-poll").expect("the engine's thread") - parked_at;
+    suite::figure(&format!(
+        "polled engine CPU time: {pending:?} over 50 ms with a function pending; {parked:?} \
+         over 200 ms parked"
+    ));
     assert!(
         pending > Duration::ZERO,
         "the engine did not look while a function was pending"

@@ -14,13 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
-use suite::{Gate, MappedWords, TIMEOUT, Tally, context, wait_until};
-
-/// Prints a measured figure around the output capture (and out of a child process).
-fn figure(text: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "[cuda-host figures] {text}");
-}
+use suite::{Gate, MappedWords, TIMEOUT, Tally, context, figure, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -154,11 +148,8 @@ fn values_a_thread_released_before_it_exited_are_dropped_by_any_thread() {
 
 #[test]
 fn a_hundred_thousand_releases_leak_nothing() {
-    let test = "a_hundred_thousand_releases_leak_nothing";
     // Alone in a process: the counts checked are process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(a_hundred_thousand_releases_leak_nothing);
     const RELEASES: usize = 100_000;
     let context = context();
     let stream = new_stream(&context);
@@ -186,11 +177,10 @@ fn a_hundred_thousand_releases_leak_nothing() {
 
 #[test]
 fn values_released_around_a_context_failure_are_all_dropped_once_it_is_seen() {
-    let test = "values_released_around_a_context_failure_are_all_dropped_once_it_is_seen";
     // Alone in a process: the failure stays with it.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(
+        values_released_around_a_context_failure_are_all_dropped_once_it_is_seen
+    );
     const EACH: usize = 50;
     let context = context();
     let stream = new_stream(&context);
@@ -228,13 +218,11 @@ fn values_released_around_a_context_failure_are_all_dropped_once_it_is_seen() {
 
 #[test]
 fn values_released_on_a_failed_context_are_dropped_once_a_look_at_their_points_sees_it() {
-    let test =
-        "values_released_on_a_failed_context_are_dropped_once_a_look_at_their_points_sees_it";
     // Nothing but the looks at the points' events sees the failure. Alone in a process: it
     // stays with it.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(
+        values_released_on_a_failed_context_are_dropped_once_a_look_at_their_points_sees_it
+    );
     const EACH: usize = 50;
     let context = context();
     let stream = new_stream(&context);
@@ -451,11 +439,8 @@ impl Wake for CountingWaker {
 
 #[test]
 fn dropped_futures_leak_nothing() {
-    let test = "dropped_futures_leak_nothing";
     // Alone in a process: the counts are process-wide.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(dropped_futures_leak_nothing);
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
@@ -494,38 +479,10 @@ fn dropped_futures_leak_nothing() {
     );
 }
 
-/// The CPU time (user + system) the watcher thread used so far, from `/proc`.
-fn watcher_cpu_time() -> Option<Duration> {
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path();
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if name.trim() != "cuda-host-watch" {
-            continue;
-        }
-        // The thread's time on a CPU in nanoseconds, schedstat's first field, where the kernel
-        // keeps it; else utime + stime (fields 14 and 15 of stat) in ticks of 10 ms.
-        if let Some(nanoseconds) = std::fs::read_to_string(path.join("schedstat"))
-            .ok()
-            .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
-        {
-            return Some(Duration::from_nanos(nanoseconds));
-        }
-        let stat = std::fs::read_to_string(path.join("stat")).ok()?;
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        return Some(Duration::from_millis(ticks * 10));
-    }
-    None
-}
-
 #[test]
 fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
-    let test = "the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu";
     // Alone in a process: no other test's futures keep the watcher busy.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu);
     let context = context();
     let stream = new_stream(&context);
     let runtime = runtime();
@@ -537,7 +494,7 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
         stream_point_counts().waiting == 1
     });
     std::thread::sleep(Duration::from_millis(50));
-    let busy = watcher_cpu_time().expect("the watcher thread");
+    let busy = suite::thread_cpu_time("cuda-host-watch").expect("the watcher thread");
     gate.open();
     runtime
         .block_on(task)
@@ -547,9 +504,9 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
         stream_point_counts().watcher_parked
     });
     let parks = stream_point_counts().watcher_parks;
-    let idle_from = watcher_cpu_time().expect("the watcher thread");
+    let idle_from = suite::thread_cpu_time("cuda-host-watch").expect("the watcher thread");
     std::thread::sleep(Duration::from_millis(500));
-    let idle_to = watcher_cpu_time().expect("the watcher thread");
+    let idle_to = suite::thread_cpu_time("cuda-host-watch").expect("the watcher thread");
     figure(&format!(
         "watcher CPU time: {busy:?} after 50 ms with one future waiting; {:?} over 500 ms \
          parked with none",
@@ -611,11 +568,8 @@ fn a_future_completes_with_any_executor() {
 
 #[test]
 fn a_future_behind_a_failed_context_completes_with_an_error() {
-    let test = "a_future_behind_a_failed_context_completes_with_an_error";
     // Alone in a process: the failure stays with it.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(a_future_behind_a_failed_context_completes_with_an_error);
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
@@ -639,11 +593,8 @@ fn a_future_behind_a_failed_context_completes_with_an_error() {
 
 #[test]
 fn looks_at_points_never_invalidate_a_global_capture_other_code_began() {
-    let test = "looks_at_points_never_invalidate_a_global_capture_other_code_began";
     // Alone in a process: any thread's allocation would invalidate a global-mode capture.
-    if !suite::in_child_process() {
-        return suite::run_in_child(module_path!(), test, &[]);
-    }
+    suite::alone_in_child!(looks_at_points_never_invalidate_a_global_capture_other_code_began);
     let context = context();
     let (captured, released) = (new_stream(&context), new_stream(&context));
     let gate = Gate::new(&context);

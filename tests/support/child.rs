@@ -87,6 +87,12 @@ pub fn run_in_child(module: &str, name: &str, env: &[(&str, &str)]) {
     }
 }
 
+/// Prints a measured figure to stderr, around the test harness's output capture; a child
+/// process's figures are forwarded by [`run_in_child`].
+pub fn figure(text: &str) {
+    let _ = writeln!(std::io::stderr(), "[cuda-host figures] {text}");
+}
+
 /// How a run of this test binary in another process ended.
 #[derive(Debug)]
 pub struct Run {

@@ -24,6 +24,7 @@
 
 pub mod capture;
 pub mod child;
+pub mod cpu_time;
 pub mod exclusive;
 pub mod host_function;
 pub mod kernels;
@@ -34,7 +35,8 @@ pub mod software;
 pub mod tally;
 pub mod wait;
 
-pub use child::{in_child_process, run_in_child};
+pub use child::{figure, in_child_process, run_in_child};
+pub use cpu_time::thread_cpu_time;
 pub use exclusive::capture_lock;
 pub use memory::{Gate, MappedWords, hold_and_release};
 pub use selection::{
