@@ -99,6 +99,7 @@ outside_loom_models! {
     mod host_launch;
     mod launch_options;
     mod objects;
+    mod own_thread;
     mod points;
     mod polled;
 

@@ -18,13 +18,14 @@
 
 use crate::launch::has_failed;
 use crate::points::tracks::{Pace, Track, WATCH_LOOK};
+use crate::own_thread::OwnThread;
 use crate::sync::lock;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -103,8 +104,7 @@ struct Registry {
 
 struct Watcher {
     registry: Mutex<Registry>,
-    thread: OnceLock<Option<std::thread::Thread>>,
-    /// Asks the thread to spin again: a future just registered.
+    /// Asks the thread to look often again: a future just registered.
     fresh: AtomicBool,
     parks: AtomicU64,
 }
@@ -116,29 +116,12 @@ static WATCHER: Watcher = Watcher {
         live: 0,
         parked: false,
     }),
-    thread: OnceLock::new(),
     fresh: AtomicBool::new(false),
     parks: AtomicU64::new(0),
 };
 
-/// The watcher thread, started on first use; `None` if it could not be started.
-fn thread() -> Option<&'static std::thread::Thread> {
-    WATCHER
-        .thread
-        .get_or_init(|| {
-            match std::thread::Builder::new()
-                .name("cuda-host-watch".to_owned())
-                .spawn(run)
-            {
-                Ok(handle) => Some(handle.thread().clone()),
-                Err(error) => {
-                    log::error!("cannot start the stream-point watcher thread: {error}");
-                    None
-                }
-            }
-        })
-        .as_ref()
-}
+/// The thread, started by the first registration.
+static THREAD: OwnThread = OwnThread::new("cuda-host-watch", run);
 
 /// Registers `waker` for the point `point` of `track` (of the context `context`), or, with
 /// `id` still registered, updates its waker. Returns the registration's id; `None` when the
@@ -150,7 +133,7 @@ pub(super) fn register(
     waker: &Waker,
     id: Option<u64>,
 ) -> Option<u64> {
-    let thread = thread()?;
+    let thread = THREAD.get()?;
     let mut registry = lock(&WATCHER.registry);
     let index = match registry
         .waiting

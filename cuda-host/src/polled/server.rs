@@ -15,9 +15,10 @@
 
 use super::lanes::{Lane, reached};
 use crate::launch::{ContextShared, InHostFunction, drop_when_allowed, has_failed};
+use crate::own_thread::OwnThread;
 use crate::sync::lock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A lane being served, with the context that keeps its words.
@@ -38,7 +39,6 @@ struct Registry {
 
 struct Server {
     registry: Mutex<Registry>,
-    thread: OnceLock<Option<std::thread::Thread>>,
     functions: AtomicU64,
     parks: AtomicU64,
     serving: AtomicU64,
@@ -49,11 +49,13 @@ static SERVER: Server = Server {
         fresh: Vec::new(),
         parked: false,
     }),
-    thread: OnceLock::new(),
     functions: AtomicU64::new(0),
     parks: AtomicU64::new(0),
     serving: AtomicU64::new(0),
 };
+
+/// The thread, started by the first lane it is asked to serve.
+static THREAD: OwnThread = OwnThread::new("cuda-host-poll", run);
 
 /// What the polled engine's server holds and has done, process-wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,31 +82,13 @@ pub fn polled_engine_counts() -> PolledEngineCounts {
     }
 }
 
-fn thread() -> Option<&'static std::thread::Thread> {
-    SERVER
-        .thread
-        .get_or_init(|| {
-            match std::thread::Builder::new()
-                .name("cuda-host-poll".to_owned())
-                .spawn(run)
-            {
-                Ok(handle) => Some(handle.thread().clone()),
-                Err(error) => {
-                    log::error!("cannot start the polled engine's thread: {error}");
-                    None
-                }
-            }
-        })
-        .as_ref()
-}
-
 /// Makes sure the server serves `lane`, which just got a function queued.
 pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
     if lane.served.swap(true, Ordering::AcqRel) {
         return;
     }
     SERVER.serving.fetch_add(1, Ordering::SeqCst);
-    let Some(thread) = thread() else {
+    let Some(thread) = THREAD.get() else {
         return;
     };
     let mut registry = lock(&SERVER.registry);
