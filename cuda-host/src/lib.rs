@@ -102,6 +102,7 @@ outside_loom_models! {
     mod own_thread;
     mod points;
     mod polled;
+    mod stream_slots;
 
     pub use cuda_host_sys as sys;
     pub use cuda_host_sys;

@@ -42,11 +42,11 @@ use crate::launch::{
 };
 use std::any::Any;
 use std::cell::Cell;
+use crate::stream_slots::{StreamSlot, StreamSlots};
 use crate::sync::lock;
 use cuda_host_sys::{
     CUcontext, CUevent, CUevent_flags, CUresult, CUstream, CUstreamCaptureMode, Driver,
 };
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -288,10 +288,9 @@ unsafe impl Sync for ContextTracks {}
 
 #[derive(Default)]
 struct State {
+    /// Every track made, lent or not: their events are destroyed with the context's state.
     tracks: Vec<Arc<Track>>,
-    free: Vec<Arc<Track>>,
-    /// Stream id to its track.
-    streams: HashMap<u64, Arc<Track>>,
+    slots: StreamSlots<Track>,
 }
 
 /// What marking a point on a stream gives: its track and number.
@@ -337,22 +336,13 @@ impl ContextTracks {
 
     /// The track of the stream `stream_id`, given one if it has none.
     fn track_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Track>> {
-        let mut state = lock(&self.state);
-        if let Some(track) = state.streams.get(&stream_id) {
-            return Ok(Arc::clone(track));
-        }
-        if state.free.is_empty() {
-            state.take_back_quiet_tracks();
-        }
-        if state.free.is_empty() {
+        let state = &mut *lock(&self.state);
+        let tracks = &mut state.tracks;
+        state.slots.of(stream_id, || {
             let track = shared.with_current(|| self.make_track())?;
-            state.tracks.push(Arc::clone(&track));
-            state.free.push(track);
-        }
-        let track = state.free.pop().expect("a free track");
-        lock(&track.state).owner = Some(stream_id);
-        state.streams.insert(stream_id, Arc::clone(&track));
-        Ok(track)
+            tracks.push(Arc::clone(&track));
+            Ok(vec![track])
+        })
     }
 
     /// A track with its ring of events. The context is current.
@@ -393,41 +383,39 @@ impl ContextTracks {
     #[cfg(test)]
     fn sizes(&self) -> (usize, usize) {
         let state = lock(&self.state);
-        (state.streams.len(), state.tracks.len())
+        (state.slots.lent().count(), state.tracks.len())
     }
 }
 
-impl State {
-    /// Takes back the tracks whose stream has passed every point it was given, and which no
-    /// thread is marking a point on.
-    fn take_back_quiet_tracks(&mut self) {
-        let free = &mut self.free;
-        self.streams.retain(|_, track| {
-            let Ok(mut state) = track.state.try_lock() else {
-                return true;
-            };
-            if track.look(Pace::Now) < track.issued() {
-                return true;
-            }
-            state.owner = None;
-            drop(state);
-            free.push(Arc::clone(track));
-            false
-        });
+impl StreamSlot for Track {
+    fn lend(&self, stream_id: u64) {
+        lock(&self.state).owner = Some(stream_id);
+    }
+
+    /// Quiet: its stream passed every point it was given, and no thread is marking one.
+    fn take_back_if_quiet(&self) -> bool {
+        let Ok(mut state) = self.state.try_lock() else {
+            return false;
+        };
+        if self.look(Pace::Now) < self.issued() {
+            return false;
+        }
+        state.owner = None;
+        true
     }
 }
 
 impl StreamPointsOfContext for ContextTracks {
     fn synchronized(&self, stream: Option<CUstream>) {
         let tracks: Vec<Arc<Track>> = match stream {
-            None => lock(&self.state).streams.values().cloned().collect(),
+            None => lock(&self.state).slots.lent().cloned().collect(),
             Some(stream) => {
                 let mut id = 0;
                 // SAFETY: a live stream of the caller's; a valid out-pointer.
                 if unsafe { checked!(&self.driver, cuStreamGetId(stream, &mut id)) }.is_err() {
                     return;
                 }
-                lock(&self.state).streams.get(&id).cloned().into_iter().collect()
+                lock(&self.state).slots.lent_to(id).cloned().into_iter().collect()
             }
         };
         for track in tracks {
@@ -463,6 +451,7 @@ impl Drop for ContextTracks {
 mod tests {
     use super::*;
     use crate::fake_driver;
+    use std::collections::HashMap;
     use std::ffi::{c_uint, c_void};
     use std::sync::atomic::AtomicUsize;
 

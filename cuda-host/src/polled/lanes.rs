@@ -11,11 +11,12 @@
 use crate::checked::checked;
 use crate::error::Result;
 use crate::launch::ContextShared;
+use crate::stream_slots::{StreamSlot, StreamSlots};
 use crate::sync::lock;
 use cuda_host_sys::{
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUdeviceptr, Driver,
 };
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -116,8 +117,7 @@ unsafe impl Sync for ContextLanes {}
 #[derive(Default)]
 struct State {
     pages: Vec<Page>,
-    free: Vec<Arc<Lane>>,
-    streams: HashMap<u64, Arc<Lane>>,
+    slots: StreamSlots<Lane>,
 }
 
 // SAFETY: pages are pinned allocations, valid on any thread.
@@ -134,22 +134,13 @@ impl ContextLanes {
 
     /// The lane of the stream `stream_id`, given one if it has none.
     pub(super) fn lane_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Lane>> {
-        let mut state = lock(&self.state);
-        if let Some(lane) = state.streams.get(&stream_id) {
-            return Ok(Arc::clone(lane));
-        }
-        if state.free.is_empty() {
-            state.take_back_quiet_lanes();
-        }
-        if state.free.is_empty() {
+        let state = &mut *lock(&self.state);
+        let pages = &mut state.pages;
+        state.slots.of(stream_id, || {
             let (page, lanes) = shared.with_current(|| self.allocate_page())?;
-            state.free.extend(lanes.into_iter().rev());
-            state.pages.push(page);
-        }
-        let lane = state.free.pop().expect("a free lane");
-        lock(&lane.state).owner = Some(stream_id);
-        state.streams.insert(stream_id, Arc::clone(&lane));
-        Ok(lane)
+            pages.push(page);
+            Ok(lanes)
+        })
     }
 
     /// A page of lanes, all words zero. The context is current.
@@ -207,24 +198,21 @@ impl ContextLanes {
     }
 }
 
-impl State {
-    /// Takes back the lanes with nothing queued whose stream waits for nothing, and which no
-    /// thread is enqueuing on.
-    fn take_back_quiet_lanes(&mut self) {
-        let free = &mut self.free;
-        self.streams.retain(|_, lane| {
-            let Ok(mut state) = lane.state.try_lock() else {
-                return true;
-            };
-            let quiet = lock(&lane.queue).is_empty() && lane.acknowledged() == state.issued;
-            if !quiet {
-                return true;
-            }
-            state.owner = None;
-            drop(state);
-            free.push(Arc::clone(lane));
-            false
-        });
+impl StreamSlot for Lane {
+    fn lend(&self, stream_id: u64) {
+        lock(&self.state).owner = Some(stream_id);
+    }
+
+    /// Quiet: nothing queued, its stream waits for nothing, and no thread is enqueuing on it.
+    fn take_back_if_quiet(&self) -> bool {
+        let Ok(mut state) = self.state.try_lock() else {
+            return false;
+        };
+        if !lock(&self.queue).is_empty() || self.acknowledged() != state.issued {
+            return false;
+        }
+        state.owner = None;
+        true
     }
 }
 
