@@ -378,7 +378,7 @@ fn an_injected_refusal_drops_the_closure_at_once_without_running_it() {
     let probe = tally.probe();
     // The entry point the stream's engine launches through.
     let entry = match stream.host_engine() {
-        cuda_host::HostEngine::Polled => c"cuStreamBatchMemOp_v2",
+        cuda_host::HostEngine::Polled => c"cuStreamBatchMemOp",
         _ => c"cuLaunchHostFunc",
     };
     controls.fail_next_calls(entry, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
