@@ -77,12 +77,12 @@ impl LaunchOptions {
     /// the polled engine does not use.
     fn entry_on(self, stream: &Stream) -> Result<HostFuncEntry> {
         match (stream.host_func_entry(), self.sync_mode) {
-            (HostFuncEntry::Polled, Some(_)) => Err(Error::InvalidArgument {
+            (HostFuncEntry::Polled(_), Some(_)) => Err(Error::InvalidArgument {
                 what: "a sync mode is the driver's host-function thread's; a stream on the \
                        polled engine takes none"
                     .to_owned(),
             }),
-            (HostFuncEntry::Polled, None) => Ok(HostFuncEntry::Polled),
+            (polled @ HostFuncEntry::Polled(_), None) => Ok(polled),
             _ => Ok(self.entry()),
         }
     }

@@ -21,15 +21,17 @@ pub(crate) enum HostFuncEntry {
     Classic,
     /// `cuLaunchHostFunc_v2` with this `CUhostTaskSyncMode`.
     WithSyncMode(c_uint),
-    /// The polled engine (`crate::polled`), through [`PolledEngine`].
-    Polled,
+    /// The polled engine (`crate::polled`), through [`PolledEngine`], with the stream's id where
+    /// it is known already (not for a special stream, whose id depends on the calling thread).
+    Polled(Option<u64>),
 }
 
 /// What the polled engine (`crate::polled`) offers this layer, which does not import it.
 pub(crate) trait PolledEngine: Send + Sync {
     /// Enqueues on `stream` (of `context`; current where the driver resolves a special stream
-    /// against it) the call of `function` with `data` on the engine's thread once the stream
-    /// reaches it, holding the stream's later work until it returned.
+    /// against it; its id `stream_id` where known) the call of `function` with `data` on the
+    /// engine's thread once the stream reaches it, holding the stream's later work until it
+    /// returned.
     ///
     /// # Safety
     /// As `cuLaunchHostFunc`: a valid stream; `function` callable with `data` on that thread.
@@ -37,6 +39,7 @@ pub(crate) trait PolledEngine: Send + Sync {
         &self,
         context: &Arc<ContextShared>,
         stream: CUstream,
+        stream_id: Option<u64>,
         function: unsafe extern "C" fn(*mut c_void),
         data: *mut c_void,
     ) -> Result<()>;
@@ -64,10 +67,10 @@ impl HostFuncEntry {
     ) -> Result<()> {
         let driver = context.driver();
         let launched = match self {
-            HostFuncEntry::Polled => {
+            HostFuncEntry::Polled(stream_id) => {
                 let engine = POLLED_ENGINE.get().expect("a polled stream installed the engine");
                 // SAFETY: per the caller.
-                return unsafe { engine.enqueue(context, stream, function, data) };
+                return unsafe { engine.enqueue(context, stream, stream_id, function, data) };
             }
             // SAFETY: per the caller.
             HostFuncEntry::Classic => unsafe {
@@ -125,7 +128,7 @@ pub(crate) fn run_once<P: RunOnce>(
     let captured = match entry {
         // The engine's memory operations, not a host node: any capture of the stream now took
         // them (its graph would write and wait on words whose numbers have passed: harmless).
-        HostFuncEntry::Polled => window.stream_captures_now(),
+        HostFuncEntry::Polled(_) => window.stream_captures_now(),
         _ => window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data()),
     };
     if captured && let Some(record) = slot::abandon_ticket(ticket)

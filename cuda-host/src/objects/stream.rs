@@ -188,7 +188,9 @@ impl Stream {
     pub(crate) fn host_func_entry(&self) -> HostFuncEntry {
         match self.host_engine {
             HostEngine::Driver => HostFuncEntry::Classic,
-            HostEngine::Polled => HostFuncEntry::Polled,
+            HostEngine::Polled => {
+                HostFuncEntry::Polled(Some(self.id.load(Ordering::Relaxed)).filter(|&id| id != 0))
+            }
         }
     }
 

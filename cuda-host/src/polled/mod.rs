@@ -91,13 +91,20 @@ impl PolledEngine for Engine {
         &self,
         context: &Arc<ContextShared>,
         stream: CUstream,
+        stream_id: Option<u64>,
         function: unsafe extern "C" fn(*mut c_void),
         data: *mut c_void,
     ) -> Result<()> {
         let driver = context.driver();
-        let mut stream_id = 0;
-        // SAFETY: a valid stream (the caller's); a valid out-pointer.
-        unsafe { checked!(driver, cuStreamGetId(stream, &mut stream_id)) }?;
+        let stream_id = match stream_id {
+            Some(id) => id,
+            None => {
+                let mut id = 0;
+                // SAFETY: a valid stream (the caller's); a valid out-pointer.
+                unsafe { checked!(driver, cuStreamGetId(stream, &mut id)) }?;
+                id
+            }
+        };
         let lanes = context.polled_lanes(|| ContextLanes::new(context));
         loop {
             let lane = lanes.lane_of(context, stream_id)?;
