@@ -248,18 +248,18 @@ fn the_engine_spins_while_a_function_is_pending_then_lets_go_and_parks_using_no_
     let gate = Gate::new(&context);
     gate.hold(&stream);
     host_launch(&stream, || {}).expect("launch");
-    let before = suite::thread_cpu_time("cuda-host-poll").expect("the engine's thread");
+    let before = suite::started_thread_cpu_time("cuda-host-poll");
     std::thread::sleep(Duration::from_millis(50));
-    let pending = suite::thread_cpu_time("cuda-host-poll").expect("the engine's thread") - before;
+    let pending = suite::started_thread_cpu_time("cuda-host-poll") - before;
     gate.open();
     stream.synchronize().expect("synchronize");
     wait_until("the engine to park", || {
         let counts = polled_engine_counts();
         counts.serving == 0 && counts.parked
     });
-    let parked_at = suite::thread_cpu_time("cuda-host-poll").expect("the engine's thread");
+    let parked_at = suite::started_thread_cpu_time("cuda-host-poll");
     std::thread::sleep(Duration::from_millis(200));
-    let parked = suite::thread_cpu_time("cuda-host-poll").expect("the engine's thread") - parked_at;
+    let parked = suite::started_thread_cpu_time("cuda-host-poll") - parked_at;
     suite::figure(&format!(
         "polled engine CPU time: {pending:?} over 50 ms with a function pending; {parked:?} \
          over 200 ms parked"

@@ -494,7 +494,7 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
         stream_point_counts().waiting == 1
     });
     std::thread::sleep(Duration::from_millis(50));
-    let busy = suite::thread_cpu_time("cuda-host-watch").expect("the watcher thread");
+    let busy = suite::started_thread_cpu_time("cuda-host-watch");
     gate.open();
     runtime
         .block_on(task)
@@ -504,9 +504,9 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
         stream_point_counts().watcher_parked
     });
     let parks = stream_point_counts().watcher_parks;
-    let idle_from = suite::thread_cpu_time("cuda-host-watch").expect("the watcher thread");
+    let idle_from = suite::started_thread_cpu_time("cuda-host-watch");
     std::thread::sleep(Duration::from_millis(500));
-    let idle_to = suite::thread_cpu_time("cuda-host-watch").expect("the watcher thread");
+    let idle_to = suite::started_thread_cpu_time("cuda-host-watch");
     figure(&format!(
         "watcher CPU time: {busy:?} after 50 ms with one future waiting; {:?} over 500 ms \
          parked with none",

@@ -28,3 +28,15 @@ pub fn thread_cpu_time(name: &str) -> Option<Duration> {
     }
     None
 }
+
+/// [`thread_cpu_time`] of a thread that cuda-host starts: a thread takes its name itself as it
+/// starts, which may be after the call that started it has returned, so this waits (bounded) for
+/// the name to appear.
+pub fn started_thread_cpu_time(name: &str) -> Duration {
+    let mut time = None;
+    crate::wait_until(&format!("a thread named {name}"), || {
+        time = thread_cpu_time(name);
+        time.is_some()
+    });
+    time.expect("the wait ended with the time read")
+}
