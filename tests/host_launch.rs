@@ -401,8 +401,8 @@ fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
     );
     let context = context();
     let stream = new_stream(&context);
-    let kernels = suite::kernels::for_faults(context.driver());
-    suite::kernels::launch_fault(&stream, kernels.as_ref());
+    let fault = suite::kernels::Fault::load(context.driver());
+    fault.launch(&stream);
     let error = stream.synchronize().unwrap_err();
     assert_eq!(
         error.driver_result(),
@@ -418,7 +418,6 @@ fn after_a_sticky_error_a_launch_is_refused_and_its_closure_dropped_at_once() {
     );
     assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
     assert_eq!(tally.runs(), 0);
-    std::mem::forget(kernels); // unloading answers the sticky error too
 }
 
 #[test]
@@ -428,13 +427,13 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
     let context = context();
     let (faulting, waiting) = (new_stream(&context), new_stream(&context));
     let gate = Gate::new(&context);
-    let kernels = suite::kernels::for_faults(context.driver());
+    let fault = suite::kernels::Fault::load(context.driver());
     let (before, after, elsewhere) = (Tally::new(), Tally::new(), Tally::new());
 
     gate.hold(&faulting);
     gate.hold(&waiting);
     before.launch_counted(&faulting, EACH);
-    suite::kernels::launch_fault(&faulting, kernels.as_ref());
+    fault.launch(&faulting);
     for _ in 0..EACH {
         let probe = after.probe();
         host_launch(&faulting, move || probe.ran()).expect("launch");
@@ -450,7 +449,6 @@ fn a_sticky_error_leaks_nothing_and_runs_nothing_twice() {
     assert_eq!(after.runs(), 0, "work after the fault never runs");
     assert!(elsewhere.runs() <= EACH);
     drop((faulting, waiting));
-    std::mem::forget(kernels);
 }
 
 #[test]
@@ -466,12 +464,12 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
     // SAFETY: `kept` outlives the wrapper.
     let borrowed = unsafe { Stream::borrow_raw(&context, kept.as_raw()) };
     let gate = Gate::new(&context);
-    let kernels = suite::kernels::for_faults(context.driver());
+    let fault = suite::kernels::Fault::load(context.driver());
     let (on_owned, on_borrowed) = (Tally::new(), Tally::new());
 
     gate.hold(&owned);
     gate.hold(&borrowed);
-    suite::kernels::launch_fault(&owned, kernels.as_ref());
+    fault.launch(&owned);
     for _ in 0..EACH {
         let probe = on_owned.probe();
         host_launch(&owned, move || probe.ran()).expect("launch");
@@ -485,7 +483,7 @@ fn records_a_failed_context_never_runs_are_reclaimed_when_their_streams_are_drop
     on_owned.reclaim_until_dropped(EACH, "the owned stream's records to be reclaimed");
     assert_eq!(on_owned.runs(), 0, "work after the fault never runs");
     assert!(on_borrowed.runs() <= EACH);
-    std::mem::forget((kept, kernels));
+    std::mem::forget(kept);
 }
 
 #[test]
@@ -497,13 +495,13 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
     const THREADS: usize = 4;
     let context = context();
     let faulting = new_stream(&context); // also makes the context current, for the module
-    let kernels = suite::kernels::for_faults(context.driver());
+    let fault = suite::kernels::Fault::load(context.driver());
     let tally = Tally::new();
     // The fault waits behind a gate that opens while the threads launch: a host write, so the
     // flood of launches cannot delay it. Each thread launches until the driver refuses it.
     let gate = Gate::new(&context);
     gate.hold(&faulting);
-    suite::kernels::launch_fault(&faulting, kernels.as_ref());
+    fault.launch(&faulting);
     let start = std::sync::Barrier::new(THREADS + 1);
     let attempts: usize = std::thread::scope(|scope| {
         let launchers: Vec<_> = (0..THREADS)
@@ -549,7 +547,7 @@ fn launches_racing_a_context_failure_on_four_threads_drop_every_record_once() {
         tally.runs() <= attempts - THREADS,
         "refused closures never ran"
     );
-    std::mem::forget((faulting, kernels));
+    std::mem::forget(faulting);
 }
 
 #[test]
@@ -567,15 +565,15 @@ fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() 
     assert_eq!(first.as_raw(), second.as_raw());
     let (held, faulting) = (new_stream(&first), new_stream(&second));
     let gate = Gate::new(&first);
-    let kernels = suite::kernels::for_faults(first.driver());
+    let fault = suite::kernels::Fault::load(first.driver());
     let tally = Tally::new();
     gate.hold(&held);
     tally.launch_counted(&held, EACH);
-    suite::kernels::launch_fault(&faulting, kernels.as_ref());
+    fault.launch(&faulting);
     assert!(faulting.synchronize().is_err(), "the fault is reported");
     tally.reclaim_until_dropped(EACH, "the held stream's records to be reclaimed");
     assert_eq!(tally.runs(), 0, "work behind the gate never ran");
-    std::mem::forget((held, faulting, kernels));
+    std::mem::forget((held, faulting));
 }
 
 #[test]

@@ -180,10 +180,10 @@ fn functions_pending_when_the_context_fails_never_run_are_reclaimed_and_leave_no
     let stream = polled_stream(&context);
     let gate = Gate::new(&context);
     let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let fault = suite::kernels::Fault::load(&driver);
     let tally = Tally::new();
     gate.hold(&stream);
-    suite::kernels::launch_fault(&stream, kernels.as_ref());
+    fault.launch(&stream);
     for _ in 0..PENDING {
         let probe = tally.probe();
         host_launch(&stream, move || probe.ran()).expect("launch");
@@ -196,7 +196,6 @@ fn functions_pending_when_the_context_fails_never_run_are_reclaimed_and_leave_no
         reclaim();
         polled_engine_counts().serving == 0
     });
-    std::mem::forget(kernels); // unloading answers the sticky error too
 }
 
 #[test]

@@ -186,13 +186,13 @@ fn values_released_around_a_context_failure_are_all_dropped_once_it_is_seen() {
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
     let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let fault = suite::kernels::Fault::load(&driver);
     let (before, after) = (Tally::new(), Tally::new());
     gate.hold(&stream);
     for _ in 0..EACH {
         release_in_stream_order(&stream, before.probe()).expect("released");
     }
-    suite::kernels::launch_fault(&stream, kernels.as_ref());
+    fault.launch(&stream);
     for _ in 0..EACH {
         release_in_stream_order(&stream, after.probe()).expect("released");
     }
@@ -213,7 +213,6 @@ fn values_released_around_a_context_failure_are_all_dropped_once_it_is_seen() {
         );
     }
     assert_eq!(stream_point_counts().held, 0);
-    std::mem::forget(kernels); // unloading answers the sticky error too
 }
 
 #[test]
@@ -228,10 +227,10 @@ fn values_released_on_a_failed_context_are_dropped_once_a_look_at_their_points_s
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
     let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let fault = suite::kernels::Fault::load(&driver);
     let tally = Tally::new();
     gate.hold(&stream);
-    suite::kernels::launch_fault(&stream, kernels.as_ref());
+    fault.launch(&stream);
     for _ in 0..EACH {
         release_in_stream_order(&stream, tally.probe()).expect("released");
     }
@@ -246,7 +245,6 @@ fn values_released_on_a_failed_context_are_dropped_once_a_look_at_their_points_s
     let here = std::thread::current().id();
     assert!(tally.drop_threads().iter().all(|thread| *thread == here));
     drop(stream);
-    std::mem::forget(kernels);
 }
 
 #[test]
@@ -574,9 +572,9 @@ fn a_future_behind_a_failed_context_completes_with_an_error() {
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
     let driver = Arc::clone(context.driver());
-    let kernels = suite::kernels::for_faults(&driver);
+    let fault = suite::kernels::Fault::load(&driver);
     gate.hold(&stream);
-    suite::kernels::launch_fault(&stream, kernels.as_ref());
+    fault.launch(&stream);
     let point = stream_point(&stream).expect("a point");
     let runtime = runtime();
     let task = runtime.spawn(point);
@@ -588,7 +586,6 @@ fn a_future_behind_a_failed_context_completes_with_an_error() {
         outcome.expect("completed").expect("the task"),
         Err(Error::ContextFailed)
     );
-    std::mem::forget(kernels);
 }
 
 #[test]

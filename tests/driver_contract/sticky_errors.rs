@@ -75,14 +75,14 @@ fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_e
     );
     let context = current_context();
     let stream = non_blocking(&context);
-    let kernels = suite::kernels::for_faults(driver());
+    let fault = suite::kernels::Fault::load(driver());
     let (log, callback) = (Log::default(), leak(CallbackProbe::default()));
 
     let synchronized = hold_and_release(
         &stream,
         || {
             launch(stream.as_raw(), log.marker("before"));
-            suite::kernels::launch_fault(&stream, kernels.as_ref());
+            fault.launch(&stream);
             launch(stream.as_raw(), log.marker("after"));
             add_callback(stream.as_raw(), callback);
         },
@@ -101,5 +101,4 @@ fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_e
         launch_host(stream.as_raw(), log.marker("later")),
         illegal_address
     );
-    std::mem::forget(kernels); // unloading answers the sticky error too
 }

@@ -7,46 +7,60 @@ mod load;
 use cuda_host_sys::Driver;
 pub use load::{Kernels, PTX};
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 
-/// What [`launch_fault`] needs on the test driver: the kernels, loaded into the current context,
-/// on the real driver; nothing on the software driver, whose stand-in needs no module.
+/// The faulting launch that fails a stream's context as a kernel storing to address 0x10 does:
+/// that kernel on the real driver, the software driver's stand-in (which needs no module)
+/// otherwise.
 ///
-/// # Panics
-/// When the real driver cannot load the PTX.
-pub fn for_faults(driver: &Driver) -> Option<Kernels<'_>> {
-    (crate::test_driver().kind == crate::DriverKind::Real).then(|| {
-        // Modules load into the calling thread's current context.
-        crate::context()
-            .bind_to_thread()
-            .expect("the context binds to this thread");
-        Kernels::load(driver).expect("PTX loads")
-    })
+/// Its module is never unloaded: unloading it from the failed context would answer the sticky
+/// error too.
+pub struct Fault<'driver> {
+    kernels: ManuallyDrop<Option<Kernels<'driver>>>,
 }
 
-/// Fails the stream's context as a kernel storing to address 0x10 does: with that kernel on the
-/// real driver (`kernels` given), with the software driver's stand-in otherwise.
-///
-/// # Panics
-/// When the fault cannot be enqueued.
-pub fn launch_fault(stream: &cuda_host::Stream, kernels: Option<&Kernels<'_>>) {
-    match kernels {
-        Some(kernels) => {
-            let mut address = 0x10u64;
-            let mut value = 7u32;
-            let mut arguments = [(&raw mut address).cast::<c_void>(), (&raw mut value).cast()];
-            // SAFETY: the arguments match `store_to_address`; the fault is the point.
-            unsafe {
-                kernels.launch(
-                    kernels.store_to_address,
-                    1,
-                    1,
-                    stream.as_raw(),
-                    &mut arguments,
-                )
-            }
-            .expect("the faulting kernel is enqueued");
+impl<'driver> Fault<'driver> {
+    /// Loads what the fault needs into the tests' context on the real driver.
+    ///
+    /// # Panics
+    /// When the real driver cannot load the PTX.
+    pub fn load(driver: &'driver Driver) -> Fault<'driver> {
+        let kernels = (crate::test_driver().kind == crate::DriverKind::Real).then(|| {
+            // Modules load into the calling thread's current context.
+            crate::context()
+                .bind_to_thread()
+                .expect("the context binds to this thread");
+            Kernels::load(driver).expect("PTX loads")
+        });
+        Fault {
+            kernels: ManuallyDrop::new(kernels),
         }
-        None => crate::software::expect_controls()
-            .launch_fault(stream, cuda_host_sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+    }
+
+    /// Enqueues the fault on `stream`.
+    ///
+    /// # Panics
+    /// When the fault cannot be enqueued.
+    pub fn launch(&self, stream: &cuda_host::Stream) {
+        match self.kernels.as_ref() {
+            Some(kernels) => {
+                let mut address = 0x10u64;
+                let mut value = 7u32;
+                let mut arguments = [(&raw mut address).cast::<c_void>(), (&raw mut value).cast()];
+                // SAFETY: the arguments match `store_to_address`; the fault is the point.
+                unsafe {
+                    kernels.launch(
+                        kernels.store_to_address,
+                        1,
+                        1,
+                        stream.as_raw(),
+                        &mut arguments,
+                    )
+                }
+                .expect("the faulting kernel is enqueued");
+            }
+            None => crate::software::expect_controls()
+                .launch_fault(stream, cuda_host_sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+        }
     }
 }
