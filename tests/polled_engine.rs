@@ -179,8 +179,7 @@ fn functions_pending_when_the_context_fails_never_run_are_reclaimed_and_leave_no
     let context = context();
     let stream = polled_stream(&context);
     let gate = Gate::new(&context);
-    let driver = Arc::clone(context.driver());
-    let fault = suite::kernels::Fault::load(&driver);
+    let fault = suite::kernels::Fault::load(context.driver());
     let tally = Tally::new();
     gate.hold(&stream);
     fault.launch(&stream);

@@ -185,8 +185,7 @@ fn values_released_around_a_context_failure_are_all_dropped_once_it_is_seen() {
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
-    let driver = Arc::clone(context.driver());
-    let fault = suite::kernels::Fault::load(&driver);
+    let fault = suite::kernels::Fault::load(context.driver());
     let (before, after) = (Tally::new(), Tally::new());
     gate.hold(&stream);
     for _ in 0..EACH {
@@ -226,8 +225,7 @@ fn values_released_on_a_failed_context_are_dropped_once_a_look_at_their_points_s
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
-    let driver = Arc::clone(context.driver());
-    let fault = suite::kernels::Fault::load(&driver);
+    let fault = suite::kernels::Fault::load(context.driver());
     let tally = Tally::new();
     gate.hold(&stream);
     fault.launch(&stream);
@@ -571,8 +569,7 @@ fn a_future_behind_a_failed_context_completes_with_an_error() {
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
-    let driver = Arc::clone(context.driver());
-    let fault = suite::kernels::Fault::load(&driver);
+    let fault = suite::kernels::Fault::load(context.driver());
     gate.hold(&stream);
     fault.launch(&stream);
     let point = stream_point(&stream).expect("a point");
