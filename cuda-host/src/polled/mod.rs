@@ -30,9 +30,11 @@
 //! write a number that has passed and wait for one acknowledged long ago.
 //!
 //! **Failures.** A stream whose context failed never writes again: once cuda-host sees the
-//! failure (a call answering the sticky error; the server itself asks the driver when a function
-//! has waited for a millisecond), the lane's functions are let go unrun (their records are
-//! reclaimed by the failure's path) and their numbers acknowledged, so nothing waits for them.
+//! failure (a call of any thread answering the sticky error: the stream's synchronize, a launch,
+//! a look at a stream point), the lane's functions are let go unrun (their records are reclaimed
+//! by the failure's path) and their numbers acknowledged, so nothing waits for them. Until then
+//! the server polls the lane as it polls one whose stream is still busy: it makes no driver call
+//! itself, since a query from its thread could invalidate another thread's global capture.
 
 mod lanes;
 mod server;
