@@ -271,3 +271,39 @@ fn the_engine_spins_while_a_function_is_pending_then_lets_go_and_parks_using_no_
         "{parked:?} of CPU while parked"
     );
 }
+
+#[test]
+fn a_contexts_lanes_are_freed_when_its_last_user_is_gone_though_the_context_lives_on() {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "a_contexts_lanes_are_freed_when_its_last_user_is_gone_though_the_context_lives_on",
+            "counting host allocations needs the software driver",
+        );
+    };
+    // Alone in a process: the count of host allocations is process-wide.
+    suite::alone_in_child!(
+        a_contexts_lanes_are_freed_when_its_last_user_is_gone_though_the_context_lives_on
+    );
+    let owner = context();
+    let allocations = || controls.live_objects().host_allocations;
+    let before = allocations();
+    {
+        // A context value of its own, over a context that outlives it: what frees the lanes is
+        // that value's drop, not the context's destruction.
+        // SAFETY: `owner` keeps the context retained for the whole test, past every use.
+        let borrowed =
+            unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+        let stream = polled_stream(&borrowed);
+        assert_eq!(allocations(), before + 1, "a page of lanes");
+        let tally = Tally::new();
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran()).expect("launch");
+        stream.synchronize().expect("synchronize");
+        assert_eq!(tally.runs(), 1);
+    }
+    // The server lets the context go a while after the stream's last function.
+    wait_until("the lanes' page to be freed", || {
+        reclaim();
+        allocations() == before
+    });
+}
