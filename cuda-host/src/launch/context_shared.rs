@@ -133,23 +133,9 @@ impl ContextShared {
     /// Runs `call` with this context current on the calling thread, then makes what was current
     /// before current again: cuda-host leaves the thread's current context as it found it.
     pub(crate) fn with_current<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
-        let driver = self.driver();
-        let mut previous = ptr::null_mut();
-        // SAFETY: `previous` is a valid out-pointer.
-        unsafe { checked!(driver, cuCtxGetCurrent(&mut previous)) }?;
-        if previous == self.raw {
-            return call();
-        }
         // SAFETY: `raw` is live while this value exists: retained by it, or kept alive by its
         // owner (`Context::borrow_raw`).
-        unsafe { checked!(driver, cuCtxSetCurrent(self.raw)) }?;
-        let outcome = call();
-        // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
-        if let Err(error) = unsafe { checked!(driver, cuCtxSetCurrent(previous)) } {
-            // The call's own outcome matters more to the caller: what it did happened.
-            log::error!("cannot make the previous context current again: {error}");
-        }
-        outcome
+        unsafe { with_context_current(self.driver(), self.raw, call) }
     }
 
     /// Makes this context current on the calling thread, and leaves it so.
@@ -212,6 +198,33 @@ impl ContextShared {
             .store(!errors.is_empty(), Ordering::Release);
         oldest.map_or(Ok(()), Err)
     }
+}
+
+/// Runs `call` with `context` current on the calling thread, then makes what was current before
+/// current again ([`ContextShared::with_current`], for those holding only the handle).
+///
+/// # Safety
+/// `context` must be a live context of `driver`.
+pub(crate) unsafe fn with_context_current<T>(
+    driver: &Driver,
+    context: CUcontext,
+    call: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    let mut previous = ptr::null_mut();
+    // SAFETY: `previous` is a valid out-pointer.
+    unsafe { checked!(driver, cuCtxGetCurrent(&mut previous)) }?;
+    if previous == context {
+        return call();
+    }
+    // SAFETY: a live context of this driver (the caller's promise).
+    unsafe { checked!(driver, cuCtxSetCurrent(context)) }?;
+    let outcome = call();
+    // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
+    if let Err(error) = unsafe { checked!(driver, cuCtxSetCurrent(previous)) } {
+        // The call's own outcome matters more to the caller: what it did happened.
+        log::error!("cannot make the previous context current again: {error}");
+    }
+    outcome
 }
 
 impl Drop for ContextShared {

@@ -32,7 +32,7 @@ outside_loom_models! {
     pub(crate) use context_failure::{
         abandon_context_if_failed, abandon_if_failed, has_failed, is_sticky, watch_stream,
     };
-    pub(crate) use context_shared::{ContextShared, StreamPointsOfContext};
+    pub(crate) use context_shared::{ContextShared, StreamPointsOfContext, with_context_current};
     pub(crate) use enqueue::{
         HostFuncEntry, PolledEngine, install_polled_engine, pass_through, run_once,
     };

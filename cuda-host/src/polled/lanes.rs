@@ -10,7 +10,7 @@
 
 use crate::checked::checked;
 use crate::error::Result;
-use crate::launch::ContextShared;
+use crate::launch::{ContextShared, with_context_current};
 use crate::stream_slots::{StreamSlot, StreamSlots};
 use crate::sync::lock;
 use cuda_host_sys::{
@@ -224,25 +224,21 @@ impl Drop for ContextLanes {
             return;
         }
         let driver = &*self.driver;
-        let mut previous = std::ptr::null_mut();
-        // SAFETY: `previous` is a valid out-pointer.
-        let current = unsafe { checked!(driver, cuCtxGetCurrent(&mut previous)) }
-            // SAFETY: this context is still retained by the shared state being dropped.
-            .and_then(|()| unsafe { checked!(driver, cuCtxSetCurrent(self.context)) });
+        let free_pages = || {
+            for page in pages {
+                // SAFETY: allocated by `allocate_page`, freed once; no stream waits on it any
+                // more (every number enqueued was acknowledged before the server let the context
+                // go). The context is current.
+                if let Err(error) = unsafe { checked!(driver, cuMemFreeHost(page.host)) } {
+                    log::error!("cannot free a page of the polled engine's lanes: {error}");
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: this context is still retained by the shared state being dropped.
+        let current = unsafe { with_context_current(driver, self.context, free_pages) };
         if let Err(error) = current {
             log::error!("cannot free the polled engine's lanes of a context: {error}");
-            return;
-        }
-        for page in pages {
-            // SAFETY: allocated by `allocate_page`, freed once; no stream waits on it any more
-            // (every number enqueued was acknowledged before the server let the context go).
-            if let Err(error) = unsafe { checked!(driver, cuMemFreeHost(page.host)) } {
-                log::error!("cannot free a page of the polled engine's lanes: {error}");
-            }
-        }
-        // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
-        if let Err(error) = unsafe { checked!(driver, cuCtxSetCurrent(previous)) } {
-            log::error!("cannot make the previous context current again: {error}");
         }
     }
 }
