@@ -1,6 +1,7 @@
 //! The polled engine (`Stream::with_host_engine(HostEngine::Polled)`): host functions in stream
 //! order on cuda-host's own thread, with host_launch's rules: ordering both ways, values dropped
-//! on the launching thread, panics, captures, refusals, failed contexts, many threads, parking.
+//! on the launching thread, panics, captures, refusals, failed contexts, many threads, parking,
+//! the lanes' memory.
 
 use cuda_host::{
     CaptureMode, Context, Error, GraphBuilder, HostEngine, HostTaskSyncMode, LaunchOptions, Stream,
