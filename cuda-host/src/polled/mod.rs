@@ -84,8 +84,12 @@ pub(crate) fn install() {
 /// Gives the stream `stream_id` of `context` its lane, if it has none yet. The context is
 /// current where it must be for an allocation.
 pub(crate) fn prepare_lane(context: &Arc<ContextShared>, stream_id: u64) -> Result<()> {
-    let lanes = context.polled_lanes(|| ContextLanes::new(context));
-    lanes.lane_of(context, stream_id).map(drop)
+    lanes_of(context).lane_of(context, stream_id).map(drop)
+}
+
+/// The lanes of `context`, their table made on first use.
+fn lanes_of(context: &ContextShared) -> &ContextLanes {
+    context.polled_lanes(|| ContextLanes::new(context))
 }
 
 impl PolledEngine for Engine {
@@ -107,7 +111,7 @@ impl PolledEngine for Engine {
                 id
             }
         };
-        let lanes = context.polled_lanes(|| ContextLanes::new(context));
+        let lanes = lanes_of(context);
         loop {
             let lane = lanes.lane_of(context, stream_id)?;
             let mut state = lock(&lane.state);
