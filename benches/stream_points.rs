@@ -28,8 +28,7 @@
 //! holds the stream back; the same for parts of a point; and single driver calls.
 
 use cuda_host::sys::{
-    CU_MEMHOSTALLOC_DEVICEMAP, CUdeviceptr, CUstreamBatchMemOpParams, CUstreamBatchMemOpType,
-    CUstreamWaitValue_flags, Driver,
+    CUdeviceptr, CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags, Driver,
 };
 use cuda_host::{
     Device, Event, EventFlags, HostEngine, Stream, StreamFlags, StreamPoint, host_launch,
@@ -400,46 +399,6 @@ fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(
     Ok(())
 }
 
-/// Two 32-bit words of pinned host memory the device writes to and waits on.
-struct PinnedWord<'driver> {
-    driver: &'driver Driver,
-    host: *mut c_void,
-    device: CUdeviceptr,
-}
-
-impl<'driver> PinnedWord<'driver> {
-    fn new(driver: &'driver Driver) -> Result<Self, String> {
-        let mut host = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; the context is current.
-        let result = unsafe { driver.cuMemHostAlloc(&mut host, 8, CU_MEMHOSTALLOC_DEVICEMAP) };
-        driver
-            .check("cuMemHostAlloc", result)
-            .map_err(|e| e.to_string())?;
-        // Zeroed: the waits on its second half must find it satisfied (pinned memory comes as
-        // it was left).
-        // SAFETY: 8 bytes just allocated, page-aligned; nothing else touches them yet.
-        unsafe { host.cast::<u64>().write(0) };
-        let mut device = 0;
-        // SAFETY: `host` was allocated device-mapped just above; a valid out-pointer.
-        let result = unsafe { driver.cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
-        driver
-            .check("cuMemHostGetDevicePointer_v2", result)
-            .map_err(|e| e.to_string())?;
-        Ok(PinnedWord {
-            driver,
-            host,
-            device,
-        })
-    }
-}
-
-impl Drop for PinnedWord<'_> {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new`, freed once, after the bench's stream drained.
-        let _ = unsafe { self.driver.cuMemFreeHost(self.host) };
-    }
-}
-
 /// Prints what one call of `call` costs the calling thread, over 200,000 calls.
 fn time_calls<R>(name: &str, mut call: impl FnMut() -> R) {
     const CALLS: u32 = 200_000;
@@ -481,7 +440,9 @@ fn run(quick: bool) -> Result<(), String> {
              thread (the software driver runs no kernels)"
         );
     }
-    let word = PinnedWord::new(driver)?;
+    // From the suite's pool of pinned, device-mapped words (never freed); the first two form the
+    // 64-bit word the bare 64-bit write writes.
+    let words = suite::MappedWords::new(&context, 2);
     let mut bench = Bench {
         driver,
         event: Event::new(&context, EventFlags::DisableTiming).map_err(|e| e.to_string())?,
@@ -490,8 +451,8 @@ fn run(quick: bool) -> Result<(), String> {
         launch_kernels: true,
         polled,
         points: Vec::with_capacity(iterations),
-        word: word.device,
-        acknowledged: word.device + 4,
+        word: words.device_address(0),
+        acknowledged: words.device_address(1),
         writes: 0,
         ring: (0..64)
             .map(|_| Event::new(&context, EventFlags::DisableTiming))

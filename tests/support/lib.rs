@@ -1,4 +1,5 @@
-//! The test harness of the integration tests (the examples and the benchmark do without it).
+//! The test harness of the integration tests. The examples do without it; the `stream_points`
+//! benchmark takes from it only its pinned words ([`MappedWords`]) and [`thread_cpu_time`].
 //!
 //! - [`test_driver`] picks the driver a test binary runs on, from `CUDA_TEST_DRIVER`:
 //!   `real` (NVIDIA's `libcuda`, which must load and have a device), `software` (the software

@@ -42,7 +42,8 @@ struct Pool {
 static POOL: Mutex<Option<Pool>> = Mutex::new(None);
 
 impl MappedWords {
-    /// Takes `len` words from the pool and zeroes them.
+    /// Takes `len` words from the pool and zeroes them; the first is 8-byte aligned, so that a
+    /// 64-bit stream operation may write it and the next as one.
     ///
     /// # Panics
     /// When the driver cannot allocate the pool, or the pool is used up.
@@ -50,6 +51,7 @@ impl MappedWords {
         let driver = Arc::clone(context.driver());
         let mut pool = POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let pool = pool.get_or_insert_with(|| allocate_pool(context));
+        pool.used = pool.used.next_multiple_of(2);
         assert!(
             pool.used + len <= POOL_WORDS,
             "the pinned test pool is used up"
