@@ -1,7 +1,7 @@
 //! The polled engine (`Stream::with_host_engine(HostEngine::Polled)`): host functions in stream
 //! order on cuda-host's own thread, with host_launch's rules: ordering both ways, values dropped
-//! on the launching thread, panics, captures, refusals, failed contexts, many threads, parking,
-//! the lanes' memory.
+//! on the launching thread, panics, captures, refusals, failed contexts, streams dropped with
+//! functions pending, many threads, parking, the lanes' memory.
 
 use cuda_host::{
     CaptureMode, Context, Error, GraphBuilder, HostEngine, HostTaskSyncMode, LaunchOptions, Stream,
@@ -196,6 +196,39 @@ fn functions_pending_when_the_context_fails_never_run_are_reclaimed_and_leave_no
         reclaim();
         polled_engine_counts().serving == 0
     });
+}
+
+#[test]
+fn a_polled_stream_and_its_context_value_dropped_with_functions_pending_still_run_them_in_order() {
+    const PENDING: usize = 100;
+    let owner = context();
+    let gate = Gate::new(&owner);
+    let tally = Tally::new();
+    let order = Arc::new(Mutex::new(Vec::with_capacity(PENDING)));
+    {
+        // A context value of its own, dropped with the stream, over a context `owner` keeps.
+        // SAFETY: `owner` keeps the context retained for the whole test, past every use.
+        let borrowed =
+            unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+        let stream = polled_stream(&borrowed);
+        gate.hold(&stream);
+        for index in 0..PENDING {
+            let (probe, order) = (tally.probe(), Arc::clone(&order));
+            host_launch(&stream, move || {
+                probe.ran();
+                order.lock().unwrap().push(index);
+            })
+            .expect("launch");
+        }
+        // The stream is destroyed and both values go with every function still queued.
+    }
+    assert_eq!(tally.runs(), 0, "ran before the gate opened");
+    gate.open();
+    wait_until("the pending functions to run", || tally.runs() == PENDING);
+    // Every wait of the destroyed stream was acknowledged: the context's work all finishes.
+    owner.synchronize().expect("synchronize the context");
+    assert!(order.lock().unwrap().iter().copied().eq(0..PENDING));
+    tally.reclaim_until_dropped(PENDING, "the pending functions' values to be dropped");
 }
 
 #[test]
