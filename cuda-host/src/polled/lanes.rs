@@ -41,43 +41,24 @@ pub(super) struct Waiting {
 // thread runs the function.
 unsafe impl Send for Waiting {}
 
-/// One stream's lane.
-pub(crate) struct Lane {
-    /// The word the stream writes: `sequence` on the host, `device + 0` for the stream.
+/// A lane's two words in pinned memory, as the host sees them, valid while the context's shared
+/// state lives (whoever holds a copy holds that state). Copied by the server into its own list,
+/// so that its polling reads only its own memory and the pinned page, never a line an enqueue
+/// writes.
+#[derive(Clone, Copy)]
+pub(super) struct Words {
+    /// The word the stream writes.
     sequence: *const AtomicU32,
     /// The word the stream waits on.
     acknowledged: *const AtomicU32,
-    device: CUdeviceptr,
-    pub(super) state: Mutex<LaneState>,
-    pub(super) queue: Mutex<VecDeque<Waiting>>,
-    /// Whether the server has the lane on its list.
-    pub(super) served: AtomicBool,
 }
 
-pub(super) struct LaneState {
-    /// The id of the stream the lane serves, if any.
-    pub(super) owner: Option<u64>,
-    /// The last number enqueued.
-    pub(super) issued: u32,
-}
-
-// SAFETY: the words are pinned memory that any thread may access atomically; the rest is
-// atomics and mutexes.
-unsafe impl Send for Lane {}
+// SAFETY: pinned memory that any thread may access atomically.
+unsafe impl Send for Words {}
 // SAFETY: as above.
-unsafe impl Sync for Lane {}
+unsafe impl Sync for Words {}
 
-impl Lane {
-    /// The stream's address of the sequence word.
-    pub(super) fn sequence_device(&self) -> CUdeviceptr {
-        self.device
-    }
-
-    /// The stream's address of the acknowledged word.
-    pub(super) fn acknowledged_device(&self) -> CUdeviceptr {
-        self.device + size_of::<u32>() as CUdeviceptr
-    }
-
+impl Words {
     /// The last number the stream wrote.
     pub(super) fn sequence(&self) -> u32 {
         // SAFETY: the page lives while the context's shared state does, which whoever reads
@@ -92,9 +73,44 @@ impl Lane {
     }
 
     /// The last number acknowledged.
-    fn acknowledged(&self) -> u32 {
+    pub(super) fn acknowledged(&self) -> u32 {
         // SAFETY: as for `sequence`.
         unsafe { (*self.acknowledged).load(Ordering::Acquire) }
+    }
+}
+
+/// One stream's lane.
+pub(crate) struct Lane {
+    words: Words,
+    /// The stream's address of the sequence word; the acknowledged word follows it.
+    device: CUdeviceptr,
+    pub(super) state: Mutex<LaneState>,
+    pub(super) queue: Mutex<VecDeque<Waiting>>,
+    /// Whether the server has the lane on its list.
+    pub(super) served: AtomicBool,
+}
+
+pub(super) struct LaneState {
+    /// The id of the stream the lane serves, if any.
+    pub(super) owner: Option<u64>,
+    /// The last number enqueued.
+    pub(super) issued: u32,
+}
+
+impl Lane {
+    /// The stream's address of the sequence word.
+    pub(super) fn sequence_device(&self) -> CUdeviceptr {
+        self.device
+    }
+
+    /// The stream's address of the acknowledged word.
+    pub(super) fn acknowledged_device(&self) -> CUdeviceptr {
+        self.device + size_of::<u32>() as CUdeviceptr
+    }
+
+    /// The lane's words.
+    pub(super) fn words(&self) -> Words {
+        self.words
     }
 }
 
@@ -182,8 +198,10 @@ impl ContextLanes {
                     acknowledged.write(AtomicU32::new(0));
                 }
                 Arc::new(Lane {
-                    sequence,
-                    acknowledged,
+                    words: Words {
+                        sequence,
+                        acknowledged,
+                    },
                     device: device + (2 * index * size_of::<u32>()) as CUdeviceptr,
                     state: Mutex::new(LaneState {
                         owner: None,
@@ -208,7 +226,7 @@ impl StreamSlot for Lane {
         let Ok(mut state) = self.state.try_lock() else {
             return false;
         };
-        if !lock(&self.queue).is_empty() || self.acknowledged() != state.issued {
+        if !lock(&self.queue).is_empty() || self.words.acknowledged() != state.issued {
             return false;
         }
         state.owner = None;

@@ -13,7 +13,7 @@
 //! queued (a stream still busy with earlier work); with none queued it lingers `LINGER`, then
 //! parks until an enqueue finds it parked.
 
-use super::lanes::{Lane, reached};
+use super::lanes::{Lane, Words, reached};
 use crate::launch::{ContextShared, InHostFunction, drop_when_allowed, has_failed};
 use crate::own_thread::OwnThread;
 use crate::sync::lock;
@@ -21,10 +21,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A lane being served, with the context that keeps its words.
+/// A lane being served, with the context that keeps its words. The words and the context's
+/// address are copies: polling reads them here, not from lines every enqueue writes (the lane's
+/// locks, the context's count of references).
 struct Served {
     lane: Arc<Lane>,
+    words: Words,
     context: Arc<ContextShared>,
+    context_address: usize,
     /// When a function of it last ran (or it was registered).
     last_active: Instant,
 }
@@ -84,7 +88,10 @@ pub fn polled_engine_counts() -> PolledEngineCounts {
 
 /// Makes sure the server serves `lane`, which just got a function queued.
 pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
-    if lane.served.swap(true, Ordering::AcqRel) {
+    // Looked at before it is set, so that an enqueue on a lane the server keeps writes nothing
+    // here. A lane the server let go, it let go with its queue empty under the queue's lock,
+    // which this enqueue took afterwards to queue its function: the look sees it let go.
+    if lane.served.load(Ordering::Acquire) || lane.served.swap(true, Ordering::AcqRel) {
         return;
     }
     SERVER.serving.fetch_add(1, Ordering::SeqCst);
@@ -94,7 +101,9 @@ pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
     let mut registry = lock(&SERVER.registry);
     registry.fresh.push(Served {
         lane: Arc::clone(lane),
+        words: lane.words(),
         context: Arc::clone(context),
+        context_address: context.raw().addr(),
         last_active: Instant::now(),
     });
     if registry.parked {
@@ -172,9 +181,31 @@ fn run() {
 /// Runs the functions of `served` whose numbers the stream wrote, in order, acknowledging each;
 /// lets them go unrun if the context failed. Whether any ran or went.
 fn serve_lane(served: &Served) -> bool {
-    let lane = &served.lane;
-    let sequence = lane.sequence();
-    let mut progressed = false;
+    let words = served.words;
+    let sequence = words.sequence();
+    // A stream that wrote no number since the last acknowledgement has nothing to run: the lane
+    // itself, whose locks every enqueue on it takes, is left alone.
+    let mut progressed =
+        sequence != words.acknowledged() && run_reached(&served.lane, words, sequence);
+    if !progressed && has_failed(served.context_address) {
+        // The stream will never write again: its run-once records were abandoned by the
+        // failure's path; raw functions are not run, as the driver runs none after a failure.
+        let let_go: Vec<_> = lock(&served.lane.queue).drain(..).collect();
+        if let Some(last) = let_go.last() {
+            words.acknowledge(last.number);
+            SERVER
+                .functions
+                .fetch_add(let_go.len() as u64, Ordering::SeqCst);
+            progressed = true;
+        }
+    }
+    progressed
+}
+
+/// Runs the functions of `lane` (with its `words`) up to the number `sequence` the stream
+/// wrote, in order, acknowledging each. Whether any ran.
+fn run_reached(lane: &Lane, words: Words, sequence: u32) -> bool {
+    let mut ran = false;
     loop {
         let next = {
             let mut queue = lock(&lane.queue);
@@ -184,27 +215,14 @@ fn serve_lane(served: &Served) -> bool {
             }
         };
         let Some(waiting) = next else {
-            break;
+            return ran;
         };
         // SAFETY: enqueued with this function and data by a launch, whose caller vouched that
         // the function may be called with it on a host-function thread; the trampoline catches
         // every panic.
         unsafe { (waiting.function)(waiting.data) };
-        lane.acknowledge(waiting.number);
+        words.acknowledge(waiting.number);
         SERVER.functions.fetch_add(1, Ordering::SeqCst);
-        progressed = true;
+        ran = true;
     }
-    if !progressed && has_failed(served.context.raw().addr()) {
-        // The stream will never write again: its run-once records were abandoned by the
-        // failure's path; raw functions are not run, as the driver runs none after a failure.
-        let let_go: Vec<_> = lock(&lane.queue).drain(..).collect();
-        if let Some(last) = let_go.last() {
-            lane.acknowledge(last.number);
-            SERVER
-                .functions
-                .fetch_add(let_go.len() as u64, Ordering::SeqCst);
-            progressed = true;
-        }
-    }
-    progressed
 }
