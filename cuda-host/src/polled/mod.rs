@@ -9,10 +9,10 @@
 //! sequence words of the streams it serves, runs each function whose number the stream wrote, in
 //! order, and acknowledges it. The stream still waits for the function, as with the driver: only
 //! the wake-up and the report are cheaper. Measured on the H200 (`benches/stream_points.rs`):
-//! kernel + host function + kernel costs 1.8–2.3 µs more than kernel + kernel against 16–43 µs
-//! through the driver, and on four streams fed by one thread the engine serves 1.6 times the
+//! kernel + host function + kernel costs 1.5–2.3 µs more than kernel + kernel against 18–45 µs
+//! through the driver, and on four streams fed by one thread the engine served 1.5–7 times the
 //! host functions per second (`docs/PERFORMANCE.md`). The batch costs the enqueuing thread
-//! 0.9–1.4 µs (the same write and wait as two calls, 1.6–2.5 µs).
+//! 0.8–1.4 µs (the same write and wait as two calls, 1.6–2.5 µs).
 //!
 //! **What it costs.** The server polls while functions are queued: without pause for 100 µs
 //! after a function ran, then yielding, then in sleeps of up to 200 µs (so a function queued
@@ -62,7 +62,7 @@ pub enum HostEngine {
     /// cuda-host's polled engine: a thread of cuda-host's serves the stream through a write and
     /// a wait on pinned, device-mapped memory, under every rule of
     /// [`host_launch`](crate::host_launch). Between two kernels a host function costs the stream
-    /// 1.8–2.3 µs more than nothing, against 16–43 µs through the driver, on an H200. The thread
+    /// 1.5–2.3 µs more than nothing, against 18–45 µs through the driver, on an H200. The thread
     /// polls while functions are queued, a core's worth while they follow one another closely.
     /// Choose it for many short host functions between kernels with a core to spare; not for one
     /// in a while, nor without a core to spare, nor to queue thousands of host functions behind a
