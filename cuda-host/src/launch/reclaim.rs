@@ -70,7 +70,9 @@ pub(crate) fn reclaim_on_launch() {
 }
 
 /// Drops the finished records of the calling thread's launches (and those of threads that
-/// exited) on the calling thread; returns how many.
+/// exited) on the calling thread; returns how many. A thread has exited, here, once its
+/// thread-local destructors ran: an explicit `join` waits for them, the implicit join at the end
+/// of `std::thread::scope` does not.
 ///
 /// cuda-host calls it on each launch, stream synchronize and stream drop; call it yourself to
 /// release captured values promptly when a thread makes no other cuda-host call for a while.
