@@ -190,8 +190,8 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// Launches a host function holding a [`DeviceBuffer`] on `stream` and waits until it ran: its
-/// record then waits for a drain.
+/// Launches a host function holding a [`DeviceBuffer`] on `stream` and waits until the stream
+/// is done with it: its record then waits in this thread's inbox for a drain.
 fn finished_record_holding_device_memory(
     context: &Context,
     stream: &Stream,
@@ -205,7 +205,8 @@ fn finished_record_holding_device_memory(
         probe.ran();
     })
     .expect("launch");
-    suite::wait_until("the host function to run", || tally.runs() == 1);
+    suite::wait_until_done(stream);
+    assert_eq!(tally.runs(), 1);
     frees
 }
 

@@ -228,7 +228,7 @@ fn with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims() {
     let tally = Tally::new();
     let probe = tally.probe();
     host_launch(&stream, move || probe.ran()).expect("launch 1");
-    wait_until("the host function to run", || tally.runs() == 1);
+    suite::wait_until_done(&stream);
     host_launch(&stream, || {}).expect("launch 2");
     assert_eq!(tally.drops(), 0, "launch 2 of 3 does not reclaim");
     host_launch(&stream, || {}).expect("launch 3");
@@ -860,7 +860,8 @@ fn a_drop_that_panics_in_a_drain_is_reported_and_the_draining_launch_goes_on() {
         probe.ran();
     })
     .expect("launch");
-    wait_until("the first host function to run", || first.runs() == 1);
+    suite::wait_until_done(&stream);
+    assert_eq!(first.runs(), 1);
     // The next launch drains the finished record first: its value's Drop panics there.
     let second = Tally::new();
     let probe = second.probe();
@@ -895,7 +896,7 @@ fn captured_values_are_dropped_on_the_thread_that_launched_them() {
             let stream = new_stream(&context);
             let probe = tally.probe();
             host_launch(&stream, move || probe.ran()).expect("launch");
-            wait_until("the host function to run", || tally.runs() == 1);
+            suite::wait_until_done(&stream);
             ran.wait();
             other_reclaimed.wait();
             cuda_host::reclaim();
@@ -986,7 +987,7 @@ fn a_thread_holding_a_lock_another_threads_value_needs_in_its_drop_does_not_dead
                 probe.ran();
             })
             .expect("launch");
-            wait_until("the host function to run", || tally.runs() == 1);
+            suite::wait_until_done(&stream);
             ran.wait();
             done.wait();
             stream.synchronize().expect("synchronize");

@@ -44,4 +44,4 @@ pub use selection::{
     DriverKind, TestDriver, context, host_engine, ok, skip, skip_unless_real, test_driver,
 };
 pub use tally::{DropProbe, Tally};
-pub use wait::{TIMEOUT, wait_until};
+pub use wait::{TIMEOUT, wait_until, wait_until_done};

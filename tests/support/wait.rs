@@ -1,5 +1,8 @@
 //! Bounded waiting: no test waits forever.
 
+use crate::test_driver;
+use cuda_host::Stream;
+use cuda_host_sys::CUresult;
 use std::time::{Duration, Instant};
 
 /// How long a test waits for something that should happen promptly, before it fails.
@@ -21,4 +24,23 @@ pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(10));
     }
+}
+
+/// Waits until `stream` has finished its work, through a raw `cuStreamQuery` that drains
+/// nothing: a host function on it has returned, so its record is finished and waits for its
+/// home's drain (a host function counts its run a moment before it returns; cuda-host's own
+/// `Stream::is_complete` and `synchronize` would drain).
+///
+/// # Panics
+/// When the stream does not finish within [`TIMEOUT`], or the query fails.
+#[track_caller]
+pub fn wait_until_done(stream: &Stream) {
+    wait_until("the stream to finish its work", || {
+        // SAFETY: a valid stream (the caller's).
+        match unsafe { test_driver().driver.cuStreamQuery(stream.as_raw()) } {
+            CUresult::CUDA_SUCCESS => true,
+            CUresult::CUDA_ERROR_NOT_READY => false,
+            failed => panic!("cuStreamQuery failed: {failed}"),
+        }
+    });
 }
