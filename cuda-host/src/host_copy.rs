@@ -60,10 +60,7 @@ impl HostCopy {
         // SAFETY: `HostCopy` is `repr(C)` of two pointers and a `usize`, without padding; any
         // initialised value of it is readable as bytes.
         unsafe {
-            std::slice::from_raw_parts(
-                std::ptr::from_ref(self).cast::<u8>(),
-                size_of::<HostCopy>(),
-            )
+            std::slice::from_raw_parts(std::ptr::from_ref(self).cast::<u8>(), size_of::<HostCopy>())
         }
     }
 

@@ -11,9 +11,8 @@
 use crate::error::{Error, Result};
 use crate::host_launch::{UserData, launch_raw};
 use crate::launch::{
-    drop_when_allowed,
-    HostFuncEntry, RunOnceClosure, ensure_outside_host_function, outside_host_function,
-    reclaim_on_launch,
+    HostFuncEntry, RunOnceClosure, drop_when_allowed, ensure_outside_host_function,
+    outside_host_function, reclaim_on_launch,
 };
 use crate::objects::Stream;
 use cuda_host_sys::CUhostTaskSyncMode;

@@ -234,7 +234,12 @@ impl<'stream> GraphBuilder<'stream> {
         self.stream.with_stream_context(|| {
             let driver = self.stream.context().driver();
             // SAFETY: per the caller; on a capturing stream this adds a host node to the graph.
-            Ok(unsafe { checked!(driver, cuLaunchHostFunc(self.stream.as_raw(), Some(function), data)) }?)
+            Ok(unsafe {
+                checked!(
+                    driver,
+                    cuLaunchHostFunc(self.stream.as_raw(), Some(function), data)
+                )
+            }?)
         })
     }
 }

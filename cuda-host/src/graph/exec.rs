@@ -16,8 +16,8 @@ use crate::checked::checked;
 use crate::error::Result;
 use crate::handle::SendHandle;
 use crate::launch::{
-    ContextShared, GraphRecord, HostCallable, ensure_outside_host_function,
-    outside_host_function, reclaim,
+    ContextShared, GraphRecord, HostCallable, ensure_outside_host_function, outside_host_function,
+    reclaim,
 };
 use crate::objects::{Context, Stream, destroy_later};
 use cuda_host_sys::{
@@ -205,7 +205,12 @@ impl GraphExec {
         let mut raw = ptr::null_mut();
         let instantiated = context.shared.with_current(|| {
             // SAFETY: a live graph; `raw` is a valid out-pointer; the context is current.
-            Ok(unsafe { checked!(driver, cuGraphInstantiateWithFlags(&mut raw, graph.as_raw(), 0)) }?)
+            Ok(unsafe {
+                checked!(
+                    driver,
+                    cuGraphInstantiateWithFlags(&mut raw, graph.as_raw(), 0)
+                )
+            }?)
         });
         // The executable (if any) holds its own reference now.
         // SAFETY: the graph holds the reference moved to it above.
@@ -264,8 +269,7 @@ impl GraphExec {
     where
         F: Fn() + Send + Sync + 'static,
     {
-        let callable =
-            outside_host_function("GraphExec::set_host_node_callable", callable)?;
+        let callable = outside_host_function("GraphExec::set_host_node_callable", callable)?;
         self.set_host_node_callable_shared(node, Arc::new(callable))
     }
 
@@ -278,8 +282,7 @@ impl GraphExec {
         node: &HostNode<'_>,
         callable: HostCallable,
     ) -> Result<()> {
-        let callable =
-            outside_host_function("GraphExec::set_host_node_callable", callable)?;
+        let callable = outside_host_function("GraphExec::set_host_node_callable", callable)?;
         reclaim();
         let driver = self.context.driver();
         let owned = GraphRecord::callable(Arc::clone(&self.context.shared), callable);

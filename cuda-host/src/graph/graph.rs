@@ -197,10 +197,20 @@ impl Graph {
         let driver = self.context.driver();
         let mut count = 0;
         // SAFETY: a null array asks for the count only.
-        unsafe { checked!(driver, cuGraphGetNodes(self.raw, ptr::null_mut(), &mut count)) }?;
+        unsafe {
+            checked!(
+                driver,
+                cuGraphGetNodes(self.raw, ptr::null_mut(), &mut count)
+            )
+        }?;
         let mut nodes = vec![ptr::null_mut(); count];
         // SAFETY: the array holds `count` nodes.
-        unsafe { checked!(driver, cuGraphGetNodes(self.raw, nodes.as_mut_ptr(), &mut count)) }?;
+        unsafe {
+            checked!(
+                driver,
+                cuGraphGetNodes(self.raw, nodes.as_mut_ptr(), &mut count)
+            )
+        }?;
         nodes.truncate(count);
         let mut host_nodes = Vec::new();
         for node in nodes {
@@ -345,7 +355,10 @@ impl<'graph> HostNode<'graph> {
                     fn_: Some(GraphRecord::host_fn()),
                     userData: data,
                 };
-                Ok(checked!(driver, cuGraphHostNodeSetParams(self.raw, &params))?)
+                Ok(checked!(
+                    driver,
+                    cuGraphHostNodeSetParams(self.raw, &params)
+                )?)
             })?;
         }
         if let Some(old) = old {

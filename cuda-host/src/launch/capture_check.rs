@@ -264,8 +264,9 @@ mod tests {
     fn state_when(result: CUresult, status: CUstreamCaptureStatus) -> Result<Option<CaptureState>> {
         ANSWER.with(|answer| answer.set((result, status)));
         // SAFETY: `is_capturing` has `cuStreamIsCapturing`'s signature.
-        let driver =
-            unsafe { fake_driver::driver(&[(c"cuStreamIsCapturing", is_capturing as *mut c_void)]) };
+        let driver = unsafe {
+            fake_driver::driver(&[(c"cuStreamIsCapturing", is_capturing as *mut c_void)])
+        };
         capture_state(&driver, std::ptr::null_mut())
     }
 
@@ -273,7 +274,10 @@ mod tests {
     fn the_drivers_capture_answers_map_to_capture_states() {
         use CUstreamCaptureStatus as Status;
         let ok = CUresult::CUDA_SUCCESS;
-        assert_eq!(state_when(ok, Status::CU_STREAM_CAPTURE_STATUS_NONE), Ok(None));
+        assert_eq!(
+            state_when(ok, Status::CU_STREAM_CAPTURE_STATUS_NONE),
+            Ok(None)
+        );
         assert_eq!(
             state_when(ok, Status::CU_STREAM_CAPTURE_STATUS_ACTIVE),
             Ok(Some(CaptureState::Active))
@@ -299,7 +303,10 @@ mod tests {
             Status::CU_STREAM_CAPTURE_STATUS_NONE,
         )
         .unwrap_err();
-        assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_INVALID_HANDLE));
+        assert_eq!(
+            error.driver_result(),
+            Some(CUresult::CUDA_ERROR_INVALID_HANDLE)
+        );
         assert!(error.to_string().contains("cuStreamIsCapturing"), "{error}");
     }
 
@@ -312,8 +319,9 @@ mod tests {
             ))
         });
         // SAFETY: `is_capturing` has `cuStreamIsCapturing`'s signature.
-        let driver =
-            unsafe { fake_driver::driver(&[(c"cuStreamIsCapturing", is_capturing as *mut c_void)]) };
+        let driver = unsafe {
+            fake_driver::driver(&[(c"cuStreamIsCapturing", is_capturing as *mut c_void)])
+        };
         let stream = 0x77_usize as CUstream;
         let refused = LaunchWindow::open(&driver, stream).err();
         assert_eq!(

@@ -237,12 +237,9 @@ impl Drop for ContextShared {
             return;
         }
         // SAFETY: this value retained the primary context once; it is released once.
-        if let Err(error) = unsafe {
-            checked!(
-                self.driver(),
-                cuDevicePrimaryCtxRelease_v2(self.device)
-            )
-        } {
+        let released =
+            unsafe { checked!(self.driver(), cuDevicePrimaryCtxRelease_v2(self.device)) };
+        if let Err(error) = released {
             // The context is gone: nobody is left to return the error to.
             log::error!("releasing the primary context failed: {error}");
         }

@@ -68,7 +68,9 @@ impl HostFuncEntry {
         let driver = context.driver();
         let launched = match self {
             HostFuncEntry::Polled(stream_id) => {
-                let engine = POLLED_ENGINE.get().expect("a polled stream installed the engine");
+                let engine = POLLED_ENGINE
+                    .get()
+                    .expect("a polled stream installed the engine");
                 // SAFETY: per the caller.
                 return unsafe { engine.enqueue(context, stream, stream_id, function, data) };
             }
@@ -78,7 +80,10 @@ impl HostFuncEntry {
             },
             // SAFETY: per the caller; the driver validates the mode.
             HostFuncEntry::WithSyncMode(mode) => unsafe {
-                checked!(driver, cuLaunchHostFunc_v2(stream, Some(function), data, mode))
+                checked!(
+                    driver,
+                    cuLaunchHostFunc_v2(stream, Some(function), data, mode)
+                )
             },
         };
         Ok(launched?)
@@ -131,8 +136,7 @@ pub(crate) fn run_once<P: RunOnce>(
         HostFuncEntry::Polled(_) => window.stream_captures_now(),
         _ => window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data()),
     };
-    if captured && let Some(record) = slot::abandon_ticket(ticket)
-    {
+    if captured && let Some(record) = slot::abandon_ticket(ticket) {
         // Other code began a capture of the stream between the check and the launch: the
         // launch became a node of that graph. Abandoned, the node does nothing.
         // SAFETY: abandoning claimed the record, which never ran: it is ours to drop.
@@ -209,7 +213,11 @@ mod tests {
 
     impl Drop for Counted {
         fn drop(&mut self) {
-            assert_eq!(std::thread::current().id(), self.1, "dropped on another thread");
+            assert_eq!(
+                std::thread::current().id(),
+                self.1,
+                "dropped on another thread"
+            );
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -239,9 +247,16 @@ mod tests {
             HostFuncEntry::Classic,
         )
         .unwrap_err();
-        assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY));
+        assert_eq!(
+            error.driver_result(),
+            Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+        );
         assert!(error.to_string().contains("cuLaunchHostFunc"), "{error}");
-        assert_eq!(drops.load(Ordering::SeqCst), 1, "the payload was not dropped at once");
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            1,
+            "the payload was not dropped at once"
+        );
         assert_eq!(ran.load(Ordering::SeqCst), 0);
     }
 }

@@ -156,8 +156,7 @@ pub(crate) unsafe fn callable_of_node<'a>(
     function: Option<unsafe extern "C" fn(*mut c_void)>,
     data: *mut c_void,
 ) -> Option<&'a GraphCallable> {
-    let ours = function
-        .is_some_and(|function| ptr::fn_addr_eq(function, GraphRecord::host_fn()));
+    let ours = function.is_some_and(|function| ptr::fn_addr_eq(function, GraphRecord::host_fn()));
     let record = NonNull::new(data.cast::<RecordHeader>()).filter(|_| ours)?;
     // SAFETY: per the caller.
     unsafe { callable_at(record) }

@@ -137,7 +137,10 @@ pub(crate) fn hold_until<T: Send + 'static>(
     });
     let held = HELD.try_with(|held| {
         let mut queues = held.queues.borrow_mut();
-        let queue = match queues.iter().position(|q| q.is_for(&queue.as_ref().expect("one").progress)) {
+        let queue = match queues
+            .iter()
+            .position(|q| q.is_for(&queue.as_ref().expect("one").progress))
+        {
             Some(index) => &mut queues[index],
             None => {
                 queues.push(queue.take().expect("one"));
@@ -179,7 +182,10 @@ pub(crate) fn release_passed(look: Look) -> usize {
             let Ok(mut queues) = held.queues.try_borrow_mut() else {
                 return 0;
             };
-            let released: usize = queues.iter_mut().map(|queue| queue.release_passed(look)).sum();
+            let released: usize = queues
+                .iter_mut()
+                .map(|queue| queue.release_passed(look))
+                .sum();
             queues.retain(|queue| !queue.records.is_empty());
             held.count.set(held.count.get() - released);
             released
@@ -229,7 +235,11 @@ mod tests {
 
     impl Drop for Dropped {
         fn drop(&mut self) {
-            assert_eq!(std::thread::current().id(), self.1, "dropped on another thread");
+            assert_eq!(
+                std::thread::current().id(),
+                self.1,
+                "dropped on another thread"
+            );
             self.0.fetch_add(1, Ordering::SeqCst);
         }
     }
@@ -244,7 +254,12 @@ mod tests {
         let here = std::thread::current().id();
         for point in 1..=3 {
             let progress: Arc<dyn Progress> = counter.clone();
-            hold_until(progress, Arc::clone(&context), point, Dropped(Arc::clone(&drops), here));
+            hold_until(
+                progress,
+                Arc::clone(&context),
+                point,
+                Dropped(Arc::clone(&drops), here),
+            );
         }
         crate::launch::reclaim();
         assert_eq!(drops.load(Ordering::SeqCst), 0, "no point passed yet");
@@ -255,7 +270,11 @@ mod tests {
         });
         assert_eq!(drops.load(Ordering::SeqCst), 0);
         crate::launch::reclaim();
-        assert_eq!(drops.load(Ordering::SeqCst), 2, "the first two points were passed");
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            2,
+            "the first two points were passed"
+        );
         counter.0.store(3, Ordering::SeqCst);
         crate::launch::reclaim();
         assert_eq!(drops.load(Ordering::SeqCst), 3);

@@ -5,14 +5,11 @@ use super::{Context, Event, destroy_later};
 use crate::checked::checked;
 use crate::error::{CaptureState, Result};
 use crate::launch::{
-    HostFuncEntry,
-    ContextShared, abandon_if_failed, capture_state,
-    ensure_outside_host_function, in_host_function, reclaim, watch_stream,
-};
-use cuda_host_sys::{
-    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags,
+    ContextShared, HostFuncEntry, abandon_if_failed, capture_state, ensure_outside_host_function,
+    in_host_function, reclaim, watch_stream,
 };
 use crate::polled::HostEngine;
+use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -214,7 +211,12 @@ impl Stream {
         }
         let mut id = 0;
         // SAFETY: the stream handle is valid while `self` exists; a valid out-pointer.
-        unsafe { checked!(self.context.shared.driver(), cuStreamGetId(self.raw, &mut id)) }?;
+        unsafe {
+            checked!(
+                self.context.shared.driver(),
+                cuStreamGetId(self.raw, &mut id)
+            )
+        }?;
         if self.ownership != Ownership::Special {
             self.id.store(id, Ordering::Relaxed);
         }
@@ -353,17 +355,22 @@ impl Drop for Stream {
         // reclaims them. The handle is this value's own, so both may be deferred from a host
         // function, together.
         let watch = launched.then(|| std::sync::Arc::clone(&self.context.shared));
-        destroy_later(&self.context.shared, "stream", self.raw, move |context, raw| {
-            if let Some(watched) = &watch {
-                watch_stream(watched, raw);
-            }
-            // SAFETY: the stream was created by `Stream::new` and is destroyed once.
-            let destroyed = unsafe { checked!(context.driver(), cuStreamDestroy_v2(raw)) };
-            if let Err(error) = &destroyed {
-                abandon_if_failed(context, error.result());
-            }
-            destroyed
-        });
+        destroy_later(
+            &self.context.shared,
+            "stream",
+            self.raw,
+            move |context, raw| {
+                if let Some(watched) = &watch {
+                    watch_stream(watched, raw);
+                }
+                // SAFETY: the stream was created by `Stream::new` and is destroyed once.
+                let destroyed = unsafe { checked!(context.driver(), cuStreamDestroy_v2(raw)) };
+                if let Err(error) = &destroyed {
+                    abandon_if_failed(context, error.result());
+                }
+                destroyed
+            },
+        );
         if !in_host_function() {
             reclaim();
         }

@@ -54,8 +54,8 @@ pub use release::{Unreleased, release_in_stream_order};
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, LaunchWindow, Progress, abandon_if_failed, has_failed};
 use crate::objects::Stream;
-use tracks::{ContextTracks, Pace, Track};
 use std::sync::Arc;
+use tracks::{ContextTracks, Pace, Track};
 
 /// A point marked on a stream: its context (kept retained, which keeps the track's events), its
 /// track and its number.
@@ -73,11 +73,13 @@ impl Mark {
             Some(Ok(()))
         } else if has_failed(self.context.raw().addr()) {
             // Passed after all between the two looks? Then it counts as passed.
-            Some(if self.track.look_for(self.point, Pace::Now) >= self.point {
-                Ok(())
-            } else {
-                Err(Error::ContextFailed)
-            })
+            Some(
+                if self.track.look_for(self.point, Pace::Now) >= self.point {
+                    Ok(())
+                } else {
+                    Err(Error::ContextFailed)
+                },
+            )
         } else {
             None
         }
@@ -107,7 +109,9 @@ fn mark(stream: &Stream) -> Result<Mark> {
         })?;
         let stream_id = stream.id().map_err(|error| noted(error.into()))?;
         let tracks = shared.stream_points(|| ContextTracks::new(shared));
-        let marked = tracks.mark(shared, window.stream(), stream_id).map_err(noted)?;
+        let marked = tracks
+            .mark(shared, window.stream(), stream_id)
+            .map_err(noted)?;
         Ok(Mark {
             context: Arc::clone(shared),
             track: marked.track,

@@ -100,7 +100,11 @@ impl<T> fmt::Debug for Unreleased<T> {
 
 impl<T> fmt::Display for Unreleased<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the value was not released in stream order: {}", self.error)
+        write!(
+            f,
+            "the value was not released in stream order: {}",
+            self.error
+        )
     }
 }
 

@@ -40,13 +40,13 @@ use crate::error::Result;
 use crate::launch::{
     ContextShared, Look, Progress, StreamPointsOfContext, abandon_context_if_failed,
 };
-use std::any::Any;
-use std::cell::Cell;
 use crate::stream_slots::{StreamSlot, StreamSlots};
 use crate::sync::lock;
 use cuda_host_sys::{
     CUcontext, CUevent, CUevent_flags, CUresult, CUstream, CUstreamCaptureMode, Driver,
 };
+use std::any::Any;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -415,7 +415,12 @@ impl StreamPointsOfContext for ContextTracks {
                 if unsafe { checked!(&self.driver, cuStreamGetId(stream, &mut id)) }.is_err() {
                     return;
                 }
-                lock(&self.state).slots.lent_to(id).cloned().into_iter().collect()
+                lock(&self.state)
+                    .slots
+                    .lent_to(id)
+                    .cloned()
+                    .into_iter()
+                    .collect()
             }
         };
         for track in tracks {
@@ -616,7 +621,11 @@ mod tests {
         for _ in 0..CLOCK_EVERY {
             assert_eq!(track.look(Pace::Drain), 0, "nothing ran");
         }
-        assert!(queries(0x73) - before <= 1, "{} queries", queries(0x73) - before);
+        assert!(
+            queries(0x73) - before <= 1,
+            "{} queries",
+            queries(0x73) - before
+        );
         complete(0x73, 1);
         assert_eq!(track.look(Pace::Now), 1, "a look now always queries");
         let before = queries(0x73);

@@ -17,8 +17,8 @@
 //! released here.
 
 use crate::launch::has_failed;
-use crate::points::tracks::{Pace, Track, WATCH_LOOK};
 use crate::own_thread::OwnThread;
+use crate::points::tracks::{Pace, Track, WATCH_LOOK};
 use crate::sync::lock;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -154,8 +154,8 @@ pub(super) fn register(
     if let Some(id) = id
         && let Some((_, registered)) = registry.waiting[index].wakers.get_mut(&id)
     {
-        let replaced = (!registered.will_wake(waker))
-            .then(|| std::mem::replace(registered, waker.clone()));
+        let replaced =
+            (!registered.will_wake(waker)).then(|| std::mem::replace(registered, waker.clone()));
         drop(registry);
         drop(replaced); // a waker's drop is the executor's code: not under the lock
         return Some(id);
@@ -230,7 +230,9 @@ fn run() {
             for waiting in &mut registry.waiting {
                 waiting.take_passed(&mut woken);
             }
-            registry.waiting.retain(|waiting| !waiting.wakers.is_empty());
+            registry
+                .waiting
+                .retain(|waiting| !waiting.wakers.is_empty());
             registry.live -= woken.len();
             // Set under the lock, as `register` reads it: a registration after this look either
             // finds the thread parked and unparks it, or is seen by the next look.
