@@ -107,6 +107,16 @@ pub enum Error {
     )]
     ContextFailed,
 
+    /// A thread cuda-host needs (the stream-point watcher, the polled engine's server) could
+    /// not be started; nothing was enqueued. The next call that needs it tries again.
+    #[error("cannot start cuda-host's thread {thread}: {reason}")]
+    ThreadStart {
+        /// The thread's name: `"cuda-host-watch"` or `"cuda-host-poll"`.
+        thread: &'static str,
+        /// What the system answered.
+        reason: String,
+    },
+
     /// A host copy whose source and destination overlap.
     #[error(
         "a host copy's buffers overlap: source {:#x}..{:#x}, destination {:#x}..{:#x}",

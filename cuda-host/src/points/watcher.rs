@@ -133,7 +133,7 @@ pub(super) fn register(
     waker: &Waker,
     id: Option<u64>,
 ) -> Option<u64> {
-    let thread = THREAD.get()?;
+    let thread = THREAD.get().ok()?;
     let mut registry = lock(&WATCHER.registry);
     let index = match registry
         .waiting

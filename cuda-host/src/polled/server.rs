@@ -95,7 +95,7 @@ pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
         return;
     }
     SERVER.serving.fetch_add(1, Ordering::SeqCst);
-    let Some(thread) = THREAD.get() else {
+    let Ok(thread) = THREAD.get() else {
         return;
     };
     let mut registry = lock(&SERVER.registry);
