@@ -2,6 +2,7 @@
 //! record under a ticket, the failure handshake, and the look for a capture other code began.
 
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
 use crate::launch::capture_check::LaunchWindow;
 use crate::launch::context_failure;
@@ -122,7 +123,9 @@ pub(crate) fn run_once<P: RunOnce>(
         match slot::take_refused(ticket) {
             // SAFETY: the driver refused the launch, so its record is exclusively ours again.
             Some(record) => unsafe { reclaim::drop_soon(record) },
-            None => log::error!("the driver ran a host function whose launch it refused"),
+            None => logged!(error!(
+                "the driver ran a host function whose launch it refused"
+            )),
         }
         if let Some(result) = error.driver_result() {
             context_failure::abandon_if_failed(context, result);

@@ -39,6 +39,7 @@ outside_loom_models! {
     pub(crate) use held::{Look, Progress, held_count, hold_until};
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
     pub(crate) use mark::{InHostFunction, ensure_outside_host_function};
+    pub(crate) use panic_report::dispose as dispose_panic;
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
     pub(crate) use reclaim::{
         CaptureMark, call_outside_host_function, drop_when_allowed, outside_host_function,
