@@ -25,6 +25,7 @@ outside_loom_models! {
     mod payload;
     mod reclaim;
     mod record;
+    mod running;
     mod slot;
     mod trampoline;
 
@@ -41,6 +42,7 @@ outside_loom_models! {
     pub(crate) use mark::{InHostFunction, ensure_outside_host_function};
     pub(crate) use panic_report::dispose as dispose_panic;
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
+    pub(crate) use running::abandon_if_failed_then_wait;
     pub(crate) use reclaim::{
         CaptureMark, call_outside_host_function, drop_when_allowed, outside_host_function,
         reclaim_on_launch,

@@ -5,8 +5,8 @@ use super::{Context, Event, destroy_later};
 use crate::checked::checked;
 use crate::error::{CaptureState, Result};
 use crate::launch::{
-    ContextShared, HostFuncEntry, abandon_if_failed, capture_state, ensure_outside_host_function,
-    in_host_function, reclaim, watch_stream,
+    ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
+    ensure_outside_host_function, in_host_function, reclaim, watch_stream,
 };
 use crate::polled::HostEngine;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
@@ -269,7 +269,7 @@ impl Stream {
             Ok(synchronized)
         })?;
         if let Err(error) = &synchronized {
-            abandon_if_failed(shared, error.result());
+            abandon_if_failed_then_wait(shared, error.result(), Some(self.raw));
         }
         reclaim();
         Ok(synchronized?)
@@ -289,7 +289,7 @@ impl Stream {
         })?;
         match queried {
             Err(error) if error.result() == CUresult::CUDA_ERROR_NOT_READY => return Ok(false),
-            Err(ref error) => abandon_if_failed(shared, error.result()),
+            Err(ref error) => abandon_if_failed_then_wait(shared, error.result(), Some(self.raw)),
             Ok(()) => {}
         }
         reclaim();
