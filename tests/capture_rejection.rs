@@ -400,3 +400,46 @@ fn a_failed_end_leaves_the_stream_usable() {
     stream.synchronize().expect("synchronize");
     assert_eq!(tally.runs(), 1);
 }
+
+#[test]
+fn a_capture_begins_without_waiting_for_a_launch_the_driver_holds() {
+    // A launch the driver holds (an enqueue blocked behind a stream wait that perhaps only the
+    // capturing thread would release) must not hold up a capture of its stream: the capture
+    // would wait for it forever.
+    let Some(controls) =
+        controls_to_hold_a_launch("a_capture_begins_without_waiting_for_a_launch_the_driver_holds")
+    else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_secs(3));
+    let (launched, (builder, began_after)) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let began = std::time::Instant::now();
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
+        let began_after = began.elapsed();
+        (launcher.join().unwrap(), (builder, began_after))
+    });
+    assert!(
+        began_after < Duration::from_secs(1),
+        "the capture waited {began_after:?} for a launch the driver held"
+    );
+    // The capture took the held launch: refused, its node does nothing, the capture intact.
+    assert!(
+        matches!(launched, Err(Error::StreamCapturing { .. })),
+        "{launched:?}"
+    );
+    let graph = builder.end().expect("the capture ends in a graph");
+    let exec = graph.instantiate().expect("the graph instantiates");
+    exec.launch(&stream).expect("the graph launches");
+    stream.synchronize().expect("synchronize");
+    cuda_host::reclaim();
+    assert_eq!((tally.runs(), tally.drops()), (0, 1));
+}

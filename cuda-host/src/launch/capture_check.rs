@@ -7,6 +7,7 @@
 //! legacy stream, a refused `cuLaunchHostFunc` invalidates the capture it would have joined.
 
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
 use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraphNode, CUgraphNodeType,
@@ -14,6 +15,7 @@ use cuda_host_sys::{
 };
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// What `cuStreamIsCapturing` says of `stream`: `None` when it is not capturing.
 pub(crate) fn capture_state(driver: &Driver, stream: CUstream) -> Result<Option<CaptureState>> {
@@ -50,7 +52,15 @@ fn ensure_not_capturing(driver: &Driver, stream: CUstream) -> Result<()> {
 /// from before its capture check until the driver accepted it; a capture begun through
 /// cuda-host first waits until no launch holds the group of its stream (or of the legacy
 /// stream, which a blocking stream's capture draws in). So the check's answer still holds when
-/// the driver takes the launch: a run-once record never becomes a node of such a capture.
+/// the driver takes the launch: a run-once record does not become a node of such a capture.
+///
+/// The wait is bounded (`LAUNCH_WAIT`): a launch takes microseconds, and one still in flight
+/// after that is held by the driver, such as an enqueue blocked behind a stream wait that only
+/// the capturing thread may release. The capture then begins; if it takes the launch, the
+/// launch's look afterwards finds it there, abandons it and refuses it, as for a capture other
+/// code began, and its node does nothing.
+const LAUNCH_WAIT: Duration = Duration::from_millis(10);
+
 #[repr(align(128))]
 struct StreamGroup {
     launching: AtomicUsize,
@@ -154,7 +164,7 @@ pub(crate) struct CaptureBeginning {
 
 impl CaptureBeginning {
     /// Stops new launches on `stream`'s group and the legacy stream's, and waits until the
-    /// launches in flight there were accepted or refused.
+    /// launches in flight there were accepted or refused, for at most `LAUNCH_WAIT`.
     pub(crate) fn wait_for_launches(stream: CUstream) -> CaptureBeginning {
         let groups = [group_of(stream), group_of(CU_STREAM_LEGACY)];
         for (index, group) in groups.iter().enumerate() {
@@ -163,8 +173,15 @@ impl CaptureBeginning {
             }
             group.beginning.fetch_add(1, Ordering::SeqCst);
         }
+        let began = Instant::now();
         for group in groups {
             while group.launching.load(Ordering::SeqCst) != 0 {
+                if began.elapsed() > LAUNCH_WAIT {
+                    logged!(debug!(
+                        "a capture begins while the driver holds a launch of its stream's group"
+                    ));
+                    return CaptureBeginning { groups };
+                }
                 std::thread::yield_now();
             }
         }
