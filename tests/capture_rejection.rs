@@ -3,7 +3,8 @@
 //! time ([`suite::capture_lock`]) in their own test binary.
 
 use cuda_host::{
-    CaptureMode, CaptureState, Context, Error, GraphBuilder, Stream, StreamFlags, host_launch,
+    CaptureMode, CaptureState, Context, Error, GraphBuilder, Stream, StreamFlags, UserData,
+    host_launch, host_launch_raw,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
@@ -77,6 +78,32 @@ fn a_capturing_stream_is_refused_and_its_capture_still_yields_a_graph_that_runs(
     run_graph(graph, &stream, 2);
     assert_eq!(nodes_run.load(Ordering::SeqCst), 2);
     assert_eq!(tally.runs(), 0);
+}
+
+#[test]
+fn the_raw_forms_are_refused_on_a_capturing_stream_and_leave_the_capture_intact() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let counter = AtomicUsize::new(0);
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    let pointer = (&raw const counter).cast_mut().cast::<c_void>();
+    let bytes = [7u8; 16];
+    for data in [UserData::PassThrough(pointer), UserData::Copied(&bytes)] {
+        // SAFETY: `add_one` is never run: the launch is refused (and were it not, the counter
+        // outlives the graph, which is never launched).
+        let refused = unsafe { host_launch_raw(&stream, add_one, data) };
+        assert!(
+            matches!(refused, Err(Error::StreamCapturing { .. })),
+            "{refused:?}"
+        );
+    }
+    let graph = capture.end().expect("the capture is still valid");
+    run_graph(graph, &stream, 1);
+    assert_eq!(counter.load(Ordering::SeqCst), 0, "a refused launch ran");
 }
 
 #[test]

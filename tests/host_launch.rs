@@ -1490,3 +1490,49 @@ fn a_synchronize_answering_a_failure_returns_only_once_no_host_function_of_its_s
     );
     std::mem::forget((running, faulting));
 }
+
+static RAW_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn count_raw_run(_data: *mut c_void) {
+    RAW_RUNS.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn raw_launches_queued_behind_a_failure_never_run_and_later_ones_are_refused() {
+    // Alone in a process: the failure stays with it.
+    suite::alone_in_child!(
+        raw_launches_queued_behind_a_failure_never_run_and_later_ones_are_refused
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let fault = suite::kernels::Fault::load(context.driver());
+    gate.hold(&stream);
+    fault.launch(&stream);
+    let bytes = [3u8; 32];
+    for _ in 0..10 {
+        // SAFETY: `count_raw_run` ignores its data.
+        unsafe { host_launch_raw(&stream, count_raw_run, UserData::Copied(&bytes)) }
+            .expect("launch");
+        // SAFETY: as above.
+        unsafe { host_launch_raw(&stream, count_raw_run, UserData::None) }.expect("launch");
+    }
+    gate.open();
+    assert!(stream.synchronize().is_err(), "the fault is reported");
+    // SAFETY: as above.
+    let refused = unsafe { host_launch_raw(&stream, count_raw_run, UserData::Copied(&bytes)) };
+    assert!(refused.is_err(), "a launch after the failure was taken");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    cuda_host::reclaim();
+    assert_eq!(
+        RAW_RUNS.load(Ordering::SeqCst),
+        0,
+        "a function behind the fault ran"
+    );
+    assert_eq!(
+        cuda_host::launch_slot_counts().in_flight,
+        0,
+        "copied bytes behind the failure were not reclaimed"
+    );
+    std::mem::forget(stream);
+}
