@@ -124,9 +124,11 @@ impl Stream {
     /// `Stream::from_cudarc` does this for cudarc's streams in safe code.)
     ///
     /// # Safety
-    /// 1. `raw` must be a stream of `context`'s CUDA context (or `CU_STREAM_LEGACY`,
-    ///    `CU_STREAM_PER_THREAD` or null, which are treated as [`Stream::legacy`] and
-    ///    [`Stream::per_thread`]).
+    /// 1. `raw` must be a stream of `context`'s CUDA context, or a special stream the driver
+    ///    resolves against `context` on each use: `CU_STREAM_LEGACY` (as [`Stream::legacy`]),
+    ///    `CU_STREAM_PER_THREAD` (as [`Stream::per_thread`]) or null, the default stream, which
+    ///    is the legacy stream on a legacy driver table and the calling thread's per-thread
+    ///    default stream on a per-thread table (`CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`).
     /// 2. It must not be destroyed while the returned `Stream` exists: the driver crashes on a
     ///    destroyed stream handle.
     pub unsafe fn borrow_raw(context: &Context, raw: CUstream) -> Stream {
