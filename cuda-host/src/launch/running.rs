@@ -4,135 +4,146 @@
 //! The real driver answers a failure at once while its thread is still inside a host function of
 //! the stream (`docs/probes/failure_during_host_function.c`), and still calls host functions
 //! queued before the failure. So a host function, once claimed, lists its stream here
-//! ([`Running::enter`]) and then looks whether cuda-host has seen its context fail; if so it does
+//! ([`RunningStreams::enter`]) and then looks whether cuda-host has seen its context fail; if so it does
 //! not run. A call that saw the failure records it (`context_failure`), then waits until no host
 //! function of its stream is listed ([`wait_until_none_running`]). The two meet as the failure
 //! handshake does (`failed_contexts`): each stores, then fences, then loads what the other
-//! stored, so at least one sees the other. Either the function sees the failure and does not
+//! stored (the function's fence is the one `FailedContexts::has_failed` makes, the call's the
+//! one `FailedContexts::record` makes), so at least one sees the other. Either the function sees the failure and does not
 //! run, or the call sees the function listed and waits for it.
 //!
-//! A function that finds every entry taken counts in `UNLISTED`, and a call then waits until no
-//! unlisted function runs, whatever its stream: late, never early.
+//! A function that finds every entry taken counts as unlisted, and a call then waits until no
+//! unlisted function runs, whatever its stream: late, never early. The list is a lock-free core,
+//! model-checked with loom (`crate::models`).
 
-use crate::launch::context_failure::{abandon_if_failed, is_sticky};
-use crate::launch::context_shared::ContextShared;
-use cuda_host_sys::{CUresult, CUstream};
-use std::sync::atomic::{AtomicUsize, Ordering, fence};
-use std::time::Duration;
+use crate::sync::{AtomicUsize, fence};
+use std::sync::atomic::Ordering;
 
 /// Entries for functions running at once: the real driver runs one at a time, the polled engine
 /// one, the software driver one per stream.
-const ENTRIES: usize = 64;
+pub(crate) const ENTRIES: usize = 64;
 
-/// Each entry: 0 when free, else the stream's handle plus one (the legacy stream is null).
-static RUNNING: [AtomicUsize; ENTRIES] = [const { AtomicUsize::new(0) }; ENTRIES];
-/// Functions running that found no free entry.
-static UNLISTED: AtomicUsize = AtomicUsize::new(0);
-
-fn key(stream: CUstream) -> usize {
-    stream.addr().wrapping_add(1)
+/// The streams with a host function running, `N` of them listed.
+pub(crate) struct RunningStreams<const N: usize> {
+    /// Each entry: 0 when free, else a stream's key ([`key`]).
+    entries: [AtomicUsize; N],
+    /// Functions running that found no free entry.
+    unlisted: AtomicUsize,
 }
 
-/// A host function of a stream, listed as running while this lives.
-pub(crate) struct Running {
-    entry: Option<&'static AtomicUsize>,
+/// A stream's key in the list: its handle plus one (the legacy stream's handle is null).
+pub(crate) fn key(stream: usize) -> usize {
+    stream.wrapping_add(1)
 }
 
-impl Running {
-    /// Lists a function of `stream` as running, then fences: call it before looking whether the
-    /// function's context failed.
-    pub(crate) fn enter(stream: CUstream) -> Running {
-        let key = key(stream);
-        let entry = RUNNING.iter().find(|entry| {
+/// A function listed as running while this lives.
+pub(crate) struct Running<'list, const N: usize> {
+    list: &'list RunningStreams<N>,
+    entry: Option<usize>,
+}
+
+impl<const N: usize> RunningStreams<N> {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        RunningStreams {
+            entries: [const { AtomicUsize::new(0) }; N],
+            unlisted: AtomicUsize::new(0),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        RunningStreams {
+            entries: std::array::from_fn(|_| AtomicUsize::new(0)),
+            unlisted: AtomicUsize::new(0),
+        }
+    }
+
+    /// Lists a function of the stream `key` as running. Then look whether the function's
+    /// context failed with `FailedContexts::has_failed`, whose fence orders the two.
+    pub(crate) fn enter(&self, key: usize) -> Running<'_, N> {
+        let entry = self.entries.iter().position(|entry| {
             entry
                 .compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         });
         if entry.is_none() {
-            UNLISTED.fetch_add(1, Ordering::Relaxed);
+            self.unlisted.fetch_add(1, Ordering::Relaxed);
         }
+        Running { list: self, entry }
+    }
+
+    /// Whether a function of the stream `key` (any, for `None`) may be running: fences, then
+    /// looks. Call it after recording the context's failure.
+    pub(crate) fn any_running(&self, key: Option<usize>) -> bool {
         fence(Ordering::SeqCst);
-        Running { entry }
+        // Acquire: pairs with `Running`'s drop, so the function's effects are visible once it is
+        // seen gone.
+        self.entries.iter().any(|entry| {
+            let listed = entry.load(Ordering::Acquire);
+            listed != 0 && key.is_none_or(|key| key == listed)
+        }) || self.unlisted.load(Ordering::Acquire) > 0
     }
 }
 
-impl Drop for Running {
+impl<const N: usize> Drop for Running<'_, N> {
     fn drop(&mut self) {
         // Release: what the function did happens before a waiter sees it gone.
         match self.entry {
-            Some(entry) => entry.store(0, Ordering::Release),
+            Some(index) => self.list.entries[index].store(0, Ordering::Release),
             None => {
-                UNLISTED.fetch_sub(1, Ordering::Release);
+                self.list.unlisted.fetch_sub(1, Ordering::Release);
             }
         }
     }
 }
 
-/// Waits until no host function of `stream` is running, or none at all for `None` (a context's
-/// synchronize). Call it after recording the context's failure, never inside a host function (it
-/// would wait for itself).
-pub(crate) fn wait_until_none_running(stream: Option<CUstream>) {
-    let key = stream.map(key);
-    fence(Ordering::SeqCst);
-    let mut pause = Duration::from_micros(20);
-    // Acquire: pairs with `Running`'s drop, so the function's effects are visible on return.
-    while RUNNING.iter().any(|entry| {
-        let listed = entry.load(Ordering::Acquire);
-        listed != 0 && key.is_none_or(|key| key == listed)
-    }) || UNLISTED.load(Ordering::Acquire) > 0
-    {
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
-    }
-}
-
-/// [`abandon_if_failed`], then, when `result` says the context failed, waits as
-/// [`wait_until_none_running`]: for a call of `stream` (`None`: of the whole context) that
-/// answered `result`.
-pub(crate) fn abandon_if_failed_then_wait(
-    context: &ContextShared,
-    result: CUresult,
-    stream: Option<CUstream>,
-) {
-    if is_sticky(result) {
-        abandon_if_failed(context, result);
-        wait_until_none_running(stream);
-    }
-}
-
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
     use std::sync::{Arc, Barrier};
+    use std::time::Duration;
 
     #[test]
-    fn a_wait_returns_only_after_a_running_function_of_its_stream_left() {
+    fn a_function_is_seen_running_until_it_left_and_only_for_its_stream() {
         const STREAM: usize = 0x5000;
-        let stream = STREAM as CUstream;
+        let list = Arc::new(RunningStreams::<2>::new());
         let left = Arc::new(AtomicBool::new(false));
         let listed = Arc::new(Barrier::new(2));
         let runner = {
-            let (left, listed) = (Arc::clone(&left), Arc::clone(&listed));
+            let (list, left, listed) = (Arc::clone(&list), Arc::clone(&left), Arc::clone(&listed));
             std::thread::spawn(move || {
-                let running = Running::enter(STREAM as CUstream);
-                let _elsewhere = Running::enter((STREAM + 0x1000) as CUstream);
+                let running = list.enter(key(STREAM));
+                let elsewhere = list.enter(key(STREAM + 0x1000));
                 listed.wait();
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(20));
                 left.store(true, Ordering::Relaxed);
                 drop(running);
                 listed.wait();
+                drop(elsewhere);
             })
         };
         listed.wait();
-        wait_until_none_running(Some(stream));
+        assert!(list.any_running(Some(key(STREAM))));
+        assert!(list.any_running(None));
+        while list.any_running(Some(key(STREAM))) {
+            std::thread::yield_now();
+        }
+        assert!(left.load(Ordering::Relaxed), "seen gone while it ran");
         assert!(
-            left.load(Ordering::Relaxed),
-            "returned while a function ran"
+            list.any_running(None),
+            "another stream's function is still listed"
         );
         listed.wait();
         runner.join().unwrap();
-        // Nothing of the stream runs: at once.
-        wait_until_none_running(Some(stream));
+        assert!(!list.any_running(None));
+        // With every entry taken, a function is unlisted and counts for every stream.
+        let (first, second) = (list.enter(key(1)), list.enter(key(2)));
+        let third = list.enter(key(3));
+        assert!(list.any_running(Some(key(STREAM))));
+        drop(third);
+        assert!(!list.any_running(Some(key(STREAM))));
+        drop((first, second));
     }
 }

@@ -7,12 +7,11 @@
 //! thread's inbox (`inboxes`).
 
 use crate::contained_log::logged;
-use crate::launch::context_failure::has_failed;
+use crate::launch::context_failure::{enter_running, has_failed};
 use crate::launch::inboxes::{self, RunningHome};
 use crate::launch::mark::InHostFunction;
 use crate::launch::panic_report;
 use crate::launch::record::RecordHeader;
-use crate::launch::running::Running;
 use crate::launch::slot::{self, Ticket};
 use cuda_host_sys::CUstream;
 use std::ffi::c_void;
@@ -58,8 +57,8 @@ pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
             return;
         };
         // Listed until the record was handed on, so that a call answering the context's
-        // failure returns only after this function (`running`).
-        let _running = Running::enter(stream);
+        // failure returns only after this function (`context_failure::enter_running`).
+        let _running = enter_running(stream);
         // SAFETY: claimed: the record is owned here.
         if has_failed(unsafe { record.as_ref() }.context_handle()) {
             // The failure was seen: a call answering it may have returned already, so the
