@@ -470,3 +470,46 @@ fn a_capture_begins_without_waiting_for_a_launch_the_driver_holds() {
     cuda_host::reclaim();
     assert_eq!((tally.runs(), tally.drops()), (0, 1));
 }
+
+#[test]
+fn a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never_calls_it() {
+    // A pass-through launch has no record to abandon: a capture that took it would call the
+    // caller's function with its pointer on every launch of the graph.
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never_calls_it",
+    ) else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let counter = AtomicUsize::new(0);
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
+    let (launched, builder) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let pointer = (&raw const counter).cast_mut().cast::<c_void>();
+            // SAFETY: `counter` outlives the stream's work and the graph's launches.
+            unsafe { host_launch_raw(&stream, add_one, UserData::PassThrough(pointer)) }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
+        (launcher.join().unwrap(), builder)
+    });
+    launched.expect("the pass-through launch went through before the capture");
+    let graph = builder.end().expect("the capture ends in a graph");
+    assert_eq!(
+        graph.host_nodes().expect("nodes").len(),
+        0,
+        "the capture took the pass-through launch"
+    );
+    let exec = graph.instantiate().expect("the graph instantiates");
+    for _ in 0..2 {
+        exec.launch(&stream).expect("the graph launches");
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        1,
+        "the function ran once, outside the graph"
+    );
+}
