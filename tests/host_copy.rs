@@ -3,8 +3,8 @@
 //! also when its body panics, its context fails, or other code captures.
 
 use cuda_host::{
-    CaptureState, Error, HostCopy, HostEngine, Stream, StreamFlags, UserData, host_copy_fn,
-    host_copy_raw, host_copy_scope, host_launch, host_launch_raw,
+    CaptureState, Error, HostCopy, HostCopyScopeError, HostEngine, Stream, StreamFlags, UserData,
+    host_copy_fn, host_copy_raw, host_copy_scope, host_launch, host_launch_raw,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
@@ -363,12 +363,6 @@ fn context_failing_while_a_copy_runs(engine: HostEngine) {
     // If the scope returned while a copy ran, these reads race with it: what the test shows is
     // that they cannot.
     let at_return = written(&sources, &destinations, &untouched);
-    let error = result.expect_err("the scope answers the failure");
-    assert_eq!(
-        error.driver_result(),
-        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
-        "{error}"
-    );
     assert!(
         !at_return.contains(&Written::Partly),
         "a copy was writing when the scope returned: {at_return:?}"
@@ -388,6 +382,13 @@ fn context_failing_while_a_copy_runs(engine: HostEngine) {
         at_return,
         "a copy wrote after the scope returned"
     );
+    let failed = result.expect_err("the scope answers the failure");
+    assert_eq!(
+        failed.error.driver_result(),
+        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+        "{failed}"
+    );
+    assert_eq!(failed.output, Some("the body's output"));
     std::mem::forget((stream, faulting, sources));
 }
 
@@ -422,7 +423,7 @@ fn a_capture_begun_between_two_copies_is_left_intact_and_the_scope_returns_the_b
     let sources = [pattern(4096, 1), pattern(4096, 2)];
     let [mut first, mut second] = [vec![0u8; 4096], vec![0u8; 4096]];
     gate.hold(&stream);
-    let result = std::thread::scope(|threads| {
+    let (launched, refused, capture) = std::thread::scope(|threads| {
         host_copy_scope(&stream, |scope| {
             let launched = scope.copy(&sources[0], &mut first);
             let capture = Capture::begin(
@@ -437,8 +438,8 @@ fn a_capture_begun_between_two_copies_is_left_intact_and_the_scope_returns_the_b
             });
             (launched, refused, capture)
         })
+        .expect("the scope hands back the body's output")
     });
-    let (launched, refused, capture) = result.expect("the scope hands back the body's output");
     launched.expect("the copy before the capture");
     assert_eq!(
         refused.expect_err("the copy under the capture"),
@@ -472,14 +473,15 @@ fn a_scope_on_a_capturing_stream_is_refused_before_its_body_runs_and_leaves_the_
     );
     let mut called = false;
     let result = host_copy_scope(&stream, |_| called = true);
-    let error = result.expect_err("the scope is refused");
+    let refused = result.expect_err("the scope is refused");
     assert!(!called, "the body ran on a capturing stream");
     assert_eq!(
-        error,
+        refused.error,
         Error::StreamCapturing {
             status: CaptureState::Active
         }
     );
+    assert!(refused.output.is_none());
     capture.end().expect("the capture still yields a graph");
 }
 
@@ -588,10 +590,148 @@ fn a_scope_inside_a_host_function_is_refused_without_calling_its_body() {
     assert!(
         matches!(
             result,
-            Err(Error::InHostFunction {
-                call: "host_copy_scope"
+            Err(HostCopyScopeError {
+                error: Error::InHostFunction {
+                    call: "host_copy_scope"
+                },
+                output: None,
             })
         ),
         "{result:?}"
     );
+}
+
+fn own_stream_failing_before_the_copies(engine: HostEngine) {
+    let context = context();
+    let stream = stream_on(engine);
+    let fault = suite::kernels::Fault::load(context.driver());
+    let sources = ManuallyDrop::new(vec![pattern(4096, 7), pattern(4096, 8)]);
+    let mut destinations = ManuallyDrop::new(vec![vec![0u8; 4096]; 2]);
+    let untouched = vec![0u8; 4096];
+    // Nothing else looks at the stream or its context: the scope's own looks see the failure.
+    let gate = Gate::new(&context);
+    let result = host_copy_scope(&stream, |scope| {
+        // Held at the gate, so that the copies are launched before the context fails.
+        gate.hold(&stream);
+        fault.launch(&stream);
+        for (source, destination) in sources.iter().zip(destinations.iter_mut()) {
+            scope.copy(source, destination).expect("the copy");
+        }
+        gate.open();
+        "the body's output"
+    });
+    let at_return = written(&sources, &destinations, &untouched);
+    assert_eq!(at_return, [Written::Not; 2], "a copy after the fault ran");
+    let failed = result.expect_err("the scope answers the failure");
+    assert_eq!(
+        failed.error.driver_result(),
+        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+        "{failed}"
+    );
+    assert_eq!(failed.output, Some("the body's output"));
+    std::mem::forget((stream, sources, destinations));
+}
+
+#[test]
+fn a_scope_whose_stream_fails_before_its_copies_answers_the_failure_it_saw_itself() {
+    suite::alone_in_child!(
+        a_scope_whose_stream_fails_before_its_copies_answers_the_failure_it_saw_itself
+    );
+    own_stream_failing_before_the_copies(suite::host_engine());
+}
+
+#[test]
+fn a_scope_whose_polled_stream_fails_before_its_copies_answers_the_failure_it_saw_itself() {
+    suite::alone_in_child!(
+        a_scope_whose_polled_stream_fails_before_its_copies_answers_the_failure_it_saw_itself
+    );
+    own_stream_failing_before_the_copies(HostEngine::Polled);
+}
+
+/// A logger that panics at the record of a context's failure, and only there.
+struct PanickingAtFailures;
+
+impl log::Log for PanickingAtFailures {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if record.args().to_string().starts_with("the context failed") {
+            panic!("deliberate panic in a logger");
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn logger_panicking_in_the_join(engine: HostEngine) {
+    const COPIES: usize = 4;
+    const LEN: usize = 16 << 20;
+    log::set_logger(&PanickingAtFailures).expect("the first logger of this process");
+    log::set_max_level(log::LevelFilter::Trace);
+    let context = context();
+    let stream = stream_on(engine);
+    let faulting = Stream::new(&context, StreamFlags::NonBlocking).expect("stream");
+    let fault = suite::kernels::Fault::load(context.driver());
+    // Never freed: the process ends with the test.
+    let sources: Vec<Vec<u8>> = (1..=COPIES).map(|seed| vec![seed as u8; LEN]).collect();
+    let mut destinations = ManuallyDrop::new(vec![vec![0u8; LEN]; COPIES]);
+    let untouched = vec![0u8; LEN];
+    // The copies after the first wait at a gate that opens only at the end: at the failure they
+    // are pending, and its record, which counts them, is logged.
+    let gate = Gate::new(&context);
+    let unwound = catch_unwind(AssertUnwindSafe(|| {
+        host_copy_scope(&stream, |scope| {
+            let before = ran_flag(&stream);
+            for (index, (source, destination)) in
+                sources.iter().zip(destinations.iter_mut()).enumerate()
+            {
+                scope.copy(source, destination).expect("the copy");
+                if index == 0 {
+                    gate.hold(&stream);
+                }
+            }
+            wait_until("the host function before the copies to run", || {
+                before.load(Ordering::SeqCst)
+            });
+            std::thread::sleep(Duration::from_millis(1));
+            // Nothing here looks for the failure: the scope's join sees it first, and its
+            // record is logged there.
+            fault.launch(&faulting);
+        })
+    }));
+    let at_return = written(&sources, &destinations, &untouched);
+    assert!(
+        !at_return.contains(&Written::Partly),
+        "a copy was writing when the scope unwound: {at_return:?}"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        written(&sources, &destinations, &untouched),
+        at_return,
+        "a copy wrote after the scope unwound"
+    );
+    assert!(
+        at_return[1..].iter().all(|&w| w == Written::Not),
+        "a copy behind the gate ran: {at_return:?}"
+    );
+    let payload = unwound.expect_err("the logger's panic comes through the scope");
+    assert!(suite::quiet::is_deliberate(&*payload), "another panic");
+    gate.open();
+    std::mem::forget((stream, faulting, sources));
+}
+
+#[test]
+fn a_logger_panicking_in_a_failed_scopes_join_unwinds_only_once_no_copy_can_write() {
+    suite::alone_in_child!(
+        a_logger_panicking_in_a_failed_scopes_join_unwinds_only_once_no_copy_can_write
+    );
+    logger_panicking_in_the_join(suite::host_engine());
+}
+
+#[test]
+fn a_logger_panicking_in_a_failed_polled_scopes_join_unwinds_only_once_no_copy_can_write() {
+    suite::alone_in_child!(
+        a_logger_panicking_in_a_failed_polled_scopes_join_unwinds_only_once_no_copy_can_write
+    );
+    logger_panicking_in_the_join(HostEngine::Polled);
 }
