@@ -417,6 +417,16 @@ fn a_capture_begun_between_two_copies_is_left_intact_and_the_scope_returns_the_b
         a_capture_begun_between_two_copies_is_left_intact_and_the_scope_returns_the_bodys_output
     );
     let _alone = capture_lock();
+    for mode in [
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    ] {
+        capture_begun_between_two_copies(mode);
+    }
+}
+
+fn capture_begun_between_two_copies(mode: CUstreamCaptureMode) {
     let context = context();
     let stream = new_stream();
     let gate = Gate::new(&context);
@@ -426,10 +436,7 @@ fn a_capture_begun_between_two_copies_is_left_intact_and_the_scope_returns_the_b
     let (launched, refused, capture) = std::thread::scope(|threads| {
         host_copy_scope(&stream, |scope| {
             let launched = scope.copy(&sources[0], &mut first);
-            let capture = Capture::begin(
-                stream.as_raw(),
-                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            );
+            let capture = Capture::begin(stream.as_raw(), mode);
             let refused = scope.copy(&sources[1], &mut second);
             // The first copy waits at the gate while the scope joins, under the capture.
             threads.spawn(|| {
@@ -445,7 +452,8 @@ fn a_capture_begun_between_two_copies_is_left_intact_and_the_scope_returns_the_b
         refused.expect_err("the copy under the capture"),
         Error::StreamCapturing {
             status: CaptureState::Active
-        }
+        },
+        "{mode:?}"
     );
     assert_eq!(
         is_capturing(stream.as_raw()),
@@ -453,11 +461,40 @@ fn a_capture_begun_between_two_copies_is_left_intact_and_the_scope_returns_the_b
             CUresult::CUDA_SUCCESS,
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
         ),
-        "the scope broke the capture"
+        "the scope broke the {mode:?} capture"
     );
-    capture.end().expect("the capture still yields a graph");
+    capture
+        .end()
+        .unwrap_or_else(|(result, _)| panic!("the {mode:?} capture ended with {result}"));
     assert_eq!(first, sources[0], "the copy before the capture ran");
     assert_eq!(second, [0u8; 4096], "the refused copy wrote");
+}
+
+#[test]
+fn a_scope_on_a_special_stream_copies_in_its_order() {
+    // The legacy stream and this thread's default stream resolve against the current context,
+    // which the gate's raw calls need current.
+    let context = context();
+    context
+        .bind_to_thread()
+        .expect("the context binds to this thread");
+    for stream in [Stream::legacy(&context), Stream::per_thread(&context)] {
+        let gate = Gate::new(&context);
+        let source = pattern(4096, 12);
+        let mut destination = vec![0u8; 4096];
+        gate.hold(&stream);
+        std::thread::scope(|threads| {
+            host_copy_scope(&stream, |scope| {
+                scope.copy(&source, &mut destination).expect("the copy");
+                threads.spawn(|| {
+                    std::thread::sleep(Duration::from_millis(10));
+                    gate.open();
+                });
+            })
+            .expect("the scope");
+        });
+        assert_eq!(destination, source);
+    }
 }
 
 #[test]
