@@ -204,7 +204,8 @@ pub unsafe fn host_copy_raw(stream: &Stream, copy: HostCopy) -> Result<()> {
     unsafe { host_launch_raw(stream, host_copy_fn, UserData::Copied(copy.as_bytes())) }
 }
 
-/// Copies launched in a [`host_copy_scope`]: their borrows last as long as the scope.
+/// Copies launched in a [`host_copy_scope`]: their borrows last as long as the scope. It stays
+/// on the thread that runs the scope (it is not `Sync`), which its copies wake as they finish.
 pub struct HostCopyScope<'env> {
     stream: &'env Stream,
     /// Each copy launched, in launch order; the scope cancels those still pending when its body
@@ -457,6 +458,20 @@ impl<T> From<HostCopyScopeError<T>> for Error {
 /// let _ = cuda_host::host_copy_scope(stream, |scope| {
 ///     let mut local = vec![0u8; 16];
 ///     scope.copy(&source, &mut local).unwrap(); // `local` is gone before the copy ran
+/// });
+/// # }
+/// ```
+///
+/// The scope stays on its thread, which its copies wake:
+///
+/// ```compile_fail,E0277
+/// # fn demo(stream: &cuda_host::Stream) {
+/// let source = vec![7u8; 16];
+/// let mut destination = vec![0u8; 16];
+/// let _ = cuda_host::host_copy_scope(stream, |scope| {
+///     std::thread::scope(|threads| {
+///         threads.spawn(|| scope.copy(&source, &mut destination));
+///     });
 /// });
 /// # }
 /// ```
