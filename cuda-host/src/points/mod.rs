@@ -42,6 +42,12 @@
 //! call that reclaims, and [`reclaim`](crate::reclaim)): they are dropped there, by the rule of
 //! launch records. Futures are looked at by one process-wide watcher thread (`watcher`), which
 //! looks every 50 µs while futures wait, then less often, and parks once none has for a while.
+//!
+//! **Panics.** A logger is user code: every log call of a look, of the watcher and of a drain
+//! catches its panic. A look restores what it set (the track's "being looked at" flag, the
+//! thread's capture interaction mode) also when it unwinds, so a panic from anywhere inside it
+//! wedges no track and leaves no thread in another mode; the watcher runs each round under
+//! `catch_unwind` and goes on.
 
 mod future;
 mod release;

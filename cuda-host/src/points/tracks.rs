@@ -36,6 +36,7 @@
 //! released; the driver lets an event still pending go once it completed.
 
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::Result;
 use crate::launch::{
     ContextShared, Look, Progress, StreamPointsOfContext, abandon_context_if_failed,
@@ -94,6 +95,15 @@ pub(crate) struct Track {
     looking: AtomicBool,
     /// Whether a query's unexpected error was logged (once per track).
     logged: AtomicBool,
+}
+
+/// Clears a flag when dropped, also on unwind.
+struct Lowered<'flag>(&'flag AtomicBool);
+
+impl Drop for Lowered<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 struct TrackState {
@@ -185,10 +195,9 @@ impl Track {
         {
             return high;
         }
+        let _looked = Lowered(&self.looking);
         self.looked.store(now, Ordering::Relaxed);
-        let high = in_relaxed_capture_mode(&self.driver, query).unwrap_or(high);
-        self.looking.store(false, Ordering::Release);
-        high
+        in_relaxed_capture_mode(&self.driver, query).unwrap_or(high)
     }
 
     /// The last point recorded.
@@ -238,10 +247,8 @@ impl Track {
             error => {
                 abandon_context_if_failed(self.context, error);
                 if !self.logged.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "cuEventQuery of a stream point failed: {}",
-                        self.driver.check("cuEventQuery", error).unwrap_err()
-                    );
+                    let error = self.driver.check("cuEventQuery", error).unwrap_err();
+                    logged!(warn!("cuEventQuery of a stream point failed: {error}"));
                 }
                 None
             }
@@ -254,24 +261,43 @@ impl Track {
 }
 
 /// Runs `query` with the calling thread in the relaxed capture interaction mode, and then in its
-/// own again; `None`, logged, when the driver refused to change the mode. An event query is a
-/// "potentially unsafe" call: in the default (global) mode it is refused, and invalidates the
-/// capture, while any thread captures in global mode or this thread captures; in relaxed mode it
-/// is not (measured on the 13.0 driver; the two exchanges cost 21 ns). So cuda-host's looks
-/// never break a capture, its own or other code's.
+/// own again (also when `query` unwinds); `None`, logged, when the driver refused to change the
+/// mode. An event query is a "potentially unsafe" call: in the default (global) mode it is
+/// refused, and invalidates the capture, while any thread captures in global mode or this thread
+/// captures; in relaxed mode it is not (measured on the 13.0 driver; the two exchanges cost
+/// 21 ns). So cuda-host's looks never break a capture, its own or other code's.
 fn in_relaxed_capture_mode<T>(driver: &Driver, query: impl FnOnce() -> T) -> Option<T> {
+    /// Gives the thread its own mode back when dropped.
+    struct OwnMode<'driver> {
+        driver: &'driver Driver,
+        mode: CUstreamCaptureMode,
+    }
+    impl Drop for OwnMode<'_> {
+        fn drop(&mut self) {
+            // SAFETY: a valid pointer to a mode, the thread's own.
+            let exchanged = unsafe {
+                checked!(
+                    self.driver,
+                    cuThreadExchangeStreamCaptureMode(&mut self.mode)
+                )
+            };
+            if let Err(error) = exchanged {
+                logged!(error!(
+                    "cannot give a thread its capture interaction mode back: {error}"
+                ));
+            }
+        }
+    }
     let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
     // SAFETY: a valid pointer to a mode.
     if let Err(error) = unsafe { checked!(driver, cuThreadExchangeStreamCaptureMode(&mut mode)) } {
-        log::warn!("a look at stream points waits for the next one: {error}");
+        logged!(warn!(
+            "a look at stream points waits for the next one: {error}"
+        ));
         return None;
     }
-    let answer = query();
-    // SAFETY: as above; `mode` is the thread's own mode again.
-    if let Err(error) = unsafe { checked!(driver, cuThreadExchangeStreamCaptureMode(&mut mode)) } {
-        log::error!("cannot give a thread its capture interaction mode back: {error}");
-    }
-    Some(answer)
+    let _own = OwnMode { driver, mode };
+    Some(query())
 }
 
 /// The tracks of one context.
@@ -438,7 +464,9 @@ fn destroy_events(driver: &Driver, events: impl Iterator<Item = CUevent>) {
     for event in events {
         // SAFETY: an event of this module's, destroyed once, never used after.
         if let Err(error) = unsafe { checked!(driver, cuEventDestroy_v2(event)) } {
-            log::error!("cannot destroy an event of the stream points: {error}");
+            logged!(error!(
+                "cannot destroy an event of the stream points: {error}"
+            ));
         }
     }
 }
