@@ -628,3 +628,34 @@ fn looks_at_points_never_invalidate_a_global_capture_other_code_began() {
         tally.drops() == 2
     });
 }
+
+#[test]
+fn a_stream_point_is_refused_with_a_thread_start_error_when_the_watcher_cannot_start() {
+    // Alone in a process where every thread spawn fails: no stack that large can be mapped.
+    suite::alone_in_child!(
+        a_stream_point_is_refused_with_a_thread_start_error_when_the_watcher_cannot_start,
+        &[("RUST_MIN_STACK", "1125899906842624")]
+    );
+    assert!(
+        std::thread::Builder::new().spawn(|| {}).is_err(),
+        "threads start in this process"
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    match stream_point(&stream) {
+        Err(Error::ThreadStart { thread, .. }) => assert_eq!(thread, "cuda-host-watch"),
+        Err(other) => panic!("refused with {other}"),
+        Ok(mut point) => {
+            let polled = poll_once(&mut point);
+            panic!("a point with no watcher thread to wake it was accepted; its poll: {polled:?}")
+        }
+    }
+    // A release needs no watcher.
+    let tally = Tally::new();
+    release_in_stream_order(&stream, tally.probe()).expect("released");
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.drops(), 1);
+}

@@ -41,7 +41,9 @@
 //! **Who looks.** Released values are looked at by their own thread's drains (every cuda-host
 //! call that reclaims, and [`reclaim`](crate::reclaim)): they are dropped there, by the rule of
 //! launch records. Futures are looked at by one process-wide watcher thread (`watcher`), which
-//! looks every 50 µs while futures wait, then less often, and parks once none has for a while.
+//! looks every 50 µs while futures wait, then less often, and parks once none has for a while;
+//! [`stream_point`] refuses with [`Error::ThreadStart`](crate::Error::ThreadStart) where that
+//! thread cannot be started.
 //!
 //! **Panics.** A logger is user code: every log call of a look, of the watcher and of a drain
 //! catches its panic. A look restores what it set (the track's "being looked at" flag, the

@@ -20,6 +20,7 @@
 //! released here.
 
 use crate::contained_log::logged;
+use crate::error::Result;
 use crate::launch::{dispose_panic, has_failed};
 use crate::own_thread::OwnThread;
 use crate::points::tracks::{Pace, Track, WATCH_LOOK};
@@ -129,17 +130,28 @@ static WATCHER: Watcher = Watcher {
 /// The thread, started by the first registration.
 static THREAD: OwnThread = OwnThread::new("cuda-host-watch", run);
 
+/// Starts the watcher thread unless it runs.
+///
+/// # Errors
+/// [`Error::ThreadStart`](crate::Error::ThreadStart) when it cannot be started.
+pub(super) fn ensure_running() -> Result<()> {
+    THREAD.get().map(|_| ())
+}
+
 /// Registers `waker` for the point `point` of `track` (of the context `context`), or, with
-/// `id` still registered, updates its waker. Returns the registration's id; `None` when the
-/// watcher thread cannot run (the caller must then poll again by itself).
+/// `id` still registered, updates its waker. Returns the registration's id.
+///
+/// # Errors
+/// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher thread cannot be started:
+/// nothing would wake the future.
 pub(super) fn register(
     track: &Arc<Track>,
     context: usize,
     point: u64,
     waker: &Waker,
     id: Option<u64>,
-) -> Option<u64> {
-    let thread = THREAD.get().ok()?;
+) -> Result<u64> {
+    let thread = THREAD.get()?;
     let mut registry = lock(&WATCHER.registry);
     let index = match registry
         .waiting
@@ -164,7 +176,7 @@ pub(super) fn register(
             (!registered.will_wake(waker)).then(|| std::mem::replace(registered, waker.clone()));
         drop(registry);
         drop(replaced); // a waker's drop is the executor's code: not under the lock
-        return Some(id);
+        return Ok(id);
     }
     let id = registry.next_id;
     registry.next_id += 1;
@@ -180,7 +192,7 @@ pub(super) fn register(
         drop(registry);
         WATCHER.fresh.store(true, Ordering::Relaxed);
     }
-    Some(id)
+    Ok(id)
 }
 
 /// Takes back the registration `id` of `track`, if the watcher has not woken it yet.
