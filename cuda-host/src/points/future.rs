@@ -35,7 +35,9 @@ use std::task::{Context, Poll};
 /// need no watcher.)
 ///
 /// # Errors
-/// [`Error::PointInCapture`](crate::Error::PointInCapture) on a stream that is being captured;
+/// [`Error::PointInCapture`](crate::Error::PointInCapture) on a stream that is being captured,
+/// also when a capture other code began took the point's record (see
+/// [`release_in_stream_order`](crate::release_in_stream_order));
 /// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function;
 /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher thread cannot be started;
 /// the driver's error when it refuses the record, or the stream's events cannot be made.

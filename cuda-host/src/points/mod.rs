@@ -28,9 +28,15 @@
 //! graph's lifetime, not the stream's. cuda-host refuses such points with
 //! [`Error::PointInCapture`](crate::Error::PointInCapture) (a release hands its value back), and,
 //! as for host functions, a capture begun through cuda-host waits for points being marked on its
-//! stream. A capture other code begins at the same moment can take the record; the event then
-//! answers no completion until recorded again, and the point is passed when a later point of the
-//! stream is, so a value is never released early, only later.
+//! stream. A capture other code begins between the check and the record takes the record: the
+//! event then stands for a point of the capture, and a query of it would invalidate the capture
+//! (and, once it ended, answer that it completed, whatever the stream did). So the stream is
+//! asked again after the record: if it is capturing, the point is refused in the same way and
+//! its event retired, never queried or recorded again, and no look queries an event from before
+//! its record until that answer (`tracks`). The event's earlier point is then seen passed with a
+//! later one, later, never early. Not seen: a capture that other code begins and also ends
+//! between the record and that question, on a stream cuda-host is marking at that moment; its
+//! point would be seen passed at the next look.
 //!
 //! **Failed contexts.** A stream whose context failed never completes another event. A point of
 //! a context that cuda-host saw fail (a call answering the sticky error, a look whose query
