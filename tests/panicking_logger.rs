@@ -6,7 +6,7 @@
 use cuda_host::{Context, Stream, StreamFlags, reclaim, release_in_stream_order, stream_point};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::future::Future;
-use std::panic::catch_unwind;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -284,4 +284,30 @@ fn the_watcher_survives_a_panicking_waker_under_a_panicking_logger() {
     });
     PANICKING.store(false, Ordering::SeqCst);
     drop(first);
+}
+
+#[test]
+fn dropping_a_capturing_stream_that_launched_under_a_panicking_logger_does_not_panic() {
+    // Alone in a process: the logger stays with it.
+    suite::alone_in_child!(
+        dropping_a_capturing_stream_that_launched_under_a_panicking_logger_does_not_panic
+    );
+    install_logger();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    tally.launch_counted(&stream, 1);
+    stream.synchronize().expect("synchronize");
+    // Other code captures the stream when it is dropped: it is not watched, and that is logged.
+    let capture = suite::capture::Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    PANICKING.store(true, Ordering::SeqCst);
+    let dropped = catch_unwind(AssertUnwindSafe(|| drop(stream)));
+    PANICKING.store(false, Ordering::SeqCst);
+    std::mem::forget(capture); // its stream is gone, and the capture with it
+    assert!(dropped.is_ok(), "the stream's drop panicked");
+    assert!(PANICS.load(Ordering::SeqCst) > 0, "the drop logged");
+    assert_eq!((tally.runs(), tally.drops()), (1, 1));
 }

@@ -790,3 +790,49 @@ fn a_stream_point_is_refused_with_a_thread_start_error_when_the_watcher_cannot_s
     stream.synchronize().expect("synchronize");
     assert_eq!(tally.drops(), 1);
 }
+
+#[test]
+fn a_future_point_whose_record_a_thread_local_capture_took_is_refused_and_the_capture_kept() {
+    let test =
+        "a_future_point_whose_record_a_thread_local_capture_took_is_refused_and_the_capture_kept";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_future_point_whose_record_a_thread_local_capture_took_is_refused_and_the_capture_kept
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut earlier = stream_point(&stream).expect("a point");
+    assert_eq!(poll_once(&mut earlier), Poll::Pending);
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    let error = stream_point(&stream).expect_err("a point the capture took is refused");
+    assert!(matches!(error, Error::PointInCapture { .. }), "{error}");
+    assert_eq!(earlier.is_passed(), Ok(false));
+    drop(
+        end_capture(&stream)
+            .unwrap_or_else(|result| panic!("the capture was invalidated: {result}"))
+            .instantiate(),
+    );
+    gate.open();
+    wait_until("the earlier point to pass", || {
+        poll_once(&mut earlier) == Poll::Ready(Ok(()))
+    });
+    // The slot whose event was retired gets a new one: a full ring of points later, all pass.
+    let points: Vec<StreamPoint> = (0..130)
+        .map(|_| stream_point(&stream).expect("a point"))
+        .collect();
+    stream.synchronize().expect("synchronize");
+    for point in &points {
+        assert_eq!(point.is_passed(), Ok(true));
+    }
+}
