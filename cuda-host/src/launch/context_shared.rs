@@ -11,6 +11,7 @@
 //! released: it is its owner's).
 
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};
@@ -178,7 +179,7 @@ impl ContextShared {
 
     /// Keeps an error a `Drop` could not return, for the next call on this context.
     pub(crate) fn record_drop_error(&self, object: &'static str, error: cuda_host_sys::Error) {
-        log::error!("destroying the {object} failed: {error}");
+        logged!(error!("destroying the {object} failed: {error}"));
         lock(&self.drop_errors).push(Error::DropFailed {
             object,
             source: error,
@@ -222,7 +223,9 @@ pub(crate) unsafe fn with_context_current<T>(
     // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
     if let Err(error) = unsafe { checked!(driver, cuCtxSetCurrent(previous)) } {
         // The call's own outcome matters more to the caller: what it did happened.
-        log::error!("cannot make the previous context current again: {error}");
+        logged!(error!(
+            "cannot make the previous context current again: {error}"
+        ));
     }
     outcome
 }
@@ -241,7 +244,7 @@ impl Drop for ContextShared {
             unsafe { checked!(self.driver(), cuDevicePrimaryCtxRelease_v2(self.device)) };
         if let Err(error) = released {
             // The context is gone: nobody is left to return the error to.
-            log::error!("releasing the primary context failed: {error}");
+            logged!(error!("releasing the primary context failed: {error}"));
         }
     }
 }
