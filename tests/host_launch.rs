@@ -1536,3 +1536,136 @@ fn raw_launches_queued_behind_a_failure_never_run_and_later_ones_are_refused() {
     );
     std::mem::forget(stream);
 }
+
+/// A host function's progress across a failure: it starts, waits until the test saw the failure,
+/// then keeps running for 200 ms (it still uses what it was given) and ends.
+#[derive(Default)]
+struct Straddle {
+    started: std::sync::atomic::AtomicBool,
+    failed: std::sync::atomic::AtomicBool,
+    ended: std::sync::atomic::AtomicBool,
+}
+
+impl Straddle {
+    fn leaked() -> &'static Straddle {
+        Box::leak(Box::default())
+    }
+
+    fn run(&self) {
+        self.started.store(true, Ordering::SeqCst);
+        let began = std::time::Instant::now();
+        while !self.failed.load(Ordering::SeqCst) && began.elapsed() < suite::TIMEOUT {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        self.ended.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits until the function started, fails the context through `faulting`, and lets the
+    /// function go on.
+    fn fail_while_running(&self, faulting: &Stream) {
+        let fault = suite::kernels::Fault::load(faulting.context().driver());
+        wait_until("the host function to start", || {
+            self.started.load(Ordering::SeqCst)
+        });
+        fault.launch(faulting);
+        assert!(faulting.synchronize().is_err(), "the fault is reported");
+        self.failed.store(true, Ordering::SeqCst);
+    }
+}
+
+unsafe extern "C" fn straddle(data: *mut c_void) {
+    // SAFETY: launched with a leaked `Straddle`.
+    unsafe { &*data.cast::<Straddle>() }.run();
+}
+
+#[test]
+fn an_event_synchronize_answering_a_failure_returns_only_once_no_host_function_before_it_runs() {
+    // README: "A call that answers the failure (`synchronize`, `is_complete`) returns only once
+    // no host function of its stream is still running"; RELIABILITY: "so what a closure or copy
+    // uses may be freed when it returns". Event::synchronize and Event::is_complete answer the
+    // failure at once (docs/REAL-DRIVER.md measured cuEventQuery so) and do not wait.
+    suite::alone_in_child!(
+        an_event_synchronize_answering_a_failure_returns_only_once_no_host_function_before_it_runs
+    );
+    let context = context();
+    let (running, faulting) = (new_stream(&context), new_stream(&context));
+    let progress = Straddle::leaked();
+    host_launch(&running, move || progress.run()).expect("launch");
+    let event = cuda_host::Event::new(&context, cuda_host::EventFlags::DisableTiming)
+        .expect("event");
+    event.record(&running).expect("record");
+    progress.fail_while_running(&faulting);
+    let queried = event.is_complete();
+    let ended_at_query = progress.ended.load(Ordering::SeqCst);
+    let synchronized = event.synchronize();
+    let ended_at_synchronize = progress.ended.load(Ordering::SeqCst);
+    assert!(
+        queried.is_err() && synchronized.is_err(),
+        "the failure is reported: {queried:?}, {synchronized:?}"
+    );
+    assert!(
+        ended_at_query && ended_at_synchronize,
+        "the event's calls answered the failure while a host function recorded before the event \
+         still ran (is_complete: ended {ended_at_query}, synchronize: ended \
+         {ended_at_synchronize})"
+    );
+    std::mem::forget((event, running, faulting));
+}
+
+#[test]
+fn a_failed_contexts_synchronize_does_not_wait_for_a_host_function_of_another_context() {
+    // Context::synchronize answering its failure waits until no listed host function runs, of any
+    // stream of any context (wait_until_none_running(None)). A healthy context's host function
+    // that waits for the synchronizing thread (here: for at most 3 s) then holds it up: a
+    // deadlock were the wait unbounded.
+    let test = "a_failed_contexts_synchronize_does_not_wait_for_a_host_function_of_another_context";
+    if test_driver().is_software() && !suite::in_child_process() {
+        return suite::run_in_child(module_path!(), test, &[("CUSW_DEVICE_COUNT", "2")]);
+    }
+    suite::alone_in_child!(
+        a_failed_contexts_synchronize_does_not_wait_for_a_host_function_of_another_context
+    );
+    let driver = Arc::clone(&test_driver().driver);
+    let count = cuda_host::Device::count(&driver).expect("device count");
+    if count < 2 {
+        return suite::skip(test, &format!("needs two devices; this machine has {count}"));
+    }
+    use std::sync::atomic::AtomicBool;
+    use std::time::{Duration, Instant};
+    let failing = context();
+    let healthy = cuda_host::Device::get(&driver, 1)
+        .and_then(|device| device.primary_context())
+        .expect("device 1's primary context");
+    let faulting = new_stream(&failing);
+    let other = new_stream(&healthy);
+    let (started, released) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    {
+        let (started, released) = (Arc::clone(&started), Arc::clone(&released));
+        host_launch(&other, move || {
+            started.store(true, Ordering::SeqCst);
+            let began = Instant::now();
+            while !released.load(Ordering::SeqCst) && began.elapsed() < Duration::from_secs(3) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        })
+        .expect("launch");
+    }
+    wait_until("the other context's host function to start", || {
+        started.load(Ordering::SeqCst)
+    });
+    let fault = suite::kernels::Fault::load(failing.driver());
+    fault.launch(&faulting);
+    let began = Instant::now();
+    let synchronized = failing.synchronize();
+    let waited = began.elapsed();
+    released.store(true, Ordering::SeqCst);
+    assert!(synchronized.is_err(), "the failure is reported");
+    assert!(
+        waited < Duration::from_secs(1),
+        "the failed context's synchronize waited {waited:?} for a host function of another, \
+         healthy context, which waited for this thread"
+    );
+    other.synchronize().expect("the healthy context goes on");
+    std::mem::forget(faulting);
+}
