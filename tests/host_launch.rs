@@ -1669,3 +1669,38 @@ fn a_failed_contexts_synchronize_does_not_wait_for_a_host_function_of_another_co
     other.synchronize().expect("the healthy context goes on");
     std::mem::forget(faulting);
 }
+
+#[test]
+fn a_failure_answered_through_the_null_stream_waits_for_a_function_launched_on_the_legacy_one() {
+    // Stream::borrow_raw: null is "the default stream, which is the legacy stream on a legacy
+    // driver table". Running functions are listed by handle (launch/running.rs `key`), so one
+    // launched through Stream::legacy is listed under CU_STREAM_LEGACY and a synchronize of the
+    // same stream through a borrowed null handle waits for null's entries only. On the polled
+    // engine the stream itself finishes at the failure while the engine's thread still runs it.
+    suite::alone_in_child!(
+        a_failure_answered_through_the_null_stream_waits_for_a_function_launched_on_the_legacy_one
+    );
+    if std::env::var_os("CUDA_SYS_PER_THREAD_DEFAULT_STREAM").is_some_and(|value| value == "1") {
+        return suite::skip(
+            "a_failure_answered_through_the_null_stream_waits_for_a_function_launched_on_the_legacy_one",
+            "null is the per-thread default stream on this table",
+        );
+    }
+    let context = context();
+    let legacy = Stream::legacy(&context)
+        .with_host_engine(cuda_host::HostEngine::Polled)
+        .expect("the polled engine");
+    // SAFETY: null, the legacy stream on this table, resolved against `context`.
+    let null = unsafe { Stream::borrow_raw(&context, std::ptr::null_mut()) };
+    let faulting = new_stream(&context);
+    let progress = Straddle::leaked();
+    host_launch(&legacy, move || progress.run()).expect("launch");
+    progress.fail_while_running(&faulting);
+    assert!(null.synchronize().is_err(), "the failure is reported");
+    assert!(
+        progress.ended.load(Ordering::SeqCst),
+        "the null stream's synchronize answered the failure while a host function launched on \
+         the legacy stream, the same stream, still ran"
+    );
+    std::mem::forget((legacy, null, faulting));
+}
