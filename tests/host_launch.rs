@@ -1704,3 +1704,29 @@ fn a_failure_answered_through_the_null_stream_waits_for_a_function_launched_on_t
     );
     std::mem::forget((legacy, null, faulting));
 }
+
+#[test]
+fn a_synchronize_answering_a_failure_returns_only_once_no_graph_host_node_of_its_stream_runs() {
+    // A graph launched on the stream runs its host nodes as host functions of the stream
+    // (trampoline.rs `graph_host_fn`), which are not listed as running: a synchronize answering
+    // the failure returns while a node's callable still runs.
+    suite::alone_in_child!(
+        a_synchronize_answering_a_failure_returns_only_once_no_graph_host_node_of_its_stream_runs
+    );
+    let context = context();
+    let (running, faulting) = (new_stream(&context), new_stream(&context));
+    let progress = Straddle::leaked();
+    let graph = cuda_host::Graph::new(&context).expect("graph");
+    graph
+        .add_host_node(&[], move || progress.run())
+        .expect("host node");
+    let exec = graph.instantiate().expect("the graph instantiates");
+    exec.launch(&running).expect("the graph launches");
+    progress.fail_while_running(&faulting);
+    assert!(running.synchronize().is_err(), "the failure is reported");
+    assert!(
+        progress.ended.load(Ordering::SeqCst),
+        "the synchronize answered the failure while a graph host node of its stream still ran"
+    );
+    std::mem::forget((exec, graph, running, faulting));
+}
