@@ -1730,3 +1730,28 @@ fn a_synchronize_answering_a_failure_returns_only_once_no_graph_host_node_of_its
     );
     std::mem::forget((exec, graph, running, faulting));
 }
+
+#[test]
+fn a_synchronize_answering_a_failed_drop_returns_only_once_no_host_function_of_its_stream_runs() {
+    // A stream dropped after the failure records cuStreamDestroy's sticky error as a drop error,
+    // and the next call of the context answers it first (`with_stream_context`'s
+    // `take_drop_error`), before cuStreamSynchronize and the wait for running functions: the
+    // synchronize reports the failure while a closure of its stream still runs.
+    suite::alone_in_child!(
+        a_synchronize_answering_a_failed_drop_returns_only_once_no_host_function_of_its_stream_runs
+    );
+    let context = context();
+    let (running, faulting) = (new_stream(&context), new_stream(&context));
+    let progress = Straddle::leaked();
+    host_launch(&running, move || progress.run()).expect("launch");
+    progress.fail_while_running(&faulting);
+    drop(faulting);
+    let synchronized = running.synchronize();
+    let ended = progress.ended.load(Ordering::SeqCst);
+    assert!(synchronized.is_err(), "the failure is reported");
+    assert!(
+        ended,
+        "the synchronize answered {synchronized:?} while a host function of its stream still ran"
+    );
+    std::mem::forget(running);
+}
