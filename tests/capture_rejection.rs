@@ -477,6 +477,13 @@ fn a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never
     // caller's function with its pointer on every launch of the graph.
     let Some(controls) = controls_to_hold_a_launch(
         "a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never_calls_it",
+fn a_raw_launch_the_driver_holds_past_a_capture_begin_is_refused_not_run_by_the_graph() {
+    // A capture waits at most 10 ms for launches in flight; a launch it then takes "is refused
+    // where the driver shows it, and its node does nothing" (README). A pass-through
+    // host_launch_raw has no look after its launch (launch/enqueue.rs `pass_through`): it returns
+    // Ok, and its node calls the caller's function on every launch of the graph.
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_raw_launch_the_driver_holds_past_a_capture_begin_is_refused_not_run_by_the_graph",
     ) else {
         return;
     };
@@ -502,6 +509,20 @@ fn a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never
         0,
         "the capture took the pass-through launch"
     );
+    let counter: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
+    let (launched, builder) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let pointer = (&raw const *counter).cast_mut().cast::<c_void>();
+            // SAFETY: `add_one` takes a pointer to the leaked counter, which lives for the
+            // process.
+            unsafe { host_launch_raw(&stream, add_one, UserData::PassThrough(pointer)) }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture begins");
+        (launcher.join().unwrap(), builder)
+    });
+    let graph = builder.end().expect("capture ends");
     let exec = graph.instantiate().expect("the graph instantiates");
     for _ in 0..2 {
         exec.launch(&stream).expect("the graph launches");
@@ -511,5 +532,9 @@ fn a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never
         counter.load(Ordering::SeqCst),
         1,
         "the function ran once, outside the graph"
+        (counter.load(Ordering::SeqCst), launched.is_err()),
+        (0, true),
+        "the raw launch returned {launched:?}, and the capture took it: its node ran the \
+         function on each graph launch"
     );
 }
