@@ -538,3 +538,59 @@ fn a_raw_launch_the_driver_holds_past_a_capture_begin_is_refused_not_run_by_the_
          function on each graph launch"
     );
 }
+
+#[test]
+fn a_held_launch_the_capture_took_is_refused_though_a_node_followed_it_before_the_look() {
+    // The look after a launch refuses it only where its node is among the capture's last nodes
+    // (capture_check.rs `captured_by_other_code`). The capture's own thread may add a node after
+    // the taken launch and before the look: the launch then returns Ok, and its run-once record
+    // is a node of the graph, run when the graph runs (README: "never captured").
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_held_launch_the_capture_took_is_refused_though_a_node_followed_it_before_the_look",
+    ) else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let nodes_run: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    let counter = (&raw const *nodes_run).cast_mut().cast::<c_void>();
+    let driver = context.driver();
+    let launches_before = controls.call_count(c"cuLaunchHostFunc");
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
+    let (launched, builder) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture begins");
+        // The launch's look is the next to ask for the capture's last nodes: held 1 s.
+        controls.delay_next_calls(c"cuStreamGetCaptureInfo_v3", 1, Duration::from_secs(1));
+        // Counted once its delay is over: the held launch goes on into the capture now.
+        suite::wait_until("the held launch to go on", || {
+            controls.call_count(c"cuLaunchHostFunc") > launches_before
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: the counter is leaked: it outlives every run of the graph.
+        let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(add_one), counter) };
+        driver.check("cuLaunchHostFunc", result).unwrap();
+        (launcher.join().unwrap(), builder)
+    });
+    let graph = builder.end().expect("capture ends");
+    let exec = graph.instantiate().expect("the graph instantiates");
+    for _ in 0..2 {
+        exec.launch(&stream).expect("the graph launches");
+    }
+    stream.synchronize().expect("synchronize");
+    cuda_host::reclaim();
+    assert_eq!(nodes_run.load(Ordering::SeqCst), 2, "the node after it ran");
+    assert_eq!(
+        (launched.is_err(), tally.runs()),
+        (true, 0),
+        "the launch returned {launched:?} and its run-once record ran {} times as a node of the \
+         graph",
+        tally.runs()
+    );
+}
