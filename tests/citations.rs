@@ -173,3 +173,24 @@ fn a_citation_of_a_missing_file_is_found_and_placeholders_are_not() {
         &files
     ));
 }
+
+#[test]
+fn a_file_git_does_not_track_does_not_satisfy_a_citation() {
+    // `tracked_files` walks the file system and `resolves` asks `exists()`: a file that is only
+    // in the working tree (untracked, or ignored outside `target/`) satisfies a citation that a
+    // clean checkout of the commit lacks. So the citation test passed in a tree holding an
+    // untracked tests/adversity_matrix.rs, and fails at the commits that cite it
+    // (docs/RELIABILITY.md at 89c8533).
+    let name = format!("docs/untracked-citation-probe-{}.md", std::process::id());
+    let probe = root().join(&name);
+    std::fs::write(&probe, "").expect("the probe file is written");
+    let files = tracked_files();
+    let listed = files.contains(&name);
+    let resolved = resolves(&name, Path::new("README.md"), &files);
+    std::fs::remove_file(&probe).expect("the probe file is removed");
+    assert!(
+        !listed && !resolved,
+        "a file git does not track counts as the repository's: listed {listed}, a citation of \
+         it resolves {resolved}"
+    );
+}
