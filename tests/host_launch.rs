@@ -1574,11 +1574,6 @@ impl Straddle {
     }
 }
 
-unsafe extern "C" fn straddle(data: *mut c_void) {
-    // SAFETY: launched with a leaked `Straddle`.
-    unsafe { &*data.cast::<Straddle>() }.run();
-}
-
 #[test]
 fn an_event_synchronize_answering_a_failure_returns_only_once_no_host_function_before_it_runs() {
     // README: "A call that answers the failure (`synchronize`, `is_complete`) returns only once
@@ -1592,8 +1587,8 @@ fn an_event_synchronize_answering_a_failure_returns_only_once_no_host_function_b
     let (running, faulting) = (new_stream(&context), new_stream(&context));
     let progress = Straddle::leaked();
     host_launch(&running, move || progress.run()).expect("launch");
-    let event = cuda_host::Event::new(&context, cuda_host::EventFlags::DisableTiming)
-        .expect("event");
+    let event =
+        cuda_host::Event::new(&context, cuda_host::EventFlags::DisableTiming).expect("event");
     event.record(&running).expect("record");
     progress.fail_while_running(&faulting);
     let queried = event.is_complete();
@@ -1629,7 +1624,10 @@ fn a_failed_contexts_synchronize_does_not_wait_for_a_host_function_of_another_co
     let driver = Arc::clone(&test_driver().driver);
     let count = cuda_host::Device::count(&driver).expect("device count");
     if count < 2 {
-        return suite::skip(test, &format!("needs two devices; this machine has {count}"));
+        return suite::skip(
+            test,
+            &format!("needs two devices; this machine has {count}"),
+        );
     }
     use std::sync::atomic::AtomicBool;
     use std::time::{Duration, Instant};
@@ -1639,7 +1637,10 @@ fn a_failed_contexts_synchronize_does_not_wait_for_a_host_function_of_another_co
         .expect("device 1's primary context");
     let faulting = new_stream(&failing);
     let other = new_stream(&healthy);
-    let (started, released) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let (started, released) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
     {
         let (started, released) = (Arc::clone(&started), Arc::clone(&released));
         host_launch(&other, move || {

@@ -201,14 +201,14 @@ fn a_call_answering_a_failure_returns_after_the_function_of_its_stream_or_it_nev
                 Arc::clone(&writes),
             );
             thread::spawn(move || {
-                let _listed = running.enter(key(STREAM));
+                let _listed = running.enter(key(STREAM), CONTEXT);
                 if !failed.has_failed(CONTEXT) {
                     writes.fetch_add(1, Ordering::Relaxed);
                 }
             })
         };
         failed.record(CONTEXT);
-        while running.any_running(Some(key(STREAM))) {
+        while running.any_running(Some(key(STREAM)), CONTEXT) {
             thread::yield_now();
         }
         let seen = writes.load(Ordering::Relaxed);

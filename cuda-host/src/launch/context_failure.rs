@@ -66,19 +66,21 @@ pub(crate) fn abandon_context_if_failed(context: usize, result: CUresult) {
 /// The streams with a run-once host function running (`running`).
 static RUNNING: RunningStreams<ENTRIES> = RunningStreams::new();
 
-/// Lists a function of `stream` as running while the result lives: the trampoline calls it once
-/// it claimed a record, then looks whether the record's context failed ([`has_failed`]).
-pub(crate) fn enter_running(stream: CUstream) -> Running<'static, ENTRIES> {
-    RUNNING.enter(running::key(stream.addr()))
+/// Lists a function of `stream` (`None`: a graph's host node, of no one stream) of `context` as
+/// running while the result lives: the trampolines call it before they look whether the
+/// context failed ([`has_failed`]).
+pub(crate) fn enter_running(stream: Option<CUstream>, context: usize) -> Running<'static, ENTRIES> {
+    let key = stream.map_or(running::ANY_STREAM, |stream| running::key(stream.addr()));
+    RUNNING.enter(key, context)
 }
 
-/// Waits until no host function of `stream` is running, or none at all for `None` (a context's
-/// synchronize). Call it after recording the context's failure, never inside a host function
-/// (it would wait for itself).
-fn wait_until_none_running(stream: Option<CUstream>) {
+/// Waits until no host function of `stream` (of any stream, for `None`) of `context` is
+/// running. Call it after recording the context's failure, never inside a host function (it
+/// would wait for itself).
+fn wait_until_none_running(stream: Option<CUstream>, context: usize) {
     let key = stream.map(|stream| running::key(stream.addr()));
     let mut pause = Duration::from_micros(20);
-    while RUNNING.any_running(key) {
+    while RUNNING.any_running(key, context) {
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(1));
     }
@@ -95,7 +97,7 @@ pub(crate) fn abandon_if_failed_then_wait(
 ) {
     if is_sticky(result) {
         abandon_if_failed(context, result);
-        wait_until_none_running(stream);
+        wait_until_none_running(stream, context.raw().addr());
     }
 }
 

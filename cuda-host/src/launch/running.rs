@@ -12,8 +12,12 @@
 //! one `FailedContexts::record` makes), so at least one sees the other. Either the function sees the failure and does not
 //! run, or the call sees the function listed and waits for it.
 //!
-//! A function that finds every entry taken counts as unlisted, and a call then waits until no
-//! unlisted function runs, whatever its stream: late, never early. The list is a lock-free core,
+//! A function is listed with its context and its stream; the special streams, which the driver
+//! resolves per call (null is the legacy stream, or the per-thread one on a per-thread table),
+//! share one key, so a call on one of them also waits for functions of the others of its
+//! context; a graph's host node counts for every stream of its context. A function that finds
+//! every entry taken counts as unlisted, and a call then waits until no unlisted function runs,
+//! whatever its stream: late, never early. The list is a lock-free core,
 //! model-checked with loom (`crate::models`).
 
 use crate::sync::{AtomicUsize, fence};
@@ -23,17 +27,29 @@ use std::sync::atomic::Ordering;
 /// one, the software driver one per stream.
 pub(crate) const ENTRIES: usize = 64;
 
-/// The streams with a host function running, `N` of them listed.
+/// The streams with a host function running, `N` of them listed, each with its context.
 pub(crate) struct RunningStreams<const N: usize> {
-    /// Each entry: 0 when free, else a stream's key ([`key`]).
-    entries: [AtomicUsize; N],
+    /// Each entry: 0 when free, else its function's [`key`].
+    streams: [AtomicUsize; N],
+    /// Each entry's context (`CUcontext` address); 0 while it is being listed or cleared, which
+    /// counts as any context.
+    contexts: [AtomicUsize; N],
     /// Functions running that found no free entry.
     unlisted: AtomicUsize,
 }
 
-/// A stream's key in the list: its handle plus one (the legacy stream's handle is null).
+/// The key of the special streams, which the driver resolves per call (`CU_STREAM_LEGACY`,
+/// `CU_STREAM_PER_THREAD`, null): one for all of them, since the same stream may be named by
+/// several (null is the legacy stream, or the per-thread one on a per-thread table).
+const SPECIAL: usize = 1;
+
+/// The key of a function of no one stream (a graph's host node): it counts for every stream of
+/// its context.
+pub(crate) const ANY_STREAM: usize = usize::MAX;
+
+/// A stream's key in the list, from its handle.
 pub(crate) fn key(stream: usize) -> usize {
-    stream.wrapping_add(1)
+    if stream <= 2 { SPECIAL } else { stream }
 }
 
 /// A function listed as running while this lives.
@@ -46,7 +62,8 @@ impl<const N: usize> RunningStreams<N> {
     #[cfg(not(loom))]
     pub(crate) const fn new() -> Self {
         RunningStreams {
-            entries: [const { AtomicUsize::new(0) }; N],
+            streams: [const { AtomicUsize::new(0) }; N],
+            contexts: [const { AtomicUsize::new(0) }; N],
             unlisted: AtomicUsize::new(0),
         }
     }
@@ -54,43 +71,53 @@ impl<const N: usize> RunningStreams<N> {
     #[cfg(loom)]
     pub(crate) fn new() -> Self {
         RunningStreams {
-            entries: std::array::from_fn(|_| AtomicUsize::new(0)),
+            streams: std::array::from_fn(|_| AtomicUsize::new(0)),
+            contexts: std::array::from_fn(|_| AtomicUsize::new(0)),
             unlisted: AtomicUsize::new(0),
         }
     }
 
-    /// Lists a function of the stream `key` as running. Then look whether the function's
+    /// Lists a function of the stream `key` of `context` as running. Then look whether the
     /// context failed with `FailedContexts::has_failed`, whose fence orders the two.
-    pub(crate) fn enter(&self, key: usize) -> Running<'_, N> {
-        let entry = self.entries.iter().position(|entry| {
+    pub(crate) fn enter(&self, key: usize, context: usize) -> Running<'_, N> {
+        let entry = self.streams.iter().position(|entry| {
             entry
                 .compare_exchange(0, key, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         });
-        if entry.is_none() {
-            self.unlisted.fetch_add(1, Ordering::Relaxed);
+        match entry {
+            Some(index) => self.contexts[index].store(context, Ordering::Relaxed),
+            None => {
+                self.unlisted.fetch_add(1, Ordering::Relaxed);
+            }
         }
         Running { list: self, entry }
     }
 
-    /// Whether a function of the stream `key` (any, for `None`) may be running: fences, then
-    /// looks. Call it after recording the context's failure.
-    pub(crate) fn any_running(&self, key: Option<usize>) -> bool {
+    /// Whether a function of the stream `key` (any stream, for `None`) of `context` may be
+    /// running: fences, then looks. Call it after recording the context's failure.
+    pub(crate) fn any_running(&self, key: Option<usize>, context: usize) -> bool {
         fence(Ordering::SeqCst);
         // Acquire: pairs with `Running`'s drop, so the function's effects are visible once it is
         // seen gone.
-        self.entries.iter().any(|entry| {
-            let listed = entry.load(Ordering::Acquire);
-            listed != 0 && key.is_none_or(|key| key == listed)
+        self.streams.iter().zip(&self.contexts).any(|(stream, of)| {
+            let listed = stream.load(Ordering::Acquire);
+            let listed_context = of.load(Ordering::Relaxed);
+            listed != 0
+                && (listed_context == 0 || listed_context == context)
+                && key.is_none_or(|key| key == listed || listed == ANY_STREAM)
         }) || self.unlisted.load(Ordering::Acquire) > 0
     }
 }
 
 impl<const N: usize> Drop for Running<'_, N> {
     fn drop(&mut self) {
-        // Release: what the function did happens before a waiter sees it gone.
         match self.entry {
-            Some(index) => self.list.entries[index].store(0, Ordering::Release),
+            Some(index) => {
+                self.list.contexts[index].store(0, Ordering::Relaxed);
+                // Release: what the function did happens before a waiter sees it gone.
+                self.list.streams[index].store(0, Ordering::Release);
+            }
             None => {
                 self.list.unlisted.fetch_sub(1, Ordering::Release);
             }
@@ -108,14 +135,15 @@ mod tests {
     #[test]
     fn a_function_is_seen_running_until_it_left_and_only_for_its_stream() {
         const STREAM: usize = 0x5000;
+        const CONTEXT: usize = 0x9000;
         let list = Arc::new(RunningStreams::<2>::new());
         let left = Arc::new(AtomicBool::new(false));
         let listed = Arc::new(Barrier::new(2));
         let runner = {
             let (list, left, listed) = (Arc::clone(&list), Arc::clone(&left), Arc::clone(&listed));
             std::thread::spawn(move || {
-                let running = list.enter(key(STREAM));
-                let elsewhere = list.enter(key(STREAM + 0x1000));
+                let running = list.enter(key(STREAM), CONTEXT);
+                let elsewhere = list.enter(key(STREAM + 0x1000), CONTEXT);
                 listed.wait();
                 std::thread::sleep(Duration::from_millis(20));
                 left.store(true, Ordering::Relaxed);
@@ -125,25 +153,49 @@ mod tests {
             })
         };
         listed.wait();
-        assert!(list.any_running(Some(key(STREAM))));
-        assert!(list.any_running(None));
-        while list.any_running(Some(key(STREAM))) {
+        assert!(list.any_running(Some(key(STREAM)), CONTEXT));
+        assert!(list.any_running(None, CONTEXT));
+        while list.any_running(Some(key(STREAM)), CONTEXT) {
             std::thread::yield_now();
         }
         assert!(left.load(Ordering::Relaxed), "seen gone while it ran");
         assert!(
-            list.any_running(None),
+            list.any_running(None, CONTEXT),
             "another stream's function is still listed"
         );
         listed.wait();
         runner.join().unwrap();
-        assert!(!list.any_running(None));
+        assert!(!list.any_running(None, CONTEXT));
         // With every entry taken, a function is unlisted and counts for every stream.
-        let (first, second) = (list.enter(key(1)), list.enter(key(2)));
-        let third = list.enter(key(3));
-        assert!(list.any_running(Some(key(STREAM))));
+        let (first, second) = (
+            list.enter(key(0x10), CONTEXT),
+            list.enter(key(0x20), CONTEXT),
+        );
+        let third = list.enter(key(0x30), CONTEXT);
+        assert!(list.any_running(Some(key(STREAM)), CONTEXT));
         drop(third);
-        assert!(!list.any_running(Some(key(STREAM))));
+        assert!(!list.any_running(Some(key(STREAM)), CONTEXT));
         drop((first, second));
+    }
+
+    #[test]
+    fn the_special_streams_share_a_key_contexts_are_apart_and_graph_nodes_count_for_all() {
+        const CONTEXT: usize = 0x9000;
+        let list = RunningStreams::<4>::new();
+        // Null (the default stream), CU_STREAM_LEGACY and CU_STREAM_PER_THREAD: one key.
+        let legacy = list.enter(key(1), CONTEXT);
+        assert!(list.any_running(Some(key(0)), CONTEXT));
+        assert!(list.any_running(Some(key(2)), CONTEXT));
+        assert!(!list.any_running(Some(key(0x7000)), CONTEXT));
+        assert!(
+            !list.any_running(None, CONTEXT + 8),
+            "another context's function counted"
+        );
+        drop(legacy);
+        let node = list.enter(ANY_STREAM, CONTEXT);
+        assert!(list.any_running(Some(key(0x7000)), CONTEXT));
+        assert!(!list.any_running(Some(key(0x7000)), CONTEXT + 8));
+        drop(node);
+        assert!(!list.any_running(None, CONTEXT));
     }
 }

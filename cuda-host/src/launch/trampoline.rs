@@ -58,9 +58,10 @@ pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
         };
         // Listed until the record was handed on, so that a call answering the context's
         // failure returns only after this function (`context_failure::enter_running`).
-        let _running = enter_running(stream);
         // SAFETY: claimed: the record is owned here.
-        if has_failed(unsafe { record.as_ref() }.context_handle()) {
+        let context = unsafe { record.as_ref() }.context_handle();
+        let _running = enter_running(Some(stream), context);
+        if has_failed(context) {
             // The failure was seen: a call answering it may have returned already, so the
             // function must not run now (the real driver still calls functions queued before
             // the failure).
@@ -82,6 +83,14 @@ pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
 pub(crate) unsafe extern "C" fn graph_host_fn(data: *mut c_void) {
     contain(catch_unwind(|| {
         if let Some(record) = NonNull::new(data.cast::<RecordHeader>()) {
+            // SAFETY: the record's owner keeps it alive while a graph can run it.
+            let context = unsafe { record.as_ref() }.context_handle();
+            // Listed for every stream of its context: a graph's node knows no stream.
+            let _running = enter_running(None, context);
+            if has_failed(context) {
+                logged!(debug!("a graph host node of a failed context was not run"));
+                return;
+            }
             // SAFETY: the record's owner keeps it alive while a graph can run it; these records
             // may run many times.
             unsafe { run_marked(record, None) };

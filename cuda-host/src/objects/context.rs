@@ -215,18 +215,23 @@ impl Context {
     #[doc(alias = "cuCtxSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Context::synchronize")?;
-        self.shared.take_drop_error()?;
         let driver = self.shared.driver();
-        let synchronized = self.shared.with_current(|| {
-            // SAFETY: no arguments; the context is current.
-            Ok(unsafe { checked!(driver, cuCtxSynchronize()) })
-        })?;
-        match &synchronized {
-            Ok(()) => self.shared.synchronized(None),
-            Err(error) => abandon_if_failed_then_wait(&self.shared, error.result(), None),
+        // A drop error stored earlier may be the failure itself: answered here, it waits too.
+        let synchronized = self.shared.take_drop_error().and_then(|()| {
+            self.shared
+                .with_current(|| {
+                    // SAFETY: no arguments; the context is current.
+                    Ok(unsafe { checked!(driver, cuCtxSynchronize()) })
+                })
+                .and_then(|answer| answer.map_err(Error::from))
+        });
+        match synchronized.as_ref().err().and_then(Error::driver_result) {
+            None if synchronized.is_ok() => self.shared.synchronized(None),
+            Some(result) => abandon_if_failed_then_wait(&self.shared, result, None),
+            None => {}
         }
         reclaim();
-        Ok(synchronized?)
+        synchronized
     }
 }
 

@@ -3,7 +3,7 @@
 use super::{Context, Stream, destroy_later};
 use crate::checked::checked;
 use crate::error::Result;
-use crate::launch::{abandon_if_failed, ensure_outside_host_function, reclaim};
+use crate::launch::{abandon_if_failed_then_wait, ensure_outside_host_function, reclaim};
 use cuda_host_sys::{CUevent, CUevent_flags, CUresult};
 use std::ptr;
 use std::time::Duration;
@@ -86,7 +86,8 @@ impl Event {
         // SAFETY: the handle is valid while `self` exists.
         let synchronized = unsafe { checked!(shared.driver(), cuEventSynchronize(self.raw)) };
         if let Err(error) = &synchronized {
-            abandon_if_failed(shared, error.result());
+            // The event knows no stream: every host function of the context is waited for.
+            abandon_if_failed_then_wait(shared, error.result(), None);
         }
         reclaim();
         Ok(synchronized?)
@@ -105,7 +106,7 @@ impl Event {
             Ok(()) => Ok(true),
             Err(error) if error.result() == CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             Err(error) => {
-                abandon_if_failed(shared, error.result());
+                abandon_if_failed_then_wait(shared, error.result(), None);
                 Err(error.into())
             }
         }

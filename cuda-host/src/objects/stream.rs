@@ -3,7 +3,7 @@
 use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
 use crate::checked::checked;
-use crate::error::{CaptureState, Result};
+use crate::error::{CaptureState, Error, Result};
 use crate::launch::{
     ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
     ensure_outside_host_function, in_host_function, reclaim, watch_stream,
@@ -269,12 +269,14 @@ impl Stream {
                 shared.synchronized(Some(self.raw));
             }
             Ok(synchronized)
-        })?;
-        if let Err(error) = &synchronized {
-            abandon_if_failed_then_wait(shared, error.result(), Some(self.raw));
+        });
+        // A drop error stored earlier may be the failure itself: answered here, it waits too.
+        let synchronized = synchronized.and_then(|answer| answer.map_err(Error::from));
+        if let Some(result) = synchronized.as_ref().err().and_then(Error::driver_result) {
+            abandon_if_failed_then_wait(shared, result, Some(self.raw));
         }
         reclaim();
-        Ok(synchronized?)
+        synchronized
     }
 
     /// Whether all work enqueued on the stream has finished (`cuStreamQuery`).
@@ -288,10 +290,17 @@ impl Stream {
         let queried = self.with_stream_context(|| {
             // SAFETY: the stream handle is valid while `self` exists.
             Ok(unsafe { checked!(shared.driver(), cuStreamQuery(self.raw)) })
-        })?;
+        });
+        let queried = queried.and_then(|answer| answer.map_err(Error::from));
         match queried {
-            Err(error) if error.result() == CUresult::CUDA_ERROR_NOT_READY => return Ok(false),
-            Err(ref error) => abandon_if_failed_then_wait(shared, error.result(), Some(self.raw)),
+            Err(ref error) if error.driver_result() == Some(CUresult::CUDA_ERROR_NOT_READY) => {
+                return Ok(false);
+            }
+            Err(ref error) => {
+                if let Some(result) = error.driver_result() {
+                    abandon_if_failed_then_wait(shared, result, Some(self.raw));
+                }
+            }
             Ok(()) => {}
         }
         reclaim();
