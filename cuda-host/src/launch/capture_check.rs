@@ -10,8 +10,8 @@ use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
 use cuda_host_sys::{
-    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraphNode, CUgraphNodeType,
-    CUresult, CUstream, CUstreamCaptureStatus, Driver,
+    CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphNode,
+    CUgraphNodeType, CUresult, CUstream, CUstreamCaptureStatus, Driver,
 };
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -203,12 +203,17 @@ impl CaptureBeginning {
             group.beginning.fetch_add(1, Ordering::SeqCst);
         }
         let began = Instant::now();
+        let legacy = group_of(CU_STREAM_LEGACY);
         let mut held = false;
         for group in groups {
+            // A launch on a special stream the capture would take would not join it but
+            // invalidate it (a blocking stream's capture draws in the legacy stream): the
+            // legacy stream's group is waited for however long.
+            let bounded = !std::ptr::eq(group, legacy);
             while group.launching_pass_through.load(Ordering::SeqCst) != 0
-                || !held && group.launching.load(Ordering::SeqCst) != 0
+                || !(held && bounded) && group.launching.load(Ordering::SeqCst) != 0
             {
-                if !held && began.elapsed() > LAUNCH_WAIT {
+                if bounded && !held && began.elapsed() > LAUNCH_WAIT {
                     held = true;
                     logged!(debug!(
                         "a capture begins while the driver holds a launch of its stream's group"
@@ -235,9 +240,11 @@ impl Drop for CaptureBeginning {
 // ---- Captures begun by other code ---------------------------------------------------------------
 
 /// Whether the launch whose host function is `function` with `user_data` became a node of a
-/// capture of `stream` that other code began between the check and the launch: the stream
-/// captures now, and that node is among the capture's last nodes (the driver shows no more). A
-/// capture that began after the launch does not hold it.
+/// capture of `stream` that other code began between the check and the launch (or that began
+/// through cuda-host past a launch the driver held): the stream captures now, and a host node of
+/// the capture's graph is that launch. The capture's last nodes are looked at first; since the
+/// capturing thread may have added work after the launch, then every node. A capture that began
+/// and ended between the launch and this look is not seen (`docs/RELIABILITY.md`).
 fn captured_by_other_code(
     driver: &Driver,
     stream: CUstream,
@@ -248,6 +255,7 @@ fn captured_by_other_code(
         return false;
     }
     let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut graph: CUgraph = std::ptr::null_mut();
     let mut last_nodes: *const CUgraphNode = std::ptr::null();
     let mut count = 0usize;
     // SAFETY: a valid stream; the out-pointers are valid or null where the driver allows it.
@@ -256,18 +264,16 @@ fn captured_by_other_code(
             stream,
             &mut status,
             std::ptr::null_mut(),
-            std::ptr::null_mut(),
+            &mut graph,
             &mut last_nodes,
             std::ptr::null_mut(),
             &mut count,
         )
     };
-    if result != CUresult::CUDA_SUCCESS || last_nodes.is_null() {
+    if result != CUresult::CUDA_SUCCESS {
         return false;
     }
-    // SAFETY: the driver hands back `count` nodes, valid until the next call on the stream.
-    let last_nodes = unsafe { std::slice::from_raw_parts(last_nodes, count) }.to_vec();
-    last_nodes.into_iter().any(|node| {
+    let is_the_launch = |node: CUgraphNode| {
         let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: a node of the capture's graph; `kind` is a valid out-pointer.
         let result = unsafe { driver.cuGraphNodeGetType(node, &mut kind) };
@@ -285,7 +291,35 @@ fn captured_by_other_code(
             && params
                 .fn_
                 .is_some_and(|found| std::ptr::fn_addr_eq(found, function))
-    })
+    };
+    let last_nodes = if last_nodes.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: the driver hands back `count` nodes, valid until the next call on the stream.
+        unsafe { std::slice::from_raw_parts(last_nodes, count) }.to_vec()
+    };
+    if last_nodes.into_iter().any(is_the_launch) {
+        return true;
+    }
+    if graph.is_null() {
+        return false;
+    }
+    let mut nodes = 0usize;
+    // SAFETY: the capture's graph; a null array asks for the count.
+    if unsafe { driver.cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes) }
+        != CUresult::CUDA_SUCCESS
+    {
+        return false;
+    }
+    let mut all = vec![std::ptr::null_mut(); nodes];
+    // SAFETY: room for `nodes` nodes; the driver writes at most that many and says how many.
+    if unsafe { driver.cuGraphGetNodes(graph, all.as_mut_ptr(), &mut nodes) }
+        != CUresult::CUDA_SUCCESS
+    {
+        return false;
+    }
+    all.truncate(nodes);
+    all.into_iter().any(is_the_launch)
 }
 
 #[cfg(test)]
