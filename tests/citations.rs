@@ -10,6 +10,7 @@
 //! another (`"/bindings.rs"`), and what builds write (`target/`, [`GENERATED`]).
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 const EXTENSIONS: [&str; 13] = [
     "rs", "md", "c", "h", "def", "toml", "sh", "ptx", "cu", "supp", "py", "json", "txt",
@@ -33,27 +34,20 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The repository's files: the tree without build outputs and hidden folders (`.git`).
+/// The repository's files, as git tracks them.
 fn tracked_files() -> Vec<String> {
-    fn walk(folder: &Path, found: &mut Vec<String>) {
-        for entry in std::fs::read_dir(folder).expect("a folder of the repository") {
-            let path = entry.expect("an entry").path();
-            let name = path.file_name().unwrap().to_string_lossy();
-            if name.starts_with('.') && name != ".ci" || name == "target" {
-                continue;
-            }
-            if path.is_dir() {
-                walk(&path, found);
-            } else {
-                let relative = path.strip_prefix(root()).unwrap();
-                found.push(relative.to_string_lossy().into_owned());
-            }
-        }
-    }
-    let mut found = Vec::new();
-    walk(&root(), &mut found);
-    found.sort();
-    found
+    let output = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root())
+        .output()
+        .expect("git runs in the repository");
+    assert!(output.status.success(), "git ls-files failed");
+    String::from_utf8(output.stdout)
+        .expect("paths are UTF-8")
+        .split('\0')
+        .filter(|path| !path.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 fn is_path_character(c: char) -> bool {
@@ -98,6 +92,21 @@ fn is_placeholder(citation: &str) -> bool {
     })
 }
 
+/// `path` relative to the repository's root, with `.` and `..` taken out; `None` above it.
+fn normalized(path: &Path) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    for component in path.components() {
+        match component {
+            std::path::Component::Normal(part) => parts.push(part.to_str()?),
+            std::path::Component::ParentDir => {
+                parts.pop()?;
+            }
+            _ => {}
+        }
+    }
+    Some(parts.join("/"))
+}
+
 fn resolves(citation: &str, citing: &Path, files: &[String]) -> bool {
     let citation = citation.trim_start_matches("./");
     if !citation.contains('/') {
@@ -105,10 +114,15 @@ fn resolves(citation: &str, citing: &Path, files: &[String]) -> bool {
             .iter()
             .any(|file| file == citation || file.ends_with(&format!("/{citation}")));
     }
-    let folder = root().join(citing.parent().unwrap_or(Path::new("")));
+    let folder = citing.parent().unwrap_or(Path::new(""));
     std::iter::once(folder.join(citation))
-        .chain(ROOTS.iter().map(|base| root().join(base).join(citation)))
-        .any(|candidate| candidate.exists())
+        .chain(ROOTS.iter().map(|base| Path::new(base).join(citation)))
+        .filter_map(|candidate| normalized(&candidate))
+        .any(|candidate| {
+            files
+                .iter()
+                .any(|file| *file == candidate || file.starts_with(&format!("{candidate}/")))
+        })
 }
 
 #[test]
