@@ -308,15 +308,16 @@ fn run_reached(served: &Served, words: Words) -> bool {
         };
         if let Some((function, data)) = waiting.call {
             // Said before the failure is looked at: a synchronize that recorded the failure
-            // either sees this function running or this look sees the failure.
-            SERVER.running.store(waiting.stream_id, Ordering::SeqCst);
+            // either sees this function running or this look sees the failure (the look's
+            // fence and the failure's record's fence order the two: `failed_contexts`).
+            SERVER.running.store(waiting.stream_id, Ordering::Relaxed);
             if !has_failed(served.context_address) {
                 // SAFETY: enqueued with this function and data by a launch, whose caller vouched
                 // that the function may be called with it on a host-function thread; the
                 // trampoline catches every panic.
                 unsafe { function(data) };
             }
-            SERVER.running.store(0, Ordering::SeqCst);
+            SERVER.running.store(0, Ordering::Release);
         }
         words.acknowledge(waiting.number);
         SERVER.functions.fetch_add(1, Ordering::SeqCst);
