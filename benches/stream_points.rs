@@ -16,8 +16,8 @@
 //!    the driver and through the polled engine (`HostEngine::Polled`);
 //!
 //! and times them from the first enqueue until the stream drained: the time per iteration is
-//! what the stream takes, the enqueuing thread's share included (as `FACTS.md` measured the
-//! driver's primitives); the time until the last enqueue returned is printed beside it. Rounds
+//! what the stream takes, the enqueuing thread's share included (as the driver's primitives
+//! were measured); the time until the last enqueue returned is printed beside it. Rounds
 //! measure every form once, in an order that rotates; a form's cost is the median over the rounds
 //! of its time per iteration minus the baseline's of the same round. On the software driver,
 //! which runs no kernels, the forms run without them (`--quick` only makes sense there): what is

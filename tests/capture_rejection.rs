@@ -3,7 +3,8 @@
 //! time ([`suite::capture_lock`]) in their own test binary.
 
 use cuda_host::{
-    CaptureMode, CaptureState, Context, Error, GraphBuilder, Stream, StreamFlags, host_launch,
+    CaptureMode, CaptureState, Context, Error, GraphBuilder, Stream, StreamFlags, UserData,
+    host_launch, host_launch_raw,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
@@ -77,6 +78,32 @@ fn a_capturing_stream_is_refused_and_its_capture_still_yields_a_graph_that_runs(
     run_graph(graph, &stream, 2);
     assert_eq!(nodes_run.load(Ordering::SeqCst), 2);
     assert_eq!(tally.runs(), 0);
+}
+
+#[test]
+fn the_raw_forms_are_refused_on_a_capturing_stream_and_leave_the_capture_intact() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let counter = AtomicUsize::new(0);
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    let pointer = (&raw const counter).cast_mut().cast::<c_void>();
+    let bytes = [7u8; 16];
+    for data in [UserData::PassThrough(pointer), UserData::Copied(&bytes)] {
+        // SAFETY: `add_one` is never run: the launch is refused (and were it not, the counter
+        // outlives the graph, which is never launched).
+        let refused = unsafe { host_launch_raw(&stream, add_one, data) };
+        assert!(
+            matches!(refused, Err(Error::StreamCapturing { .. })),
+            "{refused:?}"
+        );
+    }
+    let graph = capture.end().expect("the capture is still valid");
+    run_graph(graph, &stream, 1);
+    assert_eq!(counter.load(Ordering::SeqCst), 0, "a refused launch ran");
 }
 
 #[test]
@@ -399,4 +426,90 @@ fn a_failed_end_leaves_the_stream_usable() {
     host_launch(&stream, move || probe.ran()).expect("the stream takes host functions again");
     stream.synchronize().expect("synchronize");
     assert_eq!(tally.runs(), 1);
+}
+
+#[test]
+fn a_capture_begins_without_waiting_for_a_launch_the_driver_holds() {
+    // A launch the driver holds (an enqueue blocked behind a stream wait that perhaps only the
+    // capturing thread would release) must not hold up a capture of its stream: the capture
+    // would wait for it forever.
+    let Some(controls) =
+        controls_to_hold_a_launch("a_capture_begins_without_waiting_for_a_launch_the_driver_holds")
+    else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_secs(3));
+    let (launched, (builder, began_after)) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let began = std::time::Instant::now();
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
+        let began_after = began.elapsed();
+        (launcher.join().unwrap(), (builder, began_after))
+    });
+    assert!(
+        began_after < Duration::from_secs(1),
+        "the capture waited {began_after:?} for a launch the driver held"
+    );
+    // The capture took the held launch: refused, its node does nothing, the capture intact.
+    assert!(
+        matches!(launched, Err(Error::StreamCapturing { .. })),
+        "{launched:?}"
+    );
+    let graph = builder.end().expect("the capture ends in a graph");
+    let exec = graph.instantiate().expect("the graph instantiates");
+    exec.launch(&stream).expect("the graph launches");
+    stream.synchronize().expect("synchronize");
+    cuda_host::reclaim();
+    assert_eq!((tally.runs(), tally.drops()), (0, 1));
+}
+
+#[test]
+fn a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never_calls_it() {
+    // A pass-through launch has no record to abandon: a capture that took it would call the
+    // caller's function with its pointer on every launch of the graph.
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never_calls_it",
+    ) else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let counter = AtomicUsize::new(0);
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
+    let (launched, builder) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let pointer = (&raw const counter).cast_mut().cast::<c_void>();
+            // SAFETY: `counter` outlives the stream's work and the graph's launches.
+            unsafe { host_launch_raw(&stream, add_one, UserData::PassThrough(pointer)) }
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
+        (launcher.join().unwrap(), builder)
+    });
+    launched.expect("the pass-through launch went through before the capture");
+    let graph = builder.end().expect("the capture ends in a graph");
+    assert_eq!(
+        graph.host_nodes().expect("nodes").len(),
+        0,
+        "the capture took the pass-through launch"
+    );
+    let exec = graph.instantiate().expect("the graph instantiates");
+    for _ in 0..2 {
+        exec.launch(&stream).expect("the graph launches");
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        1,
+        "the function ran once, outside the graph"
+    );
 }

@@ -472,3 +472,66 @@ fn replacing_an_executables_callable_before_every_launch_keeps_a_bounded_number_
     drop((executable, graph));
     tally.reclaim_until_dropped(ITERATIONS, "every replacement to be released");
 }
+
+#[test]
+fn a_graph_callable_whose_drop_panics_is_reported_on_a_callers_thread_and_the_drain_goes_on() {
+    // Alone in a process: the hook is process-wide. The user object's destructor, which the
+    // driver calls on its own thread, only hands the callable on; its Drop runs in a drain.
+    suite::alone_in_child!(
+        a_graph_callable_whose_drop_panics_is_reported_on_a_callers_thread_and_the_drain_goes_on
+    );
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("deliberate panic in a graph callable's Drop");
+        }
+    }
+    let reports: Arc<Mutex<Vec<(String, std::thread::ThreadId)>>> = Arc::default();
+    let hook_reports = Arc::clone(&reports);
+    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+        hook_reports
+            .lock()
+            .unwrap()
+            .push((panic.message.to_owned(), std::thread::current().id()));
+    });
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = Graph::new(&context).expect("graph");
+    let (probe, value) = (tally.probe(), PanicsOnDrop);
+    graph
+        .add_host_node(&[], move || {
+            let _ = &value;
+            probe.ran();
+        })
+        .expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    drop((graph, executable));
+    wait_until("the callable's panicking Drop to be reported", || {
+        let reclaimed = std::panic::catch_unwind(cuda_host::reclaim);
+        assert!(reclaimed.is_ok(), "reclaim unwound");
+        !reports.lock().unwrap().is_empty()
+    });
+    assert_eq!(tally.runs(), 1);
+    assert_eq!(
+        tally.drops(),
+        1,
+        "the callable's other values were still dropped"
+    );
+    let reports = reports.lock().unwrap();
+    assert_eq!(reports[0].0, "deliberate panic in a graph callable's Drop");
+    assert_eq!(
+        reports[0].1,
+        std::thread::current().id(),
+        "reported off this thread"
+    );
+    // The stream goes on.
+    let after = Tally::new();
+    let probe = after.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(after.runs(), 1);
+}

@@ -1439,3 +1439,100 @@ fn a_borrowed_null_context_is_refused() {
         .expect_err("a null context was taken");
     assert!(matches!(error, Error::InvalidArgument { .. }), "{error}");
 }
+
+#[test]
+fn a_synchronize_answering_a_failure_returns_only_once_no_host_function_of_its_stream_runs() {
+    // The real driver answers a failure at once while its thread is still inside a host function
+    // of the stream (docs/probes/failure_during_host_function.c): a closure that then wrote into
+    // memory the caller frees after the synchronize would write into freed memory.
+    suite::alone_in_child!(
+        a_synchronize_answering_a_failure_returns_only_once_no_host_function_of_its_stream_runs
+    );
+    use std::sync::atomic::AtomicBool;
+    let context = context();
+    let (running, faulting) = (new_stream(&context), new_stream(&context));
+    let fault = suite::kernels::Fault::load(context.driver());
+    let started = Arc::new(AtomicBool::new(false));
+    let failed = Arc::new(AtomicBool::new(false));
+    let ended = Arc::new(AtomicBool::new(false));
+    let behind = Tally::new();
+    {
+        let (started, failed, ended) = (started.clone(), failed.clone(), ended.clone());
+        host_launch(&running, move || {
+            started.store(true, Ordering::SeqCst);
+            let began = std::time::Instant::now();
+            while !failed.load(Ordering::SeqCst) && began.elapsed() < suite::TIMEOUT {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            ended.store(true, Ordering::SeqCst);
+        })
+        .expect("launch");
+    }
+    let probe = behind.probe();
+    host_launch(&running, move || probe.ran()).expect("launch");
+    wait_until("the host function to start", || {
+        started.load(Ordering::SeqCst)
+    });
+    fault.launch(&faulting);
+    assert!(faulting.synchronize().is_err(), "the fault is reported");
+    failed.store(true, Ordering::SeqCst);
+    assert!(running.synchronize().is_err(), "the failure is reported");
+    assert!(
+        ended.load(Ordering::SeqCst),
+        "the synchronize answered the failure while a host function of its stream still ran"
+    );
+    behind.reclaim_until_dropped(1, "the function behind to be reclaimed");
+    assert_eq!(
+        behind.runs(),
+        0,
+        "a function queued behind ran after the failure was seen"
+    );
+    std::mem::forget((running, faulting));
+}
+
+static RAW_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe extern "C" fn count_raw_run(_data: *mut c_void) {
+    RAW_RUNS.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn raw_launches_queued_behind_a_failure_never_run_and_later_ones_are_refused() {
+    // Alone in a process: the failure stays with it.
+    suite::alone_in_child!(
+        raw_launches_queued_behind_a_failure_never_run_and_later_ones_are_refused
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let fault = suite::kernels::Fault::load(context.driver());
+    gate.hold(&stream);
+    fault.launch(&stream);
+    let bytes = [3u8; 32];
+    for _ in 0..10 {
+        // SAFETY: `count_raw_run` ignores its data.
+        unsafe { host_launch_raw(&stream, count_raw_run, UserData::Copied(&bytes)) }
+            .expect("launch");
+        // SAFETY: as above.
+        unsafe { host_launch_raw(&stream, count_raw_run, UserData::None) }.expect("launch");
+    }
+    gate.open();
+    assert!(stream.synchronize().is_err(), "the fault is reported");
+    // SAFETY: as above.
+    let refused = unsafe { host_launch_raw(&stream, count_raw_run, UserData::Copied(&bytes)) };
+    assert!(refused.is_err(), "a launch after the failure was taken");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    cuda_host::reclaim();
+    assert_eq!(
+        RAW_RUNS.load(Ordering::SeqCst),
+        0,
+        "a function behind the fault ran"
+    );
+    assert_eq!(
+        cuda_host::launch_slot_counts().in_flight,
+        0,
+        "copied bytes behind the failure were not reclaimed"
+    );
+    std::mem::forget(stream);
+}

@@ -2,8 +2,8 @@
 //! order on cuda-host's own thread, with host_launch's rules: ordering both ways, values dropped
 //! on the launching thread, panics, captures, refusals, failed contexts, streams dropped with
 //! functions pending, many threads, parking, the lanes' memory; and adversity: a server thread
-//! that cannot start, a batch other code's capture took and its graph run later, a failure while
-//! a function runs, a panicking logger, frees and allocations during a global capture.
+//! that cannot start, a batch other code's capture took and its graph run later, a panicking
+//! logger, frees and allocations during a global capture.
 
 use cuda_host::{
     CaptureMode, Context, Error, GraphBuilder, HostEngine, HostTaskSyncMode, LaunchOptions, Stream,
@@ -613,47 +613,6 @@ fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_fre
         reclaim();
         allocations() == before
     });
-}
-
-#[test]
-fn a_polled_synchronize_answering_a_failure_returns_only_after_the_streams_running_function() {
-    // A sticky error fails the primary context for the rest of the process.
-    suite::alone_in_child!(
-        a_polled_synchronize_answering_a_failure_returns_only_after_the_streams_running_function
-    );
-    let context = context();
-    let stream = polled_stream(&context);
-    let faulting = Stream::new(&context, StreamFlags::NonBlocking).expect("stream");
-    let fault = suite::kernels::Fault::load(context.driver());
-    let (started, go, ended) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicUsize::new(0)),
-    );
-    let (s, g, e) = (Arc::clone(&started), Arc::clone(&go), Arc::clone(&ended));
-    host_launch(&stream, move || {
-        s.store(1, Ordering::SeqCst);
-        while g.load(Ordering::SeqCst) == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        // Still at work a while after the failure was seen.
-        std::thread::sleep(Duration::from_millis(200));
-        e.store(1, Ordering::SeqCst);
-    })
-    .expect("launch");
-    wait_until("the function to start", || {
-        started.load(Ordering::SeqCst) == 1
-    });
-    fault.launch(&faulting);
-    assert!(faulting.synchronize().is_err(), "the fault is answered");
-    go.store(1, Ordering::SeqCst);
-    let synchronized = stream.synchronize();
-    assert_eq!(
-        ended.load(Ordering::SeqCst),
-        1,
-        "synchronize answered {synchronized:?} while the stream's function was still running"
-    );
-    assert!(synchronized.is_err(), "the failure is answered");
 }
 
 /// A logger that panics on every record while armed, but on the test's own thread (where a

@@ -4,6 +4,7 @@
 use crate::launch::failed_contexts::FailedContexts;
 use crate::launch::hook_cell::HookCell;
 use crate::launch::record_list::{Linked, RecordList, last_of};
+use crate::launch::running::{RunningStreams, key};
 use crate::launch::slot_state::{Phase, Released, SlotState};
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicUsize, Ordering};
@@ -178,6 +179,45 @@ fn a_launch_claimed_while_its_context_fails_has_exactly_one_owner() {
     loom::model(|| {
         let (owners, _) = race_a_launch_against_its_contexts_failure(true);
         assert_eq!(owners, 1);
+    });
+}
+
+/// A host function claimed while its context fails, against a call that answered the failure:
+/// the function lists its stream, then runs unless it sees the failure; the call records the
+/// failure, then waits while it sees the function listed. Whatever the call saw when it
+/// returned is final: the function either ran before it returned or never runs.
+#[test]
+fn a_call_answering_a_failure_returns_after_the_function_of_its_stream_or_it_never_runs() {
+    const CONTEXT: usize = 1;
+    const STREAM: usize = 0x40;
+    bounded().check(|| {
+        let running = Arc::new(RunningStreams::<1>::new());
+        let failed = Arc::new(FailedContexts::new());
+        let writes = Arc::new(AtomicUsize::new(0));
+        let function = {
+            let (running, failed, writes) = (
+                Arc::clone(&running),
+                Arc::clone(&failed),
+                Arc::clone(&writes),
+            );
+            thread::spawn(move || {
+                let _listed = running.enter(key(STREAM));
+                if !failed.has_failed(CONTEXT) {
+                    writes.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        };
+        failed.record(CONTEXT);
+        while running.any_running(Some(key(STREAM))) {
+            thread::yield_now();
+        }
+        let seen = writes.load(Ordering::Relaxed);
+        function.join().unwrap();
+        assert_eq!(
+            writes.load(Ordering::Relaxed),
+            seen,
+            "the function wrote after the call returned"
+        );
     });
 }
 

@@ -7,6 +7,7 @@
 //! legacy stream, a refused `cuLaunchHostFunc` invalidates the capture it would have joined.
 
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
 use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraphNode, CUgraphNodeType,
@@ -14,6 +15,7 @@ use cuda_host_sys::{
 };
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// What `cuStreamIsCapturing` says of `stream`: `None` when it is not capturing.
 pub(crate) fn capture_state(driver: &Driver, stream: CUstream) -> Result<Option<CaptureState>> {
@@ -50,10 +52,23 @@ fn ensure_not_capturing(driver: &Driver, stream: CUstream) -> Result<()> {
 /// from before its capture check until the driver accepted it; a capture begun through
 /// cuda-host first waits until no launch holds the group of its stream (or of the legacy
 /// stream, which a blocking stream's capture draws in). So the check's answer still holds when
-/// the driver takes the launch: a run-once record never becomes a node of such a capture.
+/// the driver takes the launch: a run-once record does not become a node of such a capture.
+///
+/// For a launch its look can refuse (`launching`), the wait is bounded (`LAUNCH_WAIT`): a launch
+/// takes microseconds, and one still in flight after that is held by the driver, such as an
+/// enqueue blocked behind a stream wait that only the capturing thread may release. The capture
+/// then begins; if it takes the launch, the launch's look afterwards finds it there, abandons it
+/// and refuses it, as for a capture other code began, and its node does nothing. A pass-through
+/// launch of the driver's path (`launching_pass_through`) cannot be refused so: its node would
+/// call the caller's function on every launch of the graph. A capture waits for it however long.
+const LAUNCH_WAIT: Duration = Duration::from_millis(10);
+
 #[repr(align(128))]
 struct StreamGroup {
+    /// Launches in flight that a capture taking them leaves refused.
     launching: AtomicUsize,
+    /// Pass-through launches in flight that a capture taking them would run.
+    launching_pass_through: AtomicUsize,
     beginning: AtomicUsize,
 }
 
@@ -62,6 +77,7 @@ const GROUPS: usize = 64;
 static GROUPS_OF_STREAMS: [StreamGroup; GROUPS] = [const {
     StreamGroup {
         launching: AtomicUsize::new(0),
+        launching_pass_through: AtomicUsize::new(0),
         beginning: AtomicUsize::new(0),
     }
 }; GROUPS];
@@ -82,34 +98,57 @@ fn group_of(stream: CUstream) -> &'static StreamGroup {
 /// until the driver accepted or refused the launch; it then looks whether other code's capture
 /// took the launch.
 pub(crate) struct LaunchWindow<'driver> {
-    group: &'static StreamGroup,
+    /// The count of its stream's group this window holds.
+    count: &'static AtomicUsize,
     driver: &'driver Driver,
     stream: CUstream,
 }
 
 impl<'driver> LaunchWindow<'driver> {
     /// Waits while a capture of `stream`'s group is beginning, holds the group, and checks that
-    /// `stream` is not capturing.
+    /// `stream` is not capturing: for a launch whose look afterwards refuses it if a capture
+    /// took it after all.
     ///
     /// # Errors
     /// [`Error::StreamCapturing`] when it is, or the driver's error from `cuStreamIsCapturing`.
     #[inline]
     pub(crate) fn open(driver: &'driver Driver, stream: CUstream) -> Result<Self> {
         let group = group_of(stream);
+        Self::open_holding(driver, stream, group, &group.launching)
+    }
+
+    /// [`open`](Self::open) for a pass-through launch of the driver's path, which a capture must
+    /// never take: a capture waits for it without bound.
+    ///
+    /// # Errors
+    /// As [`open`](Self::open).
+    #[inline]
+    pub(crate) fn open_for_pass_through(driver: &'driver Driver, stream: CUstream) -> Result<Self> {
+        let group = group_of(stream);
+        Self::open_holding(driver, stream, group, &group.launching_pass_through)
+    }
+
+    #[inline]
+    fn open_holding(
+        driver: &'driver Driver,
+        stream: CUstream,
+        group: &'static StreamGroup,
+        count: &'static AtomicUsize,
+    ) -> Result<Self> {
         loop {
             // Sequentially consistent with `CaptureBeginning::wait_for_launches`: either the
             // capture sees this launch and waits, or the launch sees the capture and waits.
-            group.launching.fetch_add(1, Ordering::SeqCst);
+            count.fetch_add(1, Ordering::SeqCst);
             if group.beginning.load(Ordering::SeqCst) == 0 {
                 break;
             }
-            group.launching.fetch_sub(1, Ordering::SeqCst);
+            count.fetch_sub(1, Ordering::SeqCst);
             while group.beginning.load(Ordering::SeqCst) != 0 {
                 std::thread::yield_now();
             }
         }
         let window = LaunchWindow {
-            group,
+            count,
             driver,
             stream,
         };
@@ -136,7 +175,7 @@ impl<'driver> LaunchWindow<'driver> {
 
 impl Drop for LaunchWindow<'_> {
     fn drop(&mut self) {
-        self.group.launching.fetch_sub(1, Ordering::SeqCst);
+        self.count.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -148,7 +187,7 @@ pub(crate) struct CaptureBeginning {
 
 impl CaptureBeginning {
     /// Stops new launches on `stream`'s group and the legacy stream's, and waits until the
-    /// launches in flight there were accepted or refused.
+    /// launches in flight there were accepted or refused, for at most `LAUNCH_WAIT`.
     pub(crate) fn wait_for_launches(stream: CUstream) -> CaptureBeginning {
         let groups = [group_of(stream), group_of(CU_STREAM_LEGACY)];
         for (index, group) in groups.iter().enumerate() {
@@ -157,8 +196,18 @@ impl CaptureBeginning {
             }
             group.beginning.fetch_add(1, Ordering::SeqCst);
         }
+        let began = Instant::now();
+        let mut held = false;
         for group in groups {
-            while group.launching.load(Ordering::SeqCst) != 0 {
+            while group.launching_pass_through.load(Ordering::SeqCst) != 0
+                || !held && group.launching.load(Ordering::SeqCst) != 0
+            {
+                if !held && began.elapsed() > LAUNCH_WAIT {
+                    held = true;
+                    logged!(debug!(
+                        "a capture begins while the driver holds a launch of its stream's group"
+                    ));
+                }
                 std::thread::yield_now();
             }
         }

@@ -19,11 +19,13 @@ use crate::launch::context_shared::ContextShared;
 use crate::launch::failed_contexts::FailedContexts;
 use crate::launch::inboxes;
 use crate::launch::record::{self, RecordHeader};
+use crate::launch::running::{self, ENTRIES, Running, RunningStreams};
 use crate::launch::slot::{self, Ticket};
 use cuda_host_sys::{CUresult, CUstream};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Whether `result` is an error after which the context runs no more work: those `cuda.h`
 /// documents as leaving the process "in an inconsistent state", and the device-side assert.
@@ -56,6 +58,42 @@ pub(crate) fn abandon_if_failed(context: &ContextShared, result: CUresult) {
 pub(crate) fn abandon_context_if_failed(context: usize, result: CUresult) {
     if is_sticky(result) {
         failed(context, result);
+    }
+}
+
+/// The streams with a run-once host function running (`running`).
+static RUNNING: RunningStreams<ENTRIES> = RunningStreams::new();
+
+/// Lists a function of `stream` as running while the result lives: the trampoline calls it once
+/// it claimed a record, then looks whether the record's context failed ([`has_failed`]).
+pub(crate) fn enter_running(stream: CUstream) -> Running<'static, ENTRIES> {
+    RUNNING.enter(running::key(stream.addr()))
+}
+
+/// Waits until no host function of `stream` is running, or none at all for `None` (a context's
+/// synchronize). Call it after recording the context's failure, never inside a host function
+/// (it would wait for itself).
+fn wait_until_none_running(stream: Option<CUstream>) {
+    let key = stream.map(|stream| running::key(stream.addr()));
+    let mut pause = Duration::from_micros(20);
+    while RUNNING.any_running(key) {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// [`abandon_if_failed`], then, when `result` says the context failed, waits until no host
+/// function of `stream` (of any, for `None`: the context's synchronize) is still running: for a
+/// call that answered `result`. The real driver answers a failure at once while a host function
+/// of the stream still runs.
+pub(crate) fn abandon_if_failed_then_wait(
+    context: &ContextShared,
+    result: CUresult,
+    stream: Option<CUstream>,
+) {
+    if is_sticky(result) {
+        abandon_if_failed(context, result);
+        wait_until_none_running(stream);
     }
 }
 

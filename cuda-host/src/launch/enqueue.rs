@@ -167,7 +167,19 @@ pub(crate) unsafe fn pass_through(
     pointer: *mut c_void,
     entry: HostFuncEntry,
 ) -> Result<()> {
-    let window = open_window(context, stream)?;
+    // A capture that took a pass-through launch of the driver's path would call the caller's
+    // function on every launch of its graph: nothing to abandon, so a capture begun through
+    // cuda-host waits for it however long.
+    let window = match entry {
+        HostFuncEntry::Polled(_) => open_window(context, stream)?,
+        _ => {
+            LaunchWindow::open_for_pass_through(context.driver(), stream).inspect_err(|error| {
+                if let Some(result) = error.driver_result() {
+                    context_failure::abandon_if_failed(context, result);
+                }
+            })?
+        }
+    };
     // SAFETY: the stream handle is valid (the caller's); the caller vouches for `function`
     // and `pointer`.
     let launched = unsafe { entry.launch(context, window.stream(), function, pointer) };

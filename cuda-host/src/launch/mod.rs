@@ -5,11 +5,12 @@
 //!
 //! Below the rest, imported by it and importing nothing of it, are the lock-free cores, which
 //! loom model-checks on their own (`crate::models`): the record lists, the slot state machine,
-//! the failed-context handshake and the hook cell.
+//! the failed-context handshake, the list of running host functions and the hook cell.
 
 pub(crate) mod failed_contexts;
 pub(crate) mod hook_cell;
 pub(crate) mod record_list;
+pub(crate) mod running;
 pub(crate) mod slot_state;
 
 outside_loom_models! {
@@ -30,7 +31,8 @@ outside_loom_models! {
 
     pub(crate) use capture_check::{CaptureBeginning, LaunchWindow, capture_state};
     pub(crate) use context_failure::{
-        abandon_context_if_failed, abandon_if_failed, has_failed, is_sticky, watch_stream,
+        abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
+        is_sticky, watch_stream,
     };
     pub(crate) use context_shared::{ContextShared, StreamPointsOfContext, with_context_current};
     pub(crate) use enqueue::{

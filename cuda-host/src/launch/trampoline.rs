@@ -6,6 +6,8 @@
 //! last `catch_unwind` too. No user value is dropped here: finished records go to their home
 //! thread's inbox (`inboxes`).
 
+use crate::contained_log::logged;
+use crate::launch::context_failure::{enter_running, has_failed};
 use crate::launch::inboxes::{self, RunningHome};
 use crate::launch::mark::InHostFunction;
 use crate::launch::panic_report;
@@ -49,11 +51,24 @@ fn contain(outcome: std::thread::Result<()>) {
 pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
     contain(catch_unwind(|| {
         let Some((record, stream)) = slot::claim(Ticket::from_user_data(data)) else {
-            log::debug!("ignored a host function call with a stale launch ticket");
+            logged!(debug!(
+                "ignored a host function call with a stale launch ticket"
+            ));
             return;
         };
-        // SAFETY: claimed: the record is owned here and has not run.
-        unsafe { run_marked(record, Some(stream)) };
+        // Listed until the record was handed on, so that a call answering the context's
+        // failure returns only after this function (`context_failure::enter_running`).
+        let _running = enter_running(stream);
+        // SAFETY: claimed: the record is owned here.
+        if has_failed(unsafe { record.as_ref() }.context_handle()) {
+            // The failure was seen: a call answering it may have returned already, so the
+            // function must not run now (the real driver still calls functions queued before
+            // the failure).
+            logged!(debug!("a host function of a failed context was not run"));
+        } else {
+            // SAFETY: claimed: the record is owned here and has not run.
+            unsafe { run_marked(record, Some(stream)) };
+        }
         // SAFETY: the record is finished and owned here; ownership passes to its home's list.
         unsafe { inboxes::finish(record) };
     }));

@@ -3,7 +3,7 @@
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::{
-    ContextShared, abandon_if_failed, drop_when_allowed, ensure_outside_host_function,
+    ContextShared, abandon_if_failed_then_wait, drop_when_allowed, ensure_outside_host_function,
     in_host_function, reclaim,
 };
 use cuda_host_sys::{CUcontext, CUdevice, Driver};
@@ -223,7 +223,7 @@ impl Context {
         })?;
         match &synchronized {
             Ok(()) => self.shared.synchronized(None),
-            Err(error) => abandon_if_failed(&self.shared, error.result()),
+            Err(error) => abandon_if_failed_then_wait(&self.shared, error.result(), None),
         }
         reclaim();
         Ok(synchronized?)

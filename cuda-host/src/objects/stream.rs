@@ -5,8 +5,8 @@ use super::{Context, Event, destroy_later};
 use crate::checked::checked;
 use crate::error::{CaptureState, Result};
 use crate::launch::{
-    ContextShared, HostFuncEntry, abandon_if_failed, capture_state, ensure_outside_host_function,
-    in_host_function, is_sticky, reclaim, watch_stream,
+    ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
+    ensure_outside_host_function, in_host_function, reclaim, watch_stream,
 };
 use crate::polled::{HostEngine, HostEngineRefused};
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
@@ -124,9 +124,11 @@ impl Stream {
     /// `Stream::from_cudarc` does this for cudarc's streams in safe code.)
     ///
     /// # Safety
-    /// 1. `raw` must be a stream of `context`'s CUDA context (or `CU_STREAM_LEGACY`,
-    ///    `CU_STREAM_PER_THREAD` or null, which are treated as [`Stream::legacy`] and
-    ///    [`Stream::per_thread`]).
+    /// 1. `raw` must be a stream of `context`'s CUDA context, or a special stream the driver
+    ///    resolves against `context` on each use: `CU_STREAM_LEGACY` (as [`Stream::legacy`]),
+    ///    `CU_STREAM_PER_THREAD` (as [`Stream::per_thread`]) or null, the default stream, which
+    ///    is the legacy stream on a legacy driver table and the calling thread's per-thread
+    ///    default stream on a per-thread table (`CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`).
     /// 2. It must not be destroyed while the returned `Stream` exists: the driver crashes on a
     ///    destroyed stream handle.
     pub unsafe fn borrow_raw(context: &Context, raw: CUstream) -> Stream {
@@ -270,11 +272,6 @@ impl Stream {
     /// global-mode capture begun through cuda-host is open; see [`reclaim`](crate::reclaim)).
     /// Values other threads' host functions captured are theirs to drop.
     ///
-    /// Through the polled engine ([`HostEngine::Polled`]), a synchronize that answers the
-    /// context's failure returns only once no host function launched through this value's
-    /// engine on the stream is running, and none will run: the engine runs none of a failed
-    /// context. (Through the driver's engine, what the driver answers is what holds.)
-    ///
     /// # Errors
     /// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function (waiting
     /// there deadlocks), or the driver's error from `cuStreamSynchronize`, which also reports an
@@ -293,12 +290,7 @@ impl Stream {
             Ok(synchronized)
         })?;
         if let Err(error) = &synchronized {
-            abandon_if_failed(shared, error.result());
-            if self.host_engine == HostEngine::Polled && is_sticky(error.result()) {
-                // The failure is recorded: the engine starts no function of it from now on.
-                let id = self.with_stream_context(|| Ok(self.id()?)).ok();
-                crate::polled::wait_while_running(id);
-            }
+            abandon_if_failed_then_wait(shared, error.result(), Some(self.raw));
         }
         reclaim();
         Ok(synchronized?)
@@ -318,7 +310,7 @@ impl Stream {
         })?;
         match queried {
             Err(error) if error.result() == CUresult::CUDA_ERROR_NOT_READY => return Ok(false),
-            Err(ref error) => abandon_if_failed(shared, error.result()),
+            Err(ref error) => abandon_if_failed_then_wait(shared, error.result(), Some(self.raw)),
             Ok(()) => {}
         }
         reclaim();

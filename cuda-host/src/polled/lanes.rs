@@ -38,11 +38,10 @@ use std::sync::{Arc, Mutex};
 const PAGE_BYTES: usize = 4096;
 const LANES_PER_PAGE: usize = PAGE_BYTES / (2 * size_of::<u32>());
 
-/// A host function waiting in a lane: its number, the stream it was launched on, and what to
-/// call: nothing for a number a capture took, which is only acknowledged.
+/// A host function waiting in a lane: its number and what to call: nothing for a number a
+/// capture took, which is only acknowledged.
 pub(super) struct Waiting {
     pub(super) number: u32,
-    pub(super) stream_id: u64,
     pub(super) call: Option<(unsafe extern "C" fn(*mut c_void), *mut c_void)>,
 }
 

@@ -49,12 +49,6 @@
 //! it cannot, and gives the stream back), and every enqueue makes sure it runs before anything is
 //! enqueued: no batch waits for a server that is not there.
 //!
-//! **Synchronize.** When [`Stream::synchronize`] of a polled stream answers the context's
-//! failure, it returns only once the server runs no function of that stream, and none starts
-//! after it: the server marks the function it runs before it looks whether the context failed,
-//! and runs none of a failed context. (A synchronize that succeeds returns after every function
-//! of the stream returned, as the stream waited for each.)
-//!
 //! **Failures.** A stream whose context failed never writes again: once cuda-host sees the
 //! failure (a call of any thread answering the sticky error: the stream's synchronize, a launch,
 //! a look at a stream point), the lane's functions are let go unrun (their records are reclaimed
@@ -180,12 +174,6 @@ pub(crate) fn prepare_lane(context: &Arc<ContextShared>, stream_id: u64) -> Resu
     lanes_of(context).lane_of(context, stream_id).map(drop)
 }
 
-/// Returns once the engine runs no function of the stream `stream_id` (of any stream, with
-/// `None`); after a failure of its context was recorded, none starts afterwards either.
-pub(crate) fn wait_while_running(stream_id: Option<u64>) {
-    server::wait_while_running(stream_id);
-}
-
 /// The lanes of `context`, their table made on first use.
 fn lanes_of(context: &ContextShared) -> &ContextLanes {
     context.polled_lanes(|| ContextLanes::new(context))
@@ -229,7 +217,6 @@ impl PolledEngine for Engine {
             let number = state.issued.wrapping_add(1);
             lock(&lane.queue).push_back(Waiting {
                 number,
-                stream_id,
                 call: Some((function, data)),
             });
             let mut operations = [

@@ -17,10 +17,6 @@
 //! the functions are trampolines that catch every panic (or raw functions, which cannot unwind),
 //! its log calls catch a panicking logger, and each round of its loop runs under `catch_unwind`
 //! besides, so that the thread outlives a panic it did not foresee.
-//!
-//! While it runs a function it says of which stream (`running`), after which it looks whether
-//! the context failed: a synchronize that answered the failure (which it records first) waits
-//! until the server is out of that stream's function, and no function of it starts afterwards.
 
 use super::lanes::{Lane, Words};
 use crate::contained_log::logged;
@@ -58,8 +54,6 @@ struct Server {
     functions: AtomicU64,
     parks: AtomicU64,
     serving: AtomicU64,
-    /// The id of the stream whose function the server is running now; 0 for none.
-    running: AtomicU64,
     retired_lanes: AtomicU64,
     kept_pages: AtomicU64,
 }
@@ -72,7 +66,6 @@ static SERVER: Server = Server {
     functions: AtomicU64::new(0),
     parks: AtomicU64::new(0),
     serving: AtomicU64::new(0),
-    running: AtomicU64::new(0),
     retired_lanes: AtomicU64::new(0),
     kept_pages: AtomicU64::new(0),
 };
@@ -131,21 +124,6 @@ pub(super) fn start() -> Result<()> {
     THREAD.get().map(drop)
 }
 
-/// Returns once the server runs no function of the stream `stream_id` (of any stream, with
-/// `None`). Called after a failure of its context was recorded, it means: no function of that
-/// stream is running, nor will one start.
-pub(super) fn wait_while_running(stream_id: Option<u64>) {
-    let busy = || {
-        let running = SERVER.running.load(Ordering::SeqCst);
-        running != 0 && stream_id.is_none_or(|id| id == running)
-    };
-    let mut pause = Duration::from_micros(20);
-    while busy() {
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
-    }
-}
-
 /// Makes sure the server serves `lane`, which just got a function queued. The server's thread
 /// runs: every enqueue started it first.
 pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
@@ -192,7 +170,6 @@ fn run() {
         }));
         if let Err(payload) = round {
             dispose_panic(payload);
-            SERVER.running.store(0, Ordering::SeqCst);
             logged!(error!(
                 "a round of the polled engine's server panicked; the server goes on"
             ));
@@ -285,7 +262,7 @@ fn serve_lane(served: &Served) -> bool {
 /// Runs the functions of `served`'s lane (with its `words`) whose numbers the stream wrote, in
 /// order, acknowledging each: the first queued when the stream's word holds its number (the
 /// stream writes the next only once it was acknowledged), and a number a capture took as soon
-/// as it is first. A function of a failed context is not called. Whether any went.
+/// as it is first. Whether any went.
 fn run_reached(served: &Served, words: Words) -> bool {
     let lane: &Lane = &served.lane;
     let mut ran = false;
@@ -307,17 +284,10 @@ fn run_reached(served: &Served, words: Words) -> bool {
             return ran;
         };
         if let Some((function, data)) = waiting.call {
-            // Said before the failure is looked at: a synchronize that recorded the failure
-            // either sees this function running or this look sees the failure (the look's
-            // fence and the failure's record's fence order the two: `failed_contexts`).
-            SERVER.running.store(waiting.stream_id, Ordering::Relaxed);
-            if !has_failed(served.context_address) {
-                // SAFETY: enqueued with this function and data by a launch, whose caller vouched
-                // that the function may be called with it on a host-function thread; the
-                // trampoline catches every panic.
-                unsafe { function(data) };
-            }
-            SERVER.running.store(0, Ordering::Release);
+            // SAFETY: enqueued with this function and data by a launch, whose caller vouched
+            // that the function may be called with it on a host-function thread; the trampoline
+            // catches every panic (and, once the context failed, runs no record).
+            unsafe { function(data) };
         }
         words.acknowledge(waiting.number);
         SERVER.functions.fetch_add(1, Ordering::SeqCst);
