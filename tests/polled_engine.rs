@@ -732,3 +732,35 @@ fn a_launch_that_needs_a_new_lane_during_a_global_capture_is_refused_and_the_cap
     reclaim();
     assert_eq!(tally.runs(), LANES_PER_PAGE);
 }
+
+#[test]
+fn a_first_polled_stream_during_this_threads_capture_is_refused_with_its_stream_and_the_capture_kept()
+ {
+    let _capture = suite::capture_lock();
+    let owner = context();
+    let captured = Stream::new(&owner, StreamFlags::NonBlocking).expect("stream");
+    // A context value of its own, which has no lanes yet: its first polled stream allocates.
+    // SAFETY: `owner` keeps the context retained for the whole test, past every use.
+    let borrowed =
+        unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+    let stream = Stream::new(&borrowed, StreamFlags::NonBlocking).expect("stream");
+    let builder = GraphBuilder::begin(&captured, CaptureMode::ThreadLocal).expect("capture");
+    let refused = stream
+        .with_host_engine(HostEngine::Polled)
+        .expect_err("a lane allocated during this thread's capture");
+    assert!(
+        matches!(refused.error, Error::AllocationInCapture { .. }),
+        "{refused}"
+    );
+    builder.end().expect("the capture was not invalidated");
+    // Once the capture ended, the stream it handed back becomes polled.
+    let stream = refused
+        .into_stream()
+        .with_host_engine(HostEngine::Polled)
+        .expect("a polled stream after the capture");
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!((tally.runs(), tally.drops()), (1, 1));
+}
