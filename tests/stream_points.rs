@@ -628,3 +628,211 @@ fn looks_at_points_never_invalidate_a_global_capture_other_code_began() {
         tally.drops() == 2
     });
 }
+
+/// Ends the capture `stream` is in (`cuStreamEndCapture`), on the thread that began it.
+fn end_capture(stream: &Stream) -> Result<suite::capture::Graph, CUresult> {
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let result = unsafe {
+        suite::test_driver()
+            .driver
+            .cuStreamEndCapture(stream.as_raw(), &mut graph)
+    };
+    if result == CUresult::CUDA_SUCCESS && !graph.is_null() {
+        Ok(suite::capture::Graph(graph))
+    } else {
+        Err(result)
+    }
+}
+
+#[test]
+fn a_point_whose_record_other_codes_capture_took_is_refused_and_looks_never_query_it() {
+    let test = "a_point_whose_record_other_codes_capture_took_is_refused_and_looks_never_query_it";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    // Alone in a process: any thread's allocation would invalidate a global-mode capture.
+    suite::alone_in_child!(
+        a_point_whose_record_other_codes_capture_took_is_refused_and_looks_never_query_it
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    // Earlier points, pending: the drains, the looks now and the watcher look at the track.
+    release_in_stream_order(&stream, tally.probe()).expect("released");
+    let mut point = stream_point(&stream).expect("a point");
+    assert_eq!(poll_once(&mut point), Poll::Pending);
+    // Other code begins a global-mode capture of the stream between cuda-host's capture check
+    // and its record, which the capture takes.
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    let taken = release_in_stream_order(&stream, tally.probe());
+    assert_eq!(
+        suite::capture::is_capturing(stream.as_raw()).1,
+        cuda_host_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        "the capture began at the record"
+    );
+    // cuda-host looks at the track meanwhile, from this thread and from the watcher.
+    assert_eq!(point.is_passed(), Ok(false));
+    reclaim();
+    std::thread::scope(|scope| {
+        scope.spawn(reclaim);
+    });
+    let watcher_looks = Instant::now();
+    while watcher_looks.elapsed() < Duration::from_millis(20) {
+        assert_eq!(poll_once(&mut point), Poll::Pending);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let graph = end_capture(&stream).unwrap_or_else(|result| {
+        panic!("cuda-host's looks invalidated the capture: it ended with {result}")
+    });
+    drop(graph.instantiate());
+    let refused = taken.expect_err("a point the capture took is refused");
+    assert_eq!(
+        refused.error,
+        Error::PointInCapture {
+            status: CaptureState::Active
+        }
+    );
+    let handed_back = refused.into_value();
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.drops(), 1, "the value released before the capture");
+    wait_until("the future to complete", || {
+        poll_once(&mut point) == Poll::Ready(Ok(()))
+    });
+    // The stream's points go on.
+    let later = Tally::new();
+    release_in_stream_order(&stream, later.probe()).expect("released");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(later.drops(), 1);
+    drop(handed_back);
+}
+
+#[test]
+fn a_value_released_at_a_point_other_codes_capture_took_is_never_dropped_before_its_stream_passed_it()
+ {
+    let test = "a_value_released_at_a_point_other_codes_capture_took_is_never_dropped_before_its_stream_passed_it";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_value_released_at_a_point_other_codes_capture_took_is_never_dropped_before_its_stream_passed_it
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    release_in_stream_order(&stream, ()).expect("released");
+    gate.hold(&stream);
+    // The capture takes the record and ends before cuda-host's next look: the event then
+    // stands for nothing of the stream's.
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    let taken = release_in_stream_order(&stream, tally.probe());
+    drop(end_capture(&stream).expect("the capture ends in a graph"));
+    reclaim();
+    assert_eq!(
+        tally.drops(),
+        0,
+        "dropped while the stream had not passed the work before it"
+    );
+    let value = taken
+        .expect_err("a point the capture took is refused")
+        .into_value();
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    drop(value);
+    assert_eq!(tally.drops(), 1);
+}
+
+#[test]
+fn a_stream_point_is_refused_with_a_thread_start_error_when_the_watcher_cannot_start() {
+    // Alone in a process where every thread spawn fails: no stack that large can be mapped.
+    suite::alone_in_child!(
+        a_stream_point_is_refused_with_a_thread_start_error_when_the_watcher_cannot_start,
+        &[("RUST_MIN_STACK", "1125899906842624")]
+    );
+    assert!(
+        std::thread::Builder::new().spawn(|| {}).is_err(),
+        "threads start in this process"
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    match stream_point(&stream) {
+        Err(Error::ThreadStart { thread, .. }) => assert_eq!(thread, "cuda-host-watch"),
+        Err(other) => panic!("refused with {other}"),
+        Ok(mut point) => {
+            let polled = poll_once(&mut point);
+            panic!("a point with no watcher thread to wake it was accepted; its poll: {polled:?}")
+        }
+    }
+    // A release needs no watcher.
+    let tally = Tally::new();
+    release_in_stream_order(&stream, tally.probe()).expect("released");
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.drops(), 1);
+}
+
+#[test]
+fn a_future_point_whose_record_a_thread_local_capture_took_is_refused_and_the_capture_kept() {
+    let test =
+        "a_future_point_whose_record_a_thread_local_capture_took_is_refused_and_the_capture_kept";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_future_point_whose_record_a_thread_local_capture_took_is_refused_and_the_capture_kept
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut earlier = stream_point(&stream).expect("a point");
+    assert_eq!(poll_once(&mut earlier), Poll::Pending);
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    let error = stream_point(&stream).expect_err("a point the capture took is refused");
+    assert!(matches!(error, Error::PointInCapture { .. }), "{error}");
+    assert_eq!(earlier.is_passed(), Ok(false));
+    drop(
+        end_capture(&stream)
+            .unwrap_or_else(|result| panic!("the capture was invalidated: {result}"))
+            .instantiate(),
+    );
+    gate.open();
+    wait_until("the earlier point to pass", || {
+        poll_once(&mut earlier) == Poll::Ready(Ok(()))
+    });
+    // The slot whose event was retired gets a new one: a full ring of points later, all pass.
+    let points: Vec<StreamPoint> = (0..130)
+        .map(|_| stream_point(&stream).expect("a point"))
+        .collect();
+    stream.synchronize().expect("synchronize");
+    for point in &points {
+        assert_eq!(point.is_passed(), Ok(true));
+    }
+}

@@ -27,6 +27,7 @@ bool cusw_enter(struct cusw_call_site *site, CUresult *injected)
         atomic_store_explicit(&site->base, base, memory_order_release);
     }
     cusw_delay_injected(base, site->symbol);
+    cusw_capture_triggered(base, site->symbol);
     atomic_fetch_add_explicit(&site->calls, 1, memory_order_relaxed);
     if (!atomic_load_explicit(&site->listed, memory_order_relaxed) &&
         !atomic_exchange(&site->listed, true)) {

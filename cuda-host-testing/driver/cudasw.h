@@ -365,4 +365,10 @@ CUresult cuswCallCount(const char *entry, unsigned long long *count);
  * injected failure answered excluded. CUDA_ERROR_INVALID_VALUE for another mode. */
 CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigned long long *count);
 
+/* The next call of `entry`, from any thread, first begins a capture of `stream` in `mode`, as
+ * cuStreamBeginCapture_v2 on the calling thread would (its answer is not reported), then does its
+ * work: other code's capture begun between two calls of an operation, on purpose. Arming again
+ * replaces the armed capture. CUDA_ERROR_NOT_FOUND for an unknown entry name. */
+CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stream, CUstreamCaptureMode mode);
+
 #endif /* CUDASW_H */

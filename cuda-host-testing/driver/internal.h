@@ -157,6 +157,8 @@ bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
 
 /* Sleeps first when a delay of this entry is armed. */
 void cusw_delay_injected(const char *base, const char *symbol);
+/* Begins the capture cuswBeginCaptureAtNextCall armed, when this call is of its entry (capture.c). */
+void cusw_capture_triggered(const char *base, const char *symbol);
 /* Counts a call that named a handle the driver issued and has since destroyed. */
 void cusw_note_stale_handle(void);
 void cusw_note_host_task_sync_mode(unsigned int syncMode); /* host_task_sync.c */

@@ -2,7 +2,7 @@
 
 use crate::Error;
 use cuda_host::{Context, Stream};
-use cuda_host_sys::{CUcontext, CUresult, CUstream};
+use cuda_host_sys::{CUcontext, CUresult, CUstream, CUstreamCaptureMode};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong};
 use std::path::Path;
 use std::time::Duration;
@@ -29,6 +29,8 @@ pub struct Controls {
     armed_failures: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
     call_count: unsafe extern "C" fn(*const c_char, *mut c_ulonglong) -> CUresult,
     host_task_sync_mode_launches: unsafe extern "C" fn(c_uint, *mut c_ulonglong) -> CUresult,
+    begin_capture_at_next_call:
+        unsafe extern "C" fn(*const c_char, CUstream, CUstreamCaptureMode) -> CUresult,
 }
 
 /// `cuswLiveObjects`, as `cudasw.h` declares it.
@@ -111,6 +113,7 @@ impl Controls {
             armed_failures: control!(c"cuswArmedFailures"),
             call_count: control!(c"cuswCallCount"),
             host_task_sync_mode_launches: control!(c"cuswHostTaskSyncModeLaunches"),
+            begin_capture_at_next_call: control!(c"cuswBeginCaptureAtNextCall"),
             _library: library,
         })
     }
@@ -330,6 +333,27 @@ impl Controls {
             (self.host_task_sync_mode_launches)(mode, &mut count)
         })?;
         Ok(count)
+    }
+
+    /// Makes the next call of `entry`, from any thread, first begin a capture of `stream` in
+    /// `mode` on the calling thread, as `cuStreamBeginCapture_v2` would, then do its work: other
+    /// code's capture begun between two driver calls of an operation, deterministically. Arming
+    /// again replaces the armed capture.
+    ///
+    /// # Errors
+    /// [`Error::Control`] with `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
+    #[doc(alias = "cuswBeginCaptureAtNextCall")]
+    pub fn begin_capture_at_next_call(
+        &self,
+        entry: &CStr,
+        stream: &Stream,
+        mode: CUstreamCaptureMode,
+    ) -> Result<(), Error> {
+        // SAFETY: `entry` is NUL-terminated; the driver copies it, and checks the stream's
+        // handle against its registry when the capture begins.
+        check("cuswBeginCaptureAtNextCall", unsafe {
+            (self.begin_capture_at_next_call)(entry.as_ptr(), stream.as_raw(), mode)
+        })
     }
 }
 

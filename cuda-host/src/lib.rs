@@ -110,7 +110,9 @@ outside_loom_models! {
     pub use cuda_host_sys::Driver;
     pub use error::{CaptureState, Error, Result};
     pub use graph::{CaptureMode, Graph, GraphBuilder, GraphExec, HostNode};
-    pub use host_copy::{HostCopy, HostCopyScope, host_copy_fn, host_copy_raw, host_copy_scope};
+    pub use host_copy::{
+        HostCopy, HostCopyScope, HostCopyScopeError, host_copy_fn, host_copy_raw, host_copy_scope,
+    };
     pub use host_launch::{HostLaunch, UserData, host_launch, host_launch_raw};
     pub use launch_options::{
         HostTaskSyncMode, LaunchOptions, host_launch_raw_with, host_launch_with,

@@ -676,3 +676,45 @@ fn host_task_sync_mode_launches_count_the_launches_the_driver_accepted_in_each_m
 
 /// `cuswHostTaskSyncModeLaunches`, as `cudasw.h` declares it.
 type HostTaskSyncModeLaunches = unsafe extern "C" fn(c_uint, *mut u64) -> CUresult;
+
+#[test]
+fn a_capture_armed_at_an_entry_begins_when_that_entry_is_next_called_and_takes_its_work() {
+    let controls = controls_or_skip!(
+        a_capture_armed_at_an_entry_begins_when_that_entry_is_next_called_and_takes_its_work
+    );
+    // Alone in a process: an armed capture would begin at another test's call too.
+    suite::alone_in_child!(
+        a_capture_armed_at_an_entry_begins_when_that_entry_is_next_called_and_takes_its_work
+    );
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let gate = Gate::new(&context);
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    let relaxed = cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    gate.hold(&stream);
+    controls.begin_capture_at_next_call(c"cuEventRecord", &stream, relaxed);
+    // Other entries leave it armed.
+    assert_eq!(query(stream.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
+    assert_eq!(suite::capture::is_capturing(stream.as_raw()).1, NONE);
+    // The record is the capture's first work, not the stream's.
+    record(&event, stream.as_raw());
+    assert_eq!(suite::capture::is_capturing(stream.as_raw()).1, ACTIVE);
+    let mut graph = ptr::null_mut();
+    // SAFETY: a capturing stream and a valid out-pointer; a relaxed capture ends on any thread.
+    ok("cuStreamEndCapture", unsafe {
+        driver().cuStreamEndCapture(stream.as_raw(), &mut graph)
+    });
+    drop(Graph(graph));
+    // Once its capture ended, the event stands for nothing of the stream: complete, while the
+    // stream is still held.
+    assert_eq!(event_query(event.as_raw()), CUresult::CUDA_SUCCESS);
+    assert_eq!(query(stream.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
+    // Fired once: the next record is the stream's own.
+    record(&event, stream.as_raw());
+    assert_eq!(suite::capture::is_capturing(stream.as_raw()).1, NONE);
+    assert_eq!(event_query(event.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
+    gate.open();
+    wait_until("the stream to pass the record", || {
+        event_query(event.as_raw()) == CUresult::CUDA_SUCCESS
+    });
+}

@@ -86,6 +86,17 @@ impl Controls {
         ok(self.0.user_object_stats())
     }
 
+    /// [`cuda_host_testing::Controls::begin_capture_at_next_call`].
+    #[track_caller]
+    pub fn begin_capture_at_next_call(
+        &self,
+        entry: &CStr,
+        stream: &Stream,
+        mode: cuda_host_sys::CUstreamCaptureMode,
+    ) {
+        ok(self.0.begin_capture_at_next_call(entry, stream, mode));
+    }
+
     /// [`cuda_host_testing::Controls::delay_next_calls`].
     #[track_caller]
     pub fn delay_next_calls(&self, entry: &CStr, count: u32, delay: Duration) {

@@ -14,6 +14,7 @@
 //! that is capturing when dropped is not watched: a callback would join the capture.)
 
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::launch::capture_check;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::failed_contexts::FailedContexts;
@@ -23,6 +24,7 @@ use crate::launch::running::{self, ENTRIES, Running, RunningStreams};
 use crate::launch::slot::{self, Ticket};
 use cuda_host_sys::{CUresult, CUstream};
 use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
@@ -114,7 +116,9 @@ fn failed(context: usize, result: CUresult) {
         unsafe { inboxes::finish(record) };
     });
     if count > 0 {
-        log::debug!("the context failed with {result}: {count} host functions will never run");
+        logged!(debug!(
+            "the context failed with {result}: {count} host functions will never run"
+        ));
     }
 }
 
@@ -142,7 +146,9 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
     match capture_check::capture_state(driver, stream) {
         Ok(None) => {}
         Ok(Some(_)) => {
-            log::debug!("not watching a capturing stream for its context's failure");
+            logged!(debug!(
+                "not watching a capturing stream for its context's failure"
+            ));
             return;
         }
         Err(error) => {
@@ -165,7 +171,9 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
     if let Err(error) = watched {
         // Records of this stream a later failure strands are then reclaimed when a call answers
         // the failure.
-        log::warn!("cannot watch a dropped stream for its context's failure: {error}");
+        logged!(warn!(
+            "cannot watch a dropped stream for its context's failure: {error}"
+        ));
         // SAFETY: refused, so the watch is still exclusively ours; it only holds the context,
         // and goes with this thread's next drain.
         unsafe { inboxes::keep_here(watch) };
@@ -173,19 +181,32 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
     }
 }
 
-/// The `CUstreamCallback` of a failure watch.
+/// The `CUstreamCallback` of a failure watch. It runs wholly under `catch_unwind`, as the
+/// trampolines do: nothing unwinds into the driver, and a caught panic's payload is dropped
+/// later on a caller's thread. (Its log calls catch their own panics; this is for the rest.)
 ///
 /// # Safety
 /// `data` must be a watch record of `watch_stream`, given to the driver once.
 unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *mut c_void) {
     let watch = data.cast::<RecordHeader>();
-    if is_sticky(status) {
-        // SAFETY: the driver hands the watch back once; it is live until pushed below.
-        failed(unsafe { (*watch).context_handle() }, status);
+    let abandoned = catch_unwind(AssertUnwindSafe(|| {
+        if is_sticky(status) {
+            // SAFETY: the driver hands the watch back once; it is live until pushed below.
+            failed(unsafe { (*watch).context_handle() }, status);
+        }
+    }));
+    if let Err(payload) = abandoned {
+        crate::launch::dispose_panic(payload);
     }
-    // SAFETY: the watch is owned here; ownership passes to its home's list (its context
-    // reference is dropped on a caller's thread).
-    unsafe { inboxes::finish(NonNull::new_unchecked(watch)) };
+    // Pushed whatever happened above, so that its context reference is dropped.
+    let finished = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the watch is owned here; ownership passes to its home's list (its context
+        // reference is dropped on a caller's thread).
+        unsafe { inboxes::finish(NonNull::new_unchecked(watch)) };
+    }));
+    if let Err(payload) = finished {
+        crate::launch::dispose_panic(payload);
+    }
 }
 
 #[cfg(test)]

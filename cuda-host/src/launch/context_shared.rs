@@ -180,7 +180,7 @@ impl ContextShared {
 
     /// Keeps an error a `Drop` could not return, for the next call on this context.
     pub(crate) fn record_drop_error(&self, object: &'static str, error: cuda_host_sys::Error) {
-        log::error!("destroying the {object} failed: {error}");
+        logged!(error!("destroying the {object} failed: {error}"));
         lock(&self.drop_errors).push(Error::DropFailed {
             object,
             source: error,
@@ -224,7 +224,9 @@ pub(crate) unsafe fn with_context_current<T>(
     // SAFETY: `previous` was current on this thread a moment ago (or null, for none).
     if let Err(error) = unsafe { checked!(driver, cuCtxSetCurrent(previous)) } {
         // The call's own outcome matters more to the caller: what it did happened.
-        log::error!("cannot make the previous context current again: {error}");
+        logged!(error!(
+            "cannot make the previous context current again: {error}"
+        ));
     }
     outcome
 }

@@ -5,6 +5,7 @@
 //! clone taken under the lock and called with no lock held, so a hook may replace or clear
 //! itself; a replaced hook is dropped with no lock held too, and never on the driver's thread.
 
+use crate::contained_log::logged;
 use crate::launch::hook_cell::HookCell;
 use crate::launch::inboxes;
 use crate::launch::mark::in_host_function;
@@ -108,7 +109,12 @@ impl Drop for PayloadDrop {
         let payload = self.0.take();
         if let Err(panicked) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
             std::mem::forget(panicked);
-            let _ = catch_unwind(|| log::error!("a panic's payload panicked in its Drop; leaked"));
+            // Not `logged!`, which would hand a logger's panic back here: leaked too.
+            if let Err(logger_panic) =
+                catch_unwind(|| log::error!("a panic's payload panicked in its Drop; leaked"))
+            {
+                std::mem::forget(logger_panic);
+            }
         }
     }
 }
@@ -135,7 +141,7 @@ fn report(payload: &(dyn Any + Send), stream: Option<CUstream>, origin: PanicOri
     };
     if let Err(panicked) = catch_unwind(AssertUnwindSafe(|| hook(&panic))) {
         dispose(panicked);
-        let _ = catch_unwind(|| log::error!("the host-function panic hook panicked"));
+        logged!(error!("the host-function panic hook panicked"));
     }
     // If the hook was replaced meanwhile, this clone may be its last reference: never drop it
     // on the driver's thread.

@@ -29,10 +29,18 @@ use std::task::{Context, Poll};
 /// context fail before it (a cuda-host call or a look at the point answering the sticky error,
 /// or the stream's drop).
 ///
+/// A future is only made when the watcher thread runs: where it cannot be started (a failed
+/// spawn), the call is refused before anything is enqueued, rather than hand back a future that
+/// nothing would wake, and a later call tries to start it again. (Values released in stream order
+/// need no watcher.)
+///
 /// # Errors
-/// [`Error::PointInCapture`](crate::Error::PointInCapture) on a stream that is being captured;
-/// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function; the driver's
-/// error when it refuses the record, or the stream's events cannot be made.
+/// [`Error::PointInCapture`](crate::Error::PointInCapture) on a stream that is being captured,
+/// also when a capture other code began took the point's record (see
+/// [`release_in_stream_order`](crate::release_in_stream_order));
+/// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function;
+/// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher thread cannot be started;
+/// the driver's error when it refuses the record, or the stream's events cannot be made.
 ///
 /// ```no_run
 /// # async fn demo(stream: &cuda_host::Stream) -> cuda_host::Result<()> {
@@ -43,6 +51,7 @@ use std::task::{Context, Poll};
 #[doc(alias = "cuEventRecord")]
 pub fn stream_point(stream: &Stream) -> Result<StreamPoint> {
     ensure_outside_host_function("stream_point")?;
+    watcher::ensure_running()?;
     reclaim_on_launch();
     // A stream that marked points is watched for its context's failure when dropped.
     stream.note_launch();
@@ -102,12 +111,9 @@ impl Future for StreamPoint {
             cx.waker(),
             this.registration,
         ) {
-            Some(id) => this.registration = Some(id),
-            None => {
-                // No watcher thread: the executor polls again.
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
-            }
+            Ok(id) => this.registration = Some(id),
+            // No watcher thread to wake it (`stream_point` made sure of one; kept for safety).
+            Err(error) => return Poll::Ready(Err(error)),
         }
         // The point may have been passed between the first look and the registration.
         if let Some(outcome) = this.mark().outcome(Pace::Drain) {

@@ -28,9 +28,15 @@
 //! graph's lifetime, not the stream's. cuda-host refuses such points with
 //! [`Error::PointInCapture`](crate::Error::PointInCapture) (a release hands its value back), and,
 //! as for host functions, a capture begun through cuda-host waits for points being marked on its
-//! stream. A capture other code begins at the same moment can take the record; the event then
-//! answers no completion until recorded again, and the point is passed when a later point of the
-//! stream is, so a value is never released early, only later.
+//! stream. A capture other code begins between the check and the record takes the record: the
+//! event then stands for a point of the capture, and a query of it would invalidate the capture
+//! (and, once it ended, answer that it completed, whatever the stream did). So the stream is
+//! asked again after the record: if it is capturing, the point is refused in the same way and
+//! its event retired, never queried or recorded again, and no look queries an event from before
+//! its record until that answer (`tracks`). The event's earlier point is then seen passed with a
+//! later one, later, never early. Not seen: a capture that other code begins and also ends
+//! between the record and that question, on a stream cuda-host is marking at that moment; its
+//! point would be seen passed at the next look.
 //!
 //! **Failed contexts.** A stream whose context failed never completes another event. A point of
 //! a context that cuda-host saw fail (a call answering the sticky error, a look whose query
@@ -41,7 +47,15 @@
 //! **Who looks.** Released values are looked at by their own thread's drains (every cuda-host
 //! call that reclaims, and [`reclaim`](crate::reclaim)): they are dropped there, by the rule of
 //! launch records. Futures are looked at by one process-wide watcher thread (`watcher`), which
-//! looks every 50 µs while futures wait, then less often, and parks once none has for a while.
+//! looks every 50 µs while futures wait, then less often, and parks once none has for a while;
+//! [`stream_point`] refuses with [`Error::ThreadStart`](crate::Error::ThreadStart) where that
+//! thread cannot be started.
+//!
+//! **Panics.** A logger is user code: every log call of a look, of the watcher and of a drain
+//! catches its panic. A look restores what it set (the track's "being looked at" flag, the
+//! thread's capture interaction mode) also when it unwinds, so a panic from anywhere inside it
+//! wedges no track and leaves no thread in another mode; the watcher runs each round under
+//! `catch_unwind` and goes on.
 
 mod future;
 mod release;

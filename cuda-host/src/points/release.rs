@@ -33,7 +33,9 @@ use std::fmt;
 /// The value is handed back in [`Unreleased`], never dropped here, since the stream may still be
 /// using it:
 /// - [`Error::PointInCapture`] when the stream is being captured (the point would belong to the
-///   graph); nothing is enqueued and the capture is left intact;
+///   graph); nothing is enqueued and the capture is left intact. Also when a capture other code
+///   began between cuda-host's check and the point's record took that record: the capture keeps
+///   it, intact (cuda-host never queries that event);
 /// - [`Error::InHostFunction`] inside a host function;
 /// - the driver's error when it refuses the record, or the stream's events cannot be made.
 ///

@@ -19,7 +19,10 @@
 //! newest, then bisects them (at most 7 queries). A
 //! point's number is published (`Slot::point`) only after its record returned and before it
 //! counts as issued, so a look that reads the number and then queries the event sees that record
-//! or a later one of the same event: a completed query proves the number read, or more.
+//! or a later one of the same event: a completed query proves the number read, or more. An event
+//! whose record a capture other code began may have taken is retired (`ContextTracks::mark`):
+//! its slot's number goes to 0, which proves nothing, and the slot's next point makes it a new
+//! event.
 //!
 //! A track's sequence only grows: a point is the next number, recorded under the track's lock,
 //! so the stream records the numbers in order, and a point is passed once the track has seen it
@@ -36,18 +39,19 @@
 //! released; the driver lets an event still pending go once it completed.
 
 use crate::checked::checked;
-use crate::error::Result;
+use crate::contained_log::logged;
+use crate::error::{Error, Result};
 use crate::launch::{
-    ContextShared, Look, Progress, StreamPointsOfContext, abandon_context_if_failed,
+    ContextShared, Look, Progress, StreamPointsOfContext, abandon_context_if_failed, capture_state,
 };
 use crate::stream_slots::{StreamSlot, StreamSlots};
 use crate::sync::lock;
 use cuda_host_sys::{
-    CUcontext, CUevent, CUevent_flags, CUresult, CUstream, CUstreamCaptureMode, Driver,
+    CUcontext, CUevent, CUevent_flags, CUevent_st, CUresult, CUstream, CUstreamCaptureMode, Driver,
 };
 use std::any::Any;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -72,9 +76,76 @@ pub(crate) enum Pace {
 
 /// One event of a track's ring.
 struct Slot {
-    event: CUevent,
-    /// The last point recorded on the event (0: none yet), published after its record returned.
+    /// Null once retired (its last record was a capture's) until its next point makes another.
+    /// Changed only by a record, while no query uses it (`users`).
+    event: AtomicPtr<CUevent_st>,
+    /// The last point recorded on the event (0: none, or none of the stream's), published after
+    /// its record returned and the stream was seen not capturing.
     point: AtomicU64,
+    /// The queries using the event now, and `RECORDING` while a point is recorded on it: a record
+    /// waits for the queries to end and none begins meanwhile, so that no query ever reaches an
+    /// event whose last record may be a live capture's (`ContextTracks::mark`).
+    users: AtomicU64,
+}
+
+/// `Slot::users`' flag of a record under way.
+const RECORDING: u64 = 1 << 63;
+
+impl Slot {
+    fn new(event: CUevent) -> Slot {
+        Slot {
+            event: AtomicPtr::new(event),
+            point: AtomicU64::new(0),
+            users: AtomicU64::new(0),
+        }
+    }
+
+    /// Lets a query use the event, unless a record is under way (`None`); the query ends when
+    /// the guard is dropped, also on unwind.
+    fn query_use(&self) -> Option<SlotUse<'_>> {
+        if self.users.fetch_add(1, Ordering::AcqRel) & RECORDING != 0 {
+            self.users.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(SlotUse(self))
+    }
+
+    /// Holds queries off for a record, after those under way ended (a query takes a fraction of
+    /// a microsecond); released when the guard is dropped, also on unwind.
+    fn record_use(&self) -> SlotRecord<'_> {
+        self.users.fetch_or(RECORDING, Ordering::AcqRel);
+        while self.users.load(Ordering::Acquire) != RECORDING {
+            std::hint::spin_loop();
+        }
+        SlotRecord(self)
+    }
+}
+
+/// A query's use of a slot's event.
+struct SlotUse<'slot>(&'slot Slot);
+
+impl Drop for SlotUse<'_> {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A record's hold on a slot's event.
+struct SlotRecord<'slot>(&'slot Slot);
+
+impl Drop for SlotRecord<'_> {
+    fn drop(&mut self) {
+        self.0.users.fetch_and(!RECORDING, Ordering::AcqRel);
+    }
+}
+
+/// Clears a flag when dropped, also on unwind.
+struct Lowered<'flag>(&'flag AtomicBool);
+
+impl Drop for Lowered<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// One stream's sequence of points.
@@ -99,6 +170,9 @@ pub(crate) struct Track {
 struct TrackState {
     /// The id of the stream the track serves, if any.
     owner: Option<u64>,
+    /// Events retired because a capture took their last record: never queried or recorded
+    /// again, destroyed with the context's tracks.
+    retired: Vec<CUevent>,
 }
 
 // SAFETY: the events are driver handles, usable from any thread; the rest is atomics and a
@@ -185,10 +259,9 @@ impl Track {
         {
             return high;
         }
+        let _looked = Lowered(&self.looking);
         self.looked.store(now, Ordering::Relaxed);
-        let high = in_relaxed_capture_mode(&self.driver, query).unwrap_or(high);
-        self.looking.store(false, Ordering::Release);
-        high
+        in_relaxed_capture_mode(&self.driver, query).unwrap_or(high)
     }
 
     /// The last point recorded.
@@ -224,24 +297,28 @@ impl Track {
     }
 
     /// The point the event of `point`'s slot was last recorded for (`point` or a later one),
-    /// if that record completed.
+    /// if that record completed. `None` while a point is being recorded on the event, and when
+    /// the event no longer holds `point` (retired).
     fn completed(&self, point: u64) -> Option<u64> {
         let slot = &self.slots[(point % RING as u64) as usize];
+        let _use = slot.query_use()?;
         // Read before the query: the query then sees this record or a later one of the event.
         let recorded = slot.point.load(Ordering::Acquire);
+        let event = slot.event.load(Ordering::Acquire);
+        if recorded < point || event.is_null() {
+            return None;
+        }
         // SAFETY: the event lives while the context's shared state does, which whoever looks
-        // keeps (see the module's comment).
-        let result = unsafe { self.driver.cuEventQuery(slot.event) };
+        // keeps (see the module's comment); it is not being recorded (`_use`).
+        let result = unsafe { self.driver.cuEventQuery(event) };
         match result {
             CUresult::CUDA_SUCCESS => Some(recorded),
             CUresult::CUDA_ERROR_NOT_READY => None,
             error => {
                 abandon_context_if_failed(self.context, error);
                 if !self.logged.swap(true, Ordering::Relaxed) {
-                    log::warn!(
-                        "cuEventQuery of a stream point failed: {}",
-                        self.driver.check("cuEventQuery", error).unwrap_err()
-                    );
+                    let error = self.driver.check("cuEventQuery", error).unwrap_err();
+                    logged!(warn!("cuEventQuery of a stream point failed: {error}"));
                 }
                 None
             }
@@ -254,24 +331,44 @@ impl Track {
 }
 
 /// Runs `query` with the calling thread in the relaxed capture interaction mode, and then in its
-/// own again; `None`, logged, when the driver refused to change the mode. An event query is a
-/// "potentially unsafe" call: in the default (global) mode it is refused, and invalidates the
-/// capture, while any thread captures in global mode or this thread captures; in relaxed mode it
-/// is not (measured on the 13.0 driver; the two exchanges cost 21 ns). So cuda-host's looks
-/// never break a capture, its own or other code's.
+/// own again (also when `query` unwinds); `None`, logged, when the driver refused to change the
+/// mode. An event query is a "potentially unsafe" call: in the default (global) mode it is
+/// refused, and invalidates the capture, while any thread captures in global mode or this thread
+/// captures; in relaxed mode it is not (measured on the 13.0 driver; the two exchanges cost
+/// 21 ns). So cuda-host's looks never break a capture, its own or other code's, as long as the
+/// events they query hold no capture's record (`ContextTracks::mark`).
 fn in_relaxed_capture_mode<T>(driver: &Driver, query: impl FnOnce() -> T) -> Option<T> {
+    /// Gives the thread its own mode back when dropped.
+    struct OwnMode<'driver> {
+        driver: &'driver Driver,
+        mode: CUstreamCaptureMode,
+    }
+    impl Drop for OwnMode<'_> {
+        fn drop(&mut self) {
+            // SAFETY: a valid pointer to a mode, the thread's own.
+            let exchanged = unsafe {
+                checked!(
+                    self.driver,
+                    cuThreadExchangeStreamCaptureMode(&mut self.mode)
+                )
+            };
+            if let Err(error) = exchanged {
+                logged!(error!(
+                    "cannot give a thread its capture interaction mode back: {error}"
+                ));
+            }
+        }
+    }
     let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
     // SAFETY: a valid pointer to a mode.
     if let Err(error) = unsafe { checked!(driver, cuThreadExchangeStreamCaptureMode(&mut mode)) } {
-        log::warn!("a look at stream points waits for the next one: {error}");
+        logged!(warn!(
+            "a look at stream points waits for the next one: {error}"
+        ));
         return None;
     }
-    let answer = query();
-    // SAFETY: as above; `mode` is the thread's own mode again.
-    if let Err(error) = unsafe { checked!(driver, cuThreadExchangeStreamCaptureMode(&mut mode)) } {
-        log::error!("cannot give a thread its capture interaction mode back: {error}");
-    }
-    Some(answer)
+    let _own = OwnMode { driver, mode };
+    Some(query())
 }
 
 /// The tracks of one context.
@@ -310,6 +407,19 @@ impl ContextTracks {
 
     /// Records on `stream` (whose id is `stream_id`) its track's next point. The context must
     /// be current where the driver resolves a special stream against it.
+    ///
+    /// Other code may begin capturing the stream between the caller's capture check and the
+    /// record, and the capture then takes the record: the event stands for a point of the graph,
+    /// and a query of it would invalidate the capture. So the stream is asked again once the
+    /// record returned: if it is capturing (or cannot tell), the event is retired (never queried
+    /// or recorded again) and the point refused. Queries wait for neither: none uses the event
+    /// from before the record until this answer (`Slot::users`). A capture that begins and ends
+    /// between the record and that question is not seen.
+    ///
+    /// # Errors
+    /// [`Error::PointInCapture`] when the stream was found capturing after the record; the
+    /// driver's error of `cuEventRecord`, `cuStreamIsCapturing`, or `cuEventCreate` for a
+    /// retired event's successor.
     pub(crate) fn mark(
         &self,
         shared: &ContextShared,
@@ -318,20 +428,55 @@ impl ContextTracks {
     ) -> Result<Marked> {
         loop {
             let track = self.track_of(shared, stream_id)?;
-            let state = lock(&track.state);
-            if state.owner != Some(stream_id) {
-                // Taken back between the look-up and the lock: look again.
-                continue;
-            }
-            let point = track.issued.load(Ordering::Relaxed) + 1;
-            let slot = &track.slots[(point % RING as u64) as usize];
-            // SAFETY: a valid stream (the caller's) and an event of its context.
-            unsafe { checked!(&self.driver, cuEventRecord(slot.event, stream)) }?;
-            slot.point.store(point, Ordering::Release);
-            track.issued.store(point, Ordering::Release);
-            drop(state);
+            let point = {
+                let mut state = lock(&track.state);
+                if state.owner != Some(stream_id) {
+                    // Taken back between the look-up and the lock: look again.
+                    continue;
+                }
+                let point = track.issued.load(Ordering::Relaxed) + 1;
+                self.record(shared, &track, &mut state, point, stream)?;
+                point
+            };
             return Ok(Marked { track, point });
         }
+    }
+
+    /// Records `point` of `track` on `stream`, under the track's lock (`state`): see
+    /// [`mark`](Self::mark).
+    fn record(
+        &self,
+        shared: &ContextShared,
+        track: &Track,
+        state: &mut TrackState,
+        point: u64,
+        stream: CUstream,
+    ) -> Result<()> {
+        let slot = &track.slots[(point % RING as u64) as usize];
+        let _recording = slot.record_use();
+        let mut event = slot.event.load(Ordering::Acquire);
+        if event.is_null() {
+            event = shared.with_current(|| create_event(&self.driver))?;
+            slot.event.store(event, Ordering::Release);
+        }
+        // SAFETY: a valid stream (the caller's) and an event of its context.
+        unsafe { checked!(&self.driver, cuEventRecord(event, stream)) }?;
+        let refusal = match capture_state(&self.driver, stream) {
+            Ok(None) => None,
+            Ok(Some(status)) => Some(Error::PointInCapture { status }),
+            Err(error) => Some(error),
+        };
+        if let Some(error) = refusal {
+            // The record may be a capture's: the event's earlier point goes with it, and is
+            // seen passed with a later one.
+            slot.point.store(0, Ordering::Release);
+            slot.event.store(std::ptr::null_mut(), Ordering::Release);
+            state.retired.push(event);
+            return Err(error);
+        }
+        slot.point.store(point, Ordering::Release);
+        track.issued.store(point, Ordering::Release);
+        Ok(())
     }
 
     /// The track of the stream `stream_id`, given one if it has none.
@@ -347,30 +492,24 @@ impl ContextTracks {
 
     /// A track with its ring of events. The context is current.
     fn make_track(&self) -> Result<Arc<Track>> {
-        let mut slots = Vec::with_capacity(RING);
+        let mut events = Vec::with_capacity(RING);
         for _ in 0..RING {
-            let mut event = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer; the context is current.
-            let created = unsafe {
-                checked!(
-                    &self.driver,
-                    cuEventCreate(&mut event, CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
-                )
-            };
-            if let Err(error) = created {
-                destroy_events(&self.driver, slots.iter().map(|slot: &Slot| slot.event));
-                return Err(error.into());
+            match create_event(&self.driver) {
+                Ok(event) => events.push(event),
+                Err(error) => {
+                    destroy_events(&self.driver, events.into_iter());
+                    return Err(error);
+                }
             }
-            slots.push(Slot {
-                event,
-                point: AtomicU64::new(0),
-            });
         }
         Ok(Arc::new(Track {
             driver: Arc::clone(&self.driver),
             context: self.context.addr(),
-            slots: slots.into_boxed_slice(),
-            state: Mutex::new(TrackState { owner: None }),
+            slots: events.into_iter().map(Slot::new).collect(),
+            state: Mutex::new(TrackState {
+                owner: None,
+                retired: Vec::new(),
+            }),
             issued: AtomicU64::new(0),
             high: AtomicU64::new(0),
             looked: AtomicU64::new(0),
@@ -433,12 +572,27 @@ impl StreamPointsOfContext for ContextTracks {
     }
 }
 
+/// An event for a track's ring. The context is current.
+fn create_event(driver: &Driver) -> Result<CUevent> {
+    let mut event = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is current (the caller's).
+    unsafe {
+        checked!(
+            driver,
+            cuEventCreate(&mut event, CUevent_flags::CU_EVENT_DISABLE_TIMING.0)
+        )
+    }?;
+    Ok(event)
+}
+
 /// Destroys events; the driver lets those still pending go once they completed.
 fn destroy_events(driver: &Driver, events: impl Iterator<Item = CUevent>) {
     for event in events {
         // SAFETY: an event of this module's, destroyed once, never used after.
         if let Err(error) = unsafe { checked!(driver, cuEventDestroy_v2(event)) } {
-            log::error!("cannot destroy an event of the stream points: {error}");
+            logged!(error!(
+                "cannot destroy an event of the stream points: {error}"
+            ));
         }
     }
 }
@@ -447,7 +601,15 @@ impl Drop for ContextTracks {
     fn drop(&mut self) {
         let tracks = std::mem::take(&mut lock(&self.state).tracks);
         for track in tracks {
-            destroy_events(&self.driver, track.slots.iter().map(|slot| slot.event));
+            let retired = std::mem::take(&mut lock(&track.state).retired);
+            let ring = track
+                .slots
+                .iter()
+                .map(|slot| slot.event.load(Ordering::Acquire));
+            destroy_events(
+                &self.driver,
+                ring.filter(|event| !event.is_null()).chain(retired),
+            );
         }
     }
 }
@@ -537,6 +699,17 @@ mod tests {
         CUresult::CUDA_SUCCESS
     }
 
+    unsafe extern "C" fn not_capturing(
+        _stream: CUstream,
+        status: *mut cuda_host_sys::CUstreamCaptureStatus,
+    ) -> CUresult {
+        // SAFETY: a valid out-pointer.
+        unsafe {
+            status.write(cuda_host_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        };
+        CUresult::CUDA_SUCCESS
+    }
+
     fn fakes() -> Arc<Driver> {
         // SAFETY: each fake has its entry point's signature.
         unsafe {
@@ -546,6 +719,7 @@ mod tests {
                 (c"cuEventQuery", query as *mut c_void),
                 (c"cuEventDestroy_v2", destroy as *mut c_void),
                 (c"cuCtxSetCurrent", set_current as *mut c_void),
+                (c"cuStreamIsCapturing", not_capturing as *mut c_void),
                 (
                     c"cuThreadExchangeStreamCaptureMode",
                     exchange_mode as *mut c_void,

@@ -9,14 +9,19 @@
 //! for `LINGER`. It sleeps between looks rather than spin: a spinning thread slowed the threads
 //! enqueuing work. A registration unparks it only when it finds it parked (the idle-to-active
 //! transition); others just ask it, through a flag, to look often again. Wakers are called on
-//! this thread, outside the lock, each under `catch_unwind`.
+//! this thread, outside the lock, each under `catch_unwind`; its log calls catch a panicking
+//! logger, and each of its rounds runs under `catch_unwind` too, so that nothing ends the thread:
+//! a round that panicked leaves the registry as it was at each step (a waker taken from it is
+//! counted off at once, and woken by the next round).
 //!
 //! The thread looks at a track only under the lock, while a future of it is registered: that
 //! future holds the context, which keeps the track's events, and cannot take its registration
 //! back (`forget`) meanwhile. The thread never holds a context itself, so no context is
 //! released here.
 
-use crate::launch::has_failed;
+use crate::contained_log::logged;
+use crate::error::Result;
+use crate::launch::{dispose_panic, has_failed};
 use crate::own_thread::OwnThread;
 use crate::points::tracks::{Pace, Track, WATCH_LOOK};
 use crate::sync::lock;
@@ -62,8 +67,9 @@ impl Hasher for IdHasher {
 }
 
 impl Waiting {
-    /// Moves the wakers whose point was passed (all, if the context failed) to `woken`.
-    fn take_passed(&mut self, woken: &mut Vec<Waker>) {
+    /// Moves the wakers whose point was passed (all, if the context failed) to `woken`, counting
+    /// each off `live` as it goes.
+    fn take_passed(&mut self, woken: &mut Vec<Waker>, live: &mut usize) {
         let Some(&Reverse((first, _))) = self.order.peek() else {
             return;
         };
@@ -76,6 +82,7 @@ impl Waiting {
             self.order.pop();
             if let Some((_, waker)) = self.wakers.remove(&id) {
                 woken.push(waker);
+                *live -= 1;
             }
         }
     }
@@ -123,17 +130,28 @@ static WATCHER: Watcher = Watcher {
 /// The thread, started by the first registration.
 static THREAD: OwnThread = OwnThread::new("cuda-host-watch", run);
 
+/// Starts the watcher thread unless it runs.
+///
+/// # Errors
+/// [`Error::ThreadStart`](crate::Error::ThreadStart) when it cannot be started.
+pub(super) fn ensure_running() -> Result<()> {
+    THREAD.get().map(|_| ())
+}
+
 /// Registers `waker` for the point `point` of `track` (of the context `context`), or, with
-/// `id` still registered, updates its waker. Returns the registration's id; `None` when the
-/// watcher thread cannot run (the caller must then poll again by itself).
+/// `id` still registered, updates its waker. Returns the registration's id.
+///
+/// # Errors
+/// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher thread cannot be started:
+/// nothing would wake the future.
 pub(super) fn register(
     track: &Arc<Track>,
     context: usize,
     point: u64,
     waker: &Waker,
     id: Option<u64>,
-) -> Option<u64> {
-    let thread = THREAD.get().ok()?;
+) -> Result<u64> {
+    let thread = THREAD.get()?;
     let mut registry = lock(&WATCHER.registry);
     let index = match registry
         .waiting
@@ -158,7 +176,7 @@ pub(super) fn register(
             (!registered.will_wake(waker)).then(|| std::mem::replace(registered, waker.clone()));
         drop(registry);
         drop(replaced); // a waker's drop is the executor's code: not under the lock
-        return Some(id);
+        return Ok(id);
     }
     let id = registry.next_id;
     registry.next_id += 1;
@@ -174,7 +192,7 @@ pub(super) fn register(
         drop(registry);
         WATCHER.fresh.store(true, Ordering::Relaxed);
     }
-    Some(id)
+    Ok(id)
 }
 
 /// Takes back the registration `id` of `track`, if the watcher has not woken it yet.
@@ -224,46 +242,65 @@ fn run() {
     let mut woken = Vec::new();
     let mut active_since = Instant::now();
     loop {
-        let quiet = active_since.elapsed();
-        let parking = {
-            let mut registry = lock(&WATCHER.registry);
-            for waiting in &mut registry.waiting {
-                waiting.take_passed(&mut woken);
-            }
-            registry
-                .waiting
-                .retain(|waiting| !waiting.wakers.is_empty());
-            registry.live -= woken.len();
-            // Set under the lock, as `register` reads it: a registration after this look either
-            // finds the thread parked and unparks it, or is seen by the next look.
-            registry.parked = registry.live == 0 && woken.is_empty() && quiet >= LINGER;
-            if registry.parked {
-                WATCHER.parks.fetch_add(1, Ordering::Relaxed);
-            }
-            registry.parked
-        };
-        let progressed = !woken.is_empty();
-        for waker in woken.drain(..) {
-            if catch_unwind(AssertUnwindSafe(|| waker.wake())).is_err() {
-                log::error!("a waker of a stream point panicked; the watcher goes on");
-            }
+        let round = catch_unwind(AssertUnwindSafe(|| {
+            look_and_wake(&mut woken, &mut active_since)
+        }));
+        if let Err(payload) = round {
+            dispose_panic(payload);
+            logged!(error!(
+                "a round of the stream-point watcher panicked; the watcher goes on"
+            ));
+            // A round that panics again at once must not spin.
+            std::thread::park_timeout(WATCH_LOOK);
         }
-        if parking {
-            std::thread::park();
-            active_since = Instant::now();
-            continue;
-        }
-        if progressed || WATCHER.fresh.swap(false, Ordering::Relaxed) {
-            active_since = Instant::now();
-        }
-        // Sleeping, not spinning, between looks: while the watcher spun, a future point cost the
-        // stream 0.6 µs more than a release point; a look more often than `WATCH_LOOK` would
-        // query nothing anyway.
-        let quiet = active_since.elapsed();
-        std::thread::park_timeout(if quiet < BUSY {
-            WATCH_LOOK
-        } else {
-            (quiet / 8).min(LONGEST_SLEEP)
-        });
     }
+}
+
+/// One round of the watcher: a look at every track futures wait on, the wakes, then a park or a
+/// sleep. Wakers taken from the registry wait in `woken` (they are counted off already) until
+/// woken, by this round or, if it panicked, the next.
+fn look_and_wake(woken: &mut Vec<Waker>, active_since: &mut Instant) {
+    let quiet = active_since.elapsed();
+    let parking = {
+        let registry = &mut *lock(&WATCHER.registry);
+        for waiting in &mut registry.waiting {
+            waiting.take_passed(woken, &mut registry.live);
+        }
+        registry
+            .waiting
+            .retain(|waiting| !waiting.wakers.is_empty());
+        // Set under the lock, as `register` reads it: a registration after this look either
+        // finds the thread parked and unparks it, or is seen by the next look.
+        registry.parked = registry.live == 0 && woken.is_empty() && quiet >= LINGER;
+        if registry.parked {
+            WATCHER.parks.fetch_add(1, Ordering::Relaxed);
+        }
+        registry.parked
+    };
+    let progressed = !woken.is_empty();
+    for waker in woken.drain(..) {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| waker.wake())) {
+            dispose_panic(payload);
+            logged!(error!(
+                "a waker of a stream point panicked; the watcher goes on"
+            ));
+        }
+    }
+    if parking {
+        std::thread::park();
+        *active_since = Instant::now();
+        return;
+    }
+    if progressed || WATCHER.fresh.swap(false, Ordering::Relaxed) {
+        *active_since = Instant::now();
+    }
+    // Sleeping, not spinning, between looks: while the watcher spun, a future point cost the
+    // stream 0.6 µs more than a release point; a look more often than `WATCH_LOOK` would
+    // query nothing anyway.
+    let quiet = active_since.elapsed();
+    std::thread::park_timeout(if quiet < BUSY {
+        WATCH_LOOK
+    } else {
+        (quiet / 8).min(LONGEST_SLEEP)
+    });
 }
