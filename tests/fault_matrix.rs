@@ -406,12 +406,12 @@ fn rows() -> Vec<Row> {
         row!(c"cuMemHostAlloc", Returned, NOTHING, |f| {
             let context = Device::get(&f.driver, 0)?.primary_context()?;
             let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
-            stream.with_host_engine(HostEngine::Polled).map(drop)
+            Ok(stream.with_host_engine(HostEngine::Polled).map(drop)?)
         }),
         row!(c"cuMemHostGetDevicePointer_v2", Returned, NOTHING, |f| {
             let context = Device::get(&f.driver, 0)?.primary_context()?;
             let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
-            stream.with_host_engine(HostEngine::Polled).map(drop)
+            Ok(stream.with_host_engine(HostEngine::Polled).map(drop)?)
         }),
         row!(c"cuMemFreeHost", Logged, NOTHING, |f| {
             // The lanes' memory is freed with the last holder of its context value: here the

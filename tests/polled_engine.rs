@@ -1,7 +1,9 @@
 //! The polled engine (`Stream::with_host_engine(HostEngine::Polled)`): host functions in stream
 //! order on cuda-host's own thread, with host_launch's rules: ordering both ways, values dropped
 //! on the launching thread, panics, captures, refusals, failed contexts, streams dropped with
-//! functions pending, many threads, parking, the lanes' memory.
+//! functions pending, many threads, parking, the lanes' memory; and adversity: a server thread
+//! that cannot start, a batch other code's capture took and its graph run later, a panicking
+//! logger, frees and allocations during a global capture.
 
 use cuda_host::{
     CaptureMode, Context, Error, GraphBuilder, HostEngine, HostTaskSyncMode, LaunchOptions, Stream,
@@ -10,7 +12,7 @@ use cuda_host::{
 };
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use suite::{Gate, MappedWords, Tally, context, wait_until};
 
@@ -340,4 +342,425 @@ fn a_contexts_lanes_are_freed_when_its_last_user_is_gone_though_the_context_live
         reclaim();
         allocations() == before
     });
+}
+
+// ---- Adversity: a thread that cannot start, other code's captures, failures, loggers ----------
+
+/// The software driver's controls for a test named `test`; `None`, with a skip note saying
+/// `why`, on the real driver.
+fn software_controls(test: &str, why: &str) -> Option<&'static suite::software::Controls> {
+    let controls = suite::software::controls();
+    if controls.is_none() {
+        suite::skip(test, why);
+    }
+    controls
+}
+
+#[test]
+fn a_polled_stream_is_refused_with_its_stream_given_back_when_the_engines_thread_cannot_start() {
+    // No thread of the child can start: its stack size is impossible (libtest then runs the
+    // test on its main thread).
+    suite::alone_in_child!(
+        a_polled_stream_is_refused_with_its_stream_given_back_when_the_engines_thread_cannot_start,
+        &[("RUST_MIN_STACK", "1125899906842624")]
+    );
+    assert!(
+        std::thread::Builder::new().spawn(|| {}).is_err(),
+        "a thread started though RUST_MIN_STACK is impossible"
+    );
+    let context = context();
+    let stream = Stream::new(&context, StreamFlags::NonBlocking).expect("stream");
+    let refused = match stream.with_host_engine(HostEngine::Polled) {
+        Err(refused) => refused,
+        Ok(stream) => {
+            let ran = Arc::new(AtomicUsize::new(0));
+            let counter = Arc::clone(&ran);
+            let launched = host_launch(&stream, move || {
+                counter.fetch_add(1, Ordering::SeqCst);
+            });
+            wait_until(
+                &format!(
+                    "the function launched ({launched:?}) on a polled stream whose engine has \
+                     no thread to run"
+                ),
+                || ran.load(Ordering::SeqCst) == 1,
+            );
+            panic!("the engine ran without its thread");
+        }
+    };
+    assert!(
+        matches!(
+            refused.error,
+            Error::ThreadStart {
+                thread: "cuda-host-poll",
+                ..
+            }
+        ),
+        "{refused}"
+    );
+    // The stream comes back, still the driver's, and works.
+    let stream = refused.into_stream();
+    assert_eq!(stream.host_engine(), HostEngine::Driver);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch through the driver");
+    stream.synchronize().expect("synchronize");
+    assert_eq!((tally.runs(), tally.drops()), (1, 1));
+}
+
+/// Launches a counted closure on `stream` from another thread, a launch that passes its capture
+/// check and is then held inside the driver's `cuStreamBatchMemOp_v2` for 300 ms, during which
+/// other code (the driver's own call, which cuda-host cannot hold) begins a relaxed capture of
+/// the stream: the batch becomes a node of that capture. Answers the launch's result and the
+/// capture's graph.
+fn a_launch_taken_by_other_codes_capture(
+    controls: &suite::software::Controls,
+    stream: &Stream,
+    tally: &Arc<Tally>,
+) -> (cuda_host::Result<()>, suite::capture::Graph) {
+    // Named by its base, which both the plain and the per-thread symbol share.
+    controls.delay_next_calls(c"cuStreamBatchMemOp", 1, Duration::from_millis(300));
+    std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let probe = tally.probe();
+            host_launch(stream, move || probe.ran())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let capture = suite::capture::Capture::begin(
+            stream.as_raw(),
+            cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        );
+        let launched = launcher.join().unwrap();
+        let graph = capture.end().expect("the capture ends with a graph");
+        (launched, graph)
+    })
+}
+
+#[test]
+fn a_launch_other_codes_capture_took_leaves_no_work_behind_and_the_engine_parks() {
+    let test = "a_launch_other_codes_capture_took_leaves_no_work_behind_and_the_engine_parks";
+    let Some(controls) = software_controls(
+        test,
+        "holding a batch inside the driver is a software-driver control",
+    ) else {
+        return;
+    };
+    // Alone in a process: the engine's counts are process-wide.
+    suite::alone_in_child!(
+        a_launch_other_codes_capture_took_leaves_no_work_behind_and_the_engine_parks
+    );
+    let context = context();
+    let stream = polled_stream(&context);
+    let tally = Tally::new();
+    let (launched, graph) = a_launch_taken_by_other_codes_capture(controls, &stream, &tally);
+    assert!(
+        matches!(launched, Err(Error::StreamCapturing { .. })),
+        "{launched:?}"
+    );
+    drop(graph);
+    reclaim();
+    assert_eq!((tally.runs(), tally.drops()), (0, 1), "the refused closure");
+    // With nothing launched since, the engine lets everything go.
+    wait_until(
+        "the engine to let the lane of the taken launch go and park",
+        || {
+            reclaim();
+            let counts = polled_engine_counts();
+            counts.serving == 0 && counts.parked
+        },
+    );
+    assert_eq!(
+        polled_engine_counts().retired_lanes,
+        1,
+        "the taken batch's lane is retired"
+    );
+    // The stream goes on, through a fresh lane.
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("a launch after the capture");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1);
+}
+
+#[test]
+fn a_graph_that_took_a_polled_batch_never_makes_the_streams_functions_run_early_or_stall() {
+    let test =
+        "a_graph_that_took_a_polled_batch_never_makes_the_streams_functions_run_early_or_stall";
+    let Some(controls) = software_controls(
+        test,
+        "holding a batch inside the driver is a software-driver control",
+    ) else {
+        return;
+    };
+    // Alone in a process: the delay armed in the driver is process-wide.
+    suite::alone_in_child!(
+        a_graph_that_took_a_polled_batch_never_makes_the_streams_functions_run_early_or_stall
+    );
+    const AFTER: usize = 20;
+    let context = context();
+    let stream = polled_stream(&context);
+    let other = Stream::new(&context, StreamFlags::NonBlocking).expect("stream");
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    // A function queued before the capture, held back by the gate.
+    gate.hold(&stream);
+    let before = tally.probe();
+    host_launch(&stream, move || before.ran()).expect("launch before the capture");
+    let (launched, graph) = a_launch_taken_by_other_codes_capture(controls, &stream, &tally);
+    assert!(
+        matches!(launched, Err(Error::StreamCapturing { .. })),
+        "{launched:?}"
+    );
+    // Functions queued after the capture, behind the same gate.
+    for _ in 0..AFTER {
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran()).expect("launch after the capture");
+    }
+    // The graph runs on another stream while all of them wait.
+    let exec = graph.instantiate();
+    exec.launch(other.as_raw());
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        tally.runs(),
+        0,
+        "a function ran before its stream reached it"
+    );
+    gate.open();
+    wait_until("every function the stream reached to run", || {
+        tally.runs() == 1 + AFTER
+    });
+    suite::wait_until_done(&stream);
+    // Replayed while functions are queued again: still nothing of the stream's is touched.
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    for _ in 0..AFTER {
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran()).expect("launch");
+    }
+    exec.launch(other.as_raw());
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(
+        tally.runs(),
+        1 + AFTER,
+        "a function ran before its stream reached it"
+    );
+    gate.open();
+    stream.synchronize().expect("the stream never stalls");
+    other.synchronize().expect("the graph's runs end");
+    assert_eq!(tally.runs(), 1 + 2 * AFTER);
+    wait_until("the engine to park", || {
+        reclaim();
+        let counts = polled_engine_counts();
+        counts.serving == 0 && counts.parked
+    });
+}
+
+#[test]
+fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_frees_them_after() {
+    let test = "the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_frees_them_after";
+    let Some(controls) =
+        software_controls(test, "counting host allocations needs the software driver")
+    else {
+        return;
+    };
+    // Alone in a process: the count of host allocations is process-wide.
+    suite::alone_in_child!(
+        the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_frees_them_after
+    );
+    let owner = context();
+    let allocations = || controls.live_objects().host_allocations;
+    let captured = Stream::new(&owner, StreamFlags::NonBlocking).expect("stream");
+    let before = allocations();
+    // SAFETY: `owner` keeps the context retained for the whole test, past every use.
+    let borrowed =
+        unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+    {
+        let stream = polled_stream(&borrowed);
+        let tally = Tally::new();
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran()).expect("launch");
+        stream.synchronize().expect("synchronize");
+        assert_eq!(tally.runs(), 1);
+    }
+    wait_until("the engine to let the context go", || {
+        reclaim();
+        polled_engine_counts().serving == 0
+    });
+    assert_eq!(allocations(), before + 1, "a page of lanes");
+    let (began, dropped) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|scope| {
+        let capturing = scope.spawn(|| {
+            let builder = GraphBuilder::begin(&captured, CaptureMode::Global).expect("capture");
+            began.wait();
+            dropped.wait();
+            let graph = builder.end().expect("the capture was not invalidated");
+            let exec = graph.instantiate().expect("instantiate");
+            exec.launch(&captured).expect("launch the graph");
+            captured.synchronize().expect("the graph ran");
+        });
+        began.wait();
+        // The last value of the context with lanes goes during the other thread's capture.
+        drop(borrowed);
+        let during = allocations();
+        dropped.wait();
+        capturing.join().unwrap();
+        assert_eq!(
+            during,
+            before + 1,
+            "the lanes were freed during the capture"
+        );
+    });
+    wait_until("the lanes' page to be freed after the capture", || {
+        reclaim();
+        allocations() == before
+    });
+}
+
+/// A logger that panics on every record while armed, but on the test's own thread (where a
+/// panicking logger is the test's own business, and cuda-host's calls there may pass it on).
+struct PanickingLogger(
+    std::sync::atomic::AtomicBool,
+    OnceLock<std::thread::ThreadId>,
+);
+
+impl log::Log for PanickingLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, _: &log::Record<'_>) {
+        if self.0.load(Ordering::SeqCst) && self.1.get() != Some(&std::thread::current().id()) {
+            panic!("deliberate panic in a logger");
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+#[test]
+fn a_panicking_logger_never_stops_the_engine_nor_its_streams() {
+    // Alone in a process: the logger is process-wide and set once.
+    suite::alone_in_child!(a_panicking_logger_never_stops_the_engine_nor_its_streams);
+    static LOGGER: PanickingLogger =
+        PanickingLogger(std::sync::atomic::AtomicBool::new(false), OnceLock::new());
+    LOGGER.1.set(std::thread::current().id()).unwrap();
+    log::set_logger(&LOGGER).expect("the first logger of this process");
+    log::set_max_level(log::LevelFilter::Trace);
+    suite::quiet::quiet_deliberate_panics();
+    let context = context();
+    let stream = polled_stream(&context);
+    let tally = Tally::new();
+    LOGGER.0.store(true, Ordering::SeqCst);
+    for round in 0..3 {
+        host_launch(&stream, || panic!("deliberate panic on the polled engine")).expect("launch");
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran()).expect("launch");
+        stream.synchronize().expect("synchronize");
+        assert_eq!(tally.runs(), round + 1);
+        // The engine lets the lane go and parks between rounds.
+        wait_until("the engine to park", || {
+            reclaim();
+            let counts = polled_engine_counts();
+            counts.serving == 0 && counts.parked
+        });
+    }
+    // The engine logs on its own thread as it lets a failed context's functions go.
+    let gate = Gate::new(&context);
+    let fault = suite::kernels::Fault::load(context.driver());
+    gate.hold(&stream);
+    fault.launch(&stream);
+    for _ in 0..5 {
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran()).expect("launch");
+    }
+    gate.open();
+    assert!(stream.synchronize().is_err(), "the fault is answered");
+    wait_until(
+        "the engine to let the failed stream's lane go and park",
+        || {
+            reclaim();
+            let counts = polled_engine_counts();
+            counts.serving == 0 && counts.parked
+        },
+    );
+    LOGGER.0.store(false, Ordering::SeqCst);
+    tally.reclaim_until_dropped(3 + 5, "every value to be dropped");
+    assert_eq!(tally.runs(), 3, "a function of the failed context ran");
+}
+
+#[test]
+fn a_launch_that_needs_a_new_lane_during_a_global_capture_is_refused_and_the_capture_kept() {
+    // Alone in a process: every lane of the context's first page is held busy.
+    suite::alone_in_child!(
+        a_launch_that_needs_a_new_lane_during_a_global_capture_is_refused_and_the_capture_kept
+    );
+    const LANES_PER_PAGE: usize = 512;
+    let context = context();
+    let captured = Stream::new(&context, StreamFlags::NonBlocking).expect("stream");
+    let per_thread = Stream::per_thread(&context)
+        .with_host_engine(HostEngine::Polled)
+        .expect("this thread's per-thread stream, polled");
+    // Every lane busy: a function queued behind a gate on each of as many streams.
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    let busy: Vec<Stream> = (0..LANES_PER_PAGE)
+        .map(|_| polled_stream(&context))
+        .collect();
+    for stream in &busy {
+        gate.hold(stream);
+        let probe = tally.probe();
+        host_launch(stream, move || probe.ran()).expect("launch");
+    }
+    let builder = GraphBuilder::begin(&captured, CaptureMode::Global).expect("capture");
+    // Another thread's per-thread stream has no lane yet, and none is free.
+    let probe = tally.probe();
+    let launched = std::thread::scope(|scope| {
+        scope
+            .spawn(|| host_launch(&per_thread, move || probe.ran()))
+            .join()
+            .unwrap()
+    });
+    let ended = builder.end();
+    gate.open();
+    for stream in &busy {
+        stream.synchronize().expect("synchronize");
+    }
+    ended.expect("the capture was not invalidated by the launch");
+    assert!(
+        launched.is_err(),
+        "launched with a lane allocated during the capture"
+    );
+    reclaim();
+    assert_eq!(tally.runs(), LANES_PER_PAGE);
+}
+
+#[test]
+fn a_first_polled_stream_during_this_threads_capture_is_refused_with_its_stream_and_the_capture_kept()
+ {
+    let _capture = suite::capture_lock();
+    let owner = context();
+    let captured = Stream::new(&owner, StreamFlags::NonBlocking).expect("stream");
+    // A context value of its own, which has no lanes yet: its first polled stream allocates.
+    // SAFETY: `owner` keeps the context retained for the whole test, past every use.
+    let borrowed =
+        unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+    let stream = Stream::new(&borrowed, StreamFlags::NonBlocking).expect("stream");
+    let builder = GraphBuilder::begin(&captured, CaptureMode::ThreadLocal).expect("capture");
+    let refused = stream
+        .with_host_engine(HostEngine::Polled)
+        .expect_err("a lane allocated during this thread's capture");
+    assert!(
+        matches!(refused.error, Error::AllocationInCapture { .. }),
+        "{refused}"
+    );
+    builder.end().expect("the capture was not invalidated");
+    // Once the capture ended, the stream it handed back becomes polled.
+    let stream = refused
+        .into_stream()
+        .with_host_engine(HostEngine::Polled)
+        .expect("a polled stream after the capture");
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!((tally.runs(), tally.drops()), (1, 1));
 }

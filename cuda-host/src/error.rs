@@ -117,6 +117,21 @@ pub enum Error {
         reason: String,
     },
 
+    /// The call needs pinned memory allocated (a polled stream's lane: see
+    /// [`HostEngine::Polled`](crate::HostEngine::Polled)) while a capture begun through cuda-host
+    /// forbids it: one of the calling thread's, or a global-mode one of any thread, which the
+    /// allocation would invalidate. Nothing was enqueued; the same call succeeds once the capture
+    /// ended.
+    #[error(
+        "cannot allocate {what} while a capture begun through cuda-host forbids it (this thread's, \
+         or a global-mode one): the allocation would invalidate the capture; call again once it \
+         ended"
+    )]
+    AllocationInCapture {
+        /// What needed the allocation.
+        what: &'static str,
+    },
+
     /// A host copy whose source and destination overlap.
     #[error(
         "a host copy's buffers overlap: source {:#x}..{:#x}, destination {:#x}..{:#x}",

@@ -127,7 +127,7 @@ outside_loom_models! {
         StreamPoint, StreamPointCounts, Unreleased, release_in_stream_order, stream_point,
         stream_point_counts,
     };
-    pub use polled::{HostEngine, PolledEngineCounts, polled_engine_counts};
+    pub use polled::{HostEngine, HostEngineRefused, PolledEngineCounts, polled_engine_counts};
 
     use std::sync::Arc;
 

@@ -63,6 +63,19 @@ impl<T: StreamSlot> StreamSlots<T> {
         Ok(slot)
     }
 
+    /// Forgets `slot`, lent to the stream `stream_id`: it is neither lent nor free any more, and
+    /// the stream is lent another at its next look-up. Whether it was lent to that stream.
+    pub(crate) fn forget(&mut self, stream_id: u64, slot: &Arc<T>) -> bool {
+        let lent = self
+            .lent
+            .get(&stream_id)
+            .is_some_and(|lent| Arc::ptr_eq(lent, slot));
+        if lent {
+            self.lent.remove(&stream_id);
+        }
+        lent
+    }
+
     /// The slot lent to the stream `stream_id`, if any.
     pub(crate) fn lent_to(&self, stream_id: u64) -> Option<&Arc<T>> {
         self.lent.get(&stream_id)

@@ -161,12 +161,6 @@ impl<'driver> LaunchWindow<'driver> {
         self.stream
     }
 
-    /// Whether the stream is being captured now, which a capture other code began after the
-    /// check would show (a failed look counts as no).
-    pub(crate) fn stream_captures_now(&self) -> bool {
-        matches!(capture_state(self.driver, self.stream), Ok(Some(_)))
-    }
-
     /// Whether the launch of `function` with `user_data` made through this window became a node
     /// of a capture that other code began between the check and the launch (see
     /// [`captured_by_other_code`]).

@@ -13,6 +13,7 @@
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
+use crate::launch::reclaim::{drop_when_allowed, unless_capture_forbids};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};
 use std::any::Any;
@@ -234,17 +235,53 @@ impl Drop for ContextShared {
     fn drop(&mut self) {
         // The points' events belong to the context: destroyed while it is still retained.
         drop(self.stream_points.take());
-        drop(self.polled_lanes.take());
-        if !self.retained {
-            // Another library's context; what keeps it alive, if held, goes with `_keep_alive`.
+        let mut lanes = self.polled_lanes.take();
+        if lanes.is_some() && unless_capture_forbids(|| drop(lanes.take())).is_none() {
+            // Freeing the lanes' pinned memory would invalidate a capture begun through
+            // cuda-host: the lanes, and the context's release after them, wait for a drain that
+            // may run, as every value does.
+            drop_when_allowed(LaterRelease {
+                lanes,
+                driver: Arc::clone(&self.driver),
+                device: self.device,
+                retained: std::mem::take(&mut self.retained),
+                _keep_alive: self._keep_alive.take(),
+            });
             return;
         }
-        // SAFETY: this value retained the primary context once; it is released once.
-        let released =
-            unsafe { checked!(self.driver(), cuDevicePrimaryCtxRelease_v2(self.device)) };
-        if let Err(error) = released {
-            // The context is gone: nobody is left to return the error to.
-            logged!(error!("releasing the primary context failed: {error}"));
+        if self.retained {
+            release_primary(&self.driver, self.device);
+        }
+        // Another library's context is not released; what keeps it alive, if held, goes with
+        // `_keep_alive`.
+    }
+}
+
+/// Releases the primary context of `device`, which the caller retained once.
+fn release_primary(driver: &Driver, device: CUdevice) {
+    // SAFETY: the caller retained the primary context once; it is released once.
+    let released = unsafe { checked!(driver, cuDevicePrimaryCtxRelease_v2(device)) };
+    if let Err(error) = released {
+        // The context is gone: nobody is left to return the error to.
+        logged!(error!("releasing the primary context failed: {error}"));
+    }
+}
+
+/// What a context's drop left for later: its polled lanes, whose memory is freed while the
+/// context is still retained, then the release.
+struct LaterRelease {
+    lanes: Option<Box<dyn Any + Send + Sync>>,
+    driver: Arc<Driver>,
+    device: CUdevice,
+    retained: bool,
+    _keep_alive: Option<Box<dyn Any + Send + Sync>>,
+}
+
+impl Drop for LaterRelease {
+    fn drop(&mut self) {
+        drop(self.lanes.take());
+        if self.retained {
+            release_primary(&self.driver, self.device);
         }
     }
 }

@@ -34,6 +34,10 @@ pub(crate) trait PolledEngine: Send + Sync {
     /// engine's thread once the stream reaches it, holding the stream's later work until it
     /// returned.
     ///
+    /// # Errors
+    /// [`Error::StreamCapturing`] when a capture other code began since the launch's check took
+    /// the enqueue: `function` is then never called. Others when nothing was enqueued.
+    ///
     /// # Safety
     /// As `cuLaunchHostFunc`: a valid stream; `function` callable with `data` on that thread.
     unsafe fn enqueue(
@@ -134,9 +138,9 @@ pub(crate) fn run_once<P: RunOnce>(
     }
     context_failure::mark_launched(context.raw().addr(), ticket);
     let captured = match entry {
-        // The engine's memory operations, not a host node: any capture of the stream now took
-        // them (its graph would write and wait on words whose numbers have passed: harmless).
-        HostFuncEntry::Polled(_) => window.stream_captures_now(),
+        // The engine looked itself, while no later launch could take a number on the lane, and
+        // answered a capture that took its batch as a refusal (handled above).
+        HostFuncEntry::Polled(_) => false,
         _ => window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data()),
     };
     if captured && let Some(record) = slot::abandon_ticket(ticket) {

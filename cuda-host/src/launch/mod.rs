@@ -45,7 +45,7 @@ outside_loom_models! {
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
     pub(crate) use reclaim::{
         CaptureMark, call_outside_host_function, drop_when_allowed, outside_host_function,
-        reclaim_on_launch,
+        reclaim_on_launch, unless_capture_forbids,
     };
 
     pub use graph_record::HostCallable;

@@ -156,6 +156,45 @@ fn drop_chain(thread: &ThreadState, mut next: *mut RecordHeader) -> usize {
     count
 }
 
+/// Runs `call`, a driver call that a capture forbids (an allocation or a free of memory), unless a
+/// capture begun through cuda-host forbids it now: one of this thread's, or a global-mode one of
+/// any thread; `None` then, and `call` is not made. A global-mode capture that begins meanwhile
+/// waits until `call` returned, as it waits for a drain.
+pub(crate) fn unless_capture_forbids<T>(call: impl FnOnce() -> T) -> Option<T> {
+    let mut call = Some(call);
+    let guarded = inboxes::with_thread(|thread| {
+        if thread.capturing.get() != 0 {
+            return None;
+        }
+        let depth = thread.drain_depth.get();
+        let inbox = std::sync::Arc::clone(thread.inbox());
+        if depth == 0 {
+            // As a drain does: either a capture beginning sees this flag and waits, or this
+            // call sees the capture.
+            inbox.draining.store(true, Ordering::SeqCst);
+            if GLOBAL_CAPTURES.load(Ordering::SeqCst) != 0 {
+                inbox.draining.store(false, Ordering::SeqCst);
+                return None;
+            }
+        }
+        thread.drain_depth.set(depth + 1);
+        let answer = call.take().map(|call| call());
+        thread.drain_depth.set(depth);
+        if depth == 0 {
+            inbox.draining.store(false, Ordering::SeqCst);
+        }
+        answer
+    });
+    match guarded {
+        Some(answer) => answer,
+        // The thread is being torn down: no capture of its own is open any more.
+        None => match call {
+            Some(call) if GLOBAL_CAPTURES.load(Ordering::SeqCst) == 0 => Some(call()),
+            _ => None,
+        },
+    }
+}
+
 /// Drops a record the calling thread owns as soon as the rule allows: now if this thread may run
 /// drops (the drop is caught and reported like a drain's), else at its next call that may; inside
 /// a host function, on the thread whose host function is running. How refused launches and

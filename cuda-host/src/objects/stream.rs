@@ -8,7 +8,7 @@ use crate::launch::{
     ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
     ensure_outside_host_function, in_host_function, reclaim, watch_stream,
 };
-use crate::polled::HostEngine;
+use crate::polled::{HostEngine, HostEngineRefused};
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -158,24 +158,43 @@ impl Stream {
     /// host-function thread, under the same rules. Other `Stream` values of the same handle
     /// keep their own engine.
     ///
-    /// For the polled engine this gives the stream its lane now (for a per-thread default
-    /// stream, the calling thread's), allocating pinned memory for the context's first 512
-    /// streams at once: an allocation is a call that a global-mode capture on any thread forbids
-    /// (it would invalidate the capture), so make polled streams before such captures begin.
+    /// For the polled engine this starts the engine's thread if it does not run yet, and gives
+    /// the stream its lane now (for a per-thread default stream, the calling thread's),
+    /// allocating pinned memory for the context's first 512 streams at once: an allocation is a
+    /// call that a global-mode capture on any thread forbids (it would invalidate the capture),
+    /// so make polled streams before such captures begin. A launch that needs a lane after all
+    /// (more than 512 streams of the context with functions pending, or a per-thread stream used
+    /// from another thread) while a capture begun through cuda-host forbids the allocation is
+    /// refused with [`Error::AllocationInCapture`](crate::Error::AllocationInCapture).
     ///
     /// # Errors
-    /// The driver's error from `cuStreamGetId`, or from `cuMemHostAlloc` or
-    /// `cuMemHostGetDevicePointer_v2` for the context's first polled stream.
-    pub fn with_host_engine(mut self, engine: HostEngine) -> Result<Stream> {
-        if engine == HostEngine::Polled {
-            crate::polled::install();
-            self.with_stream_context(|| {
-                let id = self.id()?;
-                crate::polled::prepare_lane(&self.context.shared, id)
-            })?;
+    /// The stream, unchanged, with why ([`HostEngineRefused`]):
+    /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the engine's thread cannot start,
+    /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when the lane's memory
+    /// must be allocated while a capture begun through cuda-host forbids it, or the driver's
+    /// error from `cuStreamGetId`, or from `cuMemHostAlloc` or `cuMemHostGetDevicePointer_v2`
+    /// for the context's first polled stream. `?` turns it into the error alone.
+    pub fn with_host_engine(
+        mut self,
+        engine: HostEngine,
+    ) -> std::result::Result<Stream, HostEngineRefused> {
+        if engine == HostEngine::Polled
+            && let Err(error) = self.prepare_polled()
+        {
+            return Err(HostEngineRefused::new(error, self));
         }
         self.host_engine = engine;
         Ok(self)
+    }
+
+    /// Makes the polled engine ready to serve this stream: its thread started, the lane given.
+    fn prepare_polled(&self) -> Result<()> {
+        crate::polled::install();
+        crate::polled::start()?;
+        self.with_stream_context(|| {
+            let id = self.id()?;
+            crate::polled::prepare_lane(&self.context.shared, id)
+        })
     }
 
     /// Who runs the host functions launched through this value.

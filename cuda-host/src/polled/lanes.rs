@@ -5,12 +5,25 @@
 //!
 //! A lane serves one stream at a time, told apart by `cuStreamGetId`. When every lane of the
 //! context is taken, the lanes whose queue is empty and whose stream waits for nothing are taken
-//! back; their numbers go on where they were. Numbers are 32-bit and compared cyclically, as the
-//! stream's wait compares them (`(int32_t)(word - value) >= 0`, measured on the 13.0 driver).
+//! back; their numbers go on where they were. Numbers are 32-bit; the stream's wait compares them
+//! cyclically (`(int32_t)(word - value) >= 0`, measured on the 13.0 driver), the server only for
+//! equality with the first number queued: a stream writes a number only once the one before was
+//! acknowledged, so any other value in the word was not written by the lane's stream.
+//!
+//! **Retired lanes.** A batch a capture took (other code began it between the launch's check and
+//! its enqueue) writes its number into its lane's word each time the graph runs, and waits for
+//! it. Its lane is retired: no number is issued on it again and the stream is lent a fresh lane,
+//! so that no later function of the stream depends on a word a graph writes; the server serves
+//! the numbers queued before and then acknowledges the taken one, so that the graph's wait, and
+//! the stream's own if the capture began just after the batch after all, passes. A retired lane
+//! is never lent again, and its page is never freed (a graph may run any time): 4 KiB of pinned
+//! memory kept for the life of the process per page holding one, counted in
+//! [`PolledEngineCounts`](super::PolledEngineCounts).
 
 use crate::checked::checked;
-use crate::error::Result;
-use crate::launch::{ContextShared, with_context_current};
+use crate::contained_log::logged;
+use crate::error::{Error, Result};
+use crate::launch::{ContextShared, unless_capture_forbids, with_context_current};
 use crate::stream_slots::{StreamSlot, StreamSlots};
 use crate::sync::lock;
 use cuda_host_sys::{
@@ -25,16 +38,11 @@ use std::sync::{Arc, Mutex};
 const PAGE_BYTES: usize = 4096;
 const LANES_PER_PAGE: usize = PAGE_BYTES / (2 * size_of::<u32>());
 
-/// Whether `number` is at or after `reference` in the cyclic order of 32-bit numbers.
-pub(super) fn reached(number: u32, reference: u32) -> bool {
-    number.wrapping_sub(reference) as i32 >= 0
-}
-
-/// A host function waiting in a lane: its number and what to call.
+/// A host function waiting in a lane: its number and what to call: nothing for a number a
+/// capture took, which is only acknowledged.
 pub(super) struct Waiting {
     pub(super) number: u32,
-    pub(super) function: unsafe extern "C" fn(*mut c_void),
-    pub(super) data: *mut c_void,
+    pub(super) call: Option<(unsafe extern "C" fn(*mut c_void), *mut c_void)>,
 }
 
 // SAFETY: the data is the launch's: a ticket or a pointer the caller vouched for on whatever
@@ -88,6 +96,10 @@ pub(crate) struct Lane {
     pub(super) queue: Mutex<VecDeque<Waiting>>,
     /// Whether the server has the lane on its list.
     pub(super) served: AtomicBool,
+    /// The index of its page in its context's list.
+    page: usize,
+    /// Whether it is retired, as its state says: read by the server without the lock.
+    retired: AtomicBool,
 }
 
 pub(super) struct LaneState {
@@ -95,6 +107,8 @@ pub(super) struct LaneState {
     pub(super) owner: Option<u64>,
     /// The last number enqueued.
     pub(super) issued: u32,
+    /// Whether a capture took one of its batches: no number is issued on it again.
+    pub(super) retired: bool,
 }
 
 impl Lane {
@@ -112,10 +126,32 @@ impl Lane {
     pub(super) fn words(&self) -> Words {
         self.words
     }
+
+    /// Retires the lane, whose state (`state`, locked) issued the number a capture took, and
+    /// turns that number's queued function into a number only to acknowledge; whether it was
+    /// still queued (else the stream wrote it and the server took it: the capture began after
+    /// the batch, which ran live, and the lane goes on).
+    pub(super) fn retire(&self, state: &mut LaneState, number: u32) -> bool {
+        let mut queue = lock(&self.queue);
+        let Some(waiting) = queue.back_mut().filter(|waiting| waiting.number == number) else {
+            return false;
+        };
+        waiting.call = None;
+        state.retired = true;
+        self.retired.store(true, Ordering::Release);
+        true
+    }
+
+    /// Whether the lane is retired (see [`Lane::retire`]).
+    pub(super) fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
 }
 
 struct Page {
     host: *mut c_void,
+    /// Whether one of its lanes is retired: the page is never freed.
+    kept: bool,
 }
 
 /// The lanes of one context.
@@ -149,18 +185,39 @@ impl ContextLanes {
     }
 
     /// The lane of the stream `stream_id`, given one if it has none.
+    ///
+    /// # Errors
+    /// [`Error::AllocationInCapture`] when a new page is needed while a capture begun through
+    /// cuda-host forbids the allocation; the driver's error from allocating it.
     pub(super) fn lane_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Lane>> {
         let state = &mut *lock(&self.state);
         let pages = &mut state.pages;
         state.slots.of(stream_id, || {
-            let (page, lanes) = shared.with_current(|| self.allocate_page())?;
+            let index = pages.len();
+            let allocated =
+                unless_capture_forbids(|| shared.with_current(|| self.allocate_page(index)))
+                    .ok_or(Error::AllocationInCapture {
+                        what: "a page of the polled engine's lanes",
+                    })?;
+            let (page, lanes) = allocated?;
             pages.push(page);
             Ok(lanes)
         })
     }
 
-    /// A page of lanes, all words zero. The context is current.
-    fn allocate_page(&self) -> Result<(Page, Vec<Arc<Lane>>)> {
+    /// Retires `lane`, whose stream `stream_id` a capture took a batch of (see the module's
+    /// documentation): the stream gets another lane at its next launch, and the lane's page is
+    /// kept for the life of the process. The lane's state says it is retired already.
+    pub(super) fn retire(&self, stream_id: u64, lane: &Arc<Lane>) {
+        let state = &mut *lock(&self.state);
+        if state.slots.forget(stream_id, lane) {
+            state.pages[lane.page].kept = true;
+            super::server::count_retired_lane();
+        }
+    }
+
+    /// A page of lanes, all words zero, the `page_index`-th of the context. The context is current.
+    fn allocate_page(&self, page_index: usize) -> Result<(Page, Vec<Arc<Lane>>)> {
         let driver = &*self.driver;
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: `host` is a valid out-pointer; the context is current.
@@ -181,7 +238,9 @@ impl ContextLanes {
         if let Err(error) = mapped {
             // SAFETY: allocated above, never handed out.
             if let Err(freed) = unsafe { checked!(driver, cuMemFreeHost(host)) } {
-                log::error!("cannot free a page of the polled engine's lanes: {freed}");
+                logged!(error!(
+                    "cannot free a page of the polled engine's lanes: {freed}"
+                ));
             }
             return Err(error.into());
         }
@@ -206,13 +265,16 @@ impl ContextLanes {
                     state: Mutex::new(LaneState {
                         owner: None,
                         issued: 0,
+                        retired: false,
                     }),
                     queue: Mutex::new(VecDeque::new()),
                     served: AtomicBool::new(false),
+                    page: page_index,
+                    retired: AtomicBool::new(false),
                 })
             })
             .collect();
-        Ok((Page { host }, lanes))
+        Ok((Page { host, kept: false }, lanes))
     }
 }
 
@@ -226,7 +288,10 @@ impl StreamSlot for Lane {
         let Ok(mut state) = self.state.try_lock() else {
             return false;
         };
-        if !lock(&self.queue).is_empty() || self.words.acknowledged() != state.issued {
+        if state.retired
+            || !lock(&self.queue).is_empty()
+            || self.words.acknowledged() != state.issued
+        {
             return false;
         }
         state.owner = None;
@@ -236,8 +301,12 @@ impl StreamSlot for Lane {
 
 impl Drop for ContextLanes {
     fn drop(&mut self) {
-        // No lane is served now: the server holds the context while it serves one.
-        let pages = std::mem::take(&mut lock(&self.state).pages);
+        // No lane is served now: the server holds the context while it serves one. A retired
+        // lane's page is kept: a graph may write into it whenever it runs.
+        let (kept, pages): (Vec<Page>, Vec<Page>) = std::mem::take(&mut lock(&self.state).pages)
+            .into_iter()
+            .partition(|page| page.kept);
+        super::server::count_kept_pages(kept.len());
         if pages.is_empty() {
             return;
         }
@@ -248,7 +317,9 @@ impl Drop for ContextLanes {
                 // more (every number enqueued was acknowledged before the server let the context
                 // go). The context is current.
                 if let Err(error) = unsafe { checked!(driver, cuMemFreeHost(page.host)) } {
-                    log::error!("cannot free a page of the polled engine's lanes: {error}");
+                    logged!(error!(
+                        "cannot free a page of the polled engine's lanes: {error}"
+                    ));
                 }
             }
             Ok(())
@@ -256,23 +327,9 @@ impl Drop for ContextLanes {
         // SAFETY: this context is still retained by the shared state being dropped.
         let current = unsafe { with_context_current(driver, self.context, free_pages) };
         if let Err(error) = current {
-            log::error!("cannot free the polled engine's lanes of a context: {error}");
+            logged!(error!(
+                "cannot free the polled engine's lanes of a context: {error}"
+            ));
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::reached;
-
-    #[test]
-    fn numbers_compare_cyclically_as_the_streams_wait_does() {
-        assert!(reached(3, 3));
-        assert!(reached(4, 3));
-        assert!(!reached(2, 3));
-        // Across the wrap: 5 is 21 past 0xFFFF_FFF0; 0x7FFF_FFF0 is 2^31 behind it.
-        assert!(reached(5, 0xFFFF_FFF0));
-        assert!(!reached(0xFFFF_FFE0, 0xFFFF_FFF0));
-        assert!(!reached(0x7FFF_FFF0, 0xFFFF_FFF0));
     }
 }

@@ -25,9 +25,29 @@
 //! check and refusal, the same panic reporting and reclaim rule: the engine only replaces
 //! `cuLaunchHostFunc` with the batch, and the driver's thread with its own, which is marked as
 //! inside a host function for its whole life (no cuda-host call reaches the driver from it, and
-//! nothing is dropped there). A capture other code begins between the check and the enqueue takes
-//! the batch: the launch is abandoned and refused, and the graph's operations, if it ever runs,
-//! write a number that has passed and wait for one acknowledged long ago.
+//! nothing is dropped there).
+//!
+//! **Other code's captures.** A capture other code begins between the launch's check and its
+//! enqueue takes the batch. The engine looks for it right after the batch was accepted, under the
+//! lane's lock (so no later number was issued on the lane): the launch is refused
+//! ([`Error::StreamCapturing`]) and never runs, its lane is
+//! retired (`lanes`): the stream's later functions go through a fresh lane, which no graph
+//! writes; those queued before are served as ever, the taken number is acknowledged after them,
+//! and the server, which runs a function only when its stream's word holds exactly that
+//! function's number, is never made to run one early by the graph's write. What stays: the
+//! graph's write lands in the retired lane's word whenever it runs, so a run while functions
+//! queued before the capture still wait may overwrite the number of one of those their stream
+//! just wrote, and that stream then waits for it (rare: other code must capture a stream with
+//! polled functions pending and run the graph before they ran); the retired lane's page (4 KiB
+//! for up to 512 lanes) is kept for the life of the process; and a capture that begins and ends
+//! between the enqueue and the look is not seen. A capture that began just after the batch, which
+//! then runs live, also refuses the launch (the function never runs), and its number is
+//! acknowledged all the same.
+//!
+//! **Its thread.** The server's thread starts with the first polled stream
+//! ([`Stream::with_host_engine`] answers [`Error::ThreadStart`] when
+//! it cannot, and gives the stream back), and every enqueue makes sure it runs before anything is
+//! enqueued: no batch waits for a server that is not there.
 //!
 //! **Failures.** A stream whose context failed never writes again: once cuda-host sees the
 //! failure (a call of any thread answering the sticky error: the stream's synchronize, a launch,
@@ -40,14 +60,16 @@ mod lanes;
 mod server;
 
 use crate::checked::checked;
-use crate::error::Result;
-use crate::launch::{ContextShared, PolledEngine, install_polled_engine};
+use crate::error::{Error, Result};
+use crate::launch::{ContextShared, PolledEngine, capture_state, install_polled_engine};
+use crate::objects::Stream;
 use crate::sync::lock;
 use cuda_host_sys::{
     CUstream, CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags,
 };
 use lanes::{ContextLanes, Waiting};
 use std::ffi::c_void;
+use std::fmt;
 use std::sync::Arc;
 
 pub use server::{PolledEngineCounts, polled_engine_counts};
@@ -71,6 +93,63 @@ pub enum HostEngine {
     Polled,
 }
 
+/// A stream [`Stream::with_host_engine`] could not give the engine asked for, with why: the
+/// stream comes back unchanged (its engine the one it had).
+#[non_exhaustive]
+pub struct HostEngineRefused {
+    /// Why: [`Error::ThreadStart`] when the engine's thread cannot
+    /// start, or an error of preparing the stream's lane.
+    pub error: Error,
+    /// The stream, unchanged (boxed: the error stays small).
+    stream: Box<Stream>,
+}
+
+impl HostEngineRefused {
+    pub(crate) fn new(error: Error, stream: Stream) -> HostEngineRefused {
+        HostEngineRefused {
+            error,
+            stream: Box::new(stream),
+        }
+    }
+
+    /// The stream, unchanged.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The stream, unchanged.
+    pub fn into_stream(self) -> Stream {
+        *self.stream
+    }
+}
+
+impl fmt::Debug for HostEngineRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostEngineRefused")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for HostEngineRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the stream keeps its host engine: {}", self.error)
+    }
+}
+
+impl std::error::Error for HostEngineRefused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+/// The error alone, the stream dropped: for `?` in functions answering cuda-host's [`Result`].
+impl From<HostEngineRefused> for Error {
+    fn from(refused: HostEngineRefused) -> Error {
+        refused.error
+    }
+}
+
 /// The engine: stateless here; the lanes live with their contexts, the server is one thread.
 struct Engine;
 
@@ -79,6 +158,14 @@ static ENGINE: Engine = Engine;
 /// Makes the polled engine the one polled launches go through.
 pub(crate) fn install() {
     install_polled_engine(&ENGINE);
+}
+
+/// Starts the engine's server unless it runs.
+///
+/// # Errors
+/// [`Error::ThreadStart`] when its thread cannot start.
+pub(crate) fn start() -> Result<()> {
+    server::start()
 }
 
 /// Gives the stream `stream_id` of `context` its lane, if it has none yet. The context is
@@ -101,6 +188,8 @@ impl PolledEngine for Engine {
         function: unsafe extern "C" fn(*mut c_void),
         data: *mut c_void,
     ) -> Result<()> {
+        // No batch waits for a server that is not there.
+        server::start()?;
         let driver = context.driver();
         let stream_id = match stream_id {
             Some(id) => id,
@@ -115,6 +204,12 @@ impl PolledEngine for Engine {
         loop {
             let lane = lanes.lane_of(context, stream_id)?;
             let mut state = lock(&lane.state);
+            if state.retired {
+                // Retired between the look-up and the lock: the stream gets another.
+                drop(state);
+                lanes.retire(stream_id, &lane);
+                continue;
+            }
             if state.owner != Some(stream_id) {
                 // Taken back between the look-up and the lock: look again.
                 continue;
@@ -122,8 +217,7 @@ impl PolledEngine for Engine {
             let number = state.issued.wrapping_add(1);
             lock(&lane.queue).push_back(Waiting {
                 number,
-                function,
-                data,
+                call: Some((function, data)),
             });
             let mut operations = [
                 CUstreamBatchMemOpParams::default(),
@@ -153,9 +247,21 @@ impl PolledEngine for Engine {
                 return Err(error.into());
             }
             state.issued = number;
+            // Looked at with the lane still locked, so that no later number was issued on it: a
+            // capture other code began since the launch's check took the batch.
+            let captured = match capture_state(driver, stream) {
+                Ok(Some(status)) => lane.retire(&mut state, number).then_some(status),
+                _ => None,
+            };
             drop(state);
+            if captured.is_some() {
+                lanes.retire(stream_id, &lane);
+            }
             server::serve(&lane, context);
-            return Ok(());
+            return match captured {
+                Some(status) => Err(Error::StreamCapturing { status }),
+                None => Ok(()),
+            };
         }
     }
 }
