@@ -781,3 +781,41 @@ fn a_logger_panicking_in_a_failed_polled_scopes_join_unwinds_only_once_no_copy_c
     );
     logger_panicking_in_the_join(HostEngine::Polled);
 }
+
+#[test]
+fn a_raw_copy_queued_behind_a_failure_never_writes_and_its_description_is_reclaimed() {
+    // Alone in a process: the failure stays with it.
+    suite::alone_in_child!(
+        a_raw_copy_queued_behind_a_failure_never_writes_and_its_description_is_reclaimed
+    );
+    let context = context();
+    let stream = new_stream();
+    let gate = Gate::new(&context);
+    let fault = suite::kernels::Fault::load(context.driver());
+    let source = pattern(4096, 9);
+    let mut destination = vec![0u8; 4096];
+    gate.hold(&stream);
+    fault.launch(&stream);
+    let copy = HostCopy::new(
+        source.as_ptr().cast(),
+        destination.as_mut_ptr().cast(),
+        source.len(),
+    )
+    .expect("a copy");
+    // SAFETY: both buffers outlive the stream's work (the synchronize below) and the check after.
+    unsafe { host_copy_raw(&stream, copy) }.expect("the copy is enqueued");
+    gate.open();
+    assert!(stream.synchronize().is_err(), "the fault is reported");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    cuda_host::reclaim();
+    assert!(
+        destination.iter().all(|&byte| byte == 0),
+        "a copy behind the fault wrote"
+    );
+    assert_eq!(
+        cuda_host::launch_slot_counts().in_flight,
+        0,
+        "the copy's description was not reclaimed"
+    );
+    std::mem::forget(stream);
+}

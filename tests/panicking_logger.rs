@@ -311,3 +311,36 @@ fn dropping_a_capturing_stream_that_launched_under_a_panicking_logger_does_not_p
     assert!(PANICS.load(Ordering::SeqCst) > 0, "the drop logged");
     assert_eq!((tally.runs(), tally.drops()), (1, 1));
 }
+
+#[test]
+fn host_copy_fn_handed_overlapping_buffers_under_a_panicking_logger_neither_unwinds_nor_copies() {
+    suite::alone_in_child!(
+        host_copy_fn_handed_overlapping_buffers_under_a_panicking_logger_neither_unwinds_nor_copies
+    );
+    install_logger();
+    let mut buffer: Vec<u8> = (0..64).collect();
+    let base = buffer.as_mut_ptr();
+    let copy = cuda_host::HostCopy {
+        source: base.cast_const().cast(),
+        // SAFETY: 16 bytes into a 64-byte buffer.
+        destination: unsafe { base.add(16) }.cast(),
+        length: 32,
+    };
+    PANICKING.store(true, Ordering::SeqCst);
+    let called = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: a valid description of memory this test owns; the function refuses the
+        // overlap and copies nothing.
+        unsafe { cuda_host::host_copy_fn(std::ptr::from_ref(&copy).cast_mut().cast()) }
+    }));
+    PANICKING.store(false, Ordering::SeqCst);
+    assert!(called.is_ok(), "host_copy_fn unwound");
+    assert!(
+        PANICS.load(Ordering::SeqCst) >= 1,
+        "the logger was not called"
+    );
+    assert_eq!(
+        buffer,
+        (0..64).collect::<Vec<u8>>(),
+        "the overlapping copy wrote"
+    );
+}

@@ -836,3 +836,43 @@ fn a_future_point_whose_record_a_thread_local_capture_took_is_refused_and_the_ca
         assert_eq!(point.is_passed(), Ok(true));
     }
 }
+
+#[test]
+fn a_released_value_whose_drop_panics_is_reported_and_the_drain_goes_on() {
+    // Alone in a process: the hook is process-wide.
+    suite::alone_in_child!(a_released_value_whose_drop_panics_is_reported_and_the_drain_goes_on);
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("deliberate panic in a released value's Drop");
+        }
+    }
+    let reports: Arc<Mutex<Vec<(String, cuda_host::PanicOrigin)>>> = Arc::default();
+    let hook_reports = Arc::clone(&reports);
+    cuda_host::set_host_panic_hook(move |panic: &cuda_host::HostFunctionPanic<'_>| {
+        hook_reports
+            .lock()
+            .unwrap()
+            .push((panic.message.to_owned(), panic.origin));
+    });
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    release_in_stream_order(&stream, PanicsOnDrop).expect("released");
+    release_in_stream_order(&stream, tally.probe()).expect("released");
+    let synchronized =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stream.synchronize()));
+    assert!(
+        matches!(synchronized, Ok(Ok(()))),
+        "the synchronize that dropped did not go on"
+    );
+    assert_eq!(
+        tally.drops(),
+        1,
+        "the value released after it was not dropped"
+    );
+    let reports = reports.lock().unwrap();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].0, "deliberate panic in a released value's Drop");
+    assert_eq!(reports[0].1, cuda_host::PanicOrigin::Drop);
+}
