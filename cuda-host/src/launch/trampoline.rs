@@ -97,3 +97,49 @@ pub(crate) unsafe extern "C" fn graph_host_fn(data: *mut c_void) {
         }
     }));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_driver;
+    use crate::launch::context_failure::abandon_context_if_failed;
+    use crate::launch::context_shared::ContextShared;
+    use crate::launch::payload::{self, RunOnceClosure};
+    use crate::launch::reclaim::reclaim;
+    use cuda_host_sys::{CUcontext, CUresult};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    #[test]
+    fn a_record_the_driver_calls_after_its_context_was_seen_failed_does_not_run() {
+        // The real driver still calls host functions queued before a failure; a record it calls
+        // once cuda-host has seen the failure must not run (a call answering it may have
+        // returned already). A context handle of this test alone: a failure stays recorded.
+        const FAILED: usize = 0x7_7000;
+        // SAFETY: no entry points beyond the fakes' defaults.
+        let driver = unsafe { fake_driver::driver(&[]) };
+        let context = Arc::new(ContextShared::retained_primary(
+            Arc::clone(&driver),
+            0,
+            FAILED as CUcontext,
+        ));
+        let ran = Arc::new(AtomicBool::new(false));
+        let in_closure = Arc::clone(&ran);
+        let slot = payload::in_slot(
+            Arc::clone(&context),
+            RunOnceClosure(move || in_closure.store(true, Ordering::SeqCst)),
+        );
+        // Not yet marked launched, so the failure's scan leaves it to the host function.
+        let ticket = slot.begin_launch(FAILED, 0x88_usize as CUstream);
+        abandon_context_if_failed(FAILED, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+        // SAFETY: the ticket of a launch, given to the driver (here, this call) once.
+        unsafe { run_once_host_fn(ticket.into_user_data()) };
+        assert!(!ran.load(Ordering::SeqCst), "ran after the failure was seen");
+        reclaim();
+        assert_eq!(
+            Arc::strong_count(&ran),
+            1,
+            "the record was not handed back and dropped"
+        );
+    }
+}
