@@ -166,6 +166,13 @@ fn library_sources() -> Vec<(PathBuf, String)> {
         .collect()
 }
 
+/// The identifier `text` starts with.
+fn identifier_at(text: &str) -> String {
+    text.chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
 /// The names of cuda-host's own threads.
 fn threads() -> BTreeSet<String> {
     let mut found = BTreeSet::new();
@@ -186,11 +193,7 @@ fn functions_the_driver_calls() -> BTreeSet<String> {
                 .trim_start_matches("pub(crate) ")
                 .trim_start_matches("pub ");
             if let Some(rest) = item.strip_prefix("unsafe extern \"C\" fn ") {
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                found.insert(name);
+                found.insert(identifier_at(rest));
             }
         }
     }
@@ -250,14 +253,9 @@ fn test_names() -> BTreeSet<String> {
             let text = std::fs::read_to_string(&path).unwrap();
             for part in text.split("#[test]").skip(1) {
                 // The first `fn` after the attribute (other attributes may come between).
-                let Some((_, rest)) = part.split_once("fn ") else {
-                    continue;
-                };
-                let name: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                found.insert(name);
+                if let Some((_, rest)) = part.split_once("fn ") {
+                    found.insert(identifier_at(rest));
+                }
             }
         }
     }
