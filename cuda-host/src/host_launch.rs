@@ -146,7 +146,11 @@ pub enum UserData<'a> {
 /// 1. `function` must be safe to call on the driver's host-function thread with the pointer it
 ///    receives, and must not call CUDA.
 /// 2. With [`UserData::PassThrough`], the pointer must stay valid for what `function` does with
-///    it until `function` has run.
+///    it until `function` has run. The driver calls such a function directly, with no record of
+///    cuda-host's between: after a context failure it may still call one queued before the
+///    failure, also once a synchronize answered the failure (the real driver does), so keep the
+///    pointer valid until the stream is destroyed, or use [`UserData::Copied`], whose record does
+///    not run once cuda-host has seen the failure.
 /// 3. With [`UserData::Copied`], `function` must not keep the pointer after it returns.
 ///
 /// # Errors
