@@ -13,18 +13,21 @@ use crate::launch::slot;
 use crate::launch::trampoline;
 use cuda_host_sys::CUstream;
 use std::ffi::{c_uint, c_void};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 /// The entry point a host function is launched through.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub(crate) enum HostFuncEntry {
     /// `cuLaunchHostFunc`.
     Classic,
     /// `cuLaunchHostFunc_v2` with this `CUhostTaskSyncMode`.
     WithSyncMode(c_uint),
-    /// The polled engine (`crate::polled`), through [`PolledEngine`], with the stream's id where
-    /// it is known already (not for a special stream, whose id depends on the calling thread).
-    Polled(Option<u64>),
+    /// The polled engine (`crate::polled`), which the stream names, with the stream's id where it
+    /// is known already (not for a special stream, whose id depends on the calling thread).
+    Polled {
+        engine: &'static dyn PolledEngine,
+        stream_id: Option<u64>,
+    },
 }
 
 /// What the polled engine (`crate::polled`) offers this layer, which does not import it.
@@ -50,13 +53,6 @@ pub(crate) trait PolledEngine: Send + Sync {
     ) -> Result<()>;
 }
 
-static POLLED_ENGINE: OnceLock<&'static dyn PolledEngine> = OnceLock::new();
-
-/// Makes `engine` the one [`HostFuncEntry::Polled`] launches through (the first one given).
-pub(crate) fn install_polled_engine(engine: &'static dyn PolledEngine) {
-    let _ = POLLED_ENGINE.set(engine);
-}
-
 impl HostFuncEntry {
     /// Enqueues `function` with `data` on `stream` of `context` through this entry point.
     ///
@@ -72,10 +68,7 @@ impl HostFuncEntry {
     ) -> Result<()> {
         let driver = context.driver();
         let launched = match self {
-            HostFuncEntry::Polled(stream_id) => {
-                let engine = POLLED_ENGINE
-                    .get()
-                    .expect("a polled stream installed the engine");
+            HostFuncEntry::Polled { engine, stream_id } => {
                 // SAFETY: per the caller.
                 return unsafe { engine.enqueue(context, stream, stream_id, function, data) };
             }
@@ -140,7 +133,7 @@ pub(crate) fn run_once<P: RunOnce>(
     let captured = match entry {
         // The engine looked itself, while no later launch could take a number on the lane, and
         // answered a capture that took its batch as a refusal (handled above).
-        HostFuncEntry::Polled(_) => false,
+        HostFuncEntry::Polled { .. } => false,
         _ => window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data()),
     };
     if captured && let Some(record) = slot::abandon_ticket(ticket) {
@@ -171,7 +164,7 @@ pub(crate) unsafe fn pass_through(
     // function on every launch of its graph: nothing to abandon, so a capture begun through
     // cuda-host waits for it however long.
     let window = match entry {
-        HostFuncEntry::Polled(_) => open_window(context, stream)?,
+        HostFuncEntry::Polled { .. } => open_window(context, stream)?,
         _ => {
             LaunchWindow::open_for_pass_through(context.driver(), stream).inspect_err(|error| {
                 if let Some(result) = error.driver_result() {

@@ -36,7 +36,7 @@ outside_loom_models! {
     };
     pub(crate) use context_shared::{ContextShared, StreamPointsOfContext, with_context_current};
     pub(crate) use enqueue::{
-        HostFuncEntry, PolledEngine, install_polled_engine, pass_through, run_once,
+        HostFuncEntry, PolledEngine, pass_through, run_once,
     };
     pub(crate) use held::{Look, Progress, held_count, hold_until};
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};

@@ -189,7 +189,6 @@ impl Stream {
 
     /// Makes the polled engine ready to serve this stream: its thread started, the lane given.
     fn prepare_polled(&self) -> Result<()> {
-        crate::polled::install();
         crate::polled::start()?;
         self.with_stream_context(|| {
             let id = self.id()?;
@@ -206,9 +205,10 @@ impl Stream {
     pub(crate) fn host_func_entry(&self) -> HostFuncEntry {
         match self.host_engine {
             HostEngine::Driver => HostFuncEntry::Classic,
-            HostEngine::Polled => {
-                HostFuncEntry::Polled(Some(self.id.load(Ordering::Relaxed)).filter(|&id| id != 0))
-            }
+            HostEngine::Polled => HostFuncEntry::Polled {
+                engine: crate::polled::engine(),
+                stream_id: Some(self.id.load(Ordering::Relaxed)).filter(|&id| id != 0),
+            },
         }
     }
 

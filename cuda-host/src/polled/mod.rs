@@ -61,7 +61,7 @@ mod server;
 
 use crate::checked::checked;
 use crate::error::{Error, Result};
-use crate::launch::{ContextShared, PolledEngine, capture_state, install_polled_engine};
+use crate::launch::{ContextShared, PolledEngine, capture_state};
 use crate::objects::Stream;
 use crate::sync::lock;
 use cuda_host_sys::{
@@ -155,9 +155,9 @@ struct Engine;
 
 static ENGINE: Engine = Engine;
 
-/// Makes the polled engine the one polled launches go through.
-pub(crate) fn install() {
-    install_polled_engine(&ENGINE);
+/// The engine, which a polled stream names in its launches' entry.
+pub(crate) fn engine() -> &'static dyn PolledEngine {
+    &ENGINE
 }
 
 /// Starts the engine's server unless it runs.
