@@ -15,7 +15,7 @@ use cuda_host::{
 };
 use cuda_host_sys::CUresult;
 use std::collections::BTreeSet;
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, CString, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
 use suite::Tally;
 use suite::software::{Controls, LiveObjects};
@@ -544,6 +544,18 @@ fn entry_points_cuda_host_calls() -> BTreeSet<String> {
     called
 }
 
+/// The name a row's failure is armed by: for an entry point with a per-thread twin, its base name,
+/// which the software driver matches in both tables' forms (`cuStreamBeginCapture_v2` and
+/// `cuStreamBeginCapture_v2_ptsz`); else the exported name the row gives.
+fn armed_name(entry: &CStr) -> CString {
+    let exported = entry.to_str().expect("ASCII");
+    let base = cuda_host_testing::ENTRY_POINTS
+        .iter()
+        .find(|point| point.exported == exported && point.per_thread_twin)
+        .map_or(exported, |point| point.base);
+    CString::new(base).expect("no NUL")
+}
+
 fn leaks(before: &LiveObjects, after: &LiveObjects) -> Leaves {
     Leaves {
         streams: after.streams - before.streams.min(after.streams),
@@ -607,10 +619,11 @@ fn every_entry_point_cuda_host_calls_fails_once_with_a_typed_error_and_leaks_not
         settle(&fixture, controls);
         let before = controls.live_objects();
         log.0.lock().unwrap().clear();
-        controls.fail_next_calls(row.entry, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        let armed = armed_name(row.entry);
+        controls.fail_next_calls(&armed, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
         let outcome = (row.exercise)(&fixture);
         assert_eq!(
-            controls.armed_failures(row.entry),
+            controls.armed_failures(&armed),
             0,
             "{entry}: the failure never fired"
         );
