@@ -529,8 +529,10 @@ fn a_held_launch_the_capture_took_is_refused_though_a_node_followed_it_before_th
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
-    let nodes_run: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
-    let counter = (&raw const *nodes_run).cast_mut().cast::<c_void>();
+    // Static: it outlives every run of the graph.
+    static NODES_RUN: AtomicUsize = AtomicUsize::new(0);
+    let nodes_run = &NODES_RUN;
+    let counter = (&raw const NODES_RUN).cast_mut().cast::<c_void>();
     let driver = context.driver();
     let launches_before = controls.call_count(c"cuLaunchHostFunc");
     controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
@@ -548,7 +550,7 @@ fn a_held_launch_the_capture_took_is_refused_though_a_node_followed_it_before_th
             controls.call_count(c"cuLaunchHostFunc") > launches_before
         });
         std::thread::sleep(Duration::from_millis(200));
-        // SAFETY: the counter is leaked: it outlives every run of the graph.
+        // SAFETY: the counter is static: it outlives every run of the graph.
         let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(add_one), counter) };
         driver.check("cuLaunchHostFunc", result).unwrap();
         (launcher.join().unwrap(), builder)
