@@ -875,4 +875,48 @@ fn a_released_value_whose_drop_panics_is_reported_and_the_drain_goes_on() {
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].0, "deliberate panic in a released value's Drop");
     assert_eq!(reports[0].1, cuda_host::PanicOrigin::Drop);
+fn a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_point() {
+    // Point 1 lives in slot 1 of the ring; point 65, refused because other code's capture took
+    // its record, retires slot 1's event. Point 1 is still among the last RING issued, so its
+    // looks ask slot 1 alone, which no longer holds it: until another point is marked, point 1
+    // is never seen passed, however long ago the stream passed it.
+    let test = "a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_point";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_point
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut first = stream_point(&stream).expect("a point");
+    let _later: Vec<StreamPoint> = (0..63)
+        .map(|_| stream_point(&stream).expect("a point"))
+        .collect();
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    let error = stream_point(&stream).expect_err("a point the capture took is refused");
+    assert!(matches!(error, Error::PointInCapture { .. }), "{error}");
+    drop(
+        end_capture(&stream)
+            .unwrap_or_else(|result| panic!("the capture was invalidated: {result}"))
+            .instantiate(),
+    );
+    gate.open();
+    // Through the driver alone: the stream passed every point (nothing of cuda-host's looks).
+    suite::wait_until_done(&stream);
+    wait_until("the first point to be seen passed", || {
+        first.is_passed() == Ok(true)
+    });
+    wait_until("the first point's future to complete", || {
+        poll_once(&mut first) == Poll::Ready(Ok(()))
+    });
 }
