@@ -920,3 +920,64 @@ fn a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_poi
         poll_once(&mut first) == Poll::Ready(Ok(()))
     });
 }
+
+#[test]
+fn a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later_point() {
+    // As above, point 1's slot is retired by point 65's refusal. The watcher looks at a track
+    // only for the first point waiting on it, and wakes the futures up to what that look saw:
+    // while point 1's future waits, the future of point 64 (whose own event is intact and
+    // complete) is never woken either.
+    let test =
+        "a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later_point";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later_point
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut points: Vec<StreamPoint> = (0..64)
+        .map(|_| stream_point(&stream).expect("a point"))
+        .collect();
+    let mut last = points.pop().expect("point 64");
+    let mut first = points.swap_remove(0);
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    let error = stream_point(&stream).expect_err("a point the capture took is refused");
+    assert!(matches!(error, Error::PointInCapture { .. }), "{error}");
+    drop(
+        end_capture(&stream)
+            .unwrap_or_else(|result| panic!("the capture was invalidated: {result}"))
+            .instantiate(),
+    );
+    // Both futures wait with the watcher.
+    let first_wakes = Arc::new(CountingWaker::default());
+    let last_wakes = Arc::new(CountingWaker::default());
+    let first_waker = Waker::from(Arc::clone(&first_wakes));
+    let last_waker = Waker::from(Arc::clone(&last_wakes));
+    assert!(
+        Pin::new(&mut first)
+            .poll(&mut TaskContext::from_waker(&first_waker))
+            .is_pending()
+    );
+    assert!(
+        Pin::new(&mut last)
+            .poll(&mut TaskContext::from_waker(&last_waker))
+            .is_pending()
+    );
+    gate.open();
+    suite::wait_until_done(&stream);
+    wait_until("the watcher to wake point 64's future", || {
+        last_wakes.0.load(Ordering::SeqCst) > 0
+    });
+    drop((first, last, points));
+}
