@@ -764,3 +764,58 @@ fn a_first_polled_stream_during_this_threads_capture_is_refused_with_its_stream_
     stream.synchronize().expect("synchronize");
     assert_eq!((tally.runs(), tally.drops()), (1, 1));
 }
+
+#[test]
+fn a_batch_a_capture_took_while_the_engines_look_fails_never_stalls_the_stream() {
+    // The engine asks cuStreamIsCapturing after the batch was accepted; an error there is taken
+    // as "not capturing": the launch returns Ok, the lane is not retired, and the taken number
+    // stays queued with its function. The stream never writes that number (the graph holds the
+    // batch), so the server, serving only the first number queued, never serves the stream's
+    // next function either: the stream waits for it for ever. Stream points treat "cannot
+    // tell" as a capture (`ContextTracks::record`).
+    let test = "a_batch_a_capture_took_while_the_engines_look_fails_never_stalls_the_stream";
+    let Some(controls) = software_controls(
+        test,
+        "holding a batch inside the driver is a software-driver control",
+    ) else {
+        return;
+    };
+    suite::alone_in_child!(
+        a_batch_a_capture_took_while_the_engines_look_fails_never_stalls_the_stream
+    );
+    let context = context();
+    let stream = polled_stream(&context);
+    let tally = Tally::new();
+    controls.delay_next_calls(c"cuStreamBatchMemOp", 1, Duration::from_millis(300));
+    let (launched, graph) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            let probe = tally.probe();
+            host_launch(&stream, move || probe.ran())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let capture = suite::capture::Capture::begin(
+            stream.as_raw(),
+            cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        );
+        // The engine's look after the batch cannot tell.
+        controls.fail_next_calls_any_thread(
+            c"cuStreamIsCapturing",
+            1,
+            cuda_host_sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+        );
+        let launched = launcher.join().unwrap();
+        let graph = capture.end().expect("the capture ends with a graph");
+        (launched, graph)
+    });
+    drop(graph);
+    // The stream goes on: a function launched after the capture runs.
+    let after = tally.probe();
+    host_launch(&stream, move || after.ran()).expect("a launch after the capture");
+    wait_until("the function launched after the capture to run", || {
+        tally.runs() >= 1
+    });
+    assert!(
+        launched.is_err(),
+        "the launch a capture took was answered {launched:?}"
+    );
+}
