@@ -875,6 +875,9 @@ fn a_released_value_whose_drop_panics_is_reported_and_the_drain_goes_on() {
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].0, "deliberate panic in a released value's Drop");
     assert_eq!(reports[0].1, cuda_host::PanicOrigin::Drop);
+}
+
+#[test]
 fn a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_point() {
     // Point 1 lives in slot 1 of the ring; point 65, refused because other code's capture took
     // its record, retires slot 1's event. Point 1 is still among the last RING issued, so its

@@ -226,7 +226,9 @@ impl Track {
     pub(super) fn look_for(&self, point: u64, pace: Pace) -> u64 {
         self.look_with(point, pace, || {
             let issued = self.issued.load(Ordering::Acquire);
-            if issued - point >= RING as u64 {
+            // A retired slot (its last record was a capture's) answers for no point: the
+            // newest, or the bisection, does.
+            if issued - point >= RING as u64 || self.retired(point) {
                 return self.query();
             }
             match self.completed(point) {
@@ -284,7 +286,14 @@ impl Track {
         // `passed` is known passed (or is where the events' window begins), `pending` not.
         let (mut passed, mut pending) = (high.max(issued.saturating_sub(RING as u64)), issued);
         while pending - passed > 1 {
-            let middle = passed + (pending - passed) / 2;
+            let mut middle = passed + (pending - passed) / 2;
+            // A retired slot says nothing of its point: ask the next that holds one.
+            while self.retired(middle) && middle + 1 < pending {
+                middle += 1;
+            }
+            if self.retired(middle) {
+                break;
+            }
             match self.completed(middle) {
                 Some(point) => {
                     self.raise(point);
@@ -323,6 +332,13 @@ impl Track {
                 None
             }
         }
+    }
+
+    /// Whether `point`'s slot is retired: its event's last record was a capture's, and no later
+    /// point made it another.
+    fn retired(&self, point: u64) -> bool {
+        let slot = &self.slots[(point % RING as u64) as usize];
+        slot.event.load(Ordering::Acquire).is_null()
     }
 
     fn raise(&self, point: u64) -> u64 {
