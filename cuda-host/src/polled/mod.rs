@@ -249,19 +249,22 @@ impl PolledEngine for Engine {
             state.issued = number;
             // Looked at with the lane still locked, so that no later number was issued on it: a
             // capture other code began since the launch's check took the batch.
-            let captured = match capture_state(driver, stream) {
-                Ok(Some(status)) => lane.retire(&mut state, number).then_some(status),
-                _ => None,
+            // A look that fails cannot tell: the batch may be a capture's, whose number the
+            // stream would never write, stalling every later function of the lane. It counts as
+            // taken, and the launch is refused with the look's error.
+            let refused = match capture_state(driver, stream) {
+                Ok(None) => None,
+                Ok(Some(status)) => lane
+                    .retire(&mut state, number)
+                    .then_some(Error::StreamCapturing { status }),
+                Err(error) => lane.retire(&mut state, number).then_some(error),
             };
             drop(state);
-            if captured.is_some() {
+            if refused.is_some() {
                 lanes.retire(stream_id, &lane);
             }
             server::serve(&lane, context);
-            return match captured {
-                Some(status) => Err(Error::StreamCapturing { status }),
-                None => Ok(()),
-            };
+            return refused.map_or(Ok(()), Err);
         }
     }
 }
