@@ -430,7 +430,8 @@ impl ContextTracks {
     /// record returned: if it is capturing (or cannot tell), the event is retired (never queried
     /// or recorded again) and the point refused. Queries wait for neither: none uses the event
     /// from before the record until this answer (`Slot::users`). A capture that begins and ends
-    /// between the record and that question is not seen.
+    /// between the record and that question is not seen, and the event may then answer
+    /// "complete" before the stream passed the point (the software driver's does).
     ///
     /// # Errors
     /// [`Error::PointInCapture`] when the stream was found capturing after the record; the

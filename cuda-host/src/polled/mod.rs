@@ -40,7 +40,9 @@
 //! just wrote, and that stream then waits for it (rare: other code must capture a stream with
 //! polled functions pending and run the graph before they ran); the retired lane's page (4 KiB
 //! for up to 512 lanes) is kept for the life of the process; and a capture that begins and ends
-//! between the enqueue and the look is not seen. A capture that began just after the batch, which
+//! between the enqueue and the look is not seen: the launch answers `Ok`, its number is never
+//! written, and the lane's later functions (a copy scope's copies among them) wait for ever. A
+//! capture that began just after the batch, which
 //! then runs live, also refuses the launch (the function never runs), and its number is
 //! acknowledged all the same.
 //!
