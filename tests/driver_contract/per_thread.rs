@@ -199,9 +199,15 @@ fn the_per_thread_stream_id_form_given_the_null_stream_names_the_calling_threads
     let here = stream_id(table, NULL);
     assert_eq!(here, stream_id(driver(), CU_STREAM_PER_THREAD));
     assert_ne!(here, stream_id(driver(), CU_STREAM_LEGACY));
+    // Null is the legacy stream on a legacy process table (on a per-thread one, it is not).
+    let legacy = if driver().per_thread_default_stream() {
+        CU_STREAM_LEGACY
+    } else {
+        NULL
+    };
     assert_eq!(
         stream_id(table, CU_STREAM_LEGACY),
-        stream_id(driver(), NULL),
+        stream_id(driver(), legacy),
         "the legacy handle still names the legacy stream"
     );
 }

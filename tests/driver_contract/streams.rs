@@ -258,12 +258,18 @@ fn stream_ids_tell_streams_apart_for_the_life_of_the_process() {
     assert_ne!(stream_id(driver(), second.as_raw()), first_id);
 
     let legacy = stream_id(driver(), CU_STREAM_LEGACY);
+    let per_thread = stream_id(driver(), CU_STREAM_PER_THREAD);
+    // The null stream is the legacy one in a legacy table, this thread's own in a per-thread one.
+    let null_is = if driver().per_thread_default_stream() {
+        per_thread
+    } else {
+        legacy
+    };
     assert_eq!(
         stream_id(driver(), ptr::null_mut()),
-        legacy,
-        "the null stream is the legacy one in the default table"
+        null_is,
+        "the null stream is the table's default stream"
     );
-    let per_thread = stream_id(driver(), CU_STREAM_PER_THREAD);
     let elsewhere_context = context.clone();
     let elsewhere = std::thread::spawn(move || {
         elsewhere_context
