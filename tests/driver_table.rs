@@ -48,7 +48,8 @@ fn table_pointers_equal_the_platform_loaders_for_every_available_entry() {
         .filter(|(_, availability, _)| availability.is_available())
         .count();
     assert!(available > 50, "only {available} entry points resolved");
-    let wrong = mismatches(driver, false);
+    // The per-thread forms' symbols on a per-thread table (CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1).
+    let wrong = mismatches(driver, driver.per_thread_default_stream());
     assert!(
         wrong.is_empty(),
         "{} of {available} entries resolved to another address than their symbol: {wrong:#x?}",
@@ -425,8 +426,10 @@ fn a_driver_another_library_opened_is_reused_through_its_proc_address() {
         .expect("the driver has cuGetProcAddress_v2");
     // SAFETY: the driver's own resolver; `library` stays loaded until the end of the test, and
     // the test driver keeps the library loaded for the process anyway.
-    let reused = unsafe { Driver::from_get_proc_address(get_proc_address, false) }
-        .expect("the table is resolved through the driver's resolver");
+    let reused = unsafe {
+        Driver::from_get_proc_address(get_proc_address, opened.per_thread_default_stream())
+    }
+    .expect("the table is resolved through the driver's resolver");
     assert_eq!(reused.version(), opened.version());
     // Both tables reach the same functions.
     assert!(mismatches_between(opened, &reused).is_empty());

@@ -26,6 +26,16 @@ fn has_v2(driver: &Driver) -> bool {
         .is_some_and(|availability| availability.is_available())
 }
 
+/// The exported name the driver's table calls `cuLaunchHostFunc_v2` by: its per-thread form on a
+/// per-thread table.
+fn v2_form() -> &'static std::ffi::CStr {
+    if suite::test_driver().driver.per_thread_default_stream() {
+        c"cuLaunchHostFunc_v2_ptsz"
+    } else {
+        c"cuLaunchHostFunc_v2"
+    }
+}
+
 #[test]
 fn each_sync_mode_reaches_the_driver_through_cu_launch_host_func_v2() {
     let test = "each_sync_mode_reaches_the_driver_through_cu_launch_host_func_v2";
@@ -47,7 +57,7 @@ fn each_sync_mode_reaches_the_driver_through_cu_launch_host_func_v2() {
         let before = software.then(|| {
             (
                 launches_in_mode(mode),
-                call_count(c"cuLaunchHostFunc_v2"),
+                call_count(v2_form()),
                 call_count(c"cuLaunchHostFunc"),
             )
         });
@@ -68,7 +78,7 @@ fn each_sync_mode_reaches_the_driver_through_cu_launch_host_func_v2() {
                 in_mode + 1,
                 "{mode:?} reached the driver"
             );
-            assert_eq!(call_count(c"cuLaunchHostFunc_v2"), v2 + 1);
+            assert_eq!(call_count(v2_form()), v2 + 1);
             // The base name counts every ABI: the one launch, through _v2.
             assert_eq!(call_count(c"cuLaunchHostFunc"), all + 1);
         }
@@ -87,7 +97,7 @@ fn default_options_launch_through_cu_launch_host_func() {
     let context = context();
     let stream = Stream::new(&context, StreamFlags::NonBlocking).expect("stream");
     let (v2, all) = (
-        controls.call_count(c"cuLaunchHostFunc_v2"),
+        controls.call_count(v2_form()),
         controls.call_count(c"cuLaunchHostFunc"),
     );
     let ran = Arc::new(AtomicUsize::new(0));
@@ -98,11 +108,7 @@ fn default_options_launch_through_cu_launch_host_func() {
     .expect("launch");
     stream.synchronize().expect("synchronize");
     assert_eq!(ran.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        controls.call_count(c"cuLaunchHostFunc_v2"),
-        v2,
-        "no _v2 call"
-    );
+    assert_eq!(controls.call_count(v2_form()), v2, "no _v2 call");
     assert_eq!(controls.call_count(c"cuLaunchHostFunc"), all + 1);
 }
 
