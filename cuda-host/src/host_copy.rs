@@ -66,11 +66,11 @@ use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
 use crate::launch::{
-    LaunchWindow, abandon_if_failed, capture_state, ensure_outside_host_function, has_failed,
-    is_sticky,
+    LaunchWindow, RelaxedCaptureMode, abandon_if_failed, capture_state,
+    ensure_outside_host_function, has_failed, is_sticky,
 };
 use crate::objects::Stream;
-use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUstreamCaptureMode, Driver};
+use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
 use std::any::Any;
 use std::cell::RefCell;
 use std::ffi::c_void;
@@ -694,39 +694,5 @@ fn with_stream_current<T>(stream: &Stream, call: impl FnOnce() -> Result<T>) -> 
         stream.shared_context().with_current(call)
     } else {
         call()
-    }
-}
-
-/// The calling thread in relaxed capture interaction mode while it lives; its own mode is given
-/// back on drop, also on unwind.
-struct RelaxedCaptureMode<'driver> {
-    driver: &'driver Driver,
-    previous: CUstreamCaptureMode,
-}
-
-impl<'driver> RelaxedCaptureMode<'driver> {
-    fn enter(driver: &'driver Driver) -> Result<Self> {
-        let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-        // SAFETY: a valid pointer to a mode.
-        unsafe { checked!(driver, cuThreadExchangeStreamCaptureMode(&mut mode)) }?;
-        Ok(RelaxedCaptureMode {
-            driver,
-            previous: mode,
-        })
-    }
-}
-
-impl Drop for RelaxedCaptureMode<'_> {
-    fn drop(&mut self) {
-        let mut mode = self.previous;
-        // SAFETY: a valid pointer to a mode, the thread's own from before.
-        let given_back =
-            unsafe { checked!(self.driver, cuThreadExchangeStreamCaptureMode(&mut mode)) };
-        if let Err(error) = given_back {
-            // A panicking logger must not unwind out of a drop (perhaps during an unwind).
-            let _ = catch_unwind(AssertUnwindSafe(|| {
-                log::error!("cannot give a thread its capture interaction mode back: {error}");
-            }));
-        }
     }
 }

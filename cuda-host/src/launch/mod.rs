@@ -29,7 +29,9 @@ outside_loom_models! {
     mod slot;
     mod trampoline;
 
-    pub(crate) use capture_check::{CaptureBeginning, LaunchWindow, capture_state};
+    pub(crate) use capture_check::{
+        CaptureBeginning, LaunchWindow, RelaxedCaptureMode, capture_state,
+    };
     pub(crate) use context_failure::{
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
         is_sticky, watch_stream,

@@ -42,13 +42,12 @@ use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::{
-    ContextShared, Look, Progress, StreamPointsOfContext, abandon_context_if_failed, capture_state,
+    ContextShared, Look, Progress, RelaxedCaptureMode, StreamPointsOfContext,
+    abandon_context_if_failed, capture_state,
 };
 use crate::stream_slots::{StreamSlot, StreamSlots};
 use crate::sync::lock;
-use cuda_host_sys::{
-    CUcontext, CUevent, CUevent_flags, CUevent_st, CUresult, CUstream, CUstreamCaptureMode, Driver,
-};
+use cuda_host_sys::{CUcontext, CUevent, CUevent_flags, CUevent_st, CUresult, CUstream, Driver};
 use std::any::Any;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
@@ -346,45 +345,20 @@ impl Track {
     }
 }
 
-/// Runs `query` with the calling thread in the relaxed capture interaction mode, and then in its
-/// own again (also when `query` unwinds); `None`, logged, when the driver refused to change the
-/// mode. An event query is a "potentially unsafe" call: in the default (global) mode it is
-/// refused, and invalidates the capture, while any thread captures in global mode or this thread
-/// captures; in relaxed mode it is not (measured on the 13.0 driver; the two exchanges cost
-/// 21 ns). So cuda-host's looks never break a capture, its own or other code's, as long as the
-/// events they query hold no capture's record (`ContextTracks::mark`).
+/// Runs `query` with the calling thread in the relaxed capture interaction mode
+/// ([`RelaxedCaptureMode`]), then in its own again; `None`, logged, when the driver refused to
+/// change the mode. So cuda-host's looks never break a capture, its own or other code's, as long
+/// as the events they query hold no capture's record (`ContextTracks::mark`).
 fn in_relaxed_capture_mode<T>(driver: &Driver, query: impl FnOnce() -> T) -> Option<T> {
-    /// Gives the thread its own mode back when dropped.
-    struct OwnMode<'driver> {
-        driver: &'driver Driver,
-        mode: CUstreamCaptureMode,
-    }
-    impl Drop for OwnMode<'_> {
-        fn drop(&mut self) {
-            // SAFETY: a valid pointer to a mode, the thread's own.
-            let exchanged = unsafe {
-                checked!(
-                    self.driver,
-                    cuThreadExchangeStreamCaptureMode(&mut self.mode)
-                )
-            };
-            if let Err(error) = exchanged {
-                logged!(error!(
-                    "cannot give a thread its capture interaction mode back: {error}"
-                ));
-            }
+    match RelaxedCaptureMode::enter(driver) {
+        Ok(_relaxed) => Some(query()),
+        Err(error) => {
+            logged!(warn!(
+                "a look at stream points waits for the next one: {error}"
+            ));
+            None
         }
     }
-    let mut mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-    // SAFETY: a valid pointer to a mode.
-    if let Err(error) = unsafe { checked!(driver, cuThreadExchangeStreamCaptureMode(&mut mode)) } {
-        logged!(warn!(
-            "a look at stream points waits for the next one: {error}"
-        ));
-        return None;
-    }
-    let _own = OwnMode { driver, mode };
-    Some(query())
 }
 
 /// The tracks of one context.
@@ -635,6 +609,7 @@ impl Drop for ContextTracks {
 mod tests {
     use super::*;
     use crate::fake_driver;
+    use cuda_host_sys::CUstreamCaptureMode;
     use std::collections::HashMap;
     use std::ffi::{c_uint, c_void};
     use std::sync::atomic::AtomicUsize;
