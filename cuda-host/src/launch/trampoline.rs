@@ -134,7 +134,10 @@ mod tests {
         abandon_context_if_failed(FAILED, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
         // SAFETY: the ticket of a launch, given to the driver (here, this call) once.
         unsafe { run_once_host_fn(ticket.into_user_data()) };
-        assert!(!ran.load(Ordering::SeqCst), "ran after the failure was seen");
+        assert!(
+            !ran.load(Ordering::SeqCst),
+            "ran after the failure was seen"
+        );
         reclaim();
         assert_eq!(
             Arc::strong_count(&ran),
