@@ -308,26 +308,38 @@ fn controls_to_hold_a_launch(test: &str) -> Option<&'static Controls> {
     controls
 }
 
-/// Launches a counted closure on `stream` from another thread, a launch that passes its capture
-/// check and is then held inside the driver for 300 ms, and runs `meanwhile` on this thread 50 ms
-/// into that hold. Answers the launch's result and thread, and what `meanwhile` answered.
+/// Makes `launch` on another thread, whose `cuLaunchHostFunc` (past its capture check) the
+/// driver holds for `hold`, and runs `meanwhile` on this thread 50 ms into that hold. Answers
+/// what `launch` and `meanwhile` answered.
+fn hold_a_launch_in_the_driver<L: Send, T>(
+    controls: &Controls,
+    hold: Duration,
+    launch: impl FnOnce() -> L + Send,
+    meanwhile: impl FnOnce() -> T,
+) -> (L, T) {
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, hold);
+    std::thread::scope(|scope| {
+        let launcher = scope.spawn(launch);
+        std::thread::sleep(Duration::from_millis(50));
+        let during = meanwhile();
+        (launcher.join().unwrap(), during)
+    })
+}
+
+/// [`hold_a_launch_in_the_driver`] for 300 ms of a counted closure on `stream`; answers the
+/// launch's result and thread too.
 fn launch_held_in_the_driver<T>(
     controls: &Controls,
     stream: &Stream,
     tally: &Arc<Tally>,
     meanwhile: impl FnOnce() -> T,
 ) -> ((cuda_host::Result<()>, ThreadId), T) {
-    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
-    std::thread::scope(|scope| {
-        let launcher = scope.spawn(|| {
-            let probe = tally.probe();
-            let launched = host_launch(stream, move || probe.ran());
-            (launched, std::thread::current().id())
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        let during = meanwhile();
-        (launcher.join().unwrap(), during)
-    })
+    let launch = || {
+        let probe = tally.probe();
+        let launched = host_launch(stream, move || probe.ran());
+        (launched, std::thread::current().id())
+    };
+    hold_a_launch_in_the_driver(controls, Duration::from_millis(300), launch, meanwhile)
 }
 
 #[test]
@@ -442,18 +454,17 @@ fn a_capture_begins_without_waiting_for_a_launch_the_driver_holds() {
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
-    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_secs(3));
-    let (launched, (builder, began_after)) = std::thread::scope(|scope| {
-        let launcher = scope.spawn(|| {
-            let probe = tally.probe();
-            host_launch(&stream, move || probe.ran())
+    let launch = || {
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran())
+    };
+    let (launched, (builder, began_after)) =
+        hold_a_launch_in_the_driver(controls, Duration::from_secs(3), launch, || {
+            let began = std::time::Instant::now();
+            let builder =
+                GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
+            (builder, began.elapsed())
         });
-        std::thread::sleep(Duration::from_millis(50));
-        let began = std::time::Instant::now();
-        let builder = GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
-        let began_after = began.elapsed();
-        (launcher.join().unwrap(), (builder, began_after))
-    });
     assert!(
         began_after < Duration::from_secs(1),
         "the capture waited {began_after:?} for a launch the driver held"
@@ -484,17 +495,15 @@ fn a_capture_waits_for_a_pass_through_launch_the_driver_holds_so_its_graph_never
     let context = context();
     let stream = new_stream(&context);
     let counter = AtomicUsize::new(0);
-    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
-    let (launched, builder) = std::thread::scope(|scope| {
-        let launcher = scope.spawn(|| {
-            let pointer = (&raw const counter).cast_mut().cast::<c_void>();
-            // SAFETY: `counter` outlives the stream's work and the graph's launches.
-            unsafe { host_launch_raw(&stream, add_one, UserData::PassThrough(pointer)) }
+    let launch = || {
+        let pointer = (&raw const counter).cast_mut().cast::<c_void>();
+        // SAFETY: `counter` outlives the stream's work and the graph's launches.
+        unsafe { host_launch_raw(&stream, add_one, UserData::PassThrough(pointer)) }
+    };
+    let (launched, builder) =
+        hold_a_launch_in_the_driver(controls, Duration::from_millis(300), launch, || {
+            GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins")
         });
-        std::thread::sleep(Duration::from_millis(50));
-        let builder = GraphBuilder::begin(&stream, CaptureMode::Global).expect("capture begins");
-        (launcher.join().unwrap(), builder)
-    });
     launched.expect("the pass-through launch went through before the capture");
     let graph = builder.end().expect("the capture ends in a graph");
     assert_eq!(
@@ -535,26 +544,27 @@ fn a_held_launch_the_capture_took_is_refused_though_a_node_followed_it_before_th
     let counter = (&raw const NODES_RUN).cast_mut().cast::<c_void>();
     let driver = context.driver();
     let launches_before = controls.call_count(c"cuLaunchHostFunc");
-    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
-    let (launched, builder) = std::thread::scope(|scope| {
-        let launcher = scope.spawn(|| {
-            let probe = tally.probe();
-            host_launch(&stream, move || probe.ran())
+    let launch = || {
+        let probe = tally.probe();
+        host_launch(&stream, move || probe.ran())
+    };
+    let (launched, builder) =
+        hold_a_launch_in_the_driver(controls, Duration::from_millis(300), launch, || {
+            let builder =
+                GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture begins");
+            // The launch's look is the next to ask for the capture's last nodes: held 1 s.
+            controls.delay_next_calls(c"cuStreamGetCaptureInfo_v3", 1, Duration::from_secs(1));
+            // Counted once its delay is over: the held launch goes on into the capture now.
+            suite::wait_until("the held launch to go on", || {
+                controls.call_count(c"cuLaunchHostFunc") > launches_before
+            });
+            std::thread::sleep(Duration::from_millis(200));
+            // SAFETY: the counter is static: it outlives every run of the graph.
+            let result =
+                unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(add_one), counter) };
+            driver.check("cuLaunchHostFunc", result).unwrap();
+            builder
         });
-        std::thread::sleep(Duration::from_millis(50));
-        let builder = GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture begins");
-        // The launch's look is the next to ask for the capture's last nodes: held 1 s.
-        controls.delay_next_calls(c"cuStreamGetCaptureInfo_v3", 1, Duration::from_secs(1));
-        // Counted once its delay is over: the held launch goes on into the capture now.
-        suite::wait_until("the held launch to go on", || {
-            controls.call_count(c"cuLaunchHostFunc") > launches_before
-        });
-        std::thread::sleep(Duration::from_millis(200));
-        // SAFETY: the counter is static: it outlives every run of the graph.
-        let result = unsafe { driver.cuLaunchHostFunc(stream.as_raw(), Some(add_one), counter) };
-        driver.check("cuLaunchHostFunc", result).unwrap();
-        (launcher.join().unwrap(), builder)
-    });
     let graph = builder.end().expect("capture ends");
     let exec = graph.instantiate().expect("the graph instantiates");
     for _ in 0..2 {
@@ -588,18 +598,16 @@ fn a_legacy_launch_the_driver_holds_past_a_blocking_capture_begin_leaves_the_cap
     let capturing = Stream::new(&context, StreamFlags::Blocking).expect("stream");
     let legacy = Stream::legacy(&context);
     let tally = Tally::new();
-    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
-    let (launched, ended) = std::thread::scope(|scope| {
-        let launcher = scope.spawn(|| {
-            let probe = tally.probe();
-            host_launch(&legacy, move || probe.ran())
+    let launch = || {
+        let probe = tally.probe();
+        host_launch(&legacy, move || probe.ran())
+    };
+    let (launched, builder) =
+        hold_a_launch_in_the_driver(controls, Duration::from_millis(300), launch, || {
+            GraphBuilder::begin(&capturing, CaptureMode::Relaxed).expect("capture begins")
         });
-        std::thread::sleep(Duration::from_millis(50));
-        let builder =
-            GraphBuilder::begin(&capturing, CaptureMode::Relaxed).expect("capture begins");
-        let launched = launcher.join().unwrap();
-        (launched, builder.end().map(drop))
-    });
+    // Ended once the held launch returned.
+    let ended = builder.end().map(drop);
     legacy.synchronize().expect("synchronize");
     cuda_host::reclaim();
     assert!(
