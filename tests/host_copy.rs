@@ -382,13 +382,33 @@ fn context_failing_while_a_copy_runs(engine: HostEngine) {
         at_return,
         "a copy wrote after the scope returned"
     );
-    let failed = result.expect_err("the scope answers the failure");
-    assert_eq!(
-        failed.error.driver_result(),
-        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
-        "{failed}"
-    );
-    assert_eq!(failed.output, Some("the body's output"));
+    // The failure may come after every copy ran (a GPU can take longer to report a fault than
+    // the copies take): then each copy's own record says it ran and the scope is a success.
+    suite::figure(&format!(
+        "the scope answered {} with the copies {at_return:?}",
+        if result.is_ok() {
+            "success"
+        } else {
+            "the failure"
+        }
+    ));
+    match result {
+        Ok(output) => {
+            assert!(
+                at_return.iter().all(|&w| w == Written::Wholly),
+                "a scope that answers success ran every copy: {at_return:?}"
+            );
+            assert_eq!(output, "the body's output");
+        }
+        Err(failed) => {
+            assert_eq!(
+                failed.error.driver_result(),
+                Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+                "{failed}"
+            );
+            assert_eq!(failed.output, Some("the body's output"));
+        }
+    }
     std::mem::forget((stream, faulting, sources));
 }
 
