@@ -122,12 +122,14 @@ outside_loom_models! {
         in_host_function, launch_slot_counts, reclaim, set_host_panic_hook,
         set_launch_reclaim_interval,
     };
-    pub use objects::{Context, Device, Event, EventFlags, Stream, StreamFlags};
+    pub use objects::{
+        Context, Device, Event, EventFlags, HostEngine, HostEngineRefused, Stream, StreamFlags,
+    };
     pub use points::{
         StreamPoint, StreamPointCounts, Unreleased, release_in_stream_order, stream_point,
         stream_point_counts,
     };
-    pub use polled::{HostEngine, HostEngineRefused, PolledEngineCounts, polled_engine_counts};
+    pub use polled::{PolledEngineCounts, polled_engine_counts};
 
     use std::sync::Arc;
 

@@ -4,11 +4,13 @@ mod context;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod event;
+mod host_engine;
 mod keep_alive;
 mod stream;
 
 pub use context::{Context, Device};
 pub use event::{Event, EventFlags};
+pub use host_engine::{HostEngine, HostEngineRefused};
 pub use stream::{Stream, StreamFlags};
 
 use crate::handle::SendHandle;

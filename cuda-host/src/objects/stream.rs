@@ -1,5 +1,6 @@
 //! Streams: owned ones, the two special default streams, and streams borrowed from other code.
 
+use super::host_engine::{HostEngine, HostEngineRefused};
 use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
 use crate::checked::checked;
@@ -8,7 +9,6 @@ use crate::launch::{
     ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
     ensure_outside_host_function, in_host_function, reclaim, watch_stream,
 };
-use crate::polled::{HostEngine, HostEngineRefused};
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,5 +1,6 @@
 //! The polled engine: host functions served by cuda-host's own thread instead of the driver's,
-//! reached through stream memory operations. Opt in per stream ([`Stream::with_host_engine`]).
+//! reached through stream memory operations. Opt in per stream
+//! ([`Stream::with_host_engine`](crate::Stream::with_host_engine)).
 //!
 //! **Why.** A host function between two kernels costs the stream 17–40 µs on an H200 through the
 //! driver: its host-function thread must wake, run the function and report back before the next
@@ -47,9 +48,9 @@
 //! acknowledged all the same.
 //!
 //! **Its thread.** The server's thread starts with the first polled stream
-//! ([`Stream::with_host_engine`] answers [`Error::ThreadStart`] when
-//! it cannot, and gives the stream back), and every enqueue makes sure it runs before anything is
-//! enqueued: no batch waits for a server that is not there.
+//! ([`Stream::with_host_engine`](crate::Stream::with_host_engine) answers
+//! [`Error::ThreadStart`] when it cannot, and gives the stream back), and every enqueue makes
+//! sure it runs before anything is enqueued: no batch waits for a server that is not there.
 //!
 //! **Failures.** A stream whose context failed never writes again: once cuda-host sees the
 //! failure (a call of any thread answering the sticky error: the stream's synchronize, a launch,
@@ -64,93 +65,15 @@ mod server;
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, PolledEngine, capture_state};
-use crate::objects::Stream;
 use crate::sync::lock;
 use cuda_host_sys::{
     CUstream, CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags,
 };
 use lanes::{ContextLanes, Waiting};
 use std::ffi::c_void;
-use std::fmt;
 use std::sync::Arc;
 
 pub use server::{PolledEngineCounts, polled_engine_counts};
-
-/// Who runs the host functions launched on a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum HostEngine {
-    /// The driver's host-function thread, through `cuLaunchHostFunc`: the default.
-    #[default]
-    Driver,
-    /// cuda-host's polled engine: a thread of cuda-host's serves the stream through a write and
-    /// a wait on pinned, device-mapped memory, under every rule of
-    /// [`host_launch`](crate::host_launch). Between two kernels a host function costs the stream
-    /// 1.5–2.3 µs more than nothing, against 18–45 µs through the driver, on an H200. The thread
-    /// polls while functions are queued, a core's worth while they follow one another closely.
-    /// Choose it for many short host functions between kernels with a core to spare; not for one
-    /// in a while, nor without a core to spare, nor to queue thousands of host functions behind a
-    /// stream wait the same thread releases afterwards (the driver then blocks the enqueue).
-    /// A sync mode ([`LaunchOptions::sync_mode`](crate::LaunchOptions::sync_mode)) is refused.
-    Polled,
-}
-
-/// A stream [`Stream::with_host_engine`] could not give the engine asked for, with why: the
-/// stream comes back unchanged (its engine the one it had).
-#[non_exhaustive]
-pub struct HostEngineRefused {
-    /// Why: [`Error::ThreadStart`] when the engine's thread cannot
-    /// start, or an error of preparing the stream's lane.
-    pub error: Error,
-    /// The stream, unchanged (boxed: the error stays small).
-    stream: Box<Stream>,
-}
-
-impl HostEngineRefused {
-    pub(crate) fn new(error: Error, stream: Stream) -> HostEngineRefused {
-        HostEngineRefused {
-            error,
-            stream: Box::new(stream),
-        }
-    }
-
-    /// The stream, unchanged.
-    pub fn stream(&self) -> &Stream {
-        &self.stream
-    }
-
-    /// The stream, unchanged.
-    pub fn into_stream(self) -> Stream {
-        *self.stream
-    }
-}
-
-impl fmt::Debug for HostEngineRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HostEngineRefused")
-            .field("error", &self.error)
-            .finish_non_exhaustive()
-    }
-}
-
-impl fmt::Display for HostEngineRefused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the stream keeps its host engine: {}", self.error)
-    }
-}
-
-impl std::error::Error for HostEngineRefused {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
-
-/// The error alone, the stream dropped: for `?` in functions answering cuda-host's [`Result`].
-impl From<HostEngineRefused> for Error {
-    fn from(refused: HostEngineRefused) -> Error {
-        refused.error
-    }
-}
 
 /// The engine: stateless here; the lanes live with their contexts, the server is one thread.
 struct Engine;
