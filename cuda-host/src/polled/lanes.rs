@@ -31,8 +31,13 @@ use cuda_host_sys::{
 };
 use std::collections::VecDeque;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+/// Lanes retired, process-wide (see the module's documentation).
+pub(super) static RETIRED_LANES: AtomicU64 = AtomicU64::new(0);
+/// Pages kept for the life of the process, because they hold a retired lane.
+pub(super) static KEPT_PAGES: AtomicU64 = AtomicU64::new(0);
 
 /// Bytes of pinned memory per page: 512 lanes of two words.
 const PAGE_BYTES: usize = 4096;
@@ -212,7 +217,7 @@ impl ContextLanes {
         let state = &mut *lock(&self.state);
         if state.slots.forget(stream_id, lane) {
             state.pages[lane.page].kept = true;
-            super::server::count_retired_lane();
+            RETIRED_LANES.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -306,7 +311,7 @@ impl Drop for ContextLanes {
         let (kept, pages): (Vec<Page>, Vec<Page>) = std::mem::take(&mut lock(&self.state).pages)
             .into_iter()
             .partition(|page| page.kept);
-        super::server::count_kept_pages(kept.len());
+        KEPT_PAGES.fetch_add(kept.len() as u64, Ordering::Relaxed);
         if pages.is_empty() {
             return;
         }

@@ -18,7 +18,7 @@
 //! its log calls catch a panicking logger, and each round of its loop runs under `catch_unwind`
 //! besides, so that the thread outlives a panic it did not foresee.
 
-use super::lanes::{Lane, Words};
+use super::lanes::{KEPT_PAGES, Lane, RETIRED_LANES, Words};
 use crate::contained_log::logged;
 use crate::error::Result;
 use crate::launch::{ContextShared, InHostFunction, dispose_panic, drop_when_allowed, has_failed};
@@ -54,8 +54,6 @@ struct Server {
     functions: AtomicU64,
     parks: AtomicU64,
     serving: AtomicU64,
-    retired_lanes: AtomicU64,
-    kept_pages: AtomicU64,
 }
 
 static SERVER: Server = Server {
@@ -66,8 +64,6 @@ static SERVER: Server = Server {
     functions: AtomicU64::new(0),
     parks: AtomicU64::new(0),
     serving: AtomicU64::new(0),
-    retired_lanes: AtomicU64::new(0),
-    kept_pages: AtomicU64::new(0),
 };
 
 /// The thread, started by the first lane it is asked to serve.
@@ -101,19 +97,9 @@ pub fn polled_engine_counts() -> PolledEngineCounts {
         functions: SERVER.functions.load(Ordering::SeqCst),
         parked,
         parks: SERVER.parks.load(Ordering::Relaxed),
-        retired_lanes: SERVER.retired_lanes.load(Ordering::Relaxed),
-        kept_pages: SERVER.kept_pages.load(Ordering::Relaxed),
+        retired_lanes: RETIRED_LANES.load(Ordering::Relaxed),
+        kept_pages: KEPT_PAGES.load(Ordering::Relaxed),
     }
-}
-
-/// Counts a lane retired.
-pub(super) fn count_retired_lane() {
-    SERVER.retired_lanes.fetch_add(1, Ordering::Relaxed);
-}
-
-/// Counts `pages` pages of lanes kept for the life of the process.
-pub(super) fn count_kept_pages(pages: usize) {
-    SERVER.kept_pages.fetch_add(pages as u64, Ordering::Relaxed);
 }
 
 /// Starts the server's thread unless it runs.
