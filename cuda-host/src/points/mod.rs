@@ -2,7 +2,7 @@
 //! Two features are made of them: releasing a value in stream order
 //! ([`release_in_stream_order`]) and awaiting a stream ([`StreamPoint`]).
 //!
-//! **Why not a host function.** A host function between two kernels costs the stream 17–37 µs on
+//! **Why not a host function.** A host function between two kernels costs the stream 17–45 µs on
 //! an H200: the driver's host-function thread must wake, run it and report back before the next
 //! kernel may start. A point is one `cuEventRecord` of an event of the stream's track (`tracks`),
 //! which costs the enqueuing thread 0.13 µs; the host sees the point passed once a query of that
@@ -13,7 +13,7 @@
 //! **Why not a stream memory write.** A 32-bit write to pinned, device-mapped memory
 //! (`cuStreamWriteValue32`) would let the host look with one read of memory instead of a 0.1 µs
 //! query, but it costs the enqueuing thread 0.8 µs, and when enqueuing is what holds a stream
-//! back, the stream pays it all: 0.9–1.1 µs between two kernels, before anything cuda-host adds.
+//! back, the stream pays it all: 0.9–1.3 µs between two kernels, before anything cuda-host adds.
 //! Events are cheap to mark; looks are made rare instead (`tracks`).
 //!
 //! **Looks never break a capture.** An event query is a "potentially unsafe" call: made in the

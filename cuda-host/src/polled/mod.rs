@@ -2,7 +2,7 @@
 //! reached through stream memory operations. Opt in per stream
 //! ([`Stream::with_host_engine`](crate::Stream::with_host_engine)).
 //!
-//! **Why.** A host function between two kernels costs the stream 17–40 µs on an H200 through the
+//! **Why.** A host function between two kernels costs the stream 17–45 µs on an H200 through the
 //! driver: its host-function thread must wake, run the function and report back before the next
 //! kernel may start. Here a launch enqueues one `cuStreamBatchMemOp` of two operations on the
 //! stream: write the function's number to the stream's `sequence` word, then wait until the
@@ -10,10 +10,10 @@
 //! sequence words of the streams it serves, runs each function whose number the stream wrote, in
 //! order, and acknowledges it. The stream still waits for the function, as with the driver: only
 //! the wake-up and the report are cheaper. Measured on the H200 (`benches/stream_points.rs`):
-//! kernel + host function + kernel costs 1.5–2.3 µs more than kernel + kernel against 18–45 µs
+//! kernel + host function + kernel costs 1.5–2.3 µs more than kernel + kernel against 17–45 µs
 //! through the driver, and on four streams fed by one thread the engine served 1.5–7 times the
 //! host functions per second (`docs/PERFORMANCE.md`). The batch costs the enqueuing thread
-//! 0.8–1.4 µs (the same write and wait as two calls, 1.6–2.5 µs).
+//! 0.8–1.4 µs (the same write and wait as two calls, about twice as much).
 //!
 //! **What it costs.** The server polls while functions are queued: without pause for 100 µs
 //! after a function ran, then yielding, then in sleeps of up to 200 µs (so a function queued
