@@ -3,7 +3,7 @@
 //! After a sticky error (a kernel's illegal address, a device-side assert, ...), the driver never
 //! calls host functions of that context again, so their launch records would leak, together
 //! with the context reference each holds. cuda-host abandons them (claims their launch slots,
-//! see `launch_slot`, and reclaims them on a caller's thread) as soon as it sees such an error:
+//! see `slot`, and reclaims them on a caller's thread) as soon as it sees such an error:
 //! from a synchronize, a refused launch, a stream's destruction, or the watch each stream that
 //! launched gets when it is dropped. The watch is a `cuStreamAddCallback`, which the driver
 //! calls exactly once also after a failure, with the error as its status; so the records of a

@@ -3,10 +3,81 @@
 //! capture check, and what happens when a context fails. The public objects (`objects`, `graph`)
 //! and `host_launch` enter it only through what this module re-exports.
 //!
+//! # A record's life
+//!
+//! A record is the memory that owns what a host function needs (a closure, a graph's callable, a
+//! copy of C user data) until it has run and been dropped (`record`). A run-once record lives in
+//! a launch slot (`slot`, `payload`), whose state (`slot_state`) is a generation and a phase in
+//! one atomic word. Its life, with who owns it in each state:
+//!
+//! 1. **Acquire** (`payload`, `slot`; free → launching): the payload is written into a free
+//!    slot, with the context and the launching thread's inbox. The launching thread owns it.
+//! 2. **Check** (`capture_check`, [`LaunchWindow`]): the stream is not capturing
+//!    (`cuStreamIsCapturing`), and the answer holds until the driver took the launch.
+//! 3. **Launch** (`enqueue`): the driver gets the trampoline and a *ticket*, the slot's index
+//!    and generation, never the record's address.
+//! 4. **Launched** (`enqueue`, `context_failure::mark_launched`; launching → launched): the
+//!    driver accepted it. Nobody owns the record: the first compare-and-swap out of launched
+//!    wins it.
+//! 5. **Claim** (`trampoline`, `slot::claim`; launched → claimed): the trampoline presents the
+//!    ticket; the driver's thread (or the engine's) owns the record.
+//! 6. **Run** (`trampoline`, `running`, `mark`): the stream is listed as running, the context's
+//!    failure looked at, the payload run under `catch_unwind` with the thread marked as inside
+//!    a host function.
+//! 7. **Finish** (`inboxes`): the record is pushed, one compare-and-swap, to the inbox of the
+//!    thread that made it, its *home*, which owns it from then on.
+//! 8. **Drain** (`reclaim`, `panic_report`): the home thread's next cuda-host call, or
+//!    [`reclaim`](fn@reclaim), drops it, catching and reporting a panicking `Drop`.
+//! 9. **Release** (`slot::release`; claimed → free): the slot is free again, one generation on,
+//!    back in the thread's cache or the pool.
+//!
+//! The other ways out:
+//! - **Refused.** The capture check refuses before step 1 (the payload is dropped as the rules
+//!   allow); the driver refuses at step 3: the launching thread takes the record back
+//!   (`slot::take_refused`) and drops it.
+//! - **Abandoned.** The context failed (`context_failure`): every launched, unclaimed record of
+//!   the context is claimed by abandoning (launched → abandoned) and finished unrun; a call that
+//!   answers the failure waits for the functions of its stream still running (`running`). Or a
+//!   capture that other code began between steps 2 and 3 took the launch: found by the look
+//!   after the launch, the record is abandoned and the launch refused. The driver may still hold
+//!   an abandoned ticket, so the slot is *retired*: never used again (as is a slot whose
+//!   generation reached the last value, so that a generation never repeats).
+//! - **Held.** A release in stream order (`crate::points`) is a record held after step 1 in a
+//!   queue of its thread until its stream passes a point (`held`), then finished at step 7.
+//! - **Owned by a graph.** A graph's callable is a record owned through a CUDA user object or
+//!   by an executable (`graph_record`), run at step 6 on every launch of the graph, finished at
+//!   step 7 once the graph lets go of it.
+//!
+//! # The rules
+//!
+//! Stated here once; the files cite them by number.
+//! 1. **Nothing on the driver's thread but the run.** A host function's thread (the driver's, or
+//!    the polled engine's) makes no cuda-host call that reaches the driver, runs no user `Drop`,
+//!    and never unwinds into the driver: calls refuse ([`Error::InHostFunction`](crate::Error)),
+//!    values go to a caller's thread (`mark`, `reclaim`, `trampoline`).
+//! 2. **No drop during a capture begun through cuda-host.** Not on a thread capturing a stream
+//!    through cuda-host, nor anywhere while a global-mode capture begun through cuda-host is
+//!    open: a `Drop` that frees memory would invalidate it. A drain that may not run leaves
+//!    everything for the next that may; a global-mode capture that begins waits for drains in
+//!    progress (`reclaim`). Captures begun by other code are not seen.
+//! 3. **The driver holds tickets, never addresses**, and exactly one party moves a slot out of
+//!    launched, by a compare-and-swap naming the generation: a late or repeated call with a
+//!    stale ticket does nothing (`slot`, `slot_state`).
+//! 4. **A record holds its context** (`context_shared`), so no record outlives the context the
+//!    driver may still run it in; the context's release is never made on the driver's thread.
+//! 5. **A thread drops only its own records**, so a thread that holds a lock is never made to
+//!    run another's `Drop` that needs it; an exited thread's records go to the shared list,
+//!    which every drain takes (`inboxes`).
+//! 6. **A failure is answered only once nothing of the stream runs**: a call that saw its
+//!    context fail returns once no host function of its stream is still running, and a host
+//!    function claimed after cuda-host saw the failure does not run (`running`,
+//!    `context_failure`).
+//!
+//! # The lock-free cores
+//!
 //! Below the rest, imported by it and importing nothing of it, are the lock-free cores, which
 //! loom model-checks on their own (`crate::models`): the record lists, the slot state machine,
 //! the failed-context handshake, the list of running host functions and the hook cell.
-
 pub(crate) mod failed_contexts;
 pub(crate) mod hook_cell;
 pub(crate) mod record_list;

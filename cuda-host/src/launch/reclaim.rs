@@ -10,12 +10,9 @@
 //! held, and whatever finishes later, goes to the shared list, which every thread drains.
 //! Records made where no inbox exists (during the thread's own teardown) go there too.
 //!
-//! **When not to drop.** Never on the driver's thread (inside a host function): a `Drop` may call
-//! CUDA, which the driver forbids there. Never on a thread that is capturing a stream through
-//! cuda-host, nor anywhere while a global-mode capture begun through cuda-host is open: a `Drop`
-//! that frees memory would invalidate it. A drain that may not run leaves everything for the
-//! next call that may. Captures begun by other code are invisible here: a `Drop` that frees
-//! memory during another library's global-mode capture still invalidates it.
+//! **When not to drop.** Rules 1 and 2 of the folder's map (`launch`): never on a host
+//! function's thread, where a `Drop` may not call CUDA, and never during a capture begun through
+//! cuda-host, which a `Drop` that frees memory would invalidate.
 //!
 //! **Panics.** Each drop is caught: a `Drop` that panics is reported (log and hook, as coming
 //! from a `Drop`) and the drain goes on; the call that drained is not disturbed.

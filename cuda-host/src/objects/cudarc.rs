@@ -5,9 +5,9 @@
 //! current through its own library (as each cudarc call does first), and cuda-host's driver must
 //! then see that context current on the thread. Two libraries keep separate current contexts.
 //!
-//! The cuda-host objects hold cudarc's `Arc`s and let go of them as the reclaim rules allow
-//! (never on the driver's thread: dropping the last one destroys the stream or releases the
-//! context), leaving the thread's current context as it was, which cudarc's `Drop`s change.
+//! The cuda-host objects hold cudarc's `Arc`s and let go of them as rules 1 and 2 of
+//! `crate::launch` allow (dropping the last one destroys the stream or releases the context),
+//! leaving the thread's current context as it was, which cudarc's `Drop`s change.
 
 use super::keep_alive::KeepAlive;
 use super::{Context, Stream};

@@ -6,9 +6,8 @@ use std::fmt;
 
 /// A value that keeps another library's driver object alive (cudarc's `Arc` of a context or a
 /// stream), held by the cuda-host object that uses its handle. When that object goes, the value
-/// is dropped as the reclaim rules allow: never on the driver's thread (its `Drop` may call CUDA,
-/// destroying the object), never while a capture begun through cuda-host forbids drops, and a
-/// panic in its `Drop` is caught and reported.
+/// is dropped as rules 1 and 2 of `crate::launch` allow (its `Drop` may call CUDA, destroying the
+/// object), and a panic in its `Drop` is caught and reported.
 pub(crate) struct KeepAlive(Option<Box<dyn Any + Send + Sync>>);
 
 // Only the cudarc feature makes them.
