@@ -289,7 +289,7 @@ impl<'env> HostCopyScope<'env> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the lengths differ; otherwise as
-    /// [`host_launch`](crate::host_launch) (nothing is then enqueued, or what was enqueued
+    /// [`host_launch`](fn@crate::host_launch) (nothing is then enqueued, or what was enqueued
     /// never copies). A copy refused so never runs.
     pub fn copy(&self, source: &'env [u8], destination: &'env mut [u8]) -> Result<()> {
         if source.len() != destination.len() {

@@ -43,7 +43,7 @@ impl HostTaskSyncMode {
 }
 
 /// Options of [`host_launch_with`] and [`host_launch_raw_with`]. The default launches as
-/// [`host_launch`](crate::host_launch) does, through `cuLaunchHostFunc`.
+/// [`host_launch`](fn@crate::host_launch) does, through `cuLaunchHostFunc`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct LaunchOptions {
     sync_mode: Option<HostTaskSyncMode>,
@@ -87,12 +87,12 @@ impl LaunchOptions {
     }
 }
 
-/// [`host_launch`](crate::host_launch) on a stream, with `options`: `function` runs once, in
+/// [`host_launch`](fn@crate::host_launch) on a stream, with `options`: `function` runs once, in
 /// stream order, under every rule of `host_launch`.
 ///
 /// # Errors
-/// As [`host_launch`](crate::host_launch); with a sync mode on a driver older than CUDA 13.1,
-/// [`Error::Driver`](crate::Error::Driver) holding
+/// As [`host_launch`](fn@crate::host_launch); with a sync mode on a driver older than CUDA 13.1,
+/// [`Error::Driver`] holding
 /// [`EntryPointUnavailable`](cuda_host_sys::Error::EntryPointUnavailable) for
 /// `cuLaunchHostFunc_v2` (`function` is then dropped at once, unrun, like any refused launch).
 ///

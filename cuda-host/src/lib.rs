@@ -19,12 +19,12 @@
 //!   not compiled.
 //! - `cudarc` (off by default): `Context::from_cudarc` and `Stream::from_cudarc` make cuda-host's
 //!   objects from cudarc 0.19's `Arc<CudaContext>` and `Arc<CudaStream>`, holding them and
-//!   checking that they belong together, so that [`host_launch`] runs on cudarc's streams in safe
+//!   checking that they belong together, so that [`host_launch`](fn@host_launch) runs on cudarc's streams in safe
 //!   code. The CUDA version and the way libcuda is loaded stay those of your own cudarc
 //!   dependency.
 //!
 //! # How it works
-//! - [`host_launch`] puts the closure in a launch record (a reused slot; a closure of up to 64
+//! - [`host_launch`](fn@host_launch) puts the closure in a launch record (a reused slot; a closure of up to 64
 //!   bytes needs no allocation) and enqueues an `extern "C"` trampoline with `cuLaunchHostFunc`.
 //!   The trampoline claims the record, runs the closure under `catch_unwind` on the driver's
 //!   thread, then hands the record to the inbox of the thread that launched it. That thread drops

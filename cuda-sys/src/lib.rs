@@ -10,12 +10,12 @@
 //!   nothing panics.
 //! - Opening a library of the caller's choice ([`Driver::open`], [`Driver::load`],
 //!   [`init_driver`]) is `unsafe`, as `dlopen` is: its code runs and is called through the
-//!   header's signatures. [`driver`] is safe: it opens the driver the environment configures.
+//!   header's signatures. [`driver`](fn@driver) is safe: it opens the driver the environment configures.
 //! - A table can also be built without opening anything: from a resolver function
 //!   ([`Driver::from_resolver`]: test fakes written in Rust), or through the `cuGetProcAddress_v2`
 //!   of a `libcuda` another library already opened ([`Driver::from_get_proc_address`]).
 //! - For C-style code, every entry point is also a free function with the C signature that calls
-//!   through the process-wide driver ([`driver`]): `unsafe { cuInit(0) }`.
+//!   through the process-wide driver ([`driver`](fn@driver)): `unsafe { cuInit(0) }`.
 //!
 //! ```no_run
 //! use cuda_host_sys::{CUresult, driver};

@@ -31,7 +31,7 @@ pub enum CaptureMode {
 /// Records the work enqueued on a stream into a [`Graph`] instead of running it.
 ///
 /// Enqueue device work on [`stream`](Self::stream) as usual; add host functions with
-/// [`callback`](Self::callback) (or [`host_launch`](crate::host_launch) on the builder), which
+/// [`callback`](Self::callback) (or [`host_launch`](fn@crate::host_launch) on the builder), which
 /// takes `Fn` because the graph runs it on every launch. Dropping the builder without
 /// [`end`](Self::end) ends the capture and discards the graph.
 ///

@@ -6,7 +6,7 @@
 //! queued before the failure. So a host function, once claimed, lists its stream here
 //! ([`RunningStreams::enter`]) and then looks whether cuda-host has seen its context fail; if so it does
 //! not run. A call that saw the failure records it (`context_failure`), then waits until no host
-//! function of its stream is listed ([`wait_until_none_running`]). The two meet as the failure
+//! function of its stream is listed (`context_failure::wait_until_none_running`). The two meet as the failure
 //! handshake does (`failed_contexts`): each stores, then fences, then loads what the other
 //! stored (the function's fence is the one `FailedContexts::has_failed` makes, the call's the
 //! one `FailedContexts::record` makes), so at least one sees the other. Either the function sees the failure and does not

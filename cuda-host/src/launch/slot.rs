@@ -461,7 +461,7 @@ impl LaunchSlot {
     }
 
     /// Publishes the written record for a launch on `stream` of the context at `context`, and
-    /// returns the ticket to give the driver. Until [`launched`] or [`refused`], nothing but the
+    /// returns the ticket to give the driver. Until [`mark_launched`] or [`take_refused`], nothing but the
     /// host function can claim it.
     pub(crate) fn begin_launch(self, context: usize, stream: CUstream) -> Ticket {
         let slot = self.slot;

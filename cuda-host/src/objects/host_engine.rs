@@ -14,7 +14,7 @@ pub enum HostEngine {
     Driver,
     /// cuda-host's polled engine: a thread of cuda-host's serves the stream through a write and
     /// a wait on pinned, device-mapped memory, under every rule of
-    /// [`host_launch`](crate::host_launch). Between two kernels a host function costs the stream
+    /// [`host_launch`](fn@crate::host_launch). Between two kernels a host function costs the stream
     /// 1.5–2.3 µs more than nothing, against 17–45 µs through the driver, on an H200. The thread
     /// polls while functions are queued, a core's worth while they follow one another closely.
     /// Choose it for many short host functions between kernels with a core to spare; not for one

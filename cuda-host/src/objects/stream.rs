@@ -165,12 +165,12 @@ impl Stream {
     /// so make polled streams before such captures begin. A launch that needs a lane after all
     /// (more than 512 streams of the context with functions pending, or a per-thread stream used
     /// from another thread) while a capture begun through cuda-host forbids the allocation is
-    /// refused with [`Error::AllocationInCapture`](crate::Error::AllocationInCapture).
+    /// refused with [`Error::AllocationInCapture`].
     ///
     /// # Errors
     /// The stream, unchanged, with why ([`HostEngineRefused`]):
-    /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the engine's thread cannot start,
-    /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when the lane's memory
+    /// [`Error::ThreadStart`] when the engine's thread cannot start,
+    /// [`Error::AllocationInCapture`] when the lane's memory
     /// must be allocated while a capture begun through cuda-host forbids it, or the driver's
     /// error from `cuStreamGetId`, or from `cuMemHostAlloc` or `cuMemHostGetDevicePointer_v2`
     /// for the context's first polled stream. `?` turns it into the error alone.
@@ -269,11 +269,11 @@ impl Stream {
     /// Blocks until all work enqueued on the stream has finished, then reclaims: the values
     /// captured by host functions this thread launched on the stream before the call have been
     /// dropped, here, when it returns (unless drops must wait: this thread is capturing, or a
-    /// global-mode capture begun through cuda-host is open; see [`reclaim`](crate::reclaim)).
+    /// global-mode capture begun through cuda-host is open; see [`reclaim`]).
     /// Values other threads' host functions captured are theirs to drop.
     ///
     /// # Errors
-    /// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function (waiting
+    /// [`Error::InHostFunction`] inside a host function (waiting
     /// there deadlocks), or the driver's error from `cuStreamSynchronize`, which also reports an
     /// earlier asynchronous failure of the context.
     #[doc(alias = "cuStreamSynchronize")]
