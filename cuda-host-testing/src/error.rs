@@ -27,6 +27,20 @@ pub enum Error {
         /// The software driver.
         path: PathBuf,
     },
+    /// The process-wide driver was loaded before, with other options, and that load failed: a
+    /// call of `cuda_host::driver()` came first, on a machine whose own driver does not load.
+    #[error(
+        "the process-wide CUDA driver was loaded before the software driver {} was installed, \
+         and that load failed: {source}; install the software driver before the first use of \
+         cuda-host",
+        path.display()
+    )]
+    EarlierLoadFailed {
+        /// The software driver.
+        path: PathBuf,
+        /// Why the earlier load failed.
+        source: LoadError,
+    },
     /// The platform loader could not open the library for its controls.
     #[error("the software driver {} does not open: {reason}", path.display())]
     Open {

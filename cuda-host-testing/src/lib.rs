@@ -154,7 +154,9 @@ pub unsafe fn load() -> Result<Driver, Error> {
 /// # Errors
 /// - [`Error::Load`] when the library cannot be loaded;
 /// - [`Error::OtherDriverInstalled`] when the process-wide driver was loaded before, on another
-///   library (a call of `cuda_host::driver()` before this one loads the real driver).
+///   library (a call of `cuda_host::driver()` before this one loads the real driver);
+/// - [`Error::EarlierLoadFailed`] when it was loaded before and that load failed (a call of
+///   `cuda_host::driver()` on a machine without a driver), with that load's error.
 ///
 /// # Safety
 /// As for [`load`].
@@ -164,9 +166,19 @@ pub unsafe fn install() -> Result<&'static Arc<Driver>, Error> {
     // SAFETY: the caller's obligations for the library are those of `Driver::load`.
     let options = unsafe { LoadOptions::library(&path) }.per_thread_default_stream(per_thread);
     // SAFETY: as above.
-    let driver = unsafe { cuda_host_sys::init_driver(&options) }.map_err(|source| Error::Load {
-        path: path.clone(),
-        source: source.clone(),
+    let driver = unsafe { cuda_host_sys::init_driver(&options) }.map_err(|source| {
+        // The process-wide load happens once: the error is this load's only if it names this
+        // library; otherwise an earlier load, with other options, failed first.
+        let (path, source) = (path.clone(), source.clone());
+        if source
+            .libraries()
+            .iter()
+            .any(|tried| Path::new(tried) == path)
+        {
+            Error::Load { path, source }
+        } else {
+            Error::EarlierLoadFailed { path, source }
+        }
     })?;
     if !same_file(Path::new(driver.library_name()), &path) {
         return Err(Error::OtherDriverInstalled {

@@ -208,3 +208,53 @@ fn the_variants_are_built_beside_the_driver() {
         assert!(path.is_file(), "{} is missing", path.display());
     }
 }
+
+/// Set in the child process of a test that needs a process of its own.
+const IN_CHILD: &str = "CUDA_HOST_TESTING_IN_CHILD";
+
+/// Runs the test `name` of this binary alone in a child process with `environment`, and fails
+/// unless it passes there.
+fn run_in_child(name: &str, environment: &[(&str, &str)]) {
+    let output = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(IN_CHILD, "1")
+        .envs(environment.iter().copied())
+        .output()
+        .expect("the child runs");
+    assert!(
+        output.status.success(),
+        "the child failed: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn install_after_a_failed_load_of_another_driver_names_that_load_and_its_cause() {
+    const TEST: &str =
+        "install_after_a_failed_load_of_another_driver_names_that_load_and_its_cause";
+    if std::env::var_os(IN_CHILD).is_none() {
+        // A driver library that cannot load, on any machine.
+        return run_in_child(TEST, &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda.so.1")]);
+    }
+    // Code under test loads the process-wide driver first, and that fails.
+    let first = cuda_host::driver().expect_err("no driver at that path");
+    // SAFETY: the library is this package's software driver.
+    let error = unsafe { cuda_host_testing::install() }.expect_err("the earlier load failed");
+    let Error::EarlierLoadFailed { path, source } = &error else {
+        panic!("not the earlier load's error: {error}");
+    };
+    assert_eq!(*path, cuda_host_testing::library_path());
+    assert_eq!(source.libraries(), ["/nonexistent/libcuda.so.1"]);
+    assert_eq!(
+        first,
+        cuda_host::Error::Driver(DriverError::Load(source.clone()))
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("loaded before") && message.contains("/nonexistent/libcuda.so.1"),
+        "{message}"
+    );
+    assert!(!message.contains("does not load"), "{message}");
+}
