@@ -175,13 +175,15 @@ impl Controls {
         })
     }
 
-    /// Enqueues the stand-in for a long kernel: `stream` sleeps `microseconds` when it gets
-    /// there.
+    /// Enqueues the stand-in for a long kernel: `stream` sleeps `duration` (to the microsecond)
+    /// when it gets there.
     ///
     /// # Errors
-    /// [`Error::Control`] when the driver refuses (a stream of another driver).
+    /// [`Error::DelayTooLong`] over `u32::MAX` microseconds; [`Error::Control`] when the driver
+    /// refuses (a stream of another driver).
     #[doc(alias = "cuswLaunchSleep")]
-    pub fn launch_sleep(&self, stream: &Stream, microseconds: u32) -> Result<(), Error> {
+    pub fn launch_sleep(&self, stream: &Stream, duration: Duration) -> Result<(), Error> {
+        let microseconds = microseconds(duration)?;
         // SAFETY: a live stream's handle; the driver checks it against its registry.
         check("cuswLaunchSleep", unsafe {
             (self.launch_sleep)(stream.as_raw(), microseconds)
@@ -223,8 +225,7 @@ impl Controls {
     /// `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
     #[doc(alias = "cuswDelayNextCalls")]
     pub fn delay_next_calls(&self, entry: &CStr, count: u32, delay: Duration) -> Result<(), Error> {
-        let microseconds =
-            u32::try_from(delay.as_micros()).map_err(|_| Error::DelayTooLong { delay })?;
+        let microseconds = microseconds(delay)?;
         // SAFETY: `entry` is NUL-terminated; the driver copies what it keeps.
         check("cuswDelayNextCalls", unsafe {
             (self.delay_next_calls)(entry.as_ptr(), count, microseconds)
@@ -355,6 +356,11 @@ impl Controls {
             (self.begin_capture_at_next_call)(entry.as_ptr(), stream.as_raw(), mode)
         })
     }
+}
+
+/// A duration in the controls' unit, whole microseconds.
+fn microseconds(delay: Duration) -> Result<c_uint, Error> {
+    c_uint::try_from(delay.as_micros()).map_err(|_| Error::DelayTooLong { delay })
 }
 
 fn check(control: &'static str, result: CUresult) -> Result<(), Error> {

@@ -77,7 +77,7 @@ pub enum Error {
         /// The bytes this package asked for.
         expected: usize,
     },
-    /// A delay too long for the control (over `u32::MAX` microseconds).
+    /// A delay or sleep too long for the control (over `u32::MAX` microseconds).
     #[error("a delay of {delay:?} is longer than the driver's limit of u32::MAX microseconds")]
     DelayTooLong {
         /// The delay asked for.

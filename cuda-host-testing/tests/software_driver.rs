@@ -258,3 +258,27 @@ fn install_after_a_failed_load_of_another_driver_names_that_load_and_its_cause()
     );
     assert!(!message.contains("does not load"), "{message}");
 }
+
+#[test]
+fn a_sleep_or_delay_beyond_the_controls_limit_is_a_typed_error_and_enqueues_nothing() {
+    let driver = installed();
+    let context = cuda_host::Device::get(driver, 0)
+        .and_then(|device| device.primary_context())
+        .expect("a primary context");
+    let stream =
+        cuda_host::Stream::new(&context, cuda_host::StreamFlags::NonBlocking).expect("a stream");
+    // SAFETY: the library is this package's software driver.
+    let controls = unsafe { cuda_host_testing::controls() }.expect("controls");
+    // u32::MAX microseconds is about 71.6 minutes.
+    let too_long = std::time::Duration::from_secs(4_295);
+    assert_eq!(
+        controls.launch_sleep(&stream, too_long),
+        Err(Error::DelayTooLong { delay: too_long })
+    );
+    assert_eq!(
+        controls.delay_next_calls(c"cuStreamQuery", 1, too_long),
+        Err(Error::DelayTooLong { delay: too_long })
+    );
+    // Nothing was enqueued: the stream is idle, not sleeping for an hour.
+    assert_eq!(stream.is_complete(), Ok(true));
+}

@@ -4,6 +4,7 @@ use cuda_host::cuda_host_sys::CUresult;
 use cuda_host::{Context, Error, Stream, StreamFlags};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 use user_crate::mark_done_in_stream_order;
 
 /// A stream on device 0 of the software driver, which this installs as cuda-host's driver.
@@ -27,7 +28,9 @@ fn the_host_function_runs_in_stream_order() {
     let stream = stream();
     let done = Arc::new(AtomicBool::new(false));
     // A stand-in for a long kernel before it.
-    controls().launch_sleep(&stream, 20_000).expect("enqueued");
+    controls()
+        .launch_sleep(&stream, Duration::from_millis(20))
+        .expect("enqueued");
     mark_done_in_stream_order(&stream, &done).expect("launched");
     stream.synchronize().expect("synchronized");
     assert!(done.load(Ordering::Acquire));
