@@ -41,6 +41,22 @@ pub enum Error {
         /// Why the earlier load failed.
         source: LoadError,
     },
+    /// `CUDA_TEST_DRIVER` has a value [`select_driver`](crate::select_driver) does not know.
+    #[error(
+        "{variable}={value} is not one of {names} (unset or empty: auto)",
+        variable = crate::DRIVER_CHOICE_VARIABLE,
+        names = crate::DriverChoice::NAMES.join(", ")
+    )]
+    UnknownDriverChoice {
+        /// The variable's value.
+        value: String,
+    },
+    /// `CUDA_TEST_DRIVER=real`, but NVIDIA's driver cannot be used.
+    #[error("{variable}=real, but the CUDA driver {reason}", variable = crate::DRIVER_CHOICE_VARIABLE)]
+    RealDriverUnusable {
+        /// Why not: it does not load, initialise or have a device (the driver's error).
+        reason: String,
+    },
     /// The platform loader could not open the library for its controls.
     #[error("the software driver {} does not open: {reason}", path.display())]
     Open {

@@ -68,11 +68,15 @@ mod controls;
 pub mod entry_points;
 mod error;
 mod libcuda_dir;
+mod selection;
 
 pub use controls::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
 pub use entry_points::{CONTROLS, ENTRY_POINTS, EntryPoint};
 pub use error::Error;
 pub use libcuda_dir::LibcudaDir;
+pub use selection::{
+    DRIVER_CHOICE_VARIABLE, DriverChoice, DriverKind, SelectedDriver, select_driver,
+};
 
 use cuda_host_sys::{Driver, LoadOptions};
 use std::path::{Path, PathBuf};
