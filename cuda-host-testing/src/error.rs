@@ -4,7 +4,7 @@ use cuda_host_sys::{CUresult, LoadError};
 use std::path::PathBuf;
 
 /// Why the software driver, its controls or its `libcuda` folder could not be used.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// cuda-host-sys could not load the software driver.
@@ -83,6 +83,21 @@ pub enum Error {
         control: &'static str,
         /// Its answer.
         result: CUresult,
+    },
+    /// A control was given an object of another driver than the one it acts on.
+    #[error(
+        "the object belongs to the driver {library}, not to the software driver these controls \
+         act on"
+    )]
+    OtherDriver {
+        /// The library of the object's driver.
+        library: String,
+    },
+    /// cuda-host refused what a control made (a call inside a host function).
+    #[error("cuda-host refused it: {source}")]
+    Host {
+        /// cuda-host's error.
+        source: cuda_host::Error,
     },
     /// The driver filled fewer live-object counts than this package knows of (an older
     /// library).

@@ -36,7 +36,10 @@
 //!   name (cudarc, C code);
 //! - its test controls as a typed API ([`Controls`]): failures injected into the next calls of
 //!   an entry point, sticky context errors, stand-ins for long or faulting kernels, the driver
-//!   version it reports, and counts of calls and of live objects for leak checks.
+//!   version it reports, and counts of calls and of live objects for leak checks;
+//! - fresh contexts ([`Controls::fresh_context`]): a context of a device of its own, which a
+//!   fault test fails on purpose while the other tests of the binary go on, in parallel, on the
+//!   primary context.
 //!
 //! # Entry points
 //!
