@@ -212,11 +212,13 @@ fn the_variants_are_built_beside_the_driver() {
 /// Set in the child process of a test that needs a process of its own.
 const IN_CHILD: &str = "CUDA_HOST_TESTING_IN_CHILD";
 
-/// Runs the test `name` of this binary alone in a child process with `environment`, and fails
-/// unless it passes there.
+/// Runs the test `name` of this binary alone in a child process with `environment`, where the
+/// variables that choose a driver are unset unless given, and fails unless it passes there.
 fn run_in_child(name: &str, environment: &[(&str, &str)]) {
     let output = std::process::Command::new(std::env::current_exe().expect("this test binary"))
         .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env_remove(cuda_host_testing::DRIVER_CHOICE_VARIABLE)
+        .env_remove("CUDA_SYS_LIBCUDA")
         .env(IN_CHILD, "1")
         .envs(environment.iter().copied())
         .output()
