@@ -180,6 +180,10 @@ fn real_driver_kind() -> Result<(DriverKind, String), String> {
     // configuration of this process, as `LD_LIBRARY_PATH` is.
     let driver = unsafe { Driver::load(&LoadOptions::default()) }
         .map_err(|error| format!("does not load: {error}"))?;
+    // Kept for the process, never unloaded, as a driver library is not: what its cuInit set up
+    // would be lost (the process-wide driver opens the same library again).
+    static PROBED: OnceLock<Driver> = OnceLock::new();
+    let driver = PROBED.get_or_init(|| driver);
     // SAFETY: no pointer arguments.
     let result = unsafe { driver.cuInit(0) };
     driver
@@ -194,7 +198,7 @@ fn real_driver_kind() -> Result<(DriverKind, String), String> {
     if count == 0 {
         return Err(format!("{} has no device", driver.library_name()));
     }
-    let kind = if exports_the_controls(&driver) {
+    let kind = if exports_the_controls(driver) {
         DriverKind::Software
     } else {
         DriverKind::Real

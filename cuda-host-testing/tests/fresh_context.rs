@@ -153,9 +153,14 @@ fn a_fresh_context_bound_to_the_thread_that_drops_it_is_unbound() {
 fn a_device_of_another_driver_gets_no_fresh_context() {
     // Another library of the same sources: its own state, its own controls.
     let path = cuda_host_testing::variant_path(Variant::NoProcAddress);
-    // SAFETY: this package's library without cuGetProcAddress: a driver library.
-    let other = Arc::new(unsafe { Driver::open(&path) }.expect("the variant loads"));
-    let device = Device::get(&other, 0).expect("its device 0");
+    // Kept loaded for the process, as a driver library is: unloading it would lose what its
+    // cuInit allocated.
+    static OTHER: std::sync::OnceLock<Arc<Driver>> = std::sync::OnceLock::new();
+    let other = OTHER.get_or_init(|| {
+        // SAFETY: this package's library without cuGetProcAddress: a driver library.
+        Arc::new(unsafe { Driver::open(&path) }.expect("the variant loads"))
+    });
+    let device = Device::get(other, 0).expect("its device 0");
     let error = controls().fresh_context(&device).unwrap_err();
     assert_eq!(
         error,
