@@ -5,13 +5,14 @@
 //! task keeps ticking on the same single-threaded runtime), and the point costs the stream one
 //! event record, not a host function. When the future completes, the results are on the host.
 //!
-//! Run: `cargo run --example await_stream_point`. Without a CUDA driver and GPU it prints one
-//! line saying why and exits with status 1.
+//! Run: `cargo run --example await_stream_point`. On a machine without a GPU it runs on the
+//! software driver of cuda-host-testing, with stand-ins for the kernels (`common`), and says so
+//! on its first line; `CUDA_TEST_DRIVER=real` or `software` picks the driver.
 
 mod common;
 
-use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_host, launch};
-use cuda_host::{Device, Stream, StreamFlags, stream_point};
+use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_host};
+use cuda_host::{Stream, StreamFlags, stream_point};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -35,13 +36,12 @@ fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), String> {
-    let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
-    let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
-    println!("device 0: {}", device.name().map_err(|e| e.to_string())?);
+    let (selected, device) = common::open("await_stream_point", true)?;
+    let driver = selected.driver();
     let context = device.primary_context().map_err(|e| e.to_string())?;
     let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
     context.bind_to_thread().map_err(|e| e.to_string())?;
-    let kernels = Kernels::load(driver).map_err(|e| format!("cannot load the kernels: {e}"))?;
+    let work = Work::load(selected, driver)?;
     let data = DeviceBuffer::new(driver, N as usize * 4)?;
     let results = PinnedBuffer::new(driver, N as usize)?;
 
@@ -60,17 +60,9 @@ async fn run() -> Result<(), String> {
 
     let start = Instant::now();
     for _ in 0..4 {
-        // SAFETY: `fill_iota(unsigned *out, unsigned n, unsigned mul)`, writing `data`'s N words;
-        // `data` outlives the stream's work (the point below is awaited first).
-        unsafe {
-            launch(
-                &kernels,
-                kernels.fill_iota,
-                N,
-                &stream,
-                &[argument(&data.address), argument(&N), argument(&MULTIPLIER)],
-            )
-        }?;
+        // SAFETY: `data` holds N words and outlives the stream's work (the point below is
+        // awaited first).
+        unsafe { work.fill_iota(&stream, &data, N, MULTIPLIER) }?;
     }
     copy_to_host(driver, &results, &data, &stream)?;
     let point = stream_point(&stream).map_err(|e| e.to_string())?;

@@ -3,17 +3,25 @@
 //! feature).
 //!
 //! Run: `cargo run --example cudarc_interop --features cuda-host/cudarc` (this workspace's suite
-//! turns the feature on by default). Without a CUDA driver and GPU it prints one line saying why
-//! and exits with status 1.
+//! turns the feature on by default). On a machine without a GPU it runs on the software driver
+//! of cuda-host-testing, and says so on its first line: in a child process whose
+//! `LD_LIBRARY_PATH` leads to the software driver as `libcuda.so.1`, since cudarc opens libcuda
+//! by name. `CUDA_TEST_DRIVER=real` or `software` picks the driver.
 
-use cuda_host::{Context, Device, Stream, host_launch};
+mod common;
+
+use cuda_host::{Context, Stream, host_launch};
 use cudarc::driver::CudaContext;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+/// Set in the child process that runs on the software driver under libcuda's name.
+const IN_CHILD: &str = "CUDARC_INTEROP_IN_CHILD";
+
 fn main() -> ExitCode {
     match run() {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(reason) => {
             eprintln!("cudarc_interop: {reason}");
             ExitCode::FAILURE
@@ -21,11 +29,32 @@ fn main() -> ExitCode {
     }
 }
 
-fn run() -> Result<(), String> {
+fn run() -> Result<ExitCode, String> {
+    // SAFETY: NVIDIA's driver is opened as cuda_host::driver() opens it; the software driver is
+    // the library cuda-host-testing built.
+    let selected = unsafe { cuda_host_testing::select_driver() }
+        .map_err(|e| format!("no CUDA driver: {e}"))?;
+    let installed_by_path =
+        Path::new(selected.driver().library_name()) == cuda_host_testing::library_path();
+    if selected.is_software() && installed_by_path && std::env::var_os(IN_CHILD).is_none() {
+        // cudarc would not find it: run again where libcuda.so.1 is the software driver.
+        let libcuda = cuda_host_testing::LibcudaDir::new().map_err(|e| e.to_string())?;
+        let status =
+            std::process::Command::new(std::env::current_exe().map_err(|e| e.to_string())?)
+                .env(IN_CHILD, "1")
+                .env("LD_LIBRARY_PATH", libcuda.ld_library_path())
+                .status()
+                .map_err(|e| format!("cannot run on the software driver as libcuda: {e}"))?;
+        return Ok(if status.success() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     // cuda-host first: it reports a missing driver or device as a one-line error, where cudarc
     // panics.
-    let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
-    Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
+    let (selected, _device) = common::open("cudarc_interop", false)?;
+    let driver = selected.driver();
 
     let cudarc_context = CudaContext::new(0).map_err(cudarc_error)?;
     // Holds cudarc's context, after checking that cudarc opened the same driver library.
@@ -59,7 +88,7 @@ fn run() -> Result<(), String> {
     if back != values {
         return Err("the values came back changed".to_owned());
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 fn cudarc_error(error: cudarc::driver::DriverError) -> String {

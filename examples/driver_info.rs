@@ -1,8 +1,11 @@
 //! Prints what cuda-host-sys found: the driver library and version, the devices, where the
 //! bindings came from and the header version, and which entry points the driver lacks.
 //!
-//! Run: `cargo run --example driver_info`. Without a usable driver it prints one line saying why
-//! and exits with status 1.
+//! Run: `cargo run --example driver_info`. On a machine without a GPU it prints what it finds in
+//! the software driver of cuda-host-testing, and says so on its first line;
+//! `CUDA_TEST_DRIVER=real` or `software` picks the driver.
+
+mod common;
 
 use cuda_host_sys::{Availability, BINDINGS_ORIGIN, CUDA_VERSION, CUresult, Driver, version_text};
 use std::ffi::{CStr, c_char};
@@ -19,11 +22,12 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), String> {
+    let (selected, _device) = common::open("driver_info", false)?;
+    let driver = selected.driver();
     println!(
         "bindings: {BINDINGS_ORIGIN}, CUDA {} headers (CUDA_VERSION {CUDA_VERSION})",
         version_text(CUDA_VERSION as i32)
     );
-    let driver = cuda_host_sys::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
     println!(
         "driver: {} reports CUDA {} ({})",
         driver.library_name(),

@@ -5,13 +5,14 @@
 //! owns both callbacks: they run on every launch and are dropped once the graph, its executable
 //! and their launches are gone.
 //!
-//! Run: `cargo run --example graph_host_nodes`. Without a CUDA driver and GPU it prints one line
-//! saying why and exits with status 1.
+//! Run: `cargo run --example graph_host_nodes`. On a machine without a GPU it runs on the
+//! software driver of cuda-host-testing, with stand-ins for the kernels (`common`), and says so
+//! on its first line; `CUDA_TEST_DRIVER=real` or `software` picks the driver.
 
 mod common;
 
-use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_host, launch};
-use cuda_host::{CaptureMode, Device, GraphBuilder, Stream, StreamFlags};
+use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_host};
+use cuda_host::{CaptureMode, GraphBuilder, Stream, StreamFlags};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,14 +39,14 @@ struct Counts {
 }
 
 fn run() -> Result<(), String> {
-    let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
-    let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
+    let (selected, device) = common::open("graph_host_nodes", true)?;
+    let driver = selected.driver();
     let context = device.primary_context().map_err(|e| e.to_string())?;
     let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
     // The raw driver calls below (module, memory, kernel launches) use the calling thread's
     // current context; cuda-host's own calls leave it as they found it.
     context.bind_to_thread().map_err(|e| e.to_string())?;
-    let kernels = Kernels::load(driver).map_err(|e| format!("cannot load the kernels: {e}"))?;
+    let work = Work::load(selected, driver)?;
     let data = DeviceBuffer::new(driver, N as usize * 4)?;
     let results = Arc::new(PinnedBuffer::new(driver, N as usize)?);
     let counts = Arc::new(Counts::default());
@@ -58,17 +59,8 @@ fn run() -> Result<(), String> {
             before.before_kernel.fetch_add(1, Ordering::SeqCst);
         })
         .map_err(|e| e.to_string())?;
-    // SAFETY: `fill_iota(unsigned *out, unsigned n, unsigned mul)`, writing `data`'s N words;
-    // `data` outlives every launch of the graph.
-    unsafe {
-        launch(
-            &kernels,
-            kernels.fill_iota,
-            N,
-            builder.stream(),
-            &[argument(&data.address), argument(&N), argument(&multiplier)],
-        )
-    }?;
+    // SAFETY: `data` holds N words and outlives every launch of the graph.
+    unsafe { work.fill_iota(builder.stream(), &data, N, multiplier) }?;
     copy_to_host(driver, &results, &data, builder.stream())?;
     let (after, host_results) = (Arc::clone(&counts), Arc::clone(&results));
     builder
@@ -80,10 +72,16 @@ fn run() -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     let graph = builder.end().map_err(|e| e.to_string())?;
-    println!(
-        "captured a graph with {} host nodes around the kernel",
-        graph.host_nodes().map_err(|e| e.to_string())?.len()
-    );
+    let host_nodes = graph.host_nodes().map_err(|e| e.to_string())?.len();
+    if selected.is_software() {
+        // The kernel's stand-in is a host node too.
+        println!(
+            "captured a graph with {} host nodes around the kernel's stand-in",
+            host_nodes - 1
+        );
+    } else {
+        println!("captured a graph with {host_nodes} host nodes around the kernel");
+    }
 
     let executable = graph.instantiate().map_err(|e| e.to_string())?;
     drop(graph); // the executable keeps the callbacks alive on its own

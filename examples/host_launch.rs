@@ -5,13 +5,14 @@
 //! pinned memory; that number is copied to the device and kernel 2 adds it to every value. The
 //! kernels are PTX text (`kernels/`), loaded with `cuModuleLoadData`: no nvcc needed.
 //!
-//! Run: `cargo run --example host_launch`. Without a CUDA driver and GPU it prints one line saying
-//! why and exits with status 1.
+//! Run: `cargo run --example host_launch`. On a machine without a GPU it runs on the software
+//! driver of cuda-host-testing, with stand-ins for the kernels (`common`), and says so on its
+//! first line; `CUDA_TEST_DRIVER=real` or `software` picks the driver.
 
 mod common;
 
-use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_device, copy_to_host, launch};
-use cuda_host::{Device, Stream, StreamFlags, host_launch};
+use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_device, copy_to_host};
+use cuda_host::{Stream, StreamFlags, host_launch};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
@@ -30,19 +31,14 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), String> {
-    let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
-    let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
-    let name = device.name().map_err(|e| e.to_string())?;
-    println!(
-        "device 0: {name} (CUDA {} driver)",
-        cuda_host::cuda_host_sys::version_text(driver.version())
-    );
+    let (selected, device) = common::open("host_launch", true)?;
+    let driver = selected.driver();
     let context = device.primary_context().map_err(|e| e.to_string())?;
     let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
     // The raw driver calls below (module, memory, kernel launches) use the calling thread's
     // current context; cuda-host's own calls leave it as they found it.
     context.bind_to_thread().map_err(|e| e.to_string())?;
-    let kernels = Kernels::load(driver).map_err(|e| format!("cannot load the kernels: {e}"))?;
+    let work = Work::load(selected, driver)?;
 
     let bytes = N as usize * 4;
     let data = DeviceBuffer::new(driver, bytes)?;
@@ -52,17 +48,8 @@ fn run() -> Result<(), String> {
     let report = Arc::new(Mutex::new(None));
 
     // Kernel 1: data[i] = i * MULTIPLIER, then copy the values to the host.
-    // SAFETY: `fill_iota(unsigned *out, unsigned n, unsigned mul)`, writing `data`'s N words;
-    // `data` is freed after the stream is synchronized.
-    unsafe {
-        launch(
-            &kernels,
-            kernels.fill_iota,
-            N,
-            &stream,
-            &[argument(&data.address), argument(&N), argument(&MULTIPLIER)],
-        )
-    }?;
+    // SAFETY: `data` holds N words and is freed after the stream is synchronized.
+    unsafe { work.fill_iota(&stream, &data, N, MULTIPLIER) }?;
     copy_to_host(driver, &results, &data, &stream)?;
 
     // The host function: runs after the copy, before everything enqueued below.
@@ -82,21 +69,9 @@ fn run() -> Result<(), String> {
 
     // Kernel 2 adds what the host function wrote: data[i] += value.
     copy_to_device(driver, &scalar, &value_for_kernel_2, &stream)?;
-    // SAFETY: `add_scalar(unsigned *data, const unsigned *scalar, unsigned n)`, on `data`'s N words
-    // and `scalar`'s one; both are freed after the stream is synchronized.
-    unsafe {
-        launch(
-            &kernels,
-            kernels.add_scalar,
-            N,
-            &stream,
-            &[
-                argument(&data.address),
-                argument(&scalar.address),
-                argument(&N),
-            ],
-        )
-    }?;
+    // SAFETY: `data` holds N words and `scalar` one; both are freed after the stream is
+    // synchronized.
+    unsafe { work.add_scalar(&stream, &data, &scalar, N) }?;
     copy_to_host(driver, &results, &data, &stream)?;
     stream.synchronize().map_err(|e| e.to_string())?;
 

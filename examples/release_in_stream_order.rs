@@ -8,13 +8,14 @@
 //! shows, at each buffer's drop, that its copy had finished. The kernels are PTX text
 //! (`kernels/`), loaded with `cuModuleLoadData`.
 //!
-//! Run: `cargo run --example release_in_stream_order`. Without a CUDA driver and GPU it prints
-//! one line saying why and exits with status 1.
+//! Run: `cargo run --example release_in_stream_order`. On a machine without a GPU it runs on the
+//! software driver of cuda-host-testing, with stand-ins for the kernels (`common`), and says so
+//! on its first line; `CUDA_TEST_DRIVER=real` or `software` picks the driver.
 
 mod common;
 
-use common::{DeviceBuffer, Kernels, PinnedBuffer, argument, copy_to_device, copy_to_host, launch};
-use cuda_host::{Device, Event, EventFlags, Stream, StreamFlags, release_in_stream_order};
+use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_device, copy_to_host};
+use cuda_host::{Event, EventFlags, Stream, StreamFlags, release_in_stream_order};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
@@ -58,13 +59,12 @@ impl Drop for Staging {
 }
 
 fn run() -> Result<(), String> {
-    let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
-    let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
-    println!("device 0: {}", device.name().map_err(|e| e.to_string())?);
+    let (selected, device) = common::open("release_in_stream_order", true)?;
+    let driver = selected.driver();
     let context = device.primary_context().map_err(|e| e.to_string())?;
     let stream = Stream::new(&context, StreamFlags::NonBlocking).map_err(|e| e.to_string())?;
     context.bind_to_thread().map_err(|e| e.to_string())?;
-    let kernels = Kernels::load(driver).map_err(|e| format!("cannot load the kernels: {e}"))?;
+    let work = Work::load(selected, driver)?;
 
     let report: Report = Arc::default();
     let enqueued = Arc::new(Mutex::new(0));
@@ -94,21 +94,9 @@ fn run() -> Result<(), String> {
             stream.synchronize().map_err(|e| e.to_string())?;
             return Err(refused.error.to_string());
         }
-        // SAFETY: `add_scalar(unsigned *data, const unsigned *scalar, unsigned n)`, on `data`'s
-        // N words and `scalar`'s one; both are freed after the stream is synchronized.
-        unsafe {
-            launch(
-                &kernels,
-                kernels.add_scalar,
-                N,
-                &stream,
-                &[
-                    argument(&data.address),
-                    argument(&scalar.address),
-                    argument(&N),
-                ],
-            )
-        }?;
+        // SAFETY: `data` holds N words and `scalar` one; both are freed after the stream is
+        // synchronized.
+        unsafe { work.add_scalar(&stream, &data, &scalar, N) }?;
         let result = PinnedBuffer::new(driver, N as usize)?;
         copy_to_host(driver, &result, &data, &stream)?;
         device_batches.push(data);

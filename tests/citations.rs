@@ -20,7 +20,7 @@ const EXTENSIONS: [&str; 13] = [
 const GENERATED: [&str; 1] = ["entry_points.md"];
 
 /// Folders the repository's texts write paths from, besides the citing file's own.
-const ROOTS: [&str; 7] = [
+const ROOTS: [&str; 8] = [
     "",
     "cuda-host/",
     "cuda-host/src/",
@@ -28,6 +28,7 @@ const ROOTS: [&str; 7] = [
     "cuda-host-testing/",
     "cuda-host-testing/driver/",
     "docs/",
+    "examples/user-crate/",
 ];
 
 fn root() -> PathBuf {

@@ -452,3 +452,25 @@ fn mismatches_between(first: &Driver, second: &Driver) -> Vec<(String, usize, us
         .map(|((entry, _, a), (_, _, b))| (entry.name().to_owned(), a.addr(), b.addr()))
         .collect()
 }
+
+/// `CUDA_TEST_DRIVER` with an unknown value: the binary's tests do not each panic with the
+/// same message; the binary says once what is wrong, naming the allowed values, and stops.
+#[test]
+fn an_unknown_driver_choice_stops_the_binary_with_one_error_naming_the_values() {
+    const TEST: &str = "an_unknown_driver_choice_stops_the_binary_with_one_error_naming_the_values";
+    let run = suite::child::rerun_this_binary(
+        &["--skip", TEST],
+        &[("CUDA_TEST_DRIVER", "bogus")],
+        suite::TIMEOUT,
+    );
+    let message = "[cuda-host tests] no driver: CUDA_TEST_DRIVER=bogus is not one of auto, real, \
+                   software (unset or empty: auto)";
+    assert_eq!(
+        run.status.and_then(|status| status.code()),
+        Some(2),
+        "{}",
+        run.output()
+    );
+    assert_eq!(run.stderr.matches(message).count(), 1, "{}", run.output());
+    assert!(!run.stderr.contains("panicked"), "{}", run.output());
+}

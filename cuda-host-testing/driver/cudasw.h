@@ -371,4 +371,14 @@ CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigned long long 
  * replaces the armed capture. CUDA_ERROR_NOT_FOUND for an unknown entry name. */
 CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stream, CUstreamCaptureMode mode);
 
+/* A context of device `dev` beside its primary context, with its own legacy and per-thread
+ * streams, events, allocations and sticky error: a test fails it on purpose while others go on on
+ * the primary context. CUDA_ERROR_OUT_OF_MEMORY beyond 64 alive at once. */
+CUresult cuswFreshContextCreate(CUcontext *pctx, CUdevice dev);
+/* Destroys a fresh context as a primary context's last release does: its handle is invalid at
+ * once, its streams drain (host functions run unless it failed) and are destroyed, then its events
+ * and allocations. Must not be called from its own host functions or callbacks. A primary
+ * context's handle answers CUDA_ERROR_INVALID_CONTEXT. See fresh_context.c. */
+CUresult cuswFreshContextDestroy(CUcontext ctx);
+
 #endif /* CUDASW_H */

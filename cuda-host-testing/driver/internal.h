@@ -271,10 +271,21 @@ struct cusw_ctx {
     bool active;
     atomic_int sticky;          /* CUresult; never cleared for the process */
     atomic_bool tearing_down;   /* makes wait-value polls give up while the context is torn down */
+    unsigned int fresh_slot;    /* 0: a device's primary context; else 1 + its slot (fresh_context.c) */
     struct cusw_stream *legacy; /* while active */
     struct cusw_stream *streams; /* every stream of the context, also destroyed ones still draining */
     struct cusw_event *events;
 };
+
+/* Fresh contexts alive at once, at most (fresh_context.c). */
+#define CUSW_MAX_FRESH_CONTEXTS 64
+/* Where a thread finds its per-thread stream of a context (stream.c): one slot per device's
+ * primary context, then one per fresh context. */
+#define CUSW_CONTEXT_SLOTS (CUSW_MAX_DEVICES + CUSW_MAX_FRESH_CONTEXTS)
+static inline size_t cusw_ctx_slot(const struct cusw_ctx *ctx)
+{
+    return ctx->fresh_slot == 0 ? (size_t)ctx->device : CUSW_MAX_DEVICES + ctx->fresh_slot - 1;
+}
 
 /* [locked] The calling thread's current context, checked: CUDA_ERROR_INVALID_CONTEXT if none,
  * CUDA_ERROR_CONTEXT_IS_DESTROYED if it is an inactive primary context, its sticky error if any. */

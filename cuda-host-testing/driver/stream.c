@@ -153,11 +153,11 @@ void cusw_stream_destroy(struct cusw_stream *s)
 
 /* ---- Per-thread default streams ------------------------------------------------------------- */
 
-/* Per thread, the handle of its per-thread stream in each device's primary context. Handles,
+/* Per thread, the handle of its per-thread stream in each context (by cusw_ctx_slot). Handles,
  * not pointers: a context's last release destroys the stream behind the thread's back, and a stale
  * handle is then simply not found. The streams are destroyed when the thread exits. */
 struct thread_streams {
-    uintptr_t handles[CUSW_MAX_DEVICES];
+    uintptr_t handles[CUSW_CONTEXT_SLOTS];
 };
 
 /* Kept as a thread-specific value (not a _Thread_local pointer): pthread clears it before calling
@@ -170,7 +170,7 @@ static void thread_streams_exit(void *p)
 {
     struct thread_streams *ts = p;
     cusw_lock_acquire();
-    for (int i = 0; i < CUSW_MAX_DEVICES; i++) {
+    for (int i = 0; i < CUSW_CONTEXT_SLOTS; i++) {
         struct cusw_stream *s = cusw_handle_get(ts->handles[i], CUSW_KIND_STREAM);
         if (s != NULL)
             cusw_stream_destroy(s);
@@ -195,7 +195,7 @@ static CUresult per_thread_stream(struct cusw_ctx *ctx, struct cusw_stream **out
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
-    uintptr_t *slot = &ts->handles[ctx->device];
+    uintptr_t *slot = &ts->handles[cusw_ctx_slot(ctx)];
     struct cusw_stream *s = cusw_handle_get(*slot, CUSW_KIND_STREAM);
     if (s == NULL) {
         s = cusw_stream_create(ctx, CUSW_STREAM_PER_THREAD, 0);

@@ -1,10 +1,11 @@
 //! The software driver's test controls (`cusw*`, declared in `driver/cudasw.h`) as a typed API.
 
 use crate::Error;
-use cuda_host::{Context, Stream};
-use cuda_host_sys::{CUcontext, CUresult, CUstream, CUstreamCaptureMode};
-use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong};
+use cuda_host::{Context, Device, Stream};
+use cuda_host_sys::{CUcontext, CUdevice, CUresult, CUstream, CUstreamCaptureMode, Driver};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The software driver's control functions: fault injection, sticky errors, stand-ins for long
@@ -31,7 +32,12 @@ pub struct Controls {
     host_task_sync_mode_launches: unsafe extern "C" fn(c_uint, *mut c_ulonglong) -> CUresult,
     begin_capture_at_next_call:
         unsafe extern "C" fn(*const c_char, CUstream, CUstreamCaptureMode) -> CUresult,
+    fresh_context_create: unsafe extern "C" fn(*mut CUcontext, CUdevice) -> CUresult,
+    fresh_context_destroy: FreshContextDestroyFn,
 }
+
+/// `cuswFreshContextDestroy`, as `cudasw.h` declares it.
+type FreshContextDestroyFn = unsafe extern "C" fn(CUcontext) -> CUresult;
 
 /// `cuswLiveObjects`, as `cudasw.h` declares it.
 pub type LiveObjectsFn = unsafe extern "C" fn(*mut LiveCounts) -> CUresult;
@@ -114,6 +120,8 @@ impl Controls {
             call_count: control!(c"cuswCallCount"),
             host_task_sync_mode_launches: control!(c"cuswHostTaskSyncModeLaunches"),
             begin_capture_at_next_call: control!(c"cuswBeginCaptureAtNextCall"),
+            fresh_context_create: control!(c"cuswFreshContextCreate"),
+            fresh_context_destroy: control!(c"cuswFreshContextDestroy"),
             _library: library,
         })
     }
@@ -175,13 +183,15 @@ impl Controls {
         })
     }
 
-    /// Enqueues the stand-in for a long kernel: `stream` sleeps `microseconds` when it gets
-    /// there.
+    /// Enqueues the stand-in for a long kernel: `stream` sleeps `duration` (to the microsecond)
+    /// when it gets there.
     ///
     /// # Errors
-    /// [`Error::Control`] when the driver refuses (a stream of another driver).
+    /// [`Error::DelayTooLong`] over `u32::MAX` microseconds; [`Error::Control`] when the driver
+    /// refuses (a stream of another driver).
     #[doc(alias = "cuswLaunchSleep")]
-    pub fn launch_sleep(&self, stream: &Stream, microseconds: u32) -> Result<(), Error> {
+    pub fn launch_sleep(&self, stream: &Stream, duration: Duration) -> Result<(), Error> {
+        let microseconds = microseconds(duration)?;
         // SAFETY: a live stream's handle; the driver checks it against its registry.
         check("cuswLaunchSleep", unsafe {
             (self.launch_sleep)(stream.as_raw(), microseconds)
@@ -223,8 +233,7 @@ impl Controls {
     /// `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
     #[doc(alias = "cuswDelayNextCalls")]
     pub fn delay_next_calls(&self, entry: &CStr, count: u32, delay: Duration) -> Result<(), Error> {
-        let microseconds =
-            u32::try_from(delay.as_micros()).map_err(|_| Error::DelayTooLong { delay })?;
+        let microseconds = microseconds(delay)?;
         // SAFETY: `entry` is NUL-terminated; the driver copies what it keeps.
         check("cuswDelayNextCalls", unsafe {
             (self.delay_next_calls)(entry.as_ptr(), count, microseconds)
@@ -354,6 +363,128 @@ impl Controls {
         check("cuswBeginCaptureAtNextCall", unsafe {
             (self.begin_capture_at_next_call)(entry.as_ptr(), stream.as_raw(), mode)
         })
+    }
+}
+
+/// A duration in the controls' unit, whole microseconds.
+fn microseconds(delay: Duration) -> Result<c_uint, Error> {
+    c_uint::try_from(delay.as_micros()).map_err(|_| Error::DelayTooLong { delay })
+}
+
+impl Controls {
+    /// A new context of `device` beside its primary context, for a test that fails a context on
+    /// purpose ([`set_sticky_error`](Self::set_sticky_error),
+    /// [`launch_fault`](Self::launch_fault)): its failure is its own, so the other tests of the
+    /// binary go on, in parallel, on the primary context. It has its own legacy and per-thread
+    /// streams, events, allocations and sticky error; host functions of every context share the
+    /// driver's one host-function thread.
+    ///
+    /// It is destroyed once the returned context, its clones and everything made from them
+    /// (streams, events, graphs, launch records) are gone, on the thread that drops the last of
+    /// them: its streams drain first (pending host functions run, unless it failed), then its
+    /// events and allocations go. cuda-host keeps nothing of it: a failed context stays failed
+    /// for cuda-host, and the next fresh context is another. (A reset of the failed context
+    /// instead could not keep cuda-host usable on it: `driver/fresh_context.c` says why.)
+    ///
+    /// ```
+    /// use cuda_host::cuda_host_sys::CUresult;
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // SAFETY: the library this package built is a driver library; no other driver was loaded.
+    /// let driver = unsafe { cuda_host_testing::install() }?;
+    /// // SAFETY: as above.
+    /// let controls = unsafe { cuda_host_testing::controls() }?;
+    /// let context = controls.fresh_context(&cuda_host::Device::get(driver, 0)?)?;
+    /// let stream = cuda_host::Stream::new(&context, cuda_host::StreamFlags::NonBlocking)?;
+    /// controls.launch_fault(&stream, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)?;
+    /// let error = stream.synchronize().unwrap_err();
+    /// assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS));
+    /// // The primary context, which other tests use, has not failed.
+    /// let primary = cuda_host::Device::get(driver, 0)?.primary_context()?;
+    /// cuda_host::Stream::new(&primary, cuda_host::StreamFlags::NonBlocking)?.synchronize()?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// - [`Error::OtherDriver`] when `device` belongs to another driver than the one these
+    ///   controls act on;
+    /// - [`Error::Control`] when the driver refuses: `CUDA_ERROR_OUT_OF_MEMORY` with 64 fresh
+    ///   contexts alive;
+    /// - [`Error::Host`] when cuda-host refuses the context (inside a host function).
+    #[doc(alias = "cuswFreshContextCreate")]
+    pub fn fresh_context(&self, device: &Device) -> Result<Context, Error> {
+        let driver = device.driver();
+        if !self.acts_on(driver) {
+            return Err(Error::OtherDriver {
+                library: driver.library_name().to_owned(),
+            });
+        }
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the driver checks the device's ordinal.
+        check("cuswFreshContextCreate", unsafe {
+            (self.fresh_context_create)(&mut raw, device.as_raw())
+        })?;
+        let owner = FreshContext {
+            raw,
+            destroy: self.fresh_context_destroy,
+            driver: Arc::clone(driver),
+        };
+        // SAFETY: `raw` is a context of `driver` (the library these controls act on, checked
+        // above), made just now; `owner` destroys it only when cuda-host drops it, after
+        // the last use.
+        unsafe { Context::borrow_raw_with_owner(driver, raw, owner) }
+            .map_err(|source| Error::Host { source })
+    }
+
+    /// Whether `driver` was loaded from the library these controls act on: the same loaded
+    /// object exports the same control at the same address.
+    fn acts_on(&self, driver: &Driver) -> bool {
+        // SAFETY: the library is loaded already (`driver` holds it), so opening it again runs no
+        // initialisation code; the symbol's address is only compared, never called.
+        unsafe { libloading::Library::new(driver.library_name()) }.is_ok_and(|library| {
+            // SAFETY: as above.
+            unsafe { library.get::<*mut c_void>(c"cuswFreshContextCreate") }.is_ok_and(|symbol| {
+                // SAFETY: as above.
+                unsafe { symbol.try_as_raw_ptr() }.is_some_and(|address| {
+                    address.addr() == (self.fresh_context_create as *const c_void).addr()
+                })
+            })
+        })
+    }
+}
+
+/// What destroys a fresh context once cuda-host lets go of it: the owner cuda-host holds.
+struct FreshContext {
+    raw: CUcontext,
+    destroy: FreshContextDestroyFn,
+    /// The driver the context belongs to, which keeps the library, and so `destroy`, loaded.
+    driver: Arc<Driver>,
+}
+
+// SAFETY: `raw` is a driver handle, valid on any thread; the driver API is thread-safe.
+unsafe impl Send for FreshContext {}
+// SAFETY: as above; nothing is mutable.
+unsafe impl Sync for FreshContext {}
+
+impl Drop for FreshContext {
+    fn drop(&mut self) {
+        // Not current on this thread any more, as a destroy by the real driver leaves it.
+        let mut current = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer.
+        let result = unsafe { self.driver.cuCtxGetCurrent(&mut current) };
+        if result == CUresult::CUDA_SUCCESS && current == self.raw {
+            // SAFETY: null unbinds.
+            let _ = unsafe { self.driver.cuCtxSetCurrent(std::ptr::null_mut()) };
+        }
+        // SAFETY: a fresh context of this driver, destroyed once, after cuda-host's last use.
+        let result = unsafe { (self.destroy)(self.raw) };
+        if result != CUresult::CUDA_SUCCESS {
+            log::error!(
+                "destroying a fresh context of the software driver failed: {}",
+                result.name()
+            );
+        }
     }
 }
 

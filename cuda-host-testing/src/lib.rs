@@ -36,7 +36,10 @@
 //!   name (cudarc, C code);
 //! - its test controls as a typed API ([`Controls`]): failures injected into the next calls of
 //!   an entry point, sticky context errors, stand-ins for long or faulting kernels, the driver
-//!   version it reports, and counts of calls and of live objects for leak checks.
+//!   version it reports, and counts of calls and of live objects for leak checks;
+//! - fresh contexts ([`Controls::fresh_context`]): a context of a device of its own, which a
+//!   fault test fails on purpose while the other tests of the binary go on, in parallel, on the
+//!   primary context.
 //!
 //! # Entry points
 //!
@@ -68,11 +71,15 @@ mod controls;
 pub mod entry_points;
 mod error;
 mod libcuda_dir;
+mod selection;
 
 pub use controls::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
 pub use entry_points::{CONTROLS, ENTRY_POINTS, EntryPoint};
 pub use error::Error;
 pub use libcuda_dir::LibcudaDir;
+pub use selection::{
+    DRIVER_CHOICE_VARIABLE, DriverChoice, DriverKind, SelectedDriver, select_driver,
+};
 
 use cuda_host_sys::{Driver, LoadOptions};
 use std::path::{Path, PathBuf};
@@ -154,7 +161,9 @@ pub unsafe fn load() -> Result<Driver, Error> {
 /// # Errors
 /// - [`Error::Load`] when the library cannot be loaded;
 /// - [`Error::OtherDriverInstalled`] when the process-wide driver was loaded before, on another
-///   library (a call of `cuda_host::driver()` before this one loads the real driver).
+///   library (a call of `cuda_host::driver()` before this one loads the real driver);
+/// - [`Error::EarlierLoadFailed`] when it was loaded before and that load failed (a call of
+///   `cuda_host::driver()` on a machine without a driver), with that load's error.
 ///
 /// # Safety
 /// As for [`load`].
@@ -164,9 +173,19 @@ pub unsafe fn install() -> Result<&'static Arc<Driver>, Error> {
     // SAFETY: the caller's obligations for the library are those of `Driver::load`.
     let options = unsafe { LoadOptions::library(&path) }.per_thread_default_stream(per_thread);
     // SAFETY: as above.
-    let driver = unsafe { cuda_host_sys::init_driver(&options) }.map_err(|source| Error::Load {
-        path: path.clone(),
-        source: source.clone(),
+    let driver = unsafe { cuda_host_sys::init_driver(&options) }.map_err(|source| {
+        // The process-wide load happens once: the error is this load's only if it names this
+        // library; otherwise an earlier load, with other options, failed first.
+        let (path, source) = (path.clone(), source.clone());
+        if source
+            .libraries()
+            .iter()
+            .any(|tried| Path::new(tried) == path)
+        {
+            Error::Load { path, source }
+        } else {
+            Error::EarlierLoadFailed { path, source }
+        }
     })?;
     if !same_file(Path::new(driver.library_name()), &path) {
         return Err(Error::OtherDriverInstalled {

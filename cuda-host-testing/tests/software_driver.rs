@@ -208,3 +208,206 @@ fn the_variants_are_built_beside_the_driver() {
         assert!(path.is_file(), "{} is missing", path.display());
     }
 }
+
+/// Set in the child process of a test that needs a process of its own.
+const IN_CHILD: &str = "CUDA_HOST_TESTING_IN_CHILD";
+
+/// Runs the test `name` of this binary alone in a child process with `environment`, where the
+/// variables that choose a driver are unset unless given, and fails unless it passes there.
+fn run_in_child(name: &str, environment: &[(&str, &str)]) {
+    let output = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env_remove(cuda_host_testing::DRIVER_CHOICE_VARIABLE)
+        .env_remove("CUDA_SYS_LIBCUDA")
+        .env(IN_CHILD, "1")
+        .envs(environment.iter().copied())
+        .output()
+        .expect("the child runs");
+    assert!(
+        output.status.success(),
+        "the child failed: {}\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn install_after_a_failed_load_of_another_driver_names_that_load_and_its_cause() {
+    const TEST: &str =
+        "install_after_a_failed_load_of_another_driver_names_that_load_and_its_cause";
+    if std::env::var_os(IN_CHILD).is_none() {
+        // A driver library that cannot load, on any machine.
+        return run_in_child(TEST, &[("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda.so.1")]);
+    }
+    // Code under test loads the process-wide driver first, and that fails.
+    let first = cuda_host::driver().expect_err("no driver at that path");
+    // SAFETY: the library is this package's software driver.
+    let error = unsafe { cuda_host_testing::install() }.expect_err("the earlier load failed");
+    let Error::EarlierLoadFailed { path, source } = &error else {
+        panic!("not the earlier load's error: {error}");
+    };
+    assert_eq!(*path, cuda_host_testing::library_path());
+    assert_eq!(source.libraries(), ["/nonexistent/libcuda.so.1"]);
+    assert_eq!(
+        first,
+        cuda_host::Error::Driver(DriverError::Load(source.clone()))
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("loaded before") && message.contains("/nonexistent/libcuda.so.1"),
+        "{message}"
+    );
+    assert!(!message.contains("does not load"), "{message}");
+}
+
+#[test]
+fn a_sleep_or_delay_beyond_the_controls_limit_is_a_typed_error_and_enqueues_nothing() {
+    let driver = installed();
+    let context = cuda_host::Device::get(driver, 0)
+        .and_then(|device| device.primary_context())
+        .expect("a primary context");
+    let stream =
+        cuda_host::Stream::new(&context, cuda_host::StreamFlags::NonBlocking).expect("a stream");
+    // SAFETY: the library is this package's software driver.
+    let controls = unsafe { cuda_host_testing::controls() }.expect("controls");
+    // u32::MAX microseconds is about 71.6 minutes.
+    let too_long = std::time::Duration::from_secs(4_295);
+    assert_eq!(
+        controls.launch_sleep(&stream, too_long),
+        Err(Error::DelayTooLong { delay: too_long })
+    );
+    assert_eq!(
+        controls.delay_next_calls(c"cuStreamQuery", 1, too_long),
+        Err(Error::DelayTooLong { delay: too_long })
+    );
+    // Nothing was enqueued: the stream is idle, not sleeping for an hour.
+    assert_eq!(stream.is_complete(), Ok(true));
+}
+
+/// What `select_driver` answers in this process, checked to answer the same when called again.
+fn selected() -> Result<&'static cuda_host_testing::SelectedDriver, Error> {
+    // SAFETY: the libraries these tests name are this package's software driver or missing;
+    // NVIDIA's driver is opened as cuda_host::driver() opens it.
+    let first = unsafe { cuda_host_testing::select_driver() };
+    // SAFETY: as above.
+    let again = unsafe { cuda_host_testing::select_driver() };
+    match (&first, &again) {
+        (Ok(first), Ok(again)) => assert!(Arc::ptr_eq(first.driver(), again.driver())),
+        (Err(first), Err(again)) => assert_eq!(first, again),
+        _ => panic!("a second call answered otherwise: {first:?}, then {again:?}"),
+    }
+    first
+}
+
+#[test]
+fn select_driver_installs_the_software_driver_when_asked() {
+    const TEST: &str = "select_driver_installs_the_software_driver_when_asked";
+    if std::env::var_os(IN_CHILD).is_none() {
+        return run_in_child(TEST, &[("CUDA_TEST_DRIVER", "software")]);
+    }
+    let selected = selected().expect("the software driver");
+    assert_eq!(selected.kind(), cuda_host_testing::DriverKind::Software);
+    assert!(Arc::ptr_eq(selected.driver(), installed()));
+    assert!(Arc::ptr_eq(
+        selected.driver(),
+        cuda_host::driver().expect("the process-wide driver")
+    ));
+}
+
+#[test]
+fn select_driver_falls_back_to_the_software_driver_where_no_driver_loads() {
+    const TEST: &str = "select_driver_falls_back_to_the_software_driver_where_no_driver_loads";
+    if std::env::var_os(IN_CHILD).is_none() {
+        for choice in ["auto", ""] {
+            run_in_child(
+                TEST,
+                &[
+                    ("CUDA_TEST_DRIVER", choice),
+                    ("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda.so.1"),
+                ],
+            );
+        }
+        return;
+    }
+    let selected = selected().expect("the software driver");
+    assert!(selected.is_software());
+    assert!(Arc::ptr_eq(selected.driver(), installed()));
+}
+
+#[test]
+fn select_driver_takes_the_software_driver_found_under_the_drivers_name_for_what_it_is() {
+    const TEST: &str =
+        "select_driver_takes_the_software_driver_found_under_the_drivers_name_for_what_it_is";
+    let library = cuda_host_testing::library_path();
+    let library = library.to_str().expect("a UTF-8 path");
+    if std::env::var_os(IN_CHILD).is_none() {
+        return run_in_child(TEST, &[("CUDA_SYS_LIBCUDA", library)]);
+    }
+    let selected = selected().expect("the software driver");
+    assert!(selected.is_software());
+    // The driver `cuda_host::driver()` opened, as CUDA_SYS_LIBCUDA names it.
+    assert_eq!(selected.driver().library_name(), library);
+}
+
+#[test]
+fn select_driver_for_the_real_driver_names_why_it_cannot_be_used() {
+    const TEST: &str = "select_driver_for_the_real_driver_names_why_it_cannot_be_used";
+    let library = cuda_host_testing::library_path();
+    let library = library.to_str().expect("a UTF-8 path");
+    let Some(libcuda) = std::env::var_os(IN_CHILD) else {
+        for libcuda in ["/nonexistent/libcuda.so.1", library] {
+            run_in_child(
+                TEST,
+                &[
+                    ("CUDA_TEST_DRIVER", "real"),
+                    ("CUDA_SYS_LIBCUDA", libcuda),
+                    (IN_CHILD, libcuda),
+                ],
+            );
+        }
+        return;
+    };
+    let error = selected().expect_err("no real driver");
+    let Error::RealDriverUnusable { reason } = &error else {
+        panic!("not why the real driver cannot be used: {error}");
+    };
+    let libcuda = libcuda.to_str().expect("a UTF-8 path");
+    assert!(reason.contains(libcuda), "{reason}");
+    if libcuda == library {
+        assert!(
+            reason.ends_with("is cuda-host-testing's software driver"),
+            "{reason}"
+        );
+    } else {
+        assert!(reason.starts_with("does not load"), "{reason}");
+        assert!(
+            cuda_host::driver().is_err(),
+            "the software driver was not installed in its place"
+        );
+    }
+    assert!(
+        error
+            .to_string()
+            .starts_with("CUDA_TEST_DRIVER=real, but the CUDA driver")
+    );
+}
+
+#[test]
+fn select_driver_refuses_an_unknown_choice_naming_the_allowed_ones() {
+    const TEST: &str = "select_driver_refuses_an_unknown_choice_naming_the_allowed_ones";
+    if std::env::var_os(IN_CHILD).is_none() {
+        return run_in_child(TEST, &[("CUDA_TEST_DRIVER", "bogus")]);
+    }
+    let error = selected().expect_err("an unknown choice");
+    assert_eq!(
+        error,
+        Error::UnknownDriverChoice {
+            value: "bogus".to_owned()
+        }
+    );
+    assert!(
+        error.to_string().contains("auto, real, software"),
+        "{error}"
+    );
+}

@@ -9,58 +9,7 @@
 //! refused before anything is enqueued ([`Error::OverlappingCopy`]); [`host_copy_fn`] itself,
 //! which cannot return an error, logs and copies nothing when handed overlapping buffers.
 //!
-//! **What a scope promises.** It neither returns nor unwinds while a copy it launched can still
-//! write or read: each copy has its own state, shared with its host function: *pending* until
-//! that function starts, *running*, then *done*; or *cancelled*, by the scope, while still
-//! pending. The function starts only by a compare-and-swap from pending to running, so a
-//! cancelled copy copies nothing, whenever the driver (or the polled engine) calls it later. The
-//! scope waits for its own copies, not for the stream: it parks until each is done or cancelled,
-//! woken by each copy as it finishes. This holds on both engines: with
-//! [`HostEngine::Polled`](crate::HostEngine::Polled) the copies run on the engine's thread, under
-//! the same states; and it does not rest on what a synchronize answers, which may be a failure
-//! while a copy is still running (a failed stream gives up its wait for the engine; the software
-//! driver's synchronize does not wait for a running host function either).
-//! - **A body that panics:** the copies not yet started are cancelled, the running one is waited
-//!   for, and the panic goes on.
-//! - **A context that fails** (a sticky error: a kernel's illegal address, a device-side
-//!   assert): while copies are unfinished the scope looks for the failure every so often (a
-//!   pause from 50 µs, doubling up to 10 ms): in cuda-host's record of failed contexts (any call
-//!   answering the failure), and by a `cuStreamQuery` of the stream. Once it sees one, it cancels
-//!   the copies not yet started, waits for the running one, and returns the failure (the
-//!   driver's error, asked of the stream by a `cuStreamSynchronize` once every copy finished).
-//!   A stream seen to have finished its work, on two looks in a row, while copies of it never
-//!   started (it passed them unrun, as the driver does after a failure) counts the same. So the
-//!   copies that ran are the first ones launched, and no copy writes after the scope returned.
-//! - **Other code's captures:** a scope on a stream that is being captured is refused before its
-//!   body runs ([`Error::StreamCapturing`]), like [`host_launch`]; a copy launched after other
-//!   code began capturing the stream is refused by [`host_launch`] and never runs. The scope's
-//!   own looks make no call a capture forbids: `cuStreamIsCapturing` first, and only on a stream
-//!   that is not capturing the query (or the closing synchronize), made in relaxed capture
-//!   interaction mode (`cuThreadExchangeStreamCaptureMode`, the thread's mode given back after,
-//!   also on unwind), so that another thread's global-mode capture is not invalidated, and inside
-//!   the launch window of `launch::capture_check`, so that no capture begun through cuda-host
-//!   begins between the check and the query. A capture other code begins on the stream in that
-//!   window is invalidated by the query: the race [`host_launch`] documents for its own check.
-//!   While the stream captures, the scope only waits for its copies (enqueued before the capture,
-//!   they run as the stream reaches them). A copy that other code's capture took without the
-//!   driver showing it (that race again) never runs in stream order: once the stream finished,
-//!   the scope cancels it and answers [`Error::StreamCapturing`]; if the graph runs later, its
-//!   node copies nothing.
-//! - **The result:** the body's output comes back with any error of the join
-//!   ([`HostCopyScopeError`]). An error of a copy ([`HostCopyScope::copy`]) is the body's to
-//!   return. A panic during the join (a logger's, when a look records the failure) is held until
-//!   no copy can run, then goes on.
-//! - **Records and deferred `Drop` errors:** each copy's launch record (which holds only its
-//!   state and the addresses) is dropped by the usual rule: on this thread, at its next
-//!   cuda-host call. The scope's looks take no error a `Drop` recorded for its context: such an
-//!   error neither replaces the scope's result nor is lost; the next call that returns those
-//!   errors (a copy launched after it was recorded, or any later call on the context) returns
-//!   it.
-//! - **Inside a host function** the scope is refused ([`Error::InHostFunction`]) and its body is
-//!   not called.
-//! - **What keeps a scope waiting:** a copy queued behind a stream wait that nothing releases,
-//!   as a thread that never ends keeps `std::thread::scope`; and, while the stream stays
-//!   captured, a copy whose launch other code's capture took unseen.
+//! What a scope promises, exactly, is written at [`HostCopyScope`].
 
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
@@ -206,6 +155,61 @@ pub unsafe fn host_copy_raw(stream: &Stream, copy: HostCopy) -> Result<()> {
 
 /// Copies launched in a [`host_copy_scope`]: their borrows last as long as the scope. It stays
 /// on the thread that runs the scope (it is not `Sync`), which its copies wake as they finish.
+///
+/// # What a scope promises
+///
+/// A scope neither returns nor unwinds while a copy it launched can still write or read: each
+/// copy has its own state, shared with its host function: *pending* until
+/// that function starts, *running*, then *done*; or *cancelled*, by the scope, while still
+/// pending. The function starts only by a compare-and-swap from pending to running, so a
+/// cancelled copy copies nothing, whenever the driver (or the polled engine) calls it later. The
+/// scope waits for its own copies, not for the stream: it parks until each is done or cancelled,
+/// woken by each copy as it finishes. This holds on both engines: with
+/// [`HostEngine::Polled`](crate::HostEngine::Polled) the copies run on the engine's thread, under
+/// the same states; and it does not rest on what a synchronize answers, which may be a failure
+/// while a copy is still running (a failed stream gives up its wait for the engine; the software
+/// driver's synchronize does not wait for a running host function either).
+/// - **A body that panics:** the copies not yet started are cancelled, the running one is waited
+///   for, and the panic goes on.
+/// - **A context that fails** (a sticky error: a kernel's illegal address, a device-side
+///   assert): while copies are unfinished the scope looks for the failure every so often (a
+///   pause from 50 µs, doubling up to 10 ms): in cuda-host's record of failed contexts (any call
+///   answering the failure), and by a `cuStreamQuery` of the stream. Once it sees one, it cancels
+///   the copies not yet started, waits for the running one, and returns the failure (the
+///   driver's error, asked of the stream by a `cuStreamSynchronize` once every copy finished).
+///   A stream seen to have finished its work, on two looks in a row, while copies of it never
+///   started (it passed them unrun, as the driver does after a failure) counts the same. So the
+///   copies that ran are the first ones launched, and no copy writes after the scope returned.
+/// - **Other code's captures:** a scope on a stream that is being captured is refused before its
+///   body runs ([`Error::StreamCapturing`]), like [`host_launch`]; a copy launched after other
+///   code began capturing the stream is refused by [`host_launch`] and never runs. The scope's
+///   own looks make no call a capture forbids: `cuStreamIsCapturing` first, and only on a stream
+///   that is not capturing the query (or the closing synchronize), made in relaxed capture
+///   interaction mode (`cuThreadExchangeStreamCaptureMode`, the thread's mode given back after,
+///   also on unwind), so that another thread's global-mode capture is not invalidated, and inside
+///   the window a capture begun through cuda-host waits for (as it waits for launches in flight),
+///   so that no such capture begins between the check and the query. A capture other code begins on the stream in that
+///   window is invalidated by the query: the race [`host_launch`] documents for its own check.
+///   While the stream captures, the scope only waits for its copies (enqueued before the capture,
+///   they run as the stream reaches them). A copy that other code's capture took without the
+///   driver showing it (that race again) never runs in stream order: once the stream finished,
+///   the scope cancels it and answers [`Error::StreamCapturing`]; if the graph runs later, its
+///   node copies nothing.
+/// - **The result:** the body's output comes back with any error of the join
+///   ([`HostCopyScopeError`]). An error of a copy ([`HostCopyScope::copy`]) is the body's to
+///   return. A panic during the join (a logger's, when a look records the failure) is held until
+///   no copy can run, then goes on.
+/// - **Records and deferred `Drop` errors:** each copy's launch record (which holds only its
+///   state and the addresses) is dropped by the usual rule: on this thread, at its next
+///   cuda-host call. The scope's looks take no error a `Drop` recorded for its context: such an
+///   error neither replaces the scope's result nor is lost; the next call that returns those
+///   errors (a copy launched after it was recorded, or any later call on the context) returns
+///   it.
+/// - **Inside a host function** the scope is refused ([`Error::InHostFunction`]) and its body is
+///   not called.
+/// - **What keeps a scope waiting:** a copy queued behind a stream wait that nothing releases,
+///   as a thread that never ends keeps `std::thread::scope`; and, while the stream stays
+///   captured, a copy whose launch other code's capture took unseen.
 pub struct HostCopyScope<'env> {
     stream: &'env Stream,
     /// Each copy launched, in launch order; the scope cancels those still pending when its body
@@ -412,8 +416,8 @@ impl<T> From<HostCopyScopeError<T>> for Error {
 /// Runs `body` with a scope in which host copies on `stream` borrow their buffers, and ends only
 /// once no copy launched in it can run any more: each has run, or was cancelled before it
 /// started. Like `std::thread::scope`, with the copies as the threads: the borrows end only then,
-/// also when `body` panics or the stream's context fails. The module documentation says exactly
-/// what holds, and on the polled engine too.
+/// also when `body` panics or the stream's context fails. [`HostCopyScope`] says exactly what
+/// holds, on the polled engine too.
 ///
 /// If `body` panics, the copies it launched that had not started are cancelled (they never
 /// copy), the one running is waited for, and the panic goes on. If the stream's context fails,

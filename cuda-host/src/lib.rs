@@ -12,6 +12,15 @@
 //! # Ok::<(), cuda_host::Error>(())
 //! ```
 //!
+//! # Testing without a GPU
+//! [cuda-host-testing](https://docs.rs/cuda-host-testing), a dev-dependency, is a software
+//! driver (a test double of `libcuda`) for your tests where there is no GPU: real streams,
+//! host-function thread, events, captures and graphs; no kernels. Its `select_driver()` picks
+//! NVIDIA's driver when it has a device and the software one otherwise (or what
+//! `CUDA_TEST_DRIVER` asks) and makes it the driver [`driver`] answers; its controls inject
+//! driver failures, sticky errors and stand-ins for long or faulting kernels, on contexts of
+//! their own, so that a fault test does not fail the other tests of its binary.
+//!
 //! # Crate features
 //! - `bindgen` (off by default): generate the driver bindings at build time from the `cuda.h`
 //!   found on the building machine (cuda-host-sys's `bindgen` feature; needs libclang). Without
@@ -30,7 +39,8 @@
 //!   thread, then hands the record to the inbox of the thread that launched it. That thread drops
 //!   it at its next cuda-host call (or [`reclaim`]), never the driver's thread and never another
 //!   thread; a thread's records pass to any thread once it exited. No drop runs while the thread
-//!   captures, or while a global-mode capture begun through cuda-host is open.
+//!   captures, or while a global-mode capture begun through cuda-host is open: a `Drop` that
+//!   frees memory would invalidate the capture.
 //! - The driver never runs host functions of a context that failed (a kernel's illegal address):
 //!   cuda-host then reclaims their records itself, when a call answers the failure, and at the
 //!   latest when their stream is dropped. The driver holds a ticket, not the record's address,
@@ -45,10 +55,10 @@
 //! # Beyond the driver's primitive
 //! - [`release_in_stream_order`]: hand a value to a stream; it is dropped on this thread once the
 //!   stream passed that point. [`stream_point`]: a future that completes there. A point is one
-//!   event record (`points`), not a host function.
+//!   event record, not a host function.
 //! - [`HostEngine::Polled`] ([`Stream::with_host_engine`]): host functions served by a thread of
-//!   cuda-host's through a stream memory write and wait (`polled`), at a twentieth of the
-//!   driver's cost to the stream between kernels.
+//!   cuda-host's through a stream memory write and wait, at a twentieth of the driver's cost to
+//!   the stream between kernels.
 //! - [`host_copy_fn`]: a `CUhostFn` that copies between host buffers in stream order
 //!   ([`host_copy_scope`], [`host_copy_raw`]).
 //! - [`host_launch_with`]: `cuLaunchHostFunc_v2`'s sync mode ([`HostTaskSyncMode`]), or a typed

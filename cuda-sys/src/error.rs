@@ -72,6 +72,20 @@ impl LoadError {
             | LoadError::DriverTooOld { .. } => CUresult::CUDA_ERROR_NOT_FOUND,
         }
     }
+
+    /// The libraries the failed load tried, as it names them: every name tried when none
+    /// opened, else the one it opened. Tells whose load failed where several parts of a program
+    /// may load the process-wide driver first.
+    pub fn libraries(&self) -> Vec<&str> {
+        match self {
+            LoadError::LibraryNotFound { tried, .. } => tried.iter().map(String::as_str).collect(),
+            LoadError::ConfiguredLibraryNotFound { library, .. }
+            | LoadError::StubLibrary { library }
+            | LoadError::MissingBootstrap { library, .. }
+            | LoadError::VersionQuery { library, .. }
+            | LoadError::DriverTooOld { library, .. } => vec![library.as_str()],
+        }
+    }
 }
 
 impl fmt::Display for LoadError {
@@ -223,6 +237,18 @@ mod tests {
             "the CUDA driver library could not be opened (tried libcuda.so.1, libcuda.so): \
              libcuda.so.1: cannot open shared object file; libcuda.so: no such file"
         );
+    }
+
+    #[test]
+    fn a_load_error_names_the_libraries_it_tried() {
+        assert_eq!(
+            library_not_found().libraries(),
+            ["libcuda.so.1", "libcuda.so"]
+        );
+        let stub = LoadError::StubLibrary {
+            library: "/usr/lib/stubs/libcuda.so".to_owned(),
+        };
+        assert_eq!(stub.libraries(), ["/usr/lib/stubs/libcuda.so"]);
     }
 
     #[test]

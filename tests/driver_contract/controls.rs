@@ -175,7 +175,7 @@ fn launch_sleep_holds_its_stream_for_at_least_the_time_given() {
     let stream = non_blocking(&context);
     let reached: Arc<Mutex<Option<Duration>>> = Arc::default();
     let start = Instant::now();
-    controls.launch_sleep(&stream, u32::try_from(SLEEP.as_micros()).expect("fits"));
+    controls.launch_sleep(&stream, SLEEP);
     let host_reached = Arc::clone(&reached);
     launch(stream.as_raw(), move || {
         *lock(&host_reached) = Some(start.elapsed());

@@ -16,6 +16,7 @@ mod controls;
 mod copies;
 mod coverage;
 mod devices;
+mod fresh_contexts;
 mod graphs;
 mod harness;
 mod ordering;

@@ -48,6 +48,9 @@ pub fn in_child_process() -> bool {
 /// When the child fails, times out or cannot be started; the panic carries its output.
 #[track_caller]
 pub fn run_in_child(module: &str, name: &str, env: &[(&str, &str)]) {
+    // A driver that cannot be chosen stops this binary here, with its one error, rather than
+    // failing each child with it.
+    crate::test_driver();
     // `module_path!()` starts with the test crate's name, which test filters do not include.
     let path = match module.split_once("::") {
         Some((_, inner)) => format!("{inner}::{name}"),

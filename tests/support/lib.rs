@@ -1,11 +1,13 @@
 //! The test harness of the integration tests. The examples do without it; the `stream_points`
 //! benchmark takes from it only its pinned words ([`MappedWords`]) and [`thread_cpu_time`].
 //!
-//! - [`test_driver`] picks the driver a test binary runs on, from `CUDA_TEST_DRIVER`:
-//!   `real` (NVIDIA's `libcuda`, which must load and have a device), `software` (the software
-//!   driver of cuda-host-testing, `cuda-host-testing/driver/`) or `auto` (the default: the real driver when it
-//!   loads and has a device, else the software one). It also becomes the process-wide driver of
-//!   `cuda-host-sys`, and the choice is printed once.
+//! - [`test_driver`] is the driver a test binary runs on, as cuda-host-testing's published
+//!   selector (`select_driver`) picks it from `CUDA_TEST_DRIVER`: `real` (NVIDIA's `libcuda`,
+//!   which must load and have a device), `software` (the software driver of cuda-host-testing,
+//!   `cuda-host-testing/driver/`) or `auto` (the default: the real driver when it loads and has a
+//!   device, else the software one). It also becomes the process-wide driver of
+//!   `cuda-host-sys`, and the choice is printed once; when none can be chosen, the binary says
+//!   why once and exits.
 //! - [`ok`] panics with the driver's typed error unless a raw driver call succeeded.
 //! - [`capture`] has raw stream capture and graph handles that end or destroy themselves on drop,
 //!   and [`host_function`] closures as raw host functions, for tests that call the driver directly.

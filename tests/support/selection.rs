@@ -1,11 +1,12 @@
-//! Which driver a test binary runs on.
+//! Which driver a test binary runs on: cuda-host-testing's published selector
+//! ([`cuda_host_testing::select_driver`]), which reads `CUDA_TEST_DRIVER`.
 
-use cuda_host_sys::{CUresult, Driver, LoadOptions};
+use cuda_host_sys::{CUresult, Driver};
 use std::io::Write as _;
 use std::sync::{Arc, OnceLock};
 
-/// The variable that picks the driver: `real`, `software` or `auto`.
-pub const DRIVER_VARIABLE: &str = "CUDA_TEST_DRIVER";
+/// The variable that picks the driver: `auto` (the default), `real` or `software`.
+pub const DRIVER_VARIABLE: &str = cuda_host_testing::DRIVER_CHOICE_VARIABLE;
 
 /// Which kind of driver the tests run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,40 +35,30 @@ impl TestDriver {
 
 /// The driver this test binary runs on, chosen once (see the crate documentation).
 ///
-/// # Panics
-/// When `CUDA_TEST_DRIVER` names a driver that cannot be used, or has another value.
+/// When none can be chosen (`CUDA_TEST_DRIVER` has an unknown value, or names a driver that
+/// cannot be used), the binary prints why, once, and exits with status 2: one clear error, not
+/// one panic per test.
 pub fn test_driver() -> &'static TestDriver {
     static SELECTED: OnceLock<TestDriver> = OnceLock::new();
     SELECTED.get_or_init(|| {
         crate::quiet::quiet_deliberate_panics();
-        let wanted = std::env::var(DRIVER_VARIABLE).unwrap_or_else(|_| "auto".to_owned());
-        let kind = match wanted.as_str() {
-            "real" => match real_driver_usable() {
-                Ok(()) => DriverKind::Real,
-                Err(reason) => panic!("{DRIVER_VARIABLE}=real, but {reason}"),
-            },
-            "software" => DriverKind::Software,
-            "auto" | "" => match real_driver_usable() {
-                Ok(()) => DriverKind::Real,
-                Err(_) => DriverKind::Software,
-            },
-            other => panic!("{DRIVER_VARIABLE}={other} is not one of real, software, auto"),
+        // SAFETY: NVIDIA's driver is opened as `cuda_host::driver()` opens it; the software
+        // driver cuda-host-testing built implements the driver API's entry points with their C
+        // signatures, and its initialisation only sets up its own state.
+        let selected = unsafe { cuda_host_testing::select_driver() }.unwrap_or_else(|error| {
+            // Written around the test harness's output capture, so that every run shows it.
+            let _ = writeln!(std::io::stderr(), "[cuda-host tests] no driver: {error}");
+            std::process::exit(2)
+        });
+        let kind = if selected.is_software() {
+            DriverKind::Software
+        } else {
+            DriverKind::Real
         };
-        let driver = match kind {
-            // SAFETY: the default options name the driver this process is configured with.
-            DriverKind::Real => unsafe { cuda_host_sys::init_driver(&LoadOptions::default()) }
-                .map_err(|e| e.to_string()),
-            DriverKind::Software => {
-                // SAFETY: the software driver cuda-host-testing built implements the driver
-                // API's entry points with their C signatures; its initialisation only sets up its
-                // own state.
-                unsafe { cuda_host_testing::install() }.map_err(|e| e.to_string())
-            }
-        }
-        .unwrap_or_else(|e| panic!("the {kind:?} driver does not load: {e}"))
-        .clone();
-        let chosen = TestDriver { kind, driver };
-        // Written around the test harness's output capture, so that every run shows it.
+        let chosen = TestDriver {
+            kind,
+            driver: Arc::clone(selected.driver()),
+        };
         let _ = writeln!(
             std::io::stderr(),
             "[cuda-host tests] {} driver: {} (CUDA {})",
@@ -80,27 +71,6 @@ pub fn test_driver() -> &'static TestDriver {
         );
         chosen
     })
-}
-
-/// Whether NVIDIA's driver loads, initialises and has a device; why not otherwise.
-fn real_driver_usable() -> Result<(), String> {
-    // SAFETY: the default options name the driver this process is configured with, as
-    // `cuda_host_sys::driver` opens it.
-    let driver = unsafe { Driver::load(&LoadOptions::default()) }.map_err(|e| e.to_string())?;
-    // SAFETY: no pointer arguments.
-    let result = unsafe { driver.cuInit(0) };
-    driver.check("cuInit", result).map_err(|e| e.to_string())?;
-    let mut count = 0;
-    // SAFETY: `count` is a valid out-pointer.
-    let result = unsafe { driver.cuDeviceGetCount(&mut count) };
-    driver
-        .check("cuDeviceGetCount", result)
-        .map_err(|e| e.to_string())?;
-    if count == 0 {
-        return Err("it has no device".to_owned());
-    }
-    debug_assert_eq!(result, CUresult::CUDA_SUCCESS);
-    Ok(())
 }
 
 /// Panics with the test driver's typed error, naming `call`, unless `result` is success: for tests

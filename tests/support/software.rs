@@ -70,8 +70,8 @@ impl Controls {
 
     /// [`cuda_host_testing::Controls::launch_sleep`].
     #[track_caller]
-    pub fn launch_sleep(&self, stream: &Stream, microseconds: u32) {
-        ok(self.0.launch_sleep(stream, microseconds));
+    pub fn launch_sleep(&self, stream: &Stream, duration: Duration) {
+        ok(self.0.launch_sleep(stream, duration));
     }
 
     /// [`cuda_host_testing::Controls::set_driver_version`].

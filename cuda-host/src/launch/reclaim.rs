@@ -74,8 +74,8 @@ pub(crate) fn reclaim_on_launch() {
 /// cuda-host calls it on each launch, stream synchronize and stream drop; call it yourself to
 /// release captured values promptly when a thread makes no other cuda-host call for a while.
 /// It does nothing inside a host function, on a thread that is capturing a stream through
-/// cuda-host, or while a global-mode capture begun through cuda-host is open (see the module
-/// documentation of the rule). A `Drop` that panics is reported through the panic hook and the
+/// cuda-host, or while a global-mode capture begun through cuda-host is open (the crate
+/// documentation's [How it works](crate#how-it-works) says why). A `Drop` that panics is reported through the panic hook and the
 /// drain goes on: this function never panics.
 ///
 /// Values released in stream order are looked at afresh here (their streams' events queried),

@@ -4,7 +4,7 @@ use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::{
     ContextShared, abandon_if_failed_then_wait, drop_when_allowed, ensure_outside_host_function,
-    in_host_function, reclaim,
+    in_host_function, outside_host_function, reclaim,
 };
 use cuda_host_sys::{CUcontext, CUdevice, Driver};
 use std::ffi::{CStr, c_char};
@@ -107,8 +107,8 @@ fn initialise(driver: &Driver) -> Result<()> {
 
 /// A CUDA context: a primary context cuda-host retained ([`Context::primary`]), released when the
 /// last clone, stream, event and launch record of it is gone, or one another library made
-/// ([`Context::borrow_raw`], `Context::from_cudarc`), which cuda-host never releases. Cheap to
-/// clone.
+/// ([`Context::borrow_raw`], `Context::from_cudarc`), which cuda-host never releases (it may hold
+/// what keeps it alive: [`Context::borrow_raw_with_owner`]). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Context {
     pub(crate) shared: Arc<ContextShared>,
@@ -157,6 +157,32 @@ impl Context {
         ensure_outside_host_function("Context::borrow_raw")?;
         // SAFETY: the caller's obligations are those of `borrowed`, with nothing held.
         unsafe { Context::borrowed(driver, raw, None) }
+    }
+
+    /// As [`Context::borrow_raw`], holding `owner` until the last clone of the returned context,
+    /// and the last stream, event, graph and launch record made from it, is gone; `owner` is then
+    /// dropped on a caller's thread, never inside a host function. So `owner` may be what keeps
+    /// `raw` alive, and its `Drop` may destroy the context (a driver call), once cuda-host is done
+    /// with it. When this answers an error, `owner` is dropped before it returns (inside a host
+    /// function: later, on a caller's thread).
+    ///
+    /// # Errors
+    /// As [`Context::borrow_raw`].
+    ///
+    /// # Safety
+    /// 1. `raw` must be a context of `driver`: made through the same loaded driver library, and
+    ///    not destroyed.
+    /// 2. It must stay alive while `owner` is, or as long as [`Context::borrow_raw`] requires.
+    #[doc(alias = "cuCtxGetDevice")]
+    pub unsafe fn borrow_raw_with_owner(
+        driver: &Arc<Driver>,
+        raw: CUcontext,
+        owner: impl Send + Sync + 'static,
+    ) -> Result<Context> {
+        let owner = outside_host_function("Context::borrow_raw_with_owner", owner)?;
+        // SAFETY: the caller's obligations are those of `borrowed`, with `owner` what keeps
+        // `raw` alive.
+        unsafe { Context::borrowed(driver, raw, Some(Box::new(owner))) }
     }
 
     /// A context that is not cuda-host's to release, kept alive by `keep_alive` if given, which
@@ -243,5 +269,74 @@ impl Drop for Context {
         if in_host_function() {
             drop_when_allowed(Arc::clone(&self.shared));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_driver;
+    use cuda_host_sys::CUresult;
+    use std::ffi::c_void;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    unsafe extern "C" fn device_three(device: *mut CUdevice) -> CUresult {
+        // SAFETY: the caller passes a valid out-pointer.
+        unsafe { device.write(3) };
+        CUresult::CUDA_SUCCESS
+    }
+
+    unsafe extern "C" fn no_device(_device: *mut CUdevice) -> CUresult {
+        CUresult::CUDA_ERROR_INVALID_CONTEXT
+    }
+
+    /// Sets its flag when dropped.
+    struct Owner(Arc<AtomicBool>);
+
+    impl Drop for Owner {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_borrowed_contexts_owner_is_dropped_with_its_last_clone_or_at_once_on_an_error() {
+        // SAFETY: the fake has its entry point's signature.
+        let driver =
+            unsafe { fake_driver::driver(&[(c"cuCtxGetDevice", device_three as *mut c_void)]) };
+        let dropped = Arc::new(AtomicBool::new(false));
+        // SAFETY: the fake driver answers for its one context, which nothing destroys.
+        let context = unsafe {
+            Context::borrow_raw_with_owner(
+                &driver,
+                fake_driver::CONTEXT,
+                Owner(Arc::clone(&dropped)),
+            )
+        }
+        .expect("borrowed");
+        assert_eq!(context.device(), 3);
+        let clone = context.clone();
+        drop(context);
+        assert!(!dropped.load(Ordering::SeqCst), "a clone still uses it");
+        drop(clone);
+        assert!(dropped.load(Ordering::SeqCst), "the last clone is gone");
+
+        // SAFETY: as above.
+        let driver =
+            unsafe { fake_driver::driver(&[(c"cuCtxGetDevice", no_device as *mut c_void)]) };
+        let dropped = Arc::new(AtomicBool::new(false));
+        // SAFETY: as above.
+        let refused = unsafe {
+            Context::borrow_raw_with_owner(
+                &driver,
+                fake_driver::CONTEXT,
+                Owner(Arc::clone(&dropped)),
+            )
+        };
+        assert!(refused.is_err());
+        assert!(
+            dropped.load(Ordering::SeqCst),
+            "dropped before the error returned"
+        );
     }
 }
