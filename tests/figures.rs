@@ -15,7 +15,7 @@ fn root() -> PathBuf {
 
 fn tracked_texts() -> Vec<String> {
     let output = Command::new("git")
-        .args(["ls-files", "-z", "*.rs", "*.md"])
+        .args(["ls-files", "-z"])
         .current_dir(root())
         .output()
         .expect("git runs in the repository");
@@ -23,7 +23,11 @@ fn tracked_texts() -> Vec<String> {
     String::from_utf8(output.stdout)
         .expect("paths are UTF-8")
         .split('\0')
-        .filter(|path| !path.is_empty() && !path.starts_with("cuda-sys/snapshot/"))
+        .filter(|path| {
+            let extension = std::path::Path::new(path).extension();
+            extension.is_some_and(|extension| extension == "rs" || extension == "md")
+        })
+        .filter(|path| !path.starts_with("cuda-sys/snapshot/"))
         .map(str::to_owned)
         .collect()
 }
@@ -73,7 +77,8 @@ fn every_quoted_range_is_one_the_measurements_quote() {
     let known = ranges(&measured);
     let mut stray = Vec::new();
     for path in tracked_texts() {
-        if SOURCES.contains(&path.as_str()) {
+        // This file quotes ranges only as examples of what it reads.
+        if SOURCES.contains(&path.as_str()) || path == "tests/figures.rs" {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(root.join(&path)) else {
