@@ -15,8 +15,9 @@
  *    and stream callbacks of all streams run on one process-wide host-function thread
  *    (host_thread.c), as on the real driver. A user object's destructor runs where the real
  *    driver runs it (user_object.c): on the thread whose API call dropped the last reference,
- *    inside that call but after it has let go of cusw_lock (cusw_lock_release runs it), or, for
- *    references a launch or a launched executable held, on one process-wide destructor thread.
+ *    inside that call but after it has let go of cusw_lock (the call defers it to its
+ *    cusw_lock_release), or, for references a launch or a launched executable held, on one
+ *    process-wide destructor thread.
  *  - Handles given to the application are opaque numbers from the registry (registry.c), never
  *    pointers and never reused, so a stale or made-up handle is detected, never dereferenced.
  *
@@ -98,9 +99,20 @@ extern pthread_mutex_t cusw_lock;
 extern pthread_cond_t cusw_progress;
 
 void cusw_lock_acquire(void);
-/* Unlocks, then runs the user-object destructors this thread's releases made due (inline ones,
- * see user_object.c): the one place where a driver call runs user code on the caller's thread. */
+/* Unlocks, then runs what the calling thread deferred while it held the lock: the one place
+ * where a driver call runs user code on the caller's thread. */
 void cusw_lock_release(void);
+
+/* Work a holder of cusw_lock leaves for its own thread once it has let go of the lock: user code
+ * made due by an API call (a user object's destructor, user_object.c). */
+struct cusw_deferred {
+    struct cusw_deferred *next;
+    pthread_t thread; /* whose cusw_lock_release runs it */
+    void (*run)(struct cusw_deferred *);
+};
+/* [locked] `run(d)` runs on the calling thread, unlocked, in its next cusw_lock_release, after
+ * what it deferred before; it may free d. */
+void cusw_defer_until_unlocked(struct cusw_deferred *d, void (*run)(struct cusw_deferred *));
 void cusw_wait_progress(void);      /* [locked] waits for the next broadcast of cusw_progress */
 void cusw_broadcast_progress(void); /* [locked] */
 
@@ -456,14 +468,14 @@ struct cusw_user_object {
     void *ptr;
     CUhostFn destroy;
     unsigned long long refs;
-    struct cusw_user_object *next_due; /* once unreferenced: in a queue of due destructors */
-    pthread_t due_on;                  /* inline: the thread whose release made it due */
+    struct cusw_user_object *next_due;   /* once unreferenced: in the destructor thread's queue */
+    struct cusw_deferred after_unlock;   /* or deferred to the releasing thread's unlock */
 };
 
 /* Where the destructor runs when a release drops the last reference (measured on the real
  * driver). INLINE: on the releasing thread, inside the releasing API call, after it has let go of
- * cusw_lock (cusw_lock_release runs it); for the references of the application, of a graph and
- * of an executable never launched. DRIVER_THREAD: later, on the destructor thread; for the
+ * cusw_lock (deferred to its cusw_lock_release); for the references of the application, of a
+ * graph and of an executable never launched. DRIVER_THREAD: later, on the destructor thread; for the
  * references a launch held, and those of an executable that has been launched. */
 enum cusw_destroy_route { CUSW_DESTROY_INLINE, CUSW_DESTROY_DRIVER_THREAD };
 
@@ -476,10 +488,6 @@ bool cusw_urefs_add(struct cusw_uref_list *l, struct cusw_user_object *o, unsign
 bool cusw_urefs_copy(struct cusw_uref_list *dst, const struct cusw_uref_list *src);
 /* Releases all and frees the list. */
 void cusw_urefs_release(struct cusw_uref_list *l, enum cusw_destroy_route route);
-/* Used by cusw_lock_release: takes, [locked], the inline destructors this thread's releases made
- * due (NULL if none), then runs them, unlocked, in the order they became due. */
-struct cusw_user_object *cusw_take_inline_destructors(void);
-void cusw_run_inline_destructors(struct cusw_user_object *due);
 unsigned long long cusw_user_objects_alive(void); /* whose destructor has not run */
 
 /* ---- Memory (memory.c) ----------------------------------------------------------------------- */

@@ -17,12 +17,13 @@
  * cuGraphExecDestroy). The software driver drops a launched executable's references at once, in
  * cuGraphExecDestroy, and hands the destructors they make due to that thread.
  *
- * User code never runs under cusw_lock: an inline destructor is queued (under the lock, tagged
- * with the releasing thread) and run by that thread's cusw_lock_release, once it has unlocked,
- * still inside the API call. A destructor may itself call the driver.
+ * User code never runs under cusw_lock: an inline destructor is deferred to the releasing thread's
+ * cusw_lock_release (runtime.c), which runs it once it has unlocked, still inside the API call. A
+ * destructor may itself call the driver.
  */
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 
 static atomic_ullong objects_alive;
@@ -37,58 +38,17 @@ static void run_destructor(struct cusw_user_object *o)
     atomic_fetch_sub(&objects_alive, 1);
 }
 
-/* ---- Inline destructors: run by the releasing thread's cusw_lock_release -------------------- */
+/* ---- Inline destructors: run by the releasing thread once it unlocks ------------------------ */
 
-/* Guarded by cusw_lock; each entry is tagged with the thread whose release made it due. A thread
- * takes its own entries in its next cusw_lock_release, so the queue is empty whenever the lock
- * is free, except while a thread that made one due waits on a condition variable mid-call. (Not
- * thread-local storage: the library is dlopen'd, and its dynamic TLS read by detached driver
- * threads on every unlock makes ThreadSanitizer report glibc freeing it as a race.) */
-static struct cusw_user_object *inline_head, *inline_tail;
+static void run_deferred_destructor(struct cusw_deferred *d)
+{
+    run_destructor((struct cusw_user_object *)((char *)d - offsetof(struct cusw_user_object,
+                                                                     after_unlock)));
+}
 
 static void queue_inline(struct cusw_user_object *o) /* [locked] */
 {
-    o->due_on = pthread_self();
-    o->next_due = NULL;
-    if (inline_tail != NULL)
-        inline_tail->next_due = o;
-    else
-        inline_head = o;
-    inline_tail = o;
-}
-
-struct cusw_user_object *cusw_take_inline_destructors(void)
-{
-    if (inline_head == NULL)
-        return NULL; /* the usual case */
-    pthread_t self = pthread_self();
-    struct cusw_user_object *mine = NULL, **mine_tail = &mine;
-    struct cusw_user_object **link = &inline_head;
-    inline_tail = NULL;
-    while (*link != NULL) {
-        struct cusw_user_object *o = *link;
-        if (pthread_equal(o->due_on, self)) {
-            *link = o->next_due; /* unlinked, kept in order */
-            o->next_due = NULL;
-            *mine_tail = o;
-            mine_tail = &o->next_due;
-        } else {
-            inline_tail = o;
-            link = &o->next_due;
-        }
-    }
-    return mine;
-}
-
-void cusw_run_inline_destructors(struct cusw_user_object *due)
-{
-    /* A destructor that calls the driver runs the destructors its own call makes due in that
-     * call's unlock. */
-    while (due != NULL) {
-        struct cusw_user_object *o = due;
-        due = o->next_due;
-        run_destructor(o);
-    }
+    cusw_defer_until_unlocked(&o->after_unlock, run_deferred_destructor);
 }
 
 /* ---- Destructor thread ----------------------------------------------------------------------- */
