@@ -1,7 +1,6 @@
 /*
  * delay.c - holding an entry point back for a while before it does anything, so that a test can
- * open the window of a race on purpose (another thread acts while the call is held), and
- * counting calls that name a handle which was destroyed.
+ * open the window of a race on purpose (another thread acts while the call is held).
  *
  * Armed delays live in one list behind their own mutex; an atomic count of armed delays keeps the
  * check on every entry point to a single relaxed load when none is armed.
@@ -22,7 +21,6 @@ struct delay {
 static pthread_mutex_t delay_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct delay *delays;
 static atomic_uint armed_delays;
-static atomic_ullong stale_handle_uses;
 
 void cusw_delay_injected(const char *base, const char *symbol)
 {
@@ -49,11 +47,6 @@ void cusw_delay_injected(const char *base, const char *symbol)
         while (nanosleep(&pause, &pause) != 0) {
         }
     }
-}
-
-void cusw_note_stale_handle(void)
-{
-    atomic_fetch_add(&stale_handle_uses, 1);
 }
 
 CUSW_EXPORT CUresult cuswDelayNextCalls(const char *entry, unsigned int count,
@@ -84,6 +77,6 @@ CUSW_EXPORT CUresult cuswStaleHandleUses(unsigned long long *count)
     CUSW_ENTRY();
     if (count == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    *count = atomic_load(&stale_handle_uses);
+    *count = cusw_stale_handle_uses();
     return CUDA_SUCCESS;
 }

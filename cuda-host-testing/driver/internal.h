@@ -165,14 +165,12 @@ bool cusw_enter(struct cusw_call_site *site, CUresult *injected);
 
 bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
 
-/* ---- Delays and stale-handle counting (delay.c) ---------------------------------------------- */
+/* ---- Delays (delay.c) ------------------------------------------------------------------------ */
 
 /* Sleeps first when a delay of this entry is armed. */
 void cusw_delay_injected(const char *base, const char *symbol);
 /* Begins the capture cuswBeginCaptureAtNextCall armed, when this call is of its entry (capture.c). */
 void cusw_capture_triggered(const char *base, const char *symbol);
-/* Counts a call that named a handle the driver issued and has since destroyed. */
-void cusw_note_stale_handle(void);
 void cusw_note_host_task_sync_mode(unsigned int syncMode); /* host_task_sync.c */
 
 /* ---- Handle registry (registry.c) ------------------------------------------------------------ */
@@ -202,6 +200,8 @@ uintptr_t cusw_handle_new(enum cusw_kind kind, void *object);   /* [locked] 0 wh
 void *cusw_handle_get(uintptr_t handle, enum cusw_kind kind);   /* [locked] NULL unless live */
 void cusw_handle_remove(uintptr_t handle);                      /* [locked] */
 size_t cusw_handle_count(enum cusw_kind kind);                  /* [locked] live handles */
+/* Lookups of a handle the registry issued and has since removed, since load. */
+unsigned long long cusw_stale_handle_uses(void);
 
 /* ---- Actions: what a stream operation or a graph node does (action.c) ------------------------ */
 
