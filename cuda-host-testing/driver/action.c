@@ -9,17 +9,8 @@
  */
 #include "internal.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static void sleep_us(unsigned long usec)
-{
-    struct timespec ts = { .tv_sec = (time_t)(usec / 1000000), .tv_nsec = (long)(usec % 1000000) * 1000 };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 static bool wait_condition_met(const struct cusw_action *a)
 {
@@ -53,7 +44,7 @@ static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
     while (!wait_condition_met(a)) {
         if (cusw_ctx_sticky(ctx) != CUDA_SUCCESS || atomic_load(&ctx->tearing_down))
             return;
-        sleep_us(delay);
+        cusw_sleep_us(delay);
         if (delay < 1000)
             delay *= 2;
     }
@@ -129,7 +120,7 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
         break;
     case CUSW_ACT_SLEEP:
         if (!sticky)
-            sleep_us(a->u.sleep.usec);
+            cusw_sleep_us(a->u.sleep.usec);
         break;
     case CUSW_ACT_EVENT_RECORD: {
         cusw_lock_acquire();

@@ -257,6 +257,32 @@ static CUresult check_joined(struct cusw_capture *c)
 
 /* ---- API ------------------------------------------------------------------------------------- */
 
+CUresult cusw_capture_begin(struct cusw_stream *s, CUstreamCaptureMode mode)
+{
+    if (s->kind == CUSW_STREAM_LEGACY)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
+    if (s->capture != NULL)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    struct cusw_capture *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->graph = cusw_graph_new()) == NULL) {
+        free(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!add_member(c, s)) {
+        cusw_graph_free(c->graph);
+        free(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    c->id = next_capture_id++;
+    c->mode = mode;
+    c->thread_serial = cusw_thread_serial();
+    c->origin = s;
+    c->graph->capture = c;
+    c->next = captures;
+    captures = c;
+    return CUDA_SUCCESS;
+}
+
 static CUresult begin_capture(CUstream hStream, bool per_thread, CUstreamCaptureMode mode)
 {
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
@@ -264,93 +290,15 @@ static CUresult begin_capture(CUstream hStream, bool per_thread, CUstreamCapture
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
-    struct cusw_capture *c = NULL;
     CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS && s->kind == CUSW_STREAM_LEGACY)
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
-    else if (rc == CUDA_SUCCESS && s->capture != NULL)
-        rc = CUDA_ERROR_ILLEGAL_STATE;
-    if (rc == CUDA_SUCCESS) {
-        c = calloc(1, sizeof *c);
-        if (c == NULL || (c->graph = cusw_graph_new()) == NULL) {
-            free(c);
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        } else if (!add_member(c, s)) {
-            cusw_graph_free(c->graph);
-            free(c);
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    if (rc == CUDA_SUCCESS) {
-        c->id = next_capture_id++;
-        c->mode = mode;
-        c->thread_serial = cusw_thread_serial();
-        c->origin = s;
-        c->graph->capture = c;
-        c->next = captures;
-        captures = c;
-    }
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_begin(s, mode);
     cusw_lock_release();
     return rc;
 }
 
 CUSW_TWINS(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode),
            begin_capture(hStream, per_thread, mode))
-
-/* ---- A capture begun at the next call of an entry (cuswBeginCaptureAtNextCall) -------------- */
-
-/* One armed capture at a time, behind its own mutex; the flag keeps the check on every entry
- * point to a single relaxed load when none is armed. */
-static pthread_mutex_t trigger_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_bool trigger_armed;
-static char *trigger_entry;
-static CUstream trigger_stream;
-static CUstreamCaptureMode trigger_mode;
-
-void cusw_capture_triggered(const char *base, const char *symbol)
-{
-    if (!atomic_load_explicit(&trigger_armed, memory_order_relaxed))
-        return;
-    bool hit = false;
-    CUstream stream = NULL;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-    pthread_mutex_lock(&trigger_lock);
-    if (trigger_entry != NULL &&
-        (strcmp(trigger_entry, base) == 0 || strcmp(trigger_entry, symbol) == 0)) {
-        hit = true;
-        stream = trigger_stream;
-        mode = trigger_mode;
-        free(trigger_entry);
-        trigger_entry = NULL;
-        atomic_store(&trigger_armed, false);
-    }
-    pthread_mutex_unlock(&trigger_lock);
-    if (hit)
-        (void)begin_capture(stream, false, mode); /* as the calling thread's own call would */
-}
-
-CUSW_EXPORT CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stream,
-                                                CUstreamCaptureMode mode)
-{
-    CUSW_ENTRY();
-    if (entry == NULL || (mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
-                          mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-                          mode != CU_STREAM_CAPTURE_MODE_RELAXED))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!cusw_entry_name_known(entry))
-        return CUDA_ERROR_NOT_FOUND;
-    char *copy = strdup(entry);
-    if (copy == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&trigger_lock);
-    free(trigger_entry);
-    trigger_entry = copy;
-    trigger_stream = stream;
-    trigger_mode = mode;
-    atomic_store(&trigger_armed, true);
-    pthread_mutex_unlock(&trigger_lock);
-    return CUDA_SUCCESS;
-}
 
 static CUresult end_capture(CUstream hStream, bool per_thread, CUgraph *phGraph)
 {

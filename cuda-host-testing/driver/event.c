@@ -12,14 +12,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-double cusw_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static void forget_record(struct cusw_event *e)
 {

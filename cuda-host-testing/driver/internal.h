@@ -93,7 +93,7 @@
 #define CUSW_DEFAULT_DRIVER_VERSION 13050
 #define CUSW_DEVICE_MEMORY_BYTES (16ULL << 30)
 
-/* ---- Global lock (runtime.c) ----------------------------------------------------------------- */
+/* ---- The lock (model/lock.c) ---------------------------------------------------------------- */
 
 extern pthread_mutex_t cusw_lock;
 extern pthread_cond_t cusw_progress;
@@ -102,6 +102,8 @@ void cusw_lock_acquire(void);
 /* Unlocks, then runs what the calling thread deferred while it held the lock: the one place
  * where a driver call runs user code on the caller's thread. */
 void cusw_lock_release(void);
+void cusw_wait_progress(void);      /* [locked] waits for the next broadcast of cusw_progress */
+void cusw_broadcast_progress(void); /* [locked] */
 
 /* Work a holder of cusw_lock leaves for its own thread once it has let go of the lock: user code
  * made due by an API call (a user object's destructor, user_object.c). */
@@ -113,39 +115,56 @@ struct cusw_deferred {
 /* [locked] `run(d)` runs on the calling thread, unlocked, in its next cusw_lock_release, after
  * what it deferred before; it may free d. */
 void cusw_defer_until_unlocked(struct cusw_deferred *d, void (*run)(struct cusw_deferred *));
-void cusw_wait_progress(void);      /* [locked] waits for the next broadcast of cusw_progress */
-void cusw_broadcast_progress(void); /* [locked] */
 
-/* Creates a detached internal thread (pins the library in memory first, so that a dlclose by
- * the application cannot unmap code that driver threads are still running). */
-bool cusw_spawn_thread(void *(*fn)(void *), void *arg);
+/* ---- Process-wide plumbing (model/runtime.c) ------------------------------------------------- */
 
 /* Configuration read from the environment when the library is loaded. */
 int cusw_config_device_count(void);
 int cusw_config_driver_version(void);
 
+/* Creates a detached internal thread (pins the library in memory first, so that a dlclose by
+ * the application cannot unmap code that driver threads are still running). */
+bool cusw_spawn_thread(void *(*fn)(void *), void *arg);
+
 /* Per-thread serial number: unique for the process lifetime, unlike pthread_t. */
 uint64_t cusw_thread_serial(void);
+
+double cusw_now_ms(void); /* a monotonic clock */
+void cusw_sleep_us(unsigned long usec);
 
 /* Grows *array (of *capacity elements of elem_size bytes) to hold at least `needed`. */
 bool cusw_reserve(void **array, size_t *capacity, size_t needed, size_t elem_size);
 
-/* ---- Initialisation and devices (device.c) --------------------------------------------------- */
+/* ---- Entry points by name, and the reported version (model/entries.c) ----------------------- */
 
-bool cusw_initialized(void); /* whether cuInit has succeeded */
-int cusw_device_count(void);
-CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
-
-/* ---- Driver version and entry table (proc_address.c) ----------------------------------------- */
-
-int cusw_reported_driver_version(void);
 bool cusw_entry_name_known(const char *name); /* base or exported name of an entry or control */
 /* The base name of the entry point or control exported as `symbol`. */
 const char *cusw_entry_base(const char *symbol);
 /* Calls fn with the exported name of every entry point and control. */
 void cusw_for_each_export(void (*fn)(const char *symbol, void *arg), void *arg);
+/* The row of entries.def that a lookup of `base` at `cudaVersion` finds, or -1; then
+ * *name_exists tells a name the driver has only in newer forms from one it lacks. */
+long cusw_entry_lookup(const char *base, int cudaVersion, bool per_thread, bool *name_exists);
+int cusw_reported_driver_version(void);
+void cusw_set_reported_driver_version(int version); /* 0: the configured one */
 
-/* ---- Call counts (counts.c) ------------------------------------------------------------------ */
+/* ---- What tests arm for the next calls of an entry (model/injection.c) ---------------------- */
+
+/* Arms `count` failures answering `code` for calls from the thread of serial `thread` (0: any),
+ * replacing those armed before for the same entry and thread; count 0 disarms. */
+CUresult cusw_fault_arm(const char *entry, unsigned int count, CUresult code, uint64_t thread);
+/* Whether an armed failure takes this call (then *code is its answer). */
+bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
+/* Failures still armed for calls of `entry` (as it was armed) from the thread `thread`. */
+unsigned int cusw_fault_armed(const char *entry, uint64_t thread);
+CUresult cusw_delay_arm(const char *entry, unsigned int count, unsigned int usec);
+void cusw_delay_injected(const char *base, const char *symbol); /* sleeps when one is armed */
+CUresult cusw_capture_arm(const char *entry, CUstream stream, CUstreamCaptureMode mode);
+/* Whether a capture is armed for this call: then it is disarmed and named. */
+bool cusw_capture_injected(const char *base, const char *symbol, CUstream *stream,
+                           CUstreamCaptureMode *mode);
+
+/* ---- Every call (model/calls.c) -------------------------------------------------------------- */
 
 /* One per exported function (a static in CUSW_ENTRY), put on a process-wide list at its first
  * call; cuswCallCount sums the sites whose base or exported name matches. */
@@ -157,21 +176,19 @@ struct cusw_call_site {
     struct cusw_call_site *next; /* written once, before the site is published */
 };
 
-/* CUSW_ENTRY's work: delays, counts, and answers whether a fault injection takes the call
- * (then *injected is its answer). */
+/* CUSW_ENTRY's work: what a test armed for the call (a delay, a capture begun first), the count,
+ * and whether an armed failure takes the call (then *injected is its answer). */
 bool cusw_enter(struct cusw_call_site *site, CUresult *injected);
+/* Calls of the sites whose exported name, or with `by_base` also whose base name, is `entry`. */
+unsigned long long cusw_calls_of(const char *entry, bool by_base);
+void cusw_count_host_task_sync_mode(unsigned int syncMode); /* cuLaunchHostFunc_v2's */
+unsigned long long cusw_host_task_sync_mode_launches(unsigned int syncMode);
 
-/* ---- Fault injection (fault.c) ---------------------------------------------------------------- */
+/* ---- Initialisation and devices (device.c) --------------------------------------------------- */
 
-bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
-
-/* ---- Delays (delay.c) ------------------------------------------------------------------------ */
-
-/* Sleeps first when a delay of this entry is armed. */
-void cusw_delay_injected(const char *base, const char *symbol);
-/* Begins the capture cuswBeginCaptureAtNextCall armed, when this call is of its entry (capture.c). */
-void cusw_capture_triggered(const char *base, const char *symbol);
-void cusw_note_host_task_sync_mode(unsigned int syncMode); /* host_task_sync.c */
+bool cusw_initialized(void); /* whether cuInit has succeeded */
+int cusw_device_count(void);
+CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
 
 /* ---- Handle registry (registry.c) ------------------------------------------------------------ */
 
@@ -424,6 +441,8 @@ void cusw_capture_invalidate(struct cusw_capture *c);
  * given dependency set, or (already a member) adds the nodes to its dependency set. */
 CUresult cusw_capture_join(struct cusw_capture *c, struct cusw_stream *s,
                            struct cusw_node *const *nodes, size_t n);
+/* [locked] Begins a capture of `s` in `mode` by the calling thread. */
+CUresult cusw_capture_begin(struct cusw_stream *s, CUstreamCaptureMode mode);
 /* [locked] A stream leaves its capture because it is being destroyed. */
 void cusw_capture_stream_gone(struct cusw_stream *s);
 struct cusw_capture *cusw_capture_find(uint64_t id); /* [locked] */
@@ -489,6 +508,7 @@ bool cusw_urefs_copy(struct cusw_uref_list *dst, const struct cusw_uref_list *sr
 /* Releases all and frees the list. */
 void cusw_urefs_release(struct cusw_uref_list *l, enum cusw_destroy_route route);
 unsigned long long cusw_user_objects_alive(void); /* whose destructor has not run */
+unsigned long long cusw_user_object_destructors_run(void);
 
 /* ---- Memory (memory.c) ----------------------------------------------------------------------- */
 

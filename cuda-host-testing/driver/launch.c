@@ -23,7 +23,7 @@ static CUresult launch_host_func_v2(CUstream hStream, bool per_thread, CUhostFn 
         return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = launch_host_func(hStream, per_thread, fn, userData);
     if (rc == CUDA_SUCCESS)
-        cusw_note_host_task_sync_mode(syncMode);
+        cusw_count_host_task_sync_mode(syncMode);
     return rc;
 }
 

@@ -261,12 +261,4 @@ CUSW_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object
 
 unsigned long long cusw_user_objects_alive(void) { return atomic_load(&objects_alive); }
 
-CUSW_EXPORT CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive)
-{
-    CUSW_ENTRY();
-    if (destroyed != NULL)
-        *destroyed = atomic_load(&destructors_run);
-    if (alive != NULL)
-        *alive = atomic_load(&objects_alive);
-    return CUDA_SUCCESS;
-}
+unsigned long long cusw_user_object_destructors_run(void) { return atomic_load(&destructors_run); }
