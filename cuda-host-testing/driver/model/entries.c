@@ -93,7 +93,7 @@ long cusw_entry_lookup(const char *base, int cudaVersion, bool per_thread, bool 
     return best;
 }
 
-/* ---- Reported driver version ---------------------------------------------------------------- */
+/* ---- Reported driver version ----------------------------------------------------------------- */
 
 static atomic_int version_override; /* 0: the configured default */
 

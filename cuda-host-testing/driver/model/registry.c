@@ -123,7 +123,7 @@ bool cusw_map_next(const struct cusw_map *m, size_t *cursor, uintptr_t *key, voi
     return false;
 }
 
-/* ---- Handle registry ------------------------------------------------------------------------ */
+/* ---- Handle registry ------------------------------------------------------------------------- */
 
 struct registration {
     enum cusw_kind kind;

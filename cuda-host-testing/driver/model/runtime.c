@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* ---- Configuration ------------------------------------------------------------------------- */
+/* ---- Configuration --------------------------------------------------------------------------- */
 
 static int config_device_count = 1;
 static int config_driver_version = CUSW_DEFAULT_DRIVER_VERSION;
@@ -37,7 +37,7 @@ __attribute__((constructor)) static void read_configuration(void)
 int cusw_config_device_count(void) { return config_device_count; }
 int cusw_config_driver_version(void) { return config_driver_version; }
 
-/* ---- Threads -------------------------------------------------------------------------------- */
+/* ---- Threads --------------------------------------------------------------------------------- */
 
 /* Once a driver thread exists, unloading the library would pull its code from under that thread
  * (e.g. a test that dlcloses the driver while a stream still drains). A real libcuda is never
@@ -94,7 +94,7 @@ void cusw_sleep_us(unsigned long usec)
     }
 }
 
-/* ---- Growth helper -------------------------------------------------------------------------- */
+/* ---- Growth helper --------------------------------------------------------------------------- */
 
 bool cusw_reserve(void **array, size_t *capacity, size_t needed, size_t elem_size)
 {

@@ -1,6 +1,6 @@
 /*
- * user_object.c - user objects, the references graphs/executables/launches hold on them, and
- * where their destructors run.
+ * user_object.c - user objects, the references graphs, executables and launches hold on them,
+ * and where their destructors run.
  *
  * Ownership follows the real driver: the application holds the references it created or
  * retained; a graph holds its own (cuGraphRetainUserObject adds them, or with
@@ -18,7 +18,7 @@
  * cuGraphExecDestroy, and hands the destructors they make due to that thread.
  *
  * User code never runs under cusw_lock: an inline destructor is deferred to the releasing thread's
- * cusw_lock_release (runtime.c), which runs it once it has unlocked, still inside the API call. A
+ * cusw_lock_release (lock.c), which runs it once it has unlocked, still inside the API call. A
  * destructor may itself call the driver.
  */
 #include "internal.h"
@@ -38,7 +38,7 @@ static void run_destructor(struct cusw_user_object *o)
     atomic_fetch_sub(&objects_alive, 1);
 }
 
-/* ---- Inline destructors: run by the releasing thread once it unlocks ------------------------ */
+/* ---- Inline destructors: run by the releasing thread once it unlocks ------------------------- */
 
 static void run_deferred_destructor(struct cusw_deferred *d)
 {
@@ -100,6 +100,27 @@ static void queue_on_destructor_thread(struct cusw_user_object *o) /* [locked] *
     pthread_mutex_unlock(&destructor_lock);
 }
 
+struct cusw_user_object *cusw_user_object_new(void *ptr, CUhostFn destroy, unsigned int refs)
+{
+    struct cusw_user_object *o = calloc(1, sizeof *o);
+    if (o == NULL)
+        return NULL;
+    o->ptr = ptr;
+    o->destroy = destroy;
+    o->refs = refs;
+    o->handle = cusw_handle_new(CUSW_KIND_USER_OBJECT, o);
+    if (o->handle == 0) {
+        free(o);
+        return NULL;
+    }
+    atomic_fetch_add(&objects_alive, 1);
+    return o;
+}
+
+unsigned long long cusw_user_objects_alive(void) { return atomic_load(&objects_alive); }
+
+unsigned long long cusw_user_object_destructors_run(void) { return atomic_load(&destructors_run); }
+
 /* ---- References ------------------------------------------------------------------------------ */
 
 void cusw_user_object_retain(struct cusw_user_object *o, unsigned int count) { o->refs += count; }
@@ -152,113 +173,18 @@ void cusw_urefs_release(struct cusw_uref_list *l, enum cusw_destroy_route route)
     l->n = l->capacity = 0;
 }
 
-/* ---- API ------------------------------------------------------------------------------------- */
-
-CUSW_EXPORT CUresult cuUserObjectCreate(CUuserObject *object_out, void *ptr, CUhostFn destroy,
-                                        unsigned int initialRefcount, unsigned int flags)
+bool cusw_urefs_take(struct cusw_uref_list *l, struct cusw_user_object *o, unsigned int count)
 {
-    CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
-    if (object_out == NULL || destroy == NULL || initialRefcount == 0 ||
-        flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct cusw_user_object *o = calloc(1, sizeof *o);
-    if (o == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    o->ptr = ptr;
-    o->destroy = destroy;
-    o->refs = initialRefcount;
-    cusw_lock_acquire();
-    o->handle = cusw_handle_new(CUSW_KIND_USER_OBJECT, o);
-    if (o->handle == 0) {
-        free(o);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    } else {
-        atomic_fetch_add(&objects_alive, 1);
-        *object_out = (CUuserObject)o->handle;
-    }
-    cusw_lock_release();
-    return rc;
-}
-
-/* The application's retain (`retain`) or release of `count` references. */
-static CUresult retain_or_release(CUuserObject object, unsigned int count, bool retain)
-{
-    if (count == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_user_object *o = cusw_handle_get((uintptr_t)object, CUSW_KIND_USER_OBJECT);
-    CUresult rc = CUDA_SUCCESS;
-    /* Releasing more than exists would take references owned by graphs: refuse. */
-    if (o == NULL || (!retain && count > o->refs))
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else if (retain)
-        cusw_user_object_retain(o, count);
-    else
-        cusw_user_object_release(o, count, CUSW_DESTROY_INLINE);
-    cusw_lock_release();
-    return rc;
-}
-
-CUSW_EXPORT CUresult cuUserObjectRetain(CUuserObject object, unsigned int count)
-{
-    CUSW_INIT_ENTRY();
-    return retain_or_release(object, count, true);
-}
-
-CUSW_EXPORT CUresult cuUserObjectRelease(CUuserObject object, unsigned int count)
-{
-    CUSW_INIT_ENTRY();
-    return retain_or_release(object, count, false);
-}
-
-CUSW_EXPORT CUresult cuGraphRetainUserObject(CUgraph graph, CUuserObject object,
-                                             unsigned int count, unsigned int flags)
-{
-    CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
-    if (count == 0 || (flags & ~(unsigned int)CU_GRAPH_USER_OBJECT_MOVE) != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_graph *g = cusw_handle_get((uintptr_t)graph, CUSW_KIND_GRAPH);
-    struct cusw_user_object *o = cusw_handle_get((uintptr_t)object, CUSW_KIND_USER_OBJECT);
-    bool move = (flags & CU_GRAPH_USER_OBJECT_MOVE) != 0;
-    if (g == NULL || o == NULL || (move && count > o->refs))
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else if (!cusw_urefs_add(&g->urefs, o, count))
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    else if (!move)
-        cusw_user_object_retain(o, count); /* new references; a move re-labels the caller's */
-    cusw_lock_release();
-    return rc;
-}
-
-CUSW_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object,
-                                              unsigned int count)
-{
-    CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
-    if (count == 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_graph *g = cusw_handle_get((uintptr_t)graph, CUSW_KIND_GRAPH);
-    struct cusw_user_object *o = cusw_handle_get((uintptr_t)object, CUSW_KIND_USER_OBJECT);
-    struct cusw_uref *ref = NULL;
-    for (size_t i = 0; g != NULL && o != NULL && i < g->urefs.n; i++)
-        if (g->urefs.items[i].object == o)
-            ref = &g->urefs.items[i];
-    if (ref == NULL || count > ref->count) {
-        rc = CUDA_ERROR_INVALID_VALUE; /* the graph does not hold that many */
-    } else {
+    for (size_t i = 0; i < l->n; i++) {
+        struct cusw_uref *ref = &l->items[i];
+        if (ref->object != o)
+            continue;
+        if (count > ref->count)
+            return false;
         ref->count -= count;
         if (ref->count == 0)
-            *ref = g->urefs.items[--g->urefs.n];
-        cusw_user_object_release(o, count, CUSW_DESTROY_INLINE);
+            *ref = l->items[--l->n];
+        return true;
     }
-    cusw_lock_release();
-    return rc;
+    return false;
 }
-
-unsigned long long cusw_user_objects_alive(void) { return atomic_load(&objects_alive); }
-
-unsigned long long cusw_user_object_destructors_run(void) { return atomic_load(&destructors_run); }

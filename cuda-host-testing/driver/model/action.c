@@ -1,5 +1,6 @@
 /*
- * action.c - what stream operations and graph nodes do when they execute.
+ * action.c - what stream operations and graph nodes do when they execute, what an operation
+ * holds until it is released, and which node type each action stands for.
  *
  * The same action describes a stream operation and a graph node (a captured host function is
  * the host node's action), so a graph launch runs its nodes' actions one after the other on the
@@ -122,16 +123,11 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
         if (!sticky)
             cusw_sleep_us(a->u.sleep.usec);
         break;
-    case CUSW_ACT_EVENT_RECORD: {
+    case CUSW_ACT_EVENT_RECORD:
         cusw_lock_acquire();
-        struct cusw_event *e = a->u.record.event;
-        if (e->generation == a->u.record.generation) { /* not re-recorded since */
-            e->stamp_ms = cusw_now_ms();
-            e->stamped = true;
-        }
+        cusw_event_stamp(a->u.record.event, a->u.record.generation);
         cusw_lock_release();
         break;
-    }
     case CUSW_ACT_GRAPH:
         for (size_t i = 0; i < a->u.launch->n; i++)
             cusw_action_run(&a->u.launch->actions[i], ctx);

@@ -1,19 +1,14 @@
 /*
- * device.c - cuInit and the device queries. The software devices are identical but for their PCI
- * bus: compute capability 9.0, stream memory operations supported, host memory mappable, unified
- * addressing, no memory pools, no concurrent managed access. Only the attributes that the suite
- * and libraries run on the double (cudarc) ask for are modelled.
+ * devices.c - Initialization and Device Management: cuInit and the device queries. The software
+ * devices are identical but for their PCI bus: compute capability 9.0, stream memory operations
+ * supported, host memory mappable, unified addressing, no memory pools, no concurrent managed
+ * access. Only the attributes that the suite and libraries run on the double (cudarc) ask for are
+ * modelled.
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static atomic_bool initialized;
-
-bool cusw_initialized(void) { return atomic_load(&initialized); }
-
-int cusw_device_count(void) { return cusw_config_device_count(); }
 
 CUSW_EXPORT CUresult cuInit(unsigned int Flags)
 {
@@ -24,18 +19,8 @@ CUSW_EXPORT CUresult cuInit(unsigned int Flags)
      * uninitialised. */
     if (cusw_device_count() == 0)
         return CUDA_ERROR_NO_DEVICE;
-    cusw_lock_acquire();
-    if (!atomic_load(&initialized)) {
-        cusw_contexts_init(cusw_device_count());
-        atomic_store(&initialized, true);
-    }
-    cusw_lock_release();
+    cusw_initialize();
     return CUDA_SUCCESS;
-}
-
-CUresult cusw_check_device(CUdevice dev)
-{
-    return (dev >= 0 && dev < cusw_device_count()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUSW_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)

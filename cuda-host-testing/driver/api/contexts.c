@@ -1,0 +1,142 @@
+/*
+ * contexts.c - Primary Context Management and Context Management: cuDevicePrimaryCtxRetain,
+ * cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxGetState, cuCtxSetCurrent, cuCtxGetCurrent,
+ * cuCtxGetDevice (both ABIs), cuCtxSynchronize (both ABIs). What a context holds, and what its
+ * activation and deactivation do, is model/context.c's and model/activation.c's.
+ */
+#include "internal.h"
+
+CUSW_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *c = cusw_primary_ctx(dev);
+    rc = cusw_primary_ctx_retain(c);
+    if (rc == CUDA_SUCCESS)
+        *pctx = (CUcontext)c->handle;
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    rc = cusw_primary_ctx_release(cusw_primary_ctx(dev));
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (flags == NULL || active == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    const struct cusw_ctx *c = cusw_primary_ctx(dev);
+    *flags = c->flags;
+    *active = c->active ? 1 : 0;
+    cusw_lock_release();
+    return CUDA_SUCCESS;
+}
+
+/* ---- The calling thread's current context ---------------------------------------------------- */
+
+CUSW_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+    CUSW_INIT_ENTRY();
+    CUresult rc = CUDA_SUCCESS;
+    struct cusw_ctx *c = NULL; /* NULL unbinds */
+    if (ctx != NULL) {
+        cusw_lock_acquire();
+        rc = cusw_ctx_from_handle(ctx, &c);
+        cusw_lock_release();
+    }
+    if (rc == CUDA_SUCCESS)
+        cusw_ctx_bind(c);
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+    CUSW_INIT_ENTRY();
+    if (pctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct cusw_ctx *c = cusw_ctx_bound();
+    *pctx = c != NULL ? (CUcontext)c->handle : NULL;
+    return CUDA_SUCCESS;
+}
+
+/* ---- Queries and synchronisation ------------------------------------------------------------- */
+
+/* [locked] `handle` NULL means the current context. */
+static CUresult context_checked(CUcontext handle, struct cusw_ctx **out)
+{
+    if (handle == NULL)
+        return cusw_ctx_current(out);
+    CUresult rc = cusw_ctx_from_handle(handle, out);
+    return rc != CUDA_SUCCESS ? rc : cusw_ctx_check(*out);
+}
+
+static CUresult get_device(CUdevice *device, CUcontext handle)
+{
+    if (device == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cusw_ctx *c = NULL;
+    cusw_lock_acquire();
+    CUresult rc = context_checked(handle, &c);
+    if (rc == CUDA_SUCCESS)
+        *device = c->device;
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuCtxGetDevice(CUdevice *device)
+{
+    CUSW_INIT_ENTRY();
+    return get_device(device, NULL);
+}
+
+CUSW_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
+{
+    CUSW_INIT_ENTRY();
+    return get_device(device, ctx);
+}
+
+static CUresult synchronize(CUcontext handle)
+{
+    struct cusw_ctx *c = NULL;
+    cusw_lock_acquire();
+    CUresult rc = context_checked(handle, &c);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_unsafe();
+    if (rc == CUDA_SUCCESS) {
+        cusw_ctx_drain(c);
+        rc = cusw_ctx_sticky(c);
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuCtxSynchronize(void)
+{
+    CUSW_INIT_ENTRY();
+    return synchronize(NULL);
+}
+
+CUSW_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+    CUSW_INIT_ENTRY();
+    return synchronize(ctx);
+}

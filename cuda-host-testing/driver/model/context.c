@@ -1,0 +1,124 @@
+/*
+ * context.c - devices and their contexts: initialisation, each device's primary context, the
+ * calling thread's current context, sticky errors, and waiting for all of a context's streams.
+ * What activates a context and tears it down is activation.c's.
+ *
+ * Each device has one primary context object for the life of the process, so its handle stays
+ * the same across releases (as on the real driver) and its sticky error survives them: measured
+ * on the real driver, a sticky error never clears for the process, and retaining the primary
+ * context again answers it.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+static atomic_bool initialized;
+static struct cusw_ctx contexts[CUSW_MAX_DEVICES];
+
+bool cusw_initialized(void) { return atomic_load(&initialized); }
+
+int cusw_device_count(void) { return cusw_config_device_count(); }
+
+CUresult cusw_check_device(CUdevice dev)
+{
+    return (dev >= 0 && dev < cusw_device_count()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+void cusw_initialize(void)
+{
+    cusw_lock_acquire();
+    if (!atomic_load(&initialized)) {
+        for (int i = 0; i < cusw_device_count(); i++) {
+            contexts[i].device = i;
+            contexts[i].flags = CU_CTX_SCHED_AUTO;
+            contexts[i].handle = cusw_handle_new(CUSW_KIND_CONTEXT, &contexts[i]);
+        }
+        atomic_store(&initialized, true);
+    }
+    cusw_lock_release();
+}
+
+struct cusw_ctx *cusw_primary_ctx(CUdevice dev) { return &contexts[dev]; }
+
+CUresult cusw_ctx_from_handle(CUcontext handle, struct cusw_ctx **out)
+{
+    struct cusw_ctx *ctx = cusw_handle_get((uintptr_t)handle, CUSW_KIND_CONTEXT);
+    if (ctx == NULL)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *out = ctx;
+    return CUDA_SUCCESS;
+}
+
+/* ---- Sticky errors --------------------------------------------------------------------------- */
+
+CUresult cusw_ctx_sticky(const struct cusw_ctx *ctx)
+{
+    return (CUresult)atomic_load(&ctx->sticky);
+}
+
+void cusw_ctx_set_sticky(struct cusw_ctx *ctx, CUresult code)
+{
+    int expected = CUDA_SUCCESS;
+    atomic_compare_exchange_strong(&ctx->sticky, &expected, (int)code);
+}
+
+CUresult cusw_ctx_check(const struct cusw_ctx *ctx)
+{
+    if (!ctx->active)
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    return cusw_ctx_sticky(ctx);
+}
+
+/* ---- The calling thread's current context ---------------------------------------------------- */
+
+/* Contexts are never freed, so a thread may keep a plain pointer. */
+static _Thread_local struct cusw_ctx *current;
+
+struct cusw_ctx *cusw_ctx_bound(void) { return current; }
+
+void cusw_ctx_bind(struct cusw_ctx *ctx) { current = ctx; }
+
+CUresult cusw_ctx_current(struct cusw_ctx **out)
+{
+    if (current == NULL)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult rc = cusw_ctx_check(current);
+    if (rc == CUDA_SUCCESS)
+        *out = current;
+    return rc;
+}
+
+/* ---- Waiting for every stream ---------------------------------------------------------------- */
+
+void cusw_ctx_drain(struct cusw_ctx *ctx)
+{
+    size_t n = 0;
+    for (struct cusw_stream *s = ctx->streams; s != NULL; s = s->ctx_next)
+        n++;
+    struct cusw_dep *targets = calloc(n ? n : 1, sizeof *targets);
+    if (targets == NULL) {
+        /* Out of memory: fall back to waiting stream by stream until all are idle. */
+        for (bool busy = true; busy;) {
+            busy = false;
+            for (struct cusw_stream *s = ctx->streams; s != NULL && !busy; s = s->ctx_next)
+                busy = cusw_stream_pending(s);
+            if (busy)
+                cusw_wait_progress();
+        }
+        return;
+    }
+    size_t k = 0;
+    for (struct cusw_stream *s = ctx->streams; s != NULL; s = s->ctx_next) {
+        cusw_stream_ref(s);
+        targets[k].stream = s;
+        targets[k].seq = s->enqueued;
+        k++;
+    }
+    for (size_t i = 0; i < k; i++) {
+        while (targets[i].stream->completed < targets[i].seq)
+            cusw_wait_progress();
+    }
+    for (size_t i = 0; i < k; i++)
+        cusw_stream_unref(targets[i].stream);
+    free(targets);
+}
