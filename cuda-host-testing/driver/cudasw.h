@@ -158,6 +158,7 @@ typedef enum CUdevice_attribute_enum {
     CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED = 78,
     CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
@@ -169,7 +170,17 @@ typedef enum CUdevice_attribute_enum {
 } CUdevice_attribute;
 
 typedef enum CUctx_flags_enum {
-    CU_CTX_SCHED_AUTO          = 0x00,
+    CU_CTX_SCHED_AUTO           = 0x00,
+    CU_CTX_SCHED_SPIN           = 0x01,
+    CU_CTX_SCHED_YIELD          = 0x02,
+    CU_CTX_SCHED_BLOCKING_SYNC  = 0x04,
+    CU_CTX_SCHED_MASK           = 0x07,
+    CU_CTX_MAP_HOST             = 0x08,
+    CU_CTX_LMEM_RESIZE_TO_MAX   = 0x10,
+    CU_CTX_COREDUMP_ENABLE      = 0x20,
+    CU_CTX_USER_COREDUMP_ENABLE = 0x40,
+    CU_CTX_SYNC_MEMOPS          = 0x80,
+    CU_CTX_FLAGS_MASK           = 0xFF
 } CUctx_flags;
 
 typedef enum CUstream_flags_enum {

@@ -98,6 +98,9 @@
 #define CUSW_MAX_DEVICES 8
 #define CUSW_DEFAULT_DRIVER_VERSION 13050
 #define CUSW_DEVICE_MEMORY_BYTES (16ULL << 30)
+/* cuCtxGetStreamPriorityRange's answer: lower numbers are greater priorities. */
+#define CUSW_LEAST_STREAM_PRIORITY 0
+#define CUSW_GREATEST_STREAM_PRIORITY (-5)
 
 /* ---- The lock (model/lock.c) ----------------------------------------------------------------- */
 
@@ -228,8 +231,13 @@ CUresult cusw_ctx_from_handle(CUcontext handle, struct cusw_ctx **out);
 /* [locked] The calling thread's current context, checked: CUDA_ERROR_INVALID_CONTEXT if none,
  * CUDA_ERROR_CONTEXT_IS_DESTROYED if it is an inactive primary context, its sticky error if any. */
 CUresult cusw_ctx_current(struct cusw_ctx **out);
-struct cusw_ctx *cusw_ctx_bound(void);  /* the calling thread's current context, unchecked */
-void cusw_ctx_bind(struct cusw_ctx *ctx); /* makes it current (NULL: none) */
+struct cusw_ctx *cusw_ctx_bound(void); /* the calling thread's current context, unchecked */
+/* The calling thread's stack of current contexts: a push makes `ctx` current; a pop makes the one
+ * below current again and answers the popped one (NULL: the stack was empty); a bind replaces the
+ * top, or pushes onto an empty stack, and a bind of NULL pops. */
+CUresult cusw_ctx_push(struct cusw_ctx *ctx);
+struct cusw_ctx *cusw_ctx_pop(void);
+CUresult cusw_ctx_bind(struct cusw_ctx *ctx);
 /* [locked] Same checks as cusw_ctx_current, for a context reached through an object. */
 CUresult cusw_ctx_check(const struct cusw_ctx *ctx);
 CUresult cusw_ctx_sticky(const struct cusw_ctx *ctx); /* CUDA_SUCCESS or the sticky error */
@@ -250,6 +258,7 @@ struct cusw_stream {
     struct cusw_ctx *ctx;
     enum cusw_stream_kind kind;
     unsigned int flags;
+    int priority;          /* cuStreamCreateWithPriority's, clamped; 0 for every other stream */
     unsigned long long id; /* cuStreamGetId's answer */
     unsigned int refs;
     bool destroyed;
@@ -398,7 +407,7 @@ struct cusw_action {
         struct { CUhostFn fn; void *data; } host;
         struct { CUstreamCallback fn; void *data; CUstream stream; } callback;
         struct { void *dst; const void *src; size_t bytes; } copy;
-        struct { uint32_t *dst; uint32_t value; size_t count; } set; /* of 32-bit words */
+        struct { void *dst; uint32_t value; size_t count; unsigned int width; } set; /* bytes */
         struct { CUdeviceptr addr; uint64_t value; unsigned int flags; bool is64; } mem;
         struct { CUresult code; } fault;
         struct { unsigned int usec; } sleep;
@@ -540,6 +549,8 @@ uintptr_t cusw_exec_handle(const struct cusw_exec *x);
 void cusw_exec_free(struct cusw_exec *x); /* [locked] unregisters, releases user objects */
 /* [locked] One launch on `s`, or, `capturing`, its nodes added to the capture of `s`. */
 CUresult cusw_exec_launch(struct cusw_exec *x, struct cusw_stream *s, bool capturing);
+/* [locked] An upload on `s`: ordered behind the stream's work and the executable's launches. */
+CUresult cusw_exec_upload(struct cusw_exec *x, struct cusw_stream *s);
 /* [locked] The host node made from graph node `node` runs fn(data) from the next launch on. */
 CUresult cusw_exec_set_host_params(struct cusw_exec *x, CUgraphNode node, CUhostFn fn,
                                    void *data);
@@ -554,9 +565,12 @@ bool cusw_memory_is_page_locked(const void *p); /* [locked] inside a cuMemHostAl
 size_t cusw_device_memory_free(int device); /* [locked] */
 void cusw_memory_release_context(struct cusw_ctx *ctx); /* [locked] frees its allocations */
 void cusw_memory_counts(size_t *host, size_t *device); /* [locked] live allocations */
-/* Whether an async copy from src to dst returns only once its stream has done it (takes the
- * lock): a copy into pageable host memory, or between two host buffers. */
-bool cusw_copy_waits_for_stream(const void *dst, const void *src);
+/* Whether a copy from src to dst returns only once its stream has done it (takes the lock):
+ * of the async copies, one into pageable host memory, or between two host buffers; of the
+ * synchronous ones, every copy but one between two device allocations. */
+bool cusw_copy_waits_for_stream(const void *dst, const void *src, bool async);
+/* Whether a synchronous set of memory at dst returns only once done: into page-locked memory. */
+bool cusw_set_waits_for_stream(const void *dst);
 
 /* ---- Stream arguments and submission (model/submit.c) ---------------------------------------- */
 

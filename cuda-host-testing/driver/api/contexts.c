@@ -1,7 +1,8 @@
 /*
  * contexts.c - Primary Context Management and Context Management: cuDevicePrimaryCtxRetain,
  * cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxGetState, cuCtxSetCurrent, cuCtxGetCurrent,
- * cuCtxGetDevice (both ABIs), cuCtxSynchronize (both ABIs). What a context holds, and what its
+ * cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, cuCtxGetDevice (both ABIs), cuCtxGetFlags,
+ * cuCtxSetFlags, cuCtxGetStreamPriorityRange, cuCtxSynchronize (both ABIs). What a context holds, and what its
  * activation and deactivation do, is model/context.c's and model/activation.c's.
  */
 #include "internal.h"
@@ -53,19 +54,18 @@ CUSW_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flag
 
 /* ---- The calling thread's current context ---------------------------------------------------- */
 
+/* As documented: with no stack, binds `ctx`; with one, replaces its top, and NULL pops it. */
 CUSW_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx)
 {
     CUSW_INIT_ENTRY();
     CUresult rc = CUDA_SUCCESS;
-    struct cusw_ctx *c = NULL; /* NULL unbinds */
+    struct cusw_ctx *c = NULL;
     if (ctx != NULL) {
         cusw_lock_acquire();
         rc = cusw_ctx_from_handle(ctx, &c);
         cusw_lock_release();
     }
-    if (rc == CUDA_SUCCESS)
-        cusw_ctx_bind(c);
-    return rc;
+    return rc == CUDA_SUCCESS ? cusw_ctx_bind(c) : rc;
 }
 
 CUSW_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
@@ -75,6 +75,30 @@ CUSW_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
         return CUDA_ERROR_INVALID_VALUE;
     const struct cusw_ctx *c = cusw_ctx_bound();
     *pctx = c != NULL ? (CUcontext)c->handle : NULL;
+    return CUDA_SUCCESS;
+}
+
+CUSW_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    CUSW_INIT_ENTRY();
+    if (ctx == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cusw_ctx *c = NULL;
+    cusw_lock_acquire();
+    CUresult rc = cusw_ctx_from_handle(ctx, &c);
+    cusw_lock_release();
+    return rc == CUDA_SUCCESS ? cusw_ctx_push(c) : rc;
+}
+
+/* Answers the popped context; the one below it, if any, is current again. */
+CUSW_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    CUSW_INIT_ENTRY();
+    const struct cusw_ctx *c = cusw_ctx_pop();
+    if (c == NULL)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx != NULL)
+        *pctx = (CUcontext)c->handle;
     return CUDA_SUCCESS;
 }
 
@@ -112,6 +136,51 @@ CUSW_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
     CUSW_INIT_ENTRY();
     return get_device(device, ctx);
+}
+
+/* The current context's flags: its scheduling policy and the others of cuCtxCreate, which change
+ * nothing here. */
+CUSW_EXPORT CUresult cuCtxGetFlags(unsigned int *flags)
+{
+    CUSW_INIT_ENTRY();
+    if (flags == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *c = NULL;
+    CUresult rc = cusw_ctx_current(&c);
+    if (rc == CUDA_SUCCESS)
+        *flags = c->flags;
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuCtxSetFlags(unsigned int flags)
+{
+    CUSW_INIT_ENTRY();
+    if ((flags & ~(unsigned int)CU_CTX_FLAGS_MASK) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *c = NULL;
+    CUresult rc = cusw_ctx_current(&c);
+    if (rc == CUDA_SUCCESS)
+        c->flags = flags;
+    cusw_lock_release();
+    return rc;
+}
+
+/* Priorities are kept and clamped, but schedule nothing: every stream has a worker of its own. */
+CUSW_EXPORT CUresult cuCtxGetStreamPriorityRange(int *leastPriority, int *greatestPriority)
+{
+    CUSW_INIT_ENTRY();
+    cusw_lock_acquire();
+    struct cusw_ctx *c = NULL;
+    CUresult rc = cusw_ctx_current(&c);
+    cusw_lock_release();
+    if (rc == CUDA_SUCCESS && leastPriority != NULL)
+        *leastPriority = CUSW_LEAST_STREAM_PRIORITY;
+    if (rc == CUDA_SUCCESS && greatestPriority != NULL)
+        *greatestPriority = CUSW_GREATEST_STREAM_PRIORITY;
+    return rc;
 }
 
 static CUresult synchronize(CUcontext handle)

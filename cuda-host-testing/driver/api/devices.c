@@ -74,6 +74,19 @@ CUSW_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* Each device has memory of its own, of this size (cuMemGetInfo's total). */
+CUSW_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (bytes == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *bytes = (size_t)CUSW_DEVICE_MEMORY_BYTES;
+    return CUDA_SUCCESS;
+}
+
 struct attribute_value {
     CUdevice_attribute attribute;
     int value;
@@ -86,6 +99,7 @@ static const struct attribute_value attribute_values[] = {
     { CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0 },
     { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9 },
     { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0 },
+    { CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1 },
     { CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 1 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 1 },

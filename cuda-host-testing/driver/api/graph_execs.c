@@ -1,6 +1,6 @@
 /*
  * graph_execs.c - Graph Management, executable graphs: cuGraphInstantiateWithFlags,
- * cuGraphLaunch, cuGraphExecDestroy, cuGraphExecHostNodeSetParams.
+ * cuGraphLaunch, cuGraphUpload, cuGraphExecDestroy, cuGraphExecHostNodeSetParams.
  */
 #include "internal.h"
 
@@ -54,6 +54,32 @@ static CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool per_thread
 
 CUSW_TWINS(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream),
            launch(hGraphExec, hStream, per_thread))
+
+/* An upload into a capture is refused and invalidates it, as a call the capture cannot record
+ * (not measured on the real driver). */
+static CUresult upload(CUgraphExec hGraphExec, CUstream hStream, bool per_thread)
+{
+    cusw_lock_acquire();
+    struct cusw_exec *x = exec_of(hGraphExec);
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    CUresult rc = x == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_enqueue(s, &capturing);
+    if (rc == CUDA_SUCCESS && capturing) {
+        cusw_capture_invalidate(s->capture);
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_exec_upload(x, s);
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_TWINS(cuGraphUpload, (CUgraphExec hGraphExec, CUstream hStream),
+           upload(hGraphExec, hStream, per_thread))
 
 CUSW_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {

@@ -1,12 +1,15 @@
 /*
  * memory.c - Memory Management: allocation and free of device and page-locked host memory, its
- * mapping, the memory left, and the async copies and sets. Where the memory is, and which copies
- * are synchronous, is model/memory.c's.
+ * mapping, the memory left, copies (async, peer, synchronous) and sets (of 8, 16 and 32 bits,
+ * async and synchronous). Where the memory is, and which calls return only once done, is
+ * model/memory.c's.
  *
  * Async copies and sets return at once, except the copies between two host buffers, or into
  * pageable host memory, which the real driver does synchronously: their enqueue returns only once
- * the stream has reached and done them (docs/REAL-DRIVER.md). Here the stream's worker does the
- * copy, in order, while the caller waits.
+ * the stream has reached and done them (docs/REAL-DRIVER.md). The synchronous copies and sets
+ * work on the legacy stream, and return at once only where the driver API's documented
+ * synchronisation behaviour lets them (a copy between device allocations, a set of device
+ * memory). The stream's worker does the copy or set, in order, while a caller that waits waits.
  */
 #include "internal.h"
 
@@ -90,48 +93,122 @@ CUSW_EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     return rc;
 }
 
-/* ---- Async copies and sets ------------------------------------------------------------------- */
+/* ---- Copies and sets ------------------------------------------------------------------------- */
 
 #define HOST(p) ((void *)(uintptr_t)(p))
 
-static CUresult copy_async(void *dst, const void *src, size_t bytes, CUstream stream)
+/* A copy on `stream`, or for the synchronous calls (not `async`) on the null stream, returning
+ * once done where model/memory.c's rules say so. */
+static CUresult copy(void *dst, const void *src, size_t bytes, bool async, CUstream stream,
+                     bool per_thread)
 {
     if (bytes > 0 && (dst == NULL || src == NULL))
         return CUDA_ERROR_INVALID_VALUE;
     struct cusw_action a = { .kind = CUSW_ACT_COPY, .u.copy = { dst, src, bytes } };
-    if (cusw_copy_waits_for_stream(dst, src))
-        return cusw_submit_and_wait(stream, false, &a);
-    return cusw_submit(stream, false, &a);
+    if (cusw_copy_waits_for_stream(dst, src, async))
+        return cusw_submit_and_wait(stream, per_thread, &a);
+    return cusw_submit(stream, per_thread, &a);
 }
 
-CUSW_EXPORT CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
-                                          size_t ByteCount, CUstream hStream)
+/* `count` elements of `width` bytes set to `value`; the address aligned for them. The
+ * synchronous calls (not `async`) return once done only into page-locked memory. */
+static CUresult set(CUdeviceptr dstDevice, uint32_t value, size_t count, unsigned int width,
+                    bool async, CUstream stream, bool per_thread)
 {
-    CUSW_INIT_ENTRY();
-    return copy_async(HOST(dstDevice), srcHost, ByteCount, hStream);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                                          CUstream hStream)
-{
-    CUSW_INIT_ENTRY();
-    return copy_async(dstHost, HOST(srcDevice), ByteCount, hStream);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                                          size_t ByteCount, CUstream hStream)
-{
-    CUSW_INIT_ENTRY();
-    return copy_async(HOST(dstDevice), HOST(srcDevice), ByteCount, hStream);
-}
-
-CUSW_EXPORT CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N,
-                                      CUstream hStream)
-{
-    CUSW_INIT_ENTRY();
-    uint32_t *dst = HOST(dstDevice);
-    if (N > 0 && (dst == NULL || (uintptr_t)dst % 4 != 0))
+    void *dst = HOST(dstDevice);
+    if (count > 0 && (dst == NULL || dstDevice % width != 0))
         return CUDA_ERROR_INVALID_VALUE;
-    struct cusw_action a = { .kind = CUSW_ACT_SET, .u.set = { dst, ui, N } };
-    return cusw_submit(hStream, false, &a);
+    struct cusw_action a = { .kind = CUSW_ACT_SET, .u.set = { dst, value, count, width } };
+    if (!async && cusw_set_waits_for_stream(dst))
+        return cusw_submit_and_wait(stream, per_thread, &a);
+    return cusw_submit(stream, per_thread, &a);
+}
+
+CUSW_TWINS(cuMemcpyHtoDAsync_v2,
+           (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
+           copy(HOST(dstDevice), srcHost, ByteCount, true, hStream, per_thread))
+CUSW_TWINS(cuMemcpyDtoHAsync_v2,
+           (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
+           copy(dstHost, HOST(srcDevice), ByteCount, true, hStream, per_thread))
+CUSW_TWINS(cuMemcpyDtoDAsync_v2,
+           (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
+           copy(HOST(dstDevice), HOST(srcDevice), ByteCount, true, hStream, per_thread))
+
+/* [locked] Both contexts of a peer copy are live; the memory is the same host memory. */
+static CUresult peer_contexts(CUcontext dstContext, CUcontext srcContext)
+{
+    struct cusw_ctx *dst = NULL, *src = NULL;
+    CUresult rc = cusw_ctx_from_handle(dstContext, &dst);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_ctx_check(dst);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_ctx_from_handle(srcContext, &src);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_ctx_check(src);
+    return rc;
+}
+
+static CUresult copy_peer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                          CUcontext srcContext, size_t ByteCount, CUstream hStream,
+                          bool per_thread)
+{
+    cusw_lock_acquire();
+    CUresult rc = peer_contexts(dstContext, srcContext);
+    cusw_lock_release();
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return copy(HOST(dstDevice), HOST(srcDevice), ByteCount, true, hStream, per_thread);
+}
+
+CUSW_TWINS(cuMemcpyPeerAsync,
+           (CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+            CUcontext srcContext, size_t ByteCount, CUstream hStream),
+           copy_peer(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream,
+                     per_thread))
+
+CUSW_TWINS(cuMemsetD8Async, (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
+           set(dstDevice, uc, N, 1, true, hStream, per_thread))
+CUSW_TWINS(cuMemsetD16Async,
+           (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
+           set(dstDevice, us, N, 2, true, hStream, per_thread))
+CUSW_TWINS(cuMemsetD32Async, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
+           set(dstDevice, ui, N, 4, true, hStream, per_thread))
+
+/* The synchronous forms, on the legacy stream. Their per-thread forms (_ptds) are not exported:
+ * a table loaded for the per-thread default stream finds these. */
+CUSW_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    CUSW_INIT_ENTRY();
+    return copy(HOST(dstDevice), srcHost, ByteCount, false, NULL, false);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    CUSW_INIT_ENTRY();
+    return copy(dstHost, HOST(srcDevice), ByteCount, false, NULL, false);
+}
+
+CUSW_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+                                     size_t ByteCount)
+{
+    CUSW_INIT_ENTRY();
+    return copy(HOST(dstDevice), HOST(srcDevice), ByteCount, false, NULL, false);
+}
+
+CUSW_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+    CUSW_INIT_ENTRY();
+    return set(dstDevice, uc, N, 1, false, NULL, false);
+}
+
+CUSW_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
+{
+    CUSW_INIT_ENTRY();
+    return set(dstDevice, us, N, 2, false, NULL, false);
+}
+
+CUSW_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
+{
+    CUSW_INIT_ENTRY();
+    return set(dstDevice, ui, N, 4, false, NULL, false);
 }

@@ -1,12 +1,12 @@
 /*
- * streams.c - Stream Management: cuStreamCreate, cuStreamDestroy_v2, cuStreamSynchronize,
- * cuStreamQuery, cuStreamGetCtx (both ABIs), cuStreamGetId, cuStreamWaitEvent.
+ * streams.c - Stream Management: cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy_v2,
+ * cuStreamSynchronize, cuStreamQuery, cuStreamGetCtx (both ABIs), cuStreamGetId,
+ * cuStreamGetPriority, cuStreamGetFlags, cuStreamWaitEvent.
  */
 #include "internal.h"
 
-CUSW_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+static CUresult create(CUstream *phStream, unsigned int Flags, int priority)
 {
-    CUSW_INIT_ENTRY();
     if (phStream == NULL || (Flags & ~(unsigned int)CU_STREAM_NON_BLOCKING) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
@@ -14,13 +14,33 @@ CUSW_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
     CUresult rc = cusw_ctx_current(&ctx);
     if (rc == CUDA_SUCCESS) {
         struct cusw_stream *s = cusw_stream_create(ctx, CUSW_STREAM_USER, Flags);
-        if (s == NULL)
+        if (s == NULL) {
             rc = CUDA_ERROR_OUT_OF_MEMORY;
-        else
+        } else {
+            s->priority = priority;
             *phStream = (CUstream)s->handle;
+        }
     }
     cusw_lock_release();
     return rc;
+}
+
+CUSW_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    CUSW_INIT_ENTRY();
+    return create(phStream, Flags, 0);
+}
+
+/* As documented, a priority outside cuCtxGetStreamPriorityRange's is clamped to it. */
+CUSW_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags,
+                                                int priority)
+{
+    CUSW_INIT_ENTRY();
+    if (priority > CUSW_LEAST_STREAM_PRIORITY)
+        priority = CUSW_LEAST_STREAM_PRIORITY;
+    if (priority < CUSW_GREATEST_STREAM_PRIORITY)
+        priority = CUSW_GREATEST_STREAM_PRIORITY;
+    return create(phStream, flags, priority);
 }
 
 CUSW_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
@@ -104,6 +124,28 @@ static CUresult get_id(CUstream hStream, bool per_thread, unsigned long long *st
 
 CUSW_TWINS(cuStreamGetId, (CUstream hStream, unsigned long long *streamId),
            get_id(hStream, per_thread, streamId))
+
+/* The priority or the flags a stream was created with. */
+static CUresult get_priority_or_flags(CUstream hStream, bool per_thread, int *priority,
+                                      unsigned int *flags)
+{
+    if (priority == NULL && flags == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS && priority != NULL)
+        *priority = s->priority;
+    if (rc == CUDA_SUCCESS && flags != NULL)
+        *flags = s->flags;
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_TWINS(cuStreamGetPriority, (CUstream hStream, int *priority),
+           get_priority_or_flags(hStream, per_thread, priority, NULL))
+CUSW_TWINS(cuStreamGetFlags, (CUstream hStream, unsigned int *flags),
+           get_priority_or_flags(hStream, per_thread, NULL, flags))
 
 /* Waiting on an event adds a barrier operation that depends on the recorded point; waiting on an
  * event recorded in a capture forks or joins the stream into that capture. */

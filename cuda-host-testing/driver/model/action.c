@@ -53,9 +53,20 @@ static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
 
 static void fill(const struct cusw_action *a)
 {
-    uint32_t *dst = a->u.set.dst;
-    for (size_t i = 0; i < a->u.set.count; i++)
-        dst[i] = a->u.set.value;
+    size_t count = a->u.set.count;
+    switch (a->u.set.width) {
+    case 1:
+        memset(a->u.set.dst, (int)a->u.set.value, count);
+        break;
+    case 2:
+        for (size_t i = 0; i < count; i++)
+            ((uint16_t *)a->u.set.dst)[i] = (uint16_t)a->u.set.value;
+        break;
+    default:
+        for (size_t i = 0; i < count; i++)
+            ((uint32_t *)a->u.set.dst)[i] = a->u.set.value;
+        break;
+    }
 }
 
 /* Host functions and callbacks enqueued on streams that have not finished (cuswLiveObjects). */

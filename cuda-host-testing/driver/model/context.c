@@ -1,7 +1,7 @@
 /*
  * context.c - devices and their contexts: initialisation, each device's primary context, the
- * calling thread's current context, sticky errors, and waiting for all of a context's streams.
- * What activates a context and tears it down is activation.c's.
+ * calling thread's stack of current contexts, sticky errors, and waiting for all of a context's
+ * streams. What activates a context and tears it down is activation.c's.
  *
  * Each device has one primary context object for the life of the process, so its handle stays
  * the same across releases (as on the real driver) and its sticky error survives them: measured
@@ -71,15 +71,83 @@ CUresult cusw_ctx_check(const struct cusw_ctx *ctx)
 
 /* ---- The calling thread's current context ---------------------------------------------------- */
 
-/* Contexts are never freed, so a thread may keep a plain pointer. */
-static _Thread_local struct cusw_ctx *current;
+/* The calling thread's stack of current contexts: cuCtxPushCurrent pushes, cuCtxPopCurrent pops,
+ * cuCtxSetCurrent replaces the top, which is the current context. Contexts are never freed, so a
+ * thread may keep plain pointers. Kept as a thread-specific value, freed when the thread exits
+ * (pthread clears it first, so a CUDA call made by a later destructor of the exiting thread
+ * starts afresh instead of finding freed memory). */
+struct context_stack {
+    struct cusw_ctx **entries;
+    size_t depth, capacity;
+};
 
-struct cusw_ctx *cusw_ctx_bound(void) { return current; }
+static pthread_key_t stack_key;
+static pthread_once_t stack_once = PTHREAD_ONCE_INIT;
 
-void cusw_ctx_bind(struct cusw_ctx *ctx) { current = ctx; }
+static void free_stack(void *p)
+{
+    struct context_stack *stack = p;
+    free(stack->entries);
+    free(stack);
+}
+
+static void make_stack_key(void) { pthread_key_create(&stack_key, free_stack); }
+
+/* The calling thread's stack, made on first use when `make`; NULL if it has none (or no memory). */
+static struct context_stack *thread_stack(bool make)
+{
+    pthread_once(&stack_once, make_stack_key);
+    struct context_stack *stack = pthread_getspecific(stack_key);
+    if (stack == NULL && make) {
+        stack = calloc(1, sizeof *stack);
+        if (stack != NULL && pthread_setspecific(stack_key, stack) != 0) {
+            free(stack);
+            stack = NULL;
+        }
+    }
+    return stack;
+}
+
+struct cusw_ctx *cusw_ctx_bound(void)
+{
+    const struct context_stack *stack = thread_stack(false);
+    return stack != NULL && stack->depth > 0 ? stack->entries[stack->depth - 1] : NULL;
+}
+
+CUresult cusw_ctx_push(struct cusw_ctx *ctx)
+{
+    struct context_stack *stack = thread_stack(true);
+    if (stack == NULL || !cusw_reserve((void **)&stack->entries, &stack->capacity,
+                                       stack->depth + 1, sizeof *stack->entries))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    stack->entries[stack->depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+struct cusw_ctx *cusw_ctx_pop(void)
+{
+    struct context_stack *stack = thread_stack(false);
+    if (stack == NULL || stack->depth == 0)
+        return NULL;
+    return stack->entries[--stack->depth];
+}
+
+CUresult cusw_ctx_bind(struct cusw_ctx *ctx)
+{
+    if (ctx == NULL) {
+        (void)cusw_ctx_pop(); /* nothing to unbind is no error */
+        return CUDA_SUCCESS;
+    }
+    struct context_stack *stack = thread_stack(false);
+    if (stack == NULL || stack->depth == 0)
+        return cusw_ctx_push(ctx);
+    stack->entries[stack->depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
 
 CUresult cusw_ctx_current(struct cusw_ctx **out)
 {
+    struct cusw_ctx *current = cusw_ctx_bound();
     if (current == NULL)
         return CUDA_ERROR_INVALID_CONTEXT;
     CUresult rc = cusw_ctx_check(current);

@@ -1,5 +1,5 @@
 /*
- * exec.c - executable graphs: instantiation, launch, destruction, host-node updates.
+ * exec.c - executable graphs: instantiation, launch, upload, destruction, host-node updates.
  *
  * Instantiation flattens the graph into its nodes' actions in a topological order (Kahn's
  * algorithm, ties broken by creation order), so the executable is independent of its graph from
@@ -172,6 +172,15 @@ CUresult cusw_exec_launch(struct cusw_exec *x, struct cusw_stream *s, bool captu
     x->last_launch.seq = s->enqueued;
     x->launched = true;
     return CUDA_SUCCESS;
+}
+
+CUresult cusw_exec_upload(struct cusw_exec *x, struct cusw_stream *s)
+{
+    /* Nothing to upload: the operation only keeps the documented order, behind the stream's
+     * earlier work and the executable's earlier launches. */
+    struct cusw_action nothing = { .kind = CUSW_ACT_NOP };
+    size_t ndeps = x->last_launch.stream != NULL ? 1 : 0;
+    return cusw_stream_enqueue(s, &nothing, &x->last_launch, ndeps);
 }
 
 CUresult cusw_exec_set_host_params(struct cusw_exec *x, CUgraphNode node, CUhostFn fn, void *data)

@@ -136,12 +136,24 @@ void cusw_memory_release_context(struct cusw_ctx *ctx)
     }
 }
 
-bool cusw_copy_waits_for_stream(const void *dst, const void *src)
+/* The rules of the driver API's synchronisation behaviour (its reference's "API synchronization
+ * behavior" page), where the memory of a device allocation is the device's and all else the
+ * host's. */
+bool cusw_copy_waits_for_stream(const void *dst, const void *src, bool async)
 {
     cusw_lock_acquire();
     const struct allocation *to = allocation_of(dst);
     const struct allocation *from = allocation_of(src);
-    bool waits = to == NULL || (to->host && (from == NULL || from->host));
+    bool waits = async ? to == NULL || (to->host && (from == NULL || from->host))
+                       : to == NULL || from == NULL || to->host || from->host;
+    cusw_lock_release();
+    return waits;
+}
+
+bool cusw_set_waits_for_stream(const void *dst)
+{
+    cusw_lock_acquire();
+    bool waits = cusw_memory_is_page_locked(dst);
     cusw_lock_release();
     return waits;
 }
