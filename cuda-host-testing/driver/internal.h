@@ -406,7 +406,10 @@ struct cusw_action {
     union {
         struct { CUhostFn fn; void *data; } host;
         struct { CUstreamCallback fn; void *data; CUstream stream; } callback;
-        struct { void *dst; const void *src; size_t bytes; } copy;
+        /* `stage`: the source is read when the copy is enqueued, into a buffer of its own
+         * (`staged`), as the real driver stages pageable memory; a captured copy reads it when
+         * its node runs. */
+        struct { void *dst; const void *src; size_t bytes; bool stage, staged; } copy;
         struct { void *dst; uint32_t value; size_t count; unsigned int width; } set; /* bytes */
         struct { CUdeviceptr addr; uint64_t value; unsigned int flags; bool is64; } mem;
         struct { CUresult code; } fault;
@@ -431,7 +434,10 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx);
  * (cusw_action_run uncounts each one as it finishes). */
 void cusw_action_enqueued(const struct cusw_action *a);
 unsigned long long cusw_pending_host_functions(void);
-/* [locked] Drops the references the action holds (event, launch snapshot). */
+/* [locked] The action as a stream enqueues it: a copy asked to stage its source reads it now, into
+ * a buffer the action owns. False when out of memory. */
+bool cusw_action_stage(struct cusw_action *a);
+/* [locked] Drops the references the action holds (event, launch snapshot, staged source). */
 void cusw_action_release(struct cusw_action *a);
 CUgraphNodeType cusw_action_node_type(const struct cusw_action *a);
 
@@ -565,10 +571,13 @@ bool cusw_memory_is_page_locked(const void *p); /* [locked] inside a cuMemHostAl
 size_t cusw_device_memory_free(int device); /* [locked] */
 void cusw_memory_release_context(struct cusw_ctx *ctx); /* [locked] frees its allocations */
 void cusw_memory_counts(size_t *host, size_t *device); /* [locked] live allocations */
-/* Whether a copy from src to dst returns only once its stream has done it (takes the lock):
- * of the async copies, one into pageable host memory, or between two host buffers; of the
- * synchronous ones, every copy but one between two device allocations. */
-bool cusw_copy_waits_for_stream(const void *dst, const void *src, bool async);
+/* How a copy from src to dst behaves (takes the lock). Of the async copies, one into pageable host
+ * memory, or between two host buffers, returns only once its stream has done it; one from
+ * pageable host memory to the device reads its source before it returns; any other returns at
+ * once. Of the synchronous ones, every copy but one between two device allocations returns only
+ * once done. */
+enum cusw_copy_rule { CUSW_COPY_RETURNS_AT_ONCE, CUSW_COPY_STAGES_SOURCE, CUSW_COPY_WAITS };
+enum cusw_copy_rule cusw_copy_rule(const void *dst, const void *src, bool async);
 /* Whether a synchronous set of memory at dst returns only once done: into page-locked memory. */
 bool cusw_set_waits_for_stream(const void *dst);
 

@@ -125,14 +125,19 @@ fn a_copy_from_mapped_host_memory_to_device_memory_returns_at_once_behind_a_held
 }
 
 #[test]
-fn a_copy_from_pageable_host_memory_to_device_memory_returns_at_once_behind_a_held_stream() {
+fn a_copy_from_pageable_host_memory_to_device_memory_returns_at_once_having_read_its_source() {
     let _alone = alone();
     // Plain heap memory, leaked: a driver that read it later would still read live memory.
-    let pageable: &'static u32 = leak(7);
+    let pageable: &'static AtomicU32 = leak(AtomicU32::new(7));
     assert_copy_to_device_returns_at_once("cuMemcpyHtoDAsync_v2", move |to, stream| {
         // SAFETY: four readable bytes that live for the process, to device memory of the
         // stream's context.
-        unsafe { driver().cuMemcpyHtoDAsync_v2(to, ptr::from_ref(pageable).cast(), 4, stream) }
+        let result =
+            unsafe { driver().cuMemcpyHtoDAsync_v2(to, pageable.as_ptr().cast(), 4, stream) };
+        // Returned with the stream still held: the driver staged the word, and the caller may
+        // use its memory again.
+        pageable.store(8, Ordering::SeqCst);
+        result
     });
 }
 

@@ -6,7 +6,9 @@
  *
  * Async copies and sets return at once, except the copies between two host buffers, or into
  * pageable host memory, which the real driver does synchronously: their enqueue returns only once
- * the stream has reached and done them (docs/REAL-DRIVER.md). The synchronous copies and sets
+ * the stream has reached and done them (docs/REAL-DRIVER.md). An async copy from pageable host
+ * memory to the device returns at once too, having read its source, as the real driver stages
+ * it: the caller may use that memory again at once. The synchronous copies and sets
  * work on the legacy stream, and return at once only where the driver API's documented
  * synchronisation behaviour lets them (a copy between device allocations, a set of device
  * memory). The stream's worker does the copy or set, in order, while a caller that waits waits.
@@ -104,8 +106,10 @@ static CUresult copy(void *dst, const void *src, size_t bytes, bool async, CUstr
 {
     if (bytes > 0 && (dst == NULL || src == NULL))
         return CUDA_ERROR_INVALID_VALUE;
+    enum cusw_copy_rule rule = cusw_copy_rule(dst, src, async);
     struct cusw_action a = { .kind = CUSW_ACT_COPY, .u.copy = { dst, src, bytes } };
-    if (cusw_copy_waits_for_stream(dst, src, async))
+    a.u.copy.stage = rule == CUSW_COPY_STAGES_SOURCE;
+    if (rule == CUSW_COPY_WAITS)
         return cusw_submit_and_wait(stream, per_thread, &a);
     return cusw_submit(stream, per_thread, &a);
 }

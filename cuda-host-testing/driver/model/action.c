@@ -146,9 +146,24 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
     }
 }
 
+bool cusw_action_stage(struct cusw_action *a)
+{
+    if (a->kind != CUSW_ACT_COPY || !a->u.copy.stage || a->u.copy.bytes == 0)
+        return true;
+    void *staged = malloc(a->u.copy.bytes);
+    if (staged == NULL)
+        return false;
+    memcpy(staged, a->u.copy.src, a->u.copy.bytes);
+    a->u.copy.src = staged;
+    a->u.copy.staged = true;
+    return true;
+}
+
 void cusw_action_release(struct cusw_action *a)
 {
-    if (a->kind == CUSW_ACT_EVENT_RECORD) {
+    if (a->kind == CUSW_ACT_COPY && a->u.copy.staged) {
+        free((void *)a->u.copy.src);
+    } else if (a->kind == CUSW_ACT_EVENT_RECORD) {
         cusw_event_unref(a->u.record.event);
     } else if (a->kind == CUSW_ACT_GRAPH) {
         /* The launch has finished: its user-object references go (destructors may now run, on

@@ -139,15 +139,19 @@ void cusw_memory_release_context(struct cusw_ctx *ctx)
 /* The rules of the driver API's synchronisation behaviour (its reference's "API synchronization
  * behavior" page), where the memory of a device allocation is the device's and all else the
  * host's. */
-bool cusw_copy_waits_for_stream(const void *dst, const void *src, bool async)
+enum cusw_copy_rule cusw_copy_rule(const void *dst, const void *src, bool async)
 {
     cusw_lock_acquire();
     const struct allocation *to = allocation_of(dst);
     const struct allocation *from = allocation_of(src);
-    bool waits = async ? to == NULL || (to->host && (from == NULL || from->host))
-                       : to == NULL || from == NULL || to->host || from->host;
+    bool to_host = to == NULL || to->host, from_host = from == NULL || from->host;
+    enum cusw_copy_rule rule = CUSW_COPY_RETURNS_AT_ONCE;
+    if (async ? to == NULL || (to_host && from_host) : to_host || from_host)
+        rule = CUSW_COPY_WAITS;
+    else if (from == NULL)
+        rule = CUSW_COPY_STAGES_SOURCE; /* pageable host memory to the device */
     cusw_lock_release();
-    return waits;
+    return rule;
 }
 
 bool cusw_set_waits_for_stream(const void *dst)

@@ -103,9 +103,16 @@ static CUresult submit(CUstream stream, bool per_thread, const struct cusw_actio
     CUresult rc = cusw_stream_resolve(stream, per_thread, &s);
     if (rc == CUDA_SUCCESS)
         rc = cusw_capture_check_enqueue(s, &capturing);
-    for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++)
-        rc = capturing ? cusw_capture_add_node(s, &actions[i])
-                       : cusw_stream_enqueue(s, &actions[i], NULL, 0);
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+        struct cusw_action a = actions[i];
+        if (capturing) {
+            rc = cusw_capture_add_node(s, &a);
+        } else if (!cusw_action_stage(&a)) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if ((rc = cusw_stream_enqueue(s, &a, NULL, 0)) != CUDA_SUCCESS) {
+            cusw_action_release(&a);
+        }
+    }
     if (rc == CUDA_SUCCESS && wait && !capturing) {
         cusw_stream_drain(s); /* lets go of the lock while it waits */
         rc = cusw_ctx_sticky(s->ctx);
