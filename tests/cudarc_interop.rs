@@ -15,30 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use suite::{Gate, Tally, in_child_process, ok, test_driver, wait_until};
 
-/// Whether `test` runs in this process: `false` when it ran in a child process instead (always
-/// on the software driver, there with cudarc opening the same software driver; on the real one
-/// too when `always_in_child`), with `env` added.
+/// Whether `test` runs in this process (see [`suite::runs_here_with_libcuda`]).
 fn runs_here(test: &str, always_in_child: bool, env: &[(&str, &str)]) -> bool {
-    if in_child_process() {
-        return true;
-    }
-    let software = test_driver().is_software();
-    if !software && !always_in_child {
-        return true;
-    }
-    let libcuda = LibcudaDir::new().unwrap_or_else(|e| panic!("{e}"));
-    let library_path = libcuda.ld_library_path();
-    let library_path = library_path.to_str().expect("a UTF-8 library path");
-    let mut child_env = vec![(
-        "CUDA_TEST_DRIVER",
-        if software { "software" } else { "real" },
-    )];
-    if software {
-        child_env.push(("LD_LIBRARY_PATH", library_path));
-    }
-    child_env.extend_from_slice(env);
-    suite::run_in_child(module_path!(), test, &child_env);
-    false
+    suite::runs_here_with_libcuda(module_path!(), test, always_in_child, env)
 }
 
 /// cudarc's primary context of device 0, and a cuda-host `Context` of it.
