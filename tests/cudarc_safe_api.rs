@@ -1,7 +1,7 @@
 //! cudarc's safe API, the calls of it that need no kernel, on the driver the suite runs on: a
-//! context and its device, streams (forked, joined, with a priority, the default and per-thread
-//! ones), events, device memory set and copied, page-locked memory, a graph captured from a
-//! stream, and raw context pushes around cudarc's work. What a user's crate calls through cudarc
+//! context and its device, a context of its own, streams (forked, joined, with a priority, the
+//! default and per-thread ones), events, device memory set and copied, page-locked memory, a graph
+//! captured from a stream, and raw context pushes around cudarc's work. What a user's crate calls through cudarc
 //! on a machine without a GPU, the software driver serves.
 //!
 //! cudarc opens libcuda by name: on the software driver each test runs in a child process whose
@@ -54,6 +54,32 @@ fn a_context_tells_of_its_device_and_binds_to_any_thread() {
     .join()
     .expect("the other thread");
     context.check_err().expect("no error recorded");
+}
+
+#[test]
+fn a_context_of_its_own_has_streams_and_memory_of_its_own_until_dropped() {
+    let test = "a_context_of_its_own_has_streams_and_memory_of_its_own_until_dropped";
+    if !runs_here(test) {
+        return;
+    }
+    let primary = context();
+    let own = CudaContext::new_non_primary(0, 0).expect("a context of its own");
+    assert!(!own.is_primary());
+    assert_ne!(own.cu_ctx(), primary.cu_ctx());
+    let stream = own.new_stream().expect("a stream");
+    let on_device = stream.clone_htod(&words(11, 32)).expect("copied up");
+    assert_eq!(
+        stream.clone_dtoh(&on_device).expect("copied back"),
+        words(11, 32)
+    );
+    drop((on_device, stream));
+    drop(own);
+    let stream = primary.default_stream();
+    let on_device = stream.clone_htod(&words(1, 4)).expect("copied up");
+    assert_eq!(
+        stream.clone_dtoh(&on_device).expect("copied back"),
+        words(1, 4)
+    );
 }
 
 #[test]

@@ -38,6 +38,16 @@ typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
 
+/* cuCtxCreate_v4's parameters. Execution affinity and graphics interop are not implemented:
+ * their structs are declared only. */
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+typedef struct CUctxCigParam_st CUctxCigParam;
+typedef struct CUctxCreateParams_st {
+    CUexecAffinityParam *execAffinityParams;
+    int numExecAffinityParams;
+    CUctxCigParam *cigParams;
+} CUctxCreateParams;
+
 #define CU_STREAM_LEGACY     ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 

@@ -209,16 +209,18 @@ struct cusw_stream;
 struct cusw_event;
 
 struct cusw_ctx {
-    uintptr_t handle;
+    uintptr_t handle; /* out of the registry once a created context is destroyed */
     int device;
     unsigned int flags;
-    int retain_count;
+    bool primary;     /* else made by cuCtxCreate: destroyed by cuCtxDestroy, never freed */
+    int retain_count; /* of a primary context */
     bool active;
     atomic_int sticky;          /* CUresult; never cleared for the process */
     atomic_bool tearing_down;   /* makes wait-value polls give up while the context is torn down */
     struct cusw_stream *legacy; /* while active */
     struct cusw_stream *streams; /* every stream of the context, also destroyed ones still draining */
     struct cusw_event *events;
+    struct cusw_ctx *next_created; /* every context cuCtxCreate made, process-wide */
 };
 
 bool cusw_initialized(void); /* whether cuInit has succeeded */
@@ -226,10 +228,13 @@ void cusw_initialize(void);  /* cuInit's work: the devices' primary contexts */
 int cusw_device_count(void);
 CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
 struct cusw_ctx *cusw_primary_ctx(CUdevice dev); /* of a checked device */
+/* [locked] A context of a checked device, registered and inactive (cuCtxCreate's), or NULL. */
+struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags);
 /* [locked] CUDA_ERROR_INVALID_CONTEXT unless `handle` names a context. */
 CUresult cusw_ctx_from_handle(CUcontext handle, struct cusw_ctx **out);
 /* [locked] The calling thread's current context, checked: CUDA_ERROR_INVALID_CONTEXT if none,
- * CUDA_ERROR_CONTEXT_IS_DESTROYED if it is an inactive primary context, its sticky error if any. */
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED if it is inactive (a released primary context, a destroyed
+ * created one), its sticky error if any. */
 CUresult cusw_ctx_current(struct cusw_ctx **out);
 struct cusw_ctx *cusw_ctx_bound(void); /* the calling thread's current context, unchecked */
 /* The calling thread's stack of current contexts: a push makes `ctx` current; a pop makes the one
@@ -604,6 +609,11 @@ CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cus
 CUresult cusw_primary_ctx_retain(struct cusw_ctx *c);
 /* [locked] A release: the last one deactivates it. CUDA_ERROR_INVALID_CONTEXT if none is held. */
 CUresult cusw_primary_ctx_release(struct cusw_ctx *c);
+/* [locked] Activates a context cusw_ctx_new made. */
+CUresult cusw_ctx_activate(struct cusw_ctx *c);
+/* [locked] Deactivates a context cusw_ctx_new made and invalidates its handle; the object stays,
+ * so that threads it is current to are answered CUDA_ERROR_CONTEXT_IS_DESTROYED. */
+void cusw_ctx_destroy(struct cusw_ctx *c);
 
 /* ---- Every call (model/calls.c) -------------------------------------------------------------- */
 

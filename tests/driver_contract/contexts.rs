@@ -1,10 +1,14 @@
 //! The calling thread's stack of current contexts (`cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
-//! `cuCtxSetCurrent`), a context's flags, and the stream priorities it offers, with what a
-//! stream tells of its priority and flags.
+//! `cuCtxSetCurrent`), contexts made and destroyed (`cuCtxCreate_v4`, `cuCtxDestroy_v2`), a
+//! context's flags, and the stream priorities it offers, with what a stream tells of its priority
+//! and flags.
 
 use crate::harness::*;
-use cuda_host_sys::{CUcontext, CUctx_flags, CUresult, CUstream, CUstream_flags};
+use cuda_host_sys::{CUcontext, CUctx_flags, CUdevice, CUresult, CUstream, CUstream_flags};
 use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::mpsc;
 use suite::ok;
 
 const SCHED_MASK: u32 = CUctx_flags::CU_CTX_SCHED_MASK.0;
@@ -79,6 +83,84 @@ fn set_current_binds_a_context_and_null_pops_the_top_of_the_stack() {
             "the stack is empty"
         );
     });
+}
+
+/// A new context of `device`, made on the calling thread (`cuCtxCreate_v4`).
+fn create(device: CUdevice) -> CUcontext {
+    let mut created = ptr::null_mut();
+    // SAFETY: a valid out-pointer, no parameters, a device of the driver.
+    ok("cuCtxCreate_v4", unsafe {
+        driver().cuCtxCreate_v4(&mut created, ptr::null_mut(), 0, device)
+    });
+    created
+}
+
+fn destroy(context: CUcontext) -> CUresult {
+    // SAFETY: a context made by cuCtxCreate_v4, destroyed once.
+    unsafe { driver().cuCtxDestroy_v2(context) }
+}
+
+#[test]
+fn a_created_context_is_current_with_streams_of_its_own_until_destroyed() {
+    let _shared = shared();
+    let context = suite::context();
+    let device = context.device();
+    on_another_thread(context.as_raw(), move |primary| {
+        ok("cuCtxPushCurrent_v2", push(primary));
+        let created = create(device);
+        assert_ne!(created, primary);
+        assert_eq!(current(), created, "pushed as it was made");
+        let mut stream = ptr::null_mut();
+        let mut owner = ptr::null_mut();
+        // SAFETY: valid out-pointers; the created context is current.
+        unsafe {
+            ok(
+                "cuStreamCreate",
+                driver().cuStreamCreate(&mut stream, NON_BLOCKING),
+            );
+            ok(
+                "cuStreamGetCtx",
+                driver().cuStreamGetCtx(stream, &mut owner),
+            );
+        }
+        assert_eq!(owner, created);
+        let ran = Arc::new(AtomicUsize::new(0));
+        launch(stream, counting(&ran));
+        ok("cuStreamSynchronize", synchronize(stream));
+        assert_eq!(count(&ran), 1);
+        // SAFETY: the stream made above, destroyed once.
+        ok("cuStreamDestroy_v2", unsafe {
+            driver().cuStreamDestroy_v2(stream)
+        });
+        ok("cuCtxDestroy_v2", destroy(created));
+        assert_eq!(current(), primary, "popped as it was destroyed");
+        assert_eq!(pop(), (SUCCESS, primary));
+    });
+}
+
+#[test]
+fn a_context_destroyed_while_current_to_another_thread_is_an_error_to_use_there() {
+    let _shared = shared();
+    let device = suite::context().device();
+    // Made on a thread of its own, so that it is current to none of this test's.
+    let created = on_another_thread(device, |device| SendHandle(create(device))).into_inner();
+    let to_use = SendHandle(created);
+    let (bound, wait_for_bound) = mpsc::channel();
+    let (destroyed, wait_for_destroyed) = mpsc::channel();
+    let user = std::thread::spawn(move || {
+        ok("cuCtxSetCurrent", set_current(to_use.get()));
+        bound.send(()).expect("the destroying thread");
+        wait_for_destroyed.recv().expect("the destruction");
+        // SAFETY: no arguments: the current context, destroyed meanwhile.
+        let used = unsafe { driver().cuCtxSynchronize() };
+        (used, current() == to_use.get())
+    });
+    wait_for_bound.recv().expect("the using thread");
+    ok("cuCtxDestroy_v2", destroy(created));
+    destroyed.send(()).expect("the using thread");
+    let (used, still_current) = user.join().expect("the using thread");
+    assert_eq!(used, CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED);
+    assert!(still_current, "it stays current to the thread");
 }
 
 fn flags() -> u32 {

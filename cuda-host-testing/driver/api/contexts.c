@@ -1,6 +1,7 @@
 /*
  * contexts.c - Primary Context Management and Context Management: cuDevicePrimaryCtxRetain,
- * cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxGetState, cuCtxSetCurrent, cuCtxGetCurrent,
+ * cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxGetState, cuCtxCreate_v4, cuCtxDestroy_v2,
+ * cuCtxSetCurrent, cuCtxGetCurrent,
  * cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, cuCtxGetDevice (both ABIs), cuCtxGetFlags,
  * cuCtxSetFlags, cuCtxGetStreamPriorityRange, cuCtxSynchronize (both ABIs). What a context holds, and what its
  * activation and deactivation do, is model/context.c's and model/activation.c's.
@@ -50,6 +51,55 @@ CUSW_EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flag
     *active = c->active ? 1 : 0;
     cusw_lock_release();
     return CUDA_SUCCESS;
+}
+
+/* ---- Contexts of their own ------------------------------------------------------------------- */
+
+/* As documented, a new context is pushed onto the calling thread's stack: current until popped
+ * or destroyed. Execution affinity (MPS) and graphics interop are not modelled. */
+CUSW_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                                    unsigned int flags, CUdevice dev)
+{
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (pctx == NULL || (flags & ~(unsigned int)CU_CTX_FLAGS_MASK) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (ctxCreateParams != NULL &&
+        (ctxCreateParams->execAffinityParams != NULL || ctxCreateParams->cigParams != NULL))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    cusw_lock_acquire();
+    struct cusw_ctx *c = cusw_ctx_new(dev, flags);
+    rc = c == NULL ? CUDA_ERROR_OUT_OF_MEMORY : cusw_ctx_activate(c);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_ctx_push(c);
+    if (rc == CUDA_SUCCESS)
+        *pctx = (CUcontext)c->handle;
+    else if (c != NULL)
+        cusw_ctx_destroy(c);
+    cusw_lock_release();
+    return rc;
+}
+
+/* As documented: destroyed whichever threads it is current to; popped if the calling thread's
+ * current one, and an error to use for the others. A primary context is released, not destroyed
+ * (answering CUDA_ERROR_INVALID_CONTEXT for one is not measured on the real driver). */
+CUSW_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    CUSW_INIT_ENTRY();
+    cusw_lock_acquire();
+    struct cusw_ctx *c = NULL;
+    CUresult rc = cusw_ctx_from_handle(ctx, &c);
+    if (rc == CUDA_SUCCESS && c->primary)
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS) {
+        cusw_ctx_destroy(c);
+        if (cusw_ctx_bound() == c)
+            (void)cusw_ctx_pop();
+    }
+    cusw_lock_release();
+    return rc;
 }
 
 /* ---- The calling thread's current context ---------------------------------------------------- */

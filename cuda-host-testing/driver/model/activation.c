@@ -3,7 +3,8 @@
  * which destroys its streams (once they have drained: pending work still runs to completion, as
  * on a device), its events and its allocations. A primary context is activated by its first
  * retain and deactivated by its last release; nothing may activate it again while a
- * deactivation, which lets go of the lock while streams drain, is under way.
+ * deactivation, which lets go of the lock while streams drain, is under way. A context
+ * cuCtxCreate made is activated as it is made and deactivated by cuCtxDestroy, for good.
  */
 #include "internal.h"
 
@@ -34,17 +35,21 @@ static void deactivate(struct cusw_ctx *c)
     cusw_broadcast_progress();
 }
 
+CUresult cusw_ctx_activate(struct cusw_ctx *c)
+{
+    c->legacy = cusw_stream_create(c, CUSW_STREAM_LEGACY, 0);
+    if (c->legacy == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    c->active = true;
+    return CUDA_SUCCESS;
+}
+
 CUresult cusw_primary_ctx_retain(struct cusw_ctx *c)
 {
     wait_teardown(c);
     CUresult rc = cusw_ctx_sticky(c);
-    if (rc == CUDA_SUCCESS && !c->active) {
-        c->legacy = cusw_stream_create(c, CUSW_STREAM_LEGACY, 0);
-        if (c->legacy == NULL)
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        else
-            c->active = true;
-    }
+    if (rc == CUDA_SUCCESS && !c->active)
+        rc = cusw_ctx_activate(c);
     if (rc == CUDA_SUCCESS)
         c->retain_count++;
     return rc;
@@ -58,4 +63,12 @@ CUresult cusw_primary_ctx_release(struct cusw_ctx *c)
     if (--c->retain_count == 0 && c->active)
         deactivate(c); /* succeeds also with a sticky error, as measured */
     return CUDA_SUCCESS;
+}
+
+void cusw_ctx_destroy(struct cusw_ctx *c)
+{
+    cusw_handle_remove(c->handle); /* the value stays: cuCtxGetCurrent still tells it */
+    wait_teardown(c);
+    if (c->active)
+        deactivate(c);
 }

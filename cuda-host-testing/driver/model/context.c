@@ -6,7 +6,8 @@
  * Each device has one primary context object for the life of the process, so its handle stays
  * the same across releases (as on the real driver) and its sticky error survives them: measured
  * on the real driver, a sticky error never clears for the process, and retaining the primary
- * context again answers it.
+ * context again answers it. Contexts cuCtxCreate makes live on after cuCtxDestroy too, without a
+ * handle.
  */
 #include "internal.h"
 
@@ -31,6 +32,7 @@ void cusw_initialize(void)
         for (int i = 0; i < cusw_device_count(); i++) {
             contexts[i].device = i;
             contexts[i].flags = CU_CTX_SCHED_AUTO;
+            contexts[i].primary = true;
             contexts[i].handle = cusw_handle_new(CUSW_KIND_CONTEXT, &contexts[i]);
         }
         atomic_store(&initialized, true);
@@ -39,6 +41,24 @@ void cusw_initialize(void)
 }
 
 struct cusw_ctx *cusw_primary_ctx(CUdevice dev) { return &contexts[dev]; }
+
+/* [locked] Contexts are never freed, so that a thread may keep a plain pointer to one, even after
+ * cuCtxDestroy: kept here, they stay reachable. */
+static struct cusw_ctx *created;
+
+struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags)
+{
+    struct cusw_ctx *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->handle = cusw_handle_new(CUSW_KIND_CONTEXT, c)) == 0) {
+        free(c);
+        return NULL;
+    }
+    c->device = dev;
+    c->flags = flags;
+    c->next_created = created;
+    created = c;
+    return c;
+}
 
 CUresult cusw_ctx_from_handle(CUcontext handle, struct cusw_ctx **out)
 {

@@ -10,11 +10,17 @@
 
 /* ---- Per-thread default streams -------------------------------------------------------------- */
 
-/* Per thread, the handle of its per-thread stream in each device's primary context. Handles,
- * not pointers: a context's last release destroys the stream behind the thread's back, and a stale
+/* Per thread, the handle of its per-thread stream in each context it used one of. Handles, not
+ * pointers: a context's deactivation destroys the stream behind the thread's back, and a stale
  * handle is then simply not found. The streams are destroyed when the thread exits. */
+struct thread_stream {
+    const struct cusw_ctx *ctx; /* contexts are never freed */
+    uintptr_t handle;
+};
+
 struct thread_streams {
-    uintptr_t handles[CUSW_MAX_DEVICES];
+    struct thread_stream *items;
+    size_t n, capacity;
 };
 
 /* Kept as a thread-specific value (not a _Thread_local pointer): pthread clears it before calling
@@ -27,12 +33,13 @@ static void thread_streams_exit(void *p)
 {
     struct thread_streams *ts = p;
     cusw_lock_acquire();
-    for (int i = 0; i < CUSW_MAX_DEVICES; i++) {
-        struct cusw_stream *s = cusw_handle_get(ts->handles[i], CUSW_KIND_STREAM);
+    for (size_t i = 0; i < ts->n; i++) {
+        struct cusw_stream *s = cusw_handle_get(ts->items[i].handle, CUSW_KIND_STREAM);
         if (s != NULL)
             cusw_stream_destroy(s);
     }
     cusw_lock_release();
+    free(ts->items);
     free(ts);
 }
 
@@ -41,8 +48,8 @@ static void make_thread_streams_key(void)
     pthread_key_create(&thread_streams_key, thread_streams_exit);
 }
 
-/* [locked] */
-static CUresult per_thread_stream(struct cusw_ctx *ctx, struct cusw_stream **out)
+/* [locked] The calling thread's entry for `ctx`, made on first use; NULL when out of memory. */
+static struct thread_stream *thread_stream_of(const struct cusw_ctx *ctx)
 {
     pthread_once(&thread_streams_once, make_thread_streams_key);
     struct thread_streams *ts = pthread_getspecific(thread_streams_key);
@@ -50,16 +57,30 @@ static CUresult per_thread_stream(struct cusw_ctx *ctx, struct cusw_stream **out
         ts = calloc(1, sizeof *ts);
         if (ts == NULL || pthread_setspecific(thread_streams_key, ts) != 0) {
             free(ts);
-            return CUDA_ERROR_OUT_OF_MEMORY;
+            return NULL;
         }
     }
-    uintptr_t *slot = &ts->handles[ctx->device];
-    struct cusw_stream *s = cusw_handle_get(*slot, CUSW_KIND_STREAM);
+    for (size_t i = 0; i < ts->n; i++)
+        if (ts->items[i].ctx == ctx)
+            return &ts->items[i];
+    if (!cusw_reserve((void **)&ts->items, &ts->capacity, ts->n + 1, sizeof *ts->items))
+        return NULL;
+    ts->items[ts->n] = (struct thread_stream){ .ctx = ctx };
+    return &ts->items[ts->n++];
+}
+
+/* [locked] */
+static CUresult per_thread_stream(struct cusw_ctx *ctx, struct cusw_stream **out)
+{
+    struct thread_stream *entry = thread_stream_of(ctx);
+    if (entry == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cusw_stream *s = cusw_handle_get(entry->handle, CUSW_KIND_STREAM);
     if (s == NULL) {
         s = cusw_stream_create(ctx, CUSW_STREAM_PER_THREAD, 0);
         if (s == NULL)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        *slot = s->handle;
+        entry->handle = s->handle;
     }
     *out = s;
     return CUDA_SUCCESS;
