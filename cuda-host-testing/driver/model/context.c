@@ -6,8 +6,8 @@
  * Each device has one primary context object for the life of the process, so its handle stays
  * the same across releases (as on the real driver) and its sticky error survives them: measured
  * on the real driver, a sticky error never clears for the process, and retaining the primary
- * context again answers it. Contexts cuCtxCreate makes live on after cuCtxDestroy too, without a
- * handle.
+ * context again answers it. Contexts cuCtxCreate makes live on after cuCtxDestroy too, out of
+ * the registry.
  */
 #include "internal.h"
 
