@@ -174,12 +174,19 @@ fn is_sanitizer_flag(arg: &OsStr) -> bool {
     arg.starts_with("-fsanitize") || arg.starts_with("-fno-sanitize")
 }
 
+/// The C files in `dir` and its folders (`model/`, `api/`), sorted.
 fn c_sources(dir: &Path) -> Vec<PathBuf> {
-    let mut sources: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|entry| entry.expect("readable directory entry").path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "c"))
-        .collect();
+    let mut sources = Vec::new();
+    for entry in
+        std::fs::read_dir(dir).unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+    {
+        let path = entry.expect("readable directory entry").path();
+        if path.is_dir() {
+            sources.extend(c_sources(&path));
+        } else if path.extension().is_some_and(|ext| ext == "c") {
+            sources.push(path);
+        }
+    }
     sources.sort();
     sources
 }

@@ -15,30 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use suite::{Gate, Tally, in_child_process, ok, test_driver, wait_until};
 
-/// Whether `test` runs in this process: `false` when it ran in a child process instead (always
-/// on the software driver, there with cudarc opening the same software driver; on the real one
-/// too when `always_in_child`), with `env` added.
+/// Whether `test` runs in this process (see [`suite::runs_here_with_libcuda`]).
 fn runs_here(test: &str, always_in_child: bool, env: &[(&str, &str)]) -> bool {
-    if in_child_process() {
-        return true;
-    }
-    let software = test_driver().is_software();
-    if !software && !always_in_child {
-        return true;
-    }
-    let libcuda = LibcudaDir::new().unwrap_or_else(|e| panic!("{e}"));
-    let library_path = libcuda.ld_library_path();
-    let library_path = library_path.to_str().expect("a UTF-8 library path");
-    let mut child_env = vec![(
-        "CUDA_TEST_DRIVER",
-        if software { "software" } else { "real" },
-    )];
-    if software {
-        child_env.push(("LD_LIBRARY_PATH", library_path));
-    }
-    child_env.extend_from_slice(env);
-    suite::run_in_child(module_path!(), test, &child_env);
-    false
+    suite::runs_here_with_libcuda(module_path!(), test, always_in_child, env)
 }
 
 /// cudarc's primary context of device 0, and a cuda-host `Context` of it.
@@ -499,14 +478,14 @@ fn borrow_raw_of_a_primary_context_releases_nothing() {
 #[test]
 fn borrow_raw_of_a_non_primary_context_finds_its_device_and_runs_host_functions_there() {
     let test = "borrow_raw_of_a_non_primary_context_finds_its_device_and_runs_host_functions_there";
-    if suite::skip_unless_real(test, "it makes primary contexts only") {
+    if !runs_here(test, false, &[]) {
         return;
     }
     let driver = &test_driver().driver;
     let cudarc_context = CudaContext::new_non_primary(0, 0).expect("a non-primary context");
     let raw: CUcontext = cudarc_context.cu_ctx().cast();
-    // SAFETY: cudarc's context is one of the real driver, which cudarc opened too, and it
-    // outlives `context`, everything made from it and their work, all gone before it is.
+    // SAFETY: cudarc's context is one of the test driver (cudarc opened the same library), and
+    // it outlives `context`, everything made from it and their work, all gone before it is.
     let context = unsafe { Context::borrow_raw(driver, raw) }.expect("a borrowed Context");
     assert_eq!(context.device(), cudarc_context.cu_device());
 

@@ -38,6 +38,16 @@ typedef struct CUuuid_st {
     char bytes[16];
 } CUuuid;
 
+/* cuCtxCreate_v4's parameters. Execution affinity and graphics interop are not implemented:
+ * their structs are declared only. */
+typedef struct CUexecAffinityParam_st CUexecAffinityParam;
+typedef struct CUctxCigParam_st CUctxCigParam;
+typedef struct CUctxCreateParams_st {
+    CUexecAffinityParam *execAffinityParams;
+    int numExecAffinityParams;
+    CUctxCigParam *cigParams;
+} CUctxCreateParams;
+
 #define CU_STREAM_LEGACY     ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
@@ -158,6 +168,7 @@ typedef enum CUdevice_attribute_enum {
     CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
+    CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED = 78,
     CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
@@ -169,7 +180,17 @@ typedef enum CUdevice_attribute_enum {
 } CUdevice_attribute;
 
 typedef enum CUctx_flags_enum {
-    CU_CTX_SCHED_AUTO          = 0x00,
+    CU_CTX_SCHED_AUTO           = 0x00,
+    CU_CTX_SCHED_SPIN           = 0x01,
+    CU_CTX_SCHED_YIELD          = 0x02,
+    CU_CTX_SCHED_BLOCKING_SYNC  = 0x04,
+    CU_CTX_SCHED_MASK           = 0x07,
+    CU_CTX_MAP_HOST             = 0x08,
+    CU_CTX_LMEM_RESIZE_TO_MAX   = 0x10,
+    CU_CTX_COREDUMP_ENABLE      = 0x20,
+    CU_CTX_USER_COREDUMP_ENABLE = 0x40,
+    CU_CTX_SYNC_MEMOPS          = 0x80,
+    CU_CTX_FLAGS_MASK           = 0xFF
 } CUctx_flags;
 
 typedef enum CUstream_flags_enum {
@@ -378,7 +399,7 @@ CUresult cuswFreshContextCreate(CUcontext *pctx, CUdevice dev);
 /* Destroys a fresh context as a primary context's last release does: its handle is invalid at
  * once, its streams drain (host functions run unless it failed) and are destroyed, then its events
  * and allocations. Must not be called from its own host functions or callbacks. A primary
- * context's handle answers CUDA_ERROR_INVALID_CONTEXT. See fresh_context.c. */
+ * context's handle answers CUDA_ERROR_INVALID_CONTEXT. See api/fresh_contexts.c. */
 CUresult cuswFreshContextDestroy(CUcontext ctx);
 
 #endif /* CUDASW_H */

@@ -1,5 +1,6 @@
 /*
- * internal.h - shared internals of the software CUDA driver.
+ * internal.h - the software CUDA driver's one internal header: the model's types and functions
+ * (model/), and the macros the exported functions (api/) are defined with.
  *
  * Concurrency model (read this first):
  *  - One process-wide mutex, `cusw_lock`, guards every driver object (contexts, streams and
@@ -13,14 +14,20 @@
  *    calls, stream workers waiting for cross-stream dependencies) waits on it.
  *  - Each stream has one worker thread that runs its operations in FIFO order. Host functions
  *    and stream callbacks of all streams run on one process-wide host-function thread
- *    (host_thread.c), as on the real driver. A user object's destructor runs where the real
- *    driver runs it (user_object.c): on the thread whose API call dropped the last reference,
- *    inside that call but after it has let go of cusw_lock (cusw_lock_release runs it), or, for
- *    references a launch or a launched executable held, on one process-wide destructor thread.
- *  - Handles given to the application are opaque numbers from the registry (registry.c), never
- *    pointers and never reused, so a stale or made-up handle is detected, never dereferenced.
+ *    (model/host_thread.c), as on the real driver. A user object's destructor runs where the
+ *    real driver runs it (model/user_object.c): on the thread whose API call dropped the last
+ *    reference, inside that call but after it has let go of cusw_lock (the call defers it to its
+ *    cusw_lock_release), or, for references a launch or a launched executable held, on one
+ *    process-wide destructor thread.
+ *  - Handles given to the application are opaque numbers from the registry (model/registry.c),
+ *    never pointers and never reused, so a stale or made-up handle is detected, never
+ *    dereferenced.
+ *  - What tests arm (failures, delays, captures begun at a call) and the call counts live behind
+ *    their own mutexes and atomics, never cusw_lock: every exported function checks them first.
  *
- * Every function in this file whose comment says "[locked]" must be called with cusw_lock held.
+ * The sections below follow the model's layers, bottom up: each file calls only those above it
+ * here (README.md has the map and the rule). Every function in this file whose comment says
+ * "[locked]" must be called with cusw_lock held.
  */
 #ifndef CUSW_INTERNAL_H
 #define CUSW_INTERNAL_H
@@ -37,7 +44,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- Export and entry-point prologue --------------------------------------------------------- */
+/* ---- Export and entry-point prologue (api/) -------------------------------------------------- */
 
 #define CUSW_EXPORT __attribute__((visibility("default")))
 
@@ -48,9 +55,9 @@
 #endif
 
 /* First statement of every exported function. The stub variant answers like NVIDIA's toolkit
- * stub libcuda.so; otherwise an armed delay (delay.c) holds the call back, the call is counted
- * (counts.c), and an armed fault injection (fault.c) answers in its place. Each function's call
- * site knows it by its exported name, __func__. */
+ * stub libcuda.so; otherwise the call does what a test armed for it and is counted (cusw_enter,
+ * model/calls.c), and an armed failure answers in its place. Each function's call site knows it
+ * by its exported name, __func__. */
 #define CUSW_ENTRY()                                                                             \
     do {                                                                                         \
         if (CUSW_IS_STUB)                                                                        \
@@ -91,79 +98,55 @@
 #define CUSW_MAX_DEVICES 8
 #define CUSW_DEFAULT_DRIVER_VERSION 13050
 #define CUSW_DEVICE_MEMORY_BYTES (16ULL << 30)
+/* cuCtxGetStreamPriorityRange's answer: lower numbers are greater priorities. */
+#define CUSW_LEAST_STREAM_PRIORITY 0
+#define CUSW_GREATEST_STREAM_PRIORITY (-5)
+/* Fresh contexts alive at once, at most (api/fresh_contexts.c). */
+#define CUSW_MAX_FRESH_CONTEXTS 64
 
-/* ---- Global lock (runtime.c) ----------------------------------------------------------------- */
+/* ---- The lock (model/lock.c) ----------------------------------------------------------------- */
 
 extern pthread_mutex_t cusw_lock;
 extern pthread_cond_t cusw_progress;
 
 void cusw_lock_acquire(void);
-/* Unlocks, then runs the user-object destructors this thread's releases made due (inline ones,
- * see user_object.c): the one place where a driver call runs user code on the caller's thread. */
+/* Unlocks, then runs what the calling thread deferred while it held the lock: the one place
+ * where a driver call runs user code on the caller's thread. */
 void cusw_lock_release(void);
 void cusw_wait_progress(void);      /* [locked] waits for the next broadcast of cusw_progress */
 void cusw_broadcast_progress(void); /* [locked] */
 
-/* Creates a detached internal thread (pins the library in memory first, so that a dlclose by
- * the application cannot unmap code that driver threads are still running). */
-bool cusw_spawn_thread(void *(*fn)(void *), void *arg);
+/* Work a holder of cusw_lock leaves for its own thread once it has let go of the lock: user code
+ * made due by an API call (a user object's destructor). */
+struct cusw_deferred {
+    struct cusw_deferred *next;
+    pthread_t thread; /* whose cusw_lock_release runs it */
+    void (*run)(struct cusw_deferred *);
+};
+/* [locked] `run(d)` runs on the calling thread, unlocked, in its next cusw_lock_release, after
+ * what it deferred before; it may free d. */
+void cusw_defer_until_unlocked(struct cusw_deferred *d, void (*run)(struct cusw_deferred *));
+
+/* ---- Process-wide plumbing (model/runtime.c) ------------------------------------------------- */
 
 /* Configuration read from the environment when the library is loaded. */
 int cusw_config_device_count(void);
 int cusw_config_driver_version(void);
 
+/* Creates a detached internal thread (pins the library in memory first, so that a dlclose by
+ * the application cannot unmap code that driver threads are still running). */
+bool cusw_spawn_thread(void *(*fn)(void *), void *arg);
+
 /* Per-thread serial number: unique for the process lifetime, unlike pthread_t. */
 uint64_t cusw_thread_serial(void);
+
+double cusw_now_ms(void); /* a monotonic clock */
+void cusw_sleep_us(unsigned long usec);
 
 /* Grows *array (of *capacity elements of elem_size bytes) to hold at least `needed`. */
 bool cusw_reserve(void **array, size_t *capacity, size_t needed, size_t elem_size);
 
-/* ---- Initialisation and devices (device.c) --------------------------------------------------- */
-
-bool cusw_initialized(void); /* whether cuInit has succeeded */
-int cusw_device_count(void);
-CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
-
-/* ---- Driver version and entry table (proc_address.c) ----------------------------------------- */
-
-int cusw_reported_driver_version(void);
-bool cusw_entry_name_known(const char *name); /* base or exported name of an entry or control */
-/* The base name of the entry point or control exported as `symbol`. */
-const char *cusw_entry_base(const char *symbol);
-/* Calls fn with the exported name of every entry point and control. */
-void cusw_for_each_export(void (*fn)(const char *symbol, void *arg), void *arg);
-
-/* ---- Call counts (counts.c) ------------------------------------------------------------------ */
-
-/* One per exported function (a static in CUSW_ENTRY), put on a process-wide list at its first
- * call; cuswCallCount sums the sites whose base or exported name matches. */
-struct cusw_call_site {
-    const char *symbol;
-    _Atomic(const char *) base; /* looked up at the first call */
-    atomic_ullong calls;
-    atomic_bool listed;
-    struct cusw_call_site *next; /* written once, before the site is published */
-};
-
-/* CUSW_ENTRY's work: delays, counts, and answers whether a fault injection takes the call
- * (then *injected is its answer). */
-bool cusw_enter(struct cusw_call_site *site, CUresult *injected);
-
-/* ---- Fault injection (fault.c) ---------------------------------------------------------------- */
-
-bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
-
-/* ---- Delays and stale-handle counting (delay.c) ---------------------------------------------- */
-
-/* Sleeps first when a delay of this entry is armed. */
-void cusw_delay_injected(const char *base, const char *symbol);
-/* Begins the capture cuswBeginCaptureAtNextCall armed, when this call is of its entry (capture.c). */
-void cusw_capture_triggered(const char *base, const char *symbol);
-/* Counts a call that named a handle the driver issued and has since destroyed. */
-void cusw_note_stale_handle(void);
-void cusw_note_host_task_sync_mode(unsigned int syncMode); /* host_task_sync.c */
-
-/* ---- Handle registry (registry.c) ------------------------------------------------------------ */
+/* ---- Handle registry (model/registry.c) ------------------------------------------------------ */
 
 enum cusw_kind {
     CUSW_KIND_CONTEXT = 1,
@@ -190,12 +173,226 @@ uintptr_t cusw_handle_new(enum cusw_kind kind, void *object);   /* [locked] 0 wh
 void *cusw_handle_get(uintptr_t handle, enum cusw_kind kind);   /* [locked] NULL unless live */
 void cusw_handle_remove(uintptr_t handle);                      /* [locked] */
 size_t cusw_handle_count(enum cusw_kind kind);                  /* [locked] live handles */
+/* Lookups of a handle the registry issued and has since removed, since load. */
+unsigned long long cusw_stale_handle_uses(void);
 
-/* ---- Actions: what a stream operation or a graph node does (action.c) ------------------------ */
+/* ---- Entry points by name, and the reported version (model/entries.c) ------------------------ */
 
-struct cusw_ctx;
+bool cusw_entry_name_known(const char *name); /* base or exported name of an entry or control */
+/* The base name of the entry point or control exported as `symbol`. */
+const char *cusw_entry_base(const char *symbol);
+/* Calls fn with the exported name of every entry point and control. */
+void cusw_for_each_export(void (*fn)(const char *symbol, void *arg), void *arg);
+/* The row of entries.def that a lookup of `base` at `cudaVersion` finds, or -1; then
+ * *name_exists tells a name the driver has only in newer forms from one it lacks. */
+long cusw_entry_lookup(const char *base, int cudaVersion, bool per_thread, bool *name_exists);
+int cusw_reported_driver_version(void);
+void cusw_set_reported_driver_version(int version); /* 0: the configured one */
+
+/* ---- What tests arm for the next calls of an entry (model/injection.c) ----------------------- */
+
+/* Arms `count` failures answering `code` for calls from the thread of serial `thread` (0: any),
+ * replacing those armed before for the same entry and thread; count 0 disarms. */
+CUresult cusw_fault_arm(const char *entry, unsigned int count, CUresult code, uint64_t thread);
+/* Whether an armed failure takes this call (then *code is its answer). */
+bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
+/* Failures still armed for calls of `entry` (as it was armed) from the thread `thread`. */
+unsigned int cusw_fault_armed(const char *entry, uint64_t thread);
+CUresult cusw_delay_arm(const char *entry, unsigned int count, unsigned int usec);
+void cusw_delay_injected(const char *base, const char *symbol); /* sleeps when one is armed */
+CUresult cusw_capture_arm(const char *entry, CUstream stream, CUstreamCaptureMode mode);
+/* Whether a capture is armed for this call: then it is disarmed and named. */
+bool cusw_capture_injected(const char *base, const char *symbol, CUstream *stream,
+                           CUstreamCaptureMode *mode);
+
+/* ---- Devices and contexts (model/context.c) -------------------------------------------------- */
+
 struct cusw_stream;
 struct cusw_event;
+
+struct cusw_ctx {
+    uintptr_t handle; /* out of the registry once a created context is destroyed */
+    int device;
+    unsigned int flags;
+    bool primary;     /* else made by cuCtxCreate: destroyed by cuCtxDestroy, never freed */
+    unsigned int fresh_slot; /* 0, or 1 + its slot of a fresh context (api/fresh_contexts.c) */
+    int retain_count; /* of a primary context */
+    bool active;
+    atomic_int sticky;          /* CUresult; never cleared for the process */
+    atomic_bool tearing_down;   /* makes wait-value polls give up while the context is torn down */
+    struct cusw_stream *legacy; /* while active */
+    struct cusw_stream *streams; /* every stream of the context, also destroyed ones still draining */
+    struct cusw_event *events;
+    struct cusw_ctx *next_created; /* every context cuCtxCreate made, process-wide */
+};
+
+bool cusw_initialized(void); /* whether cuInit has succeeded */
+void cusw_initialize(void);  /* cuInit's work: the devices' primary contexts */
+int cusw_device_count(void);
+CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
+struct cusw_ctx *cusw_primary_ctx(CUdevice dev); /* of a checked device */
+/* [locked] A context of a checked device, registered and inactive (cuCtxCreate's), or NULL. */
+struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags);
+/* [locked] CUDA_ERROR_INVALID_CONTEXT unless `handle` names a context. */
+CUresult cusw_ctx_from_handle(CUcontext handle, struct cusw_ctx **out);
+/* [locked] The calling thread's current context, checked: CUDA_ERROR_INVALID_CONTEXT if none,
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED if it is inactive (a released primary context, a destroyed
+ * created one), its sticky error if any. */
+CUresult cusw_ctx_current(struct cusw_ctx **out);
+struct cusw_ctx *cusw_ctx_bound(void); /* the calling thread's current context, unchecked */
+/* The calling thread's stack of current contexts: a push makes `ctx` current; a pop makes the one
+ * below current again and answers the popped one (NULL: the stack was empty); a bind replaces the
+ * top, or pushes onto an empty stack, and a bind of NULL pops. */
+CUresult cusw_ctx_push(struct cusw_ctx *ctx);
+struct cusw_ctx *cusw_ctx_pop(void);
+CUresult cusw_ctx_bind(struct cusw_ctx *ctx);
+/* [locked] Same checks as cusw_ctx_current, for a context reached through an object. */
+CUresult cusw_ctx_check(const struct cusw_ctx *ctx);
+CUresult cusw_ctx_sticky(const struct cusw_ctx *ctx); /* CUDA_SUCCESS or the sticky error */
+void cusw_ctx_set_sticky(struct cusw_ctx *ctx, CUresult code); /* first error wins */
+/* [locked] Waits until every stream of the context has completed everything enqueued so far. */
+void cusw_ctx_drain(struct cusw_ctx *ctx);
+
+/* ---- The stream object (model/stream.c) ------------------------------------------------------ */
+
+enum cusw_stream_kind { CUSW_STREAM_USER, CUSW_STREAM_LEGACY, CUSW_STREAM_PER_THREAD };
+
+struct cusw_capture;
+struct cusw_node;
+struct cusw_op;
+
+struct cusw_stream {
+    uintptr_t handle; /* 0 once destroyed */
+    struct cusw_ctx *ctx;
+    enum cusw_stream_kind kind;
+    unsigned int flags;
+    int priority;          /* cuStreamCreateWithPriority's, clamped; 0 for every other stream */
+    unsigned long long id; /* cuStreamGetId's answer */
+    unsigned int refs;
+    bool destroyed;
+    pthread_cond_t wake; /* the worker waits here for new operations */
+    struct cusw_op *head, *tail;
+    uint64_t enqueued, completed;
+    struct cusw_stream *ctx_prev, *ctx_next;
+    /* Capture state (model/capture.c). */
+    struct cusw_capture *capture;
+    struct cusw_node **cap_deps;
+    size_t n_cap_deps, cap_deps_capacity;
+    CUgraphNode *info_nodes; /* arrays handed out by cuStreamGetCaptureInfo */
+    CUgraphEdgeData *info_edges;
+    size_t info_capacity;
+};
+
+/* A point of a stream. */
+struct cusw_dep {
+    struct cusw_stream *stream; /* referenced */
+    uint64_t seq;               /* reached once stream->completed >= seq */
+};
+
+/* [locked] A stream of `ctx` with a handle, in its context's list, holding one reference (which
+ * its worker takes over), without a worker yet. */
+struct cusw_stream *cusw_stream_new(struct cusw_ctx *ctx, enum cusw_stream_kind kind,
+                                    unsigned int flags);
+void cusw_stream_ref(struct cusw_stream *s);   /* [locked] */
+void cusw_stream_unref(struct cusw_stream *s); /* [locked] frees it with the last reference */
+/* [locked] Invalidates the handle at once and wakes the worker, which drains, then exits. */
+void cusw_stream_close(struct cusw_stream *s);
+void cusw_stream_unlink(struct cusw_stream *s); /* [locked] out of its context's list */
+bool cusw_stream_syncs_with_legacy(const struct cusw_stream *s); /* blocking or per-thread */
+bool cusw_stream_pending(const struct cusw_stream *s); /* [locked] work not completed */
+size_t cusw_user_stream_count(void); /* [locked] made by cuStreamCreate, not destroyed */
+
+/* ---- The event object (model/event.c) -------------------------------------------------------- */
+
+struct cusw_event {
+    uintptr_t handle; /* 0 once destroyed */
+    struct cusw_ctx *ctx;
+    unsigned int flags;
+    unsigned int refs; /* the handle's, plus one per pending record operation */
+    struct cusw_stream *stream; /* last record point, or NULL: never recorded */
+    uint64_t seq;
+    uint64_t generation;  /* bumped by each record; a record operation only stamps its own */
+    bool stamped;
+    double stamp_ms;
+    /* Set when last recorded inside a capture: the capture and its dependency set then. */
+    uint64_t capture_id;
+    struct cusw_node **cap_nodes;
+    size_t n_cap_nodes;
+    struct cusw_event *ctx_prev, *ctx_next;
+};
+
+struct cusw_action;
+
+struct cusw_event *cusw_event_new(struct cusw_ctx *ctx, unsigned int flags); /* [locked] */
+void cusw_event_unref(struct cusw_event *e); /* [locked] */
+void cusw_event_destroy(struct cusw_event *e); /* [locked] invalidates the handle */
+bool cusw_event_complete(const struct cusw_event *e); /* [locked] its point reached, or none */
+/* The operation that records `e` where it is enqueued; once it is, cusw_event_recorded(e, s)
+ * makes that the event's point. [locked] */
+struct cusw_action cusw_event_record_action(const struct cusw_event *e);
+void cusw_event_recorded(struct cusw_event *e, struct cusw_stream *s);
+/* [locked] `e` recorded in the capture of `s`: its current dependency nodes. */
+CUresult cusw_event_recorded_in_capture(struct cusw_event *e, const struct cusw_stream *s);
+/* [locked] The record operation of `generation` reached: stamps the time unless re-recorded. */
+void cusw_event_stamp(struct cusw_event *e, uint64_t generation);
+/* [locked] Waits for the point recorded now (lets go of the lock meanwhile). */
+void cusw_event_wait(struct cusw_event *e);
+
+/* ---- User objects (model/user_object.c) ------------------------------------------------------ */
+
+struct cusw_user_object {
+    uintptr_t handle;
+    void *ptr;
+    CUhostFn destroy;
+    unsigned long long refs;
+    struct cusw_user_object *next_due; /* once unreferenced: in the destructor thread's queue */
+    struct cusw_deferred after_unlock; /* or deferred to the releasing thread's unlock */
+};
+
+/* References to user objects, as held by a graph, an executable or a launch. */
+struct cusw_uref {
+    struct cusw_user_object *object;
+    unsigned int count;
+};
+struct cusw_uref_list {
+    struct cusw_uref *items;
+    size_t n, capacity;
+};
+
+/* Where the destructor runs when a release drops the last reference (measured on the real
+ * driver). INLINE: on the releasing thread, inside the releasing API call, after it has let go of
+ * cusw_lock (deferred to its cusw_lock_release); for the references of the application, of a
+ * graph and of an executable never launched. DRIVER_THREAD: later, on the destructor thread; for
+ * the references a launch held, and those of an executable that has been launched. */
+enum cusw_destroy_route { CUSW_DESTROY_INLINE, CUSW_DESTROY_DRIVER_THREAD };
+
+/* [locked] Registered, with `refs` references of the application. */
+struct cusw_user_object *cusw_user_object_new(void *ptr, CUhostFn destroy, unsigned int refs);
+void cusw_user_object_retain(struct cusw_user_object *o, unsigned int count); /* [locked] */
+void cusw_user_object_release(struct cusw_user_object *o, unsigned int count,
+                              enum cusw_destroy_route route); /* [locked] */
+/* [locked] Adds `count` references to the list; they are not retained. */
+bool cusw_urefs_add(struct cusw_uref_list *l, struct cusw_user_object *o, unsigned int count);
+/* [locked] Adds src's references to dst, as new references (retained). */
+bool cusw_urefs_copy(struct cusw_uref_list *dst, const struct cusw_uref_list *src);
+/* [locked] Takes `count` references of `o` off the list, unreleased; false if it holds fewer. */
+bool cusw_urefs_take(struct cusw_uref_list *l, struct cusw_user_object *o, unsigned int count);
+/* [locked] Releases all and frees the list. */
+void cusw_urefs_release(struct cusw_uref_list *l, enum cusw_destroy_route route);
+unsigned long long cusw_user_objects_alive(void); /* whose destructor has not run */
+unsigned long long cusw_user_object_destructors_run(void);
+
+/* ---- Host-function thread (model/host_thread.c) ---------------------------------------------- */
+
+/* Run on the single host-function thread and wait for it to finish. The host function is skipped
+ * if the context has a sticky error by the time the host thread reaches it; the callback runs
+ * with that error as its status. */
+void cusw_host_run_fn(struct cusw_ctx *ctx, CUhostFn fn, void *data);
+void cusw_host_run_callback(struct cusw_ctx *ctx, CUstreamCallback fn, CUstream stream,
+                            void *data);
+
+/* ---- Actions: what a stream operation or a graph node does (model/action.c) ------------------ */
+
 struct cusw_launch;
 
 enum cusw_action_kind {
@@ -217,20 +414,17 @@ struct cusw_action {
     union {
         struct { CUhostFn fn; void *data; } host;
         struct { CUstreamCallback fn; void *data; CUstream stream; } callback;
-        struct { void *dst; const void *src; size_t bytes; } copy;
-        struct { uint32_t *dst; uint32_t value; size_t count; } set; /* of 32-bit words */
+        /* `stage`: the source is read when the copy is enqueued, into a buffer of its own
+         * (`staged`), as the real driver stages pageable memory; a captured copy reads it when
+         * its node runs. */
+        struct { void *dst; const void *src; size_t bytes; bool stage, staged; } copy;
+        struct { void *dst; uint32_t value; size_t count; unsigned int width; } set; /* bytes */
         struct { CUdeviceptr addr; uint64_t value; unsigned int flags; bool is64; } mem;
         struct { CUresult code; } fault;
         struct { unsigned int usec; } sleep;
         struct { struct cusw_event *event; uint64_t generation; } record;
         struct cusw_launch *launch;
     } u;
-};
-
-/* References to user objects, as held by a graph, an executable or a launch (user_object.c). */
-struct cusw_uref_list {
-    struct cusw_uref *items;
-    size_t n, capacity;
 };
 
 /* One launch of an executable graph: a snapshot of its nodes' actions in a topological order
@@ -248,63 +442,16 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx);
  * (cusw_action_run uncounts each one as it finishes). */
 void cusw_action_enqueued(const struct cusw_action *a);
 unsigned long long cusw_pending_host_functions(void);
-/* [locked] Drops the references the action holds (event, launch snapshot). */
+/* [locked] The action as a stream enqueues it: a copy asked to stage its source reads it now, into
+ * a buffer the action owns. False when out of memory. */
+bool cusw_action_stage(struct cusw_action *a);
+/* [locked] Drops the references the action holds (event, launch snapshot, staged source). */
 void cusw_action_release(struct cusw_action *a);
 CUgraphNodeType cusw_action_node_type(const struct cusw_action *a);
 
-/* ---- Host-function thread (host_thread.c) ---------------------------------------------------- */
+/* ---- What runs a stream (model/worker.c) ----------------------------------------------------- */
 
-/* Run on the single host-function thread and wait for it to finish. The host function is skipped
- * if the context has a sticky error by the time the host thread reaches it; the callback runs
- * with that error as its status. */
-void cusw_host_run_fn(struct cusw_ctx *ctx, CUhostFn fn, void *data);
-void cusw_host_run_callback(struct cusw_ctx *ctx, CUstreamCallback fn, CUstream stream,
-                            void *data);
-
-/* ---- Contexts (context.c) -------------------------------------------------------------------- */
-
-struct cusw_ctx {
-    uintptr_t handle;
-    int device;
-    unsigned int flags;
-    int retain_count;
-    bool active;
-    atomic_int sticky;          /* CUresult; never cleared for the process */
-    atomic_bool tearing_down;   /* makes wait-value polls give up while the context is torn down */
-    unsigned int fresh_slot;    /* 0: a device's primary context; else 1 + its slot (fresh_context.c) */
-    struct cusw_stream *legacy; /* while active */
-    struct cusw_stream *streams; /* every stream of the context, also destroyed ones still draining */
-    struct cusw_event *events;
-};
-
-/* Fresh contexts alive at once, at most (fresh_context.c). */
-#define CUSW_MAX_FRESH_CONTEXTS 64
-/* Where a thread finds its per-thread stream of a context (stream.c): one slot per device's
- * primary context, then one per fresh context. */
-#define CUSW_CONTEXT_SLOTS (CUSW_MAX_DEVICES + CUSW_MAX_FRESH_CONTEXTS)
-static inline size_t cusw_ctx_slot(const struct cusw_ctx *ctx)
-{
-    return ctx->fresh_slot == 0 ? (size_t)ctx->device : CUSW_MAX_DEVICES + ctx->fresh_slot - 1;
-}
-
-/* [locked] The calling thread's current context, checked: CUDA_ERROR_INVALID_CONTEXT if none,
- * CUDA_ERROR_CONTEXT_IS_DESTROYED if it is an inactive primary context, its sticky error if any. */
-CUresult cusw_ctx_current(struct cusw_ctx **out);
-/* [locked] Same checks for a context reached through an object. */
-CUresult cusw_ctx_check(const struct cusw_ctx *ctx);
-CUresult cusw_ctx_sticky(const struct cusw_ctx *ctx); /* CUDA_SUCCESS or the sticky error */
-void cusw_ctx_set_sticky(struct cusw_ctx *ctx, CUresult code); /* first error wins */
-void cusw_contexts_init(int device_count); /* [locked] by cuInit */
-
-/* ---- Streams (stream.c) ---------------------------------------------------------------------- */
-
-enum cusw_stream_kind { CUSW_STREAM_USER, CUSW_STREAM_LEGACY, CUSW_STREAM_PER_THREAD };
-
-struct cusw_dep {
-    struct cusw_stream *stream; /* referenced */
-    uint64_t seq;               /* satisfied once stream->completed >= seq */
-};
-
+/* An operation in a stream's queue. */
 struct cusw_op {
     struct cusw_op *next;
     uint64_t seq;
@@ -313,128 +460,19 @@ struct cusw_op {
     struct cusw_action action;
 };
 
-struct cusw_capture;
-struct cusw_node;
-
-struct cusw_stream {
-    uintptr_t handle; /* 0 once destroyed */
-    struct cusw_ctx *ctx;
-    enum cusw_stream_kind kind;
-    unsigned int flags;
-    unsigned long long id; /* cuStreamGetId's answer */
-    unsigned int refs; /* the worker's, plus one per dependency or event that names the stream */
-    bool destroyed;
-    pthread_cond_t wake; /* the worker waits here for new operations */
-    struct cusw_op *head, *tail;
-    uint64_t enqueued, completed;
-    struct cusw_stream *ctx_prev, *ctx_next;
-    /* Capture state (capture.c). */
-    struct cusw_capture *capture;
-    struct cusw_node **cap_deps;
-    size_t n_cap_deps, cap_deps_capacity;
-    CUgraphNode *info_nodes; /* arrays handed out by cuStreamGetCaptureInfo */
-    CUgraphEdgeData *info_edges;
-    size_t info_capacity;
-};
-
-/* [locked] Resolves an API stream argument: NULL means the legacy stream, or the per-thread stream
- * for the _ptsz twins; CU_STREAM_LEGACY / CU_STREAM_PER_THREAD name the current
- * context's. Checks the context (see cusw_ctx_check). */
-CUresult cusw_stream_resolve(CUstream handle, bool per_thread, struct cusw_stream **out);
+/* [locked] A new stream with its worker. */
+struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_kind kind,
+                                       unsigned int flags);
+/* [locked] Invalidates the handle at once and leaves the capture; the worker drains pending work,
+ * then exits. */
+void cusw_stream_destroy(struct cusw_stream *s);
 /* [locked] Appends an operation (with extra dependencies, also the implicit legacy-stream ones). */
 CUresult cusw_stream_enqueue(struct cusw_stream *s, const struct cusw_action *a,
                              const struct cusw_dep *extra, size_t nextra);
 /* [locked] Waits until the stream has completed everything enqueued so far. */
 void cusw_stream_drain(struct cusw_stream *s);
-/* [locked] Waits until every stream of the context has completed everything enqueued so far. */
-void cusw_ctx_drain(struct cusw_ctx *ctx);
-bool cusw_stream_syncs_with_legacy(const struct cusw_stream *s); /* blocking or per-thread */
-void cusw_stream_ref(struct cusw_stream *s);   /* [locked] */
-void cusw_stream_unref(struct cusw_stream *s); /* [locked] */
-struct cusw_stream *cusw_stream_create(struct cusw_ctx *ctx, enum cusw_stream_kind kind,
-                                       unsigned int flags); /* [locked] */
-/* [locked] Invalidates the handle at once; the worker drains pending work, then exits. */
-void cusw_stream_destroy(struct cusw_stream *s);
-size_t cusw_user_stream_count(void); /* [locked] made by cuStreamCreate, not destroyed */
-/* Submits a stream-ordered action (takes the lock): checks initialisation, resolves the stream,
- * applies the capture rules (while capturing, the action becomes a graph node) and enqueues it. */
-CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a);
-/* Same for n actions, enqueued in order under one lock: nothing else comes between them. */
-CUresult cusw_submit_all(CUstream stream, bool per_thread, const struct cusw_action *actions,
-                         size_t n);
-/* Same, but unless the action was captured, returns only once the stream has run it (in its
- * order, on its worker), answering the context's sticky error if one arose meanwhile. */
-CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a);
 
-/* ---- Events (event.c) ------------------------------------------------------------------------ */
-
-struct cusw_event {
-    uintptr_t handle; /* 0 once destroyed */
-    struct cusw_ctx *ctx;
-    unsigned int flags;
-    unsigned int refs; /* the handle's, plus one per pending record operation */
-    struct cusw_stream *stream; /* last record point, or NULL: never recorded */
-    uint64_t seq;
-    uint64_t generation;  /* bumped by each record; a record operation only stamps its own */
-    bool stamped;
-    double stamp_ms;
-    /* Set when last recorded inside a capture: the capture and its dependency set then. */
-    uint64_t capture_id;
-    struct cusw_node **cap_nodes;
-    size_t n_cap_nodes;
-    struct cusw_event *ctx_prev, *ctx_next;
-};
-
-void cusw_event_unref(struct cusw_event *e); /* [locked] */
-void cusw_event_destroy(struct cusw_event *e); /* [locked] invalidates the handle */
-double cusw_now_ms(void);
-
-/* ---- Stream capture (capture.c) -------------------------------------------------------------- */
-
-struct cusw_graph;
-
-struct cusw_capture {
-    uint64_t id;
-    CUstreamCaptureMode mode;
-    bool invalidated;
-    uint64_t thread_serial; /* the thread that began it */
-    struct cusw_graph *graph;
-    struct cusw_stream *origin;
-    struct cusw_stream **members; /* origin included */
-    size_t n_members, members_capacity;
-    struct cusw_capture *next;
-};
-
-/* [locked] Called before an operation is enqueued on `s`: answers 906 (and invalidates) when `s` is
- * the legacy stream while a blocking stream of its context captures, 901 on an invalidated capture.
- * *capturing tells whether the operation must become a graph node (cusw_capture_add_node). */
-CUresult cusw_capture_check_enqueue(struct cusw_stream *s, bool *capturing);
-/* [locked] Adds a node for the action to the capture of `s`, depending on the current
- * dependencies of `s`, and makes it the new dependency set. */
-CUresult cusw_capture_add_node(struct cusw_stream *s, const struct cusw_action *a);
-/* [locked] For stream-synchronising calls on `s` (synchronize, query): answers 900/901/906 and
- * invalidates as the real driver does. */
-CUresult cusw_capture_check_sync(struct cusw_stream *s);
-/* [locked] For "potentially unsafe" calls (allocation, context sync). */
-CUresult cusw_capture_check_unsafe(void);
-/* [locked] Marks the capture invalidated (it stays until cuStreamEndCapture). */
-void cusw_capture_invalidate(struct cusw_capture *c);
-/* [locked] Event waits across streams during capture (fork/join): `s` joins capture `c` with the
- * given dependency set, or (already a member) adds the nodes to its dependency set. */
-CUresult cusw_capture_join(struct cusw_capture *c, struct cusw_stream *s,
-                           struct cusw_node *const *nodes, size_t n);
-/* [locked] A stream leaves its capture because it is being destroyed. */
-void cusw_capture_stream_gone(struct cusw_stream *s);
-struct cusw_capture *cusw_capture_find(uint64_t id); /* [locked] */
-
-/* ---- Graphs and executables (graph.c, graph_exec.c) ------------------------------------------ */
-
-struct cusw_user_object;
-
-struct cusw_uref {
-    struct cusw_user_object *object;
-    unsigned int count;
-};
+/* ---- Graphs and their nodes (model/graph.c) -------------------------------------------------- */
 
 struct cusw_node {
     uintptr_t handle;
@@ -459,46 +497,148 @@ void cusw_graph_free(struct cusw_graph *g); /* [locked] unregisters, releases us
 /* [locked] Adds a node; deps must be nodes of g. */
 struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_action *a,
                                       struct cusw_node *const *deps, size_t ndeps);
+bool cusw_node_add_dep(struct cusw_node *n, struct cusw_node *dep); /* [locked] an edge dep -> n */
+bool cusw_node_has_dep(const struct cusw_node *n, const struct cusw_node *dep);
+/* [locked] A copy of g with its nodes, edges and references of its own to g's user objects. */
+CUresult cusw_graph_clone(struct cusw_graph *g, struct cusw_graph **out);
 
-/* ---- User objects (user_object.c) ------------------------------------------------------------ */
+/* ---- Stream capture (model/capture.c) -------------------------------------------------------- */
 
-struct cusw_user_object {
-    uintptr_t handle;
-    void *ptr;
-    CUhostFn destroy;
-    unsigned long long refs;
-    struct cusw_user_object *next_due; /* once unreferenced: in a queue of due destructors */
-    pthread_t due_on;                  /* inline: the thread whose release made it due */
+struct cusw_capture {
+    uint64_t id;
+    CUstreamCaptureMode mode;
+    bool invalidated;
+    uint64_t thread_serial; /* the thread that began it */
+    struct cusw_graph *graph;
+    struct cusw_stream *origin;
+    struct cusw_stream **members; /* origin included */
+    size_t n_members, members_capacity;
+    struct cusw_capture *next;
 };
 
-/* Where the destructor runs when a release drops the last reference (measured on the real
- * driver). INLINE: on the releasing thread, inside the releasing API call, after it has let go of
- * cusw_lock (cusw_lock_release runs it); for the references of the application, of a graph and
- * of an executable never launched. DRIVER_THREAD: later, on the destructor thread; for the
- * references a launch held, and those of an executable that has been launched. */
-enum cusw_destroy_route { CUSW_DESTROY_INLINE, CUSW_DESTROY_DRIVER_THREAD };
+/* [locked] Begins a capture of `s` in `mode` by the calling thread. */
+CUresult cusw_capture_begin(struct cusw_stream *s, CUstreamCaptureMode mode);
+/* [locked] Ends the capture `s` began: its graph to *graph, or an error and no graph. */
+CUresult cusw_capture_end(struct cusw_stream *s, CUgraph *graph);
+/* [locked] Called before an operation is enqueued on `s`: answers 906 (and invalidates) when `s` is
+ * the legacy stream while a blocking stream of its context captures, 901 on an invalidated capture.
+ * *capturing tells whether the operation must become a graph node (cusw_capture_add_node). */
+CUresult cusw_capture_check_enqueue(struct cusw_stream *s, bool *capturing);
+/* [locked] Adds a node for the action to the capture of `s`, depending on the current
+ * dependencies of `s`, and makes it the new dependency set. */
+CUresult cusw_capture_add_node(struct cusw_stream *s, const struct cusw_action *a);
+/* [locked] For stream-synchronising calls on `s` (synchronize, query): answers 900/901/906 and
+ * invalidates as the real driver does. */
+CUresult cusw_capture_check_sync(struct cusw_stream *s);
+/* [locked] For "potentially unsafe" calls (allocation, context sync). */
+CUresult cusw_capture_check_unsafe(void);
+/* The calling thread's capture interaction mode becomes `mode`; answers the one before. */
+CUstreamCaptureMode cusw_capture_exchange_mode(CUstreamCaptureMode mode);
+/* [locked] Marks the capture invalidated (it stays until cuStreamEndCapture). */
+void cusw_capture_invalidate(struct cusw_capture *c);
+/* [locked] Event waits across streams during capture (fork/join): `s` joins capture `c` with the
+ * given dependency set, or (already a member) adds the nodes to its dependency set. */
+CUresult cusw_capture_join(struct cusw_capture *c, struct cusw_stream *s,
+                           struct cusw_node *const *nodes, size_t n);
+/* [locked] A stream leaves its capture because it is being destroyed. */
+void cusw_capture_stream_gone(struct cusw_stream *s);
+struct cusw_capture *cusw_capture_find(uint64_t id); /* [locked] */
+/* [locked] The capture, still going on, that `e` was last recorded in, or NULL. */
+struct cusw_capture *cusw_capture_of_event(const struct cusw_event *e);
+CUstreamCaptureStatus cusw_capture_status(const struct cusw_stream *s); /* [locked] */
+/* [locked] Whether `s` is the legacy stream while a blocking stream of its context captures. */
+bool cusw_capture_implicit(const struct cusw_stream *s);
+/* [locked] The dependency nodes of the active capture of `s`, with their (default) edge data,
+ * in arrays of `s` that stay valid until the next such call on it. */
+CUresult cusw_capture_dependencies(struct cusw_stream *s, const CUgraphNode **nodes,
+                                   const CUgraphEdgeData **edges);
 
-void cusw_user_object_retain(struct cusw_user_object *o, unsigned int count); /* [locked] */
-void cusw_user_object_release(struct cusw_user_object *o, unsigned int count,
-                              enum cusw_destroy_route route); /* [locked] */
-/* [locked] Reference lists, as held by graphs, executables and launches. */
-bool cusw_urefs_add(struct cusw_uref_list *l, struct cusw_user_object *o, unsigned int count);
-/* Adds src's references to dst, as new references (retained). */
-bool cusw_urefs_copy(struct cusw_uref_list *dst, const struct cusw_uref_list *src);
-/* Releases all and frees the list. */
-void cusw_urefs_release(struct cusw_uref_list *l, enum cusw_destroy_route route);
-/* Used by cusw_lock_release: takes, [locked], the inline destructors this thread's releases made
- * due (NULL if none), then runs them, unlocked, in the order they became due. */
-struct cusw_user_object *cusw_take_inline_destructors(void);
-void cusw_run_inline_destructors(struct cusw_user_object *due);
-unsigned long long cusw_user_objects_alive(void); /* whose destructor has not run */
+/* ---- Executable graphs (model/exec.c) -------------------------------------------------------- */
 
-/* ---- Memory (memory.c) ----------------------------------------------------------------------- */
+struct cusw_exec;
 
+/* [locked] An executable of `g` in `ctx`, registered. */
+CUresult cusw_exec_new(struct cusw_graph *g, struct cusw_ctx *ctx, struct cusw_exec **out);
+uintptr_t cusw_exec_handle(const struct cusw_exec *x);
+void cusw_exec_free(struct cusw_exec *x); /* [locked] unregisters, releases user objects */
+/* [locked] One launch on `s`, or, `capturing`, its nodes added to the capture of `s`. */
+CUresult cusw_exec_launch(struct cusw_exec *x, struct cusw_stream *s, bool capturing);
+/* [locked] An upload on `s`: ordered behind the stream's work and the executable's launches. */
+CUresult cusw_exec_upload(struct cusw_exec *x, struct cusw_stream *s);
+/* [locked] The host node made from graph node `node` runs fn(data) from the next launch on. */
+CUresult cusw_exec_set_host_params(struct cusw_exec *x, CUgraphNode node, CUhostFn fn,
+                                   void *data);
+
+/* ---- Memory (model/memory.c) ----------------------------------------------------------------- */
+
+/* [locked] Device (or, `host`, page-locked host) memory in the current context. */
+CUresult cusw_memory_allocate(size_t size, bool host, void **out);
+/* [locked] Frees an allocation of that kind once its context has drained. */
+CUresult cusw_memory_free(void *p, bool host);
+bool cusw_memory_is_page_locked(const void *p); /* [locked] inside a cuMemHostAlloc allocation */
+size_t cusw_device_memory_free(int device); /* [locked] */
 void cusw_memory_release_context(struct cusw_ctx *ctx); /* [locked] frees its allocations */
 void cusw_memory_counts(size_t *host, size_t *device); /* [locked] live allocations */
+/* How a copy from src to dst behaves (takes the lock). Of the async copies, one into pageable host
+ * memory, or between two host buffers, returns only once its stream has done it; one from
+ * pageable host memory to the device reads its source before it returns; any other returns at
+ * once. Of the synchronous ones, every copy but one between two device allocations returns only
+ * once done. */
+enum cusw_copy_rule { CUSW_COPY_RETURNS_AT_ONCE, CUSW_COPY_STAGES_SOURCE, CUSW_COPY_WAITS };
+enum cusw_copy_rule cusw_copy_rule(const void *dst, const void *src, bool async);
+/* Whether a synchronous set of memory at dst returns only once done: into page-locked memory. */
+bool cusw_set_waits_for_stream(const void *dst);
 
-/* ---- The exported functions (entries.def) ---------------------------------------------------- */
+/* ---- Stream arguments and submission (model/submit.c) ---------------------------------------- */
+
+/* [locked] Resolves an API stream argument: NULL means the legacy stream, or the per-thread stream
+ * for the _ptsz twins; CU_STREAM_LEGACY / CU_STREAM_PER_THREAD name the current
+ * context's. Checks the context (see cusw_ctx_check). */
+CUresult cusw_stream_resolve(CUstream handle, bool per_thread, struct cusw_stream **out);
+/* Submits a stream-ordered action (takes the lock): checks initialisation, resolves the stream,
+ * applies the capture rules (while capturing, the action becomes a graph node) and enqueues it. */
+CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a);
+/* Same for n actions, enqueued in order under one lock: nothing else comes between them. */
+CUresult cusw_submit_all(CUstream stream, bool per_thread, const struct cusw_action *actions,
+                         size_t n);
+/* Same, but unless the action was captured, returns only once the stream has run it (in its
+ * order, on its worker), answering the context's sticky error if one arose meanwhile. */
+CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a);
+
+/* ---- Activation and deactivation of contexts (model/activation.c) ---------------------------- */
+
+/* [locked] A retain of a primary context: the first one activates it (unless it has a sticky
+ * error, which it answers). */
+CUresult cusw_primary_ctx_retain(struct cusw_ctx *c);
+/* [locked] A release: the last one deactivates it. CUDA_ERROR_INVALID_CONTEXT if none is held. */
+CUresult cusw_primary_ctx_release(struct cusw_ctx *c);
+/* [locked] Activates a context cusw_ctx_new made. */
+CUresult cusw_ctx_activate(struct cusw_ctx *c);
+/* [locked] Deactivates a context cusw_ctx_new made and invalidates its handle; the object stays,
+ * so that threads it is current to are answered CUDA_ERROR_CONTEXT_IS_DESTROYED. */
+void cusw_ctx_destroy(struct cusw_ctx *c);
+
+/* ---- Every call (model/calls.c) -------------------------------------------------------------- */
+
+/* One per exported function (a static in CUSW_ENTRY), put on a process-wide list at its first
+ * call; cuswCallCount sums the sites whose base or exported name matches. */
+struct cusw_call_site {
+    const char *symbol;
+    _Atomic(const char *) base; /* looked up at the first call */
+    atomic_ullong calls;
+    atomic_bool listed;
+    struct cusw_call_site *next; /* written once, before the site is published */
+};
+
+/* CUSW_ENTRY's work: what a test armed for the call (a delay, a capture begun first), the count,
+ * and whether an armed failure takes the call (then *injected is its answer). */
+bool cusw_enter(struct cusw_call_site *site, CUresult *injected);
+/* Calls of the sites whose exported name, or with `by_base` also whose base name, is `entry`. */
+unsigned long long cusw_calls_of(const char *entry, bool by_base);
+void cusw_count_host_task_sync_mode(unsigned int syncMode); /* cuLaunchHostFunc_v2's */
+unsigned long long cusw_host_task_sync_mode_launches(unsigned int syncMode);
+
+/* ---- The exported functions (entries.def; api/) ---------------------------------------------- */
 
 #define ENTRY(base, version, name, params) CUresult name params;
 #define TWIN(base, version, name, params) CUresult name params; CUresult name##_ptsz params;

@@ -384,7 +384,7 @@ impl Controls {
     /// them: its streams drain first (pending host functions run, unless it failed), then its
     /// events and allocations go. cuda-host keeps nothing of it: a failed context stays failed
     /// for cuda-host, and the next fresh context is another. (A reset of the failed context
-    /// instead could not keep cuda-host usable on it: `driver/fresh_context.c` says why.)
+    /// instead could not keep cuda-host usable on it: `driver/api/fresh_contexts.c` says why.)
     ///
     /// ```
     /// use cuda_host::cuda_host_sys::CUresult;

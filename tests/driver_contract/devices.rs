@@ -1,6 +1,6 @@
-//! Devices and contexts: a device's name, its primary context's state, the device of a context,
-//! context-wide synchronisation, module loading without a current context, and two devices, each
-//! with its own primary context, streams, host functions, events and memory.
+//! Devices and contexts: a device's name and memory, its primary context's state, the device of a
+//! context, context-wide synchronisation, module loading without a current context, and two
+//! devices, each with its own primary context, streams, host functions, events and memory.
 
 use crate::harness::*;
 use cuda_host::{Context, Event, EventFlags};
@@ -188,6 +188,24 @@ fn a_device_has_a_name() {
     // SAFETY: the driver wrote a NUL-terminated name into the buffer.
     let name = unsafe { CStr::from_ptr(name.as_ptr()) };
     assert!(!name.is_empty(), "an empty name");
+}
+
+#[test]
+fn a_device_has_at_least_the_memory_its_context_reports_free() {
+    let _shared = shared();
+    let context = current_context();
+    let mut total = 0;
+    // SAFETY: a valid out-pointer and a device of the driver.
+    ok("cuDeviceTotalMem_v2", unsafe {
+        driver().cuDeviceTotalMem_v2(&mut total, context.device())
+    });
+    assert!(total > 0);
+    assert!(free_memory(&context) <= total);
+    let count = cuda_host::Device::count(&test_driver().driver).expect("device count");
+    let beyond = i32::try_from(count).expect("a device ordinal");
+    // SAFETY: a valid out-pointer; the ordinal is no device's.
+    let beyond = unsafe { driver().cuDeviceTotalMem_v2(&mut total, beyond) };
+    assert_eq!(beyond, CUresult::CUDA_ERROR_INVALID_DEVICE);
 }
 
 #[test]

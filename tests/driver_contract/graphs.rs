@@ -1,11 +1,12 @@
-//! Explicit host-node graphs, their nodes, clones, parameter updates.
+//! Explicit host-node graphs, their nodes, clones, parameter updates, uploads.
 
 use crate::harness::*;
-use cuda_host_sys::CUDA_HOST_NODE_PARAMS;
+use cuda_host::{Event, EventFlags};
+use cuda_host_sys::{CUDA_HOST_NODE_PARAMS, CUresult};
 use std::ptr;
 use suite::capture::Graph;
 use suite::host_function::host_params;
-use suite::ok;
+use suite::{hold_and_release, ok};
 
 /// A graph `first → middle → last`, its nodes created last-first so that creation order cannot
 /// pass for dependency order: `middle` depends on `first` from its creation, `last` on `middle`
@@ -165,4 +166,40 @@ fn a_host_node_reads_back_the_parameters_last_set() {
         ["updated"],
         "the function read back is the one set"
     );
+}
+
+#[test]
+fn an_upload_is_ordered_behind_the_streams_work_and_the_graph_still_launches() {
+    let _shared = shared();
+    let context = current_context();
+    let (stream, witness) = (non_blocking(&context), non_blocking(&context));
+    let log = Log::default();
+    let graph = chain(&log);
+    let exec = graph.instantiate();
+    let upload_done = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    let synchronized = hold_and_release(
+        &stream,
+        || {
+            // SAFETY: a live executable and a live stream of the current context.
+            ok("cuGraphUpload", unsafe {
+                driver().cuGraphUpload(exec.0, stream.as_raw())
+            });
+            record(&upload_done, stream.as_raw());
+        },
+        || {
+            let_free_work_run(&witness);
+            assert_eq!(
+                event_query(upload_done.as_raw()),
+                CUresult::CUDA_ERROR_NOT_READY,
+                "the upload went ahead of the held work"
+            );
+            assert!(log.entries().is_empty(), "an upload ran the graph");
+        },
+        |stream| {
+            exec.launch(stream.as_raw());
+            synchronize(stream.as_raw())
+        },
+    );
+    ok("cuStreamSynchronize", synchronized);
+    assert_eq!(log.entries(), ["first", "middle", "last"]);
 }

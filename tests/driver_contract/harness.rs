@@ -1,7 +1,7 @@
 //! What the contract's tests share: the driver and context, streams, the isolation between tests,
 //! host functions that log or count, stream callbacks, thin wrappers of raw calls, work held behind
-//! a gate, user objects whose destructor reports where and when it ran, and words for stream
-//! memory operations.
+//! a gate, user objects whose destructor reports where and when it ran, words for stream memory
+//! operations, and device memory.
 
 use cuda_host::{Context, Event, Stream, StreamFlags};
 use cuda_host_sys::{
@@ -500,4 +500,37 @@ pub(crate) fn batched(
     op.writeValue.__bindgen_anon_1.value = value;
     op.writeValue.flags = flags;
     op
+}
+
+/// Device memory, freed on drop. Tests that use it run alone: allocating can be refused by another
+/// test's global-mode capture, and freeing waits for the whole context.
+pub(crate) struct DeviceMemory(pub(crate) CUdeviceptr);
+
+impl DeviceMemory {
+    /// `bytes` of device memory in the current context.
+    pub(crate) fn new(bytes: usize) -> DeviceMemory {
+        let mut address = 0;
+        // SAFETY: a valid out-pointer; the context is current.
+        ok("cuMemAlloc_v2", unsafe {
+            driver().cuMemAlloc_v2(&mut address, bytes)
+        });
+        DeviceMemory(address)
+    }
+
+    /// Its first four words, copied back to the host (`cuMemcpyDtoH_v2`, on the legacy stream).
+    pub(crate) fn words(&self) -> [u32; 4] {
+        let mut words = [0u32; 4];
+        // SAFETY: 16 bytes of this allocation into a live host array.
+        ok("cuMemcpyDtoH_v2", unsafe {
+            driver().cuMemcpyDtoH_v2(words.as_mut_ptr().cast(), self.0, 16)
+        });
+        words
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc_v2 and freed once, here.
+        let _ = unsafe { driver().cuMemFree_v2(self.0) };
+    }
 }

@@ -12,10 +12,12 @@
 //! freed memory.
 
 mod capture;
+mod contexts;
 mod controls;
 mod copies;
 mod coverage;
 mod devices;
+mod errors;
 mod fresh_contexts;
 mod graphs;
 mod harness;

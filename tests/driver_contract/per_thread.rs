@@ -2,6 +2,7 @@
 //! stream resolves: given the null stream, each acts on the calling thread's per-thread stream,
 //! where the plain forms act on the legacy stream.
 
+use crate::contexts::{stream_flags, stream_priority};
 use crate::harness::*;
 use cuda_host::{Event, EventFlags, Stream};
 use cuda_host_sys::{
@@ -14,7 +15,7 @@ use std::ptr;
 use std::sync::OnceLock;
 use suite::capture::{Graph, is_capturing};
 use suite::host_function::{launch_host_through, leak_closure, run_closure};
-use suite::{hold_and_release, ok};
+use suite::{MappedWords, hold_and_release, ok};
 
 /// The null stream: in the per-thread table's entries, the calling thread's per-thread stream.
 const NULL: CUstream = ptr::null_mut();
@@ -103,6 +104,7 @@ fn the_per_thread_forms_given_the_null_stream_capture_the_calling_threads_per_th
     let exec = graph.instantiate();
     // SAFETY: a live executable of host nodes.
     unsafe {
+        ok("cuGraphUpload", table.cuGraphUpload(exec.0, NULL));
         ok("cuGraphLaunch", table.cuGraphLaunch(exec.0, NULL));
         ok("cuStreamSynchronize", table.cuStreamSynchronize(NULL));
     }
@@ -189,6 +191,100 @@ fn the_per_thread_forms_given_the_null_stream_enqueue_on_and_query_the_calling_t
     assert_eq!(callback.statuses_once_called(), [SUCCESS]);
     assert_eq!(event_query(event.as_raw()), SUCCESS);
     assert_eq!((words.narrow(), words.wide()), (7, 1 << 40 | 9));
+}
+
+#[test]
+fn the_per_thread_copy_and_set_forms_given_the_null_stream_enqueue_on_the_calling_threads_stream() {
+    let _alone = alone();
+    let context = current_context();
+    let table = per_thread_table();
+    let (first, second) = (DeviceMemory::new(16), DeviceMemory::new(16));
+    // SAFETY: 16 bytes from a live host array into the allocation.
+    ok("cuMemcpyHtoD_v2", unsafe {
+        driver().cuMemcpyHtoD_v2(first.0, [1u32, 2, 3, 4].as_ptr().cast(), 16)
+    });
+    let words = MappedWords::new(&context, 7);
+    // Pageable host memory, leaked: a driver that read it later would still read live memory.
+    let pageable: &'static [u32; 2] = leak([7, 8]);
+    let synchronized = hold_and_release(
+        &Stream::per_thread(&context),
+        || {
+            // SAFETY: device allocations of 16 bytes, mapped words of the context and leaked
+            // host memory, all outliving the stream's work; addresses aligned for each set.
+            unsafe {
+                ok(
+                    "cuMemcpyDtoDAsync_v2",
+                    table.cuMemcpyDtoDAsync_v2(second.0, first.0, 8, NULL),
+                );
+                ok(
+                    "cuMemcpyPeerAsync",
+                    table.cuMemcpyPeerAsync(
+                        second.0 + 8,
+                        context.as_raw(),
+                        first.0 + 8,
+                        context.as_raw(),
+                        8,
+                        NULL,
+                    ),
+                );
+                ok(
+                    "cuMemcpyHtoDAsync_v2",
+                    table.cuMemcpyHtoDAsync_v2(first.0, pageable.as_ptr().cast(), 8, NULL),
+                );
+                ok(
+                    "cuMemsetD32Async",
+                    table.cuMemsetD32Async(words.device_address(0), 9, 1, NULL),
+                );
+                ok(
+                    "cuMemsetD16Async",
+                    table.cuMemsetD16Async(words.device_address(1), 0x1234, 2, NULL),
+                );
+                ok(
+                    "cuMemsetD8Async",
+                    table.cuMemsetD8Async(words.device_address(2), 0x7f, 4, NULL),
+                );
+                ok(
+                    "cuMemcpyDtoHAsync_v2",
+                    table.cuMemcpyDtoHAsync_v2(words.host_address(3), second.0, 16, NULL),
+                );
+            }
+        },
+        || {
+            assert_eq!(
+                (0..7).map(|index| words.get(index)).collect::<Vec<_>>(),
+                [0; 7],
+                "written while the calling thread's per-thread stream was held"
+            );
+        },
+        // SAFETY: the calling thread's per-thread stream.
+        |_| unsafe { table.cuStreamSynchronize(NULL) },
+    );
+    ok("cuStreamSynchronize", synchronized);
+    assert_eq!(second.words(), [1, 2, 3, 4]);
+    assert_eq!(
+        first.words(),
+        [7, 8, 3, 4],
+        "copied over after the copies from it"
+    );
+    assert_eq!(
+        (0..7).map(|index| words.get(index)).collect::<Vec<_>>(),
+        [9, 0x1234_1234, 0x7f7f_7f7f, 1, 2, 3, 4]
+    );
+}
+
+#[test]
+fn the_per_thread_priority_and_flags_forms_given_the_null_stream_tell_of_the_calling_threads() {
+    let _alone = alone();
+    let _context = current_context();
+    let table = per_thread_table();
+    assert_eq!(
+        stream_priority(table, NULL),
+        stream_priority(driver(), CU_STREAM_PER_THREAD)
+    );
+    assert_eq!(
+        stream_flags(table, NULL),
+        stream_flags(driver(), CU_STREAM_PER_THREAD)
+    );
 }
 
 #[test]

@@ -34,6 +34,43 @@ macro_rules! alone_in_child {
     };
 }
 
+/// For a test of a library that opens libcuda by name (cudarc): whether `test` of `module` (pass
+/// `module_path!()`) runs in this process. `false` when it ran in a child process instead, with
+/// `env` added: always on the software driver, there with `LD_LIBRARY_PATH` leading the library
+/// to the software driver this binary loaded ([`cuda_host_testing::LibcudaDir`]); on the real
+/// driver too when `always_in_child`.
+///
+/// # Panics
+/// When the child fails, or the links to the software driver cannot be made.
+#[track_caller]
+pub fn runs_here_with_libcuda(
+    module: &str,
+    test: &str,
+    always_in_child: bool,
+    env: &[(&str, &str)],
+) -> bool {
+    if in_child_process() {
+        return true;
+    }
+    let software = crate::test_driver().is_software();
+    if !software && !always_in_child {
+        return true;
+    }
+    let libcuda = cuda_host_testing::LibcudaDir::new().unwrap_or_else(|e| panic!("{e}"));
+    let library_path = libcuda.ld_library_path();
+    let library_path = library_path.to_str().expect("a UTF-8 library path");
+    let mut child_env = vec![(
+        "CUDA_TEST_DRIVER",
+        if software { "software" } else { "real" },
+    )];
+    if software {
+        child_env.push(("LD_LIBRARY_PATH", library_path));
+    }
+    child_env.extend_from_slice(env);
+    run_in_child(module, test, &child_env);
+    false
+}
+
 const CHILD_VARIABLE: &str = "CUDA_HOST_SUITE_CHILD";
 
 /// Whether this process is a child started by [`run_in_child`].

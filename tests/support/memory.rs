@@ -88,6 +88,13 @@ impl MappedWords {
         self.word(index).store(value, Ordering::SeqCst);
     }
 
+    /// The host address of the word at `index`, for the driver calls that take host memory. What
+    /// the driver's threads or the device write there is read through [`MappedWords::get`].
+    pub fn host_address(&self, index: usize) -> *mut c_void {
+        assert!(index < self.len);
+        self.host.wrapping_add(index).cast()
+    }
+
     /// The device address of the word at `index`.
     pub fn device_address(&self, index: usize) -> CUdeviceptr {
         assert!(index < self.len);

@@ -5,7 +5,8 @@
  * stream values 0x1/0x2), mapped to the object and its kind. Every API argument that is a handle
  * is looked up here before use, so destroyed or invented handles answer
  * CUDA_ERROR_INVALID_HANDLE instead of touching freed memory; and because numbers are not reused,
- * a stale handle cannot alias a newer object.
+ * a stale handle cannot alias a newer object, and a lookup tells a stale one from an invented one:
+ * it counts the stale ones (cuswStaleHandleUses).
  */
 #include "internal.h"
 
@@ -122,7 +123,7 @@ bool cusw_map_next(const struct cusw_map *m, size_t *cursor, uintptr_t *key, voi
     return false;
 }
 
-/* ---- Handle registry ------------------------------------------------------------------------ */
+/* ---- Handle registry ------------------------------------------------------------------------- */
 
 struct registration {
     enum cusw_kind kind;
@@ -132,6 +133,7 @@ struct registration {
 static struct cusw_map handles;
 static uintptr_t next_handle_number = 1;
 static size_t live_handles[CUSW_KIND_USER_OBJECT + 1]; /* by kind */
+static atomic_ullong stale_handle_uses; /* read without the lock */
 
 /* Handles look like aligned pointers (some callers print or hash them) but point nowhere. */
 #define HANDLE_BASE ((uintptr_t)0x5c0000000000ULL)
@@ -159,7 +161,7 @@ void *cusw_handle_get(uintptr_t handle, enum cusw_kind kind)
     struct registration *r = cusw_map_get(&handles, handle);
     if (r == NULL && handle > HANDLE_BASE && handle < HANDLE_BASE + next_handle_number * HANDLE_STEP &&
         (handle - HANDLE_BASE) % HANDLE_STEP == 0)
-        cusw_note_stale_handle();
+        atomic_fetch_add(&stale_handle_uses, 1);
     return (r != NULL && r->kind == kind) ? r->object : NULL;
 }
 
@@ -172,3 +174,5 @@ void cusw_handle_remove(uintptr_t handle)
 }
 
 size_t cusw_handle_count(enum cusw_kind kind) { return live_handles[kind]; }
+
+unsigned long long cusw_stale_handle_uses(void) { return atomic_load(&stale_handle_uses); }

@@ -1,85 +1,23 @@
 /*
- * graph.c - graphs and their nodes: creation, host nodes, dependencies, queries,
- * cloning, destruction. A node's dependencies are stored on the node (its incoming edges); a
- * graph owns its nodes and its user-object references. Graphs belong to no context.
+ * graphs.c - Graph Management, graphs and their nodes: cuGraphCreate, cuGraphDestroy,
+ * cuGraphAddHostNode, cuGraphAddDependencies_v2, cuGraphGetNodes, cuGraphNodeGetType,
+ * cuGraphClone, cuGraphHostNodeGetParams, cuGraphHostNodeSetParams.
  */
 #include "internal.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-struct cusw_graph *cusw_graph_new(void)
+/* [locked] */
+static struct cusw_graph *graph_of(CUgraph handle)
 {
-    struct cusw_graph *g = calloc(1, sizeof *g);
-    if (g == NULL)
-        return NULL;
-    g->handle = cusw_handle_new(CUSW_KIND_GRAPH, g);
-    if (g->handle == 0) {
-        free(g);
-        return NULL;
-    }
-    return g;
+    return cusw_handle_get((uintptr_t)handle, CUSW_KIND_GRAPH);
 }
 
-static void node_free(struct cusw_node *n)
+/* [locked] */
+static struct cusw_node *node_of(CUgraphNode handle)
 {
-    cusw_handle_remove(n->handle);
-    cusw_action_release(&n->action);
-    free(n->deps);
-    free(n);
-}
-
-void cusw_graph_free(struct cusw_graph *g)
-{
-    for (size_t i = 0; i < g->n_nodes; i++)
-        node_free(g->nodes[i]);
-    free(g->nodes);
-    cusw_urefs_release(&g->urefs, CUSW_DESTROY_INLINE); /* destructors may run in this call */
-    cusw_handle_remove(g->handle);
-    free(g);
-}
-
-static bool add_dep(struct cusw_node *n, struct cusw_node *dep)
-{
-    if (!cusw_reserve((void **)&n->deps, &n->deps_capacity, n->ndeps + 1, sizeof *n->deps))
-        return false;
-    n->deps[n->ndeps++] = dep;
-    return true;
-}
-
-static bool has_dep(const struct cusw_node *n, const struct cusw_node *dep)
-{
-    for (size_t i = 0; i < n->ndeps; i++)
-        if (n->deps[i] == dep)
-            return true;
-    return false;
-}
-
-struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_action *a,
-                                      struct cusw_node *const *deps, size_t ndeps)
-{
-    if (!cusw_reserve((void **)&g->nodes, &g->nodes_capacity, g->n_nodes + 1, sizeof *g->nodes))
-        return NULL;
-    struct cusw_node *n = calloc(1, sizeof *n);
-    if (n == NULL)
-        return NULL;
-    n->graph = g;
-    n->action = *a;
-    for (size_t i = 0; i < ndeps; i++) {
-        if (!add_dep(n, deps[i])) {
-            free(n->deps);
-            free(n);
-            return NULL;
-        }
-    }
-    n->handle = cusw_handle_new(CUSW_KIND_NODE, n);
-    if (n->handle == 0) {
-        free(n->deps);
-        free(n);
-        return NULL;
-    }
-    g->nodes[g->n_nodes++] = n;
-    return n;
+    return cusw_handle_get((uintptr_t)handle, CUSW_KIND_NODE);
 }
 
 /* [locked] Resolves an API dependency list: every entry a distinct node of `g`. */
@@ -95,7 +33,7 @@ static CUresult resolve_deps(struct cusw_graph *g, const CUgraphNode *handles, s
     if (deps == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
     for (size_t i = 0; i < n; i++) {
-        deps[i] = cusw_handle_get((uintptr_t)handles[i], CUSW_KIND_NODE);
+        deps[i] = node_of(handles[i]);
         bool duplicate = false;
         for (size_t j = 0; j < i && !duplicate; j++)
             duplicate = deps[j] == deps[i];
@@ -115,7 +53,7 @@ static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraph
     if (phGraphNode == NULL || (a->kind == CUSW_ACT_HOST_FN && a->u.host.fn == NULL))
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
-    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    struct cusw_graph *g = graph_of(hGraph);
     struct cusw_node **deps = NULL;
     if (g == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
@@ -154,7 +92,7 @@ CUSW_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
     CUSW_INIT_ENTRY();
     CUresult rc = CUDA_SUCCESS;
     cusw_lock_acquire();
-    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    struct cusw_graph *g = graph_of(hGraph);
     if (g == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
     else if (g->capture != NULL)
@@ -196,25 +134,23 @@ CUSW_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode
             return CUDA_ERROR_INVALID_VALUE;
     }
     cusw_lock_acquire();
-    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    struct cusw_graph *g = graph_of(hGraph);
     if (g == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
     /* Validate everything first, so that a failing call adds no edge at all. */
     for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
-        struct cusw_node *f = cusw_handle_get((uintptr_t)from[i], CUSW_KIND_NODE);
-        struct cusw_node *t = cusw_handle_get((uintptr_t)to[i], CUSW_KIND_NODE);
-        if (f == NULL || t == NULL || f->graph != g || t->graph != g || f == t || has_dep(t, f))
+        struct cusw_node *f = node_of(from[i]);
+        struct cusw_node *t = node_of(to[i]);
+        if (f == NULL || t == NULL || f->graph != g || t->graph != g || f == t ||
+            cusw_node_has_dep(t, f))
             rc = CUDA_ERROR_INVALID_VALUE;
         for (size_t j = 0; rc == CUDA_SUCCESS && j < i; j++)
             if (from[j] == from[i] && to[j] == to[i])
                 rc = CUDA_ERROR_INVALID_VALUE;
     }
-    for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++) {
-        struct cusw_node *f = cusw_handle_get((uintptr_t)from[i], CUSW_KIND_NODE);
-        struct cusw_node *t = cusw_handle_get((uintptr_t)to[i], CUSW_KIND_NODE);
-        if (!add_dep(t, f))
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < numDependencies; i++)
+        if (!cusw_node_add_dep(node_of(to[i]), node_of(from[i])))
             rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
     cusw_lock_release();
     return rc;
 }
@@ -226,7 +162,7 @@ CUSW_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t 
     if (numNodes == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
-    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    struct cusw_graph *g = graph_of(hGraph);
     if (g == NULL) {
         rc = CUDA_ERROR_INVALID_VALUE;
     } else if (nodes == NULL) {
@@ -240,12 +176,6 @@ CUSW_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t 
     }
     cusw_lock_release();
     return rc;
-}
-
-/* [locked] */
-static struct cusw_node *node_of(CUgraphNode handle)
-{
-    return cusw_handle_get((uintptr_t)handle, CUSW_KIND_NODE);
 }
 
 CUSW_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
@@ -267,36 +197,13 @@ CUSW_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type
 CUSW_EXPORT CUresult cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
     CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
     if (phGraphClone == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
-    struct cusw_graph *g = cusw_handle_get((uintptr_t)originalGraph, CUSW_KIND_GRAPH);
-    struct cusw_graph *clone = NULL;
-    if (g == NULL)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else if ((clone = cusw_graph_new()) == NULL)
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    /* Nodes first, then edges by index: an edge added with cuGraphAddDependencies may point from
-     * a node created later. */
-    for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n_nodes; i++) {
-        g->nodes[i]->scratch = i;
-        if (cusw_graph_add_node(clone, &g->nodes[i]->action, NULL, 0) == NULL)
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n_nodes; i++) {
-        const struct cusw_node *src = g->nodes[i];
-        for (size_t d = 0; rc == CUDA_SUCCESS && d < src->ndeps; d++)
-            if (!add_dep(clone->nodes[i], clone->nodes[src->deps[d]->scratch]))
-                rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    /* The clone owns references of its own to the same user objects. */
-    if (rc == CUDA_SUCCESS && !cusw_urefs_copy(&clone->urefs, &g->urefs))
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    struct cusw_graph *g = graph_of(originalGraph), *clone = NULL;
+    CUresult rc = g == NULL ? CUDA_ERROR_INVALID_VALUE : cusw_graph_clone(g, &clone);
     if (rc == CUDA_SUCCESS)
         *phGraphClone = (CUgraph)clone->handle;
-    else if (clone != NULL)
-        cusw_graph_free(clone);
     cusw_lock_release();
     return rc;
 }

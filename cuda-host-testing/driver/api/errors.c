@@ -1,18 +1,21 @@
 /*
- * errors.c - cuGetErrorString for every CUresult value of CUDA 13.5.
+ * errors.c - Error Handling: cuGetErrorName and cuGetErrorString, for every CUresult value of
+ * CUDA 13.5.
  *
- * Descriptions are short, in the style of the real driver (for the common codes, the real
- * driver's wording: "invalid argument", "invalid resource handle", ...). Like the real driver, an
- * unknown value answers CUDA_ERROR_INVALID_VALUE and sets *pStr to NULL; no cuInit needed.
+ * A name is the enumerator's ("CUDA_ERROR_INVALID_VALUE"). Descriptions are short, in the style
+ * of the real driver (for the common codes, the real driver's wording: "invalid argument",
+ * "invalid resource handle", ...). As documented, an unknown value answers
+ * CUDA_ERROR_INVALID_VALUE and sets *pStr to NULL; no cuInit needed.
  */
 #include "internal.h"
 
 struct error_text {
     CUresult code;
+    const char *name;
     const char *description;
 };
 
-#define E(code, text) { code, text }
+#define E(code, text) { code, #code, text }
 
 static const struct error_text error_texts[] = {
     E(CUDA_SUCCESS, "no error"),
@@ -125,14 +128,30 @@ static const struct error_text error_texts[] = {
 
 #undef E
 
+static const struct error_text *text_of(CUresult error)
+{
+    for (size_t i = 0; i < sizeof error_texts / sizeof error_texts[0]; i++)
+        if (error_texts[i].code == error)
+            return &error_texts[i];
+    return NULL;
+}
+
+CUSW_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+    CUSW_ENTRY();
+    if (pStr == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    const struct error_text *text = text_of(error);
+    *pStr = text != NULL ? text->name : NULL;
+    return text != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 CUSW_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr)
 {
     CUSW_ENTRY();
     if (pStr == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    *pStr = NULL;
-    for (size_t i = 0; i < sizeof error_texts / sizeof error_texts[0]; i++)
-        if (error_texts[i].code == error)
-            *pStr = error_texts[i].description;
-    return *pStr != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    const struct error_text *text = text_of(error);
+    *pStr = text != NULL ? text->description : NULL;
+    return text != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

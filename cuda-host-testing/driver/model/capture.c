@@ -1,6 +1,6 @@
 /*
- * capture.c - stream capture: cuStreamBeginCapture_v2, cuStreamEndCapture, cuStreamIsCapturing,
- * cuStreamGetCaptureInfo_v3, and the rules that decide which calls are allowed while captures are
+ * capture.c - stream capture: captures begun and ended, streams joining them through events, the
+ * state a query reports, and the rules that decide which calls are allowed while captures are
  * going on.
  *
  * While a stream captures, the stream-ordered work given to it becomes graph nodes chained on the
@@ -91,17 +91,11 @@ CUresult cusw_capture_add_node(struct cusw_stream *s, const struct cusw_action *
 /* The calling thread's capture interaction mode. */
 static _Thread_local CUstreamCaptureMode thread_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
-CUSW_EXPORT CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+CUstreamCaptureMode cusw_capture_exchange_mode(CUstreamCaptureMode mode)
 {
-    CUSW_INIT_ENTRY();
-    if (mode == NULL || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
-                         *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-                         *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
-        return CUDA_ERROR_INVALID_VALUE;
     CUstreamCaptureMode previous = thread_mode;
-    thread_mode = *mode;
-    *mode = previous;
-    return CUDA_SUCCESS;
+    thread_mode = mode;
+    return previous;
 }
 
 CUresult cusw_capture_check_unsafe(void)
@@ -255,134 +249,50 @@ static CUresult check_joined(struct cusw_capture *c)
     return CUDA_SUCCESS;
 }
 
-/* ---- API ------------------------------------------------------------------------------------- */
-
-static CUresult begin_capture(CUstream hStream, bool per_thread, CUstreamCaptureMode mode)
+CUresult cusw_capture_begin(struct cusw_stream *s, CUstreamCaptureMode mode)
 {
-    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-        mode != CU_STREAM_CAPTURE_MODE_RELAXED)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_stream *s = NULL;
-    struct cusw_capture *c = NULL;
-    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS && s->kind == CUSW_STREAM_LEGACY)
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
-    else if (rc == CUDA_SUCCESS && s->capture != NULL)
-        rc = CUDA_ERROR_ILLEGAL_STATE;
-    if (rc == CUDA_SUCCESS) {
-        c = calloc(1, sizeof *c);
-        if (c == NULL || (c->graph = cusw_graph_new()) == NULL) {
-            free(c);
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        } else if (!add_member(c, s)) {
-            cusw_graph_free(c->graph);
-            free(c);
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        }
-    }
-    if (rc == CUDA_SUCCESS) {
-        c->id = next_capture_id++;
-        c->mode = mode;
-        c->thread_serial = cusw_thread_serial();
-        c->origin = s;
-        c->graph->capture = c;
-        c->next = captures;
-        captures = c;
-    }
-    cusw_lock_release();
-    return rc;
-}
-
-CUSW_TWINS(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode),
-           begin_capture(hStream, per_thread, mode))
-
-/* ---- A capture begun at the next call of an entry (cuswBeginCaptureAtNextCall) -------------- */
-
-/* One armed capture at a time, behind its own mutex; the flag keeps the check on every entry
- * point to a single relaxed load when none is armed. */
-static pthread_mutex_t trigger_lock = PTHREAD_MUTEX_INITIALIZER;
-static atomic_bool trigger_armed;
-static char *trigger_entry;
-static CUstream trigger_stream;
-static CUstreamCaptureMode trigger_mode;
-
-void cusw_capture_triggered(const char *base, const char *symbol)
-{
-    if (!atomic_load_explicit(&trigger_armed, memory_order_relaxed))
-        return;
-    bool hit = false;
-    CUstream stream = NULL;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-    pthread_mutex_lock(&trigger_lock);
-    if (trigger_entry != NULL &&
-        (strcmp(trigger_entry, base) == 0 || strcmp(trigger_entry, symbol) == 0)) {
-        hit = true;
-        stream = trigger_stream;
-        mode = trigger_mode;
-        free(trigger_entry);
-        trigger_entry = NULL;
-        atomic_store(&trigger_armed, false);
-    }
-    pthread_mutex_unlock(&trigger_lock);
-    if (hit)
-        (void)begin_capture(stream, false, mode); /* as the calling thread's own call would */
-}
-
-CUSW_EXPORT CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stream,
-                                                CUstreamCaptureMode mode)
-{
-    CUSW_ENTRY();
-    if (entry == NULL || (mode != CU_STREAM_CAPTURE_MODE_GLOBAL &&
-                          mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-                          mode != CU_STREAM_CAPTURE_MODE_RELAXED))
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!cusw_entry_name_known(entry))
-        return CUDA_ERROR_NOT_FOUND;
-    char *copy = strdup(entry);
-    if (copy == NULL)
+    if (s->kind == CUSW_STREAM_LEGACY)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
+    if (s->capture != NULL)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    struct cusw_capture *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->graph = cusw_graph_new()) == NULL) {
+        free(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
-    pthread_mutex_lock(&trigger_lock);
-    free(trigger_entry);
-    trigger_entry = copy;
-    trigger_stream = stream;
-    trigger_mode = mode;
-    atomic_store(&trigger_armed, true);
-    pthread_mutex_unlock(&trigger_lock);
+    }
+    if (!add_member(c, s)) {
+        cusw_graph_free(c->graph);
+        free(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    c->id = next_capture_id++;
+    c->mode = mode;
+    c->thread_serial = cusw_thread_serial();
+    c->origin = s;
+    c->graph->capture = c;
+    c->next = captures;
+    captures = c;
     return CUDA_SUCCESS;
 }
 
-static CUresult end_capture(CUstream hStream, bool per_thread, CUgraph *phGraph)
+CUresult cusw_capture_end(struct cusw_stream *s, CUgraph *graph)
 {
-    if (phGraph == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_stream *s = NULL;
-    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
-    struct cusw_capture *c = rc == CUDA_SUCCESS ? s->capture : NULL;
-    if (rc == CUDA_SUCCESS && c == NULL)
-        rc = CUDA_ERROR_ILLEGAL_STATE;
-    else if (rc == CUDA_SUCCESS && c->origin != s)
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-    else if (rc == CUDA_SUCCESS && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
-             c->thread_serial != cusw_thread_serial())
-        rc = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
-    if (rc == CUDA_SUCCESS) {
-        *phGraph = NULL;
-        if (c->invalidated)
-            rc = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-        else
-            rc = check_joined(c);
-        finish(c, rc == CUDA_SUCCESS ? phGraph : NULL);
-    }
-    cusw_lock_release();
+    struct cusw_capture *c = s->capture;
+    if (c == NULL)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    if (c->origin != s)
+        return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+    if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->thread_serial != cusw_thread_serial())
+        return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    *graph = NULL;
+    CUresult rc = c->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : check_joined(c);
+    finish(c, rc == CUDA_SUCCESS ? graph : NULL);
     return rc;
 }
 
-CUSW_TWINS(cuStreamEndCapture, (CUstream hStream, CUgraph *phGraph),
-           end_capture(hStream, per_thread, phGraph))
+/* ---- What queries see ------------------------------------------------------------------------ */
 
-static CUstreamCaptureStatus status_of(const struct cusw_stream *s)
+CUstreamCaptureStatus cusw_capture_status(const struct cusw_stream *s)
 {
     if (s->capture == NULL)
         return CU_STREAM_CAPTURE_STATUS_NONE;
@@ -390,83 +300,32 @@ static CUstreamCaptureStatus status_of(const struct cusw_stream *s)
                                    : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 }
 
-/* [locked] The stream a capture-state query names: the legacy stream while a blocking stream of
- * its context captures answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, but asking invalidates
- * nothing (measured). */
-static CUresult queried_stream(CUstream hStream, bool per_thread, struct cusw_stream **s)
+bool cusw_capture_implicit(const struct cusw_stream *s)
 {
-    CUresult rc = cusw_stream_resolve(hStream, per_thread, s);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    bool implicit = (*s)->kind == CUSW_STREAM_LEGACY && blocking_capture((*s)->ctx, false);
-    return implicit ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+    return s->kind == CUSW_STREAM_LEGACY && blocking_capture(s->ctx, false);
 }
 
-static CUresult is_capturing(CUstream hStream, bool per_thread, CUstreamCaptureStatus *status)
+struct cusw_capture *cusw_capture_of_event(const struct cusw_event *e)
 {
-    if (status == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_stream *s = NULL;
-    CUresult rc = queried_stream(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS)
-        *status = status_of(s);
-    cusw_lock_release();
-    return rc;
+    return e->capture_id != 0 ? cusw_capture_find(e->capture_id) : NULL;
 }
 
-CUSW_TWINS(cuStreamIsCapturing, (CUstream hStream, CUstreamCaptureStatus *captureStatus),
-           is_capturing(hStream, per_thread, captureStatus))
-
-static CUresult get_capture_info(CUstream hStream, bool per_thread,
-                                 CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
-                                 CUgraph *graph_out, const CUgraphNode **dependencies_out,
-                                 const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out)
+CUresult cusw_capture_dependencies(struct cusw_stream *s, const CUgraphNode **nodes,
+                                   const CUgraphEdgeData **edges)
 {
-    if (captureStatus_out == NULL || (edgeData_out != NULL && dependencies_out == NULL))
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_stream *s = NULL;
-    CUresult rc = queried_stream(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS) {
-        *captureStatus_out = status_of(s);
-        if (s->capture != NULL && id_out != NULL)
-            *id_out = s->capture->id;
-    }
-    /* The rest is only valid while the capture is active, as documented. */
-    if (rc == CUDA_SUCCESS && *captureStatus_out == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-        size_t n = s->n_cap_deps;
-        if (!cusw_reserve((void **)&s->info_nodes, &s->info_capacity, n ? n : 1,
-                          sizeof *s->info_nodes)) {
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        } else {
-            /* info_edges grows with info_nodes: keep it at the same capacity, all defaults. */
-            CUgraphEdgeData *edges = realloc(s->info_edges, s->info_capacity * sizeof *edges);
-            if (edges == NULL) {
-                rc = CUDA_ERROR_OUT_OF_MEMORY;
-            } else {
-                s->info_edges = edges;
-                memset(edges, 0, s->info_capacity * sizeof *edges);
-                for (size_t i = 0; i < n; i++)
-                    s->info_nodes[i] = (CUgraphNode)s->cap_deps[i]->handle;
-                if (graph_out != NULL)
-                    *graph_out = (CUgraph)s->capture->graph->handle;
-                if (dependencies_out != NULL)
-                    *dependencies_out = s->info_nodes;
-                if (edgeData_out != NULL)
-                    *edgeData_out = s->info_edges;
-                if (numDependencies_out != NULL)
-                    *numDependencies_out = n;
-            }
-        }
-    }
-    cusw_lock_release();
-    return rc;
+    size_t n = s->n_cap_deps;
+    if (!cusw_reserve((void **)&s->info_nodes, &s->info_capacity, n ? n : 1,
+                      sizeof *s->info_nodes))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    /* info_edges grows with info_nodes: keep it at the same capacity, all defaults. */
+    CUgraphEdgeData *grown = realloc(s->info_edges, s->info_capacity * sizeof *grown);
+    if (grown == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    s->info_edges = grown;
+    memset(grown, 0, s->info_capacity * sizeof *grown);
+    for (size_t i = 0; i < n; i++)
+        s->info_nodes[i] = (CUgraphNode)s->cap_deps[i]->handle;
+    *nodes = s->info_nodes;
+    *edges = s->info_edges;
+    return CUDA_SUCCESS;
 }
-
-CUSW_TWINS(cuStreamGetCaptureInfo_v3,
-           (CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out,
-            CUgraph *graph_out, const CUgraphNode **dependencies_out,
-            const CUgraphEdgeData **edgeData_out, size_t *numDependencies_out),
-           get_capture_info(hStream, per_thread, captureStatus_out, id_out, graph_out,
-                            dependencies_out, edgeData_out, numDependencies_out))

@@ -1,5 +1,5 @@
 /*
- * graph_exec.c - executable graphs: instantiation, launch, destruction, executable updates.
+ * exec.c - executable graphs: instantiation, launch, upload, destruction, host-node updates.
  *
  * Instantiation flattens the graph into its nodes' actions in a topological order (Kahn's
  * algorithm, ties broken by creation order), so the executable is independent of its graph from
@@ -27,7 +27,7 @@ struct cusw_exec {
     bool launched;               /* its user objects then die on the destructor thread */
 };
 
-static void exec_free(struct cusw_exec *x)
+void cusw_exec_free(struct cusw_exec *x)
 {
     cusw_handle_remove(x->handle);
     /* Destructors may run now (in-flight launches hold references of their own): inside this
@@ -105,40 +105,25 @@ out:
     return rc;
 }
 
-CUSW_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                                 unsigned long long flags)
+CUresult cusw_exec_new(struct cusw_graph *g, struct cusw_ctx *ctx, struct cusw_exec **out)
 {
-    CUSW_INIT_ENTRY();
-    /* Graph memory nodes and node priorities do not exist here, so those flags change nothing.
-     * UPLOAD is only valid with cuGraphInstantiateWithParams; device launch is not modelled. */
-    const unsigned long long accepted =
-        CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
-    if (phGraphExec == NULL || (flags & ~accepted) != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_ctx *ctx = NULL;
-    struct cusw_exec *x = NULL;
-    CUresult rc = cusw_ctx_current(&ctx);
-    struct cusw_graph *g = NULL;
-    if (rc == CUDA_SUCCESS && (g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH)) == NULL)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    if (rc == CUDA_SUCCESS && (x = calloc(1, sizeof *x)) == NULL)
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (rc == CUDA_SUCCESS) {
-        x->ctx = ctx;
-        rc = flatten(g, x);
-    }
+    struct cusw_exec *x = calloc(1, sizeof *x);
+    if (x == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    x->ctx = ctx;
+    CUresult rc = flatten(g, x);
     if (rc == CUDA_SUCCESS && !cusw_urefs_copy(&x->urefs, &g->urefs))
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS && (x->handle = cusw_handle_new(CUSW_KIND_EXEC, x)) == 0)
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS)
-        *phGraphExec = (CUgraphExec)x->handle;
-    else if (x != NULL)
-        exec_free(x);
-    cusw_lock_release();
+        *out = x;
+    else
+        cusw_exec_free(x);
     return rc;
 }
+
+uintptr_t cusw_exec_handle(const struct cusw_exec *x) { return x->handle; }
 
 /* [locked] A graph launched into a capturing stream joins the capture: its nodes are appended in
  * their (valid) topological order, and the capture graph takes references to its user objects. */
@@ -156,95 +141,58 @@ static CUresult capture_launch(struct cusw_exec *x, struct cusw_stream *s)
     return CUDA_SUCCESS;
 }
 
-static CUresult launch(CUgraphExec hGraphExec, CUstream hStream, bool per_thread)
+CUresult cusw_exec_launch(struct cusw_exec *x, struct cusw_stream *s, bool capturing)
 {
-    CUresult rc = CUDA_SUCCESS;
-    cusw_lock_acquire();
-    struct cusw_exec *x = cusw_handle_get((uintptr_t)hGraphExec, CUSW_KIND_EXEC);
-    struct cusw_stream *s = NULL;
-    bool capturing = false;
-    if (x == NULL)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_stream_resolve(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_capture_check_enqueue(s, &capturing);
-    if (rc == CUDA_SUCCESS && capturing) {
-        rc = capture_launch(x, s);
-    } else if (rc == CUDA_SUCCESS) {
-        struct cusw_launch *l = calloc(1, sizeof *l);
-        if (l == NULL || (l->actions = malloc((x->n + 1) * sizeof *l->actions)) == NULL ||
-            !cusw_urefs_copy(&l->urefs, &x->urefs)) {
-            if (l != NULL) {
-                cusw_urefs_release(&l->urefs, CUSW_DESTROY_DRIVER_THREAD);
-                free(l->actions);
-                free(l);
-            }
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        } else {
-            if (x->n > 0)
-                memcpy(l->actions, x->actions, x->n * sizeof *l->actions);
-            l->n = x->n;
-            struct cusw_action a = { .kind = CUSW_ACT_GRAPH, .u.launch = l };
-            size_t ndeps = x->last_launch.stream != NULL ? 1 : 0;
-            rc = cusw_stream_enqueue(s, &a, &x->last_launch, ndeps);
-            if (rc != CUDA_SUCCESS) {
-                cusw_action_release(&a);
-            } else {
-                if (x->last_launch.stream != NULL)
-                    cusw_stream_unref(x->last_launch.stream);
-                cusw_stream_ref(s);
-                x->last_launch.stream = s;
-                x->last_launch.seq = s->enqueued;
-                x->launched = true;
-            }
+    if (capturing)
+        return capture_launch(x, s);
+    struct cusw_launch *l = calloc(1, sizeof *l);
+    if (l == NULL || (l->actions = malloc((x->n + 1) * sizeof *l->actions)) == NULL ||
+        !cusw_urefs_copy(&l->urefs, &x->urefs)) {
+        if (l != NULL) {
+            cusw_urefs_release(&l->urefs, CUSW_DESTROY_DRIVER_THREAD);
+            free(l->actions);
+            free(l);
         }
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    cusw_lock_release();
-    return rc;
+    if (x->n > 0)
+        memcpy(l->actions, x->actions, x->n * sizeof *l->actions);
+    l->n = x->n;
+    struct cusw_action a = { .kind = CUSW_ACT_GRAPH, .u.launch = l };
+    size_t ndeps = x->last_launch.stream != NULL ? 1 : 0;
+    CUresult rc = cusw_stream_enqueue(s, &a, &x->last_launch, ndeps);
+    if (rc != CUDA_SUCCESS) {
+        cusw_action_release(&a);
+        return rc;
+    }
+    if (x->last_launch.stream != NULL)
+        cusw_stream_unref(x->last_launch.stream);
+    cusw_stream_ref(s);
+    x->last_launch.stream = s;
+    x->last_launch.seq = s->enqueued;
+    x->launched = true;
+    return CUDA_SUCCESS;
 }
 
-CUSW_TWINS(cuGraphLaunch, (CUgraphExec hGraphExec, CUstream hStream),
-           launch(hGraphExec, hStream, per_thread))
-
-CUSW_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+CUresult cusw_exec_upload(struct cusw_exec *x, struct cusw_stream *s)
 {
-    CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
-    cusw_lock_acquire();
-    struct cusw_exec *x = cusw_handle_get((uintptr_t)hGraphExec, CUSW_KIND_EXEC);
-    if (x == NULL)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else
-        exec_free(x);
-    cusw_lock_release();
-    return rc;
+    /* Nothing to upload: the operation only keeps the documented order, behind the stream's
+     * earlier work and the executable's earlier launches. */
+    struct cusw_action nothing = { .kind = CUSW_ACT_NOP };
+    size_t ndeps = x->last_launch.stream != NULL ? 1 : 0;
+    return cusw_stream_enqueue(s, &nothing, &x->last_launch, ndeps);
 }
 
-CUSW_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
-                                                  const CUDA_HOST_NODE_PARAMS *nodeParams)
+CUresult cusw_exec_set_host_params(struct cusw_exec *x, CUgraphNode node, CUhostFn fn, void *data)
 {
-    CUSW_INIT_ENTRY();
-    CUresult rc = CUDA_SUCCESS;
-    if (nodeParams == NULL || nodeParams->fn == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_exec *x = cusw_handle_get((uintptr_t)hGraphExec, CUSW_KIND_EXEC);
-    if (x == NULL) {
-        rc = CUDA_ERROR_INVALID_VALUE;
-    } else {
-        /* Matched by handle: node handles are never reused, so this stays right even after the
-         * original graph or node has been destroyed. */
-        rc = CUDA_ERROR_INVALID_VALUE;
-        for (size_t i = 0; i < x->n; i++) {
-            if (x->node_handles[i] == (uintptr_t)hNode && x->actions[i].kind == CUSW_ACT_HOST_FN) {
-                x->actions[i].u.host.fn = nodeParams->fn;
-                x->actions[i].u.host.data = nodeParams->userData;
-                rc = CUDA_SUCCESS;
-                break;
-            }
+    /* Matched by handle: node handles are never reused, so this stays right even after the
+     * original graph or node has been destroyed. */
+    for (size_t i = 0; i < x->n; i++) {
+        if (x->node_handles[i] == (uintptr_t)node && x->actions[i].kind == CUSW_ACT_HOST_FN) {
+            x->actions[i].u.host.fn = fn;
+            x->actions[i].u.host.data = data;
+            return CUDA_SUCCESS;
         }
     }
-    cusw_lock_release();
-    return rc;
+    return CUDA_ERROR_INVALID_VALUE;
 }

@@ -1,19 +1,14 @@
 /*
- * device.c - cuInit and the device queries. The software devices are identical but for their PCI
- * bus: compute capability 9.0, stream memory operations supported, host memory mappable, unified
- * addressing, no memory pools, no concurrent managed access. Only the attributes that the suite
- * and libraries run on the double (cudarc) ask for are modelled.
+ * devices.c - Initialization and Device Management: cuInit and the device queries. The software
+ * devices are identical but for their PCI bus: compute capability 9.0, stream memory operations
+ * supported, host memory mappable, unified addressing, no memory pools, no concurrent managed
+ * access. Only the attributes that the suite and libraries run on the double (cudarc) ask for are
+ * modelled.
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <string.h>
-
-static atomic_bool initialized;
-
-bool cusw_initialized(void) { return atomic_load(&initialized); }
-
-int cusw_device_count(void) { return cusw_config_device_count(); }
 
 CUSW_EXPORT CUresult cuInit(unsigned int Flags)
 {
@@ -24,18 +19,8 @@ CUSW_EXPORT CUresult cuInit(unsigned int Flags)
      * uninitialised. */
     if (cusw_device_count() == 0)
         return CUDA_ERROR_NO_DEVICE;
-    cusw_lock_acquire();
-    if (!atomic_load(&initialized)) {
-        cusw_contexts_init(cusw_device_count());
-        atomic_store(&initialized, true);
-    }
-    cusw_lock_release();
+    cusw_initialize();
     return CUDA_SUCCESS;
-}
-
-CUresult cusw_check_device(CUdevice dev)
-{
-    return (dev >= 0 && dev < cusw_device_count()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
 CUSW_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
@@ -89,6 +74,19 @@ CUSW_EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* Each device has memory of its own, of this size (cuMemGetInfo's total). */
+CUSW_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUSW_INIT_ENTRY();
+    CUresult rc = cusw_check_device(dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (bytes == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *bytes = (size_t)CUSW_DEVICE_MEMORY_BYTES;
+    return CUDA_SUCCESS;
+}
+
 struct attribute_value {
     CUdevice_attribute attribute;
     int value;
@@ -101,6 +99,7 @@ static const struct attribute_value attribute_values[] = {
     { CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0 },
     { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9 },
     { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0 },
+    { CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1 },
     { CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 1 },
     { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 1 },

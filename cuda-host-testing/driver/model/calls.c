@@ -1,8 +1,9 @@
 /*
- * counts.c - what tests count: calls of each entry point since load (cuswCallCount) and the
- * objects alive now (cuswLiveObjects), so that a test can tell that a call was made, or that
- * nothing leaked; and, with CUSW_CALL_LOG set, every entry point's count written at exit, so that
- * a test can tell which entry points a whole run called.
+ * calls.c - what every exported function does first (CUSW_ENTRY): what a test armed for the call
+ * (injection.c) and its count; and what tests read of the calls made: calls of each entry point
+ * since load (cuswCallCount), the host functions launched in each sync mode, and with
+ * CUSW_CALL_LOG set, every entry point's count written at exit, so that a test can tell which
+ * entry points a whole run called.
  *
  * Call counting is lock-free, since every entry point does it: each exported function has its own
  * static call site (CUSW_ENTRY), which counts with one relaxed atomic add and puts itself on a
@@ -11,13 +12,27 @@
  */
 #include "internal.h"
 
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static _Atomic(struct cusw_call_site *) call_sites;
+
+/* The capture a test armed for this call, begun as the calling thread's own
+ * cuStreamBeginCapture_v2 would begin it (its answer is not reported). */
+static void begin_injected_capture(const char *base, const char *symbol)
+{
+    CUstream stream = NULL;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (!cusw_capture_injected(base, symbol, &stream, &mode) || !cusw_initialized())
+        return;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    if (cusw_stream_resolve(stream, false, &s) == CUDA_SUCCESS)
+        (void)cusw_capture_begin(s, mode);
+    cusw_lock_release();
+}
 
 bool cusw_enter(struct cusw_call_site *site, CUresult *injected)
 {
@@ -27,7 +42,7 @@ bool cusw_enter(struct cusw_call_site *site, CUresult *injected)
         atomic_store_explicit(&site->base, base, memory_order_release);
     }
     cusw_delay_injected(base, site->symbol);
-    cusw_capture_triggered(base, site->symbol);
+    begin_injected_capture(base, site->symbol);
     atomic_fetch_add_explicit(&site->calls, 1, memory_order_relaxed);
     if (!atomic_load_explicit(&site->listed, memory_order_relaxed) &&
         !atomic_exchange(&site->listed, true)) {
@@ -41,8 +56,7 @@ bool cusw_enter(struct cusw_call_site *site, CUresult *injected)
     return cusw_fault_injected(base, site->symbol, injected);
 }
 
-/* Calls of the sites whose exported name, or with `by_base` also whose base name, is `entry`. */
-static unsigned long long calls_of(const char *entry, bool by_base)
+unsigned long long cusw_calls_of(const char *entry, bool by_base)
 {
     unsigned long long total = 0;
     for (const struct cusw_call_site *site =
@@ -55,20 +69,9 @@ static unsigned long long calls_of(const char *entry, bool by_base)
     return total;
 }
 
-CUSW_EXPORT CUresult cuswCallCount(const char *entry, unsigned long long *count)
-{
-    CUSW_ENTRY();
-    if (entry == NULL || count == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!cusw_entry_name_known(entry))
-        return CUDA_ERROR_NOT_FOUND; /* catches typos in tests */
-    *count = calls_of(entry, true);
-    return CUDA_SUCCESS;
-}
-
 static void log_calls(const char *symbol, void *file)
 {
-    fprintf(file, "%s %llu\n", symbol, calls_of(symbol, false));
+    fprintf(file, "%s %llu\n", symbol, cusw_calls_of(symbol, false));
 }
 
 /* CUSW_CALL_LOG=DIR: at exit, each process writes DIR/calls-PID, a line per exported entry point
@@ -89,32 +92,21 @@ __attribute__((destructor)) static void write_call_log(void)
     fclose(file);
 }
 
-CUSW_EXPORT CUresult cuswLiveObjects(struct cuswLiveCounts *counts)
+/* ---- Sync modes of cuLaunchHostFunc_v2 ------------------------------------------------------- */
+
+/* This driver's host-function thread serves both modes alike (it always blocks for work); what
+ * differs on the real driver is only how that thread waits, not the order in which functions
+ * run. So tests count the modes asked for, to see a caller's option reach the driver. */
+static _Atomic unsigned long long launches_in_mode[2];
+
+void cusw_count_host_task_sync_mode(unsigned int syncMode)
 {
-    CUSW_ENTRY();
-    if (counts == NULL || counts->size < sizeof counts->size)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct cuswLiveCounts now = { .size = sizeof now };
-    size_t host = 0, device = 0;
-    /* One snapshot under the lock: the counts agree with each other. */
-    cusw_lock_acquire();
-    now.streams = cusw_user_stream_count();
-    now.events = cusw_handle_count(CUSW_KIND_EVENT);
-    now.graphs = cusw_handle_count(CUSW_KIND_GRAPH);
-    now.graph_execs = cusw_handle_count(CUSW_KIND_EXEC);
-    now.user_objects = cusw_user_objects_alive();
-    cusw_memory_counts(&host, &device);
-    now.host_allocations = host;
-    now.device_allocations = device;
-    now.pending_host_functions = cusw_pending_host_functions();
-    cusw_lock_release();
-    /* A caller built against a shorter struct gets the whole members it knows of. */
-    const size_t first = offsetof(struct cuswLiveCounts, streams), member = sizeof now.streams;
-    size_t filled = sizeof now;
-    if (counts->size < filled)
-        filled = counts->size < first ? sizeof counts->size
-                                      : first + (counts->size - first) / member * member;
-    now.size = filled;
-    memcpy(counts, &now, filled);
-    return CUDA_SUCCESS;
+    if (syncMode < 2)
+        atomic_fetch_add_explicit(&launches_in_mode[syncMode], 1, memory_order_relaxed);
+}
+
+unsigned long long cusw_host_task_sync_mode_launches(unsigned int syncMode)
+{
+    return syncMode < 2 ? atomic_load_explicit(&launches_in_mode[syncMode], memory_order_relaxed)
+                        : 0;
 }

@@ -1,5 +1,6 @@
 /*
- * action.c - what stream operations and graph nodes do when they execute.
+ * action.c - what stream operations and graph nodes do when they execute, what an operation
+ * holds until it is released, and which node type each action stands for.
  *
  * The same action describes a stream operation and a graph node (a captured host function is
  * the host node's action), so a graph launch runs its nodes' actions one after the other on the
@@ -9,17 +10,8 @@
  */
 #include "internal.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-static void sleep_us(unsigned long usec)
-{
-    struct timespec ts = { .tv_sec = (time_t)(usec / 1000000), .tv_nsec = (long)(usec % 1000000) * 1000 };
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
 
 static bool wait_condition_met(const struct cusw_action *a)
 {
@@ -53,7 +45,7 @@ static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
     while (!wait_condition_met(a)) {
         if (cusw_ctx_sticky(ctx) != CUDA_SUCCESS || atomic_load(&ctx->tearing_down))
             return;
-        sleep_us(delay);
+        cusw_sleep_us(delay);
         if (delay < 1000)
             delay *= 2;
     }
@@ -61,9 +53,20 @@ static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
 
 static void fill(const struct cusw_action *a)
 {
-    uint32_t *dst = a->u.set.dst;
-    for (size_t i = 0; i < a->u.set.count; i++)
-        dst[i] = a->u.set.value;
+    size_t count = a->u.set.count;
+    switch (a->u.set.width) {
+    case 1:
+        memset(a->u.set.dst, (int)a->u.set.value, count);
+        break;
+    case 2:
+        for (size_t i = 0; i < count; i++)
+            ((uint16_t *)a->u.set.dst)[i] = (uint16_t)a->u.set.value;
+        break;
+    default:
+        for (size_t i = 0; i < count; i++)
+            ((uint32_t *)a->u.set.dst)[i] = a->u.set.value;
+        break;
+    }
 }
 
 /* Host functions and callbacks enqueued on streams that have not finished (cuswLiveObjects). */
@@ -129,18 +132,13 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
         break;
     case CUSW_ACT_SLEEP:
         if (!sticky)
-            sleep_us(a->u.sleep.usec);
+            cusw_sleep_us(a->u.sleep.usec);
         break;
-    case CUSW_ACT_EVENT_RECORD: {
+    case CUSW_ACT_EVENT_RECORD:
         cusw_lock_acquire();
-        struct cusw_event *e = a->u.record.event;
-        if (e->generation == a->u.record.generation) { /* not re-recorded since */
-            e->stamp_ms = cusw_now_ms();
-            e->stamped = true;
-        }
+        cusw_event_stamp(a->u.record.event, a->u.record.generation);
         cusw_lock_release();
         break;
-    }
     case CUSW_ACT_GRAPH:
         for (size_t i = 0; i < a->u.launch->n; i++)
             cusw_action_run(&a->u.launch->actions[i], ctx);
@@ -148,9 +146,24 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
     }
 }
 
+bool cusw_action_stage(struct cusw_action *a)
+{
+    if (a->kind != CUSW_ACT_COPY || !a->u.copy.stage || a->u.copy.bytes == 0)
+        return true;
+    void *staged = malloc(a->u.copy.bytes);
+    if (staged == NULL)
+        return false;
+    memcpy(staged, a->u.copy.src, a->u.copy.bytes);
+    a->u.copy.src = staged;
+    a->u.copy.staged = true;
+    return true;
+}
+
 void cusw_action_release(struct cusw_action *a)
 {
-    if (a->kind == CUSW_ACT_EVENT_RECORD) {
+    if (a->kind == CUSW_ACT_COPY && a->u.copy.staged) {
+        free((void *)a->u.copy.src);
+    } else if (a->kind == CUSW_ACT_EVENT_RECORD) {
         cusw_event_unref(a->u.record.event);
     } else if (a->kind == CUSW_ACT_GRAPH) {
         /* The launch has finished: its user-object references go (destructors may now run, on

@@ -1,29 +1,15 @@
 /*
- * runtime.c - process-wide plumbing: the global lock, internal thread creation, configuration
- * read from the environment at load time, per-thread serial numbers, a growth helper.
+ * runtime.c - process-wide plumbing: configuration read from the environment at load time,
+ * internal thread creation, per-thread serial numbers, the clock and sleeps, a growth helper.
  */
 #include "internal.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdlib.h>
-#include <string.h>
+#include <time.h>
 
-pthread_mutex_t cusw_lock = PTHREAD_MUTEX_INITIALIZER;
-pthread_cond_t cusw_progress = PTHREAD_COND_INITIALIZER;
-
-void cusw_lock_acquire(void) { pthread_mutex_lock(&cusw_lock); }
-
-void cusw_lock_release(void)
-{
-    struct cusw_user_object *due = cusw_take_inline_destructors();
-    pthread_mutex_unlock(&cusw_lock);
-    cusw_run_inline_destructors(due); /* user code: never under the lock */
-}
-
-void cusw_wait_progress(void) { pthread_cond_wait(&cusw_progress, &cusw_lock); }
-void cusw_broadcast_progress(void) { pthread_cond_broadcast(&cusw_progress); }
-
-/* ---- Configuration ------------------------------------------------------------------------- */
+/* ---- Configuration --------------------------------------------------------------------------- */
 
 static int config_device_count = 1;
 static int config_driver_version = CUSW_DEFAULT_DRIVER_VERSION;
@@ -51,7 +37,7 @@ __attribute__((constructor)) static void read_configuration(void)
 int cusw_config_device_count(void) { return config_device_count; }
 int cusw_config_driver_version(void) { return config_driver_version; }
 
-/* ---- Threads -------------------------------------------------------------------------------- */
+/* ---- Threads --------------------------------------------------------------------------------- */
 
 /* Once a driver thread exists, unloading the library would pull its code from under that thread
  * (e.g. a test that dlcloses the driver while a stream still drains). A real libcuda is never
@@ -91,7 +77,24 @@ uint64_t cusw_thread_serial(void)
     return thread_serial;
 }
 
-/* ---- Growth helper -------------------------------------------------------------------------- */
+/* ---- Time ------------------------------------------------------------------------------------ */
+
+double cusw_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void cusw_sleep_us(unsigned long usec)
+{
+    struct timespec ts = { .tv_sec = (time_t)(usec / 1000000),
+                           .tv_nsec = (long)(usec % 1000000) * 1000 };
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* ---- Growth helper --------------------------------------------------------------------------- */
 
 bool cusw_reserve(void **array, size_t *capacity, size_t needed, size_t elem_size)
 {

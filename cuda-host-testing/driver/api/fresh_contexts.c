@@ -1,5 +1,5 @@
 /*
- * fresh_context.c - fresh contexts (control API): a context of a device beside its primary
+ * fresh_contexts.c - fresh contexts (control API): a context of a device beside its primary
  * context, so that a test can fail it on purpose (cuswSetStickyError, cuswLaunchFault) while the
  * other tests of the process go on, in parallel, on the primary context.
  *

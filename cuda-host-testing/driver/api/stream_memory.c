@@ -1,70 +1,9 @@
 /*
- * launch.c - stream-ordered host work and memory operations: cuLaunchHostFunc (both ABIs),
- * cuStreamAddCallback, cuStreamWrite/WaitValue32/64; and cuModuleLoadData, which answers
- * CUDA_ERROR_NOT_SUPPORTED since this driver runs no device code.
+ * stream_memory.c - Stream Memory Operations: cuStreamWriteValue32/64_v2,
+ * cuStreamWaitValue32/64_v2, cuStreamBatchMemOp_v2, on the host memory that stands in for device
+ * memory (a wait polls it from the stream's worker).
  */
 #include "internal.h"
-
-/* ---- Host functions -------------------------------------------------------------------------- */
-
-static CUresult launch_host_func(CUstream hStream, bool per_thread, CUhostFn fn, void *userData)
-{
-    if (fn == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct cusw_action a = { .kind = CUSW_ACT_HOST_FN, .u.host = { fn, userData } };
-    return cusw_submit(hStream, per_thread, &a);
-}
-
-/* Every valid mode means "run in stream order" here: the host thread always blocks for work. */
-static CUresult launch_host_func_v2(CUstream hStream, bool per_thread, CUhostFn fn,
-                                    void *userData, unsigned int syncMode)
-{
-    if (syncMode != CU_HOST_TASK_BLOCKING && syncMode != CU_HOST_TASK_SPINWAIT)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult rc = launch_host_func(hStream, per_thread, fn, userData);
-    if (rc == CUDA_SUCCESS)
-        cusw_note_host_task_sync_mode(syncMode);
-    return rc;
-}
-
-CUSW_TWINS(cuLaunchHostFunc, (CUstream hStream, CUhostFn fn, void *userData),
-           launch_host_func(hStream, per_thread, fn, userData))
-CUSW_TWINS(cuLaunchHostFunc_v2,
-           (CUstream hStream, CUhostFn fn, void *userData, unsigned int syncMode),
-           launch_host_func_v2(hStream, per_thread, fn, userData, syncMode))
-
-/* ---- Stream callbacks ------------------------------------------------------------------------ */
-
-static CUresult add_callback(CUstream hStream, bool per_thread, CUstreamCallback callback,
-                             void *userData, unsigned int flags)
-{
-    if (callback == NULL || flags != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
-    struct cusw_stream *s = NULL;
-    bool capturing = false;
-    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_capture_check_enqueue(s, &capturing);
-    if (rc == CUDA_SUCCESS && capturing) {
-        /* Measured: callbacks cannot be captured; the call fails and invalidates the capture. */
-        cusw_capture_invalidate(s->capture);
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-    if (rc == CUDA_SUCCESS) {
-        struct cusw_action a = { .kind = CUSW_ACT_CALLBACK,
-                                 .u.callback = { callback, userData, hStream } };
-        rc = cusw_stream_enqueue(s, &a, NULL, 0);
-    }
-    cusw_lock_release();
-    return rc;
-}
-
-CUSW_TWINS(cuStreamAddCallback,
-           (CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),
-           add_callback(hStream, per_thread, callback, userData, flags))
-
-/* ---- Stream memory operations ---------------------------------------------------------------- */
 
 /* A write or a wait as an action, or false for what this driver does not take: a misaligned
  * or null address, or flags other than the comparisons (FLUSH needs CAN_FLUSH_REMOTE_WRITES,
@@ -138,19 +77,3 @@ MEM_OP_TWINS(cuStreamWriteValue32_v2, cuuint32_t, CUSW_ACT_WRITE_VALUE, false)
 MEM_OP_TWINS(cuStreamWaitValue32_v2, cuuint32_t, CUSW_ACT_WAIT_VALUE, false)
 MEM_OP_TWINS(cuStreamWriteValue64_v2, cuuint64_t, CUSW_ACT_WRITE_VALUE, true)
 MEM_OP_TWINS(cuStreamWaitValue64_v2, cuuint64_t, CUSW_ACT_WAIT_VALUE, true)
-
-/* ---- Modules: none can be loaded ------------------------------------------------------------ */
-
-/* Loading a module needs a current context, as on the real driver, which answers
- * CUDA_ERROR_INVALID_CONTEXT without one; with one, this driver cannot run kernels. */
-CUSW_EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
-{
-    CUSW_INIT_ENTRY();
-    (void)module;
-    (void)image;
-    cusw_lock_acquire();
-    struct cusw_ctx *ctx;
-    CUresult rc = cusw_ctx_current(&ctx);
-    cusw_lock_release();
-    return rc != CUDA_SUCCESS ? rc : CUDA_ERROR_NOT_SUPPORTED;
-}

@@ -1,0 +1,159 @@
+/*
+ * submit.c - from an API call's stream argument to stream-ordered work: which stream the argument
+ * names (NULL, the legacy stream, the calling thread's per-thread stream, or a handle), and
+ * submitting an action to it under the capture rules, where a capturing stream takes the action
+ * as a graph node instead of running it.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+/* ---- Per-thread default streams -------------------------------------------------------------- */
+
+/* Per thread, the handle of its per-thread stream in each context it used one of. Handles, not
+ * pointers: a context's deactivation destroys the stream behind the thread's back, and a stale
+ * handle is then simply not found. The streams are destroyed when the thread exits. */
+struct thread_stream {
+    const struct cusw_ctx *ctx; /* contexts are never freed */
+    uintptr_t handle;
+};
+
+struct thread_streams {
+    struct thread_stream *items;
+    size_t n, capacity;
+};
+
+/* Kept as a thread-specific value (not a _Thread_local pointer): pthread clears it before calling
+ * the destructor, so a CUDA call made by a later destructor of the exiting thread starts afresh
+ * instead of finding freed memory. */
+static pthread_key_t thread_streams_key;
+static pthread_once_t thread_streams_once = PTHREAD_ONCE_INIT;
+
+static void thread_streams_exit(void *p)
+{
+    struct thread_streams *ts = p;
+    cusw_lock_acquire();
+    for (size_t i = 0; i < ts->n; i++) {
+        struct cusw_stream *s = cusw_handle_get(ts->items[i].handle, CUSW_KIND_STREAM);
+        if (s != NULL)
+            cusw_stream_destroy(s);
+    }
+    cusw_lock_release();
+    free(ts->items);
+    free(ts);
+}
+
+static void make_thread_streams_key(void)
+{
+    pthread_key_create(&thread_streams_key, thread_streams_exit);
+}
+
+/* [locked] The calling thread's entry for `ctx`, made on first use; NULL when out of memory. */
+static struct thread_stream *thread_stream_of(const struct cusw_ctx *ctx)
+{
+    pthread_once(&thread_streams_once, make_thread_streams_key);
+    struct thread_streams *ts = pthread_getspecific(thread_streams_key);
+    if (ts == NULL) {
+        ts = calloc(1, sizeof *ts);
+        if (ts == NULL || pthread_setspecific(thread_streams_key, ts) != 0) {
+            free(ts);
+            return NULL;
+        }
+    }
+    for (size_t i = 0; i < ts->n; i++)
+        if (ts->items[i].ctx == ctx)
+            return &ts->items[i];
+    if (!cusw_reserve((void **)&ts->items, &ts->capacity, ts->n + 1, sizeof *ts->items))
+        return NULL;
+    ts->items[ts->n] = (struct thread_stream){ .ctx = ctx };
+    return &ts->items[ts->n++];
+}
+
+/* [locked] */
+static CUresult per_thread_stream(struct cusw_ctx *ctx, struct cusw_stream **out)
+{
+    struct thread_stream *entry = thread_stream_of(ctx);
+    if (entry == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct cusw_stream *s = cusw_handle_get(entry->handle, CUSW_KIND_STREAM);
+    if (s == NULL) {
+        s = cusw_stream_create(ctx, CUSW_STREAM_PER_THREAD, 0);
+        if (s == NULL)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        entry->handle = s->handle;
+    }
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+/* ---- Resolution ------------------------------------------------------------------------------ */
+
+CUresult cusw_stream_resolve(CUstream handle, bool per_thread, struct cusw_stream **out)
+{
+    if (handle == NULL)
+        handle = per_thread ? CU_STREAM_PER_THREAD : CU_STREAM_LEGACY;
+    if (handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
+        struct cusw_ctx *ctx = NULL;
+        CUresult rc = cusw_ctx_current(&ctx);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        if (handle == CU_STREAM_PER_THREAD)
+            return per_thread_stream(ctx, out);
+        *out = ctx->legacy;
+        return CUDA_SUCCESS;
+    }
+    struct cusw_stream *s = cusw_handle_get((uintptr_t)handle, CUSW_KIND_STREAM);
+    if (s == NULL)
+        return CUDA_ERROR_INVALID_HANDLE;
+    CUresult rc = cusw_ctx_check(s->ctx);
+    if (rc == CUDA_SUCCESS)
+        *out = s;
+    return rc;
+}
+
+/* ---- Submission ------------------------------------------------------------------------------ */
+
+static CUresult submit(CUstream stream, bool per_thread, const struct cusw_action *actions,
+                       size_t n, bool wait)
+{
+    if (!cusw_initialized()) /* the controls that submit are not entry points of the driver */
+        return CUDA_ERROR_NOT_INITIALIZED;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    CUresult rc = cusw_stream_resolve(stream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_check_enqueue(s, &capturing);
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
+        struct cusw_action a = actions[i];
+        if (capturing) {
+            rc = cusw_capture_add_node(s, &a);
+        } else if (!cusw_action_stage(&a)) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else if ((rc = cusw_stream_enqueue(s, &a, NULL, 0)) != CUDA_SUCCESS) {
+            cusw_action_release(&a);
+        }
+    }
+    if (rc == CUDA_SUCCESS && wait && !capturing) {
+        cusw_stream_drain(s); /* lets go of the lock while it waits */
+        rc = cusw_ctx_sticky(s->ctx);
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a)
+{
+    return submit(stream, per_thread, a, 1, false);
+}
+
+CUresult cusw_submit_all(CUstream stream, bool per_thread, const struct cusw_action *actions,
+                         size_t n)
+{
+    return submit(stream, per_thread, actions, n, false);
+}
+
+CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a)
+{
+    return submit(stream, per_thread, a, 1, true);
+}
