@@ -12,9 +12,11 @@ use cudarc::driver::result::DriverError;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, result, sys};
 use std::sync::Arc;
 
-/// Whether `test` runs in this process (see [`suite::runs_here_with_libcuda`]).
-fn runs_here(test: &str) -> bool {
-    suite::runs_here_with_libcuda(module_path!(), test, false, &[])
+/// Whether `test` runs in this process (see [`suite::runs_here_with_libcuda`]), holding it alone
+/// there: on the real driver, a capture of a blocking stream (the per-thread one) on one thread
+/// fails another thread's work on the legacy stream (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`).
+fn runs_here(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    suite::runs_here_with_libcuda(module_path!(), test, false, &[]).then(suite::capture_lock)
 }
 
 fn context() -> Arc<CudaContext> {
@@ -29,9 +31,9 @@ fn words(first: u32, len: u32) -> Vec<u32> {
 #[test]
 fn a_context_tells_of_its_device_and_binds_to_any_thread() {
     let test = "a_context_tells_of_its_device_and_binds_to_any_thread";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     assert!(CudaContext::device_count().expect("device count") >= 1);
     let context = context();
     assert_eq!(context.ordinal(), 0);
@@ -59,9 +61,9 @@ fn a_context_tells_of_its_device_and_binds_to_any_thread() {
 #[test]
 fn a_context_of_its_own_has_streams_and_memory_of_its_own_until_dropped() {
     let test = "a_context_of_its_own_has_streams_and_memory_of_its_own_until_dropped";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     let primary = context();
     let own = CudaContext::new_non_primary(0, 0).expect("a context of its own");
     assert!(!own.is_primary());
@@ -85,9 +87,9 @@ fn a_context_of_its_own_has_streams_and_memory_of_its_own_until_dropped() {
 #[test]
 fn a_driver_error_has_its_name_and_description() {
     let test = "a_driver_error_has_its_name_and_description";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     let error = DriverError(sys::CUresult::CUDA_ERROR_INVALID_VALUE);
     assert_eq!(
         error.error_name().expect("a name").to_str(),
@@ -99,9 +101,9 @@ fn a_driver_error_has_its_name_and_description() {
 #[test]
 fn memory_is_allocated_zeroed_copied_both_ways_between_slices_and_back() {
     let test = "memory_is_allocated_zeroed_copied_both_ways_between_slices_and_back";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     let context = context();
     let stream = context.default_stream();
     let zeros = stream.alloc_zeros::<u32>(64).expect("zeroed memory");
@@ -134,9 +136,9 @@ fn memory_is_allocated_zeroed_copied_both_ways_between_slices_and_back() {
 #[test]
 fn page_locked_memory_goes_to_the_device_and_back_in_stream_order() {
     let test = "page_locked_memory_goes_to_the_device_and_back_in_stream_order";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     let context = context();
     let stream = context.default_stream();
     // SAFETY: every word is written below before anything reads it.
@@ -160,9 +162,9 @@ fn page_locked_memory_goes_to_the_device_and_back_in_stream_order() {
 #[test]
 fn streams_fork_join_and_keep_each_others_order_through_events() {
     let test = "streams_fork_join_and_keep_each_others_order_through_events";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     let context = context();
     let first = context.new_stream().expect("a stream");
     let (least, greatest) = result::stream::get_priority_range().expect("the priority range");
@@ -194,9 +196,9 @@ fn streams_fork_join_and_keep_each_others_order_through_events() {
 #[test]
 fn events_time_a_stream_and_tell_when_it_passed_them() {
     let test = "events_time_a_stream_and_tell_when_it_passed_them";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     let context = context();
     let stream = context.new_stream().expect("a stream");
     let timing = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
@@ -228,9 +230,9 @@ fn copy_and_clear(
 #[test]
 fn a_graph_captured_from_a_stream_replays_its_copies_and_sets() {
     let test = "a_graph_captured_from_a_stream_replays_its_copies_and_sets";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     let context = context();
     // The per-thread stream, the only one of the context: cudarc then orders the slices' uses
     // by stream order alone, without the events it would wait on from inside the capture.
@@ -287,9 +289,9 @@ fn current_context() -> sys::CUcontext {
 #[test]
 fn a_context_pushed_and_popped_around_cudarcs_work_is_current_for_it_and_gone_after() {
     let test = "a_context_pushed_and_popped_around_cudarcs_work_is_current_for_it_and_gone_after";
-    if !runs_here(test) {
+    let Some(_alone) = runs_here(test) else {
         return;
-    }
+    };
     let context = context();
     std::thread::spawn(move || {
         let raw = context.cu_ctx();
