@@ -1,4 +1,7 @@
 //! `host_launch`: enqueue host code in stream order.
+//!
+//! The launches are free functions taking `&Stream`, not its methods: they are this feature's,
+//! and a reader of `Stream` finds its methods in `objects/stream.rs`.
 
 use crate::error::Result;
 use crate::launch::{
@@ -118,7 +121,7 @@ where
     fn host_launch(&self, function: F) -> Result<()> {
         let function = outside_host_function("host_launch", function)?;
         reclaim_on_launch();
-        self.launch_run_once(RunOnceClosure(function), self.host_func_entry())
+        launch_run_once(self, RunOnceClosure(function), self.host_func_entry())
     }
 }
 
@@ -182,8 +185,8 @@ pub(crate) unsafe fn launch_raw(
         UserData::PassThrough(pointer) => pointer,
         UserData::Copied(bytes) => {
             return match CopiedBytes::new(function, bytes) {
-                CopiedBytes::Inline(payload) => stream.launch_run_once(payload, entry),
-                CopiedBytes::Boxed(payload) => stream.launch_run_once(payload, entry),
+                CopiedBytes::Inline(payload) => launch_run_once(stream, payload, entry),
+                CopiedBytes::Boxed(payload) => launch_run_once(stream, payload, entry),
             };
         }
     };
@@ -202,24 +205,23 @@ pub(crate) unsafe fn launch_raw(
     })
 }
 
-impl Stream {
-    /// Launches a run-once record of `payload`, with what the stream needs for it: the context's
-    /// deferred errors first, and the special streams' context current during the launch.
-    pub(crate) fn launch_run_once<P: RunOnce>(
-        &self,
-        payload: P,
-        entry: HostFuncEntry,
-    ) -> Result<()> {
-        self.note_launch();
-        let mut payload = Some(payload);
-        let launched = self.with_stream_context(|| {
-            let payload = payload.take().expect("launched once");
-            launch::run_once(self.shared_context(), self.as_raw(), payload, entry)
-        });
-        if let Some(refused) = payload {
-            // Refused before the launch was tried: dropped as the reclaim rule allows.
-            drop_when_allowed(refused);
-        }
-        launched
+/// Launches a run-once record of `payload` on `stream` through `entry`, with what the stream
+/// needs for it: the context's deferred errors first, and the special streams' context current
+/// during the launch.
+pub(crate) fn launch_run_once<P: RunOnce>(
+    stream: &Stream,
+    payload: P,
+    entry: HostFuncEntry,
+) -> Result<()> {
+    stream.note_launch();
+    let mut payload = Some(payload);
+    let launched = stream.with_stream_context(|| {
+        let payload = payload.take().expect("launched once");
+        launch::run_once(stream.shared_context(), stream.as_raw(), payload, entry)
+    });
+    if let Some(refused) = payload {
+        // Refused before the launch was tried: dropped as the reclaim rule allows.
+        drop_when_allowed(refused);
     }
+    launched
 }

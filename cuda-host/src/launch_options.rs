@@ -9,7 +9,7 @@
 //! reclaim rule and failure handling.
 
 use crate::error::{Error, Result};
-use crate::host_launch::{UserData, launch_raw};
+use crate::host_launch::{UserData, launch_raw, launch_run_once};
 use crate::launch::{
     HostFuncEntry, RunOnceClosure, drop_when_allowed, ensure_outside_host_function,
     outside_host_function, reclaim_on_launch,
@@ -117,7 +117,7 @@ where
         }
     };
     reclaim_on_launch();
-    stream.launch_run_once(RunOnceClosure(function), entry)
+    launch_run_once(stream, RunOnceClosure(function), entry)
 }
 
 /// [`host_launch_raw`](crate::host_launch_raw) with `options`.

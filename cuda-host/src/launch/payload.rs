@@ -2,12 +2,13 @@
 //!
 //! A run-once payload runs once on the driver's thread and is dropped later on a caller's: a
 //! Rust closure, or a C function with its own copy of its user data. Its record lives in a launch
-//! slot (`slot`), with the payload inside the slot when it fits, else boxed.
+//! slot (`slot`), with the payload inside the slot when it fits ([`slot::fits_inline`]), else
+//! boxed.
 
 use crate::launch::context_shared::ContextShared;
 use crate::launch::inboxes;
 use crate::launch::record::{RecordHeader, RecordOperations};
-use crate::launch::slot::{self, INLINE_ALIGN, INLINE_BYTES, LaunchSlot};
+use crate::launch::slot::{self, INLINE_BYTES, LaunchSlot};
 use std::ffi::c_void;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
@@ -34,7 +35,7 @@ impl<P: RunOnce> RunOnce for Box<P> {
     }
 }
 
-/// A C function with up to [`SMALL_BYTES`] copied bytes, inside the slot.
+/// A C function with up to [`SMALL_BYTES`] copied bytes, filling a slot's inline payload.
 #[repr(C, align(16))]
 pub(crate) struct SmallBytes {
     function: unsafe extern "C" fn(*mut c_void),
@@ -42,7 +43,9 @@ pub(crate) struct SmallBytes {
     bytes: [MaybeUninit<u8>; SMALL_BYTES],
 }
 
-const SMALL_BYTES: usize = INLINE_BYTES - 16;
+const SMALL_BYTES: usize =
+    INLINE_BYTES - size_of::<unsafe extern "C" fn(*mut c_void)>() - size_of::<usize>();
+const _: () = assert!(slot::fits_inline::<SmallBytes>());
 const _: () = assert!(size_of::<SmallBytes>() == INLINE_BYTES);
 
 impl RunOnce for SmallBytes {
@@ -108,7 +111,7 @@ impl CopiedBytes {
 /// A run-once record of `payload` in a launch slot, inline when it fits, else boxed; its home is
 /// the calling thread.
 pub(crate) fn in_slot<P: RunOnce>(context: Arc<ContextShared>, payload: P) -> LaunchSlot {
-    if size_of::<P>() <= INLINE_BYTES && align_of::<P>() <= INLINE_ALIGN {
+    if slot::fits_inline::<P>() {
         write_in_slot(context, payload)
     } else {
         write_in_slot(context, Box::new(payload))
@@ -123,22 +126,16 @@ fn write_in_slot<P: RunOnce>(context: Arc<ContextShared>, payload: P) -> LaunchS
             drop: drop_in_slot::<P>,
         };
     }
-    let slot = LaunchSlot::acquire();
-    debug_assert!(size_of::<P>() <= INLINE_BYTES && align_of::<P>() <= INLINE_ALIGN);
+    let mut slot = LaunchSlot::acquire();
     let header = RecordHeader::new(&Operations::<P>::TABLE, Some(context), inboxes::home());
-    // SAFETY: the slot is free and this thread's: its header and payload memory are unused, and
-    // the payload memory fits `P` (checked by the caller).
-    unsafe {
-        slot.record().write(header);
-        slot.payload().cast::<P>().write(payload);
-    }
+    slot.write(header, payload);
     slot
 }
 
 unsafe fn run_in_slot<P: RunOnce>(record: NonNull<RecordHeader>) {
     // SAFETY: written by `write_in_slot::<P>`; a run-once record runs once, by its claimer, so
     // this is the only reference to the payload.
-    unsafe { (*slot::payload_of(record).cast::<P>()).run() }
+    unsafe { (*slot::payload_of::<P>(record)).run() }
 }
 
 unsafe fn drop_in_slot<P>(record: NonNull<RecordHeader>) {
@@ -157,5 +154,5 @@ unsafe fn drop_in_slot<P>(record: NonNull<RecordHeader>) {
     let _finish = Finish(record);
     // SAFETY: written by `write_in_slot::<P>` and claimed by the caller: the payload is dropped
     // once.
-    unsafe { ptr::drop_in_place(slot::payload_of(record).cast::<P>()) };
+    unsafe { ptr::drop_in_place(slot::payload_of::<P>(record)) };
 }

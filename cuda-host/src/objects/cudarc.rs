@@ -8,6 +8,8 @@
 //! The cuda-host objects hold cudarc's `Arc`s and let go of them as rules 1 and 2 of
 //! `crate::launch` allow (dropping the last one destroys the stream or releases the context),
 //! leaving the thread's current context as it was, which cudarc's `Drop`s change.
+//!
+//! The two constructors live here, not beside their types: they exist only with the feature.
 
 use super::keep_alive::KeepAlive;
 use super::{Context, Stream};

@@ -1,4 +1,7 @@
 //! Streams: owned ones, the two special default streams, and streams borrowed from other code.
+//!
+//! `Stream`'s methods are all here but `Stream::from_cudarc`, which is the `cudarc` feature's
+//! (`objects/cudarc.rs`); the features that launch on a stream take it as `&Stream`.
 
 use super::host_engine::{HostEngine, HostEngineRefused};
 use super::keep_alive::KeepAlive;
