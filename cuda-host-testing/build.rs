@@ -44,6 +44,11 @@ fn main() {
         return;
     }
     let sources = c_sources(Path::new(SOURCE_DIR));
+    // A package that lost its sources would otherwise link a driver with no entry points.
+    assert!(
+        !sources.is_empty(),
+        "no C source under {SOURCE_DIR}/: the package does not carry the software driver"
+    );
     for source in &sources {
         println!("cargo:rerun-if-changed={}", source.display());
     }

@@ -10,10 +10,10 @@
 //! a launch slot (`slot`, `payload`), whose state (`slot_state`) is a generation and a phase in
 //! one atomic word. Its life, with who owns it in each state:
 //!
-//! 1. **Acquire** (`payload`, `slot`; free → launching): the payload is written into a free
-//!    slot, with the context and the launching thread's inbox. The launching thread owns it.
-//! 2. **Check** (`capture_check`, [`LaunchWindow`]): the stream is not capturing
+//! 1. **Check** (`capture_check`, [`LaunchWindow`]): the stream is not capturing
 //!    (`cuStreamIsCapturing`), and the answer holds until the driver took the launch.
+//! 2. **Acquire** (`payload`, `slot`; free → launching): the payload is written into a free
+//!    slot, with the context and the launching thread's inbox. The launching thread owns it.
 //! 3. **Launch** (`enqueue`): the driver gets the trampoline and a *ticket*, the slot's index
 //!    and generation, never the record's address.
 //! 4. **Launched** (`enqueue`, `context_failure::mark_launched`; launching → launched): the
@@ -32,18 +32,20 @@
 //!    back in the thread's cache or the pool.
 //!
 //! The other ways out:
-//! - **Refused.** The capture check refuses before step 1 (the payload is dropped as the rules
-//!   allow); the driver refuses at step 3: the launching thread takes the record back
-//!   (`slot::take_refused`) and drops it.
+//! - **Refused.** The capture check refuses at step 1, before the payload is in a slot (it is
+//!   dropped as the rules allow); the driver refuses at step 3: the launching thread takes the
+//!   record back (`slot::take_refused`) and drops it.
 //! - **Abandoned.** The context failed (`context_failure`): every launched, unclaimed record of
 //!   the context is claimed by abandoning (launched → abandoned) and finished unrun; a call that
 //!   answers the failure waits for the functions of its stream still running (`running`). Or a
-//!   capture that other code began between steps 2 and 3 took the launch: found by the look
-//!   after the launch, the record is abandoned and the launch refused. The driver may still hold
-//!   an abandoned ticket, so the slot is *retired*: never used again (as is a slot whose
-//!   generation reached the last value, so that a generation never repeats).
-//! - **Held.** A release in stream order (`crate::points`) is a record held after step 1 in a
-//!   queue of its thread until its stream passes a point (`held`), then finished at step 7.
+//!   capture that other code began between the check and the launch (steps 1 and 3) took the
+//!   launch: found by the look after the launch, the record is abandoned and the launch
+//!   refused. The driver may still hold an abandoned ticket, so the slot is *retired*: never
+//!   used again (as is a slot whose generation reached the last value, so that a generation
+//!   never repeats).
+//! - **Held.** A release in stream order (`crate::points`) is a record in no slot, made at the
+//!   release and held in a queue of its thread until its stream passes a point (`held`), then
+//!   finished at step 7.
 //! - **Owned by a graph.** A graph's callable is a record owned through a CUDA user object or
 //!   by an executable (`graph_record`), run at step 6 on every launch of the graph, finished at
 //!   step 7 once the graph lets go of it.
