@@ -152,11 +152,25 @@ unsafe fn select(choice: DriverChoice) -> Result<SelectedDriver, Error> {
         DriverChoice::Auto => real_driver_kind().ok().map(|(kind, _)| kind),
     };
     let (kind, driver) = match real {
-        Some(kind) => {
+        Some(_) => {
             let driver = cuda_host_sys::driver().map_err(|source| Error::RealDriverUnusable {
                 reason: format!("does not load as the process-wide driver: {source}"),
             })?;
-            (kind, driver)
+            // The process-wide driver is whichever was set up first: this package's, if
+            // `install` ran before, on any thread.
+            if exports_the_controls(driver) {
+                if choice == DriverChoice::Real {
+                    return Err(Error::RealDriverUnusable {
+                        reason: format!(
+                            "the process-wide driver is already the software driver {}",
+                            driver.library_name()
+                        ),
+                    });
+                }
+                (DriverKind::Software, driver)
+            } else {
+                (DriverKind::Real, driver)
+            }
         }
         // SAFETY: passed on from the caller.
         None => (DriverKind::Software, unsafe { crate::install() }?),
