@@ -984,3 +984,296 @@ fn a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later
     });
     drop((first, last, points));
 }
+
+/// How long an enqueue behind a closed gate may take before [`enqueued_in_time`] opens it.
+const ENQUEUE_BOUND: Duration = Duration::from_secs(10);
+
+/// Runs `enqueue`, which enqueues work behind a closed gate, and calls `open` if it has not
+/// returned within [`ENQUEUE_BOUND`]: the real driver blocks an enqueue once a stream's queue is
+/// full, and a held stream never empties it, so the test then fails or skips instead of hanging.
+/// Returns `enqueue`'s output, and whether it returned before the bound.
+fn enqueued_in_time<T>(open: impl FnOnce() + Send, enqueue: impl FnOnce() -> T) -> (T, bool) {
+    let done = (Mutex::new(false), std::sync::Condvar::new());
+    std::thread::scope(|scope| {
+        let watched = &done;
+        let watchdog = scope.spawn(move || {
+            let (finished, signal) = watched;
+            let finished = finished.lock().unwrap();
+            let (finished, _) = signal
+                .wait_timeout_while(finished, ENQUEUE_BOUND, |finished| !*finished)
+                .unwrap();
+            let in_time = *finished;
+            drop(finished);
+            if !in_time {
+                open();
+            }
+            in_time
+        });
+        let output = enqueue();
+        *done.0.lock().unwrap() = true;
+        done.1.notify_all();
+        (output, watchdog.join().expect("the watchdog"))
+    })
+}
+
+/// A future polled once with a waker of its own, which counts the watcher's wakes.
+struct Watched {
+    point: StreamPoint,
+    wakes: Arc<CountingWaker>,
+}
+
+impl Watched {
+    fn new(point: StreamPoint) -> Watched {
+        let mut watched = Watched {
+            point,
+            wakes: Arc::default(),
+        };
+        let waker = Waker::from(Arc::clone(&watched.wakes));
+        let polled = Pin::new(&mut watched.point).poll(&mut TaskContext::from_waker(&waker));
+        assert!(
+            polled.is_pending(),
+            "passed before the stream could reach it"
+        );
+        watched
+    }
+
+    fn woken(&self) -> bool {
+        self.wakes.0.load(Ordering::SeqCst) > 0
+    }
+}
+
+#[test]
+fn a_point_is_seen_passed_once_its_stream_passed_it_however_many_points_follow() {
+    // 300 points, each behind a stream wait for a host-written word to reach its number: with
+    // the word at 1, the stream passes the first point and no other.
+    const POINTS: u32 = 300;
+    let context = context();
+    let stream = new_stream(&context);
+    let word = MappedWords::new(&context, 1);
+    let (futures, in_time) = enqueued_in_time(
+        || word.set(0, POINTS),
+        || {
+            (1..=POINTS)
+                .map(|step| {
+                    word.wait_in_stream(&stream, 0, step);
+                    Watched::new(stream_point(&stream).expect("a point"))
+                })
+                .collect::<Vec<_>>()
+        },
+    );
+    assert!(in_time, "the driver blocked the enqueue behind the waits");
+    word.set(0, 1);
+    wait_until("the first point's future to be woken", || {
+        futures[0].woken()
+    });
+    assert_eq!(futures[0].point.is_passed(), Ok(true));
+    assert_eq!(futures[1].point.is_passed(), Ok(false), "seen passed early");
+    assert!(futures[1..].iter().all(|future| !future.woken()));
+    word.set(0, POINTS);
+    stream.synchronize().expect("synchronize");
+    wait_until("every future to be woken", || {
+        futures.iter().all(Watched::woken)
+    });
+}
+
+#[test]
+fn a_thousand_points_behind_a_word_raised_step_by_step_are_seen_passed_at_their_step_never_before()
+{
+    // Point k (a future for even k, a released value for odd k) waits behind a stream wait for
+    // the word to reach k. The word is raised in steps of growing size; at each step every point
+    // up to it is seen passed (the future woken by the watcher, the value dropped by this
+    // thread's drains) and none after it, with no synchronize.
+    const POINTS: u32 = 1000;
+    let context = context();
+    let stream = new_stream(&context);
+    let word = MappedWords::new(&context, 1);
+    let tally = Tally::new();
+    let (futures, in_time) = enqueued_in_time(
+        || word.set(0, POINTS),
+        || {
+            let mut futures = Vec::new();
+            for point in 1..=POINTS {
+                word.wait_in_stream(&stream, 0, point);
+                if point % 2 == 0 {
+                    futures.push(Watched::new(stream_point(&stream).expect("a point")));
+                } else {
+                    release_in_stream_order(&stream, tally.probe()).expect("released");
+                }
+            }
+            futures
+        },
+    );
+    assert!(in_time, "the driver blocked the enqueue behind the waits");
+    let (mut step, mut size) = (0, 1);
+    while step < POINTS {
+        step = (step + size).min(POINTS);
+        size += 1 + size / 4;
+        word.set(0, step);
+        let futures_passed = (step / 2) as usize;
+        let values_passed = step.div_ceil(2) as usize;
+        wait_until("the points up to the step to be seen passed", || {
+            reclaim();
+            tally.drops() >= values_passed && futures[..futures_passed].iter().all(Watched::woken)
+        });
+        assert_eq!(tally.drops(), values_passed, "at step {step}");
+        let later = &futures[futures_passed..];
+        assert!(
+            later.iter().all(|future| !future.woken()),
+            "a future after step {step} was woken"
+        );
+        if let Some(next) = later.first() {
+            assert_eq!(next.point.is_passed(), Ok(false), "at step {step}");
+        }
+        assert!(
+            futures[..futures_passed]
+                .iter()
+                .all(|future| future.point.is_passed() == Ok(true))
+        );
+    }
+    assert_eq!(stream_point_counts().waiting, 0);
+    assert!(
+        tally
+            .drop_threads()
+            .iter()
+            .all(|thread| *thread == std::thread::current().id())
+    );
+}
+
+#[test]
+fn a_hundred_thousand_points_in_flight_on_one_stream_are_each_seen_passed_by_the_streams_progress()
+{
+    // Alone in a process: the call counts are process-wide.
+    suite::alone_in_child!(
+        a_hundred_thousand_points_in_flight_on_one_stream_are_each_seen_passed_by_the_streams_progress
+    );
+    const POINTS: usize = 100_000;
+    const FUTURE_EVERY: usize = 100;
+    let context = context();
+    let stream = new_stream(&context);
+    let (first, second) = (Gate::new(&context), Gate::new(&context));
+    let (before, after) = (Tally::new(), Tally::new());
+    let count = |entry: &std::ffi::CStr| {
+        suite::software::controls().map(|controls| controls.call_count(entry))
+    };
+    let host_functions = || (count(c"cuLaunchHostFunc"), count(c"cuStreamAddCallback"));
+    let host_functions_before = host_functions();
+    // Half the points behind the first gate, half behind the second: a future every hundredth,
+    // released values between them.
+    let mark = |tally: &Arc<Tally>, futures: &mut Vec<Watched>| {
+        for index in 0..POINTS / 2 {
+            if index % FUTURE_EVERY == 0 {
+                futures.push(Watched::new(stream_point(&stream).expect("a point")));
+            } else {
+                release_in_stream_order(&stream, tally.probe()).expect("released");
+            }
+        }
+    };
+    let ((early, late), in_time) = enqueued_in_time(
+        || {
+            first.open();
+            second.open();
+        },
+        || {
+            let (mut early, mut late) = (Vec::new(), Vec::new());
+            first.hold(&stream);
+            mark(&before, &mut early);
+            second.hold(&stream);
+            mark(&after, &mut late);
+            (early, late)
+        },
+    );
+    if !in_time {
+        stream.synchronize().expect("synchronize");
+        return suite::skip(
+            "a_hundred_thousand_points_in_flight_on_one_stream_are_each_seen_passed_by_the_streams_progress",
+            "this driver blocks an enqueue behind a held stream before 100,000 points",
+        );
+    }
+    assert_eq!(stream_point_counts().waiting, early.len() + late.len());
+    first.open();
+    let values = POINTS / 2 - early.len();
+    wait_until("the points behind the first gate to be seen passed", || {
+        reclaim();
+        before.drops() == values && early.iter().all(Watched::woken)
+    });
+    assert_eq!(after.drops(), 0, "dropped behind the second gate");
+    assert!(
+        late.iter().all(|future| !future.woken()),
+        "woken behind the second gate"
+    );
+    assert_eq!(late[0].point.is_passed(), Ok(false));
+    second.open();
+    wait_until(
+        "the points behind the second gate to be seen passed",
+        || {
+            reclaim();
+            after.drops() == values && late.iter().all(Watched::woken)
+        },
+    );
+    assert_eq!(
+        host_functions(),
+        host_functions_before,
+        "a point fell back to a host function"
+    );
+    assert_eq!(stream_point_counts().held, 0);
+    assert_eq!(stream_point_counts().waiting, 0);
+}
+
+/// Sleeps or spins for about `micros` microseconds: short pauses are spun, as a sleep would
+/// take far longer than asked.
+fn pause(micros: u64) {
+    let pause = Duration::from_micros(micros);
+    if micros >= 100 {
+        std::thread::sleep(pause);
+    } else {
+        let start = Instant::now();
+        while start.elapsed() < pause {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+#[test]
+fn thousands_of_awaits_released_by_another_thread_after_random_pauses_never_stay_pending() {
+    // A lost wakeup would leave an await pending for ever: each point waits behind a stream wait
+    // that another thread releases after a pause of 0 to 400 µs, before, during or after the
+    // future's first poll and its registration with the watcher; `block_on` parks this thread
+    // between polls and fails after its bound. Alone in a process: the count of waiting futures
+    // checked at the end is process-wide.
+    suite::alone_in_child!(
+        thousands_of_awaits_released_by_another_thread_after_random_pauses_never_stay_pending
+    );
+    const AWAITS: u32 = 3000;
+    let context = context();
+    let stream = new_stream(&context);
+    let word = Arc::new(MappedWords::new(&context, 1));
+    let (to_release, releases) = std::sync::mpsc::channel::<(u32, u64)>();
+    let releaser = {
+        let word = Arc::clone(&word);
+        std::thread::spawn(move || {
+            for (step, micros) in releases {
+                pause(micros);
+                word.set(0, step);
+            }
+        })
+    };
+    let mut random = 0x2545_f491_4f6c_dd1d_u64;
+    for step in 1..=AWAITS {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        // Half of the pauses under 10 µs, where the poll and the release race most.
+        let micros = if random.is_multiple_of(2) {
+            random % 10
+        } else {
+            random % 400
+        };
+        word.wait_in_stream(&stream, 0, step);
+        let point = stream_point(&stream).expect("a point");
+        to_release.send((step, micros)).expect("the releaser");
+        assert_eq!(block_on(point), Ok(()), "await {step}");
+    }
+    drop(to_release);
+    releaser.join().expect("the releaser");
+    assert_eq!(stream_point_counts().waiting, 0);
+}
