@@ -1277,3 +1277,41 @@ fn thousands_of_awaits_released_by_another_thread_after_random_pauses_never_stay
     releaser.join().expect("the releaser");
     assert_eq!(stream_point_counts().waiting, 0);
 }
+
+#[test]
+fn a_value_is_dropped_by_its_threads_later_releases_while_another_streams_values_stay_held() {
+    // Only the drains of the thread's releases look at its values: no synchronize, no
+    // `reclaim`, no future. The values on the held stream stay held throughout, so the thread
+    // has two streams' values to look at in every drain.
+    let context = context();
+    let (passing, held) = (new_stream(&context), new_stream(&context));
+    let gate = Gate::new(&context);
+    gate.hold(&held);
+    let tally = Tally::new();
+    let dropped = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                release_in_stream_order(&held, ()).expect("released");
+                release_in_stream_order(&passing, tally.probe()).expect("released");
+                suite::wait_until_done(&passing);
+                // A few hundred points behind the gate at most: the real driver blocks an
+                // enqueue once a held stream's queue is full.
+                for _ in 0..200 {
+                    release_in_stream_order(&held, ()).expect("released");
+                    if tally.drops() == 1 {
+                        return true;
+                    }
+                    std::thread::sleep(Duration::from_micros(250));
+                }
+                false
+            })
+            .join()
+            .expect("the releasing thread")
+    });
+    gate.open();
+    held.synchronize().expect("synchronize");
+    assert!(
+        dropped,
+        "the value stayed held for 200 releases over 50 ms though its stream had passed it"
+    );
+}
