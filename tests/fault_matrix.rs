@@ -386,7 +386,7 @@ fn rows() -> Vec<Row> {
             f,
             &f.stream()
         )),
-        // A context value's first point makes its stream's ring of events.
+        // A context value's first point makes its stream's first event.
         row!(c"cuEventCreate", Returned, NOTHING, |f| {
             let context = Device::get(&f.driver, 0)?.primary_context()?;
             release(f, &Stream::new(&context, StreamFlags::NonBlocking)?)

@@ -827,7 +827,7 @@ fn a_future_point_whose_record_a_thread_local_capture_took_is_refused_and_the_ca
     wait_until("the earlier point to pass", || {
         poll_once(&mut earlier) == Poll::Ready(Ok(()))
     });
-    // The slot whose event was retired gets a new one: a full ring of points later, all pass.
+    // The stream's later points, on events of their own, all pass.
     let points: Vec<StreamPoint> = (0..130)
         .map(|_| stream_point(&stream).expect("a point"))
         .collect();
@@ -878,21 +878,19 @@ fn a_released_value_whose_drop_panics_is_reported_and_the_drain_goes_on() {
 }
 
 #[test]
-fn a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_point() {
-    // Point 1 lives in slot 1 of the ring; point 65, refused because other code's capture took
-    // its record, retires slot 1's event. Point 1 is still among the last RING issued, so its
-    // looks ask slot 1 alone, which no longer holds it: until another point is marked, point 1
-    // is never seen passed, however long ago the stream passed it.
-    let test = "a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_point";
+fn points_before_a_refused_one_are_seen_passed_without_a_later_point() {
+    // Points 1 to 64, then a 65th that is refused because other code's capture took its record
+    // (its event retired): the stream passes the 64, and point 1 is seen passed with no point
+    // marked after the refusal. (With a ring of 64 events, point 65's retired event was point
+    // 1's, which was then never seen passed.)
+    let test = "points_before_a_refused_one_are_seen_passed_without_a_later_point";
     let Some(controls) = suite::software::controls() else {
         return suite::skip(
             test,
             "a capture begun at a given call is a control of the software driver",
         );
     };
-    suite::alone_in_child!(
-        a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_point
-    );
+    suite::alone_in_child!(points_before_a_refused_one_are_seen_passed_without_a_later_point);
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
@@ -925,13 +923,11 @@ fn a_point_whose_slot_a_refused_point_retired_is_seen_passed_without_a_later_poi
 }
 
 #[test]
-fn a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later_point() {
-    // As above, point 1's slot is retired by point 65's refusal. The watcher looks at a track
-    // only for the first point waiting on it, and wakes the futures up to what that look saw:
-    // while point 1's future waits, the future of point 64 (whose own event is intact and
-    // complete) is never woken either.
-    let test =
-        "a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later_point";
+fn the_watcher_wakes_the_first_and_the_last_of_the_points_before_a_refused_one() {
+    // As above, 64 points then a refused one. The watcher looks at a track for the first point
+    // waiting on it, and wakes the futures up to what that look saw: point 1's future and point
+    // 64's are both woken once the stream passed them.
+    let test = "the_watcher_wakes_the_first_and_the_last_of_the_points_before_a_refused_one";
     let Some(controls) = suite::software::controls() else {
         return suite::skip(
             test,
@@ -939,7 +935,7 @@ fn a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later
         );
     };
     suite::alone_in_child!(
-        a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later_point
+        the_watcher_wakes_the_first_and_the_last_of_the_points_before_a_refused_one
     );
     let context = context();
     let stream = new_stream(&context);
@@ -981,6 +977,9 @@ fn a_point_left_unseen_by_a_retired_slot_keeps_the_watcher_from_waking_any_later
     suite::wait_until_done(&stream);
     wait_until("the watcher to wake point 64's future", || {
         last_wakes.0.load(Ordering::SeqCst) > 0
+    });
+    wait_until("the watcher to wake point 1's future", || {
+        first_wakes.0.load(Ordering::SeqCst) > 0
     });
     drop((first, last, points));
 }

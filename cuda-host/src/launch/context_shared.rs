@@ -14,6 +14,7 @@ use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::reclaim::{drop_when_allowed, unless_capture_forbids};
+use crate::points::ContextTracks;
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};
 use std::any::Any;
@@ -34,22 +35,12 @@ pub(crate) struct ContextShared {
     _keep_alive: Option<Box<dyn Any + Send + Sync>>,
     has_drop_errors: AtomicBool,
     drop_errors: Mutex<Vec<Error>>,
-    /// The tracks of stream points (`crate::points`), made on first use. Behind a trait so that
-    /// this layer does not import the one above it; dropped before the context is released.
-    stream_points: OnceLock<Box<dyn StreamPointsOfContext>>,
-    /// The lanes of the polled engine (`crate::polled`), made on first use; type-erased for the
-    /// same reason, and dropped before the context is released.
+    /// The stream points of the context (`crate::points`), made by its first point; dropped
+    /// before the context is released, as they hold its events.
+    stream_points: OnceLock<ContextTracks>,
+    /// The lanes of the polled engine (`crate::polled`), made on first use; type-erased so that
+    /// this layer does not name the engine's types, and dropped before the context is released.
     polled_lanes: OnceLock<Box<dyn Any + Send + Sync>>,
-}
-
-/// What the stream points of a context (`crate::points`) offer the layers below them.
-pub(crate) trait StreamPointsOfContext: Any + Send + Sync {
-    /// A synchronize of `stream` (of the whole context, with `None`) returned: every point
-    /// marked on it before is passed, which the points should see now rather than at their
-    /// next look.
-    fn synchronized(&self, stream: Option<CUstream>);
-
-    fn as_any(&self) -> &dyn Any;
 }
 
 // SAFETY: `raw` is a driver handle, valid on any thread; the driver API is thread-safe.
@@ -153,13 +144,9 @@ impl ContextShared {
         Ok(())
     }
 
-    /// The stream points' state of this context (`crate::points`), made by `make` on first use.
-    pub(crate) fn stream_points<T: StreamPointsOfContext>(&self, make: impl FnOnce() -> T) -> &T {
-        self.stream_points
-            .get_or_init(|| Box::new(make()))
-            .as_any()
-            .downcast_ref()
-            .expect("one type of stream points")
+    /// The stream points of this context (`crate::points`), made on first use.
+    pub(crate) fn stream_points(&self) -> &ContextTracks {
+        self.stream_points.get_or_init(|| ContextTracks::new(self))
     }
 
     /// The polled engine's lanes of this context (`crate::polled`), made by `make` on first use.
@@ -170,8 +157,8 @@ impl ContextShared {
             .expect("one type of polled lanes")
     }
 
-    /// Tells the context's stream points, if any, that a synchronize returned (see
-    /// [`StreamPointsOfContext::synchronized`]).
+    /// Tells the context's stream points, if any, that a synchronize of `stream` (of the whole
+    /// context, with `None`) returned ([`ContextTracks::synchronized`]).
     pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
         if let Some(points) = self.stream_points.get() {
             points.synchronized(stream);

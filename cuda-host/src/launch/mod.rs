@@ -109,7 +109,7 @@ outside_loom_models! {
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
         is_sticky, watch_stream,
     };
-    pub(crate) use context_shared::{ContextShared, StreamPointsOfContext, with_context_current};
+    pub(crate) use context_shared::{ContextShared, with_context_current};
     pub(crate) use enqueue::{
         HostFuncEntry, PolledEngine, pass_through, run_once,
     };

@@ -2,11 +2,11 @@
 //! made, with any executor, without a host function and without blocking a thread.
 
 use crate::error::Result;
+use crate::launch::Look;
 use crate::launch::{
     drop_when_allowed, ensure_outside_host_function, in_host_function, reclaim_on_launch,
 };
 use crate::objects::Stream;
-use crate::points::tracks::Pace;
 use crate::points::{Mark, mark, watcher};
 use std::fmt;
 use std::future::Future;
@@ -19,10 +19,10 @@ use std::task::{Context, Poll};
 ///
 /// The point costs the stream one event record (`cuEventRecord`), not a host function. The
 /// future works with any executor: a pending future is woken by cuda-host's watcher thread,
-/// which looks at the points futures wait for every 50 µs (so a wake comes up to about 0.1 ms
-/// after the point), then less often, and parks when none has waited for 2 ms. Dropping the
-/// future at any time is safe and takes its registration back; futures are cheap to hold by the
-/// thousand.
+/// which looks at the points futures wait for every 5 µs while any waits (spinning, and so using
+/// a core meanwhile), and parks once none has waited for 1 ms. A future is seen passed once its
+/// stream passed it, however many points follow it on the stream; there is no limit on how many
+/// wait. Dropping the future at any time is safe and takes its registration back.
 ///
 /// It completes with `Ok(())` once the point was passed, or with
 /// [`Error::ContextFailed`](crate::Error::ContextFailed) once cuda-host has seen the stream's
@@ -78,7 +78,7 @@ impl StreamPoint {
     /// failing before the point.
     pub fn is_passed(&self) -> Result<bool> {
         self.mark()
-            .outcome(Pace::Now)
+            .outcome(Some(Look::Fresh))
             .transpose()
             .map(|passed| passed.is_some())
     }
@@ -99,24 +99,19 @@ impl Future for StreamPoint {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        if let Some(outcome) = this.mark().outcome(Pace::Drain) {
+        if let Some(outcome) = this.mark().outcome(Some(Look::Paced)) {
             this.forget();
             return Poll::Ready(outcome);
         }
         let mark = this.mark();
-        match watcher::register(
-            &mark.track,
-            mark.context.raw().addr(),
-            mark.point,
-            cx.waker(),
-            this.registration,
-        ) {
+        match watcher::register(&mark.track, mark.point, cx.waker(), this.registration) {
             Ok(id) => this.registration = Some(id),
             // No watcher thread to wake it (`stream_point` made sure of one; kept for safety).
             Err(error) => return Poll::Ready(Err(error)),
         }
-        // The point may have been passed between the first look and the registration.
-        if let Some(outcome) = this.mark().outcome(Pace::Drain) {
+        // Another thread's look may have seen the point passed since the first look; after the
+        // registration, the watcher's looks see it.
+        if let Some(outcome) = this.mark().outcome(None) {
             this.forget();
             return Poll::Ready(outcome);
         }

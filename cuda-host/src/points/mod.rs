@@ -2,10 +2,18 @@
 //! Two features are made of them: releasing a value in stream order
 //! ([`release_in_stream_order`]) and awaiting a stream ([`StreamPoint`]).
 //!
+//! The map: `tracks` holds a context's stream points ([`ContextTracks`], kept in the context's
+//! shared state) and each stream's sequence of points with their events; `release` and `future`
+//! are the two features, both marking a point with [`mark`] here; `watcher` is the thread that
+//! wakes futures, each track keeping its waiting futures in `waiters`. Released values wait in
+//! the launch machinery's held queues (`crate::launch::hold_until`), which look at a track
+//! through [`Progress`](crate::launch::Progress); every look is a
+//! [`Look`](crate::launch::Look).
+//!
 //! **Why not a host function.** A host function between two kernels costs the stream 17–45 µs on
 //! an H200: the driver's host-function thread must wake, run it and report back before the next
-//! kernel may start. A point is one `cuEventRecord` of an event of the stream's track (`tracks`),
-//! which costs the enqueuing thread 0.13 µs; the host sees the point passed once a query of that
+//! kernel may start. A point is one `cuEventRecord` of an event of its own (`tracks`), which
+//! costs the enqueuing thread 0.13 µs; the host sees the point passed once a query of that
 //! event, or of a later point's, answers that it completed. The stream never waits for the host.
 //! Between two kernels a release point costs the stream 0.7 µs, a future point 0.8 µs
 //! (`benches/stream_points.rs`).
@@ -14,14 +22,18 @@
 //! (`cuStreamWriteValue32`) would let the host look with one read of memory instead of a 0.1 µs
 //! query, but it costs the enqueuing thread 0.8 µs, and when enqueuing is what holds a stream
 //! back, the stream pays it all: 0.9–1.3 µs between two kernels, before anything cuda-host adds.
-//! Events are cheap to mark; looks are made rare instead (`tracks`).
+//! Events are cheap to mark; looks query one event while the stream has not got further.
+//!
+//! **Exact.** Each point has an event of its own until it is seen passed (no ring that a later
+//! point records again), so a point is seen passed at the first look after its stream passed
+//! it, however many points follow it, and never before; there is no cap on the points in flight.
 //!
 //! **Looks never break a capture.** An event query is a "potentially unsafe" call: made in the
 //! driver's default capture interaction mode while any thread captures in global mode, it is
 //! refused and invalidates that capture. Every look runs in the relaxed mode, set for the query
 //! and given back (`tracks`); marking a point (`cuEventRecord` on a stream that is not capturing)
-//! and making a track's events are allowed during captures (measured on the 13.0 driver,
-//! `docs/probes/capture_event_calls.c`).
+//! and making or destroying a track's events are allowed during captures (measured on the 13.0
+//! driver, `docs/probes/capture_event_calls.c`).
 //!
 //! **Captures: refused.** A point on a stream that is being captured would become a node of the
 //! graph, which records it on every launch or never: a value released there would belong to the
@@ -32,11 +44,10 @@
 //! event then stands for a point of the capture, and a query of it would invalidate the capture
 //! (and, once it ended, answer that it completed, whatever the stream did). So the stream is
 //! asked again after the record: if it is capturing, the point is refused in the same way and
-//! its event retired, never queried or recorded again, and no look queries an event from before
-//! its record until that answer (`tracks`). The event's earlier point is then seen passed with a
-//! later one, later, never early. Not seen: a capture that other code begins and also ends
-//! between the record and that question, on a stream cuda-host is marking at that moment; its
-//! point would be seen passed at the next look.
+//! its event retired, never queried or recorded again; no look sees the event before that
+//! answer (`tracks`). Not seen: a capture that other code begins and also ends between the
+//! record and that question, on a stream cuda-host is marking at that moment; its point would
+//! be seen passed at the next look.
 //!
 //! **Failed contexts.** A stream whose context failed never completes another event. A point of
 //! a context that cuda-host saw fail (a call answering the sticky error, a look whose query
@@ -47,7 +58,7 @@
 //! **Who looks.** Released values are looked at by their own thread's drains (every cuda-host
 //! call that reclaims, and [`reclaim`](crate::reclaim)): they are dropped there, by the rule of
 //! launch records. Futures are looked at by one process-wide watcher thread (`watcher`), which
-//! looks every 50 µs while futures wait, then less often, and parks once none has for a while;
+//! spins while futures wait, looking every 5 µs, and parks once none has for 1 ms;
 //! [`stream_point`] refuses with [`Error::ThreadStart`](crate::Error::ThreadStart) where that
 //! thread cannot be started.
 //!
@@ -60,16 +71,18 @@
 mod future;
 mod release;
 mod tracks;
+mod waiters;
 mod watcher;
 
 pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
+pub(crate) use tracks::ContextTracks;
 
 use crate::error::{Error, Result};
-use crate::launch::{ContextShared, LaunchWindow, Progress, abandon_if_failed, has_failed};
+use crate::launch::{ContextShared, LaunchWindow, Look, Progress, abandon_if_failed, has_failed};
 use crate::objects::Stream;
 use std::sync::Arc;
-use tracks::{ContextTracks, Pace, Track};
+use tracks::Track;
 
 /// A point marked on a stream: its context (kept retained, which keeps the track's events), its
 /// track and its number.
@@ -81,14 +94,19 @@ pub(crate) struct Mark {
 
 impl Mark {
     /// `Some(Ok)` once the stream passed the point, `Some(Err)` once its context failed before,
-    /// `None` while it may still come; the track's events are queried as `pace` says.
-    fn outcome(&self, pace: Pace) -> Option<Result<()>> {
-        if self.track.look_for(self.point, pace) >= self.point {
+    /// `None` while it may still come; the track's events are queried as `look` says, or, with
+    /// `None`, not at all (what looks saw so far).
+    fn outcome(&self, look: Option<Look>) -> Option<Result<()>> {
+        let passed = match look {
+            Some(look) => self.track.look_for(self.point, look),
+            None => self.track.seen_passed(),
+        };
+        if passed >= self.point {
             Some(Ok(()))
         } else if has_failed(self.context.raw().addr()) {
             // Passed after all between the two looks? Then it counts as passed.
             Some(
-                if self.track.look_for(self.point, Pace::Now) >= self.point {
+                if self.track.look_for(self.point, Look::Fresh) >= self.point {
                     Ok(())
                 } else {
                     Err(Error::ContextFailed)
@@ -104,8 +122,8 @@ impl Mark {
 ///
 /// # Errors
 /// [`Error::PointInCapture`] when the stream is capturing; the driver's error from
-/// `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventRecord`, or, for a stream's first points,
-/// `cuEventCreate`.
+/// `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventRecord`, or, when its track has no event
+/// free, `cuEventCreate`.
 fn mark(stream: &Stream) -> Result<Mark> {
     let shared = stream.shared_context();
     stream.with_stream_context(|| {
@@ -122,8 +140,8 @@ fn mark(stream: &Stream) -> Result<Mark> {
             other => noted(other),
         })?;
         let stream_id = stream.id().map_err(|error| noted(error.into()))?;
-        let tracks = shared.stream_points(|| ContextTracks::new(shared));
-        let marked = tracks
+        let marked = shared
+            .stream_points()
             .mark(shared, window.stream(), stream_id)
             .map_err(noted)?;
         Ok(Mark {

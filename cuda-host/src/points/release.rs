@@ -17,7 +17,8 @@ use std::fmt;
 /// captured values: never on the driver's thread, never while this thread captures, nor while a
 /// global-mode capture begun through cuda-host is open; once the thread has exited, by any
 /// thread. A launch or a release looks at a stream's points at most every 50 µs; a
-/// synchronize and [`reclaim`](crate::reclaim) look at once. After [`Stream::synchronize`]
+/// synchronize and [`reclaim`](crate::reclaim) look at once; a thread that makes no cuda-host
+/// call keeps a passed value until its next one, or its exit. After [`Stream::synchronize`]
 /// returns on this thread, the values it released on that stream before the call have been
 /// dropped.
 ///

@@ -1,28 +1,36 @@
-//! The tracks stream points are made of: per stream in use, a ring of events the stream records
-//! in turn, and the numbers of the points they were recorded for.
+//! The tracks stream points are made of: per stream in use, its points in order, each recorded
+//! on an event of its own, and the events its passed points gave back.
 //!
-//! **Events, not memory writes** (see `crate::points`): recording an event costs the enqueuing
-//! thread 0.13 µs on an H200, a 32-bit stream memory write 0.8 µs. What the write saves is the
-//! look: one read of memory against a `cuEventQuery` of 0.1–0.3 µs, which, made by another
-//! thread, also slows the enqueuing thread (by about 0.4 µs a query: the bench's "queried
-//! elsewhere" form). So looks are rare: a drain of a launch or a release looks at a track at
-//! most every `DRAIN_LOOK` (50 µs), reading the clock only every `CLOCK_EVERY`th time; the
-//! watcher at most every `WATCH_LOOK` (50 µs); a synchronize, [`reclaim`](crate::reclaim) and
-//! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed) look at once ([`Pace`]). A look
-//! queries one event when it is after one point, else the newest, then bisects; every look runs
-//! in the relaxed capture interaction mode (`in_relaxed_capture_mode`).
+//! **One event a point, reused once seen passed.** Point `n` of a track is recorded on an event
+//! no pending point holds: one its track's pool got back from a point seen passed, or a new one.
+//! An event therefore holds one point from its record until a look saw that point passed, and a
+//! completed query of it proves exactly its point passed: no point waits for a later one to be
+//! seen, however many follow it, and the pool holds as many events as points were once in
+//! flight, with no cap. A look gives the events of the points it saw passed back to the pool
+//! (beyond `KEPT_EVENTS` of them, a few at a time to the driver). The points pending are
+//! numbered without gaps: point `first + i` holds the `i`th event of `Events::pending`.
 //!
-//! **The ring.** Point `n` of a track is recorded on event `n % RING`. An event records only its
-//! last point: when it is re-recorded before anyone saw its earlier point passed, that point is
-//! seen passed with a later one (the stream passes points in order), later, never early. The
-//! last `RING` points each have their own event, completed ones first: a look queries the
-//! newest, then bisects them (at most 7 queries). A
-//! point's number is published (`Slot::point`) only after its record returned and before it
-//! counts as issued, so a look that reads the number and then queries the event sees that record
-//! or a later one of the same event: a completed query proves the number read, or more. An event
-//! whose record a capture other code began may have taken is retired (`ContextTracks::mark`):
-//! its slot's number goes to 0, which proves nothing, and the slot's next point makes it a new
-//! event.
+//! **Looks.** Events, not memory writes (see `crate::points`): recording an event costs the
+//! enqueuing thread 0.13 µs on an H200, a 32-bit stream memory write 0.8 µs; a look costs a
+//! `cuEventQuery` (0.1–0.3 µs) per event it queries. A look for a point queries that point's
+//! event; when it completed, the newest point's, which answers for every point when the stream
+//! caught up; else it gallops from the point towards the newest, then bisects: about twice the
+//! logarithm of how far the stream got since the last look, and one query when it got nowhere.
+//! A look [`Look::Fresh`] always queries (a synchronize, [`reclaim`](crate::reclaim),
+//! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher, which paces itself);
+//! a look [`Look::Paced`] (a launch's drain, when its thread's drains look at all,
+//! `crate::launch::held`; a future's first poll) only when nobody looked at the track for
+//! `PACED_LOOK` (50 µs). One thread looks at a track at a time (`Track::looking`); only looks
+//! take a point's event out of the pending ones, so a look's query never meets an event that is
+//! recorded again; and the context's tracks, when dropped, wait for a look under way and close
+//! their tracks to later ones, so no look queries a destroyed event. Every look runs in the
+//! relaxed capture interaction mode (`in_relaxed_capture_mode`).
+//!
+//! **Records a capture took.** A point's number and event join the pending ones only once its
+//! record returned and the stream was asked again whether it is capturing (`ContextTracks::mark`),
+//! so no look ever queries an event whose record may be a capture's. Such an event is retired:
+//! never recorded or queried again, destroyed with the context's tracks; the point is refused and
+//! its number goes to the next point.
 //!
 //! A track's sequence only grows: a point is the next number, recorded under the track's lock,
 //! so the stream records the numbers in order, and a point is passed once the track has seen it
@@ -33,137 +41,58 @@
 //! stream to the calling thread's. A track serves one stream at a time. When every track of the
 //! context is taken, the tracks whose stream has passed all its points are taken back (their
 //! sequence goes on where it was, so no point of the old stream can be mistaken for one of the
-//! new); only when none is free is another track made, with its ring of events.
+//! new); only when none is free is another track made. Each thread remembers the track it last
+//! marked a point on (`LAST_TRACK`), so that threads marking on streams of one context do not
+//! meet in the context's table.
 //!
-//! The events belong to the context's shared state and are destroyed before the context is
-//! released; the driver lets an event still pending go once it completed.
+//! The events belong to the context's shared state (`ContextShared::stream_points`) and are
+//! destroyed before the context is released; the driver lets an event still pending go once it
+//! completed.
 
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::{
-    ContextShared, Look, Progress, RelaxedCaptureMode, StreamPointsOfContext,
-    abandon_context_if_failed, capture_state,
+    ContextShared, Look, Progress, RelaxedCaptureMode, abandon_context_if_failed, capture_state,
 };
+use crate::points::waiters::Waiters;
 use crate::stream_slots::{StreamSlot, StreamSlots};
 use crate::sync::lock;
-use cuda_host_sys::{CUcontext, CUevent, CUevent_flags, CUevent_st, CUresult, CUstream, Driver};
-use std::any::Any;
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use cuda_host_sys::{CUcontext, CUevent, CUevent_flags, CUresult, CUstream, Driver};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-/// Events per track: how many points may wait unseen before one is seen only with a later one.
-const RING: usize = 64;
-/// How often a thread's drains look at a track, at most.
-const DRAIN_LOOK: Duration = Duration::from_micros(50);
-/// How often the watcher looks at a track, at most.
-pub(super) const WATCH_LOOK: Duration = Duration::from_micros(50);
-
-/// When a look queries a track's events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Pace {
-    /// Now, after any look going on: a synchronize, `reclaim`, `is_passed`.
-    Now,
-    /// If nobody did for `WATCH_LOOK`: the watcher, which paces itself.
-    Watcher,
-    /// If nobody did for `DRAIN_LOOK`, reading the clock only every `CLOCK_EVERY`th time: the
-    /// drains of launches and the polls of futures, which must stay cheap.
-    Drain,
-}
-
-/// One event of a track's ring.
-struct Slot {
-    /// Null once retired (its last record was a capture's) until its next point makes another.
-    /// Changed only by a record, while no query uses it (`users`).
-    event: AtomicPtr<CUevent_st>,
-    /// The last point recorded on the event (0: none, or none of the stream's), published after
-    /// its record returned and the stream was seen not capturing.
-    point: AtomicU64,
-    /// The queries using the event now, and `RECORDING` while a point is recorded on it: a record
-    /// waits for the queries to end and none begins meanwhile, so that no query ever reaches an
-    /// event whose last record may be a live capture's (`ContextTracks::mark`).
-    users: AtomicU64,
-}
-
-/// `Slot::users`' flag of a record under way.
-const RECORDING: u64 = 1 << 63;
-
-impl Slot {
-    fn new(event: CUevent) -> Slot {
-        Slot {
-            event: AtomicPtr::new(event),
-            point: AtomicU64::new(0),
-            users: AtomicU64::new(0),
-        }
-    }
-
-    /// Lets a query use the event, unless a record is under way (`None`); the query ends when
-    /// the guard is dropped, also on unwind.
-    fn query_use(&self) -> Option<SlotUse<'_>> {
-        if self.users.fetch_add(1, Ordering::AcqRel) & RECORDING != 0 {
-            self.users.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(SlotUse(self))
-    }
-
-    /// Holds queries off for a record, after those under way ended (a query takes a fraction of
-    /// a microsecond); released when the guard is dropped, also on unwind.
-    fn record_use(&self) -> SlotRecord<'_> {
-        self.users.fetch_or(RECORDING, Ordering::AcqRel);
-        while self.users.load(Ordering::Acquire) != RECORDING {
-            std::hint::spin_loop();
-        }
-        SlotRecord(self)
-    }
-}
-
-/// A query's use of a slot's event.
-struct SlotUse<'slot>(&'slot Slot);
-
-impl Drop for SlotUse<'_> {
-    fn drop(&mut self) {
-        self.0.users.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// A record's hold on a slot's event.
-struct SlotRecord<'slot>(&'slot Slot);
-
-impl Drop for SlotRecord<'_> {
-    fn drop(&mut self) {
-        self.0.users.fetch_and(!RECORDING, Ordering::AcqRel);
-    }
-}
-
-/// Clears a flag when dropped, also on unwind.
-struct Lowered<'flag>(&'flag AtomicBool);
-
-impl Drop for Lowered<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
+/// How often a [`Look::Paced`] queries a track's events, at most.
+const PACED_LOOK: Duration = Duration::from_micros(50);
+/// Events a track keeps for its next points beyond those pending; more go back to the driver.
+const KEPT_EVENTS: usize = 1024;
+/// Events a look gives back to the driver at most, so that no look takes long.
+const DESTROYED_PER_LOOK: usize = 32;
 
 /// One stream's sequence of points.
 pub(crate) struct Track {
     driver: Arc<Driver>,
     /// Its context (`CUcontext` address), for failures its queries answer.
     context: usize,
-    slots: Box<[Slot]>,
+    /// Held while a point is marked: one at a time, in the order of their numbers.
     state: Mutex<TrackState>,
-    /// The last point recorded: stored under `state`'s lock once its record returned.
+    events: Mutex<Events>,
+    /// The last point recorded: stored once its event joined the pending ones.
     issued: AtomicU64,
     /// The highest point seen passed.
     high: AtomicU64,
     /// When the track was last looked at, in nanoseconds since `epoch()`.
     looked: AtomicU64,
-    /// Held while a thread queries the track's events: one at a time is enough.
-    looking: AtomicBool,
+    /// Whether a thread queries the track's events now (one at a time), or the events are gone
+    /// (`IDLE`, `LOOKING`, `CLOSED`).
+    looking: AtomicU8,
     /// Whether a query's unexpected error was logged (once per track).
     logged: AtomicBool,
+    /// The futures waiting on the track's points (`watcher`).
+    pub(super) waiters: Mutex<Waiters>,
 }
 
 struct TrackState {
@@ -174,37 +103,64 @@ struct TrackState {
     retired: Vec<CUevent>,
 }
 
-// SAFETY: the events are driver handles, usable from any thread; the rest is atomics and a
-// mutex.
+/// The events of a track.
+struct Events {
+    /// The events of the points not seen passed, in order: `pending[i]` holds point `first + i`.
+    pending: VecDeque<CUevent>,
+    /// The point of `pending[0]`: the one after `high`.
+    first: u64,
+    /// Events whose point was seen passed, for the next points.
+    free: Vec<CUevent>,
+}
+
+// SAFETY: the events are driver handles, usable from any thread; the rest is atomics and
+// mutexes.
 unsafe impl Send for Track {}
 // SAFETY: as above.
 unsafe impl Sync for Track {}
 
 impl Progress for Track {
     fn passed(&self, look: Look) -> u64 {
-        self.look(match look {
-            Look::Fresh => Pace::Now,
-            Look::Paced => Pace::Drain,
-        })
+        self.look(look)
     }
 }
 
-/// How many paced looks of a thread skip the clock before one reads it: reading it costs as
-/// much as the rest of a look that finds nothing due (40 ns on the H200's host).
-const CLOCK_EVERY: u32 = 8;
+/// `Track::looking`: no look under way.
+const IDLE: u8 = 0;
+/// `Track::looking`: a thread is looking.
+const LOOKING: u8 = 1;
+/// `Track::looking`: the track's events were destroyed with its context's tracks; nobody looks
+/// any more.
+const CLOSED: u8 = 2;
 
-/// Whether this paced look of the calling thread reads the clock.
-fn clock_due() -> bool {
-    thread_local! {
-        static LOOKS: Cell<u32> = const { Cell::new(0) };
+/// A thread's look at a track; ends when dropped, also on unwind.
+struct Looking<'track>(&'track AtomicU8);
+
+impl<'track> Looking<'track> {
+    /// The look, unless another is under way (or the track closed).
+    fn try_begin(state: &'track AtomicU8) -> Option<Self> {
+        state
+            .compare_exchange(IDLE, LOOKING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+            .then_some(Looking(state))
     }
-    LOOKS
-        .try_with(|looks| {
-            let count = looks.get().wrapping_add(1);
-            looks.set(count);
-            count % CLOCK_EVERY == 0
-        })
-        .unwrap_or(true)
+
+    /// The look, once another under way ended (a few queries); `None` if the track closed.
+    fn begin(state: &'track AtomicU8) -> Option<Self> {
+        loop {
+            match state.compare_exchange(IDLE, LOOKING, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => return Some(Looking(state)),
+                Err(CLOSED) => return None,
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+    }
+}
+
+impl Drop for Looking<'_> {
+    fn drop(&mut self) {
+        self.0.store(IDLE, Ordering::Release);
+    }
 }
 
 fn epoch() -> Instant {
@@ -212,57 +168,78 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// What a query of a pending point's event answered.
+enum Answer {
+    Passed,
+    Pending,
+    /// The query failed (logged; a sticky error marks the context failed): the look stops.
+    Failed,
+}
+
 impl Track {
+    fn new(driver: &Arc<Driver>, context: CUcontext) -> Track {
+        Track {
+            driver: Arc::clone(driver),
+            context: context.addr(),
+            state: Mutex::new(TrackState {
+                owner: None,
+                retired: Vec::new(),
+            }),
+            events: Mutex::new(Events {
+                pending: VecDeque::new(),
+                first: 1,
+                free: Vec::new(),
+            }),
+            issued: AtomicU64::new(0),
+            high: AtomicU64::new(0),
+            looked: AtomicU64::new(0),
+            looking: AtomicU8::new(IDLE),
+            logged: AtomicBool::new(false),
+            waiters: Mutex::new(Waiters::default()),
+        }
+    }
+
     /// The highest point seen passed, after looking at the events if there are points not seen
-    /// passed and `pace` says so. A look `Now` is this call's own (it waits for another thread's
-    /// look to end), so it sees what the stream finished before it.
-    pub(super) fn look(&self, pace: Pace) -> u64 {
-        self.look_with(self.issued.load(Ordering::Acquire), pace, || self.query())
+    /// passed and `look` says so. A look [`Look::Fresh`] is this call's own (it waits for another
+    /// thread's look to end), so it sees what the stream finished before it.
+    pub(super) fn look(&self, look: Look) -> u64 {
+        self.look_for(self.high.load(Ordering::Acquire) + 1, look)
     }
 
-    /// [`look`](Self::look) for someone who needs `point` only: one query, of that point's
-    /// event, while the event still holds it.
-    pub(super) fn look_for(&self, point: u64, pace: Pace) -> u64 {
-        self.look_with(point, pace, || {
-            let issued = self.issued.load(Ordering::Acquire);
-            // A retired slot (its last record was a capture's) answers for no point: the
-            // newest, or the bisection, does.
-            if issued - point >= RING as u64 || self.retired(point) {
-                return self.query();
-            }
-            match self.completed(point) {
-                Some(passed) => self.raise(passed),
-                None => self.high.load(Ordering::Acquire),
-            }
-        })
-    }
-
-    /// Looks with `query` unless `wanted` is known passed, or `pace` says not now.
-    fn look_with(&self, wanted: u64, pace: Pace, query: impl FnOnce() -> u64) -> u64 {
+    /// [`look`](Self::look) for someone who needs `point` only: nothing is queried once it is
+    /// known passed, and a look that finds it pending queries nothing else.
+    pub(super) fn look_for(&self, point: u64, look: Look) -> u64 {
         let high = self.high.load(Ordering::Acquire);
-        if high >= wanted {
+        if high >= point.min(self.issued.load(Ordering::Acquire)) {
             return high;
         }
-        let every = match pace {
-            Pace::Now => Duration::ZERO,
-            Pace::Watcher => WATCH_LOOK,
-            Pace::Drain if clock_due() => DRAIN_LOOK,
-            Pace::Drain => return high,
-        };
         let now = epoch().elapsed().as_nanos() as u64;
-        if pace == Pace::Now {
-            // Another look takes a few queries at most.
-            while self.looking.swap(true, Ordering::Acquire) {
-                std::thread::yield_now();
+        let looking = match look {
+            Look::Fresh => Looking::begin(&self.looking),
+            Look::Paced
+                if now.saturating_sub(self.looked.load(Ordering::Relaxed))
+                    < PACED_LOOK.as_nanos() as u64 =>
+            {
+                None
             }
-        } else if now.saturating_sub(self.looked.load(Ordering::Relaxed)) < every.as_nanos() as u64
-            || self.looking.swap(true, Ordering::Acquire)
-        {
+            Look::Paced => Looking::try_begin(&self.looking),
+        };
+        let Some(_looking) = looking else {
             return high;
-        }
-        let _looked = Lowered(&self.looking);
+        };
         self.looked.store(now, Ordering::Relaxed);
-        in_relaxed_capture_mode(&self.driver, query).unwrap_or(high)
+        in_relaxed_capture_mode(&self.driver, || self.search(point))
+            .unwrap_or_else(|| self.high.load(Ordering::Acquire))
+    }
+
+    /// The highest point seen passed so far, without looking.
+    pub(super) fn seen_passed(&self) -> u64 {
+        self.high.load(Ordering::Acquire)
+    }
+
+    /// Its context (`CUcontext` address).
+    pub(super) fn context(&self) -> usize {
+        self.context
     }
 
     /// The last point recorded.
@@ -270,78 +247,113 @@ impl Track {
         self.issued.load(Ordering::Acquire)
     }
 
-    /// Queries the events: the newest first, which answers for every point when the stream
-    /// caught up; else, by bisection, the last completed of the points whose events still hold
-    /// them (the last `RING`), where the completed ones come first.
-    fn query(&self) -> u64 {
+    /// Queries the events, the caller being the one look: `wanted`'s (or the first pending
+    /// one's, if that is later), then, if it passed, the newest, then from `wanted` by galloping
+    /// and bisection the last passed; gives the passed points' events back. Returns the highest
+    /// point seen passed.
+    fn search(&self, wanted: u64) -> u64 {
         let issued = self.issued.load(Ordering::Acquire);
         let high = self.high.load(Ordering::Acquire);
         if high >= issued {
             return high;
         }
-        if let Some(point) = self.completed(issued) {
-            return self.raise(point);
+        let wanted = wanted.clamp(high + 1, issued);
+        match self.answer(wanted) {
+            Answer::Passed => {}
+            Answer::Pending | Answer::Failed => return high,
         }
-        // `passed` is known passed (or is where the events' window begins), `pending` not.
-        let (mut passed, mut pending) = (high.max(issued.saturating_sub(RING as u64)), issued);
-        while pending - passed > 1 {
-            let mut middle = passed + (pending - passed) / 2;
-            // A retired slot says nothing of its point: ask the next that holds one.
-            while self.retired(middle) && middle + 1 < pending {
-                middle += 1;
-            }
-            if self.retired(middle) {
-                break;
-            }
-            match self.completed(middle) {
-                Some(point) => {
-                    self.raise(point);
-                    passed = middle;
+        if wanted == issued {
+            return self.pass(issued);
+        }
+        match self.answer(issued) {
+            Answer::Passed => return self.pass(issued),
+            Answer::Pending => {}
+            Answer::Failed => return self.pass(wanted),
+        }
+        // `passed` is known passed, `pending` not.
+        let (mut passed, mut pending) = (wanted, issued);
+        let mut step = 1;
+        while passed + step < pending {
+            match self.answer(passed + step) {
+                Answer::Passed => {
+                    passed += step;
+                    step *= 2;
                 }
-                None => pending = middle,
+                Answer::Pending => {
+                    pending = passed + step;
+                    break;
+                }
+                Answer::Failed => return self.pass(passed),
             }
         }
-        self.high.load(Ordering::Acquire)
+        while pending - passed > 1 {
+            let middle = passed + (pending - passed) / 2;
+            match self.answer(middle) {
+                Answer::Passed => passed = middle,
+                Answer::Pending => pending = middle,
+                Answer::Failed => break,
+            }
+        }
+        self.pass(passed)
     }
 
-    /// The point the event of `point`'s slot was last recorded for (`point` or a later one),
-    /// if that record completed. `None` while a point is being recorded on the event, and when
-    /// the event no longer holds `point` (retired).
-    fn completed(&self, point: u64) -> Option<u64> {
-        let slot = &self.slots[(point % RING as u64) as usize];
-        let _use = slot.query_use()?;
-        // Read before the query: the query then sees this record or a later one of the event.
-        let recorded = slot.point.load(Ordering::Acquire);
-        let event = slot.event.load(Ordering::Acquire);
-        if recorded < point || event.is_null() {
-            return None;
-        }
+    /// Whether the pending point `point` was passed: a query of its event. The caller is the
+    /// one look, so the event stays `point`'s meanwhile.
+    fn answer(&self, point: u64) -> Answer {
+        let event = {
+            let events = lock(&self.events);
+            let index = point.checked_sub(events.first).map(|index| index as usize);
+            // Always there while a holder of the context looks; nothing, after its drop.
+            match index.and_then(|index| events.pending.get(index)) {
+                Some(&event) => event,
+                None => return Answer::Failed,
+            }
+        };
         // SAFETY: the event lives while the context's shared state does, which whoever looks
-        // keeps (see the module's comment); it is not being recorded (`_use`).
+        // keeps (see the module's comment); it holds `point`'s record, which was not a capture's.
         let result = unsafe { self.driver.cuEventQuery(event) };
         match result {
-            CUresult::CUDA_SUCCESS => Some(recorded),
-            CUresult::CUDA_ERROR_NOT_READY => None,
+            CUresult::CUDA_SUCCESS => Answer::Passed,
+            CUresult::CUDA_ERROR_NOT_READY => Answer::Pending,
             error => {
                 abandon_context_if_failed(self.context, error);
                 if !self.logged.swap(true, Ordering::Relaxed) {
                     let error = self.driver.check("cuEventQuery", error).unwrap_err();
                     logged!(warn!("cuEventQuery of a stream point failed: {error}"));
                 }
-                None
+                Answer::Failed
             }
         }
     }
 
-    /// Whether `point`'s slot is retired: its event's last record was a capture's, and no later
-    /// point made it another.
-    fn retired(&self, point: u64) -> bool {
-        let slot = &self.slots[(point % RING as u64) as usize];
-        slot.event.load(Ordering::Acquire).is_null()
+    /// Records that every point up to `point` passed, and gives their events back (the caller
+    /// is the one look); returns the highest point seen passed.
+    fn pass(&self, point: u64) -> u64 {
+        let destroyed = {
+            let mut events = lock(&self.events);
+            let events = &mut *events;
+            if point < events.first {
+                return self.high.load(Ordering::Acquire);
+            }
+            let count = (point - events.first + 1) as usize;
+            events.free.extend(events.pending.drain(..count));
+            events.first = point + 1;
+            self.high.store(point, Ordering::Release);
+            let beyond = events.free.len().saturating_sub(KEPT_EVENTS);
+            let at = events.free.len() - beyond.min(DESTROYED_PER_LOOK);
+            events.free.split_off(at)
+        };
+        // The look runs in the relaxed capture interaction mode, in which destroying an event
+        // breaks no capture.
+        destroy_events(&self.driver, destroyed.into_iter());
+        point
     }
 
-    fn raise(&self, point: u64) -> u64 {
-        self.high.fetch_max(point, Ordering::AcqRel).max(point)
+    /// How many events the track holds now: pending, and kept for its next points (for tests).
+    #[cfg(test)]
+    fn event_counts(&self) -> (usize, usize) {
+        let events = lock(&self.events);
+        (events.pending.len(), events.free.len())
     }
 }
 
@@ -361,7 +373,7 @@ fn in_relaxed_capture_mode<T>(driver: &Driver, query: impl FnOnce() -> T) -> Opt
     }
 }
 
-/// The tracks of one context.
+/// The stream points of one context: its tracks.
 pub(crate) struct ContextTracks {
     driver: Arc<Driver>,
     context: CUcontext,
@@ -386,6 +398,14 @@ pub(crate) struct Marked {
     pub(crate) point: u64,
 }
 
+/// The track a thread last marked a point on: its context's shared state (held weakly, which
+/// keeps the allocation and so its address from being reused), its stream's id, the track.
+type LastTrack = Option<(Weak<ContextShared>, u64, Arc<Track>)>;
+
+thread_local! {
+    static LAST_TRACK: RefCell<LastTrack> = const { RefCell::new(None) };
+}
+
 impl ContextTracks {
     pub(crate) fn new(context: &ContextShared) -> ContextTracks {
         ContextTracks {
@@ -395,40 +415,46 @@ impl ContextTracks {
         }
     }
 
-    /// Records on `stream` (whose id is `stream_id`) its track's next point. The context must
-    /// be current where the driver resolves a special stream against it.
+    /// Records on `stream` (whose id is `stream_id`, of the context `shared`, whose points these
+    /// are) its track's next point. The context must be current where the driver resolves a
+    /// special stream against it.
     ///
     /// Other code may begin capturing the stream between the caller's capture check and the
     /// record, and the capture then takes the record: the event stands for a point of the graph,
     /// and a query of it would invalidate the capture. So the stream is asked again once the
     /// record returned: if it is capturing (or cannot tell), the event is retired (never queried
-    /// or recorded again) and the point refused. Queries wait for neither: none uses the event
-    /// from before the record until this answer (`Slot::users`). A capture that begins and ends
-    /// between the record and that question is not seen, and the event may then answer
-    /// "complete" before the stream passed the point (the software driver's does).
+    /// or recorded again) and the point refused. Looks never see the event before this answer:
+    /// it joins the pending ones after it. A capture that begins and ends between the record and
+    /// that question is not seen, and the event may then answer "complete" before the stream
+    /// passed the point (the software driver's does).
     ///
     /// # Errors
     /// [`Error::PointInCapture`] when the stream was found capturing after the record; the
-    /// driver's error of `cuEventRecord`, `cuStreamIsCapturing`, or `cuEventCreate` for a
-    /// retired event's successor.
+    /// driver's error of `cuEventRecord`, `cuStreamIsCapturing`, or `cuEventCreate` when the
+    /// track has no event free.
     pub(crate) fn mark(
         &self,
-        shared: &ContextShared,
+        shared: &Arc<ContextShared>,
         stream: CUstream,
         stream_id: u64,
     ) -> Result<Marked> {
+        let mut cached = last_track(shared, stream_id);
         loop {
-            let track = self.track_of(shared, stream_id)?;
+            let track = match cached.take() {
+                Some(track) => track,
+                None => self.track_of(shared, stream_id)?,
+            };
             let point = {
                 let mut state = lock(&track.state);
                 if state.owner != Some(stream_id) {
-                    // Taken back between the look-up and the lock: look again.
+                    // Taken back since the look-up: look again.
                     continue;
                 }
                 let point = track.issued.load(Ordering::Relaxed) + 1;
                 self.record(shared, &track, &mut state, point, stream)?;
                 point
             };
+            remember_track(shared, stream_id, &track);
             return Ok(Marked { track, point });
         }
     }
@@ -443,29 +469,28 @@ impl ContextTracks {
         point: u64,
         stream: CUstream,
     ) -> Result<()> {
-        let slot = &track.slots[(point % RING as u64) as usize];
-        let _recording = slot.record_use();
-        let mut event = slot.event.load(Ordering::Acquire);
-        if event.is_null() {
-            event = shared.with_current(|| create_event(&self.driver))?;
-            slot.event.store(event, Ordering::Release);
+        let free = lock(&track.events).free.pop();
+        let event = match free {
+            Some(event) => event,
+            None => shared.with_current(|| create_event(&self.driver))?,
+        };
+        // SAFETY: a valid stream (the caller's) and an event of its context, which no pending
+        // point holds.
+        if let Err(error) = unsafe { checked!(&self.driver, cuEventRecord(event, stream)) } {
+            lock(&track.events).free.push(event);
+            return Err(error.into());
         }
-        // SAFETY: a valid stream (the caller's) and an event of its context.
-        unsafe { checked!(&self.driver, cuEventRecord(event, stream)) }?;
         let refusal = match capture_state(&self.driver, stream) {
             Ok(None) => None,
             Ok(Some(status)) => Some(Error::PointInCapture { status }),
             Err(error) => Some(error),
         };
         if let Some(error) = refusal {
-            // The record may be a capture's: the event's earlier point goes with it, and is
-            // seen passed with a later one.
-            slot.point.store(0, Ordering::Release);
-            slot.event.store(std::ptr::null_mut(), Ordering::Release);
+            // The record may be a capture's.
             state.retired.push(event);
             return Err(error);
         }
-        slot.point.store(point, Ordering::Release);
+        lock(&track.events).pending.push_back(event);
         track.issued.store(point, Ordering::Release);
         Ok(())
     }
@@ -475,68 +500,15 @@ impl ContextTracks {
         let state = &mut *lock(&self.state);
         let tracks = &mut state.tracks;
         state.slots.of(stream_id, || {
-            let track = shared.with_current(|| self.make_track())?;
+            let track = Arc::new(Track::new(shared.driver_arc(), self.context));
             tracks.push(Arc::clone(&track));
             Ok(vec![track])
         })
     }
 
-    /// A track with its ring of events. The context is current.
-    fn make_track(&self) -> Result<Arc<Track>> {
-        let mut events = Vec::with_capacity(RING);
-        for _ in 0..RING {
-            match create_event(&self.driver) {
-                Ok(event) => events.push(event),
-                Err(error) => {
-                    destroy_events(&self.driver, events.into_iter());
-                    return Err(error);
-                }
-            }
-        }
-        Ok(Arc::new(Track {
-            driver: Arc::clone(&self.driver),
-            context: self.context.addr(),
-            slots: events.into_iter().map(Slot::new).collect(),
-            state: Mutex::new(TrackState {
-                owner: None,
-                retired: Vec::new(),
-            }),
-            issued: AtomicU64::new(0),
-            high: AtomicU64::new(0),
-            looked: AtomicU64::new(0),
-            looking: AtomicBool::new(false),
-            logged: AtomicBool::new(false),
-        }))
-    }
-
-    /// How many tracks serve a stream now, and how many exist (for tests).
-    #[cfg(test)]
-    fn sizes(&self) -> (usize, usize) {
-        let state = lock(&self.state);
-        (state.slots.lent().count(), state.tracks.len())
-    }
-}
-
-impl StreamSlot for Track {
-    fn lend(&self, stream_id: u64) {
-        lock(&self.state).owner = Some(stream_id);
-    }
-
-    /// Quiet: its stream passed every point it was given, and no thread is marking one.
-    fn take_back_if_quiet(&self) -> bool {
-        let Ok(mut state) = self.state.try_lock() else {
-            return false;
-        };
-        if self.look(Pace::Now) < self.issued() {
-            return false;
-        }
-        state.owner = None;
-        true
-    }
-}
-
-impl StreamPointsOfContext for ContextTracks {
-    fn synchronized(&self, stream: Option<CUstream>) {
+    /// A synchronize of `stream` (of the whole context, with `None`) returned: every point
+    /// marked on it before is passed, which its track sees now rather than at its next look.
+    pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
         let tracks: Vec<Arc<Track>> = match stream {
             None => lock(&self.state).slots.lent().cloned().collect(),
             Some(stream) => {
@@ -554,16 +526,68 @@ impl StreamPointsOfContext for ContextTracks {
             }
         };
         for track in tracks {
-            track.look(Pace::Now);
+            track.look(Look::Fresh);
         }
     }
 
-    fn as_any(&self) -> &dyn Any {
-        self
+    /// How many tracks serve a stream now, and how many exist (for tests).
+    #[cfg(test)]
+    fn sizes(&self) -> (usize, usize) {
+        let state = lock(&self.state);
+        (state.slots.lent().count(), state.tracks.len())
     }
 }
 
-/// An event for a track's ring. The context is current.
+/// The track the calling thread last marked a point of the stream `stream_id` of `shared` on,
+/// if that is where it last marked one.
+fn last_track(shared: &Arc<ContextShared>, stream_id: u64) -> Option<Arc<Track>> {
+    LAST_TRACK
+        .try_with(|last| match &*last.borrow() {
+            Some((context, id, track))
+                if *id == stream_id && std::ptr::eq(context.as_ptr(), Arc::as_ptr(shared)) =>
+            {
+                Some(Arc::clone(track))
+            }
+            _ => None,
+        })
+        .ok()
+        .flatten()
+}
+
+fn remember_track(shared: &Arc<ContextShared>, stream_id: u64, track: &Arc<Track>) {
+    let _ = LAST_TRACK.try_with(|last| {
+        let mut last = last.borrow_mut();
+        let same = last.as_ref().is_some_and(|(context, id, known)| {
+            *id == stream_id
+                && std::ptr::eq(context.as_ptr(), Arc::as_ptr(shared))
+                && Arc::ptr_eq(known, track)
+        });
+        if !same {
+            // The one replaced is dropped after the borrow: a track's drop runs no user code.
+            *last = Some((Arc::downgrade(shared), stream_id, Arc::clone(track)));
+        }
+    });
+}
+
+impl StreamSlot for Track {
+    fn lend(&self, stream_id: u64) {
+        lock(&self.state).owner = Some(stream_id);
+    }
+
+    /// Quiet: its stream passed every point it was given, and no thread is marking one.
+    fn take_back_if_quiet(&self) -> bool {
+        let Ok(mut state) = self.state.try_lock() else {
+            return false;
+        };
+        if self.look(Look::Fresh) < self.issued() {
+            return false;
+        }
+        state.owner = None;
+        true
+    }
+}
+
+/// An event for a point. The context is current.
 fn create_event(driver: &Driver) -> Result<CUevent> {
     let mut event = std::ptr::null_mut();
     // SAFETY: a valid out-pointer; the context is current (the caller's).
@@ -592,15 +616,24 @@ impl Drop for ContextTracks {
     fn drop(&mut self) {
         let tracks = std::mem::take(&mut lock(&self.state).tracks);
         for track in tracks {
+            // Waits for a look under way (the watcher's may be), and keeps later ones out.
+            while track
+                .looking
+                .compare_exchange(IDLE, CLOSED, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
+                std::thread::yield_now();
+            }
             let retired = std::mem::take(&mut lock(&track.state).retired);
-            let ring = track
-                .slots
-                .iter()
-                .map(|slot| slot.event.load(Ordering::Acquire));
-            destroy_events(
-                &self.driver,
-                ring.filter(|event| !event.is_null()).chain(retired),
+            let Events { pending, free, .. } = std::mem::replace(
+                &mut *lock(&track.events),
+                Events {
+                    pending: VecDeque::new(),
+                    first: 0,
+                    free: Vec::new(),
+                },
             );
+            destroy_events(&self.driver, pending.into_iter().chain(free).chain(retired));
         }
     }
 }
@@ -609,12 +642,12 @@ impl Drop for ContextTracks {
 mod tests {
     use super::*;
     use crate::fake_driver;
-    use cuda_host_sys::CUstreamCaptureMode;
+    use cuda_host_sys::{CUstreamCaptureMode, CUstreamCaptureStatus};
     use std::collections::HashMap;
     use std::ffi::{c_uint, c_void};
     use std::sync::atomic::AtomicUsize;
 
-    /// A fake stream, shared by the tests: events recorded in order, of which the first
+    /// Fake streams, shared by the tests: events recorded in order, of which the first
     /// `completed` ran. Tests tell their events apart by the stream handle they record on.
     #[derive(Default)]
     struct FakeStreams {
@@ -624,10 +657,13 @@ mod tests {
         streams: HashMap<usize, (usize, usize)>,
         /// Stream to the queries of its events.
         queries: HashMap<usize, usize>,
+        /// Streams whose next `cuStreamIsCapturing` answers that they capture.
+        capturing_once: Vec<usize>,
         next_event: usize,
     }
 
     static STREAMS: Mutex<Option<FakeStreams>> = Mutex::new(None);
+    static CREATED: AtomicUsize = AtomicUsize::new(0);
     static DESTROYED: AtomicUsize = AtomicUsize::new(0);
 
     fn with_streams<T>(call: impl FnOnce(&mut FakeStreams) -> T) -> T {
@@ -639,7 +675,13 @@ mod tests {
         with_streams(|fake| fake.streams.entry(stream).or_default().1 = records);
     }
 
+    /// The queries of the events recorded on `stream` so far.
+    fn queries(stream: usize) -> usize {
+        with_streams(|fake| fake.queries.get(&stream).copied().unwrap_or(0))
+    }
+
     unsafe extern "C" fn create(event: *mut CUevent, _flags: c_uint) -> CUresult {
+        CREATED.fetch_add(1, Ordering::SeqCst);
         let id = with_streams(|fake| {
             fake.next_event += 1;
             fake.next_event
@@ -657,11 +699,6 @@ mod tests {
             *records += 1;
         });
         CUresult::CUDA_SUCCESS
-    }
-
-    /// The queries of the events recorded on `stream` so far.
-    fn queries(stream: usize) -> usize {
-        with_streams(|fake| fake.queries.get(&stream).copied().unwrap_or(0))
     }
 
     unsafe extern "C" fn query(event: CUevent) -> CUresult {
@@ -691,14 +728,21 @@ mod tests {
         CUresult::CUDA_SUCCESS
     }
 
-    unsafe extern "C" fn not_capturing(
-        _stream: CUstream,
-        status: *mut cuda_host_sys::CUstreamCaptureStatus,
+    unsafe extern "C" fn is_capturing(
+        stream: CUstream,
+        status: *mut CUstreamCaptureStatus,
     ) -> CUresult {
-        // SAFETY: a valid out-pointer.
-        unsafe {
-            status.write(cuda_host_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        let capturing = with_streams(|fake| {
+            let found = fake.capturing_once.iter().position(|&s| s == stream.addr());
+            found.map(|index| fake.capturing_once.swap_remove(index))
+        });
+        let answer = if capturing.is_some() {
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        } else {
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
         };
+        // SAFETY: a valid out-pointer.
+        unsafe { status.write(answer) };
         CUresult::CUDA_SUCCESS
     }
 
@@ -711,7 +755,7 @@ mod tests {
                 (c"cuEventQuery", query as *mut c_void),
                 (c"cuEventDestroy_v2", destroy as *mut c_void),
                 (c"cuCtxSetCurrent", set_current as *mut c_void),
-                (c"cuStreamIsCapturing", not_capturing as *mut c_void),
+                (c"cuStreamIsCapturing", is_capturing as *mut c_void),
                 (
                     c"cuThreadExchangeStreamCaptureMode",
                     exchange_mode as *mut c_void,
@@ -730,9 +774,9 @@ mod tests {
         let second = tracks.mark(&shared, stream, 1).expect("marked");
         assert!(Arc::ptr_eq(&first.track, &second.track));
         assert_eq!((first.point, second.point), (1, 2));
-        assert_eq!(second.track.look(Pace::Now), 0, "nothing ran yet");
+        assert_eq!(second.track.look(Look::Fresh), 0, "nothing ran yet");
         complete(0x71, 2);
-        assert_eq!(second.track.look(Pace::Now), 2);
+        assert_eq!(second.track.look(Look::Fresh), 2);
         // Another stream finds the first one's track quiet and takes it over, its numbers going
         // on from where they were.
         let other = tracks.mark(&shared, stream, 2).expect("marked");
@@ -744,79 +788,184 @@ mod tests {
         assert_eq!(tracks.sizes(), (2, 2));
         let before = DESTROYED.load(Ordering::SeqCst);
         drop(tracks);
-        assert_eq!(DESTROYED.load(Ordering::SeqCst) - before, 2 * RING);
+        // The first track's two events (one pending, one free), the second's one.
+        assert_eq!(DESTROYED.load(Ordering::SeqCst) - before, 3);
     }
 
     #[test]
-    fn a_point_whose_event_was_recorded_again_passes_with_the_later_point_never_early() {
+    fn a_point_is_seen_passed_once_the_stream_passed_it_however_many_points_follow_it() {
         let driver = fakes();
         let shared = fake_driver::context(&driver);
         let tracks = ContextTracks::new(&shared);
         let stream = 0x72_usize as CUstream;
-        let points = (0..RING + 3)
-            .map(|_| tracks.mark(&shared, stream, 7).expect("marked").point)
-            .collect::<Vec<_>>();
         let track = tracks.mark(&shared, stream, 7).expect("marked").track;
-        let last = *points.last().expect("points") + 1;
-        // Points 1 to 4 share their events with points RING + 1 to RING + 4: while those are
-        // pending, the first ones cannot be told passed, and are not.
-        complete(0x72, 4);
-        assert_eq!(track.look(Pace::Now), 0, "never early");
-        // The stream reached point RING: the events of 5 to RING answer, and so for 1 to 4.
-        complete(0x72, RING);
-        assert_eq!(track.look(Pace::Now), RING as u64);
-        complete(0x72, RING + 1);
-        assert_eq!(track.look(Pace::Now), RING as u64 + 1);
-        complete(0x72, RING + 2);
-        assert_eq!(track.look(Pace::Now), RING as u64 + 2);
-        complete(0x72, last as usize);
-        assert_eq!(track.look(Pace::Now), last, "the newest answers for all");
+        for _ in 1..1000 {
+            tracks.mark(&shared, stream, 7).expect("marked");
+        }
+        assert_eq!(track.look(Look::Fresh), 0, "never early");
+        for passed in [1, 2, 3, 64, 65, 300, 999, 1000] {
+            complete(0x72, passed);
+            assert_eq!(
+                track.look(Look::Fresh),
+                passed as u64,
+                "never late, never early"
+            );
+        }
     }
 
     #[test]
-    fn paced_looks_query_the_events_at_most_once_in_so_many_looks_and_not_when_all_passed() {
+    fn a_look_finds_how_far_the_stream_got_in_a_few_queries_and_one_while_it_got_nowhere() {
         let driver = fakes();
         let shared = fake_driver::context(&driver);
         let tracks = ContextTracks::new(&shared);
         let stream = 0x73_usize as CUstream;
         let track = tracks.mark(&shared, stream, 9).expect("marked").track;
-        assert_eq!(track.look(Pace::Now), 0);
-        // Pending: at most one look in `CLOCK_EVERY` reads the clock, and only that one may
-        // query (whether it does depends on the time since the last look).
-        let before = queries(0x73);
-        for _ in 0..CLOCK_EVERY {
-            assert_eq!(track.look(Pace::Drain), 0, "nothing ran");
+        for _ in 1..100_000 {
+            tracks.mark(&shared, stream, 9).expect("marked");
         }
+        assert_eq!(track.look(Look::Fresh), 0);
+        assert_eq!(queries(0x73), 1, "the first pending point's event alone");
+        complete(0x73, 70_000);
+        assert_eq!(track.look(Look::Fresh), 70_000);
+        // The first point's, the newest's, then galloping and bisection over 70,000.
         assert!(
-            queries(0x73) - before <= 1,
+            queries(0x73) - 1 <= 2 + 2 * 17,
+            "{} queries",
+            queries(0x73) - 1
+        );
+        let before = queries(0x73);
+        complete(0x73, 70_003);
+        assert_eq!(track.look(Look::Fresh), 70_003);
+        assert!(
+            queries(0x73) - before <= 6,
             "{} queries",
             queries(0x73) - before
         );
-        complete(0x73, 1);
-        assert_eq!(track.look(Pace::Now), 1, "a look now always queries");
+        // A look for a later point that is pending queries its event only.
         let before = queries(0x73);
-        for _ in 0..2 * CLOCK_EVERY {
-            assert_eq!(track.look(Pace::Drain), 1);
-        }
-        assert_eq!(track.look(Pace::Now), 1);
+        assert_eq!(track.look_for(80_000, Look::Fresh), 70_003);
+        assert_eq!(queries(0x73) - before, 1);
+        complete(0x73, 100_000);
+        assert_eq!(
+            track.look_for(80_000, Look::Fresh),
+            100_000,
+            "the newest answers"
+        );
+        let before = queries(0x73);
+        assert_eq!(track.look(Look::Fresh), 100_000);
         assert_eq!(queries(0x73), before, "nothing pending: no query");
     }
 
     #[test]
-    fn a_look_for_one_point_queries_its_event_alone() {
+    fn paced_looks_query_the_events_at_most_once_a_while_and_not_when_all_passed() {
         let driver = fakes();
         let shared = fake_driver::context(&driver);
         let tracks = ContextTracks::new(&shared);
         let stream = 0x74_usize as CUstream;
-        for _ in 0..9 {
-            tracks.mark(&shared, stream, 11).expect("marked");
-        }
         let track = tracks.mark(&shared, stream, 11).expect("marked").track;
-        complete(0x74, 3);
-        assert_eq!(track.look_for(2, Pace::Now), 2, "point 2's event answers");
-        assert_eq!(queries(0x74), 1);
-        assert_eq!(track.look_for(2, Pace::Now), 2, "known: no query");
-        assert_eq!(track.look_for(4, Pace::Now), 2, "pending");
-        assert_eq!(queries(0x74), 2);
+        assert_eq!(track.look(Look::Fresh), 0);
+        // Pending: within `PACED_LOOK` of a look, paced looks query nothing.
+        let before = queries(0x74);
+        let start = Instant::now();
+        let mut paced = 0;
+        while start.elapsed() < PACED_LOOK / 2 {
+            assert_eq!(track.look(Look::Paced), 0, "nothing ran");
+            paced += 1;
+        }
+        assert!(
+            queries(0x74) - before <= 1,
+            "{} queries in {paced} paced looks",
+            queries(0x74) - before
+        );
+        // One after `PACED_LOOK` does.
+        std::thread::sleep(PACED_LOOK);
+        let before = queries(0x74);
+        assert_eq!(track.look(Look::Paced), 0);
+        assert_eq!(queries(0x74) - before, 1);
+        complete(0x74, 1);
+        assert_eq!(track.look(Look::Fresh), 1, "a fresh look always queries");
+        let before = queries(0x74);
+        for _ in 0..16 {
+            assert_eq!(track.look(Look::Paced), 1);
+        }
+        assert_eq!(track.look(Look::Fresh), 1);
+        assert_eq!(queries(0x74), before, "nothing pending: no query");
+    }
+
+    #[test]
+    fn events_of_passed_points_are_reused_and_those_beyond_the_kept_ones_given_back() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x75_usize as CUstream;
+        let track = tracks.mark(&shared, stream, 13).expect("marked").track;
+        let created = CREATED.load(Ordering::SeqCst);
+        for _ in 1..KEPT_EVENTS + 100 {
+            tracks.mark(&shared, stream, 13).expect("marked");
+        }
+        assert_eq!(track.event_counts(), (KEPT_EVENTS + 100, 0));
+        let destroyed = DESTROYED.load(Ordering::SeqCst);
+        complete(0x75, KEPT_EVENTS + 100);
+        assert_eq!(track.look(Look::Fresh), (KEPT_EVENTS + 100) as u64);
+        // A look gives back at most so many, whatever the number beyond those kept.
+        assert_eq!(
+            track.event_counts(),
+            (0, KEPT_EVENTS + 100 - DESTROYED_PER_LOOK)
+        );
+        let given_back = DESTROYED.load(Ordering::SeqCst) - destroyed;
+        assert_eq!(given_back, DESTROYED_PER_LOOK);
+        // The next points take the events kept: none is made.
+        let created_before = CREATED.load(Ordering::SeqCst);
+        for _ in 0..10 {
+            tracks.mark(&shared, stream, 13).expect("marked");
+        }
+        assert_eq!(CREATED.load(Ordering::SeqCst), created_before);
+        assert!(created_before - created >= KEPT_EVENTS + 99);
+    }
+
+    #[test]
+    fn a_track_outliving_its_contexts_tracks_is_never_looked_at_again() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x77_usize as CUstream;
+        let track = tracks.mark(&shared, stream, 17).expect("marked").track;
+        drop(tracks);
+        let before = queries(0x77);
+        complete(0x77, 1);
+        assert_eq!(track.look(Look::Fresh), 0, "its events are gone");
+        assert_eq!(track.look(Look::Paced), 0);
+        assert_eq!(queries(0x77), before, "a destroyed event was queried");
+    }
+
+    #[test]
+    fn a_point_whose_record_a_capture_may_have_taken_is_refused_and_its_event_never_queried() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x76_usize as CUstream;
+        let track = tracks.mark(&shared, stream, 15).expect("marked").track;
+        // The check before the record is the caller's: the one after it answers "capturing".
+        with_streams(|fake| fake.capturing_once.push(0x76));
+        let refused = tracks.mark(&shared, stream, 15).err();
+        assert!(
+            matches!(refused, Some(Error::PointInCapture { .. })),
+            "{refused:?}"
+        );
+        // The refused number goes to the next point, on another event.
+        let next = tracks.mark(&shared, stream, 15).expect("marked");
+        assert_eq!(next.point, 2);
+        assert_eq!(track.event_counts(), (2, 0));
+        // The stream ran the three records (the refused one second): the looks see both points
+        // passed by querying their own events, never the retired one's.
+        complete(0x76, 3);
+        assert_eq!(track.look(Look::Fresh), 2);
+        let before = DESTROYED.load(Ordering::SeqCst);
+        drop(tracks);
+        assert_eq!(
+            DESTROYED.load(Ordering::SeqCst) - before,
+            3,
+            "the retired one too"
+        );
     }
 }
