@@ -11,12 +11,12 @@
 //! [`Look`](crate::launch::Look).
 //!
 //! **Why not a host function.** A host function between two kernels costs the stream 17–45 µs on
-//! an H200: the driver's host-function thread must wake, run it and report back before the next
-//! kernel may start. A point is one `cuEventRecord` of an event of its own (`tracks`), which
-//! costs the enqueuing thread 0.13 µs; the host sees the point passed once a query of that
-//! event, or of a later point's, answers that it completed. The stream never waits for the host.
-//! Between two kernels a release point costs the stream 0.7 µs, a future point 0.8 µs
-//! (`benches/stream_points.rs`).
+//! an H200 (`docs/PERFORMANCE.md`): the driver's host-function thread must wake, run it and
+//! report back before the next kernel may start. A point is one `cuEventRecord` of an event of
+//! its own (`tracks`), which costs the enqueuing thread 0.13 µs; the host sees the point passed
+//! once a query of that event, or of a later point's, answers that it completed. The stream
+//! never waits for the host. Between two kernels a release point costs the stream 0.7–1.3 µs, a
+//! future point 0.8–1.2 µs (`benches/stream_points.rs`).
 //!
 //! **Why not a stream memory write.** A 32-bit write to pinned, device-mapped memory
 //! (`cuStreamWriteValue32`) would let the host look with one read of memory instead of a 0.1 µs
@@ -31,9 +31,9 @@
 //! **Looks never break a capture.** An event query is a "potentially unsafe" call: made in the
 //! driver's default capture interaction mode while any thread captures in global mode, it is
 //! refused and invalidates that capture. Every look runs in the relaxed mode, set for the query
-//! and given back (`tracks`); marking a point (`cuEventRecord` on a stream that is not capturing)
-//! and making or destroying a track's events are allowed during captures (measured on the 13.0
-//! driver, `docs/probes/capture_event_calls.c`).
+//! and given back (`tracks`), also while it gives events back to the driver; marking a point
+//! (`cuEventRecord` on a stream that is not capturing) and making a track's events are allowed
+//! during captures (measured on the 13.0 driver, `docs/probes/capture_event_calls.c`).
 //!
 //! **Captures: refused.** A point on a stream that is being captured would become a node of the
 //! graph, which records it on every launch or never: a value released there would belong to the
