@@ -135,8 +135,10 @@ fn hundred_thousand_in_flight(bench: &Bench<'_>, round: usize) {
     let all_passed = points.iter().all(|point| point.is_passed() == Ok(true));
     let tenths: Vec<String> = tenths.iter().map(|micros| format!("{micros:.2}")).collect();
     println!(
-        "round {round}: µs per future made and polled, each tenth of the 100,000: {}",
-        tenths.join(" ")
+        "round {round}: µs per future made and polled, each tenth of the 100,000: {} ({:.0} a \
+         second)",
+        tenths.join(" "),
+        POINTS as f64 / enqueued.as_secs_f64()
     );
     let held_back = if bench.kernels.is_some() {
         format!("the {KERNEL:?} kernel")
