@@ -526,6 +526,39 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
     });
 }
 
+#[test]
+fn the_watcher_sleeps_between_looks_while_a_future_waits_long() {
+    // Alone in a process: no other test's points pass meanwhile and keep the watcher spinning.
+    suite::alone_in_child!(the_watcher_sleeps_between_looks_while_a_future_waits_long);
+    let context = context();
+    let stream = new_stream(&context);
+    let runtime = runtime();
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let point = stream_point(&stream).expect("a point");
+    let task = runtime.spawn(point);
+    wait_until("the future to wait with the watcher", || {
+        stream_point_counts().waiting == 1
+    });
+    // Past the spin after the registration: long GPU work, as the watcher sees it.
+    std::thread::sleep(Duration::from_millis(20));
+    let from = suite::started_thread_cpu_time("cuda-host-watch");
+    std::thread::sleep(Duration::from_millis(300));
+    let used = suite::started_thread_cpu_time("cuda-host-watch") - from;
+    figure(&format!(
+        "watcher CPU time: {used:?} over 300 ms with one future waiting on a held stream"
+    ));
+    assert!(
+        used <= Duration::from_millis(100),
+        "the watcher used {used:?} of CPU in 300 ms while one future waited: it spins"
+    );
+    gate.open();
+    runtime
+        .block_on(task)
+        .expect("the task")
+        .expect("the point was passed");
+}
+
 /// The smallest executor: polls on this thread, parks it between wakes.
 fn block_on<F: Future>(future: F) -> F::Output {
     struct ThreadWaker(std::thread::Thread);

@@ -8,14 +8,17 @@
 //! that finds it passed queries), and wakes the futures whose point was passed (all of them, if
 //! the context failed).
 //!
-//! **Pace.** While futures wait, the thread spins: a round every `LOOK_EVERY` (5 µs), yielding
-//! the core between rounds, so that a point is seen passed within a few microseconds of the
-//! stream passing it (a sleep of the OS timer takes 50 µs or more). The price is a core's worth
-//! of the thread's time while futures wait, and the queries it makes (one per track with
+//! **Pace.** While futures wait and points pass, the thread spins: a round every `LOOK_EVERY`
+//! (5 µs), yielding the core between rounds, so that a point is seen passed within a few
+//! microseconds of the stream passing it (a sleep of the OS timer takes 50 µs or more). The
+//! price is a core's worth of the thread's time, and the queries it makes (one per track with
 //! waiters per round, where a thread querying events nonstop slowed the enqueuing thread by
-//! 1–2 µs an iteration on an H200): `benches/stream_points.rs` measures both. Once no future
-//! has waited for `LINGER` (1 ms), it parks and uses nothing; a registration that puts a track
-//! on the list finds it parked and unparks it (the idle-to-active transition only: other
+//! 1–2 µs an iteration on an H200): `benches/stream_points.rs` measures both. Once no point
+//! passed for `SPIN_FOR` (1 ms) while futures wait (long GPU work), it sleeps between rounds,
+//! in pauses growing to `LONGEST_PAUSE` (50 µs), so that a long wait costs a few percent of a
+//! core and is seen passed within about a pause and the timer's slack. Once no future has
+//! waited for `LINGER` (1 ms), it parks and uses nothing; a registration that puts a track on
+//! the list finds it parked and unparks it (the idle-to-active transition only: other
 //! registrations touch nothing shared beyond their track).
 //!
 //! **Threads.** Wakers are called on this thread, outside every lock, each under
@@ -47,6 +50,11 @@ const LOOK_EVERY: Duration = Duration::from_micros(5);
 /// would make a caller that awaits a future every few microseconds (each passed soon after it
 /// was made) pay an unpark, a system call and a context switch, for each of them.
 const LINGER: Duration = Duration::from_millis(1);
+/// How long the thread spins while futures wait and no point passed, before it sleeps between
+/// rounds.
+const SPIN_FOR: Duration = Duration::from_millis(1);
+/// The longest sleep between two rounds while futures wait.
+const LONGEST_PAUSE: Duration = Duration::from_micros(50);
 
 struct Watcher {
     listed: Mutex<Listed>,
@@ -59,12 +67,16 @@ struct Listed {
     /// Set by the thread, under the lock, just before it parks for lack of work; cleared by the
     /// registration that unparks it.
     parked: bool,
+    /// Set by a registration that put a track on the list: the thread spins again, since that
+    /// stream's point may be close.
+    fresh: bool,
 }
 
 static WATCHER: Watcher = Watcher {
     listed: Mutex::new(Listed {
         tracks: Vec::new(),
         parked: false,
+        fresh: false,
     }),
     parks: AtomicU64::new(0),
 };
@@ -107,6 +119,7 @@ pub(super) fn register(
     if unlisted {
         let mut listed = lock(&WATCHER.listed);
         listed.tracks.push(Arc::clone(track));
+        listed.fresh = true;
         if std::mem::replace(&mut listed.parked, false) {
             drop(listed);
             thread.unpark();
@@ -138,8 +151,9 @@ pub(super) fn counts() -> (usize, bool, u64) {
 
 /// What the thread does after a round.
 enum Next {
-    /// Looks again in `LOOK_EVERY`.
-    Look,
+    /// Looks again after this pause: spinning (yielding the core) up to `LOOK_EVERY`, sleeping
+    /// beyond.
+    Look(Duration),
     /// Parks until a registration unparks it.
     Park,
 }
@@ -147,14 +161,17 @@ enum Next {
 fn run() {
     let mut woken = Vec::new();
     let mut active = Instant::now();
+    let mut progress = Instant::now();
     loop {
         let round_began = Instant::now();
-        match catch_unwind(AssertUnwindSafe(|| look_and_wake(&mut woken, &mut active))) {
-            Ok(Next::Look) => {
-                while round_began.elapsed() < LOOK_EVERY {
+        let round = || look_and_wake(&mut woken, &mut active, &mut progress);
+        match catch_unwind(AssertUnwindSafe(round)) {
+            Ok(Next::Look(pause)) if pause <= LOOK_EVERY => {
+                while round_began.elapsed() < pause {
                     std::thread::yield_now();
                 }
             }
+            Ok(Next::Look(pause)) => std::thread::sleep(pause),
             Ok(Next::Park) => std::thread::park(),
             Err(payload) => {
                 dispose_panic(payload);
@@ -170,8 +187,9 @@ fn run() {
 
 /// One round of the watcher: a look at every listed track, the wakes, and whether to park.
 /// Wakers taken from their tracks wait in `woken` until woken, by this round or, if it
-/// panicked, the next. `active` is when a future last waited.
-fn look_and_wake(woken: &mut Vec<Waker>, active: &mut Instant) -> Next {
+/// panicked, the next. `active` is when a future last waited, `progress` when a point was last
+/// seen passed.
+fn look_and_wake(woken: &mut Vec<Waker>, active: &mut Instant, progress: &mut Instant) -> Next {
     let next = {
         let listed = &mut *lock(&WATCHER.listed);
         listed.tracks.retain(|track| {
@@ -185,11 +203,20 @@ fn look_and_wake(woken: &mut Vec<Waker>, active: &mut Instant) -> Next {
             }
             true
         });
+        let now = Instant::now();
+        if !woken.is_empty() || std::mem::take(&mut listed.fresh) {
+            *progress = now;
+        }
         if !listed.tracks.is_empty() || !woken.is_empty() {
-            *active = Instant::now();
-            Next::Look
+            *active = now;
+            let quiet = now.duration_since(*progress);
+            Next::Look(if quiet < SPIN_FOR {
+                LOOK_EVERY
+            } else {
+                (quiet / 16).clamp(LOOK_EVERY * 2, LONGEST_PAUSE)
+            })
         } else if active.elapsed() < LINGER {
-            Next::Look
+            Next::Look(LOOK_EVERY)
         } else {
             // Set under the lock, as `register` reads it: a registration after this look
             // either finds the thread parked and unparks it, or is seen by the next look.
