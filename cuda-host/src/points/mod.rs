@@ -15,8 +15,9 @@
 //! report back before the next kernel may start. A point is one `cuEventRecord` of an event of
 //! its own (`tracks`), which costs the enqueuing thread 0.13 µs; the host sees the point passed
 //! once a query of that event, or of a later point's, answers that it completed. The stream
-//! never waits for the host. Between two kernels a release point costs the stream 0.7–1.3 µs, a
-//! future point 0.8–1.2 µs (`benches/stream_points.rs`).
+//! never waits for the host. Between two kernels on the H200 a release point costs the stream
+//! 0.8–1.4 µs, a future point 1.7–2.4 µs, most of it the watcher's queries slowing the thread
+//! that enqueues (`benches/stream_points.rs`, `docs/PERFORMANCE.md`).
 //!
 //! **Why not a stream memory write.** A 32-bit write to pinned, device-mapped memory
 //! (`cuStreamWriteValue32`) would let the host look with one read of memory instead of a 0.1 µs
