@@ -13,7 +13,7 @@ use std::time::Duration;
 ///
 /// They are exported C functions of the software driver library, reached through the library
 /// already loaded (the platform loader hands back the open library, so they act on the driver
-/// the tests run on). Get them with [`controls`](crate::controls) or [`Controls::open`].
+/// the tests run on). Get them with [`controls`](fn@crate::controls) or [`Controls::open`].
 #[derive(Debug)]
 pub struct Controls {
     _library: libloading::Library,

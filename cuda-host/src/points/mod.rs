@@ -7,8 +7,8 @@
 //! are the two features, both marking a point with [`mark`] here; `watcher` is the thread that
 //! wakes futures, each track keeping its waiting futures in `waiters`. Released values wait in
 //! the launch machinery's held queues (`crate::launch::hold_until`), which look at a track
-//! through [`Progress`](crate::launch::Progress); every look is a
-//! [`Look`](crate::launch::Look).
+//! through [`Progress`]; every look is a
+//! [`Look`].
 //!
 //! **Why not a host function.** A host function between two kernels costs the stream 17–45 µs on
 //! an H200 (`docs/PERFORMANCE.md`): the driver's host-function thread must wake, run it and
@@ -39,7 +39,7 @@
 //! **Captures: refused.** A point on a stream that is being captured would become a node of the
 //! graph, which records it on every launch or never: a value released there would belong to the
 //! graph's lifetime, not the stream's. cuda-host refuses such points with
-//! [`Error::PointInCapture`](crate::Error::PointInCapture) (a release hands its value back), and,
+//! [`Error::PointInCapture`] (a release hands its value back), and,
 //! as for host functions, a capture begun through cuda-host waits for points being marked on its
 //! stream. A capture other code begins between the check and the record takes the record: the
 //! event then stands for a point of the capture, and a query of it would invalidate the capture
@@ -54,13 +54,13 @@
 //! a context that cuda-host saw fail (a call answering the sticky error, a look whose query
 //! answers it, or the failure watch of a stream that marked points, when it is dropped) counts as
 //! never to be passed: released values are dropped by their thread's next drain, and futures
-//! complete with [`Error::ContextFailed`](crate::Error::ContextFailed).
+//! complete with [`Error::ContextFailed`].
 //!
 //! **Who looks.** Released values are looked at by their own thread's drains (every cuda-host
 //! call that reclaims, and [`reclaim`](crate::reclaim)): they are dropped there, by the rule of
 //! launch records. Futures are looked at by one process-wide watcher thread (`watcher`), which
 //! spins while futures wait, looking every 5 µs, and parks once none has for 1 ms;
-//! [`stream_point`] refuses with [`Error::ThreadStart`](crate::Error::ThreadStart) where that
+//! [`stream_point`] refuses with [`Error::ThreadStart`] where that
 //! thread cannot be started.
 //!
 //! **Panics.** A logger is user code: every log call of a look, of the watcher and of a drain
