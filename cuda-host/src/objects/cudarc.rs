@@ -62,7 +62,7 @@ impl Context {
 
 impl Stream {
     /// A `Stream` for cudarc's stream (one it created, its default stream or its per-thread
-    /// stream), so that [`host_launch`](crate::host_launch) runs in its order. It holds cudarc's
+    /// stream), so that [`host_launch`](fn@crate::host_launch) runs in its order. It holds cudarc's
     /// `Arc` until it is dropped, then drops it on a caller's thread, after its own last use of
     /// the handle; cuda-host never destroys the stream: cudarc does, when its last `Arc` goes.
     ///
