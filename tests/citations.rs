@@ -9,8 +9,7 @@
 //! (`DIR/run-tests.sh`, `OUT_DIR/bindings.rs`), shell variables (`$dir/file`), paths joined to
 //! another (`"/bindings.rs"`), and what builds write (`target/`, [`GENERATED`]).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 const EXTENSIONS: [&str; 13] = [
     "rs", "md", "c", "h", "def", "toml", "sh", "ptx", "cu", "supp", "py", "json", "txt",
@@ -31,24 +30,11 @@ const ROOTS: [&str; 8] = [
     "examples/user-crate/",
 ];
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use suite::repository::root;
 
 /// The repository's files, as git tracks them.
 fn tracked_files() -> Vec<String> {
-    let output = Command::new("git")
-        .args(["ls-files", "-z"])
-        .current_dir(root())
-        .output()
-        .expect("git runs in the repository");
-    assert!(output.status.success(), "git ls-files failed");
-    String::from_utf8(output.stdout)
-        .expect("paths are UTF-8")
-        .split('\0')
-        .filter(|path| !path.is_empty())
-        .map(str::to_owned)
-        .collect()
+    suite::repository::tracked_files(".")
 }
 
 fn is_path_character(c: char) -> bool {

@@ -3,32 +3,19 @@
 //! the runs behind it are described, quotes too. A figure that changes is then changed where it
 //! was measured, and a copy that drifts from it fails here.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 /// The documents that give the runs behind the figures.
 const SOURCES: [&str; 2] = ["docs/PERFORMANCE.md", "docs/REAL-DRIVER.md"];
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use suite::repository::root;
 
 fn tracked_texts() -> Vec<String> {
-    let output = Command::new("git")
-        .args(["ls-files", "-z"])
-        .current_dir(root())
-        .output()
-        .expect("git runs in the repository");
-    assert!(output.status.success(), "git ls-files failed");
-    String::from_utf8(output.stdout)
-        .expect("paths are UTF-8")
-        .split('\0')
+    suite::repository::tracked_files(".")
+        .into_iter()
         .filter(|path| {
             let extension = std::path::Path::new(path).extension();
             extension.is_some_and(|extension| extension == "rs" || extension == "md")
         })
         .filter(|path| !path.starts_with("cuda-sys/snapshot/"))
-        .map(str::to_owned)
         .collect()
 }
 

@@ -3,12 +3,8 @@
 //! package must list every tracked file there, or a user's build from the registry links a
 //! software driver with no entry points.
 
-use std::path::PathBuf;
 use std::process::Command;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use suite::repository::root;
 
 /// The files `cargo package` would put into `package`, as paths inside it.
 fn packaged(package: &str) -> Vec<String> {
@@ -40,16 +36,8 @@ fn packaged(package: &str) -> Vec<String> {
 /// The tracked files under `folder` of the repository, as paths inside `folder`'s package root
 /// `package_root`.
 fn tracked_under(package_root: &str, folder: &str) -> Vec<String> {
-    let output = Command::new("git")
-        .args(["ls-files", "-z", "--", &format!("{package_root}/{folder}")])
-        .current_dir(root())
-        .output()
-        .expect("git runs in the repository");
-    assert!(output.status.success(), "git ls-files failed");
-    String::from_utf8(output.stdout)
-        .expect("paths are UTF-8")
-        .split('\0')
-        .filter(|path| !path.is_empty())
+    suite::repository::tracked_files(&format!("{package_root}/{folder}"))
+        .into_iter()
         .map(|path| path[package_root.len() + 1..].to_owned())
         .collect()
 }

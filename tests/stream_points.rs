@@ -480,15 +480,7 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
     // Alone in a process: no other test's futures keep the watcher busy.
     suite::alone_in_child!(the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu);
     let context = context();
-    let stream = new_stream(&context);
-    let runtime = runtime();
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let point = stream_point(&stream).expect("a point");
-    let task = runtime.spawn(point);
-    wait_until("the future to wait with the watcher", || {
-        stream_point_counts().waiting == 1
-    });
+    let (stream, runtime, gate, task) = a_future_waiting_behind_a_gate(&context);
     std::thread::sleep(Duration::from_millis(50));
     let busy = suite::started_thread_cpu_time("cuda-host-watch");
     gate.open();
@@ -531,15 +523,7 @@ fn the_watcher_sleeps_between_looks_while_a_future_waits_long() {
     // Alone in a process: no other test's points pass meanwhile and keep the watcher spinning.
     suite::alone_in_child!(the_watcher_sleeps_between_looks_while_a_future_waits_long);
     let context = context();
-    let stream = new_stream(&context);
-    let runtime = runtime();
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let point = stream_point(&stream).expect("a point");
-    let task = runtime.spawn(point);
-    wait_until("the future to wait with the watcher", || {
-        stream_point_counts().waiting == 1
-    });
+    let (_stream, runtime, gate, task) = a_future_waiting_behind_a_gate(&context);
     // Past the spin after the registration: long GPU work, as the watcher sees it.
     std::thread::sleep(Duration::from_millis(20));
     let from = suite::started_thread_cpu_time("cuda-host-watch");
@@ -557,6 +541,28 @@ fn the_watcher_sleeps_between_looks_while_a_future_waits_long() {
         .block_on(task)
         .expect("the task")
         .expect("the point was passed");
+}
+
+/// A stream held by a gate, a tokio runtime, and a task awaiting a point of the stream, which
+/// waits with the watcher: the one future of the process (the callers run alone in a child).
+fn a_future_waiting_behind_a_gate(
+    context: &Context,
+) -> (
+    Stream,
+    tokio::runtime::Runtime,
+    Gate,
+    tokio::task::JoinHandle<cuda_host::Result<()>>,
+) {
+    let stream = new_stream(context);
+    let runtime = runtime();
+    let gate = Gate::new(context);
+    gate.hold(&stream);
+    let point = stream_point(&stream).expect("a point");
+    let task = runtime.spawn(point);
+    wait_until("the future to wait with the watcher", || {
+        stream_point_counts().waiting == 1
+    });
+    (stream, runtime, gate, task)
 }
 
 /// The smallest executor: polls on this thread, parks it between wakes.

@@ -33,6 +33,7 @@ pub mod host_function;
 pub mod kernels;
 pub mod memory;
 pub mod quiet;
+pub mod repository;
 pub mod selection;
 pub mod software;
 pub mod tally;
