@@ -16,7 +16,7 @@
 //! its own (`tracks`), which costs the enqueuing thread 0.13 µs; the host sees the point passed
 //! once a query of that event, or of a later point's, answers that it completed. The stream
 //! never waits for the host. Between two kernels on the H200 a release point costs the stream
-//! 0.8–1.4 µs, a future point 1.7–2.4 µs, most of it the watcher's queries slowing the thread
+//! 0.8–1.4 µs, a future point 1.2–2.4 µs, most of it the watcher's queries slowing the thread
 //! that enqueues (`benches/stream_points.rs`, `docs/PERFORMANCE.md`).
 //!
 //! **Why not a stream memory write.** A 32-bit write to pinned, device-mapped memory
