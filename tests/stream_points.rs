@@ -648,6 +648,58 @@ fn a_future_completes_with_any_executor() {
     opener.join().expect("the opener");
 }
 
+/// A logger that asks cuda-host what stream points hold whenever cuda-host logs: user code that
+/// calls back into the library, on whatever thread logs (the watcher's, too).
+struct CountingLogger;
+
+impl log::Log for CountingLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, _: &log::Record<'_>) {
+        let _ = stream_point_counts();
+    }
+
+    fn flush(&self) {}
+}
+
+#[test]
+fn the_watcher_goes_on_when_the_logger_of_a_failed_look_asks_for_the_counts() {
+    let test = "the_watcher_goes_on_when_the_logger_of_a_failed_look_asks_for_the_counts";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    // Alone in a process: a logger is set once per process.
+    suite::alone_in_child!(
+        the_watcher_goes_on_when_the_logger_of_a_failed_look_asks_for_the_counts
+    );
+    log::set_logger(&CountingLogger).expect("the only logger of this process");
+    log::set_max_level(log::LevelFilter::Trace);
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut point = stream_point(&stream).expect("a point");
+    assert_eq!(poll_once(&mut point), Poll::Pending, "registered");
+    // The watcher's next query fails, and its look logs that.
+    controls.fail_next_calls_any_thread(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+    wait_until("the watcher's query failed", || {
+        controls.armed_failures(c"cuEventQuery") == 0
+    });
+    gate.open();
+    let (sender, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(block_on(point)));
+    assert_eq!(
+        done.recv_timeout(TIMEOUT)
+            .expect("the watcher never woke the future"),
+        Ok(())
+    );
+}
+
 #[test]
 fn a_future_behind_a_failed_context_completes_with_an_error() {
     // Alone in a process: the failure stays with it.
