@@ -308,6 +308,59 @@ fn a_release_inside_a_host_function_is_refused_and_the_value_handed_back() {
 }
 
 #[test]
+fn a_future_looked_at_inside_a_host_function_reaches_no_driver_call() {
+    let test = "a_future_looked_at_inside_a_host_function_reaches_no_driver_call";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    let context = context();
+    let (stream, other) = (new_stream(&context), Arc::new(new_stream(&context)));
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let point = Arc::new(Mutex::new(Some(stream_point(&stream).expect("a point"))));
+    let seen = Arc::new(Mutex::new(None));
+    let (inner, report) = (Arc::clone(&point), Arc::clone(&seen));
+    host_launch(&other, move || {
+        let mut point = inner.lock().unwrap();
+        let point = point.as_mut().expect("the point");
+        // Every look enters the relaxed capture mode first: a call armed to fail here, on the
+        // driver's thread, that is still armed afterwards was never made.
+        let mode = c"cuThreadExchangeStreamCaptureMode";
+        let queried = c"cuEventQuery";
+        controls.fail_next_calls(mode, 4, CUresult::CUDA_ERROR_INVALID_VALUE);
+        controls.fail_next_calls(queried, 4, CUresult::CUDA_ERROR_INVALID_VALUE);
+        let passed = point.is_passed();
+        let polled = poll_once(point);
+        let armed = (
+            controls.armed_failures(mode),
+            controls.armed_failures(queried),
+        );
+        controls.fail_next_calls(mode, 0, CUresult::CUDA_SUCCESS);
+        controls.fail_next_calls(queried, 0, CUresult::CUDA_SUCCESS);
+        *report.lock().unwrap() = Some((passed, polled, armed));
+    })
+    .expect("launch");
+    other.synchronize().expect("synchronize");
+    let (passed, polled, armed) = seen.lock().unwrap().take().expect("the host function ran");
+    assert_eq!(
+        armed,
+        (4, 4),
+        "a look inside a host function reached the driver"
+    );
+    assert!(
+        matches!(passed, Err(Error::InHostFunction { .. })),
+        "{passed:?}"
+    );
+    assert_eq!(polled, Poll::Pending, "nothing passed");
+    gate.open();
+    let point = point.lock().unwrap().take().expect("the point");
+    assert_eq!(block_on(point), Ok(()), "the watcher still wakes it");
+}
+
+#[test]
 fn a_point_is_an_event_record_not_a_host_function() {
     let test = "a_point_is_an_event_record_not_a_host_function";
     let Some(controls) = suite::software::controls() else {
@@ -599,6 +652,58 @@ fn a_future_completes_with_any_executor() {
     });
     assert_eq!(block_on(point), Ok(()));
     opener.join().expect("the opener");
+}
+
+/// A logger that asks cuda-host what stream points hold whenever cuda-host logs: user code that
+/// calls back into the library, on whatever thread logs (the watcher's, too).
+struct CountingLogger;
+
+impl log::Log for CountingLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, _: &log::Record<'_>) {
+        let _ = stream_point_counts();
+    }
+
+    fn flush(&self) {}
+}
+
+#[test]
+fn the_watcher_goes_on_when_the_logger_of_a_failed_look_asks_for_the_counts() {
+    let test = "the_watcher_goes_on_when_the_logger_of_a_failed_look_asks_for_the_counts";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    // Alone in a process: a logger is set once per process.
+    suite::alone_in_child!(
+        the_watcher_goes_on_when_the_logger_of_a_failed_look_asks_for_the_counts
+    );
+    log::set_logger(&CountingLogger).expect("the only logger of this process");
+    log::set_max_level(log::LevelFilter::Trace);
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut point = stream_point(&stream).expect("a point");
+    assert_eq!(poll_once(&mut point), Poll::Pending, "registered");
+    // The watcher's next query fails, and its look logs that.
+    controls.fail_next_calls_any_thread(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+    wait_until("the watcher's query failed", || {
+        controls.armed_failures(c"cuEventQuery") == 0
+    });
+    gate.open();
+    let (sender, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || sender.send(block_on(point)));
+    assert_eq!(
+        done.recv_timeout(TIMEOUT)
+            .expect("the watcher never woke the future"),
+        Ok(())
+    );
 }
 
 #[test]

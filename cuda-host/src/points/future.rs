@@ -75,8 +75,10 @@ impl StreamPoint {
     ///
     /// # Errors
     /// [`Error::ContextFailed`](crate::Error::ContextFailed) once the stream's context was seen
-    /// failing before the point.
+    /// failing before the point; [`Error::InHostFunction`](crate::Error::InHostFunction) inside
+    /// a host function, where the look's driver calls are forbidden.
     pub fn is_passed(&self) -> Result<bool> {
+        ensure_outside_host_function("StreamPoint::is_passed")?;
         self.mark()
             .outcome(Some(Look::Fresh))
             .transpose()
@@ -99,7 +101,10 @@ impl Future for StreamPoint {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
-        if let Some(outcome) = this.mark().outcome(Some(Look::Paced)) {
+        // Inside a host function, where driver calls are forbidden, it goes by what looks saw
+        // so far, and the watcher looks.
+        let look = (!in_host_function()).then_some(Look::Paced);
+        if let Some(outcome) = this.mark().outcome(look) {
             this.forget();
             return Poll::Ready(outcome);
         }

@@ -106,13 +106,15 @@ impl Mark {
             Some(Ok(()))
         } else if has_failed(self.context.raw().addr()) {
             // Passed after all between the two looks? Then it counts as passed.
-            Some(
-                if self.track.look_for(self.point, Look::Fresh) >= self.point {
-                    Ok(())
-                } else {
-                    Err(Error::ContextFailed)
-                },
-            )
+            let passed = match look {
+                Some(_) => self.track.look_for(self.point, Look::Fresh),
+                None => self.track.seen_passed(),
+            };
+            Some(if passed >= self.point {
+                Ok(())
+            } else {
+                Err(Error::ContextFailed)
+            })
         } else {
             None
         }

@@ -27,8 +27,9 @@
 //! and each track's waiters as they were at each step (a waker taken from its track is woken by
 //! that round or, if it panicked, the next).
 //!
-//! The thread looks at a track without holding the lock of its waiters, so that registrations
-//! on it do not wait for its queries. It holds no context: a context's tracks, when dropped,
+//! The thread looks at a track without holding the lock of its waiters or the list, so that
+//! registrations do not wait for its queries, and a logger its look calls may call cuda-host
+//! (a logger is user code). It holds no context: a context's tracks, when dropped,
 //! wait for a look under way and keep later ones from querying their events (`tracks`), so no
 //! context is released here and no event is queried after its destruction.
 
@@ -159,12 +160,13 @@ enum Next {
 }
 
 fn run() {
+    let mut looked = Vec::new();
     let mut woken = Vec::new();
     let mut active = Instant::now();
     let mut progress = Instant::now();
     loop {
         let round_began = Instant::now();
-        let round = || look_and_wake(&mut woken, &mut active, &mut progress);
+        let round = || look_and_wake(&mut looked, &mut woken, &mut active, &mut progress);
         match catch_unwind(AssertUnwindSafe(round)) {
             Ok(Next::Look(pause)) if pause <= LOOK_EVERY => {
                 while round_began.elapsed() < pause {
@@ -186,14 +188,23 @@ fn run() {
 }
 
 /// One round of the watcher: a look at every listed track, the wakes, and whether to park.
-/// Wakers taken from their tracks wait in `woken` until woken, by this round or, if it
-/// panicked, the next. `active` is when a future last waited, `progress` when a point was last
-/// seen passed.
-fn look_and_wake(woken: &mut Vec<Waker>, active: &mut Instant, progress: &mut Instant) -> Next {
+/// The looks are made on `looked`, a copy of the list, without holding it: a look may log, and a
+/// logger may call cuda-host (`stream_point_counts`, a registration) on this thread. Wakers taken from their tracks wait in `woken` until woken, by this round or,
+/// if it panicked, the next. `active` is when a future last waited, `progress` when a point
+/// was last seen passed.
+fn look_and_wake(
+    looked: &mut Vec<Arc<Track>>,
+    woken: &mut Vec<Waker>,
+    active: &mut Instant,
+    progress: &mut Instant,
+) -> Next {
+    looked.extend(lock(&WATCHER.listed).tracks.iter().cloned());
+    for track in looked.drain(..) {
+        take_passed(&track, woken);
+    }
     let next = {
         let listed = &mut *lock(&WATCHER.listed);
         listed.tracks.retain(|track| {
-            take_passed(track, woken);
             let mut waiters = lock(&track.waiters);
             if waiters.is_empty() {
                 // Under both locks: a registration after this finds the track off the list and
