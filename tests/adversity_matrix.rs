@@ -11,9 +11,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The adversities a row may name.
-const ADVERSITIES: [&str; 6] = [
+const ADVERSITIES: [&str; 7] = [
     "a panic",
     "a panicking logger",
+    // A logger that calls cuda-host back (asks for counts, registers, reclaims).
+    "a logger that calls cuda-host",
     "cannot start",
     "capture before",
     "capture between",
