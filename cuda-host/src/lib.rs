@@ -113,7 +113,7 @@ outside_loom_models! {
     mod own_thread;
     mod points;
     mod polled;
-    mod stream_slots;
+    mod stream_leases;
 
     pub use cuda_host_sys as sys;
     pub use cuda_host_sys;

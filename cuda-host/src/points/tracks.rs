@@ -56,7 +56,7 @@ use crate::launch::{
     ContextShared, Look, Progress, RelaxedCaptureMode, abandon_context_if_failed, capture_state,
 };
 use crate::points::waiters::Waiters;
-use crate::stream_slots::{StreamSlot, StreamSlots};
+use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUevent, CUevent_flags, CUresult, CUstream, Driver};
 use std::cell::RefCell;
@@ -389,7 +389,7 @@ unsafe impl Sync for ContextTracks {}
 struct State {
     /// Every track made, lent or not: their events are destroyed with the context's state.
     tracks: Vec<Arc<Track>>,
-    slots: StreamSlots<Track>,
+    leases: StreamLeases<Track>,
 }
 
 /// What marking a point on a stream gives: its track and number.
@@ -499,7 +499,7 @@ impl ContextTracks {
     fn track_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Track>> {
         let state = &mut *lock(&self.state);
         let tracks = &mut state.tracks;
-        state.slots.of(stream_id, || {
+        state.leases.of(stream_id, || {
             let track = Arc::new(Track::new(shared.driver_arc(), self.context));
             tracks.push(Arc::clone(&track));
             Ok(vec![track])
@@ -510,7 +510,7 @@ impl ContextTracks {
     /// marked on it before is passed, which its track sees now rather than at its next look.
     pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
         let tracks: Vec<Arc<Track>> = match stream {
-            None => lock(&self.state).slots.lent().cloned().collect(),
+            None => lock(&self.state).leases.lent().cloned().collect(),
             Some(stream) => {
                 let mut id = 0;
                 // SAFETY: a live stream of the caller's; a valid out-pointer.
@@ -518,7 +518,7 @@ impl ContextTracks {
                     return;
                 }
                 lock(&self.state)
-                    .slots
+                    .leases
                     .lent_to(id)
                     .cloned()
                     .into_iter()
@@ -534,7 +534,7 @@ impl ContextTracks {
     #[cfg(test)]
     fn sizes(&self) -> (usize, usize) {
         let state = lock(&self.state);
-        (state.slots.lent().count(), state.tracks.len())
+        (state.leases.lent().count(), state.tracks.len())
     }
 }
 
@@ -569,7 +569,7 @@ fn remember_track(shared: &Arc<ContextShared>, stream_id: u64, track: &Arc<Track
     });
 }
 
-impl StreamSlot for Track {
+impl StreamLease for Track {
     fn lend(&self, stream_id: u64) {
         lock(&self.state).owner = Some(stream_id);
     }

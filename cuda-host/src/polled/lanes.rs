@@ -24,7 +24,7 @@ use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, unless_capture_forbids, with_context_current};
-use crate::stream_slots::{StreamSlot, StreamSlots};
+use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use cuda_host_sys::{
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUdeviceptr, Driver,
@@ -174,7 +174,7 @@ unsafe impl Sync for ContextLanes {}
 #[derive(Default)]
 struct State {
     pages: Vec<Page>,
-    slots: StreamSlots<Lane>,
+    leases: StreamLeases<Lane>,
 }
 
 // SAFETY: pages are pinned allocations, valid on any thread.
@@ -197,7 +197,7 @@ impl ContextLanes {
     pub(super) fn lane_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Lane>> {
         let state = &mut *lock(&self.state);
         let pages = &mut state.pages;
-        state.slots.of(stream_id, || {
+        state.leases.of(stream_id, || {
             let index = pages.len();
             let allocated =
                 unless_capture_forbids(|| shared.with_current(|| self.allocate_page(index)))
@@ -215,7 +215,7 @@ impl ContextLanes {
     /// kept for the life of the process. The lane's state says it is retired already.
     pub(super) fn retire(&self, stream_id: u64, lane: &Arc<Lane>) {
         let state = &mut *lock(&self.state);
-        if state.slots.forget(stream_id, lane) {
+        if state.leases.forget(stream_id, lane) {
             state.pages[lane.page].kept = true;
             RETIRED_LANES.fetch_add(1, Ordering::Relaxed);
         }
@@ -283,7 +283,7 @@ impl ContextLanes {
     }
 }
 
-impl StreamSlot for Lane {
+impl StreamLease for Lane {
     fn lend(&self, stream_id: u64) {
         lock(&self.state).owner = Some(stream_id);
     }
