@@ -277,6 +277,7 @@ impl GraphExec {
     ///
     /// # Errors
     /// As [`set_host_node_callable`](Self::set_host_node_callable).
+    #[doc(alias = "cuGraphExecHostNodeSetParams")]
     pub fn set_host_node_callable_shared(
         &self,
         node: &HostNode<'_>,

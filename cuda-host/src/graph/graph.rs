@@ -340,6 +340,7 @@ impl<'graph> HostNode<'graph> {
     ///
     /// # Errors
     /// As [`set_callable`](Self::set_callable).
+    #[doc(alias = "cuGraphHostNodeSetParams")]
     pub fn set_callable_shared(&self, callable: HostCallable) -> Result<()> {
         let callable = outside_host_function("HostNode::set_callable", callable)?;
         reclaim();
