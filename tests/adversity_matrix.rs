@@ -65,9 +65,21 @@ const OPERATIONS: &[(&str, &[&str])] = &[
     ),
     (
         "stream_point",
-        &["a panic", "capture before", "context failure"],
+        &[
+            "a panic",
+            "a logger that calls cuda-host",
+            "capture before",
+            "context failure",
+        ],
     ),
-    ("reclaim", &["a panic", "a panicking logger"]),
+    (
+        "reclaim",
+        &[
+            "a panic",
+            "a panicking logger",
+            "a logger that calls cuda-host",
+        ],
+    ),
     ("Stream::synchronize", &["context failure"]),
     ("Stream::is_complete", &["context failure"]),
     ("Context::synchronize", &["context failure"]),

@@ -706,6 +706,102 @@ fn the_watcher_goes_on_when_the_logger_of_a_failed_look_asks_for_the_counts() {
     );
 }
 
+/// A logger that drains whenever cuda-host logs: user code that calls [`reclaim`] back, on the
+/// thread that logs.
+struct ReclaimingLogger;
+
+impl log::Log for ReclaimingLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, _: &log::Record<'_>) {
+        reclaim();
+    }
+
+    fn flush(&self) {}
+}
+
+/// Leaves a value released on `stream` (held back by its gate) by a thread that exited, so that
+/// every drain looks at `stream`'s track.
+fn release_on_an_exited_thread(stream: &Stream, tally: &Arc<Tally>) {
+    std::thread::scope(|scope| {
+        scope.spawn(|| release_in_stream_order(stream, tally.probe()).expect("released"));
+    });
+}
+
+/// Runs `call` on a thread of its own whose next `cuEventQuery` fails; panics unless it returns
+/// within [`TIMEOUT`].
+fn with_a_failed_query<T: Send + 'static>(what: &str, call: impl FnOnce() -> T + Send + 'static) {
+    let controls = suite::software::controls().expect("the software driver");
+    let (sender, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+        let _ = call();
+        sender.send(()).expect("the test waits");
+    });
+    done.recv_timeout(TIMEOUT)
+        .unwrap_or_else(|_| panic!("{what} never returned"));
+}
+
+#[test]
+fn a_look_whose_query_failed_returns_when_its_logger_reclaims() {
+    let test = "a_look_whose_query_failed_returns_when_its_logger_reclaims";
+    if suite::software::controls().is_none() {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    }
+    // Alone in a process: a logger is set once per process.
+    suite::alone_in_child!(a_look_whose_query_failed_returns_when_its_logger_reclaims);
+    log::set_logger(&ReclaimingLogger).expect("the only logger of this process");
+    log::set_max_level(log::LevelFilter::Trace);
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    // The logger's drain looks at the same track, for the exited thread's value.
+    release_on_an_exited_thread(&stream, &tally);
+    let point = stream_point(&stream).expect("a point");
+    // The look fails and logs; the logger's drain starts a look of the same track.
+    with_a_failed_query("the look of a failed query", move || point.is_passed());
+    gate.open();
+    wait_until("the exited thread's value to be dropped", || {
+        reclaim();
+        tally.drops() == 1
+    });
+}
+
+#[test]
+fn a_drain_of_exited_threads_values_returns_when_its_logger_reclaims() {
+    let test = "a_drain_of_exited_threads_values_returns_when_its_logger_reclaims";
+    if suite::software::controls().is_none() {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    }
+    // Alone in a process: a logger is set once per process.
+    suite::alone_in_child!(a_drain_of_exited_threads_values_returns_when_its_logger_reclaims);
+    log::set_logger(&ReclaimingLogger).expect("the only logger of this process");
+    log::set_max_level(log::LevelFilter::Trace);
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    release_on_an_exited_thread(&stream, &tally);
+    // The drain's look at the exited thread's queue fails and logs; the logger drains again.
+    with_a_failed_query("the drain of a failed query", reclaim);
+    gate.open();
+    wait_until("the exited thread's value to be dropped", || {
+        reclaim();
+        tally.drops() == 1
+    });
+}
+
 #[test]
 fn a_future_behind_a_failed_context_completes_with_an_error() {
     // Alone in a process: the failure stays with it.

@@ -223,7 +223,9 @@ pub(crate) fn release_passed(look: Look) -> usize {
             released
         })
         .unwrap_or(0);
-    if ORPHANED.load(Ordering::SeqCst) != 0 {
+    if ORPHANED.load(Ordering::SeqCst) != 0
+        && let Some(_draining) = DrainingOrphans::begin()
+    {
         let mut orphans = lock(&ORPHANS);
         let from_orphans: usize = orphans
             .iter_mut()
@@ -235,6 +237,32 @@ pub(crate) fn release_passed(look: Look) -> usize {
     }
     HELD_TOTAL.fetch_sub(released, Ordering::Relaxed);
     released
+}
+
+/// The calling thread's drain of the exited threads' queues, which holds their list's lock: a
+/// drain it leads to on the same thread (a logger calling [`reclaim`](crate::reclaim) back) leaves
+/// them to it rather than wait for itself. Ends when dropped, also on unwind.
+struct DrainingOrphans;
+
+thread_local! {
+    static DRAINING_ORPHANS: Cell<bool> = const { Cell::new(false) };
+}
+
+impl DrainingOrphans {
+    /// The drain, unless this thread is draining them already (a thread being torn down drains
+    /// them unguarded).
+    fn begin() -> Option<Self> {
+        DRAINING_ORPHANS
+            .try_with(|draining| !draining.replace(true))
+            .unwrap_or(true)
+            .then_some(DrainingOrphans)
+    }
+}
+
+impl Drop for DrainingOrphans {
+    fn drop(&mut self) {
+        let _ = DRAINING_ORPHANS.try_with(|draining| draining.set(false));
+    }
 }
 
 /// Whether the calling thread, or an exited one, holds records: a drain then has work to look

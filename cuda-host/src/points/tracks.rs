@@ -24,7 +24,8 @@
 //! take a point's event out of the pending ones, so a look's query never meets an event that is
 //! recorded again; and the context's tracks, when dropped, wait for a look under way and close
 //! their tracks to later ones, so no look queries a destroyed event. Every look runs in the
-//! relaxed capture interaction mode (`in_relaxed_capture_mode`).
+//! relaxed capture interaction mode (`Track::look_for`), and logs only once it ended, so that a
+//! logger may call cuda-host back, even to look at the same track (`AfterLook`).
 //!
 //! **Records a capture took.** A point's number and event join the pending ones only once its
 //! record returned and the stream was asked again whether it is capturing (`ContextTracks::mark`),
@@ -168,6 +169,16 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
+/// What a look leaves for after it ended: what may call a logger, which may call cuda-host back
+/// and look at the same track again.
+#[derive(Default)]
+struct AfterLook {
+    /// A query's unexpected error, to log.
+    failed_query: Option<cuda_host_sys::Error>,
+    /// Events given back beyond `KEPT_EVENTS`, to destroy before the look ends.
+    destroyed: Vec<CUevent>,
+}
+
 /// What a query of a pending point's event answered.
 enum Answer {
     Passed,
@@ -224,12 +235,46 @@ impl Track {
             }
             Look::Paced => Looking::try_begin(&self.looking),
         };
-        let Some(_looking) = looking else {
+        let Some(looking) = looking else {
             return high;
         };
         self.looked.store(now, Ordering::Relaxed);
-        in_relaxed_capture_mode(&self.driver, || self.search(point))
-            .unwrap_or_else(|| self.high.load(Ordering::Acquire))
+        // In the relaxed capture interaction mode, cuda-host's looks never break a capture, its
+        // own or other code's, as long as the events they query hold no capture's record
+        // (`ContextTracks::mark`).
+        let relaxed = RelaxedCaptureMode::enter(&self.driver);
+        let mut after = AfterLook::default();
+        let seen = match relaxed {
+            Ok(_) => self.search(point, &mut after),
+            Err(_) => self.high.load(Ordering::Acquire),
+        };
+        // Destroyed while the look holds the track, so before the context's tracks can be
+        // dropped (which waits for it), and in the relaxed capture interaction mode, in which
+        // destroying an event breaks no capture.
+        let failed_destroys: Vec<_> = after
+            .destroyed
+            .into_iter()
+            // SAFETY: events of this track the look took from its pool, used by nobody after.
+            .filter_map(|event| unsafe { destroy_event(&self.driver, event) }.err())
+            .collect();
+        // What may log ends the look first: a logger may call cuda-host back, which may look at
+        // this track again on this thread.
+        drop(looking);
+        for error in failed_destroys {
+            logged!(error!(
+                "cannot destroy an event of the stream points: {error}"
+            ));
+        }
+        match relaxed {
+            Ok(mode) => drop(mode),
+            Err(error) => logged!(warn!(
+                "a look at stream points waits for the next one: {error}"
+            )),
+        }
+        if let Some(error) = after.failed_query {
+            logged!(warn!("cuEventQuery of a stream point failed: {error}"));
+        }
+        seen
     }
 
     /// The highest point seen passed so far, without looking.
@@ -251,30 +296,30 @@ impl Track {
     /// one's, if that is later), then, if it passed, the newest, then from `wanted` by galloping
     /// and bisection the last passed; gives the passed points' events back. Returns the highest
     /// point seen passed.
-    fn search(&self, wanted: u64) -> u64 {
+    fn search(&self, wanted: u64, after: &mut AfterLook) -> u64 {
         let issued = self.issued.load(Ordering::Acquire);
         let high = self.high.load(Ordering::Acquire);
         if high >= issued {
             return high;
         }
         let wanted = wanted.clamp(high + 1, issued);
-        match self.answer(wanted) {
+        match self.answer(wanted, after) {
             Answer::Passed => {}
             Answer::Pending | Answer::Failed => return high,
         }
         if wanted == issued {
-            return self.pass(issued);
+            return self.pass(issued, after);
         }
-        match self.answer(issued) {
-            Answer::Passed => return self.pass(issued),
+        match self.answer(issued, after) {
+            Answer::Passed => return self.pass(issued, after),
             Answer::Pending => {}
-            Answer::Failed => return self.pass(wanted),
+            Answer::Failed => return self.pass(wanted, after),
         }
         // `passed` is known passed, `pending` not.
         let (mut passed, mut pending) = (wanted, issued);
         let mut step = 1;
         while passed + step < pending {
-            match self.answer(passed + step) {
+            match self.answer(passed + step, after) {
                 Answer::Passed => {
                     passed += step;
                     step *= 2;
@@ -283,23 +328,23 @@ impl Track {
                     pending = passed + step;
                     break;
                 }
-                Answer::Failed => return self.pass(passed),
+                Answer::Failed => return self.pass(passed, after),
             }
         }
         while pending - passed > 1 {
             let middle = passed + (pending - passed) / 2;
-            match self.answer(middle) {
+            match self.answer(middle, after) {
                 Answer::Passed => passed = middle,
                 Answer::Pending => pending = middle,
                 Answer::Failed => break,
             }
         }
-        self.pass(passed)
+        self.pass(passed, after)
     }
 
     /// Whether the pending point `point` was passed: a query of its event. The caller is the
     /// one look, so the event stays `point`'s meanwhile.
-    fn answer(&self, point: u64) -> Answer {
+    fn answer(&self, point: u64, after: &mut AfterLook) -> Answer {
         let event = {
             let events = lock(&self.events);
             let index = point.checked_sub(events.first).map(|index| index as usize);
@@ -318,8 +363,7 @@ impl Track {
             error => {
                 abandon_context_if_failed(self.context, error);
                 if !self.logged.swap(true, Ordering::Relaxed) {
-                    let error = self.driver.check("cuEventQuery", error).unwrap_err();
-                    logged!(warn!("cuEventQuery of a stream point failed: {error}"));
+                    after.failed_query = self.driver.check("cuEventQuery", error).err();
                 }
                 Answer::Failed
             }
@@ -328,8 +372,8 @@ impl Track {
 
     /// Records that every point up to `point` passed, and gives their events back (the caller
     /// is the one look); returns the highest point seen passed.
-    fn pass(&self, point: u64) -> u64 {
-        let destroyed = {
+    fn pass(&self, point: u64, after: &mut AfterLook) -> u64 {
+        {
             let mut events = lock(&self.events);
             let events = &mut *events;
             if point < events.first {
@@ -341,11 +385,9 @@ impl Track {
             self.high.store(point, Ordering::Release);
             let beyond = events.free.len().saturating_sub(KEPT_EVENTS);
             let at = events.free.len() - beyond.min(DESTROYED_PER_LOOK);
-            events.free.split_off(at)
-        };
-        // The look runs in the relaxed capture interaction mode, in which destroying an event
-        // breaks no capture.
-        destroy_events(&self.driver, destroyed.into_iter());
+            // Destroyed at the end of the look, which then logs what failed.
+            after.destroyed.extend(events.free.drain(at..));
+        }
         point
     }
 
@@ -354,22 +396,6 @@ impl Track {
     fn event_counts(&self) -> (usize, usize) {
         let events = lock(&self.events);
         (events.pending.len(), events.free.len())
-    }
-}
-
-/// Runs `query` with the calling thread in the relaxed capture interaction mode
-/// ([`RelaxedCaptureMode`]), then in its own again; `None`, logged, when the driver refused to
-/// change the mode. So cuda-host's looks never break a capture, its own or other code's, as long
-/// as the events they query hold no capture's record (`ContextTracks::mark`).
-fn in_relaxed_capture_mode<T>(driver: &Driver, query: impl FnOnce() -> T) -> Option<T> {
-    match RelaxedCaptureMode::enter(driver) {
-        Ok(_relaxed) => Some(query()),
-        Err(error) => {
-            logged!(warn!(
-                "a look at stream points waits for the next one: {error}"
-            ));
-            None
-        }
     }
 }
 
@@ -600,11 +626,26 @@ fn create_event(driver: &Driver) -> Result<CUevent> {
     Ok(event)
 }
 
-/// Destroys events; the driver lets those still pending go once they completed.
-fn destroy_events(driver: &Driver, events: impl Iterator<Item = CUevent>) {
+/// Destroys an event; the driver lets one still pending go once it completed.
+///
+/// # Safety
+/// `event` is an event of this module's that nobody uses after, destroyed once.
+unsafe fn destroy_event(
+    driver: &Driver,
+    event: CUevent,
+) -> std::result::Result<(), cuda_host_sys::Error> {
+    // SAFETY: the caller's promise.
+    unsafe { checked!(driver, cuEventDestroy_v2(event)) }
+}
+
+/// Destroys events, logging what failed.
+///
+/// # Safety
+/// As [`destroy_event`], for each of `events`.
+unsafe fn destroy_events(driver: &Driver, events: impl Iterator<Item = CUevent>) {
     for event in events {
-        // SAFETY: an event of this module's, destroyed once, never used after.
-        if let Err(error) = unsafe { checked!(driver, cuEventDestroy_v2(event)) } {
+        // SAFETY: the caller's promise.
+        if let Err(error) = unsafe { destroy_event(driver, event) } {
             logged!(error!(
                 "cannot destroy an event of the stream points: {error}"
             ));
@@ -633,7 +674,9 @@ impl Drop for ContextTracks {
                     free: Vec::new(),
                 },
             );
-            destroy_events(&self.driver, pending.into_iter().chain(free).chain(retired));
+            // SAFETY: the track is closed, so no look uses its events again; they were taken
+            // from it, so nobody else destroys them.
+            unsafe { destroy_events(&self.driver, pending.into_iter().chain(free).chain(retired)) };
         }
     }
 }
