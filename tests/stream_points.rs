@@ -744,6 +744,27 @@ fn with_a_failed_query<T: Send + 'static>(what: &str, call: impl FnOnce() -> T +
         .unwrap_or_else(|_| panic!("{what} never returned"));
 }
 
+/// [`ReclaimingLogger`] installed as this process's logger, a new stream of the suite's context
+/// held by a gate, and a tally for the values released on it.
+fn a_reclaiming_logger_and_a_held_stream() -> (Context, Stream, Gate, Arc<Tally>) {
+    log::set_logger(&ReclaimingLogger).expect("the only logger of this process");
+    log::set_max_level(log::LevelFilter::Trace);
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    gate.hold(&stream);
+    (context, stream, gate, tally)
+}
+
+/// Waits, reclaiming, until the one value `tally` counts was dropped.
+fn wait_until_dropped(tally: &Tally) {
+    wait_until("the exited thread's value to be dropped", || {
+        reclaim();
+        tally.drops() == 1
+    });
+}
+
 #[test]
 fn a_look_whose_query_failed_returns_when_its_logger_reclaims() {
     let test = "a_look_whose_query_failed_returns_when_its_logger_reclaims";
@@ -755,23 +776,14 @@ fn a_look_whose_query_failed_returns_when_its_logger_reclaims() {
     }
     // Alone in a process: a logger is set once per process.
     suite::alone_in_child!(a_look_whose_query_failed_returns_when_its_logger_reclaims);
-    log::set_logger(&ReclaimingLogger).expect("the only logger of this process");
-    log::set_max_level(log::LevelFilter::Trace);
-    let context = context();
-    let stream = new_stream(&context);
-    let gate = Gate::new(&context);
-    let tally = Tally::new();
-    gate.hold(&stream);
+    let (_context, stream, gate, tally) = a_reclaiming_logger_and_a_held_stream();
     // The logger's drain looks at the same track, for the exited thread's value.
     release_on_an_exited_thread(&stream, &tally);
     let point = stream_point(&stream).expect("a point");
     // The look fails and logs; the logger's drain starts a look of the same track.
     with_a_failed_query("the look of a failed query", move || point.is_passed());
     gate.open();
-    wait_until("the exited thread's value to be dropped", || {
-        reclaim();
-        tally.drops() == 1
-    });
+    wait_until_dropped(&tally);
 }
 
 #[test]
@@ -785,21 +797,12 @@ fn a_drain_of_exited_threads_values_returns_when_its_logger_reclaims() {
     }
     // Alone in a process: a logger is set once per process.
     suite::alone_in_child!(a_drain_of_exited_threads_values_returns_when_its_logger_reclaims);
-    log::set_logger(&ReclaimingLogger).expect("the only logger of this process");
-    log::set_max_level(log::LevelFilter::Trace);
-    let context = context();
-    let stream = new_stream(&context);
-    let gate = Gate::new(&context);
-    let tally = Tally::new();
-    gate.hold(&stream);
+    let (_context, stream, gate, tally) = a_reclaiming_logger_and_a_held_stream();
     release_on_an_exited_thread(&stream, &tally);
     // The drain's look at the exited thread's queue fails and logs; the logger drains again.
     with_a_failed_query("the drain of a failed query", reclaim);
     gate.open();
-    wait_until("the exited thread's value to be dropped", || {
-        reclaim();
-        tally.drops() == 1
-    });
+    wait_until_dropped(&tally);
 }
 
 #[test]
