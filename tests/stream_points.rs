@@ -83,6 +83,47 @@ fn a_released_value_is_dropped_after_the_work_before_it_finished_on_the_releasin
 }
 
 #[test]
+fn a_released_value_outlives_the_last_stream_and_context_value_it_was_released_through() {
+    let owner = context();
+    let gate = Gate::new(&owner);
+    let event = Arc::new(Event::new(&owner, EventFlags::DisableTiming).expect("event"));
+    let seen = Arc::new(Mutex::new(None));
+    {
+        // A context value of its own, over a context that outlives it: its last clone goes
+        // with the stream, while the value still waits for the stream.
+        // SAFETY: `owner` keeps the context retained for the whole test, past every use.
+        let borrowed =
+            unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+        let stream = new_stream(&borrowed);
+        gate.hold(&stream);
+        event.record(&stream).expect("record");
+        let observer = Observer {
+            event: Arc::clone(&event),
+            seen: Arc::clone(&seen),
+        };
+        release_in_stream_order(&stream, observer).expect("released");
+    }
+    for _ in 0..20 {
+        reclaim();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        seen.lock().unwrap().is_none(),
+        "dropped before the stream passed the point, once its stream and context values went"
+    );
+    gate.open();
+    wait_until("the released value to be dropped", || {
+        reclaim();
+        seen.lock().unwrap().is_some()
+    });
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some((true, std::thread::current().id())),
+        "dropped after the work before it finished, on the releasing thread"
+    );
+}
+
+#[test]
 fn after_synchronize_the_values_this_thread_released_on_the_stream_are_dropped() {
     let context = context();
     let stream = new_stream(&context);

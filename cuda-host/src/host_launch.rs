@@ -177,7 +177,7 @@ pub(crate) unsafe fn launch_raw(
     stream: &Stream,
     function: unsafe extern "C" fn(*mut c_void),
     user_data: UserData<'_>,
-    entry: HostFuncEntry,
+    entry: HostFuncEntry<'_>,
 ) -> Result<()> {
     reclaim_on_launch();
     let pointer = match user_data {
@@ -211,7 +211,7 @@ pub(crate) unsafe fn launch_raw(
 pub(crate) fn launch_run_once<P: RunOnce>(
     stream: &Stream,
     payload: P,
-    entry: HostFuncEntry,
+    entry: HostFuncEntry<'_>,
 ) -> Result<()> {
     stream.note_launch();
     let mut payload = Some(payload);

@@ -65,7 +65,7 @@ impl LaunchOptions {
         self.sync_mode
     }
 
-    fn entry(self) -> HostFuncEntry {
+    fn entry(self) -> HostFuncEntry<'static> {
         match self.sync_mode {
             None => HostFuncEntry::Classic,
             Some(mode) => HostFuncEntry::WithSyncMode(mode.to_raw().0),
@@ -74,7 +74,7 @@ impl LaunchOptions {
 
     /// The entry point for a launch on `stream`: a sync mode is the driver's, which a stream on
     /// the polled engine does not use.
-    fn entry_on(self, stream: &Stream) -> Result<HostFuncEntry> {
+    fn entry_on(self, stream: &Stream) -> Result<HostFuncEntry<'_>> {
         match (stream.host_func_entry(), self.sync_mode) {
             (HostFuncEntry::Polled { .. }, Some(_)) => Err(Error::InvalidArgument {
                 what: "a sync mode is the driver's host-function thread's; a stream on the \

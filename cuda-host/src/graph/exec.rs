@@ -192,7 +192,7 @@ impl GraphExec {
         let context = graph.context();
         let driver = context.driver();
         let callables = Arc::new(Mutex::new(ExecutableCallables {
-            context: Arc::clone(&context.shared),
+            context: Arc::clone(context.shared()),
             current: Vec::new(),
             fences: Vec::new(),
             replaced: Vec::new(),
@@ -203,7 +203,7 @@ impl GraphExec {
         // SAFETY: the graph is live and not shared; our fresh reference moves to it.
         unsafe { user_object::move_into_graph(driver, graph.as_raw(), object)? };
         let mut raw = ptr::null_mut();
-        let instantiated = context.shared.with_current(|| {
+        let instantiated = context.shared().with_current(|| {
             // SAFETY: a live graph; `raw` is a valid out-pointer; the context is current.
             Ok(unsafe {
                 checked!(
@@ -286,7 +286,7 @@ impl GraphExec {
         let callable = outside_host_function("GraphExec::set_host_node_callable", callable)?;
         reclaim();
         let driver = self.context.driver();
-        let owned = GraphRecord::callable(Arc::clone(&self.context.shared), callable);
+        let owned = GraphRecord::callable(Arc::clone(self.context.shared()), callable);
         let params = CUDA_HOST_NODE_PARAMS {
             fn_: Some(GraphRecord::host_fn()),
             userData: owned.user_data(),
@@ -319,7 +319,7 @@ impl Drop for GraphExec {
     fn drop(&mut self) {
         // Launches in flight finish first; the user objects keep their callables until then.
         destroy_later(
-            &self.context.shared,
+            self.context.shared(),
             "graph executable",
             self.raw,
             |context, raw| {

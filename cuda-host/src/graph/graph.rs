@@ -43,7 +43,7 @@ impl Graph {
     #[doc(alias = "cuGraphCreate")]
     pub fn new(context: &Context) -> Result<Graph> {
         ensure_outside_host_function("Graph::new")?;
-        let shared = &context.shared;
+        let shared = context.shared();
         shared.take_drop_error()?;
         let mut raw = ptr::null_mut();
         shared.with_current(|| {
@@ -105,7 +105,7 @@ impl Graph {
         let callable = outside_host_function("Graph::add_host_node", callable)?;
         reclaim();
         let driver = self.context.driver();
-        let record = GraphRecord::callable(Arc::clone(&self.context.shared), callable);
+        let record = GraphRecord::callable(Arc::clone(self.context.shared()), callable);
         // SAFETY: the graph is live and not shared; the record passes to the user object, which
         // keeps it alive as long as the node can run.
         unsafe {
@@ -138,7 +138,7 @@ impl Graph {
             UserData::PassThrough(pointer) => pointer,
             UserData::Copied(bytes) => {
                 let driver = self.context.driver();
-                let shared = Arc::clone(&self.context.shared);
+                let shared = Arc::clone(self.context.shared());
                 let record = GraphRecord::copied_bytes(shared, function, bytes);
                 // SAFETY: as in `add_host_node_shared`.
                 return unsafe {
@@ -237,7 +237,7 @@ impl Graph {
     pub fn instantiate(&self) -> Result<GraphExec> {
         ensure_outside_host_function("Graph::instantiate")?;
         reclaim();
-        self.context.shared.take_drop_error()?;
+        self.context.shared().take_drop_error()?;
         GraphExec::instantiate(self)
     }
 
@@ -260,7 +260,7 @@ impl Graph {
 impl Drop for Graph {
     fn drop(&mut self) {
         // Executables and launches in flight keep their own references to the callables.
-        destroy_later(&self.context.shared, "graph", self.raw, |context, raw| {
+        destroy_later(self.context.shared(), "graph", self.raw, |context, raw| {
             // SAFETY: owned by this `Graph`, destroyed once.
             unsafe { checked!(context.driver(), cuGraphDestroy(raw)) }
         });
@@ -347,7 +347,7 @@ impl<'graph> HostNode<'graph> {
         let graph = self.graph;
         let driver = graph.context.driver();
         let old = self.graph_callable()?.map(|old| old.user_object());
-        let record = GraphRecord::callable(Arc::clone(&graph.context.shared), callable);
+        let record = GraphRecord::callable(Arc::clone(graph.context.shared()), callable);
         // SAFETY: the graph is live and not shared; the record passes to the user object, which
         // keeps it alive as long as the node can run it.
         unsafe {

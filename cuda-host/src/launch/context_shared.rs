@@ -1,26 +1,30 @@
-//! What a context's objects (streams, events, graphs) and its launch records share: the driver,
-//! the context handle, and the errors `Drop`s could not return.
+//! What a context's objects (streams, events, graphs), its features' state and its launch
+//! records share: the driver, the context handle, the pinned memory cuda-host allocated in it
+//! (`pinned`), and the errors `Drop`s could not return. Each feature's own per-context state
+//! (stream points' tracks, the polled engine's lanes) lives with the public context
+//! (`objects`), above this layer, which names no feature.
 //!
-//! A launch record holds the context (an `Arc` of this) so that no record outlives it, and the
-//! context is released when the last object and record let go. That release is a driver call,
-//! which must never run on the driver's own thread: every holder that can be dropped there is a
-//! public `Context` (inside a `Stream`, `Event`, `Graph` or `GraphExec`), whose `Drop` defers
-//! itself from a host function (`objects::context`); records and deferred work are only ever
-//! dropped on callers' threads (`reclaim`). So this type's own `Drop` releases directly, and
-//! drops directly what keeps another library's context alive (a borrowed context is not
-//! released: it is its owner's).
+//! A launch record holds the context (an `Arc` of this) so that no record outlives it (rule 4),
+//! and the context is released when the last object and record let go. That release, and the
+//! free of the pinned pages before it, are driver calls, which must never run on the driver's
+//! own thread (rule 1) nor during a capture begun through cuda-host, which a free would
+//! invalidate (rule 2). So only two kinds of holder may let go of the last reference: a drain,
+//! which runs only where both rules allow (records, and what threads cuda-host runs hand to
+//! callers' threads); and the public context's state (`objects::context`), whose `Drop` defers
+//! itself to a drain when it runs inside a host function or a capture. This type's own `Drop`
+//! then frees and releases directly, and drops directly what keeps another library's context
+//! alive (a borrowed context is not released: it is its owner's).
 
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
-use crate::launch::reclaim::{drop_when_allowed, unless_capture_forbids};
-use crate::points::ContextTracks;
+use crate::launch::pinned::{PinnedPage, PinnedPages};
 use crate::sync::lock;
-use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};
+use cuda_host_sys::{CUcontext, CUdevice, Driver};
 use std::any::Any;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// What a context's streams, events, graphs and launch records share.
 pub(crate) struct ContextShared {
@@ -35,12 +39,8 @@ pub(crate) struct ContextShared {
     _keep_alive: Option<Box<dyn Any + Send + Sync>>,
     has_drop_errors: AtomicBool,
     drop_errors: Mutex<Vec<Error>>,
-    /// The stream points of the context (`crate::points`), made by its first point; dropped
-    /// before the context is released, as they hold its events.
-    stream_points: OnceLock<ContextTracks>,
-    /// The lanes of the polled engine (`crate::polled`), made on first use; type-erased so that
-    /// this layer does not name the engine's types, and dropped before the context is released.
-    polled_lanes: OnceLock<Box<dyn Any + Send + Sync>>,
+    /// The pinned pages allocated in the context, freed before it is released.
+    pinned: PinnedPages,
 }
 
 // SAFETY: `raw` is a driver handle, valid on any thread; the driver API is thread-safe.
@@ -69,8 +69,7 @@ impl ContextShared {
             _keep_alive: None,
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
-            stream_points: OnceLock::new(),
-            polled_lanes: OnceLock::new(),
+            pinned: PinnedPages::default(),
         }
     }
 
@@ -94,8 +93,7 @@ impl ContextShared {
             _keep_alive: keep_alive,
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
-            stream_points: OnceLock::new(),
-            polled_lanes: OnceLock::new(),
+            pinned: PinnedPages::default(),
         };
         shared.device = shared.with_current(|| {
             let mut device = 0;
@@ -144,25 +142,20 @@ impl ContextShared {
         Ok(())
     }
 
-    /// The stream points of this context (`crate::points`), made on first use.
-    pub(crate) fn stream_points(&self) -> &ContextTracks {
-        self.stream_points.get_or_init(|| ContextTracks::new(self))
+    /// A fresh zeroed page of pinned, device-mapped memory of this context, freed only when
+    /// the context is released (`pinned`). Made current for the call; the caller makes sure no
+    /// capture begun through cuda-host forbids the allocation.
+    ///
+    /// # Errors
+    /// The driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
+    pub(crate) fn allocate_pinned_page(&self) -> Result<PinnedPage> {
+        self.with_current(|| Ok(self.pinned.allocate(self.driver())?))
     }
 
-    /// The polled engine's lanes of this context (`crate::polled`), made by `make` on first use.
-    pub(crate) fn polled_lanes<T: Any + Send + Sync>(&self, make: impl FnOnce() -> T) -> &T {
-        self.polled_lanes
-            .get_or_init(|| Box::new(make()))
-            .downcast_ref()
-            .expect("one type of polled lanes")
-    }
-
-    /// Tells the context's stream points, if any, that a synchronize of `stream` (of the whole
-    /// context, with `None`) returned ([`ContextTracks::synchronized`]).
-    pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
-        if let Some(points) = self.stream_points.get() {
-            points.synchronized(stream);
-        }
+    /// Keeps `page` of this context for the life of the process (a graph may write into it);
+    /// whether it was not kept already.
+    pub(crate) fn keep_pinned_page(&self, page: PinnedPage) -> bool {
+        self.pinned.keep(page)
     }
 
     /// Keeps an error a `Drop` could not return, for the next call on this context.
@@ -220,21 +213,22 @@ pub(crate) unsafe fn with_context_current<T>(
 
 impl Drop for ContextShared {
     fn drop(&mut self) {
-        // The points' events belong to the context: destroyed while it is still retained.
-        drop(self.stream_points.take());
-        let mut lanes = self.polled_lanes.take();
-        if lanes.is_some() && unless_capture_forbids(|| drop(lanes.take())).is_none() {
-            // Freeing the lanes' pinned memory would invalidate a capture begun through
-            // cuda-host: the lanes, and the context's release after them, wait for a drain that
-            // may run, as every value does.
-            drop_when_allowed(LaterRelease {
-                lanes,
-                driver: Arc::clone(&self.driver),
-                device: self.device,
-                retained: std::mem::take(&mut self.retained),
-                _keep_alive: self._keep_alive.take(),
-            });
-            return;
+        // Only where rules 1 and 2 allow (see the module's documentation): no stream uses the
+        // pages any more, and the context is still retained.
+        if self.pinned.any_to_free() {
+            let (driver, pinned) = (&*self.driver, &mut self.pinned);
+            // SAFETY: the context is live: retained by this value, or kept alive by its owner.
+            let freed = unsafe {
+                with_context_current(driver, self.raw, || {
+                    pinned.free_all(driver);
+                    Ok(())
+                })
+            };
+            if let Err(error) = freed {
+                logged!(error!(
+                    "cannot make a context current to free its pinned memory: {error}"
+                ));
+            }
         }
         if self.retained {
             release_primary(&self.driver, self.device);
@@ -251,24 +245,5 @@ fn release_primary(driver: &Driver, device: CUdevice) {
     if let Err(error) = released {
         // The context is gone: nobody is left to return the error to.
         logged!(error!("releasing the primary context failed: {error}"));
-    }
-}
-
-/// What a context's drop left for later: its polled lanes, whose memory is freed while the
-/// context is still retained, then the release.
-struct LaterRelease {
-    lanes: Option<Box<dyn Any + Send + Sync>>,
-    driver: Arc<Driver>,
-    device: CUdevice,
-    retained: bool,
-    _keep_alive: Option<Box<dyn Any + Send + Sync>>,
-}
-
-impl Drop for LaterRelease {
-    fn drop(&mut self) {
-        drop(self.lanes.take());
-        if self.retained {
-            release_primary(&self.driver, self.device);
-        }
     }
 }

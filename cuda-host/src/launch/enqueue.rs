@@ -17,15 +17,16 @@ use std::sync::Arc;
 
 /// The entry point a host function is launched through.
 #[derive(Clone, Copy)]
-pub(crate) enum HostFuncEntry {
+pub(crate) enum HostFuncEntry<'a> {
     /// `cuLaunchHostFunc`.
     Classic,
     /// `cuLaunchHostFunc_v2` with this `CUhostTaskSyncMode`.
     WithSyncMode(c_uint),
-    /// The polled engine (`crate::polled`), which the stream names, with the stream's id where it
-    /// is known already (not for a special stream, whose id depends on the calling thread).
+    /// The polled engine (`crate::polled`): the lanes of the stream's context, which the stream
+    /// names, with the stream's id where it is known already (not for a special stream, whose
+    /// id depends on the calling thread).
     Polled {
-        engine: &'static dyn PolledEngine,
+        engine: &'a dyn PolledEngine,
         stream_id: Option<u64>,
     },
 }
@@ -53,7 +54,7 @@ pub(crate) trait PolledEngine: Send + Sync {
     ) -> Result<()>;
 }
 
-impl HostFuncEntry {
+impl HostFuncEntry<'_> {
     /// Enqueues `function` with `data` on `stream` of `context` through this entry point.
     ///
     /// # Safety
@@ -95,7 +96,7 @@ pub(crate) fn run_once<P: RunOnce>(
     context: &Arc<ContextShared>,
     stream: CUstream,
     payload: P,
-    entry: HostFuncEntry,
+    entry: HostFuncEntry<'_>,
 ) -> Result<()> {
     let window = match open_window(context, stream) {
         Ok(window) => window,
@@ -158,7 +159,7 @@ pub(crate) unsafe fn pass_through(
     stream: CUstream,
     function: unsafe extern "C" fn(*mut c_void),
     pointer: *mut c_void,
-    entry: HostFuncEntry,
+    entry: HostFuncEntry<'_>,
 ) -> Result<()> {
     // A capture that took a pass-through launch of the driver's path would call the caller's
     // function on every launch of its graph: nothing to abandon, so a capture begun through

@@ -1,7 +1,10 @@
 //! The launch machinery: run-once records in launch slots under tickets, the trampolines the
 //! driver calls, the inboxes finished records wait in and the rules for dropping them, the
-//! capture check, and what happens when a context fails. The public objects (`objects`, `graph`)
-//! and `host_launch` enter it only through what this module re-exports.
+//! capture check, what happens when a context fails, and the context state records share. It
+//! names no feature: each feature keeps its per-context state with the public context
+//! (`objects`), and the polled engine reaches it as a value ([`PolledEngine`]). The public
+//! objects (`objects`, `graph`) and `host_launch` enter it only through what this module
+//! re-exports.
 //!
 //! # A record's life
 //!
@@ -66,7 +69,8 @@
 //!    launched, by a compare-and-swap naming the generation: a late or repeated call with a
 //!    stale ticket does nothing (`slot`, `slot_state`).
 //! 4. **A record holds its context** (`context_shared`), so no record outlives the context the
-//!    driver may still run it in; the context's release is never made on the driver's thread.
+//!    driver may still run it in; the context's release, and the free of its pinned memory
+//!    (`pinned`) before it, are made only where rules 1 and 2 allow.
 //! 5. **A thread drops only its own records**, so a thread that holds a lock is never made to
 //!    run another's `Drop` that needs it; an exited thread's records go to the shared list,
 //!    which every drain takes (`inboxes`).
@@ -97,6 +101,7 @@ outside_loom_models! {
     mod mark;
     mod panic_report;
     mod payload;
+    mod pinned;
     mod reclaim;
     mod record;
     mod slot;
@@ -109,7 +114,7 @@ outside_loom_models! {
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
         is_sticky, watch_stream,
     };
-    pub(crate) use context_shared::{ContextShared, with_context_current};
+    pub(crate) use context_shared::ContextShared;
     pub(crate) use enqueue::{
         HostFuncEntry, PolledEngine, pass_through, run_once,
     };
@@ -118,6 +123,7 @@ outside_loom_models! {
     pub(crate) use mark::{InHostFunction, ensure_outside_host_function};
     pub(crate) use panic_report::dispose as dispose_panic;
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
+    pub(crate) use pinned::{PAGE_BYTES, PinnedPage};
     pub(crate) use reclaim::{
         CaptureMark, call_outside_host_function, drop_when_allowed, outside_host_function,
         reclaim_on_launch, unless_capture_forbids,

@@ -4,12 +4,15 @@ use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::{
     ContextShared, abandon_if_failed_then_wait, drop_when_allowed, ensure_outside_host_function,
-    in_host_function, outside_host_function, reclaim,
+    in_host_function, outside_host_function, reclaim, unless_capture_forbids,
 };
-use cuda_host_sys::{CUcontext, CUdevice, Driver};
+use crate::points::ContextTracks;
+use crate::polled::ContextLanes;
+use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};
 use std::ffi::{CStr, c_char};
+use std::mem::ManuallyDrop;
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// A CUDA device of a loaded driver.
 #[derive(Debug, Clone)]
@@ -111,7 +114,51 @@ fn initialise(driver: &Driver) -> Result<()> {
 /// what keeps it alive: [`Context::borrow_raw_with_owner`]). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Context {
-    pub(crate) shared: Arc<ContextShared>,
+    state: Arc<ContextState>,
+}
+
+/// What the clones of one context share: the launch machinery's part ([`ContextShared`]), which
+/// its launch records keep too, and each feature's per-context state, made on first use and
+/// dropped before that part may let the context go (they hold its events and name its pinned
+/// memory).
+struct ContextState {
+    shared: ManuallyDrop<Arc<ContextShared>>,
+    /// Stream points: each stream's track of points (`crate::points`).
+    tracks: OnceLock<ContextTracks>,
+    /// The polled engine: each stream's lane (`crate::polled`).
+    lanes: OnceLock<ContextLanes>,
+}
+
+impl std::fmt::Debug for ContextState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&**self.shared, f)
+    }
+}
+
+impl ContextState {
+    fn new(shared: Arc<ContextShared>) -> ContextState {
+        ContextState {
+            shared: ManuallyDrop::new(shared),
+            tracks: OnceLock::new(),
+            lanes: OnceLock::new(),
+        }
+    }
+}
+
+impl Drop for ContextState {
+    fn drop(&mut self) {
+        drop(self.tracks.take());
+        drop(self.lanes.take());
+        // SAFETY: taken once, here; the field is not used again.
+        let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
+        // Letting go of the last reference frees the context's pinned memory and releases it,
+        // which a capture begun through cuda-host forbids (`launch::context_shared`); a host
+        // function never gets here (`Context`'s `Drop`).
+        let mut shared = Some(shared);
+        if unless_capture_forbids(|| drop(shared.take())).is_none() {
+            drop_when_allowed(shared);
+        }
+    }
 }
 
 impl Context {
@@ -126,12 +173,9 @@ impl Context {
         let mut raw = ptr::null_mut();
         // SAFETY: `raw` is a valid out-pointer; the device handle came from the driver.
         unsafe { checked!(driver, cuDevicePrimaryCtxRetain(&mut raw, device.handle)) }?;
+        let shared = ContextShared::retained_primary(Arc::clone(driver), device.handle, raw);
         Ok(Context {
-            shared: Arc::new(ContextShared::retained_primary(
-                Arc::clone(driver),
-                device.handle,
-                raw,
-            )),
+            state: Arc::new(ContextState::new(Arc::new(shared))),
         })
     }
 
@@ -203,23 +247,56 @@ impl Context {
         // SAFETY: per the caller.
         let shared = unsafe { ContextShared::borrowed(Arc::clone(driver), raw, keep_alive) }?;
         Ok(Context {
-            shared: Arc::new(shared),
+            state: Arc::new(ContextState::new(Arc::new(shared))),
         })
+    }
+
+    /// A context of this shared state, for tests against a fake driver.
+    #[cfg(test)]
+    pub(crate) fn of_shared(shared: Arc<ContextShared>) -> Context {
+        Context {
+            state: Arc::new(ContextState::new(shared)),
+        }
+    }
+
+    /// What the context shares with its launch records.
+    pub(crate) fn shared(&self) -> &Arc<ContextShared> {
+        &self.state.shared
+    }
+
+    /// The stream points of the context, made on first use.
+    pub(crate) fn tracks(&self) -> &ContextTracks {
+        self.state
+            .tracks
+            .get_or_init(|| ContextTracks::new(self.shared()))
+    }
+
+    /// The polled engine's lanes of the context, made on first use.
+    pub(crate) fn lanes(&self) -> &ContextLanes {
+        self.state.lanes.get_or_init(ContextLanes::default)
+    }
+
+    /// Tells the context's stream points, if any, that a synchronize of `stream` (of the whole
+    /// context, with `None`) returned.
+    pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
+        if let Some(tracks) = self.state.tracks.get() {
+            tracks.synchronized(stream);
+        }
     }
 
     /// The driver's handle.
     pub fn as_raw(&self) -> CUcontext {
-        self.shared.raw()
+        self.shared().raw()
     }
 
     /// The driver it belongs to.
     pub fn driver(&self) -> &Arc<Driver> {
-        self.shared.driver_arc()
+        self.shared().driver_arc()
     }
 
     /// The device's handle.
     pub fn device(&self) -> CUdevice {
-        self.shared.device()
+        self.shared().device()
     }
 
     /// Makes this context current on the calling thread, for raw driver calls that use the
@@ -230,7 +307,7 @@ impl Context {
     #[doc(alias = "cuCtxSetCurrent")]
     pub fn bind_to_thread(&self) -> Result<()> {
         ensure_outside_host_function("Context::bind_to_thread")?;
-        self.shared.bind_to_thread()
+        self.shared().bind_to_thread()
     }
 
     /// Waits until all work of the context has finished, then reclaims finished launch records.
@@ -241,10 +318,10 @@ impl Context {
     #[doc(alias = "cuCtxSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Context::synchronize")?;
-        let driver = self.shared.driver();
+        let driver = self.shared().driver();
         // A drop error stored earlier may be the failure itself: answered here, it waits too.
-        let synchronized = self.shared.take_drop_error().and_then(|()| {
-            self.shared
+        let synchronized = self.shared().take_drop_error().and_then(|()| {
+            self.shared()
                 .with_current(|| {
                     // SAFETY: no arguments; the context is current.
                     Ok(unsafe { checked!(driver, cuCtxSynchronize()) })
@@ -252,8 +329,8 @@ impl Context {
                 .and_then(|answer| answer.map_err(Error::from))
         });
         match synchronized.as_ref().err().and_then(Error::driver_result) {
-            None if synchronized.is_ok() => self.shared.synchronized(None),
-            Some(result) => abandon_if_failed_then_wait(&self.shared, result, None),
+            None if synchronized.is_ok() => self.synchronized(None),
+            Some(result) => abandon_if_failed_then_wait(self.shared(), result, None),
             None => {}
         }
         reclaim();
@@ -267,7 +344,7 @@ impl Drop for Context {
         // the reference goes to a caller's thread (`launch::context_shared` says why this is the
         // one place that needs it).
         if in_host_function() {
-            drop_when_allowed(Arc::clone(&self.shared));
+            drop_when_allowed(Arc::clone(&self.state));
         }
     }
 }

@@ -38,7 +38,7 @@ impl Event {
     #[doc(alias = "cuEventCreate")]
     pub fn new(context: &Context, flags: EventFlags) -> Result<Event> {
         ensure_outside_host_function("Event::new")?;
-        let shared = &context.shared;
+        let shared = context.shared();
         shared.take_drop_error()?;
         let flags = match flags {
             EventFlags::Timing => CUevent_flags::CU_EVENT_DEFAULT,
@@ -68,7 +68,7 @@ impl Event {
     pub fn record(&self, stream: &Stream) -> Result<()> {
         ensure_outside_host_function("Event::record")?;
         stream.with_stream_context(|| {
-            let driver = self.context.shared.driver();
+            let driver = self.context.shared().driver();
             // SAFETY: both handles are valid while their owners exist.
             Ok(unsafe { checked!(driver, cuEventRecord(self.raw, stream.as_raw())) }?)
         })
@@ -81,7 +81,7 @@ impl Event {
     #[doc(alias = "cuEventSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Event::synchronize")?;
-        let shared = &self.context.shared;
+        let shared = self.context.shared();
         shared.take_drop_error()?;
         // SAFETY: the handle is valid while `self` exists.
         let synchronized = unsafe { checked!(shared.driver(), cuEventSynchronize(self.raw)) };
@@ -100,7 +100,7 @@ impl Event {
     #[doc(alias = "cuEventQuery")]
     pub fn is_complete(&self) -> Result<bool> {
         ensure_outside_host_function("Event::is_complete")?;
-        let shared = &self.context.shared;
+        let shared = self.context.shared();
         // SAFETY: the handle is valid while `self` exists.
         match unsafe { checked!(shared.driver(), cuEventQuery(self.raw)) } {
             Ok(()) => Ok(true),
@@ -120,7 +120,7 @@ impl Event {
     #[doc(alias = "cuEventElapsedTime")]
     pub fn elapsed_since(&self, start: &Event) -> Result<Duration> {
         ensure_outside_host_function("Event::elapsed_since")?;
-        let driver = self.context.shared.driver();
+        let driver = self.context.shared().driver();
         let mut milliseconds = 0.0f32;
         // SAFETY: both handles are valid while their owners exist; the out-pointer is valid.
         unsafe {
@@ -137,7 +137,7 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        destroy_later(&self.context.shared, "event", self.raw, |context, raw| {
+        destroy_later(self.context.shared(), "event", self.raw, |context, raw| {
             // SAFETY: the event was created by `Event::new` and is destroyed once.
             unsafe { checked!(context.driver(), cuEventDestroy_v2(raw)) }
         });
@@ -170,9 +170,7 @@ mod tests {
                 (c"cuEventDestroy_v2", fail_to_destroy as *mut c_void),
             ])
         };
-        let context = Context {
-            shared: fake_driver::context(&driver),
-        };
+        let context = Context::of_shared(fake_driver::context(&driver));
         let event = Event::new(&context, EventFlags::DisableTiming).expect("created");
         drop(event);
         let error = Event::new(&context, EventFlags::DisableTiming).unwrap_err();

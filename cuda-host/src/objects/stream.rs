@@ -73,7 +73,7 @@ impl Stream {
     #[doc(alias = "cuStreamCreate")]
     pub fn new(context: &Context, flags: StreamFlags) -> Result<Stream> {
         ensure_outside_host_function("Stream::new")?;
-        let shared = &context.shared;
+        let shared = context.shared();
         shared.take_drop_error()?;
         let flags = match flags {
             StreamFlags::Blocking => CUstream_flags::CU_STREAM_DEFAULT,
@@ -195,7 +195,7 @@ impl Stream {
         crate::polled::start()?;
         self.with_stream_context(|| {
             let id = self.id()?;
-            crate::polled::prepare_lane(&self.context.shared, id)
+            self.context.lanes().prepare(self.context.shared(), id)
         })
     }
 
@@ -205,11 +205,11 @@ impl Stream {
     }
 
     /// The entry point a plain launch on this stream goes through.
-    pub(crate) fn host_func_entry(&self) -> HostFuncEntry {
+    pub(crate) fn host_func_entry(&self) -> HostFuncEntry<'_> {
         match self.host_engine {
             HostEngine::Driver => HostFuncEntry::Classic,
             HostEngine::Polled => HostFuncEntry::Polled {
-                engine: crate::polled::engine(),
+                engine: self.context.lanes(),
                 stream_id: Some(self.id.load(Ordering::Relaxed)).filter(|&id| id != 0),
             },
         }
@@ -222,7 +222,7 @@ impl Stream {
 
     /// What the stream's context shares with its launch records.
     pub(crate) fn shared_context(&self) -> &std::sync::Arc<ContextShared> {
-        &self.context.shared
+        self.context.shared()
     }
 
     /// The stream's id (`cuStreamGetId`), unique for the life of the process; a special
@@ -237,7 +237,7 @@ impl Stream {
         // SAFETY: the stream handle is valid while `self` exists; a valid out-pointer.
         unsafe {
             checked!(
-                self.context.shared.driver(),
+                self.context.shared().driver(),
                 cuStreamGetId(self.raw, &mut id)
             )
         }?;
@@ -260,7 +260,7 @@ impl Stream {
     /// the current context, their context is made current for the call (and what was current
     /// restored).
     pub(crate) fn with_stream_context<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
-        let shared = &self.context.shared;
+        let shared = self.context.shared();
         shared.take_drop_error()?;
         if self.ownership == Ownership::Special {
             shared.with_current(call)
@@ -282,13 +282,13 @@ impl Stream {
     #[doc(alias = "cuStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Stream::synchronize")?;
-        let shared = &self.context.shared;
+        let shared = self.context.shared();
         let synchronized = self.with_stream_context(|| {
             // SAFETY: the stream handle is valid while `self` exists.
             let synchronized = unsafe { checked!(shared.driver(), cuStreamSynchronize(self.raw)) };
             if synchronized.is_ok() {
                 // Where the special streams resolve against the current context.
-                shared.synchronized(Some(self.raw));
+                self.context.synchronized(Some(self.raw));
             }
             Ok(synchronized)
         });
@@ -308,7 +308,7 @@ impl Stream {
     #[doc(alias = "cuStreamQuery")]
     pub fn is_complete(&self) -> Result<bool> {
         ensure_outside_host_function("Stream::is_complete")?;
-        let shared = &self.context.shared;
+        let shared = self.context.shared();
         let queried = self.with_stream_context(|| {
             // SAFETY: the stream handle is valid while `self` exists.
             Ok(unsafe { checked!(shared.driver(), cuStreamQuery(self.raw)) })
@@ -338,7 +338,7 @@ impl Stream {
     pub fn wait_event(&self, event: &Event) -> Result<()> {
         ensure_outside_host_function("Stream::wait_event")?;
         self.with_stream_context(|| {
-            let driver = self.context.shared.driver();
+            let driver = self.context.shared().driver();
             // SAFETY: both handles are valid while their owners exist.
             Ok(unsafe { checked!(driver, cuStreamWaitEvent(self.raw, event.as_raw(), 0)) }?)
         })
@@ -353,7 +353,7 @@ impl Stream {
     #[doc(alias = "cuStreamIsCapturing")]
     pub fn capture_state(&self) -> Result<Option<CaptureState>> {
         ensure_outside_host_function("Stream::capture_state")?;
-        self.with_stream_context(|| capture_state(self.context.shared.driver(), self.raw))
+        self.with_stream_context(|| capture_state(self.context.shared().driver(), self.raw))
     }
 }
 
@@ -371,7 +371,7 @@ impl Drop for Stream {
                 log::debug!("a stream wrapper dropped inside a host function is not watched");
                 return;
             }
-            let shared = &self.context.shared;
+            let shared = self.context.shared();
             let watched = self.with_stream_context(|| {
                 watch_stream(shared, self.raw);
                 Ok(())
@@ -387,9 +387,9 @@ impl Drop for Stream {
         // the context fails first, they never run: the watch, added before the destruction,
         // reclaims them. The handle is this value's own, so both may be deferred from a host
         // function, together.
-        let watch = launched.then(|| std::sync::Arc::clone(&self.context.shared));
+        let watch = launched.then(|| std::sync::Arc::clone(self.context.shared()));
         destroy_later(
-            &self.context.shared,
+            self.context.shared(),
             "stream",
             self.raw,
             move |context, raw| {

@@ -3,15 +3,12 @@
 
 use crate::error::Result;
 use crate::launch::Look;
-use crate::launch::{
-    drop_when_allowed, ensure_outside_host_function, in_host_function, reclaim_on_launch,
-};
+use crate::launch::{ensure_outside_host_function, in_host_function, reclaim_on_launch};
 use crate::objects::Stream;
 use crate::points::{Mark, mark, watcher};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
 /// Marks a point on `stream` now and returns a future that completes once the stream has passed
@@ -126,14 +123,8 @@ impl Future for StreamPoint {
 
 impl Drop for StreamPoint {
     fn drop(&mut self) {
+        // The mark's context defers itself when dropped where it may not go (`Context`).
         self.forget();
-        if let Some(mark) = self.mark.take()
-            && in_host_function()
-        {
-            // The point holds its context, whose release is a driver call: not made on the
-            // driver's thread.
-            drop_when_allowed(Arc::clone(&mark.context));
-        }
     }
 }
 

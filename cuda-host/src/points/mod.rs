@@ -2,8 +2,8 @@
 //! Two features are made of them: releasing a value in stream order
 //! ([`release_in_stream_order`]) and awaiting a stream ([`StreamPoint`]).
 //!
-//! The map: `tracks` holds a context's stream points ([`ContextTracks`], kept in the context's
-//! shared state) and each stream's sequence of points with their events; `release` and `future`
+//! The map: `tracks` holds a context's stream points ([`ContextTracks`], kept with the context:
+//! `objects::context`) and each stream's sequence of points with their events; `release` and `future`
 //! are the two features, both marking a point with [`mark`] here; `watcher` is the thread that
 //! wakes futures, each track keeping its waiting futures in `waiters`. Released values wait in
 //! the launch machinery's held queues (`crate::launch::hold_until`), which look at a track
@@ -80,15 +80,15 @@ pub use release::{Unreleased, release_in_stream_order};
 pub(crate) use tracks::ContextTracks;
 
 use crate::error::{Error, Result};
-use crate::launch::{ContextShared, LaunchWindow, Look, Progress, abandon_if_failed, has_failed};
-use crate::objects::Stream;
+use crate::launch::{LaunchWindow, Look, Progress, abandon_if_failed, has_failed};
+use crate::objects::{Context, Stream};
 use std::sync::Arc;
 use tracks::Track;
 
-/// A point marked on a stream: its context (kept retained, which keeps the track's events), its
-/// track and its number.
+/// A point marked on a stream: its context (kept, which keeps the track's events), its track and
+/// its number.
 pub(crate) struct Mark {
-    context: Arc<ContextShared>,
+    context: Context,
     track: Arc<Track>,
     point: u64,
 }
@@ -104,7 +104,7 @@ impl Mark {
         };
         if passed >= self.point {
             Some(Ok(()))
-        } else if has_failed(self.context.raw().addr()) {
+        } else if has_failed(self.context.as_raw().addr()) {
             // Passed after all between the two looks? Then it counts as passed.
             let passed = match look {
                 Some(_) => self.track.look_for(self.point, Look::Fresh),
@@ -143,12 +143,13 @@ fn mark(stream: &Stream) -> Result<Mark> {
             other => noted(other),
         })?;
         let stream_id = stream.id().map_err(|error| noted(error.into()))?;
-        let marked = shared
-            .stream_points()
+        let marked = stream
+            .context()
+            .tracks()
             .mark(shared, window.stream(), stream_id)
             .map_err(noted)?;
         Ok(Mark {
-            context: Arc::clone(shared),
+            context: stream.context().clone(),
             track: marked.track,
             point: marked.point,
         })

@@ -69,7 +69,15 @@ pub fn release_in_stream_order<T: Send + 'static>(
     stream.note_launch();
     match mark(stream) {
         Ok(mark) => {
-            hold_until(progress(&mark.track), mark.context, mark.point, value);
+            // The value keeps its context, whose tracks hold the events its drains look at,
+            // however long it outlives the caller's stream and context values.
+            let shared = std::sync::Arc::clone(mark.context.shared());
+            hold_until(
+                progress(&mark.track),
+                shared,
+                mark.point,
+                (value, mark.context),
+            );
             Ok(())
         }
         Err(error) => Err(Unreleased { error, value }),

@@ -46,8 +46,9 @@
 //! marked a point on (`LAST_TRACK`), so that threads marking on streams of one context do not
 //! meet in the context's table.
 //!
-//! The events belong to the context's shared state (`ContextShared::stream_points`) and are
-//! destroyed before the context is released; the driver lets an event still pending go once it
+//! The events belong to the context's tracks, which the context's state keeps (`objects::context`)
+//! and every holder of a point keeps with it (a future, a released value); they are destroyed
+//! before the context is released, and the driver lets an event still pending go once it
 //! completed.
 
 use crate::checked::checked;
@@ -354,8 +355,8 @@ impl Track {
                 None => return Answer::Failed,
             }
         };
-        // SAFETY: the event lives while the context's shared state does, which whoever looks
-        // keeps (see the module's comment); it holds `point`'s record, which was not a capture's.
+        // SAFETY: the event lives while the context's tracks do, which whoever looks keeps
+        // (see the module's comment); it holds `point`'s record, which was not a capture's.
         let result = unsafe { self.driver.cuEventQuery(event) };
         match result {
             CUresult::CUDA_SUCCESS => Answer::Passed,

@@ -19,16 +19,16 @@
 //! is never lent again, and its page is never freed (a graph may run any time): 4 KiB of pinned
 //! memory kept for the life of the process per page holding one, counted in
 //! [`PolledEngineCounts`](super::PolledEngineCounts).
+//!
+//! **Pages.** The words live in pages of the context's pinned memory (`launch::pinned`), freed
+//! only when the context is released, once no record of it is left: a page freed earlier could
+//! wait for the device while a host function of the context waits for the freeing thread.
 
-use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{Error, Result};
-use crate::launch::{ContextShared, unless_capture_forbids, with_context_current};
+use crate::launch::{ContextShared, PAGE_BYTES, PinnedPage, unless_capture_forbids};
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
-use cuda_host_sys::{
-    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUdeviceptr, Driver,
-};
+use cuda_host_sys::CUdeviceptr;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -39,8 +39,7 @@ pub(super) static RETIRED_LANES: AtomicU64 = AtomicU64::new(0);
 /// Pages kept for the life of the process, because they hold a retired lane.
 pub(super) static KEPT_PAGES: AtomicU64 = AtomicU64::new(0);
 
-/// Bytes of pinned memory per page: 512 lanes of two words.
-const PAGE_BYTES: usize = 4096;
+/// Lanes per page of pinned memory: 512 of two words.
 const LANES_PER_PAGE: usize = PAGE_BYTES / (2 * size_of::<u32>());
 
 /// A host function waiting in a lane: its number and what to call: nothing for a number a
@@ -55,7 +54,7 @@ pub(super) struct Waiting {
 unsafe impl Send for Waiting {}
 
 /// A lane's two words in pinned memory, as the host sees them, valid while the context's shared
-/// state lives (whoever holds a copy holds that state). Copied by the server into its own list,
+/// state lives (whoever holds a copy holds that state: its pages are freed with it). Copied by the server into its own list,
 /// so that its polling reads only its own memory and the pinned page, never a line an enqueue
 /// writes.
 #[derive(Clone, Copy)]
@@ -153,42 +152,24 @@ impl Lane {
     }
 }
 
-struct Page {
-    host: *mut c_void,
-    /// Whether one of its lanes is retired: the page is never freed.
-    kept: bool,
-}
-
-/// The lanes of one context.
+/// The lanes of one context: a stream's state of the engine, found through its context's state
+/// (`objects::context`).
+#[derive(Default)]
 pub(crate) struct ContextLanes {
-    driver: Arc<Driver>,
-    context: CUcontext,
     state: Mutex<State>,
 }
 
-// SAFETY: the raw pointers are the context's handle and pinned allocations, valid on any thread.
-unsafe impl Send for ContextLanes {}
-// SAFETY: as above; the mutable state is behind the mutex.
-unsafe impl Sync for ContextLanes {}
-
 #[derive(Default)]
 struct State {
-    pages: Vec<Page>,
+    /// The context's pages that hold its lanes, in the order lanes name them.
+    pages: Vec<PinnedPage>,
     leases: StreamLeases<Lane>,
 }
 
-// SAFETY: pages are pinned allocations, valid on any thread.
+// SAFETY: the pages are pinned allocations, valid on any thread.
 unsafe impl Send for State {}
 
 impl ContextLanes {
-    pub(crate) fn new(context: &ContextShared) -> ContextLanes {
-        ContextLanes {
-            driver: Arc::clone(context.driver_arc()),
-            context: context.raw(),
-            state: Mutex::new(State::default()),
-        }
-    }
-
     /// The lane of the stream `stream_id`, given one if it has none.
     ///
     /// # Errors
@@ -199,88 +180,57 @@ impl ContextLanes {
         let pages = &mut state.pages;
         state.leases.of(stream_id, || {
             let index = pages.len();
-            let allocated =
-                unless_capture_forbids(|| shared.with_current(|| self.allocate_page(index)))
-                    .ok_or(Error::AllocationInCapture {
-                        what: "a page of the polled engine's lanes",
-                    })?;
-            let (page, lanes) = allocated?;
+            let page = unless_capture_forbids(|| shared.allocate_pinned_page()).ok_or(
+                Error::AllocationInCapture {
+                    what: "a page of the polled engine's lanes",
+                },
+            )??;
             pages.push(page);
-            Ok(lanes)
+            Ok(lanes_of_page(page, index))
         })
     }
 
     /// Retires `lane`, whose stream `stream_id` a capture took a batch of (see the module's
     /// documentation): the stream gets another lane at its next launch, and the lane's page is
     /// kept for the life of the process. The lane's state says it is retired already.
-    pub(super) fn retire(&self, stream_id: u64, lane: &Arc<Lane>) {
+    pub(super) fn retire(&self, shared: &ContextShared, stream_id: u64, lane: &Arc<Lane>) {
         let state = &mut *lock(&self.state);
         if state.leases.forget(stream_id, lane) {
-            state.pages[lane.page].kept = true;
             RETIRED_LANES.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// A page of lanes, all words zero, the `page_index`-th of the context. The context is current.
-    fn allocate_page(&self, page_index: usize) -> Result<(Page, Vec<Arc<Lane>>)> {
-        let driver = &*self.driver;
-        let mut host: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; the context is current.
-        unsafe {
-            checked!(
-                driver,
-                cuMemHostAlloc(
-                    &mut host,
-                    PAGE_BYTES,
-                    CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE
-                )
-            )
-        }?;
-        let mut device: CUdeviceptr = 0;
-        // SAFETY: `host` was allocated with DEVICEMAP just above; a valid out-pointer.
-        let mapped =
-            unsafe { checked!(driver, cuMemHostGetDevicePointer_v2(&mut device, host, 0)) };
-        if let Err(error) = mapped {
-            // SAFETY: allocated above, never handed out.
-            if let Err(freed) = unsafe { checked!(driver, cuMemFreeHost(host)) } {
-                logged!(error!(
-                    "cannot free a page of the polled engine's lanes: {freed}"
-                ));
+            if shared.keep_pinned_page(state.pages[lane.page]) {
+                KEPT_PAGES.fetch_add(1, Ordering::Relaxed);
             }
-            return Err(error.into());
         }
-        let lanes = (0..LANES_PER_PAGE)
-            .map(|index| {
-                // SAFETY: in bounds of the page; pinned allocations are page-aligned, so each
-                // word is 4-byte aligned.
-                let sequence = unsafe { host.cast::<AtomicU32>().add(2 * index) };
-                // SAFETY: as above, the word after it.
-                let acknowledged = unsafe { sequence.add(1) };
-                // SAFETY: as above; nothing else touches the fresh page yet.
-                unsafe {
-                    sequence.write(AtomicU32::new(0));
-                    acknowledged.write(AtomicU32::new(0));
-                }
-                Arc::new(Lane {
-                    words: Words {
-                        sequence,
-                        acknowledged,
-                    },
-                    device: device + (2 * index * size_of::<u32>()) as CUdeviceptr,
-                    state: Mutex::new(LaneState {
-                        owner: None,
-                        issued: 0,
-                        retired: false,
-                    }),
-                    queue: Mutex::new(VecDeque::new()),
-                    served: AtomicBool::new(false),
-                    page: page_index,
-                    retired: AtomicBool::new(false),
-                })
-            })
-            .collect();
-        Ok((Page { host, kept: false }, lanes))
     }
+}
+
+/// The lanes of `page`, the `page_index`-th of the context, whose words are all zero.
+fn lanes_of_page(page: PinnedPage, page_index: usize) -> Vec<Arc<Lane>> {
+    (0..LANES_PER_PAGE)
+        .map(|index| {
+            // SAFETY: in bounds of the page; pinned allocations are page-aligned, so each word
+            // is 4-byte aligned; the page is zero, a valid `AtomicU32` each.
+            let sequence = unsafe { page.host.cast::<AtomicU32>().add(2 * index) };
+            // SAFETY: as above, the word after it.
+            let acknowledged = unsafe { sequence.add(1) };
+            Arc::new(Lane {
+                words: Words {
+                    sequence,
+                    acknowledged,
+                },
+                device: page.device + (2 * index * size_of::<u32>()) as CUdeviceptr,
+                state: Mutex::new(LaneState {
+                    owner: None,
+                    issued: 0,
+                    retired: false,
+                }),
+                queue: Mutex::new(VecDeque::new()),
+                served: AtomicBool::new(false),
+                page: page_index,
+                retired: AtomicBool::new(false),
+            })
+        })
+        .collect()
 }
 
 impl StreamLease for Lane {
@@ -301,40 +251,5 @@ impl StreamLease for Lane {
         }
         state.owner = None;
         true
-    }
-}
-
-impl Drop for ContextLanes {
-    fn drop(&mut self) {
-        // No lane is served now: the server holds the context while it serves one. A retired
-        // lane's page is kept: a graph may write into it whenever it runs.
-        let (kept, pages): (Vec<Page>, Vec<Page>) = std::mem::take(&mut lock(&self.state).pages)
-            .into_iter()
-            .partition(|page| page.kept);
-        KEPT_PAGES.fetch_add(kept.len() as u64, Ordering::Relaxed);
-        if pages.is_empty() {
-            return;
-        }
-        let driver = &*self.driver;
-        let free_pages = || {
-            for page in pages {
-                // SAFETY: allocated by `allocate_page`, freed once; no stream waits on it any
-                // more (every number enqueued was acknowledged before the server let the context
-                // go). The context is current.
-                if let Err(error) = unsafe { checked!(driver, cuMemFreeHost(page.host)) } {
-                    logged!(error!(
-                        "cannot free a page of the polled engine's lanes: {error}"
-                    ));
-                }
-            }
-            Ok(())
-        };
-        // SAFETY: this context is still retained by the shared state being dropped.
-        let current = unsafe { with_context_current(driver, self.context, free_pages) };
-        if let Err(error) = current {
-            logged!(error!(
-                "cannot free the polled engine's lanes of a context: {error}"
-            ));
-        }
     }
 }

@@ -69,21 +69,12 @@ use crate::sync::lock;
 use cuda_host_sys::{
     CUstream, CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags,
 };
-use lanes::{ContextLanes, Waiting};
+use lanes::Waiting;
 use std::ffi::c_void;
 use std::sync::Arc;
 
+pub(crate) use lanes::ContextLanes;
 pub use server::{PolledEngineCounts, polled_engine_counts};
-
-/// The engine: stateless here; the lanes live with their contexts, the server is one thread.
-struct Engine;
-
-static ENGINE: Engine = Engine;
-
-/// The engine, which a polled stream names in its launches' entry.
-pub(crate) fn engine() -> &'static dyn PolledEngine {
-    &ENGINE
-}
 
 /// Starts the engine's server unless it runs.
 ///
@@ -93,18 +84,19 @@ pub(crate) fn start() -> Result<()> {
     server::start()
 }
 
-/// Gives the stream `stream_id` of `context` its lane, if it has none yet. The context is
-/// current where it must be for an allocation.
-pub(crate) fn prepare_lane(context: &Arc<ContextShared>, stream_id: u64) -> Result<()> {
-    lanes_of(context).lane_of(context, stream_id).map(drop)
+impl ContextLanes {
+    /// Gives the stream `stream_id` of `context`, whose lanes these are, its lane if it has
+    /// none yet.
+    ///
+    /// # Errors
+    /// As [`ContextLanes::lane_of`].
+    pub(crate) fn prepare(&self, context: &ContextShared, stream_id: u64) -> Result<()> {
+        self.lane_of(context, stream_id).map(drop)
+    }
 }
 
-/// The lanes of `context`, their table made on first use.
-fn lanes_of(context: &ContextShared) -> &ContextLanes {
-    context.polled_lanes(|| ContextLanes::new(context))
-}
-
-impl PolledEngine for Engine {
+/// A polled stream's launches name its context's lanes as their engine.
+impl PolledEngine for ContextLanes {
     unsafe fn enqueue(
         &self,
         context: &Arc<ContextShared>,
@@ -125,14 +117,14 @@ impl PolledEngine for Engine {
                 id
             }
         };
-        let lanes = lanes_of(context);
+        let lanes = self;
         loop {
             let lane = lanes.lane_of(context, stream_id)?;
             let mut state = lock(&lane.state);
             if state.retired {
                 // Retired between the look-up and the lock: the stream gets another.
                 drop(state);
-                lanes.retire(stream_id, &lane);
+                lanes.retire(context, stream_id, &lane);
                 continue;
             }
             if state.owner != Some(stream_id) {
@@ -186,7 +178,7 @@ impl PolledEngine for Engine {
             };
             drop(state);
             if refused.is_some() {
-                lanes.retire(stream_id, &lane);
+                lanes.retire(context, stream_id, &lane);
             }
             server::serve(&lane, context);
             return refused.map_or(Ok(()), Err);
