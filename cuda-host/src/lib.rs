@@ -114,6 +114,7 @@ outside_loom_models! {
     mod points;
     mod polled;
     mod stream_leases;
+    mod tracks;
 
     pub use cuda_host_sys as sys;
     pub use cuda_host_sys;

@@ -76,7 +76,10 @@ impl PinnedPages {
     /// Whether it was not kept already.
     pub(crate) fn keep(&self, page: PinnedPage) -> bool {
         let mut pages = lock(&self.pages);
-        match pages.iter_mut().find(|allocated| allocated.host == page.host) {
+        match pages
+            .iter_mut()
+            .find(|allocated| allocated.host == page.host)
+        {
             Some(allocated) if !allocated.kept => {
                 allocated.kept = true;
                 true
@@ -88,7 +91,11 @@ impl PinnedPages {
     /// Frees every page not kept. The context must be current, and no stream may use the pages
     /// any more: its last object and record are gone.
     pub(crate) fn free_all(&mut self, driver: &Driver) {
-        let pages = std::mem::take(self.pages.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        let pages = std::mem::take(
+            self.pages
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
         for page in pages.into_iter().filter(|page| !page.kept) {
             free(driver, page.host);
         }
@@ -96,7 +103,10 @@ impl PinnedPages {
 
     /// Whether any page was allocated and not kept.
     pub(crate) fn any_to_free(&mut self) -> bool {
-        let pages = self.pages.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let pages = self
+            .pages
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         pages.iter().any(|page| !page.kept)
     }
 }

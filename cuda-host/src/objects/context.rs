@@ -6,8 +6,8 @@ use crate::launch::{
     ContextShared, abandon_if_failed_then_wait, drop_when_allowed, ensure_outside_host_function,
     in_host_function, outside_host_function, reclaim, unless_capture_forbids,
 };
-use crate::points::ContextTracks;
 use crate::polled::ContextLanes;
+use crate::tracks::ContextTracks;
 use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};
 use std::ffi::{CStr, c_char};
 use std::mem::ManuallyDrop;

@@ -2,20 +2,19 @@
 //! Two features are made of them: releasing a value in stream order
 //! ([`release_in_stream_order`]) and awaiting a stream ([`StreamPoint`]).
 //!
-//! The map: `tracks` holds a context's stream points ([`ContextTracks`], kept with the context:
-//! `objects::context`) and each stream's sequence of points with their events; `release` and `future`
-//! are the two features, both marking a point with [`mark`] here; `watcher` is the thread that
-//! wakes futures, each track keeping its waiting futures in `waiters`. Released values wait in
-//! the launch machinery's held queues (`crate::launch::hold_until`), which look at a track
-//! through [`Progress`]; every look is a
-//! [`Look`].
+//! The map: [`mark`] here marks a point on a stream's track (`crate::tracks`: a context's
+//! tracks of events, kept with the context, and the watcher thread that wakes futures);
+//! `release` and `future` are the two features. Released values wait in the launch machinery's
+//! held queues (`crate::launch::hold_until`), which look at a track through [`Progress`]; every
+//! look is a [`Look`]. How a point is recorded and seen passed (one event a point, exact, with
+//! no cap; looks that never break a capture) is `crate::tracks`'s.
 //!
 //! **Why not a host function.** A host function between two kernels costs the stream 17–45 µs on
 //! an H200 (`docs/PERFORMANCE.md`): the driver's host-function thread must wake, run it and
 //! report back before the next kernel may start. A point is one `cuEventRecord` of an event of
-//! its own (`tracks`), which costs the enqueuing thread 0.13 µs; the host sees the point passed
-//! once a query of that event, or of a later point's, answers that it completed. The stream
-//! never waits for the host. Between two kernels on the H200 a release point costs the stream
+//! its own, which costs the enqueuing thread 0.13 µs; the host sees the point passed once a
+//! query of that event, or of a later point's, answers that it completed. The stream never
+//! waits for the host. Between two kernels on the H200 a release point costs the stream
 //! 0.8–1.4 µs, a future point 1.2–2.4 µs, most of it the watcher's queries slowing the thread
 //! that enqueues (`benches/stream_points.rs`, `docs/PERFORMANCE.md`).
 //!
@@ -24,17 +23,6 @@
 //! query, but it costs the enqueuing thread 0.8 µs, and when enqueuing is what holds a stream
 //! back, the stream pays it all: 0.9–1.3 µs between two kernels, before anything cuda-host adds.
 //! Events are cheap to mark; looks query one event while the stream has not got further.
-//!
-//! **Exact.** Each point has an event of its own until it is seen passed (no ring that a later
-//! point records again), so a point is seen passed at the first look after its stream passed
-//! it, however many points follow it, and never before; there is no cap on the points in flight.
-//!
-//! **Looks never break a capture.** An event query is a "potentially unsafe" call: made in the
-//! driver's default capture interaction mode while any thread captures in global mode, it is
-//! refused and invalidates that capture. Every look runs in the relaxed mode, set for the query
-//! and given back (`tracks`), also while it gives events back to the driver; marking a point
-//! (`cuEventRecord` on a stream that is not capturing) and making a track's events are allowed
-//! during captures (measured on the 13.0 driver, `docs/probes/capture_event_calls.c`).
 //!
 //! **Captures: refused.** A point on a stream that is being captured would become a node of the
 //! graph, which records it on every launch or never: a value released there would belong to the
@@ -46,7 +34,7 @@
 //! (and, once it ended, answer that it completed, whatever the stream did). So the stream is
 //! asked again after the record: if it is capturing, the point is refused in the same way and
 //! its event retired, never queried or recorded again; no look sees the event before that
-//! answer (`tracks`). Not seen: a capture that other code begins and also ends between the
+//! answer (`crate::tracks`). Not seen: a capture that other code begins and also ends between the
 //! record and that question, on a stream cuda-host is marking at that moment; its point would
 //! be seen passed at the next look.
 //!
@@ -71,19 +59,15 @@
 
 mod future;
 mod release;
-mod tracks;
-mod waiters;
-mod watcher;
 
 pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
-pub(crate) use tracks::ContextTracks;
 
 use crate::error::{Error, Result};
 use crate::launch::{LaunchWindow, Look, Progress, abandon_if_failed, has_failed};
 use crate::objects::{Context, Stream};
+use crate::tracks::{Track, watcher};
 use std::sync::Arc;
-use tracks::Track;
 
 /// A point marked on a stream: its context (kept, which keeps the track's events), its track and
 /// its number.

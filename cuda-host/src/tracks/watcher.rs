@@ -37,8 +37,8 @@ use crate::contained_log::logged;
 use crate::error::Result;
 use crate::launch::{Look, dispose_panic, has_failed};
 use crate::own_thread::OwnThread;
-use crate::points::tracks::Track;
 use crate::sync::lock;
+use crate::tracks::track::Track;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -89,7 +89,7 @@ static THREAD: OwnThread = OwnThread::new("cuda-host-watch", run);
 ///
 /// # Errors
 /// [`Error::ThreadStart`](crate::Error::ThreadStart) when it cannot be started.
-pub(super) fn ensure_running() -> Result<()> {
+pub(crate) fn ensure_running() -> Result<()> {
     THREAD.get().map(|_| ())
 }
 
@@ -99,7 +99,7 @@ pub(super) fn ensure_running() -> Result<()> {
 /// # Errors
 /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher thread cannot be started:
 /// nothing would wake the future.
-pub(super) fn register(
+pub(crate) fn register(
     track: &Arc<Track>,
     point: u64,
     waker: &Waker,
@@ -130,13 +130,13 @@ pub(super) fn register(
 }
 
 /// Takes back the registration `id` of `track`, if the watcher has not woken it yet.
-pub(super) fn forget(track: &Track, id: u64) {
+pub(crate) fn forget(track: &Track, id: u64) {
     let waker = lock(&track.waiters).remove(id);
     drop(waker);
 }
 
 /// Registered futures, whether the thread is parked, and how often it parked.
-pub(super) fn counts() -> (usize, bool, u64) {
+pub(crate) fn counts() -> (usize, bool, u64) {
     let listed = lock(&WATCHER.listed);
     let waiting = listed
         .tracks

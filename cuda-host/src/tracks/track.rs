@@ -57,9 +57,9 @@ use crate::error::{Error, Result};
 use crate::launch::{
     ContextShared, Look, Progress, RelaxedCaptureMode, abandon_context_if_failed, capture_state,
 };
-use crate::points::waiters::Waiters;
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
+use crate::tracks::waiters::Waiters;
 use cuda_host_sys::{CUcontext, CUevent, CUevent_flags, CUresult, CUstream, Driver};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -214,13 +214,13 @@ impl Track {
     /// The highest point seen passed, after looking at the events if there are points not seen
     /// passed and `look` says so. A look [`Look::Fresh`] is this call's own (it waits for another
     /// thread's look to end), so it sees what the stream finished before it.
-    pub(super) fn look(&self, look: Look) -> u64 {
+    pub(crate) fn look(&self, look: Look) -> u64 {
         self.look_for(self.high.load(Ordering::Acquire) + 1, look)
     }
 
     /// [`look`](Self::look) for someone who needs `point` only: nothing is queried once it is
     /// known passed, and a look that finds it pending queries nothing else.
-    pub(super) fn look_for(&self, point: u64, look: Look) -> u64 {
+    pub(crate) fn look_for(&self, point: u64, look: Look) -> u64 {
         let high = self.high.load(Ordering::Acquire);
         if high >= point.min(self.issued.load(Ordering::Acquire)) {
             return high;
@@ -279,17 +279,17 @@ impl Track {
     }
 
     /// The highest point seen passed so far, without looking.
-    pub(super) fn seen_passed(&self) -> u64 {
+    pub(crate) fn seen_passed(&self) -> u64 {
         self.high.load(Ordering::Acquire)
     }
 
     /// Its context (`CUcontext` address).
-    pub(super) fn context(&self) -> usize {
+    pub(crate) fn context(&self) -> usize {
         self.context
     }
 
     /// The last point recorded.
-    pub(super) fn issued(&self) -> u64 {
+    pub(crate) fn issued(&self) -> u64 {
         self.issued.load(Ordering::Acquire)
     }
 

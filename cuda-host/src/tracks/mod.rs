@@ -1,0 +1,24 @@
+//! Tracks: how the host sees a stream pass points without a host function. Per stream in use,
+//! a track of points, each recorded on an event of its own (`track`: [`Track`], and a
+//! context's [`ContextTracks`], kept with the context, `objects::context`); the futures
+//! waiting on a track's points (`waiters`); and the one process-wide thread that wakes them
+//! (`watcher`). The features made of points, releases and futures, are `crate::points`'s; the
+//! held values of releases look at a track through `crate::launch`'s `Progress`.
+//!
+//! **Exact.** Each point has an event of its own until it is seen passed (no ring that a later
+//! point records again), so a point is seen passed at the first look after its stream passed
+//! it, however many points follow it, and never before; there is no cap on the points in flight.
+//!
+//! **Looks never break a capture.** An event query is a "potentially unsafe" call: made in the
+//! driver's default capture interaction mode while any thread captures in global mode, it is
+//! refused and invalidates that capture. Every look runs in the relaxed mode, set for the query
+//! and given back (`track`), also while it gives events back to the driver; marking a point
+//! (`cuEventRecord` on a stream that is not capturing) and making a track's events are allowed
+//! during captures (measured on the 13.0 driver, `docs/probes/capture_event_calls.c`).
+//!
+
+mod track;
+mod waiters;
+pub(crate) mod watcher;
+
+pub(crate) use track::{ContextTracks, Track};
