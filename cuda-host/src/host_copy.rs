@@ -15,7 +15,7 @@ use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
 use crate::launch::{
-    LaunchWindow, RelaxedCaptureMode, abandon_if_failed, capture_state,
+    EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, capture_state,
     ensure_outside_host_function, has_failed, is_sticky,
 };
 use crate::objects::Stream;
@@ -419,6 +419,8 @@ impl<T> From<HostCopyScopeError<T>> for Error {
 /// also when `body` panics or the stream's context fails. [`HostCopyScope`] says exactly what
 /// holds, on the polled engine too.
 ///
+/// NVIDIA's reference: [`CUhostFn`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TYPES.html).
+///
 /// If `body` panics, the copies it launched that had not started are cancelled (they never
 /// copy), the one running is waited for, and the panic goes on. If the stream's context fails,
 /// the same happens and the scope returns the failure with the body's output; the copies that
@@ -671,7 +673,7 @@ fn ask_outside_captures(
     let driver = stream.shared_context().driver();
     let raw = stream.as_raw();
     with_stream_current(stream, || {
-        let window = match LaunchWindow::open(driver, raw) {
+        let window = match EnqueueWindow::open(driver, raw) {
             Ok(window) => window,
             Err(Error::StreamCapturing { .. }) => return Ok(None),
             Err(error) => return Err(error),

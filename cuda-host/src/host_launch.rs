@@ -45,6 +45,10 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// Enqueues `function` on `target`, to run after all work enqueued there before it and before
 /// all work enqueued after it.
 ///
+/// NVIDIA's reference: [`cuLaunchHostFunc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
+///
+/// NVIDIA's reference: [`cuStreamAddCallback`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
+///
 /// On a [`GraphBuilder`](crate::GraphBuilder), `function` is `Fn() + Send + Sync + 'static` and
 /// becomes a host node of the graph, which runs it on every launch (see
 /// [`GraphBuilder::callback`](crate::GraphBuilder::callback)).
@@ -139,6 +143,8 @@ pub enum UserData<'a> {
 
 /// Enqueues a C host function on `stream`, like `cuLaunchHostFunc`, with the same capture check
 /// as [`host_launch`].
+///
+/// NVIDIA's reference: [`cuLaunchHostFunc`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
 ///
 /// With [`UserData::None`] or [`UserData::PassThrough`] this is one `cuLaunchHostFunc` call and no
 /// allocation. With [`UserData::Copied`], a launch record holds the copy until the function has

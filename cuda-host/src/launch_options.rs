@@ -19,6 +19,8 @@ use cuda_host_sys::CUhostTaskSyncMode;
 use std::ffi::c_void;
 
 /// How the driver's host-function thread waits for its next task (`CUhostTaskSyncMode`).
+///
+/// NVIDIA's reference: [`CUhostTaskSyncMode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__TYPES.html).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 #[doc(alias = "CUhostTaskSyncMode")]
@@ -90,6 +92,8 @@ impl LaunchOptions {
 /// [`host_launch`](fn@crate::host_launch) on a stream, with `options`: `function` runs once, in
 /// stream order, under every rule of `host_launch`.
 ///
+/// NVIDIA's reference: [`cuLaunchHostFunc_v2`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
+///
 /// # Errors
 /// As [`host_launch`](fn@crate::host_launch); with a sync mode on a driver older than CUDA 13.1,
 /// [`Error::Driver`] holding
@@ -121,6 +125,8 @@ where
 }
 
 /// [`host_launch_raw`](crate::host_launch_raw) with `options`.
+///
+/// NVIDIA's reference: [`cuLaunchHostFunc_v2`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
 ///
 /// # Safety
 /// As [`host_launch_raw`](crate::host_launch_raw):

@@ -21,6 +21,12 @@
 //! driver failures, sticky errors and stand-ins for long or faulting kernels, on contexts of
 //! their own, so that a fault test does not fail the other tests of its binary.
 //!
+//! # Finding the driver calls
+//! A method that wraps a driver call names it in a doc alias, so that searching these docs for
+//! the C name (`cuStreamSynchronize`) finds the Rust one, and links NVIDIA's reference section
+//! for it: the driver's own rules (what it synchronizes, which errors it may report from earlier
+//! work) hold as they are written there.
+//!
 //! # Crate features
 //! - `bindgen` (off by default): generate the driver bindings at build time from the `cuda.h`
 //!   found on the building machine (cuda-host-sys's `bindgen` feature; needs libclang). Without

@@ -68,6 +68,8 @@ pub struct GraphBuilder<'stream> {
 impl<'stream> GraphBuilder<'stream> {
     /// Starts capturing `stream`, once the launches in flight on it were handed to the driver.
     ///
+    /// NVIDIA's reference: [`cuStreamBeginCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
+    ///
     /// # Errors
     /// The driver's error from `cuStreamBeginCapture_v2` (for example, the legacy stream cannot
     /// be captured, nor a stream already capturing).
@@ -168,6 +170,8 @@ impl<'stream> GraphBuilder<'stream> {
     }
 
     /// Ends the capture and returns the graph.
+    ///
+    /// NVIDIA's reference: [`cuStreamEndCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
     ///
     /// # Errors
     /// The driver's error from `cuStreamEndCapture` (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`

@@ -237,6 +237,8 @@ impl GraphExec {
 
     /// Enqueues one run of the graph on `stream`: every host node runs again.
     ///
+    /// NVIDIA's reference: [`cuGraphLaunch`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
     /// # Errors
     /// The driver's error from `cuGraphLaunch`.
     #[doc(alias = "cuGraphLaunch")]
@@ -262,6 +264,8 @@ impl GraphExec {
     /// are tracked; so a callable replaced before every launch keeps a bounded number alive).
     /// The graph's own callable stays with the graph and its executables.
     ///
+    /// NVIDIA's reference: [`cuGraphExecHostNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
     /// # Errors
     /// The driver's error from `cuGraphExecHostNodeSetParams`; nothing changes then.
     #[doc(alias = "cuGraphExecHostNodeSetParams")]
@@ -274,6 +278,8 @@ impl GraphExec {
     }
 
     /// As [`set_host_node_callable`](Self::set_host_node_callable), with a shared callable.
+    ///
+    /// NVIDIA's reference: [`cuGraphExecHostNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
     /// # Errors
     /// As [`set_host_node_callable`](Self::set_host_node_callable).

@@ -38,6 +38,8 @@ unsafe impl Send for Graph {}
 impl Graph {
     /// Creates an empty graph.
     ///
+    /// NVIDIA's reference: [`cuGraphCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
     /// # Errors
     /// The driver's error from `cuGraphCreate`.
     #[doc(alias = "cuGraphCreate")]
@@ -77,6 +79,8 @@ impl Graph {
     }
 
     /// Adds a host node running `callable` on every launch, after `dependencies`.
+    ///
+    /// NVIDIA's reference: [`cuGraphAddHostNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
     /// # Errors
     /// The driver's error; nothing stays attached to the graph then.
@@ -189,6 +193,8 @@ impl Graph {
 
     /// The graph's host nodes (also those added by stream capture).
     ///
+    /// NVIDIA's reference: [`cuGraphGetNodes`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
     /// # Errors
     /// The driver's error from `cuGraphGetNodes` or `cuGraphNodeGetType`.
     #[doc(alias = "cuGraphGetNodes")]
@@ -230,6 +236,8 @@ impl Graph {
     /// Instantiates the graph. The executable takes its own references to the graph's
     /// callables: it keeps working, and keeps them alive, after the graph is dropped.
     ///
+    /// NVIDIA's reference: [`cuGraphInstantiate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
     /// # Errors
     /// The driver's error from `cuGraphInstantiateWithFlags` (or from attaching the executable's
     /// bookkeeping).
@@ -242,6 +250,8 @@ impl Graph {
     }
 
     /// A copy of the graph (`cuGraphClone`), owning its own references to the callables.
+    ///
+    /// NVIDIA's reference: [`cuGraphClone`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
     /// # Errors
     /// The driver's error from `cuGraphClone`.
@@ -296,6 +306,8 @@ impl<'graph> HostNode<'graph> {
 
     /// The node's callable in the graph, if cuda-host set it (not for raw C functions).
     ///
+    /// NVIDIA's reference: [`cuGraphHostNodeGetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
     /// # Errors
     /// The driver's error from `cuGraphHostNodeGetParams`.
     #[doc(alias = "cuGraphHostNodeGetParams")]
@@ -325,6 +337,8 @@ impl<'graph> HostNode<'graph> {
     /// graph owns the new one like the first; it releases the old one, which lives on while
     /// executables made before can run it.
     ///
+    /// NVIDIA's reference: [`cuGraphHostNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
     /// # Errors
     /// The driver's error; the node is unchanged then.
     #[doc(alias = "cuGraphHostNodeSetParams")]
@@ -337,6 +351,8 @@ impl<'graph> HostNode<'graph> {
     }
 
     /// As [`set_callable`](Self::set_callable), with a shared callable.
+    ///
+    /// NVIDIA's reference: [`cuGraphHostNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
     /// # Errors
     /// As [`set_callable`](Self::set_callable).

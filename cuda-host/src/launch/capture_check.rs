@@ -134,17 +134,17 @@ fn group_of(stream: CUstream) -> &'static StreamGroup {
     &GROUPS_OF_STREAMS[hash as usize % GROUPS]
 }
 
-/// A launch's window on its stream: opened before the capture check, which it makes, and held
-/// until the driver accepted or refused the launch; it then looks whether other code's capture
-/// took the launch.
-pub(crate) struct LaunchWindow<'driver> {
+/// An enqueue's window on its stream (a host function's launch, a stream point's record, a host
+/// copy): opened before the capture check, which it makes, and held until the driver accepted or
+/// refused the work; it then looks whether other code's capture took it.
+pub(crate) struct EnqueueWindow<'driver> {
     /// The count of its stream's group this window holds.
     count: &'static AtomicUsize,
     driver: &'driver Driver,
     stream: CUstream,
 }
 
-impl<'driver> LaunchWindow<'driver> {
+impl<'driver> EnqueueWindow<'driver> {
     /// Waits while a capture of `stream`'s group is beginning, holds the group, and checks that
     /// `stream` is not capturing: for a launch whose look afterwards refuses it if a capture
     /// took it after all.
@@ -187,7 +187,7 @@ impl<'driver> LaunchWindow<'driver> {
                 std::thread::yield_now();
             }
         }
-        let window = LaunchWindow {
+        let window = EnqueueWindow {
             count,
             driver,
             stream,
@@ -213,7 +213,7 @@ impl<'driver> LaunchWindow<'driver> {
     }
 }
 
-impl Drop for LaunchWindow<'_> {
+impl Drop for EnqueueWindow<'_> {
     fn drop(&mut self) {
         self.count.fetch_sub(1, Ordering::SeqCst);
     }
@@ -440,7 +440,7 @@ mod tests {
             fake_driver::driver(&[(c"cuStreamIsCapturing", is_capturing as *mut c_void)])
         };
         let stream = 0x77_usize as CUstream;
-        let refused = LaunchWindow::open(&driver, stream).err();
+        let refused = EnqueueWindow::open(&driver, stream).err();
         assert_eq!(
             refused,
             Some(Error::StreamCapturing {

@@ -4,7 +4,7 @@
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
-use crate::launch::capture_check::LaunchWindow;
+use crate::launch::capture_check::EnqueueWindow;
 use crate::launch::context_failure;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::payload::{self, RunOnce};
@@ -60,7 +60,7 @@ impl HostFuncEntry<'_> {
     /// # Safety
     /// As `cuLaunchHostFunc`: a valid stream; `function` callable with `data` on the driver's
     /// thread (or the engine's).
-    unsafe fn launch(
+    unsafe fn enqueue(
         self,
         context: &Arc<ContextShared>,
         stream: CUstream,
@@ -110,7 +110,7 @@ pub(crate) fn run_once<P: RunOnce>(
     // SAFETY: the stream handle is valid (the caller's); the ticket names a slot whose record
     // stays valid until it is claimed, and the trampoline claims before it runs.
     let launched = unsafe {
-        entry.launch(
+        entry.enqueue(
             context,
             window.stream(),
             trampoline::run_once_host_fn,
@@ -167,7 +167,7 @@ pub(crate) unsafe fn pass_through(
     let window = match entry {
         HostFuncEntry::Polled { .. } => open_window(context, stream)?,
         _ => {
-            LaunchWindow::open_for_pass_through(context.driver(), stream).inspect_err(|error| {
+            EnqueueWindow::open_for_pass_through(context.driver(), stream).inspect_err(|error| {
                 if let Some(result) = error.driver_result() {
                     context_failure::abandon_if_failed(context, result);
                 }
@@ -176,7 +176,7 @@ pub(crate) unsafe fn pass_through(
     };
     // SAFETY: the stream handle is valid (the caller's); the caller vouches for `function`
     // and `pointer`.
-    let launched = unsafe { entry.launch(context, window.stream(), function, pointer) };
+    let launched = unsafe { entry.enqueue(context, window.stream(), function, pointer) };
     if let Err(error) = &launched
         && let Some(result) = error.driver_result()
     {
@@ -189,8 +189,8 @@ pub(crate) unsafe fn pass_through(
 fn open_window<'context>(
     context: &'context ContextShared,
     stream: CUstream,
-) -> Result<LaunchWindow<'context>> {
-    LaunchWindow::open(context.driver(), stream).inspect_err(|error| {
+) -> Result<EnqueueWindow<'context>> {
+    EnqueueWindow::open(context.driver(), stream).inspect_err(|error| {
         if let Some(result) = error.driver_result() {
             context_failure::abandon_if_failed(context, result);
         }

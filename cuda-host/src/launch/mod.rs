@@ -13,7 +13,7 @@
 //! a launch slot (`slot`, `payload`), whose state (`slot_state`) is a generation and a phase in
 //! one atomic word. Its life, with who owns it in each state:
 //!
-//! 1. **Check** (`capture_check`, [`LaunchWindow`]): the stream is not capturing
+//! 1. **Check** (`capture_check`, [`EnqueueWindow`]): the stream is not capturing
 //!    (`cuStreamIsCapturing`), and the answer holds until the driver took the launch.
 //! 2. **Acquire** (`payload`, `slot`; free → launching): the payload is written into a free
 //!    slot, with the context and the launching thread's inbox. The launching thread owns it.
@@ -108,7 +108,7 @@ outside_loom_models! {
     mod trampoline;
 
     pub(crate) use capture_check::{
-        CaptureBeginning, LaunchWindow, RelaxedCaptureMode, capture_state,
+        CaptureBeginning, EnqueueWindow, RelaxedCaptureMode, capture_state,
     };
     pub(crate) use context_failure::{
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,

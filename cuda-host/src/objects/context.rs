@@ -25,6 +25,8 @@ pub struct Device {
 impl Device {
     /// How many devices the driver has. Initialises the driver (`cuInit`).
     ///
+    /// NVIDIA's reference: [`cuDeviceGetCount`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html).
+    ///
     /// # Errors
     /// The driver's error from `cuInit` or `cuDeviceGetCount`.
     #[doc(alias = "cuDeviceGetCount")]
@@ -38,6 +40,8 @@ impl Device {
     }
 
     /// The device with this ordinal. Initialises the driver (`cuInit`).
+    ///
+    /// NVIDIA's reference: [`cuDeviceGet`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html).
     ///
     /// # Errors
     /// The driver's error, e.g. `CUDA_ERROR_INVALID_DEVICE` for an ordinal out of range.
@@ -59,6 +63,8 @@ impl Device {
     }
 
     /// The device's name, e.g. `"NVIDIA H200"`.
+    ///
+    /// NVIDIA's reference: [`cuDeviceGetName`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__DEVICE.html).
     ///
     /// # Errors
     /// The driver's error from `cuDeviceGetName`.
@@ -94,6 +100,8 @@ impl Device {
     }
 
     /// Retains the device's primary context (the one the CUDA runtime and most libraries share).
+    ///
+    /// NVIDIA's reference: [`cuDevicePrimaryCtxRetain`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PRIMARY__CTX.html).
     ///
     /// # Errors
     /// The driver's error from `cuDevicePrimaryCtxRetain`.
@@ -164,6 +172,8 @@ impl Drop for ContextState {
 impl Context {
     /// Retains `device`'s primary context.
     ///
+    /// NVIDIA's reference: [`cuDevicePrimaryCtxRetain`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__PRIMARY__CTX.html).
+    ///
     /// # Errors
     /// The driver's error from `cuDevicePrimaryCtxRetain`.
     #[doc(alias = "cuDevicePrimaryCtxRetain")]
@@ -183,6 +193,8 @@ impl Context {
     /// not, without retaining it: dropping the last clone releases nothing. Its device is the one
     /// the driver reports for it (`cuCtxGetDevice`, asked with the context made current for the
     /// call, and what was current made current again).
+    ///
+    /// NVIDIA's reference: [`cuCtxGetDevice`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a null handle, [`Error::InHostFunction`], or the driver's
@@ -209,6 +221,8 @@ impl Context {
     /// `raw` alive, and its `Drop` may destroy the context (a driver call), once cuda-host is done
     /// with it. When this answers an error, `owner` is dropped before it returns (inside a host
     /// function: later, on a caller's thread).
+    ///
+    /// NVIDIA's reference: [`cuCtxGetDevice`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html).
     ///
     /// # Errors
     /// As [`Context::borrow_raw`].
@@ -302,6 +316,8 @@ impl Context {
     /// Makes this context current on the calling thread, for raw driver calls that use the
     /// current context. cuda-host's own calls leave the current context as they found it.
     ///
+    /// NVIDIA's reference: [`cuCtxSetCurrent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html).
+    ///
     /// # Errors
     /// [`Error::InHostFunction`], or the driver's error from `cuCtxGetCurrent`/`cuCtxSetCurrent`.
     #[doc(alias = "cuCtxSetCurrent")]
@@ -311,6 +327,8 @@ impl Context {
     }
 
     /// Waits until all work of the context has finished, then reclaims finished launch records.
+    ///
+    /// NVIDIA's reference: [`cuCtxSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__CTX.html).
     ///
     /// # Errors
     /// An error recorded by an earlier `Drop`, or the driver's error from `cuCtxSynchronize`

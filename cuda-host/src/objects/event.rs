@@ -33,6 +33,8 @@ unsafe impl Sync for Event {}
 impl Event {
     /// Creates an event in `context`.
     ///
+    /// NVIDIA's reference: [`cuEventCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html).
+    ///
     /// # Errors
     /// An error recorded by an earlier `Drop`, or the driver's error from `cuEventCreate`.
     #[doc(alias = "cuEventCreate")]
@@ -62,6 +64,8 @@ impl Event {
 
     /// Captures the current end of `stream`'s work in this event.
     ///
+    /// NVIDIA's reference: [`cuEventRecord`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html).
+    ///
     /// # Errors
     /// The driver's error from `cuEventRecord`.
     #[doc(alias = "cuEventRecord")]
@@ -75,6 +79,8 @@ impl Event {
     }
 
     /// Blocks until the recorded work has finished, then reclaims finished launch records.
+    ///
+    /// NVIDIA's reference: [`cuEventSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html).
     ///
     /// # Errors
     /// The driver's error from `cuEventSynchronize`.
@@ -95,6 +101,8 @@ impl Event {
 
     /// Whether the recorded work has finished (`cuEventQuery`).
     ///
+    /// NVIDIA's reference: [`cuEventQuery`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html).
+    ///
     /// # Errors
     /// The driver's error from `cuEventQuery`, other than `CUDA_ERROR_NOT_READY`.
     #[doc(alias = "cuEventQuery")]
@@ -113,6 +121,8 @@ impl Event {
     }
 
     /// The time between `start`'s completion and this event's.
+    ///
+    /// NVIDIA's reference: [`cuEventElapsedTime`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html).
     ///
     /// # Errors
     /// The driver's error from `cuEventElapsedTime_v2`: `CUDA_ERROR_NOT_READY` before both have

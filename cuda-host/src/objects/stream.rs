@@ -68,6 +68,8 @@ unsafe impl Sync for Stream {}
 impl Stream {
     /// Creates a stream in `context`.
     ///
+    /// NVIDIA's reference: [`cuStreamCreate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
+    ///
     /// # Errors
     /// An error recorded by an earlier `Drop`, or the driver's error from `cuStreamCreate`.
     #[doc(alias = "cuStreamCreate")]
@@ -275,6 +277,8 @@ impl Stream {
     /// global-mode capture begun through cuda-host is open; see [`reclaim`]).
     /// Values other threads' host functions captured are theirs to drop.
     ///
+    /// NVIDIA's reference: [`cuStreamSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
+    ///
     /// # Errors
     /// [`Error::InHostFunction`] inside a host function (waiting
     /// there deadlocks), or the driver's error from `cuStreamSynchronize`, which also reports an
@@ -302,6 +306,8 @@ impl Stream {
     }
 
     /// Whether all work enqueued on the stream has finished (`cuStreamQuery`).
+    ///
+    /// NVIDIA's reference: [`cuStreamQuery`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
     ///
     /// # Errors
     /// The driver's error from `cuStreamQuery`, other than `CUDA_ERROR_NOT_READY`.
@@ -332,6 +338,8 @@ impl Stream {
 
     /// Makes later work on this stream wait until `event` has completed.
     ///
+    /// NVIDIA's reference: [`cuStreamWaitEvent`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
+    ///
     /// # Errors
     /// The driver's error from `cuStreamWaitEvent`.
     #[doc(alias = "cuStreamWaitEvent")]
@@ -346,6 +354,8 @@ impl Stream {
 
     /// Whether the stream is being captured into a graph (`cuStreamIsCapturing`); `None` when it
     /// is not.
+    ///
+    /// NVIDIA's reference: [`cuStreamIsCapturing`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
     ///
     /// # Errors
     /// The driver's error from `cuStreamIsCapturing` other than the implicit-capture answer,

@@ -15,6 +15,8 @@ use std::task::{Context, Poll};
 /// Marks a point on `stream` now and returns a future that completes once the stream has passed
 /// it, that is, once all work enqueued on the stream before this call finished.
 ///
+/// NVIDIA's reference: [`cuEventRecord`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html).
+///
 /// The point costs the stream one event record (`cuEventRecord`), not a host function. The
 /// future works with any executor: a pending future is woken by cuda-host's watcher thread,
 /// which looks at the points futures wait for every 5 µs while any waits (spinning, and so using

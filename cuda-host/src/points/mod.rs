@@ -64,7 +64,7 @@ pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 
 use crate::error::{Error, Result};
-use crate::launch::{LaunchWindow, Look, Progress, abandon_if_failed, has_failed};
+use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, has_failed};
 use crate::objects::{Context, Stream};
 use crate::tracks::{Track, watcher};
 use std::sync::Arc;
@@ -122,7 +122,7 @@ fn mark(stream: &Stream) -> Result<Mark> {
             error
         };
         // Held until the write is enqueued: a capture begun through cuda-host waits for it.
-        let window = LaunchWindow::open(driver, stream.as_raw()).map_err(|error| match error {
+        let window = EnqueueWindow::open(driver, stream.as_raw()).map_err(|error| match error {
             Error::StreamCapturing { status } => Error::PointInCapture { status },
             other => noted(other),
         })?;

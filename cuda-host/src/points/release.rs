@@ -10,6 +10,8 @@ use std::fmt;
 /// Hands `value` to `stream`: it is dropped once the stream has passed this point, that is,
 /// after all work enqueued on the stream before this call finished.
 ///
+/// NVIDIA's reference: [`cuEventRecord`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html).
+///
 /// Marking the point costs the stream one event record (`cuEventRecord`), not a host function:
 /// the stream never waits for the host. The value is dropped on **the thread that released
 /// it**, by its first cuda-host call (a launch, a release, a synchronize,
