@@ -23,69 +23,35 @@
  *    destroy does. (Called from one of the context's own host functions or callbacks, the
  *    destroy would wait for itself: callers must not.)
  *  - then its events are destroyed and its allocations freed.
- * Its struct is never freed, since a thread may still have it current (context.c keeps a plain
- * pointer); the slot its per-thread streams are found by is reused.
+ * Its struct is never freed, since a thread may still have it current (model/context.c keeps
+ * every context made); the slot its per-thread streams are found by is reused.
  */
 #include "internal.h"
-
-#include <stdlib.h>
 
 /* [locked] Which slots a live fresh context holds. */
 static bool slot_taken[CUSW_MAX_FRESH_CONTEXTS];
 
-/* [locked] Every fresh context ever made, retired ones included, so that none is lost. */
-static struct cusw_ctx **made;
-static size_t made_count, made_capacity;
-
-/* [locked] */
+/* [locked] Made as cuCtxCreate makes a context (model/context.c, model/activation.c), with a slot
+ * of its own. */
 static CUresult create(CUdevice dev, CUcontext *pctx)
 {
     size_t slot = 0;
     while (slot < CUSW_MAX_FRESH_CONTEXTS && slot_taken[slot])
         slot++;
-    if (slot == CUSW_MAX_FRESH_CONTEXTS ||
-        !cusw_reserve((void **)&made, &made_capacity, made_count + 1, sizeof *made))
+    if (slot == CUSW_MAX_FRESH_CONTEXTS)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    struct cusw_ctx *c = calloc(1, sizeof *c);
+    struct cusw_ctx *c = cusw_ctx_new(dev, CU_CTX_SCHED_AUTO);
     if (c == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    c->device = dev;
-    c->flags = CU_CTX_SCHED_AUTO;
     c->fresh_slot = (unsigned int)slot + 1;
-    atomic_init(&c->sticky, CUDA_SUCCESS);
-    atomic_init(&c->tearing_down, false);
-    c->handle = cusw_handle_new(CUSW_KIND_CONTEXT, c);
-    if (c->handle == 0 || (c->legacy = cusw_stream_create(c, CUSW_STREAM_LEGACY, 0)) == NULL) {
-        if (c->handle != 0)
-            cusw_handle_remove(c->handle);
-        free(c);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = cusw_ctx_activate(c);
+    if (rc != CUDA_SUCCESS) {
+        cusw_ctx_destroy(c);
+        return rc;
     }
-    c->active = true;
     slot_taken[slot] = true;
-    made[made_count++] = c;
     *pctx = (CUcontext)c->handle;
     return CUDA_SUCCESS;
-}
-
-/* [locked] As a primary context's last release (context.c), then the slot is given back. */
-static void destroy(struct cusw_ctx *c)
-{
-    cusw_handle_remove(c->handle);
-    c->active = false;
-    atomic_store(&c->tearing_down, true);
-    for (struct cusw_stream *s = c->streams; s != NULL; s = s->ctx_next)
-        if (s->handle != 0)
-            cusw_stream_destroy(s);
-    c->legacy = NULL;
-    while (c->streams != NULL)
-        cusw_wait_progress();
-    while (c->events != NULL)
-        cusw_event_destroy(c->events);
-    cusw_memory_release_context(c);
-    atomic_store(&c->tearing_down, false);
-    slot_taken[c->fresh_slot - 1] = false;
-    cusw_broadcast_progress();
 }
 
 CUSW_EXPORT CUresult cuswFreshContextCreate(CUcontext *pctx, CUdevice dev)
@@ -111,8 +77,11 @@ CUSW_EXPORT CUresult cuswFreshContextDestroy(CUcontext ctx)
     /* A primary context is released, never destroyed. */
     if (c == NULL || c->fresh_slot == 0)
         rc = CUDA_ERROR_INVALID_CONTEXT;
-    else
-        destroy(c);
+    else {
+        /* As a primary context's last release, then the slot is given back. */
+        cusw_ctx_destroy(c);
+        slot_taken[c->fresh_slot - 1] = false;
+    }
     cusw_lock_release();
     return rc;
 }
