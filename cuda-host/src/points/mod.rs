@@ -5,7 +5,8 @@
 //! The map: `tracks` holds a context's stream points ([`ContextTracks`], kept in the context's
 //! shared state) and each stream's sequence of points with their events; `release` and `future`
 //! are the two features, both marking a point with [`mark`] here; `watcher` is the thread that
-//! wakes futures, each track keeping its waiting futures in `waiters`. Released values wait in
+//! wakes futures, each track keeping its waiting futures in `waiters` (the watcher also wakes
+//! timelines' host waiters, `crate::timeline`, which keep theirs in the same structure). Released values wait in
 //! the launch machinery's held queues (`crate::launch::hold_until`), which look at a track
 //! through [`Progress`]; every look is a
 //! [`Look`].
@@ -78,6 +79,8 @@ mod watcher;
 pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 pub(crate) use tracks::ContextTracks;
+pub(crate) use waiters::Waiters;
+pub(crate) use watcher::{Watched, ensure_running as ensure_watcher_running, watch};
 
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, LaunchWindow, Look, Progress, abandon_if_failed, has_failed};
