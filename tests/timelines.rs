@@ -616,3 +616,29 @@ mod panicking_logger {
         signaller.synchronize().expect("synchronize");
     }
 }
+
+#[test]
+fn a_synchronize_of_a_stream_waiting_on_a_timeline_returns_only_once_it_is_signalled() {
+    // The hazard the documentation names: a thread that synchronizes before it signals never
+    // returns. Here another thread signals.
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    timeline.enqueue_wait(&stream, 1).expect("wait enqueued");
+    let returned = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            stream.synchronize().expect("synchronize");
+            returned.store(true, Ordering::SeqCst);
+        });
+        let_work_run();
+        assert!(
+            !returned.load(Ordering::SeqCst),
+            "the synchronize returned while the stream waited"
+        );
+        timeline.signal(1).expect("signal");
+        wait_until("the synchronize to return", || {
+            returned.load(Ordering::SeqCst)
+        });
+    });
+}

@@ -19,11 +19,13 @@
 //! which is exactly "at least" for values below 2^63 and nothing larger.
 //!
 //! **Hazards** (`docs/RELIABILITY.md` says how each is tested):
-//! - A stream waiting on a timeline is busy: `cuStreamSynchronize` of it, `cuCtxSynchronize`,
-//!   and calls that synchronize the device implicitly (`cuMemFree` of device memory, `cuMemFreeHost`
-//!   of pinned memory, a copy from pageable memory) block until the wait is released. The thread
-//!   that would signal must not make such a call first: it never returns. Signal from a thread
-//!   that does not wait on the GPU, or signal before.
+//! - A stream waiting on a timeline is busy: `cuStreamSynchronize` of it and `cuCtxSynchronize`
+//!   block until the wait is released, and so may calls that synchronize the device implicitly
+//!   (`cuMemFree`, `cuMemFreeHost`) and copies the driver does synchronously (into pageable
+//!   memory, between host buffers: `docs/REAL-DRIVER.md`). The thread that would signal must not
+//!   make such a call first: it never returns (the hazard of a kernel spinning on memory, which
+//!   a stream wait shares). Signal from a thread that does not wait on the GPU, or signal
+//!   before.
 //! - With `CUDA_DEVICE_MAX_CONNECTIONS=1` every stream shares one hardware queue: a stream
 //!   blocked on a wait also holds back other streams' work enqueued after it, which may be what
 //!   the signal waits for.
