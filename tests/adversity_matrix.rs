@@ -87,6 +87,19 @@ const OPERATIONS: &[(&str, &[&str])] = &[
     ("Stream::with_host_engine", &["cannot start"]),
     ("GraphBuilder::begin", &["capture between"]),
     ("GraphBuilder::callback", &["a panic", "capture before"]),
+    ("Timeline::new", &["cannot start"]),
+    ("Timeline::signal", &["a panic"]),
+    (
+        "Timeline::enqueue_wait",
+        &["capture before", "capture between", "context failure"],
+    ),
+    (
+        "Timeline::enqueue_signal",
+        &["capture before", "capture between", "context failure"],
+    ),
+    ("Timeline::wait", &["context failure"]),
+    ("Timeline::reached", &["a panic", "context failure"]),
+    ("Timeline::drop", &["a panicking logger"]),
 ];
 
 /// Crate-root functions that need no rows of their own, and why.
@@ -108,6 +121,7 @@ const WITHOUT_ROWS: &[(&str, &str)] = &[
     ("launch_slot_counts", "reads counters"),
     ("stream_point_counts", "reads counters"),
     ("polled_engine_counts", "reads counters"),
+    ("timeline_counts", "reads counters"),
     (
         "set_host_panic_hook",
         "installs the hook whose panics the host functions' rows cover",

@@ -99,6 +99,20 @@ pub enum Error {
         status: CaptureState,
     },
 
+    /// A timeline's wait or signal ([`Timeline::enqueue_wait`](crate::Timeline::enqueue_wait),
+    /// [`Timeline::enqueue_signal`](crate::Timeline::enqueue_signal)) was asked of a stream that
+    /// is being captured into a graph. A captured memory operation replays its constant value on
+    /// every launch of the graph, at any later time, so cuda-host refuses it: nothing is enqueued
+    /// and the capture is left intact.
+    #[error(
+        "cannot enqueue a timeline's wait or signal: {status}. A captured one would replay its \
+         value on every launch of the graph; enqueue it on a stream that is not capturing"
+    )]
+    TimelineInCapture {
+        /// What `cuStreamIsCapturing` reported.
+        status: CaptureState,
+    },
+
     /// The stream's context failed (a sticky error, such as a kernel's illegal address) before
     /// the stream reached the point: it never will.
     #[error(

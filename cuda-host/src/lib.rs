@@ -67,6 +67,8 @@
 //!   the stream between kernels.
 //! - [`host_copy_fn`]: a `CUhostFn` that copies between host buffers in stream order
 //!   ([`host_copy_scope`], [`host_copy_raw`]).
+//! - [`Timeline`]: a monotonic 64-bit counter the host signals and streams wait on (a stream
+//!   memory wait), streams signal and the host waits on or awaits; no host function.
 //! - [`host_launch_with`]: `cuLaunchHostFunc_v2`'s sync mode ([`HostTaskSyncMode`]), or a typed
 //!   error on drivers without it.
 //!
@@ -120,6 +122,7 @@ outside_loom_models! {
     mod points;
     mod polled;
     mod stream_leases;
+    mod timeline;
     mod tracks;
 
     pub use cuda_host_sys as sys;
@@ -147,6 +150,7 @@ outside_loom_models! {
         stream_point_counts,
     };
     pub use polled::{PolledEngineCounts, polled_engine_counts};
+    pub use timeline::{Reached, Timeline, TimelineCounts, timeline_counts};
 
     use std::sync::Arc;
 

@@ -114,6 +114,30 @@ fn a_32_bit_wait_for_at_least_compares_cyclically_across_the_wrap() {
 }
 
 #[test]
+fn a_64_bit_wait_for_at_least_compares_cyclically_across_the_wrap() {
+    let _shared = shared();
+    let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0;
+    // (int64)(word - value) >= 0: 5 is 21 past 2^64 - 16, which 2^63 - 16 is 2^63 behind.
+    assert_wait_holds_until(
+        true,
+        geq,
+        0xFFFF_FFFF_FFFF_FFF0,
+        &[0xFFFF_FFFF_FFFF_FFE0, 0x7FFF_FFFF_FFFF_FFF0],
+        5,
+    );
+}
+
+#[test]
+fn a_64_bit_wait_for_at_least_is_exact_up_to_2_to_the_63_minus_1() {
+    let _shared = shared();
+    let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0;
+    // What timelines rely on: below 2^63, "at least" is exact, also from 0 to the largest value.
+    let top = (1 << 63) - 1;
+    assert_wait_holds_until(true, geq, top, &[0, top - 1], top);
+    assert_wait_holds_until(true, geq, 1, &[0], top);
+}
+
+#[test]
 fn a_batch_of_a_write_and_a_wait_writes_when_the_stream_reaches_it_then_holds_later_work() {
     let _shared = shared();
     let context = current_context();

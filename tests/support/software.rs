@@ -62,6 +62,12 @@ impl Controls {
         ok(self.0.set_sticky_error(context, code));
     }
 
+    /// [`cuda_host_testing::Controls::fresh_context`].
+    #[track_caller]
+    pub fn fresh_context(&self, device: &cuda_host::Device) -> Context {
+        ok(self.0.fresh_context(device))
+    }
+
     /// [`cuda_host_testing::Controls::launch_fault`].
     #[track_caller]
     pub fn launch_fault(&self, stream: &Stream, code: CUresult) {

@@ -18,7 +18,7 @@
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
-use crate::launch::pinned::{PinnedPage, PinnedPages};
+use crate::launch::pinned::{PinnedPage, PinnedPages, PinnedWord};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, Driver};
 use std::any::Any;
@@ -150,6 +150,26 @@ impl ContextShared {
     /// The driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
     pub(crate) fn allocate_pinned_page(&self) -> Result<PinnedPage> {
         self.with_current(|| Ok(self.pinned.allocate(self.driver())?))
+    }
+
+    /// A 64-bit word of pinned, device-mapped memory of this context, from one given back or a
+    /// fresh page (`pinned`). Made current for the call; the caller makes sure no capture begun
+    /// through cuda-host forbids an allocation.
+    ///
+    /// # Errors
+    /// The driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
+    pub(crate) fn allocate_pinned_word(&self) -> Result<PinnedWord> {
+        self.with_current(|| Ok(self.pinned.allocate_word(self.driver())?))
+    }
+
+    /// Gives `word` of this context back for reuse: nothing uses it any more.
+    pub(crate) fn release_pinned_word(&self, word: PinnedWord) {
+        self.pinned.release_word(word);
+    }
+
+    /// Keeps `word` of this context, and its page, for the life of the process.
+    pub(crate) fn keep_pinned_word(&self, word: PinnedWord) {
+        self.pinned.keep_word(word);
     }
 
     /// Keeps `page` of this context for the life of the process (a graph may write into it);

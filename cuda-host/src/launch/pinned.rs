@@ -1,6 +1,7 @@
 //! The pinned, device-mapped host memory cuda-host allocates in a context for words its streams
-//! read and write (the polled engine's lanes): whole pages, freed only when the context is
-//! released (`context_shared`).
+//! read and write: whole pages (the polled engine's lanes), and single 64-bit words carved out of
+//! pages of their own (timelines), given back for reuse once nothing uses them. Pages are freed
+//! only when the context is released (`context_shared`).
 //!
 //! **Why at the release.** Freeing pinned memory (`cuMemFreeHost`) waits for the device, so a
 //! free made at an arbitrary moment (a drain inside a caller's call) would wait for work that
@@ -25,6 +26,16 @@ pub(crate) struct PinnedPage {
     pub(crate) device: CUdeviceptr,
 }
 
+/// A 64-bit word of pinned memory: its host address and the address its context's streams see.
+#[derive(Clone, Copy)]
+pub(crate) struct PinnedWord {
+    pub(crate) host: *mut c_void,
+    pub(crate) device: CUdeviceptr,
+}
+
+// SAFETY: an address of pinned memory, valid on any thread.
+unsafe impl Send for PinnedWord {}
+
 struct Allocated {
     host: *mut c_void,
     /// Never freed: a graph may write into it whenever it runs.
@@ -35,6 +46,8 @@ struct Allocated {
 #[derive(Default)]
 pub(crate) struct PinnedPages {
     pages: Mutex<Vec<Allocated>>,
+    /// Words of word pages that nothing uses.
+    free_words: Mutex<Vec<PinnedWord>>,
 }
 
 // SAFETY: the pages are pinned allocations, valid on any thread; the list is behind the mutex.
@@ -70,6 +83,50 @@ impl PinnedPages {
         unsafe { host.cast::<u8>().write_bytes(0, PAGE_BYTES) };
         lock(&self.pages).push(Allocated { host, kept: false });
         Ok(PinnedPage { host, device })
+    }
+
+    /// A 64-bit word, 8-byte aligned, from a word given back or a fresh page; what it holds is
+    /// the caller's to set. As [`PinnedPages::allocate`] for a fresh page.
+    pub(crate) fn allocate_word(
+        &self,
+        driver: &Driver,
+    ) -> Result<PinnedWord, cuda_host_sys::Error> {
+        if let Some(word) = lock(&self.free_words).pop() {
+            return Ok(word);
+        }
+        let page = self.allocate(driver)?;
+        let words = (0..PAGE_BYTES / size_of::<u64>()).map(|index| {
+            let offset = index * size_of::<u64>();
+            PinnedWord {
+                // SAFETY: within the page.
+                host: unsafe { page.host.cast::<u8>().add(offset) }.cast(),
+                device: page.device + offset as CUdeviceptr,
+            }
+        });
+        let mut free = lock(&self.free_words);
+        free.extend(words.skip(1));
+        Ok(PinnedWord {
+            host: page.host,
+            device: page.device,
+        })
+    }
+
+    /// Gives `word` back for reuse: no stream and no host thread uses it any more.
+    pub(crate) fn release_word(&self, word: PinnedWord) {
+        lock(&self.free_words).push(word);
+    }
+
+    /// Keeps `word`, and so its page, for the life of the process: a graph may read or write
+    /// it whenever it runs.
+    pub(crate) fn keep_word(&self, word: PinnedWord) {
+        let mut pages = lock(&self.pages);
+        let within = |page: &Allocated| {
+            let start = page.host.addr();
+            (start..start + PAGE_BYTES).contains(&word.host.addr())
+        };
+        if let Some(page) = pages.iter_mut().find(|page| within(page)) {
+            page.kept = true;
+        }
     }
 
     /// Keeps `page` for the life of the process: a graph may write into it whenever it runs.

@@ -2,7 +2,8 @@
 //! a track of points, each recorded on an event of its own (`track`: [`Track`], and a
 //! context's [`ContextTracks`], kept with the context, `objects::context`); the futures
 //! waiting on a track's points (`waiters`); and the one process-wide thread that wakes them
-//! (`watcher`). The features made of points, releases and futures, are `crate::points`'s; the
+//! (`watcher`), which also wakes the host waiters of timelines (`crate::timeline`, through
+//! [`Watched`], keeping theirs in [`Waiters`] too). The features made of points, releases and futures, are `crate::points`'s; the
 //! held values of releases look at a track through `crate::launch`'s `Progress`.
 //!
 //! **Exact.** Each point has an event of its own until it is seen passed (no ring that a later
@@ -22,3 +23,5 @@ mod waiters;
 pub(crate) mod watcher;
 
 pub(crate) use track::{ContextTracks, Track};
+pub(crate) use waiters::Waiters;
+pub(crate) use watcher::{Watched, watch};

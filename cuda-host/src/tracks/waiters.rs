@@ -9,7 +9,7 @@ use std::task::Waker;
 
 /// The futures waiting on one track.
 #[derive(Default)]
-pub(super) struct Waiters {
+pub(crate) struct Waiters {
     /// (point, registration id), earliest point first; entries of forgotten ids are skipped.
     order: BinaryHeap<Reverse<(u64, u64)>>,
     /// Registration id to its point and waker.
@@ -17,7 +17,7 @@ pub(super) struct Waiters {
     next_id: u64,
     /// Whether the watcher has the track on its list: set by the registration that finds it
     /// off, cleared by the watcher when it takes the track off, both under this value's lock.
-    pub(super) listed: bool,
+    pub(crate) listed: bool,
 }
 
 /// Hashes registration ids, which are distinct counts: a multiply spreads them well enough, at a
@@ -43,7 +43,7 @@ impl Hasher for IdHasher {
 
 impl Waiters {
     /// Registers `waker` for `point`; returns the registration's id.
-    pub(super) fn insert(&mut self, point: u64, waker: Waker) -> u64 {
+    pub(crate) fn insert(&mut self, point: u64, waker: Waker) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         self.order.push(Reverse((point, id)));
@@ -53,20 +53,20 @@ impl Waiters {
 
     /// Gives the registration `id` the waker `waker`: `None` when `id` is not registered (it was
     /// woken), else the waker it replaced, if it did not wake the same task.
-    pub(super) fn update(&mut self, id: u64, waker: &Waker) -> Option<Option<Waker>> {
+    pub(crate) fn update(&mut self, id: u64, waker: &Waker) -> Option<Option<Waker>> {
         let (_, registered) = self.wakers.get_mut(&id)?;
         Some((!registered.will_wake(waker)).then(|| std::mem::replace(registered, waker.clone())))
     }
 
     /// Takes the registration `id` back, if it was not woken yet.
-    pub(super) fn remove(&mut self, id: u64) -> Option<Waker> {
+    pub(crate) fn remove(&mut self, id: u64) -> Option<Waker> {
         let (_, waker) = self.wakers.remove(&id)?;
         self.compact();
         Some(waker)
     }
 
     /// The earliest point waited for.
-    pub(super) fn first(&mut self) -> Option<u64> {
+    pub(crate) fn first(&mut self) -> Option<u64> {
         while let Some(&Reverse((point, id))) = self.order.peek() {
             if self.wakers.contains_key(&id) {
                 return Some(point);
@@ -77,7 +77,7 @@ impl Waiters {
     }
 
     /// Moves the wakers of every point up to `passed` (all of them, with `all`) to `woken`.
-    pub(super) fn take_up_to(&mut self, passed: u64, all: bool, woken: &mut Vec<Waker>) {
+    pub(crate) fn take_up_to(&mut self, passed: u64, all: bool, woken: &mut Vec<Waker>) {
         while let Some(&Reverse((point, id))) = self.order.peek() {
             if point > passed && !all {
                 break;
@@ -90,11 +90,11 @@ impl Waiters {
     }
 
     /// How many wait.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.wakers.len()
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.wakers.is_empty()
     }
 

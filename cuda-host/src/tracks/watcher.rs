@@ -1,4 +1,5 @@
-//! The watcher: one process-wide thread that wakes the futures of stream points.
+//! The watcher: one process-wide thread that wakes the futures of stream points, and the host
+//! waiters of timelines (`crate::timeline`), which it looks at through [`Watched`].
 //!
 //! A future that is not ready registers its waker with its track (`Track::waiters`, ordered by
 //! point), so that futures of different streams register without meeting. The first registration
@@ -65,6 +66,8 @@ struct Watcher {
 /// The tracks futures wait on, and the thread's state.
 struct Listed {
     tracks: Vec<Arc<Track>>,
+    /// What else waits: timelines with host waiters, or streams still reading an abandoned one.
+    others: Vec<Arc<dyn Watched>>,
     /// Set by the thread, under the lock, just before it parks for lack of work; cleared by the
     /// registration that unparks it.
     parked: bool,
@@ -76,6 +79,7 @@ struct Listed {
 static WATCHER: Watcher = Watcher {
     listed: Mutex::new(Listed {
         tracks: Vec::new(),
+        others: Vec::new(),
         parked: false,
         fresh: false,
     }),
@@ -91,6 +95,38 @@ static THREAD: OwnThread = OwnThread::new("cuda-host-watch", run);
 /// [`Error::ThreadStart`](crate::Error::ThreadStart) when it cannot be started.
 pub(crate) fn ensure_running() -> Result<()> {
     THREAD.get().map(|_| ())
+}
+
+/// Something besides a track that the watcher looks at each round while it is listed: a
+/// timeline (`crate::timeline`). It keeps its own waiters and its own "listed" flag under its own
+/// lock, as a track does: the registration that finds it unlisted sets the flag and calls
+/// [`watch`]; [`Watched::unlist_if_idle`], called under the list's lock, clears it.
+pub(crate) trait Watched: Send + Sync {
+    /// Looks (without the list's lock), moving the wakers now due to `woken`. May log: never
+    /// under a lock of its own a logger's call back into cuda-host would take.
+    fn look(&self, woken: &mut Vec<Waker>);
+    /// Whether it needs no more looks, in which case it counts as unlisted from now on (a later
+    /// registration lists it again). Called under the list's lock.
+    fn unlist_if_idle(&self) -> bool;
+    /// How many wait on it.
+    fn waiting(&self) -> usize;
+}
+
+/// Puts `watched`, which was unlisted and now set its flag, on the list, and wakes the thread if
+/// it parked.
+///
+/// # Errors
+/// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher thread cannot be started.
+pub(crate) fn watch(watched: Arc<dyn Watched>) -> Result<()> {
+    let thread = THREAD.get()?;
+    let mut listed = lock(&WATCHER.listed);
+    listed.others.push(watched);
+    listed.fresh = true;
+    if std::mem::replace(&mut listed.parked, false) {
+        drop(listed);
+        thread.unpark();
+    }
+    Ok(())
 }
 
 /// Registers `waker` for the point `point` of `track`, or, with `id` still registered, updates
@@ -142,6 +178,7 @@ pub(crate) fn counts() -> (usize, bool, u64) {
         .tracks
         .iter()
         .map(|track| lock(&track.waiters).len())
+        .chain(listed.others.iter().map(|other| other.waiting()))
         .sum();
     (
         waiting,
@@ -161,12 +198,21 @@ enum Next {
 
 fn run() {
     let mut looked = Vec::new();
+    let mut others = Vec::new();
     let mut woken = Vec::new();
     let mut active = Instant::now();
     let mut progress = Instant::now();
     loop {
         let round_began = Instant::now();
-        let round = || look_and_wake(&mut looked, &mut woken, &mut active, &mut progress);
+        let round = || {
+            look_and_wake(
+                &mut looked,
+                &mut others,
+                &mut woken,
+                &mut active,
+                &mut progress,
+            )
+        };
         match catch_unwind(AssertUnwindSafe(round)) {
             Ok(Next::Look(pause)) if pause <= LOOK_EVERY => {
                 while round_began.elapsed() < pause {
@@ -194,13 +240,21 @@ fn run() {
 /// was last seen passed.
 fn look_and_wake(
     looked: &mut Vec<Arc<Track>>,
+    others: &mut Vec<Arc<dyn Watched>>,
     woken: &mut Vec<Waker>,
     active: &mut Instant,
     progress: &mut Instant,
 ) -> Next {
-    looked.extend(lock(&WATCHER.listed).tracks.iter().cloned());
+    {
+        let listed = lock(&WATCHER.listed);
+        looked.extend(listed.tracks.iter().cloned());
+        others.extend(listed.others.iter().cloned());
+    }
     for track in looked.drain(..) {
         take_passed(&track, woken);
+    }
+    for other in others.drain(..) {
+        other.look(woken);
     }
     let next = {
         let listed = &mut *lock(&WATCHER.listed);
@@ -214,11 +268,12 @@ fn look_and_wake(
             }
             true
         });
+        listed.others.retain(|other| !other.unlist_if_idle());
         let now = Instant::now();
         if !woken.is_empty() || std::mem::take(&mut listed.fresh) {
             *progress = now;
         }
-        if !listed.tracks.is_empty() || !woken.is_empty() {
+        if !listed.tracks.is_empty() || !listed.others.is_empty() || !woken.is_empty() {
             *active = now;
             let quiet = now.duration_since(*progress);
             Next::Look(if quiet < SPIN_FOR {

@@ -1,0 +1,259 @@
+//! What the watcher looks at for a timeline (`crate::points`' watcher, through [`Watched`]): its
+//! host waiters, ordered by the value they wait for, and, once the last handle is gone, the
+//! streams that may still read the word.
+//!
+//! **Host waiters.** A future ([`Reached`](super::Reached)) that finds the value short registers
+//! its waker here; the first registration lists the timeline with the watcher, which each round
+//! reads the word and wakes the waiters whose value it reached, and all of them once cuda-host
+//! saw the context fail. A host [`signal`](super::Timeline::signal) wakes those it satisfied
+//! itself, on its own thread, without waiting for a round.
+//!
+//! **Learning a failure.** A stream whose context failed never signals again. Each stream
+//! operation on the timeline marks a stream point after it (`super::enqueue`); while host
+//! waiters wait, the watcher looks at the last of these on each stream (paced, at most every
+//! 50 µs), and a look whose query answers the context's sticky error records the failure, as
+//! any look at stream points does.
+//!
+//! **Abandoned.** Once the last handle is gone, the value was raised to its release value
+//! (`super::Shared`'s drop), but a stream's signal enqueued earlier is a store, not a maximum: it
+//! may land later and lower it again, under a wait that no handle can release any more. So the
+//! timeline stays listed, and each round raises the value back to the release value, until every
+//! stream passed its last operation on it (or its context failed).
+//!
+//! The word's memory belongs to [`Word`](super::word::Word), which closes this value before it
+//! frees it: the watcher reads the word only under this value's lock, and never after the close.
+//! Nothing here owns driver objects, so the watcher may drop its references to this value.
+
+use crate::contained_log::logged;
+use crate::launch::{Look, Progress, dispose_panic, has_failed};
+use crate::sync::lock;
+use crate::tracks::{Waiters, Watched, watch};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+
+/// A stream's last operation on the timeline: its track and the point marked after it.
+pub(super) type StreamUse = (Arc<dyn Progress>, u64);
+
+pub(super) struct Waits {
+    /// The context (`CUcontext` address).
+    context: usize,
+    state: Mutex<State>,
+    /// How many host waiters are registered, read by signals without the lock.
+    waiting: AtomicUsize,
+}
+
+struct State {
+    waiters: Waiters,
+    /// The word, until the memory goes (then null).
+    word: *const AtomicU64,
+    /// Each stream's last operation on the timeline, as far as not seen passed.
+    streams: Vec<StreamUse>,
+    /// The value the word is kept at once the last handle is gone, while streams may read it.
+    abandoned: Option<u64>,
+}
+
+// SAFETY: the word is pinned memory any thread may access atomically, read only under the lock
+// while the memory lives (`close`).
+unsafe impl Send for State {}
+
+impl Waits {
+    pub(super) fn new(context: usize, word: *const AtomicU64) -> Waits {
+        Waits {
+            context,
+            state: Mutex::new(State {
+                waiters: Waiters::default(),
+                word,
+                streams: Vec::new(),
+                abandoned: None,
+            }),
+            waiting: AtomicUsize::new(0),
+        }
+    }
+
+    /// The context (`CUcontext` address).
+    pub(super) fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Registers `waker` for `value` (or, with `id` still registered, updates its waker), listing
+    /// the timeline with the watcher if it was not. Returns the registration's id.
+    ///
+    /// # Errors
+    /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher cannot start (the
+    /// timeline's making started it, so only if it could not).
+    pub(super) fn register(
+        self: &Arc<Self>,
+        value: u64,
+        waker: &Waker,
+        id: Option<u64>,
+    ) -> crate::Result<u64> {
+        let mut state = lock(&self.state);
+        if let Some(id) = id
+            && let Some(replaced) = state.waiters.update(id, waker)
+        {
+            drop(state);
+            drop(replaced); // a waker's drop is the executor's code: not under the lock
+            return Ok(id);
+        }
+        let id = state.waiters.insert(value, waker.clone());
+        // Sequentially consistent with a signal's raise and its read of the count: either the
+        // signal sees this waiter, or the caller's look after this sees the signal's value.
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let unlisted = !std::mem::replace(&mut state.waiters.listed, true);
+        drop(state);
+        if unlisted {
+            watch(Arc::clone(self) as Arc<dyn Watched>)?;
+        }
+        Ok(id)
+    }
+
+    /// Takes back the registration `id`, if it was not woken yet.
+    pub(super) fn forget(&self, id: u64) {
+        let mut state = lock(&self.state);
+        let waker = state.waiters.remove(id);
+        if waker.is_some() {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        drop(state);
+        drop(waker);
+    }
+
+    /// Wakes the waiters of values up to `value`, on the calling thread: for a host signal. A
+    /// waker that panics is reported, and the others are woken.
+    pub(super) fn wake_up_to(&self, value: u64) {
+        if self.waiting.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut woken = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            let before = state.waiters.len();
+            state.waiters.take_up_to(value, false, &mut woken);
+            self.waiting
+                .fetch_sub(before - state.waiters.len(), Ordering::SeqCst);
+        }
+        wake_all(woken);
+    }
+
+    /// Notes the last operation of a stream (its track and the point after it): for the
+    /// abandoned timeline and for learning a failure.
+    pub(super) fn note_stream(&self, progress: Arc<dyn Progress>, point: u64) {
+        let mut state = lock(&self.state);
+        let same =
+            |(known, _): &StreamUse| std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(&progress));
+        match state.streams.iter_mut().find(|known| same(known)) {
+            Some(known) => known.1 = known.1.max(point),
+            None => state.streams.push((progress, point)),
+        }
+    }
+
+    /// Whether any stream used the timeline and may not have passed its last operation yet (as
+    /// far as seen).
+    pub(super) fn streams_may_read(&self) -> bool {
+        !lock(&self.state).streams.is_empty()
+    }
+
+    /// The last handle is gone: keeps the word at `release` while streams may read it.
+    pub(super) fn abandon(self: &Arc<Self>, release: u64) {
+        let mut state = lock(&self.state);
+        state.abandoned = Some(release);
+        let unlisted = !std::mem::replace(&mut state.waiters.listed, true);
+        drop(state);
+        if unlisted && let Err(error) = watch(Arc::clone(self) as Arc<dyn Watched>) {
+            logged!(error!(
+                "an abandoned timeline cannot be watched; a stream signal landing late may hold \
+                 a wait on it: {error}"
+            ));
+        }
+    }
+
+    /// The memory goes: no look reads the word after this.
+    pub(super) fn close(&self) {
+        lock(&self.state).word = std::ptr::null();
+    }
+}
+
+impl Watched for Waits {
+    fn look(&self, woken: &mut Vec<Waker>) {
+        let (value, streams, raised) = {
+            let mut state = lock(&self.state);
+            if state.word.is_null() {
+                return;
+            }
+            // SAFETY: the memory lives until `close`, which takes this lock.
+            let word = unsafe { &*state.word };
+            let mut raised = None;
+            if let Some(release) = state.abandoned {
+                let before = word.fetch_max(release, Ordering::AcqRel);
+                if before < release {
+                    raised = Some(before);
+                }
+            }
+            let value = word.load(Ordering::Acquire);
+            let before = state.waiters.len();
+            state.waiters.take_up_to(value, false, woken);
+            self.waiting
+                .fetch_sub(before - state.waiters.len(), Ordering::SeqCst);
+            let looks = !state.waiters.is_empty() || state.abandoned.is_some();
+            (value, looks.then(|| state.streams.clone()), raised)
+        };
+        if let Some(before) = raised {
+            logged!(warn!(
+                "a stream lowered an abandoned timeline's value to {before}; raised again so \
+                 that no stream waits on it"
+            ));
+        }
+        let Some(streams) = streams else {
+            return;
+        };
+        // Looked at without the lock: a look may log, and a logger may call cuda-host back.
+        let failed = has_failed(self.context);
+        let passed: Vec<bool> = streams
+            .iter()
+            .map(|(progress, point)| failed || progress.passed(Look::Paced) >= *point)
+            .collect();
+        let failed = failed || has_failed(self.context);
+        let mut state = lock(&self.state);
+        state.streams.retain(|(progress, point)| {
+            let index = streams.iter().position(|(known, _)| {
+                std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(progress))
+            });
+            // Passed, unless another operation was noted on the stream since.
+            !(failed || index.is_some_and(|index| passed[index] && streams[index].1 >= *point))
+        });
+        if failed {
+            let before = state.waiters.len();
+            state.waiters.take_up_to(value, true, woken);
+            self.waiting
+                .fetch_sub(before - state.waiters.len(), Ordering::SeqCst);
+        }
+    }
+
+    fn unlist_if_idle(&self) -> bool {
+        let mut state = lock(&self.state);
+        let idle = state.word.is_null()
+            || state.waiters.is_empty() && (state.abandoned.is_none() || state.streams.is_empty());
+        if idle {
+            state.waiters.listed = false;
+        }
+        idle
+    }
+
+    fn waiting(&self) -> usize {
+        lock(&self.state).waiters.len()
+    }
+}
+
+/// Wakes each of `woken`, catching and reporting a waker's panic.
+pub(super) fn wake_all(woken: Vec<Waker>) {
+    for waker in woken {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| waker.wake())) {
+            dispose_panic(payload);
+            logged!(error!(
+                "a waker of a timeline panicked; the others are woken"
+            ));
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! A timeline's word: 8 bytes of pinned, device-mapped host memory of its context (a word of the
+//! context's pinned pages, `crate::launch::PinnedWord`), which the host reads and raises
+//! atomically and streams read and write through its device address.
+//!
+//! Whoever may still touch the word holds an `Arc` of it: every handle of the timeline, and, for
+//! each stream operation on it, a record held in stream order until the stream passed the
+//! operation (`crate::launch::hold_until`). So it is given back, for another timeline of the
+//! context, once no handle is left and every stream that waited on it or signalled it got past
+//! that; never early. It is not freed: a free (`cuMemFreeHost`) waits for the device, which a
+//! drain must not do (a host function may wait for the draining thread), and would invalidate a
+//! capture begun through cuda-host if the last handle went during one; the context's pages are
+//! freed when it is released. The watcher reads it
+//! through `Waits` (`super::waits`), which this value closes before the memory goes.
+//! Where a capture may have taken an operation on it, it is kept for the life of the process
+//! ([`Word::keep`]): a graph may read or write it whenever it runs.
+
+use crate::error::{Error, Result};
+use crate::launch::{ContextShared, PinnedWord, unless_capture_forbids};
+use crate::timeline::waits::Waits;
+use cuda_host_sys::CUdeviceptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// Words kept for the life of the process because a capture may have taken an operation on
+/// them (see the module's documentation).
+pub(super) static KEPT_WORDS: AtomicU64 = AtomicU64::new(0);
+/// Words in use or kept, process-wide.
+pub(super) static LIVE_WORDS: AtomicU64 = AtomicU64::new(0);
+
+/// A timeline's word.
+pub(super) struct Word {
+    /// The pinned word of the context, holding one `AtomicU64`.
+    memory: PinnedWord,
+    /// Its context, retained while the word lives.
+    context: Arc<ContextShared>,
+    /// What the watcher reads the word through; closed before the memory goes.
+    waits: Arc<Waits>,
+    /// Whether a capture may have taken an operation on it: never freed.
+    kept: AtomicBool,
+}
+
+// SAFETY: pinned memory, which any thread may access atomically.
+unsafe impl Send for Word {}
+// SAFETY: as above.
+unsafe impl Sync for Word {}
+
+impl Word {
+    /// A word of `context` holding `initial`, with the watcher's view of it.
+    ///
+    /// # Errors
+    /// [`Error::AllocationInCapture`] while a capture begun through cuda-host forbids the
+    /// allocation; the driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
+    pub(super) fn new(context: &Arc<ContextShared>, initial: u64) -> Result<Word> {
+        let memory = unless_capture_forbids(|| context.allocate_pinned_word()).ok_or(
+            Error::AllocationInCapture {
+                what: "a timeline's word",
+            },
+        )??;
+        let host = memory.host.cast::<AtomicU64>();
+        // SAFETY: a pinned word of the context, 8-byte aligned, which nothing else uses now.
+        unsafe { host.write(AtomicU64::new(initial)) };
+        LIVE_WORDS.fetch_add(1, Ordering::Relaxed);
+        Ok(Word {
+            memory,
+            context: Arc::clone(context),
+            waits: Arc::new(Waits::new(context.raw().addr(), host)),
+            kept: AtomicBool::new(false),
+        })
+    }
+
+    /// The counter.
+    pub(super) fn atomic(&self) -> &AtomicU64 {
+        // SAFETY: the word is this value's while it lives; written as an `AtomicU64`.
+        unsafe { &*self.memory.host.cast::<AtomicU64>() }
+    }
+
+    /// The address streams use.
+    pub(super) fn device(&self) -> CUdeviceptr {
+        self.memory.device
+    }
+
+    /// Its context.
+    pub(super) fn context(&self) -> &Arc<ContextShared> {
+        &self.context
+    }
+
+    /// The watcher's view of it.
+    pub(super) fn waits(&self) -> &Arc<Waits> {
+        &self.waits
+    }
+
+    /// Keeps the memory for the life of the process: a capture may have taken an operation on
+    /// it.
+    pub(super) fn keep(&self) {
+        if !self.kept.swap(true, Ordering::Relaxed) {
+            KEPT_WORDS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Word {
+    fn drop(&mut self) {
+        // No look of the watcher reads the memory after this.
+        self.waits.close();
+        if self.kept.load(Ordering::Relaxed) {
+            self.context.keep_pinned_word(self.memory);
+            return;
+        }
+        // No handle is left and every stream that used it passed its operations (the module's
+        // documentation): the word may serve another timeline. Its page goes with the context.
+        self.context.release_pinned_word(self.memory);
+        LIVE_WORDS.fetch_sub(1, Ordering::Relaxed);
+    }
+}

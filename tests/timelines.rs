@@ -1,0 +1,709 @@
+//! Timelines: the host signals and streams wait, streams signal and the host waits or awaits.
+//! Ordering, monotonic values, many waiters, a timeline dropped while streams wait, context
+//! failure, captures, and the watcher's adversity.
+
+use cuda_host::{
+    CaptureState, Context, Error, Stream, StreamFlags, Timeline, reclaim, timeline_counts,
+};
+use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use suite::{Gate, MappedWords, TIMEOUT, capture_lock, context, wait_until};
+
+fn new_stream(context: &Context) -> Stream {
+    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Polls `future` once with `waker`.
+fn poll_with<F: Future + Unpin>(future: &mut F, waker: &Waker) -> Poll<F::Output> {
+    Pin::new(future).poll(&mut TaskContext::from_waker(waker))
+}
+
+/// Counts its wakes.
+#[derive(Default)]
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Lets the stream's work run for a while: long enough for work not held back to happen.
+fn let_work_run() {
+    std::thread::sleep(Duration::from_millis(20));
+}
+
+#[test]
+fn no_work_after_a_wait_runs_before_the_host_signals_its_value() {
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let words = MappedWords::new(&context, 2);
+    timeline.enqueue_wait(&stream, 2).expect("wait enqueued");
+    words.write_in_stream(&stream, 0, 7);
+    let_work_run();
+    assert_eq!(words.get(0), 0, "ran before any signal");
+    timeline.signal(1).expect("signal");
+    let_work_run();
+    assert_eq!(words.get(0), 0, "ran at 1, below the value waited for");
+    assert_eq!(stream.is_complete(), Ok(false));
+    timeline.signal(2).expect("signal");
+    wait_until("the work after the wait", || words.get(0) == 7);
+    stream.synchronize().expect("synchronize");
+}
+
+#[test]
+fn a_wait_for_a_value_already_reached_holds_nothing() {
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 5).expect("timeline");
+    let words = MappedWords::new(&context, 1);
+    timeline.enqueue_wait(&stream, 3).expect("wait enqueued");
+    timeline.enqueue_wait(&stream, 5).expect("wait enqueued");
+    words.write_in_stream(&stream, 0, 1);
+    stream.synchronize().expect("synchronize");
+    assert_eq!(words.get(0), 1);
+}
+
+#[test]
+fn host_signals_never_lower_the_value_and_values_stop_at_the_maximum() {
+    let context = context();
+    let timeline = Timeline::new(&context, 3).expect("timeline");
+    assert_eq!(timeline.value(), 3);
+    timeline.signal(10).expect("signal");
+    timeline.signal(4).expect("a lower signal is no error");
+    assert_eq!(timeline.value(), 10, "lowered");
+    let clone = timeline.clone();
+    std::thread::scope(|scope| {
+        for thread in 0..4u64 {
+            let clone = &clone;
+            scope.spawn(move || {
+                for step in 0..1000 {
+                    clone.signal(10 + thread * 1000 + step).expect("signal");
+                }
+            });
+        }
+    });
+    assert_eq!(timeline.value(), 10 + 3 * 1000 + 999);
+    timeline.signal(Timeline::MAX).expect("the maximum");
+    assert_eq!(clone.value(), Timeline::MAX);
+    assert!(matches!(
+        timeline.signal(Timeline::MAX + 1),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        Timeline::new(&context, u64::MAX),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+fn a_stream_signal_completes_a_blocking_wait_and_a_future_once_the_stream_gets_there() {
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    timeline
+        .enqueue_signal(&stream, 4)
+        .expect("signal enqueued");
+    let woken = Arc::new(CountingWaker::default());
+    let waker = Waker::from(Arc::clone(&woken));
+    let mut reached = timeline.reached(4);
+    assert!(poll_with(&mut reached, &waker).is_pending());
+    assert_eq!(timeline.wait(1, Duration::from_millis(20)), Ok(false));
+    assert_eq!(woken.0.load(Ordering::SeqCst), 0, "woken before the signal");
+    assert_eq!(timeline.value(), 0, "signalled before the stream got there");
+    gate.open();
+    assert_eq!(timeline.wait(4, TIMEOUT), Ok(true));
+    wait_until("the watcher to wake the future", || {
+        woken.0.load(Ordering::SeqCst) > 0
+    });
+    assert_eq!(poll_with(&mut reached, &waker), Poll::Ready(Ok(())));
+    stream.synchronize().expect("synchronize");
+}
+
+#[test]
+fn a_stream_signal_must_be_above_the_value_and_every_signal_enqueued_before() {
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 2).expect("timeline");
+    let refused = |value| {
+        matches!(
+            timeline.enqueue_signal(&stream, value),
+            Err(Error::InvalidArgument { .. })
+        )
+    };
+    assert!(refused(2), "not above the value");
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    timeline
+        .enqueue_signal(&stream, 5)
+        .expect("signal enqueued");
+    assert!(refused(5), "not above the signal enqueued before");
+    assert!(refused(3), "below the signal enqueued before");
+    assert!(refused(Timeline::MAX + 1));
+    timeline
+        .enqueue_signal(&stream, 6)
+        .expect("signal enqueued");
+    gate.open();
+    assert_eq!(timeline.wait(6, TIMEOUT), Ok(true));
+    stream.synchronize().expect("synchronize");
+    assert_eq!(timeline.value(), 6);
+}
+
+#[test]
+fn a_stream_waits_on_another_streams_signal() {
+    let context = context();
+    let (producer, consumer) = (new_stream(&context), new_stream(&context));
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let words = MappedWords::new(&context, 1);
+    let gate = Gate::new(&context);
+    gate.hold(&producer);
+    timeline
+        .enqueue_signal(&producer, 1)
+        .expect("signal enqueued");
+    timeline.enqueue_wait(&consumer, 1).expect("wait enqueued");
+    words.write_in_stream(&consumer, 0, 9);
+    let_work_run();
+    assert_eq!(
+        words.get(0),
+        0,
+        "the consumer ran before the producer signalled"
+    );
+    gate.open();
+    consumer.synchronize().expect("synchronize");
+    assert_eq!(words.get(0), 9);
+}
+
+#[test]
+fn many_threads_and_futures_each_complete_once_the_value_reaches_theirs() {
+    const WAITERS: u64 = 8;
+    let context = context();
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let runtime = runtime();
+    let tasks: Vec<_> = (1..=WAITERS)
+        .map(|value| {
+            let reached = timeline.reached(value);
+            let timeline = timeline.clone();
+            runtime.spawn(async move {
+                reached.await.expect("reached");
+                timeline.value() >= value
+            })
+        })
+        .collect();
+    let seen = std::thread::scope(|scope| {
+        let threads: Vec<_> = (1..=WAITERS)
+            .map(|value| {
+                let timeline = &timeline;
+                scope.spawn(move || {
+                    let reached = timeline.wait(value, TIMEOUT).expect("waits");
+                    reached && timeline.value() >= value
+                })
+            })
+            .collect();
+        for value in 1..=WAITERS {
+            std::thread::sleep(Duration::from_millis(2));
+            timeline.signal(value).expect("signal");
+        }
+        threads
+            .into_iter()
+            .map(|thread| thread.join().expect("a waiting thread"))
+            .collect::<Vec<_>>()
+    });
+    assert!(
+        seen.iter().all(|&early| early),
+        "a thread woke early: {seen:?}"
+    );
+    for task in tasks {
+        let in_time = runtime.block_on(async { tokio::time::timeout(TIMEOUT, task).await });
+        assert!(
+            in_time.expect("completed").expect("the task"),
+            "a future completed early"
+        );
+    }
+}
+
+#[test]
+fn a_dropped_future_takes_its_registration_back() {
+    let context = context();
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let woken = Arc::new(CountingWaker::default());
+    let waker = Waker::from(Arc::clone(&woken));
+    let mut reached = timeline.reached(1);
+    assert!(poll_with(&mut reached, &waker).is_pending());
+    drop(reached);
+    timeline.signal(1).expect("signal");
+    let_work_run();
+    assert_eq!(
+        woken.0.load(Ordering::SeqCst),
+        0,
+        "a dropped future was woken"
+    );
+}
+
+#[test]
+fn dropping_the_last_handle_releases_the_streams_waiting_on_it_and_frees_it_after() {
+    // Alone in a process: the counts are process-wide.
+    suite::alone_in_child!(
+        dropping_the_last_handle_releases_the_streams_waiting_on_it_and_frees_it_after
+    );
+    let context = context();
+    let (first, second) = (new_stream(&context), new_stream(&context));
+    let words = MappedWords::new(&context, 2);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let gate = Gate::new(&context);
+    gate.hold(&second);
+    timeline.enqueue_wait(&first, 5).expect("wait enqueued");
+    words.write_in_stream(&first, 0, 1);
+    // The second stream reaches its wait only after the drop.
+    timeline
+        .enqueue_wait(&second, Timeline::MAX)
+        .expect("wait enqueued");
+    words.write_in_stream(&second, 1, 1);
+    assert_eq!(timeline_counts().words, 1);
+    drop(timeline);
+    wait_until("the first stream to be released", || words.get(0) == 1);
+    first.synchronize().expect("synchronize");
+    assert_eq!(
+        timeline_counts().words,
+        1,
+        "freed while a stream may read it"
+    );
+    gate.open();
+    wait_until("the second stream to be released", || words.get(1) == 1);
+    second.synchronize().expect("synchronize");
+    reclaim();
+    assert_eq!(
+        timeline_counts().words,
+        0,
+        "not freed once no stream reads it"
+    );
+}
+
+#[test]
+fn timelines_made_and_dropped_one_after_another_reuse_one_word_of_pinned_memory() {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "timelines_made_and_dropped_one_after_another_reuse_one_word_of_pinned_memory",
+            "counting host allocations needs the software driver",
+        );
+    };
+    // Alone in a process: the count of host allocations is process-wide.
+    suite::alone_in_child!(
+        timelines_made_and_dropped_one_after_another_reuse_one_word_of_pinned_memory
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let allocations = || controls.live_objects().host_allocations;
+    let first = Timeline::new(&context, 0).expect("timeline");
+    let before = allocations();
+    drop(first);
+    for round in 1..=1_000 {
+        let timeline = Timeline::new(&context, round).expect("timeline");
+        assert_eq!(timeline.value(), round, "a reused word holds its new value");
+        timeline
+            .enqueue_wait(&stream, round)
+            .expect("wait enqueued");
+        timeline
+            .enqueue_signal(&stream, round + 1)
+            .expect("signal enqueued");
+        drop(timeline);
+        stream.synchronize().expect("synchronize");
+    }
+    reclaim();
+    assert_eq!(
+        allocations(),
+        before,
+        "a timeline allocated or freed memory"
+    );
+    assert_eq!(timeline_counts().words, 0);
+}
+
+#[test]
+fn a_timelines_last_handle_dropped_during_a_global_capture_leaves_the_capture_intact() {
+    let _alone = capture_lock();
+    let context = context();
+    let captured = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let (began, dropped) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|scope| {
+        let capturing = scope.spawn(|| {
+            let builder = cuda_host::GraphBuilder::begin(&captured, cuda_host::CaptureMode::Global)
+                .expect("capture");
+            began.wait();
+            dropped.wait();
+            let graph = builder.end().expect("the capture was not invalidated");
+            let exec = graph.instantiate().expect("instantiate");
+            exec.launch(&captured).expect("launch the graph");
+            captured.synchronize().expect("the graph ran");
+        });
+        began.wait();
+        // Its word is given back, not freed: a free would invalidate the other thread's capture.
+        drop(timeline);
+        dropped.wait();
+        capturing.join().unwrap();
+    });
+}
+
+#[test]
+fn a_stream_signal_landing_after_the_drop_does_not_hold_a_wait() {
+    let context = context();
+    let (signaller, waiter) = (new_stream(&context), new_stream(&context));
+    let words = MappedWords::new(&context, 1);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let (first, second) = (Gate::new(&context), Gate::new(&context));
+    first.hold(&signaller);
+    timeline
+        .enqueue_signal(&signaller, 1)
+        .expect("signal enqueued");
+    second.hold(&waiter);
+    timeline.enqueue_wait(&waiter, 2).expect("wait enqueued");
+    words.write_in_stream(&waiter, 0, 1);
+    drop(timeline);
+    // The signal of 1 lands after the drop raised the value; the wait for 2 comes after it.
+    first.open();
+    signaller.synchronize().expect("synchronize");
+    second.open();
+    wait_until("the waiting stream to be released", || words.get(0) == 1);
+    waiter.synchronize().expect("synchronize");
+}
+
+#[test]
+fn host_waits_behind_a_failed_context_complete_with_an_error() {
+    // Alone in a process: the failure stays with it.
+    suite::alone_in_child!(host_waits_behind_a_failed_context_complete_with_an_error);
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let gate = Gate::new(&context);
+    let fault = suite::kernels::Fault::load(context.driver());
+    gate.hold(&stream);
+    fault.launch(&stream);
+    timeline
+        .enqueue_signal(&stream, 1)
+        .expect("signal enqueued");
+    let runtime = runtime();
+    let task = runtime.spawn(timeline.reached(1));
+    let blocked = {
+        let timeline = timeline.clone();
+        std::thread::spawn(move || timeline.wait(1, TIMEOUT))
+    };
+    gate.open();
+    // Nobody else calls cuda-host: the watcher's look at the stream's point sees the failure.
+    let outcome = runtime.block_on(async { tokio::time::timeout(TIMEOUT, task).await });
+    assert_eq!(
+        outcome.expect("completed").expect("the task"),
+        Err(Error::ContextFailed)
+    );
+    assert_eq!(
+        blocked.join().expect("the waiting thread"),
+        Err(Error::ContextFailed)
+    );
+    assert_eq!(timeline.wait(1, TIMEOUT), Err(Error::ContextFailed));
+    assert_eq!(timeline.value(), 0);
+}
+
+#[test]
+fn a_wait_or_signal_on_a_capturing_stream_is_refused_and_the_capture_still_ends_in_a_graph() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let capture = suite::capture::Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    let refused = Err(Error::TimelineInCapture {
+        status: CaptureState::Active,
+    });
+    assert_eq!(timeline.enqueue_wait(&stream, 1), refused);
+    assert_eq!(timeline.enqueue_signal(&stream, 1), refused);
+    assert_eq!(
+        suite::capture::is_capturing(stream.as_raw()),
+        (
+            CUresult::CUDA_SUCCESS,
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        )
+    );
+    let graph = capture.end().expect("the capture is still valid");
+    let exec = graph.instantiate();
+    exec.launch(stream.as_raw());
+    stream.synchronize().expect("the graph ran");
+    assert_eq!(timeline.value(), 0);
+}
+
+#[test]
+fn an_operation_a_capture_other_code_began_took_is_refused_and_its_word_kept() {
+    let test = "an_operation_a_capture_other_code_began_took_is_refused_and_its_word_kept";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    // Alone in a process: the counts are process-wide, and any thread's allocation would
+    // invalidate a global-mode capture.
+    suite::alone_in_child!(
+        an_operation_a_capture_other_code_began_took_is_refused_and_its_word_kept
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    for (kept, entry) in [(1, c"cuStreamWaitValue64"), (2, c"cuStreamWriteValue64")] {
+        let timeline = Timeline::new(&context, 0).expect("timeline");
+        controls.begin_capture_at_next_call(
+            entry,
+            &stream,
+            CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        );
+        let taken = if kept == 1 {
+            timeline.enqueue_wait(&stream, 1)
+        } else {
+            timeline.enqueue_signal(&stream, 1)
+        };
+        assert_eq!(
+            taken,
+            Err(Error::TimelineInCapture {
+                status: CaptureState::Active
+            }),
+            "{entry:?}"
+        );
+        let mut graph = std::ptr::null_mut();
+        // SAFETY: a live stream and a valid out-pointer.
+        let ended = unsafe {
+            suite::test_driver()
+                .driver
+                .cuStreamEndCapture(stream.as_raw(), &mut graph)
+        };
+        assert_eq!(ended, CUresult::CUDA_SUCCESS, "the capture was invalidated");
+        let graph = suite::capture::Graph(graph);
+        // The graph reads or writes the word whenever it runs: the word outlives the timeline.
+        drop(timeline);
+        reclaim();
+        assert_eq!(timeline_counts().kept, kept);
+        assert_eq!(timeline_counts().words, kept);
+        drop(graph);
+    }
+}
+
+#[test]
+fn a_timeline_is_refused_with_a_thread_start_error_when_the_watcher_cannot_start() {
+    // Alone in a process where every thread spawn fails: no stack that large can be mapped.
+    suite::alone_in_child!(
+        a_timeline_is_refused_with_a_thread_start_error_when_the_watcher_cannot_start,
+        &[("RUST_MIN_STACK", "1125899906842624")]
+    );
+    assert!(
+        std::thread::Builder::new().spawn(|| {}).is_err(),
+        "threads start in this process"
+    );
+    let context = context();
+    match Timeline::new(&context, 0) {
+        Err(Error::ThreadStart { thread, .. }) => assert_eq!(thread, "cuda-host-watch"),
+        Err(other) => panic!("refused with {other}"),
+        Ok(_) => panic!("a timeline with no watcher thread to wake its waiters was made"),
+    }
+}
+
+#[test]
+fn a_stream_of_another_context_is_refused() {
+    let test = "a_stream_of_another_context_is_refused";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "fresh contexts are a control of the software driver");
+    };
+    let context = context();
+    let device = cuda_host::Device::get(context.driver(), 0).expect("device");
+    let other = controls.fresh_context(&device);
+    let stream = new_stream(&other);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    assert!(matches!(
+        timeline.enqueue_wait(&stream, 1),
+        Err(Error::ContextMismatch { .. })
+    ));
+}
+
+#[test]
+fn host_waits_take_their_time_from_the_signal_not_from_the_timeout() {
+    let context = context();
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let signaller = {
+        let timeline = timeline.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(10));
+            timeline.signal(1).expect("signal");
+        })
+    };
+    let start = Instant::now();
+    assert_eq!(timeline.wait(1, TIMEOUT), Ok(true));
+    assert!(start.elapsed() < TIMEOUT / 2, "woken only by the timeout");
+    signaller.join().expect("the signalling thread");
+}
+
+/// Panics when woken.
+struct PanickingWaker;
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("deliberate panic of a waker");
+    }
+}
+
+#[test]
+fn a_panicking_waker_is_caught_by_the_signal_and_the_watcher_and_the_others_are_woken() {
+    suite::quiet::quiet_deliberate_panics();
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let panicking = Waker::from(Arc::new(PanickingWaker));
+    let woken = Arc::new(CountingWaker::default());
+    let counting = Waker::from(Arc::clone(&woken));
+    // Woken by the host's signal, on this thread.
+    let (mut first, mut second) = (timeline.reached(1), timeline.reached(1));
+    assert!(poll_with(&mut first, &panicking).is_pending());
+    assert!(poll_with(&mut second, &counting).is_pending());
+    timeline.signal(1).expect("a signal never panics");
+    assert_eq!(woken.0.load(Ordering::SeqCst), 1, "the other waker");
+    // Woken by the watcher, after a stream's signal.
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    timeline
+        .enqueue_signal(&stream, 2)
+        .expect("signal enqueued");
+    let (mut third, mut fourth) = (timeline.reached(2), timeline.reached(2));
+    assert!(poll_with(&mut third, &panicking).is_pending());
+    assert!(poll_with(&mut fourth, &counting).is_pending());
+    gate.open();
+    wait_until("the watcher to wake the other waker", || {
+        woken.0.load(Ordering::SeqCst) == 2
+    });
+    assert_eq!(poll_with(&mut fourth, &counting), Poll::Ready(Ok(())));
+    stream.synchronize().expect("synchronize");
+}
+
+#[test]
+fn a_timeline_whose_context_failed_frees_its_word_once_the_failure_is_seen() {
+    // Alone in a process: the failure stays with it, and the counts are process-wide.
+    suite::alone_in_child!(a_timeline_whose_context_failed_frees_its_word_once_the_failure_is_seen);
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let fault = suite::kernels::Fault::load(context.driver());
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    fault.launch(&stream);
+    timeline.enqueue_wait(&stream, 1).expect("wait enqueued");
+    timeline
+        .enqueue_signal(&stream, 2)
+        .expect("signal enqueued");
+    drop(timeline);
+    gate.open();
+    assert!(stream.synchronize().is_err(), "the fault is reported");
+    reclaim();
+    assert_eq!(
+        timeline_counts().words,
+        0,
+        "kept after the failure was seen"
+    );
+}
+
+mod panicking_logger {
+    //! A logger that panics, in a child process of its own (a logger is set once per process).
+
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    static PANICKING: AtomicBool = AtomicBool::new(false);
+    static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+    struct PanickingLogger;
+
+    impl log::Log for PanickingLogger {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+
+        fn log(&self, record: &log::Record<'_>) {
+            if PANICKING.load(Ordering::SeqCst) {
+                PANICS.fetch_add(1, Ordering::SeqCst);
+                panic!("deliberate panic of a logger, at: {}", record.args());
+            }
+        }
+
+        fn flush(&self) {}
+    }
+
+    #[test]
+    fn a_timeline_dropped_while_streams_wait_logs_to_a_panicking_logger_and_releases_them() {
+        suite::alone_in_child!(
+            a_timeline_dropped_while_streams_wait_logs_to_a_panicking_logger_and_releases_them
+        );
+        suite::quiet::quiet_deliberate_panics();
+        log::set_logger(&PanickingLogger).expect("the only logger of this process");
+        log::set_max_level(log::LevelFilter::Trace);
+        let context = context();
+        let (signaller, waiter) = (new_stream(&context), new_stream(&context));
+        let words = MappedWords::new(&context, 1);
+        let timeline = Timeline::new(&context, 0).expect("timeline");
+        let (first, second) = (Gate::new(&context), Gate::new(&context));
+        first.hold(&signaller);
+        timeline
+            .enqueue_signal(&signaller, 1)
+            .expect("signal enqueued");
+        second.hold(&waiter);
+        timeline.enqueue_wait(&waiter, 2).expect("wait enqueued");
+        words.write_in_stream(&waiter, 0, 1);
+        PANICKING.store(true, Ordering::SeqCst);
+        // The drop warns on this thread; the watcher warns when it raises the value again.
+        drop(timeline);
+        assert!(PANICS.load(Ordering::SeqCst) > 0, "the drop logged nothing");
+        let before = PANICS.load(Ordering::SeqCst);
+        first.open();
+        wait_until("the watcher to raise the value again and log it", || {
+            PANICS.load(Ordering::SeqCst) > before
+        });
+        second.open();
+        wait_until("the waiting stream to be released", || words.get(0) == 1);
+        PANICKING.store(false, Ordering::SeqCst);
+        waiter.synchronize().expect("synchronize");
+        signaller.synchronize().expect("synchronize");
+    }
+}
+
+#[test]
+fn a_synchronize_of_a_stream_waiting_on_a_timeline_returns_only_once_it_is_signalled() {
+    // The hazard the documentation names: a thread that synchronizes before it signals never
+    // returns. Here another thread signals.
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    timeline.enqueue_wait(&stream, 1).expect("wait enqueued");
+    let returned = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            stream.synchronize().expect("synchronize");
+            returned.store(true, Ordering::SeqCst);
+        });
+        let_work_run();
+        assert!(
+            !returned.load(Ordering::SeqCst),
+            "the synchronize returned while the stream waited"
+        );
+        timeline.signal(1).expect("signal");
+        wait_until("the synchronize to return", || {
+            returned.load(Ordering::SeqCst)
+        });
+    });
+}
