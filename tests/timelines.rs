@@ -66,6 +66,64 @@ fn no_work_after_a_wait_runs_before_the_host_signals_its_value() {
 }
 
 #[test]
+fn on_a_device_without_64_bit_memory_operations_waits_and_signals_use_the_low_word() {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "on_a_device_without_64_bit_memory_operations_waits_and_signals_use_the_low_word",
+            "playing an older device is a control of the software driver",
+        );
+    };
+    // Alone in a process: the device's answer is process-wide.
+    suite::alone_in_child!(
+        on_a_device_without_64_bit_memory_operations_waits_and_signals_use_the_low_word
+    );
+    let attribute =
+        cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
+    controls.override_device_attribute(attribute, Some(0));
+    let context = context();
+    let (waiter, signaller) = (new_stream(&context), new_stream(&context));
+    // Near a carry into the high word: the low word wraps between the values waited for.
+    let start = (1u64 << 32) - 2;
+    let timeline = Timeline::new(&context, start).expect("timeline");
+    controls.override_device_attribute(attribute, None);
+    assert!(!timeline.uses_64_bit_operations());
+    let words = MappedWords::new(&context, 2);
+    timeline
+        .enqueue_wait(&waiter, start + 1)
+        .expect("wait enqueued");
+    words.write_in_stream(&waiter, 0, 1);
+    timeline
+        .enqueue_wait(&waiter, start + 3)
+        .expect("wait enqueued");
+    words.write_in_stream(&waiter, 1, 1);
+    let_work_run();
+    assert_eq!(
+        (words.get(0), words.get(1)),
+        (0, 0),
+        "ran before any signal"
+    );
+    timeline.signal(start + 1).expect("signal");
+    wait_until("the work after the first wait", || words.get(0) == 1);
+    let_work_run();
+    assert_eq!(
+        words.get(1),
+        0,
+        "ran before the value crossed into the high word"
+    );
+    // A stream's signal across the carry: both halves land.
+    timeline
+        .enqueue_signal(&signaller, start + 3)
+        .expect("signal enqueued");
+    wait_until("the work after the second wait", || words.get(1) == 1);
+    assert!(
+        timeline.wait(start + 3, TIMEOUT).expect("wait"),
+        "the host sees the stream's signal"
+    );
+    assert_eq!(timeline.value(), start + 3);
+    waiter.synchronize().expect("synchronize");
+}
+
+#[test]
 fn a_wait_for_a_value_already_reached_holds_nothing() {
     let context = context();
     let stream = new_stream(&context);

@@ -341,6 +341,10 @@ CUresult cuswLaunchSleep(CUstream stream, unsigned int microseconds);
 /* Report `version` from cuDriverGetVersion and hide from cuGetProcAddress every ABI newer than
  * it; 0 restores the default. */
 CUresult cuswSetDriverVersion(int version);
+/* Make every device answer `*value` (at least 0) from cuDeviceGetAttribute for `attribute`, one
+ * the double models; NULL restores its own value. A test plays an older device with it (no 64-bit
+ * stream memory operations). */
+CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, const int *value);
 /* How many user-object destructors have run, and how many user objects are alive. */
 CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive);
 /* The next `count` calls of `entry` (from any thread) sleep `microseconds` before doing anything,

@@ -231,6 +231,11 @@ void cusw_initialize(void);  /* cuInit's work: the devices' primary contexts */
 int cusw_device_count(void);
 CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
 struct cusw_ctx *cusw_primary_ctx(CUdevice dev); /* of a checked device */
+/* What every device answers for `attribute`; false for one the double does not model. */
+bool cusw_device_attribute(CUdevice_attribute attribute, int *value);
+/* Makes every device answer `*value` for `attribute` (NULL: its own value again); false for one
+ * the double does not model. */
+bool cusw_override_device_attribute(CUdevice_attribute attribute, const int *value);
 /* [locked] A context of a checked device, registered and inactive (cuCtxCreate's), or NULL. */
 struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags);
 /* [locked] CUDA_ERROR_INVALID_CONTEXT unless `handle` names a context. */

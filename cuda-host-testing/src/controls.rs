@@ -2,7 +2,9 @@
 
 use crate::Error;
 use cuda_host::{Context, Device, Stream};
-use cuda_host_sys::{CUcontext, CUdevice, CUresult, CUstream, CUstreamCaptureMode, Driver};
+use cuda_host_sys::{
+    CUcontext, CUdevice, CUdevice_attribute, CUresult, CUstream, CUstreamCaptureMode, Driver,
+};
 use std::ffi::{CStr, c_char, c_int, c_uint, c_ulonglong, c_void};
 use std::path::Path;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ pub struct Controls {
     launch_fault: unsafe extern "C" fn(CUstream, CUresult) -> CUresult,
     launch_sleep: unsafe extern "C" fn(CUstream, c_uint) -> CUresult,
     set_driver_version: unsafe extern "C" fn(c_int) -> CUresult,
+    override_device_attribute: unsafe extern "C" fn(CUdevice_attribute, *const c_int) -> CUresult,
     user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
     delay_next_calls: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> CUresult,
     stale_handle_uses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
@@ -112,6 +115,7 @@ impl Controls {
             launch_fault: control!(c"cuswLaunchFault"),
             launch_sleep: control!(c"cuswLaunchSleep"),
             set_driver_version: control!(c"cuswSetDriverVersion"),
+            override_device_attribute: control!(c"cuswOverrideDeviceAttribute"),
             user_object_stats: control!(c"cuswUserObjectStats"),
             delay_next_calls: control!(c"cuswDelayNextCalls"),
             stale_handle_uses: control!(c"cuswStaleHandleUses"),
@@ -208,6 +212,28 @@ impl Controls {
         // SAFETY: no pointer arguments.
         check("cuswSetDriverVersion", unsafe {
             (self.set_driver_version)(version)
+        })
+    }
+
+    /// Makes every device answer `value` from `cuDeviceGetAttribute` for `attribute` (`None`:
+    /// its own value again), process-wide, to play an older device: for example 0 for
+    /// `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS`. Only for what code asks after the
+    /// call: a value read before stays as it was read.
+    ///
+    /// # Errors
+    /// [`Error::Control`] with `CUDA_ERROR_INVALID_VALUE` for an attribute the software driver
+    /// does not model, or a negative value.
+    #[doc(alias = "cuswOverrideDeviceAttribute")]
+    pub fn override_device_attribute(
+        &self,
+        attribute: CUdevice_attribute,
+        value: Option<i32>,
+    ) -> Result<(), Error> {
+        let value = value.map(|value| value as c_int);
+        let pointer = value.as_ref().map_or(std::ptr::null(), std::ptr::from_ref);
+        // SAFETY: `pointer` is null or points at a live `c_int` for the call.
+        check("cuswOverrideDeviceAttribute", unsafe {
+            (self.override_device_attribute)(attribute, pointer)
         })
     }
 

@@ -733,3 +733,50 @@ fn a_capture_armed_at_an_entry_begins_when_that_entry_is_next_called_and_takes_i
         event_query(event.as_raw()) == CUresult::CUDA_SUCCESS
     });
 }
+
+#[test]
+fn an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_one_is_refused() {
+    let controls = controls_or_skip!(
+        an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_one_is_refused
+    );
+    suite::alone_in_child!(
+        an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_one_is_refused
+    );
+    let device = cuda_host::Device::get(&suite::test_driver().driver, 0).expect("device 0");
+    let read = || {
+        let mut value = -1;
+        // SAFETY: a valid out-pointer and a device of the driver.
+        ok("cuDeviceGetAttribute", unsafe {
+            driver().cuDeviceGetAttribute(
+                &mut value,
+                cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                device.as_raw(),
+            )
+        });
+        value
+    };
+    let attribute =
+        cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
+    assert_eq!(read(), 1, "an H200 has 64-bit stream memory operations");
+    controls.override_device_attribute(attribute, Some(0));
+    assert_eq!(read(), 0, "the override is answered");
+    controls.override_device_attribute(attribute, None);
+    assert_eq!(read(), 1, "restored");
+    let unmodelled = controls
+        .inner()
+        .override_device_attribute(
+            cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+            Some(1024),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            unmodelled,
+            cuda_host_testing::Error::Control {
+                result: CUresult::CUDA_ERROR_INVALID_VALUE,
+                ..
+            }
+        ),
+        "{unmodelled}"
+    );
+}

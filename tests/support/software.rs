@@ -86,6 +86,21 @@ impl Controls {
         ok(self.0.set_driver_version(version));
     }
 
+    /// The package's controls, for a test of their errors.
+    pub fn inner(&self) -> &'static cuda_host_testing::Controls {
+        self.0
+    }
+
+    /// [`cuda_host_testing::Controls::override_device_attribute`].
+    #[track_caller]
+    pub fn override_device_attribute(
+        &self,
+        attribute: cuda_host_sys::CUdevice_attribute,
+        value: Option<i32>,
+    ) {
+        ok(self.0.override_device_attribute(attribute, value));
+    }
+
     /// [`cuda_host_testing::Controls::user_object_stats`].
     #[track_caller]
     pub fn user_object_stats(&self) -> (u64, u64) {

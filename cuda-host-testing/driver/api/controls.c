@@ -6,6 +6,7 @@
  */
 #include "internal.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -104,6 +105,15 @@ CUSW_EXPORT CUresult cuswSetDriverVersion(int version)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_set_reported_driver_version(version);
     return CUDA_SUCCESS;
+}
+
+CUSW_EXPORT CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, const int *value)
+{
+    CUSW_ENTRY();
+    if (value != NULL && (*value < 0 || *value == INT_MAX))
+        return CUDA_ERROR_INVALID_VALUE;
+    return cusw_override_device_attribute(attribute, value) ? CUDA_SUCCESS
+                                                            : CUDA_ERROR_INVALID_VALUE;
 }
 
 /* ---- What a test reads ----------------------------------------------------------------------- */

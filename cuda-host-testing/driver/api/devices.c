@@ -87,29 +87,6 @@ CUSW_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
-struct attribute_value {
-    CUdevice_attribute attribute;
-    int value;
-};
-
-static const struct attribute_value attribute_values[] = {
-    { CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1 },
-    { CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0 },
-    { CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1 },
-    { CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0 },
-    { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9 },
-    { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0 },
-    { CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1 },
-    { CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 1 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 1 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1, 1 },
-    { CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, 0 },
-    { CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 1 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, 1 },
-};
-
 CUSW_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
     CUSW_INIT_ENTRY();
@@ -124,11 +101,6 @@ CUSW_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
         *pi = 1 + dev;
         return CUDA_SUCCESS;
     }
-    for (size_t i = 0; i < sizeof attribute_values / sizeof attribute_values[0]; i++) {
-        if (attribute_values[i].attribute == attrib) {
-            *pi = attribute_values[i].value;
-            return CUDA_SUCCESS;
-        }
-    }
-    return CUDA_ERROR_INVALID_VALUE; /* an attribute this software device does not model */
+    /* An attribute this software device does not model is an error. */
+    return cusw_device_attribute(attrib, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

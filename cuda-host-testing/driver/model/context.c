@@ -42,6 +42,55 @@ void cusw_initialize(void)
 
 struct cusw_ctx *cusw_primary_ctx(CUdevice dev) { return &contexts[dev]; }
 
+/* ---- Device attributes ----------------------------------------------------------------------- */
+
+/* What every device answers, as an H200 does where it matters to the suite; a test may override a
+ * value (cuswOverrideDeviceAttribute) to play an older device. */
+static struct {
+    CUdevice_attribute attribute;
+    int value;
+    _Atomic int overridden; /* 0, or 1 + the value a test asked for */
+} attributes[] = {
+    { CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1, 0 },
+    { CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0, 0 },
+    { CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1, 0 },
+    { CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0, 0 },
+    { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9, 0 },
+    { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0, 0 },
+    { CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1, 0 },
+    { CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0, 0 },
+    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 1, 0 },
+    { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 1, 0 },
+    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1, 1, 0 },
+    { CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, 0, 0 },
+    { CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0, 0 },
+    { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 1, 0 },
+    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, 1, 0 },
+};
+
+bool cusw_device_attribute(CUdevice_attribute attribute, int *value)
+{
+    for (size_t i = 0; i < sizeof attributes / sizeof attributes[0]; i++) {
+        if (attributes[i].attribute == attribute) {
+            int overridden = atomic_load(&attributes[i].overridden);
+            *value = overridden != 0 ? overridden - 1 : attributes[i].value;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool cusw_override_device_attribute(CUdevice_attribute attribute, const int *value)
+{
+    for (size_t i = 0; i < sizeof attributes / sizeof attributes[0]; i++) {
+        if (attributes[i].attribute == attribute) {
+            atomic_store(&attributes[i].overridden, value != NULL ? *value + 1 : 0);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* [locked] Contexts are never freed, so that a thread may keep a plain pointer to one, even after
  * cuCtxDestroy: kept here, they stay reachable. */
 static struct cusw_ctx *created;
