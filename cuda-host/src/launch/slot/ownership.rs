@@ -10,6 +10,7 @@ use super::thread_cache::{acquire_free, release_free};
 use super::ticket::Ticket;
 use crate::launch::record::RecordHeader;
 use crate::launch::slot_state::{Phase, Released};
+use crate::observe::Stamp;
 use cuda_host_sys::CUstream;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -43,7 +44,10 @@ impl LaunchSlot {
         let slot = self.slot;
         slot.context.store(context, Ordering::Relaxed);
         // SAFETY: the slot is free and owned by this thread until `begin` publishes it.
-        unsafe { *slot.stream.get() = stream };
+        unsafe {
+            *slot.stream.get() = stream;
+            *slot.launched.get() = crate::observe::launch_stamp();
+        }
         // Release: the record and the fields above are visible to whoever claims the slot.
         let generation = slot.state.begin();
         Ticket::new(slot.index, generation)
@@ -80,6 +84,15 @@ pub(crate) fn claim(ticket: Ticket) -> Option<(NonNull<RecordHeader>, CUstream)>
             // SAFETY: claimed: the slot and its fields are this thread's now.
             .map(|slot| (slot.record(), unsafe { *slot.stream.get() }))
     })
+}
+
+/// When the launch of a slot record was made.
+///
+/// # Safety
+/// `record` must be a slot record claimed by the caller.
+pub(crate) unsafe fn launched_at(record: NonNull<RecordHeader>) -> Stamp {
+    // SAFETY: a claimed slot record (per the caller): its fields are the caller's.
+    unsafe { *Slot::of_record(record).launched.get() }
 }
 
 /// Claims every launched, unclaimed record of the context at `context` and passes each to
