@@ -5,7 +5,8 @@
 //! Run: `cargo bench --features nvtx,tracing --bench observe` (add `-- --quick` for a short run).
 //! The NVTX arm attaches the library `NVTX_INJECTION64_PATH` names when it is set (a profiler's),
 //! else the suite's recorder (`tests/support/nvtx_recorder.c`, which formats and stores a line
-//! per call) where it was built; without either it is skipped.
+//! per call: `NVTX_RECORDER_LIBRARY`, as the GPU bundle sets it, or where this build made it);
+//! without either it is skipped.
 //!
 //! Each arm runs in a process of its own (cuda-host attaches a profiler once per process, and a
 //! subscriber is global), one process per arm and round, the arms in turn, so that the machine's
@@ -86,13 +87,13 @@ fn main() {
     }
 }
 
-/// The injection library of the NVTX arm.
+/// The injection library of the NVTX arm: a profiler's, else the recorder
+/// (`NVTX_RECORDER_LIBRARY` at run time, as the GPU bundle sets it, else this build's).
 fn injection_library() -> Option<String> {
     std::env::var("NVTX_INJECTION64_PATH").ok().or_else(|| {
-        let recorder = env!("NVTX_RECORDER_LIBRARY");
-        std::path::Path::new(recorder)
-            .exists()
-            .then(|| recorder.to_owned())
+        let recorder = std::env::var("NVTX_RECORDER_LIBRARY")
+            .unwrap_or_else(|_| env!("NVTX_RECORDER_LIBRARY").to_owned());
+        std::path::Path::new(&recorder).exists().then_some(recorder)
     })
 }
 

@@ -2,7 +2,9 @@
 //! suite's (`tests/support/nvtx_recorder.c`) that attaches as a profiler does: named by
 //! `NVTX_INJECTION64_PATH`, initialized through NVTX's protocol, recording each call. Each test
 //! runs alone in a child process with the variable set (cuda-host opens the library once per
-//! process, at its first launch), and reads the recorder's lines through the same library.
+//! process, at its first launch), and reads the recorder's lines through the same library. The
+//! recorder is the one `NVTX_RECORDER_LIBRARY` names at run time (the GPU bundle's), else the one
+//! this build made.
 
 use cuda_host::{
     CaptureMode, Error, GraphBuilder, HostEngine, Stream, StreamFlags, host_launch, named,
@@ -15,13 +17,21 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use suite::{Gate, context, wait_until};
 
-const RECORDER: &str = env!("NVTX_RECORDER_LIBRARY");
+/// The recorder's path.
+fn recorder_path() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        std::env::var("NVTX_RECORDER_LIBRARY")
+            .unwrap_or_else(|_| env!("NVTX_RECORDER_LIBRARY").to_owned())
+    })
+}
 
 /// The recorder as this process loaded it (the library cuda-host opened, when it did).
 fn recorder() -> &'static libloading::Library {
     static LIBRARY: std::sync::OnceLock<libloading::Library> = std::sync::OnceLock::new();
     // SAFETY: the suite's recorder, whose initializers do nothing.
-    LIBRARY.get_or_init(|| unsafe { libloading::Library::new(RECORDER) }.expect("the recorder"))
+    LIBRARY
+        .get_or_init(|| unsafe { libloading::Library::new(recorder_path()) }.expect("the recorder"))
 }
 
 /// The lines the recorder has recorded.
@@ -68,7 +78,7 @@ fn clear() {
 /// Runs the calling test in a child process with the recorder attached.
 macro_rules! with_recorder {
     ($test:ident) => {
-        suite::alone_in_child!($test, &[("NVTX_INJECTION64_PATH", RECORDER)]);
+        suite::alone_in_child!($test, &[("NVTX_INJECTION64_PATH", recorder_path())]);
     };
 }
 
