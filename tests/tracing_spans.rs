@@ -113,7 +113,21 @@ impl Recorder {
 
 impl Subscriber for &'static Recorder {
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.target().starts_with("cuda_host")
+        if metadata.target().starts_with("cuda_host") {
+            // Asked on the threads that run host functions too, while its interest varies.
+            self.adversity("enabled");
+            true
+        } else {
+            false
+        }
+    }
+
+    fn register_callsite(
+        &self,
+        _metadata: &'static Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        // Asked again for every span and event: `enabled` is called each time.
+        tracing::subscriber::Interest::sometimes()
     }
 
     fn new_span(&self, attributes: &Attributes<'_>) -> Id {

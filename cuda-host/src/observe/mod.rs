@@ -18,7 +18,7 @@
 //! **Cost.** Without the features nothing here is compiled: every function is an empty inline
 //! one and [`Stamp`] has no size, so the launch slot keeps its two cache lines. With a feature
 //! but no profiler or subscriber attached, an observation is one load: a state word for NVTX
-//! (set once, at the first launch), the callsite's interest for `tracing` (cached by `tracing`
+//! (set once, at the first launch), the global level filter for `tracing` (kept by `tracing`
 //! itself); `benches/observe.rs` measures the enqueue and run loop inactive and with each
 //! attached.
 //!
@@ -119,7 +119,8 @@ impl Observing {
         OBSERVING
             .try_with(|observing| !observing.replace(true))
             .unwrap_or(false)
-            .then_some(Observing)
+            // Lazily: a guard made and dropped here would clear the outer observation's mark.
+            .then(|| Observing)
     }
 }
 
@@ -257,8 +258,12 @@ mod tests {
     #[cfg(any(feature = "nvtx", feature = "tracing"))]
     #[test]
     fn an_observation_inside_another_is_skipped_and_a_panic_is_contained() {
-        let nested = observe(|| observe(|| ()).is_some());
-        assert_eq!(nested, Some(false), "the nested observation ran");
+        let nested = observe(|| [observe(|| ()).is_some(), observe(|| ()).is_some()]);
+        assert_eq!(
+            nested,
+            Some([false, false]),
+            "a nested observation ran, or a skipped one cleared the mark"
+        );
         let panicked = observe(|| panic!("deliberate panic of a subscriber"));
         assert!(panicked.is_none());
         assert_eq!(observe(|| 7), Some(7), "the mark was left set");

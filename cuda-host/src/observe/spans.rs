@@ -10,9 +10,10 @@
 //!   `points`: "release" or "future", `name`, `stream_id`) and `points passed` (`points`,
 //!   `count`).
 //!
-//! A span or event whose callsite no subscriber is interested in costs the load of that interest
-//! (`tracing` caches it per callsite); the clock is read only for an interested one. Every call
-//! that reaches a subscriber goes through [`super::observe`].
+//! With no subscriber interested in TRACE, an observation costs the load of `tracing`'s global
+//! level filter (`level_enabled!`); past it, every call that may reach a subscriber (asking
+//! whether a callsite is enabled reaches it too) goes through [`super::observe`]. The clock is
+//! read only for an interested one.
 
 use super::{Points, Run, observe};
 use std::sync::OnceLock;
@@ -33,13 +34,12 @@ fn now() -> u64 {
 }
 
 /// A launch's stamp: the time now when a subscriber is interested in host functions' spans, else
-/// 0.
+/// 0. (Asking may reach the subscriber, the first time or when its interest varies.)
 pub(super) fn stamp() -> u64 {
-    if tracing::enabled!(target: "cuda_host::host_function", Level::TRACE) {
-        now()
-    } else {
-        0
-    }
+    let interested = tracing::level_enabled!(Level::TRACE)
+        && observe(|| tracing::enabled!(target: "cuda_host::host_function", Level::TRACE))
+            .unwrap_or(false);
+    if interested { now() } else { 0 }
 }
 
 /// A run's span, entered on the running thread.
@@ -51,15 +51,7 @@ pub(super) struct RunSpan {
 impl RunSpan {
     /// The span of the run of `name`, entered; `None` when no subscriber is interested.
     pub(super) fn enter(name: &'static str, run: Run) -> Option<RunSpan> {
-        let enabled = match run {
-            Run::HostFunction(_) => {
-                tracing::span_enabled!(target: "cuda_host::host_function", Level::TRACE)
-            }
-            Run::GraphNode => {
-                tracing::span_enabled!(target: "cuda_host::graph_host_node", Level::TRACE)
-            }
-        };
-        if !enabled {
+        if !tracing::level_enabled!(Level::TRACE) {
             return None;
         }
         observe(|| {
@@ -81,28 +73,32 @@ impl RunSpan {
                     run_ns = Empty,
                 ),
             };
-            RunSpan {
+            (!span.is_disabled()).then(|| RunSpan {
                 span: span.entered(),
                 began: Instant::now(),
-            }
+            })
         })
+        .flatten()
     }
 
     /// The span of a call of the polled engine, entered; `None` when no subscriber is
     /// interested.
     pub(super) fn engine_call() -> Option<RunSpan> {
-        if !tracing::span_enabled!(target: "cuda_host::polled_engine", Level::TRACE) {
+        if !tracing::level_enabled!(Level::TRACE) {
             return None;
         }
-        observe(|| RunSpan {
-            span: trace_span!(
+        observe(|| {
+            let span = trace_span!(
                 target: "cuda_host::polled_engine",
                 "polled_engine_call",
                 run_ns = Empty
-            )
-            .entered(),
-            began: Instant::now(),
+            );
+            (!span.is_disabled()).then(|| RunSpan {
+                span: span.entered(),
+                began: Instant::now(),
+            })
         })
+        .flatten()
     }
 
     /// Records the run time, then exits and closes the span.
@@ -125,7 +121,7 @@ fn points_name(points: Points) -> &'static str {
 }
 
 pub(super) fn point_marked(points: Points, name: &'static str, stream_id: u64) {
-    if tracing::enabled!(target: "cuda_host::stream_points", Level::TRACE) {
+    if tracing::level_enabled!(Level::TRACE) {
         observe(|| {
             trace!(
                 target: "cuda_host::stream_points",
@@ -139,7 +135,7 @@ pub(super) fn point_marked(points: Points, name: &'static str, stream_id: u64) {
 }
 
 pub(super) fn points_passed(points: Points, count: usize) {
-    if tracing::enabled!(target: "cuda_host::stream_points", Level::TRACE) {
+    if tracing::level_enabled!(Level::TRACE) {
         observe(|| {
             trace!(
                 target: "cuda_host::stream_points",

@@ -37,6 +37,12 @@ impl LaunchSlot {
         unsafe { self.slot.write(header, payload) };
     }
 
+    /// Stamps the launch with when it was made (`crate::observe`), before it is published.
+    pub(crate) fn stamp(&mut self, launched: Stamp) {
+        // SAFETY: the slot is free and this thread's until `begin_launch` publishes it.
+        unsafe { *self.slot.launched.get() = launched };
+    }
+
     /// Publishes the written record for a launch on `stream` of the context at `context`, and
     /// returns the ticket to give the driver. Until [`mark_launched`] or [`take_refused`],
     /// nothing but the host function can claim it.
@@ -44,10 +50,7 @@ impl LaunchSlot {
         let slot = self.slot;
         slot.context.store(context, Ordering::Relaxed);
         // SAFETY: the slot is free and owned by this thread until `begin` publishes it.
-        unsafe {
-            *slot.stream.get() = stream;
-            *slot.launched.get() = crate::observe::launch_stamp();
-        }
+        unsafe { *slot.stream.get() = stream };
         // Release: the record and the fields above are visible to whoever claims the slot.
         let generation = slot.state.begin();
         Ticket::new(slot.index, generation)
