@@ -11,11 +11,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The adversities a row may name.
-const ADVERSITIES: [&str; 7] = [
+const ADVERSITIES: [&str; 9] = [
     "a panic",
     "a panicking logger",
     // A logger that calls cuda-host back (asks for counts, registers, reclaims).
     "a logger that calls cuda-host",
+    // A `tracing` subscriber or an NVTX injection library (features `nvtx`, `tracing`).
+    "a panicking subscriber",
+    "a subscriber that calls cuda-host",
     "cannot start",
     "capture before",
     "capture between",
@@ -102,6 +105,18 @@ const OPERATIONS: &[(&str, &[&str])] = &[
     ("Timeline::drop", &["a panicking logger"]),
 ];
 
+/// Where cuda-host calls a profiler or a subscriber (`cuda-host/src/observe/`): each has rows for
+/// both of their adversities.
+const OBSERVED: &[&str] = &[
+    "run_once_host_fn",
+    "graph_host_fn",
+    "thread cuda-host-poll",
+    "thread cuda-host-watch",
+    "reclaim",
+    "release_in_stream_order",
+    "stream_point",
+];
+
 /// Crate-root functions that need no rows of their own, and why.
 const WITHOUT_ROWS: &[(&str, &str)] = &[
     ("driver", "loads the driver; the fault matrix covers it"),
@@ -118,6 +133,7 @@ const WITHOUT_ROWS: &[(&str, &str)] = &[
         "host_launch_raw's path through another entry point",
     ),
     ("in_host_function", "reads a thread-local mark"),
+    ("named", "pairs a closure with a name"),
     ("launch_slot_counts", "reads counters"),
     ("stream_point_counts", "reads counters"),
     ("polled_engine_counts", "reads counters"),
@@ -355,6 +371,14 @@ fn every_thread_driver_callback_and_operation_has_its_adversity_rows_with_tests_
     );
     for function in functions {
         required.insert((function, "a panic".into()));
+    }
+    for place in OBSERVED {
+        for adversity in [
+            "a panicking subscriber",
+            "a subscriber that calls cuda-host",
+        ] {
+            required.insert(((*place).into(), adversity.into()));
+        }
     }
     for (operation, adversities) in OPERATIONS {
         for adversity in *adversities {

@@ -9,6 +9,7 @@ use crate::launch::{
     ensure_outside_host_function, outside_host_function, reclaim_on_launch,
 };
 use crate::objects::Stream;
+use crate::observe::Named;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -126,6 +127,26 @@ where
         let function = outside_host_function("host_launch", function)?;
         reclaim_on_launch();
         launch_run_once(self, RunOnceClosure(function), self.host_func_entry())
+    }
+}
+
+/// A named function: profilers show its run by the name given ([`named`](crate::named)).
+impl<F> HostLaunch<Named<F>> for Stream
+where
+    F: FnMut() + Send + 'static,
+{
+    fn host_launch(&self, function: Named<F>) -> Result<()> {
+        let Named { name, function } = function;
+        let function = outside_host_function("host_launch", function)?;
+        reclaim_on_launch();
+        #[cfg(any(feature = "nvtx", feature = "tracing"))]
+        let payload = crate::launch::RunOnceNamed { name, function };
+        #[cfg(not(any(feature = "nvtx", feature = "tracing")))]
+        let payload = {
+            let _ = name;
+            RunOnceClosure(function)
+        };
+        launch_run_once(self, payload, self.host_func_entry())
     }
 }
 

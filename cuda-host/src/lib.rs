@@ -37,6 +37,21 @@
 //!   checking that they belong together, so that [`host_launch`](fn@host_launch) runs on cudarc's streams in safe
 //!   code. The CUDA version and the way libcuda is loaded stay those of your own cudarc
 //!   dependency.
+//! - `nvtx` (off by default): NVTX ranges for host functions on both engines and graph host
+//!   nodes, and marks for stream points, named after the closure's type or the name given with
+//!   [`named`], so that Nsight Systems shows which host function made a bubble between kernels.
+//!   Nothing is linked: the profiler's injection library (`NVTX_INJECTION64_PATH`, which Nsight
+//!   Systems sets) is opened at run time, on the first launch; absent, nothing happens.
+//! - `tracing` (off by default): [`tracing`](https://docs.rs/tracing) spans for the same runs,
+//!   entered on the thread that runs them, with the queue delay (launch to start of the run) and
+//!   the run time as fields, and events for stream points (targets `cuda_host::host_function`,
+//!   `cuda_host::graph_host_node`, `cuda_host::polled_engine`, `cuda_host::stream_points`, level
+//!   TRACE).
+//!
+//!   Without these two features nothing of them is compiled; with them and no profiler or
+//!   subscriber attached, an observation costs a load. A subscriber or an injection library runs
+//!   on the driver's thread: its panics are caught there, and a cuda-host call it makes there is
+//!   refused as any made inside a host function.
 //!
 //! # How it works
 //! - [`host_launch`](fn@host_launch) puts the closure in a launch record (a reused slot; a closure of up to 64
@@ -118,6 +133,7 @@ outside_loom_models! {
     mod host_launch;
     mod launch_options;
     mod objects;
+    mod observe;
     mod own_thread;
     mod points;
     mod polled;
@@ -145,6 +161,7 @@ outside_loom_models! {
     pub use objects::{
         Context, Device, Event, EventFlags, HostEngine, HostEngineRefused, Stream, StreamFlags,
     };
+    pub use observe::{Named, named};
     pub use points::{
         StreamPoint, StreamPointCounts, Unreleased, release_in_stream_order, stream_point,
         stream_point_counts,

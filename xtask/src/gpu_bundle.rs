@@ -3,7 +3,8 @@
 //!
 //! DIR gets `tests/` (every test binary of the workspace, stripped), `examples/` (the release
 //! examples), `benches/` (the benchmarks), `lib/` (the software driver libraries, for the tests
-//! that use them) and
+//! that use them, and the NVTX recorder of the tests and the benchmark of the `nvtx` and
+//! `tracing` features, which are built with those features on besides the rest) and
 //! `run-tests.sh`, which runs every test binary with `CUDA_TEST_DRIVER=real` unless told
 //! otherwise and passes its arguments on (e.g. `--test-threads=4`).
 
@@ -17,6 +18,7 @@ const RUNNER: &str = r#"#!/bin/sh
 # when every binary passed.
 here=$(cd "$(dirname "$0")" && pwd)
 export CUDA_SOFTWARE_DRIVER_DIR="$here/lib"
+export NVTX_RECORDER_LIBRARY="$here/lib/libnvtx_recorder.so"
 export CUDA_TEST_DRIVER="${CUDA_TEST_DRIVER:-real}"
 status=0
 for test in "$here"/tests/*; do
@@ -32,12 +34,34 @@ const REPOSITORY_CHECKS: [&str; 3] = [".citations", ".figures", ".packages"];
 
 pub(crate) fn run(root: &Path, dir: &Path) -> Result<(), String> {
     // Not xtask's own tests: they need cargo, which the GPU machine lacks.
-    let tests = built_binaries(
+    let mut tests = built_binaries(
         root,
         &["test", "--workspace", "--exclude", "xtask", "--no-run"],
         None,
     )?;
-    let benches = built_binaries(root, &["bench", "--workspace", "--no-run"], Some("bench"))?;
+    let observing = ["-p", "cuda-host-suite", "--features", "nvtx,tracing"];
+    tests.extend(built_binaries(
+        root,
+        &[
+            &[
+                "test",
+                "--no-run",
+                "--test",
+                "nvtx",
+                "--test",
+                "tracing_spans",
+            ],
+            &observing[..],
+        ]
+        .concat(),
+        None,
+    )?);
+    let mut benches = built_binaries(root, &["bench", "--workspace", "--no-run"], Some("bench"))?;
+    benches.extend(built_binaries(
+        root,
+        &[&["bench", "--no-run", "--bench", "observe"], &observing[..]].concat(),
+        Some("bench"),
+    )?);
     crate::run(
         Command::new(cargo())
             .current_dir(root)
@@ -81,6 +105,9 @@ pub(crate) fn run(root: &Path, dir: &Path) -> Result<(), String> {
             std::fs::copy(&library, &target).map_err(|e| format!("{}: {e}", target.display()))?;
         }
     }
+    let recorder = nvtx_recorder(&tests)?;
+    let target = dir.join("lib/libnvtx_recorder.so");
+    std::fs::copy(&recorder, &target).map_err(|e| format!("{}: {e}", target.display()))?;
     let runner = dir.join("run-tests.sh");
     std::fs::write(&runner, RUNNER).map_err(|e| format!("{}: {e}", runner.display()))?;
     make_executable(&runner)?;
@@ -167,6 +194,28 @@ fn software_driver_dir(tests: &[(String, PathBuf)]) -> Result<PathBuf, String> {
         .map(|dir| dir.join("out"))
         .find(|out| out.join("libcudasw.so").is_file())
         .ok_or_else(|| format!("no built software driver under {}", build.display()))
+}
+
+/// The NVTX recorder the suite's build script made for the `nvtx` feature (the newest, should
+/// several builds have made one).
+fn nvtx_recorder(tests: &[(String, PathBuf)]) -> Result<PathBuf, String> {
+    let (_, any_test) = tests.first().ok_or("no test binaries")?;
+    let build = any_test
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("unexpected test binary location")?
+        .join("build");
+    read_dir(&build)?
+        .into_iter()
+        .filter(|dir| {
+            dir.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("cuda-host-suite-"))
+        })
+        .map(|dir| dir.join("out/libnvtx_recorder.so"))
+        .filter(|library| library.is_file())
+        .max_by_key(|library| library.metadata().and_then(|m| m.modified()).ok())
+        .ok_or_else(|| format!("no built NVTX recorder under {}", build.display()))
 }
 
 fn read_dir(dir: &Path) -> Result<Vec<PathBuf>, String> {

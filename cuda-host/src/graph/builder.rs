@@ -10,6 +10,7 @@ use crate::launch::{
     ensure_outside_host_function, outside_host_function, reclaim,
 };
 use crate::objects::Stream;
+use crate::observe::Named;
 use cuda_host_sys::{CUgraph, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
 use std::ptr;
@@ -112,7 +113,7 @@ impl<'stream> GraphBuilder<'stream> {
         F: Fn() + Send + Sync + 'static,
     {
         let callable = outside_host_function("GraphBuilder::callback", callable)?;
-        self.callback_shared(Arc::new(callable))
+        self.callback_named(Arc::new(callable), std::any::type_name::<F>())
     }
 
     /// As [`callback`](Self::callback), with a shared callable.
@@ -120,11 +121,17 @@ impl<'stream> GraphBuilder<'stream> {
     /// # Errors
     /// As [`callback`](Self::callback).
     pub fn callback_shared(&self, callable: HostCallable) -> Result<()> {
+        self.callback_named(callable, std::any::type_name::<HostCallable>())
+    }
+
+    /// As [`callback_shared`](Self::callback_shared); profilers show its runs as `name`.
+    fn callback_named(&self, callable: HostCallable, name: &'static str) -> Result<()> {
         let callable = outside_host_function("GraphBuilder::callback", callable)?;
         reclaim();
         let graph = self.capturing_graph()?;
         let driver = self.stream.context().driver();
-        let record = GraphRecord::callable(Arc::clone(self.stream.shared_context()), callable);
+        let record =
+            GraphRecord::callable(Arc::clone(self.stream.shared_context()), callable, name);
         // SAFETY: the graph under construction is live while the capture is; the record passes
         // to the user object, which keeps it alive as long as the captured node can run.
         unsafe {
@@ -280,5 +287,16 @@ where
 {
     fn host_launch(&self, function: F) -> Result<()> {
         self.callback(function)
+    }
+}
+
+/// A named callable: profilers show its runs by the name given ([`named`](crate::named)).
+impl<F> HostLaunch<Named<F>> for GraphBuilder<'_>
+where
+    F: Fn() + Send + Sync + 'static,
+{
+    fn host_launch(&self, function: Named<F>) -> Result<()> {
+        let callable = outside_host_function("GraphBuilder::callback", function.function)?;
+        self.callback_named(Arc::new(callable), function.name)
     }
 }

@@ -274,7 +274,7 @@ impl GraphExec {
         F: Fn() + Send + Sync + 'static,
     {
         let callable = outside_host_function("GraphExec::set_host_node_callable", callable)?;
-        self.set_host_node_callable_shared(node, Arc::new(callable))
+        self.set_host_node_callable_named(node, Arc::new(callable), std::any::type_name::<F>())
     }
 
     /// As [`set_host_node_callable`](Self::set_host_node_callable), with a shared callable.
@@ -289,10 +289,21 @@ impl GraphExec {
         node: &HostNode<'_>,
         callable: HostCallable,
     ) -> Result<()> {
+        self.set_host_node_callable_named(node, callable, std::any::type_name::<HostCallable>())
+    }
+
+    /// As [`set_host_node_callable_shared`](Self::set_host_node_callable_shared); profilers show
+    /// its runs as `name`.
+    fn set_host_node_callable_named(
+        &self,
+        node: &HostNode<'_>,
+        callable: HostCallable,
+        name: &'static str,
+    ) -> Result<()> {
         let callable = outside_host_function("GraphExec::set_host_node_callable", callable)?;
         reclaim();
         let driver = self.context.driver();
-        let owned = GraphRecord::callable(Arc::clone(self.context.shared()), callable);
+        let owned = GraphRecord::callable(Arc::clone(self.context.shared()), callable, name);
         let params = CUDA_HOST_NODE_PARAMS {
             fn_: Some(GraphRecord::host_fn()),
             userData: owned.user_data(),

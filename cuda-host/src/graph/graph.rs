@@ -94,7 +94,7 @@ impl Graph {
         F: Fn() + Send + Sync + 'static,
     {
         let callable = outside_host_function("Graph::add_host_node", callable)?;
-        self.add_host_node_shared(dependencies, Arc::new(callable))
+        self.add_host_node_named(dependencies, Arc::new(callable), std::any::type_name::<F>())
     }
 
     /// As [`add_host_node`](Self::add_host_node), with a callable shared with other nodes.
@@ -106,10 +106,25 @@ impl Graph {
         dependencies: &[&HostNode<'_>],
         callable: HostCallable,
     ) -> Result<HostNode<'_>> {
+        self.add_host_node_named(
+            dependencies,
+            callable,
+            std::any::type_name::<HostCallable>(),
+        )
+    }
+
+    /// As [`add_host_node_shared`](Self::add_host_node_shared); profilers show its runs as
+    /// `name`.
+    fn add_host_node_named(
+        &self,
+        dependencies: &[&HostNode<'_>],
+        callable: HostCallable,
+        name: &'static str,
+    ) -> Result<HostNode<'_>> {
         let callable = outside_host_function("Graph::add_host_node", callable)?;
         reclaim();
         let driver = self.context.driver();
-        let record = GraphRecord::callable(Arc::clone(self.context.shared()), callable);
+        let record = GraphRecord::callable(Arc::clone(self.context.shared()), callable, name);
         // SAFETY: the graph is live and not shared; the record passes to the user object, which
         // keeps it alive as long as the node can run.
         unsafe {
@@ -347,7 +362,7 @@ impl<'graph> HostNode<'graph> {
         F: Fn() + Send + Sync + 'static,
     {
         let callable = outside_host_function("HostNode::set_callable", callable)?;
-        self.set_callable_shared(Arc::new(callable))
+        self.set_callable_named(Arc::new(callable), std::any::type_name::<F>())
     }
 
     /// As [`set_callable`](Self::set_callable), with a shared callable.
@@ -358,12 +373,17 @@ impl<'graph> HostNode<'graph> {
     /// As [`set_callable`](Self::set_callable).
     #[doc(alias = "cuGraphHostNodeSetParams")]
     pub fn set_callable_shared(&self, callable: HostCallable) -> Result<()> {
+        self.set_callable_named(callable, std::any::type_name::<HostCallable>())
+    }
+
+    /// As [`set_callable_shared`](Self::set_callable_shared); profilers show its runs as `name`.
+    fn set_callable_named(&self, callable: HostCallable, name: &'static str) -> Result<()> {
         let callable = outside_host_function("HostNode::set_callable", callable)?;
         reclaim();
         let graph = self.graph;
         let driver = graph.context.driver();
         let old = self.graph_callable()?.map(|old| old.user_object());
-        let record = GraphRecord::callable(Arc::clone(graph.context.shared()), callable);
+        let record = GraphRecord::callable(Arc::clone(graph.context.shared()), callable, name);
         // SAFETY: the graph is live and not shared; the record passes to the user object, which
         // keeps it alive as long as the node can run it.
         unsafe {

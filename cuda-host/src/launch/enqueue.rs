@@ -11,6 +11,7 @@ use crate::launch::payload::{self, RunOnce};
 use crate::launch::reclaim;
 use crate::launch::slot;
 use crate::launch::trampoline;
+use crate::observe;
 use cuda_host_sys::CUstream;
 use std::ffi::{c_uint, c_void};
 use std::sync::Arc;
@@ -98,6 +99,8 @@ pub(crate) fn run_once<P: RunOnce>(
     payload: P,
     entry: HostFuncEntry<'_>,
 ) -> Result<()> {
+    // Before the window opens: a subscriber asked whether it is interested is user code.
+    let launched = observe::launch_stamp();
     let window = match open_window(context, stream) {
         Ok(window) => window,
         Err(error) => {
@@ -105,7 +108,8 @@ pub(crate) fn run_once<P: RunOnce>(
             return Err(error);
         }
     };
-    let slot = payload::in_slot(Arc::clone(context), payload);
+    let mut slot = payload::in_slot(Arc::clone(context), payload);
+    slot.stamp(launched);
     let ticket = slot.begin_launch(context.raw().addr(), window.stream());
     // SAFETY: the stream handle is valid (the caller's); the ticket names a slot whose record
     // stays valid until it is claimed, and the trampoline claims before it runs.

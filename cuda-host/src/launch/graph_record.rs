@@ -21,6 +21,8 @@ pub type HostCallable = Arc<dyn Fn() + Send + Sync + 'static>;
 /// The payload of a graph's callable: the callable, and the user object that owns the record.
 pub(crate) struct GraphCallable {
     pub(crate) callable: HostCallable,
+    /// The name profilers show for its runs (`crate::observe`).
+    name: &'static str,
     user_object: AtomicPtr<CUuserObject_st>,
 }
 
@@ -38,7 +40,13 @@ impl GraphCallable {
 static GRAPH_CALLABLE: RecordOperations = RecordOperations {
     run: run_graph_callable,
     drop: record::drop_boxed::<GraphCallable>,
+    name: graph_callable_name,
 };
+
+unsafe fn graph_callable_name(record: NonNull<RecordHeader>) -> &'static str {
+    // SAFETY: made by `GraphRecord::callable`.
+    unsafe { record::boxed_value::<GraphCallable>(record) }.name
+}
 
 unsafe fn run_graph_callable(record: NonNull<RecordHeader>) {
     // SAFETY: made by `GraphRecord::callable`; concurrent runs only share `&GraphCallable`, and
@@ -62,11 +70,17 @@ impl std::fmt::Debug for GraphRecord {
 
 impl GraphRecord {
     /// A record running `callable`, which may run many times, on any thread the driver runs
-    /// host nodes on.
-    pub(crate) fn callable(context: Arc<ContextShared>, callable: HostCallable) -> Self {
+    /// host nodes on; profilers show its runs as `name`.
+    pub(crate) fn callable(
+        context: Arc<ContextShared>,
+        callable: HostCallable,
+        name: &'static str,
+    ) -> Self {
+        crate::observe::prepare();
         let header = RecordHeader::new(&GRAPH_CALLABLE, Some(context), inboxes::home());
         let payload = GraphCallable {
             callable,
+            name,
             user_object: AtomicPtr::new(ptr::null_mut()),
         };
         GraphRecord(record::boxed(header, payload))
@@ -187,6 +201,7 @@ impl BytesRecord {
     const OPERATIONS: RecordOperations = RecordOperations {
         run: BytesRecord::run,
         drop: BytesRecord::drop,
+        name: BytesRecord::name,
     };
 
     fn layout(len: usize) -> Layout {
@@ -227,6 +242,10 @@ impl BytesRecord {
             );
         }
         record.cast()
+    }
+
+    unsafe fn name(_record: NonNull<RecordHeader>) -> &'static str {
+        "C host function (copied user data)"
     }
 
     unsafe fn run(record: NonNull<RecordHeader>) {

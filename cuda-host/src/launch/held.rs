@@ -21,6 +21,7 @@ use crate::launch::context_failure;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::inboxes;
 use crate::launch::record::{self, RecordHeader};
+use crate::observe::{self, Points};
 use crate::sync::lock;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -236,6 +237,8 @@ pub(crate) fn release_passed(look: Look) -> usize {
         released += from_orphans;
     }
     HELD_TOTAL.fetch_sub(released, Ordering::Relaxed);
+    // Observed with nothing held: the held queues are neither borrowed nor locked.
+    observe::points_passed(Points::Release, released);
     released
 }
 

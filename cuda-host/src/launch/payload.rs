@@ -17,6 +17,11 @@ use std::sync::Arc;
 /// What a run-once record holds: run once on the driver's thread, dropped on a caller's.
 pub(crate) trait RunOnce: Send + 'static {
     fn run(&mut self);
+
+    /// The name profilers show for its run (`crate::observe`).
+    fn name(&self) -> &'static str {
+        std::any::type_name::<Self>()
+    }
 }
 
 /// A run-once closure: `FnMut` so that it is called through a reference, leaving its captured
@@ -27,11 +32,38 @@ impl<F: FnMut() + Send + 'static> RunOnce for RunOnceClosure<F> {
     fn run(&mut self) {
         (self.0)()
     }
+
+    fn name(&self) -> &'static str {
+        std::any::type_name::<F>()
+    }
+}
+
+/// A run-once closure with the name its caller gave it ([`named`](crate::named)); without the
+/// observing features the name is dropped at the launch.
+#[cfg(any(feature = "nvtx", feature = "tracing"))]
+pub(crate) struct RunOnceNamed<F> {
+    pub(crate) name: &'static str,
+    pub(crate) function: F,
+}
+
+#[cfg(any(feature = "nvtx", feature = "tracing"))]
+impl<F: FnMut() + Send + 'static> RunOnce for RunOnceNamed<F> {
+    fn run(&mut self) {
+        (self.function)()
+    }
+
+    fn name(&self) -> &'static str {
+        self.name
+    }
 }
 
 impl<P: RunOnce> RunOnce for Box<P> {
     fn run(&mut self) {
         (**self).run();
+    }
+
+    fn name(&self) -> &'static str {
+        (**self).name()
     }
 }
 
@@ -49,6 +81,10 @@ const _: () = assert!(slot::fits_inline::<SmallBytes>());
 const _: () = assert!(size_of::<SmallBytes>() == INLINE_BYTES);
 
 impl RunOnce for SmallBytes {
+    fn name(&self) -> &'static str {
+        "C host function (copied user data)"
+    }
+
     fn run(&mut self) {
         debug_assert!(self.len <= SMALL_BYTES);
         // SAFETY: the caller of `host_launch_raw` vouched for the function with a pointer to its
@@ -64,6 +100,10 @@ pub(crate) struct LargeBytes {
 }
 
 impl RunOnce for LargeBytes {
+    fn name(&self) -> &'static str {
+        "C host function (copied user data)"
+    }
+
     fn run(&mut self) {
         // SAFETY: as for `SmallBytes`.
         unsafe { (self.function)(self.bytes.as_mut_ptr().cast()) }
@@ -124,6 +164,7 @@ fn write_in_slot<P: RunOnce>(context: Arc<ContextShared>, payload: P) -> LaunchS
         const TABLE: RecordOperations = RecordOperations {
             run: run_in_slot::<P>,
             drop: drop_in_slot::<P>,
+            name: name_in_slot::<P>,
         };
     }
     let mut slot = LaunchSlot::acquire();
@@ -136,6 +177,12 @@ unsafe fn run_in_slot<P: RunOnce>(record: NonNull<RecordHeader>) {
     // SAFETY: written by `write_in_slot::<P>`; a run-once record runs once, by its claimer, so
     // this is the only reference to the payload.
     unsafe { (*slot::payload_of::<P>(record)).run() }
+}
+
+unsafe fn name_in_slot<P: RunOnce>(record: NonNull<RecordHeader>) -> &'static str {
+    // SAFETY: written by `write_in_slot::<P>`; the name is read by the claimer before the run,
+    // or by the owner.
+    unsafe { (*slot::payload_of::<P>(record)).name() }
 }
 
 unsafe fn drop_in_slot<P>(record: NonNull<RecordHeader>) {

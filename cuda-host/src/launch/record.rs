@@ -45,6 +45,8 @@ pub(crate) struct RecordOperations {
     pub(crate) run: unsafe fn(NonNull<RecordHeader>),
     /// Drops the whole record and frees its memory.
     pub(crate) drop: unsafe fn(NonNull<RecordHeader>),
+    /// The name profilers show for the payload's runs (`crate::observe`).
+    pub(crate) name: unsafe fn(NonNull<RecordHeader>) -> &'static str,
 }
 
 impl RecordHeader {
@@ -88,6 +90,15 @@ impl RecordHeader {
     pub(crate) unsafe fn run(record: NonNull<RecordHeader>) {
         // SAFETY: the record is live (caller); `run` matches the record's concrete type.
         unsafe { ((*record.as_ptr()).operations.run)(record) }
+    }
+
+    /// The name profilers show for the record's runs.
+    ///
+    /// # Safety
+    /// `record` must be live.
+    pub(crate) unsafe fn name(record: NonNull<RecordHeader>) -> &'static str {
+        // SAFETY: the record is live (caller); `name` matches its concrete type.
+        unsafe { ((*record.as_ptr()).operations.name)(record) }
     }
 
     /// Drops the record: its payload, its context reference and its memory.
@@ -138,6 +149,14 @@ pub(crate) unsafe fn drop_boxed<T>(record: NonNull<RecordHeader>) {
 /// None: it does nothing.
 pub(crate) unsafe fn run_nothing(_record: NonNull<RecordHeader>) {}
 
+/// The `name` of records of type `T`, whatever they hold.
+///
+/// # Safety
+/// None: it reads nothing.
+pub(crate) unsafe fn type_name<T>(_record: NonNull<RecordHeader>) -> &'static str {
+    std::any::type_name::<T>()
+}
+
 /// A record that only owns `value`, to be dropped on a caller's thread, going to `home` when
 /// handed on (or where it is put: it may be made on the driver's thread, which is no home).
 pub(crate) fn holding<T: Send + 'static>(
@@ -150,6 +169,7 @@ pub(crate) fn holding<T: Send + 'static>(
         const TABLE: RecordOperations = RecordOperations {
             run: run_nothing,
             drop: drop_boxed::<T>,
+            name: type_name::<T>,
         };
     }
     boxed(

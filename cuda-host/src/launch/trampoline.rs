@@ -4,7 +4,9 @@
 //! `catch_unwind`, its panic is reported by code that catches its own panics (a panicking logger
 //! or hook), the panic's payload is dropped on a caller's thread, and everything else is under a
 //! last `catch_unwind` too. No user value is dropped here: finished records go to their home
-//! thread's inbox (`inboxes`).
+//! thread's inbox (`inboxes`). A run is observed (`crate::observe`: an NVTX range, a `tracing`
+//! span) while the thread is marked, and the observation ends after the `catch_unwind`, not
+//! while a panic unwinds.
 
 use crate::contained_log::logged;
 use crate::launch::context_failure::{enter_running, has_failed};
@@ -13,22 +15,27 @@ use crate::launch::mark::InHostFunction;
 use crate::launch::panic_report;
 use crate::launch::record::RecordHeader;
 use crate::launch::slot::{self, Ticket};
+use crate::observe::{self, Run};
 use cuda_host_sys::CUstream;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 /// Runs the record's payload with the thread marked as inside a host function (of the record's
-/// home), catching a panic and reporting it (the report runs marked too, and never unwinds).
+/// home), observed as `run`, catching a panic and reporting it (the report runs marked too, and
+/// never unwinds).
 ///
 /// # Safety
 /// As [`RecordHeader::run`].
-unsafe fn run_marked(record: NonNull<RecordHeader>, stream: Option<CUstream>) {
+unsafe fn run_marked(record: NonNull<RecordHeader>, stream: Option<CUstream>, run: Run) {
     let _marked = InHostFunction::enter();
     // SAFETY: the record stays live while it runs (caller).
     let _home = unsafe { RunningHome::enter(record) };
+    // SAFETY: as above.
+    let observed = observe::running(unsafe { RecordHeader::name(record) }, run);
     // SAFETY: per the caller.
     let outcome = catch_unwind(AssertUnwindSafe(|| unsafe { RecordHeader::run(record) }));
+    observed.end();
     if let Err(payload) = outcome {
         panic_report::report_host_function_panic(payload, stream);
     }
@@ -68,7 +75,13 @@ pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
             logged!(debug!("a host function of a failed context was not run"));
         } else {
             // SAFETY: claimed: the record is owned here and has not run.
-            unsafe { run_marked(record, Some(stream)) };
+            unsafe {
+                run_marked(
+                    record,
+                    Some(stream),
+                    Run::HostFunction(slot::launched_at(record)),
+                )
+            };
         }
         // SAFETY: the record is finished and owned here; ownership passes to its home's list.
         unsafe { inboxes::finish(record) };
@@ -93,7 +106,7 @@ pub(crate) unsafe extern "C" fn graph_host_fn(data: *mut c_void) {
             }
             // SAFETY: the record's owner keeps it alive while a graph can run it; these records
             // may run many times.
-            unsafe { run_marked(record, None) };
+            unsafe { run_marked(record, None, Run::GraphNode) };
         }
     }));
 }

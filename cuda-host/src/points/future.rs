@@ -5,6 +5,7 @@ use crate::error::Result;
 use crate::launch::Look;
 use crate::launch::{ensure_outside_host_function, in_host_function, reclaim_on_launch};
 use crate::objects::Stream;
+use crate::observe::Points;
 use crate::points::{Mark, mark};
 use crate::tracks::watcher;
 use std::fmt;
@@ -56,7 +57,7 @@ pub fn stream_point(stream: &Stream) -> Result<StreamPoint> {
     // A stream that marked points is watched for its context's failure when dropped.
     stream.note_launch();
     Ok(StreamPoint {
-        mark: Some(mark(stream)?),
+        mark: Some(mark(stream, Points::Future, "stream_point")?),
         registration: None,
     })
 }

@@ -66,6 +66,7 @@ pub use release::{Unreleased, release_in_stream_order};
 use crate::error::{Error, Result};
 use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, has_failed};
 use crate::objects::{Context, Stream};
+use crate::observe::{self, Points};
 use crate::tracks::{Track, watcher};
 use std::sync::Arc;
 
@@ -105,15 +106,16 @@ impl Mark {
     }
 }
 
-/// Marks the next point of `stream`.
+/// Marks the next point of `stream`, for `points`, observed with `name` (`crate::observe`).
 ///
 /// # Errors
 /// [`Error::PointInCapture`] when the stream is capturing; the driver's error from
 /// `cuStreamIsCapturing`, `cuStreamGetId`, `cuEventRecord`, or, when its track has no event
 /// free, `cuEventCreate`.
-fn mark(stream: &Stream) -> Result<Mark> {
+fn mark(stream: &Stream, points: Points, name: &'static str) -> Result<Mark> {
+    observe::prepare();
     let shared = stream.shared_context();
-    stream.with_stream_context(|| {
+    let (mark, stream_id) = stream.with_stream_context(|| {
         let driver = shared.driver();
         let noted = |error: Error| {
             if let Some(result) = error.driver_result() {
@@ -132,12 +134,16 @@ fn mark(stream: &Stream) -> Result<Mark> {
             .tracks()
             .mark(shared, window.stream(), stream_id)
             .map_err(noted)?;
-        Ok(Mark {
+        let mark = Mark {
             context: stream.context().clone(),
             track: marked.track,
             point: marked.point,
-        })
-    })
+        };
+        Ok((mark, stream_id))
+    })?;
+    // Observed once the stream's context is no longer made current for the mark.
+    observe::point_marked(points, name, stream_id);
+    Ok(mark)
 }
 
 /// What stream points hold now, process-wide: for leak checks and to see the watcher idle.

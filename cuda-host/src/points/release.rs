@@ -4,6 +4,7 @@
 use crate::error::Error;
 use crate::launch::{hold_until, in_host_function, reclaim_on_launch};
 use crate::objects::Stream;
+use crate::observe::Points;
 use crate::points::{mark, progress};
 use std::fmt;
 
@@ -69,7 +70,7 @@ pub fn release_in_stream_order<T: Send + 'static>(
     reclaim_on_launch();
     // A stream that marked points is watched for its context's failure when dropped.
     stream.note_launch();
-    match mark(stream) {
+    match mark(stream, Points::Release, std::any::type_name::<T>()) {
         Ok(mark) => {
             // The value keeps its context, whose tracks hold the events its drains look at,
             // however long it outlives the caller's stream and context values.

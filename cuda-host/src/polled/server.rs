@@ -22,6 +22,7 @@ use super::lanes::{KEPT_PAGES, Lane, RETIRED_LANES, Words};
 use crate::contained_log::logged;
 use crate::error::Result;
 use crate::launch::{ContextShared, InHostFunction, dispose_panic, drop_when_allowed, has_failed};
+use crate::observe;
 use crate::own_thread::OwnThread;
 use crate::sync::lock;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -270,10 +271,12 @@ fn run_reached(served: &Served, words: Words) -> bool {
             return ran;
         };
         if let Some((function, data)) = waiting.call {
+            let observed = observe::engine_call();
             // SAFETY: enqueued with this function and data by a launch, whose caller vouched
             // that the function may be called with it on a host-function thread; the trampoline
             // catches every panic (and, once the context failed, runs no record).
             unsafe { function(data) };
+            observed.end();
         }
         words.acknowledge(waiting.number);
         SERVER.functions.fetch_add(1, Ordering::SeqCst);

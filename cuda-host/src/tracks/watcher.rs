@@ -37,6 +37,7 @@
 use crate::contained_log::logged;
 use crate::error::Result;
 use crate::launch::{Look, dispose_panic, has_failed};
+use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;
 use crate::sync::lock;
 use crate::tracks::track::Track;
@@ -292,6 +293,7 @@ fn look_and_wake(
             Next::Park
         }
     };
+    observe::points_passed(Points::Future, woken.len());
     for waker in woken.drain(..) {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| waker.wake())) {
             dispose_panic(payload);

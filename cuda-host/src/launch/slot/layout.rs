@@ -5,10 +5,12 @@
 //! The record header comes first, so a slot's address is its record's and the reclaim lists
 //! treat slot records like any other. What the host function touches (header, state, stream,
 //! the payload's start) shares the first line; what only launching and abandoning need is at
-//! the end.
+//! the end. With the `tracing` feature, a third line holds the launch's stamp (its queue delay,
+//! `crate::observe`); without it the stamp has no size.
 
 use crate::launch::record::RecordHeader;
 use crate::launch::slot_state::SlotState;
+use crate::observe::Stamp;
 use cuda_host_sys::CUstream;
 use std::cell::UnsafeCell;
 use std::mem::{MaybeUninit, offset_of};
@@ -29,7 +31,8 @@ pub(crate) const fn fits_inline<P>() -> bool {
 pub(super) const NO_SLOT: u32 = u32::MAX;
 
 /// One launch record's memory.
-#[repr(C, align(128))]
+#[cfg_attr(not(feature = "tracing"), repr(C, align(128)))]
+#[cfg_attr(feature = "tracing", repr(C, align(64)))]
 pub(super) struct Slot {
     record: UnsafeCell<MaybeUninit<RecordHeader>>,
     pub(super) state: SlotState,
@@ -42,12 +45,17 @@ pub(super) struct Slot {
     pub(super) index: u32,
     /// The next free slot while this one is on a thread's free list (owned by that list).
     pub(super) next_free: UnsafeCell<u32>,
+    /// When the launch was made. Written before the launch is published.
+    pub(super) launched: UnsafeCell<Stamp>,
 }
 
 #[repr(C, align(16))]
 struct InlinePayload([MaybeUninit<u8>; INLINE_BYTES]);
 
-const _: () = assert!(size_of::<Slot>() == 128 && offset_of!(Slot, record) == 0);
+const _: () = assert!(
+    size_of::<Slot>() == if cfg!(feature = "tracing") { 192 } else { 128 }
+        && offset_of!(Slot, record) == 0
+);
 const _: () = assert!(offset_of!(Slot, payload) == 48);
 const _: () = assert!(align_of::<InlinePayload>() == INLINE_ALIGN);
 
@@ -67,6 +75,7 @@ impl Slot {
             context: AtomicUsize::new(0),
             index,
             next_free: UnsafeCell::new(NO_SLOT),
+            launched: UnsafeCell::new(Stamp::default()),
         }
     }
 

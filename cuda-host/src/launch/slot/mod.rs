@@ -28,7 +28,8 @@ mod ticket;
 pub use counts::{LaunchSlotCounts, launch_slot_counts};
 pub(crate) use layout::{INLINE_BYTES, fits_inline, payload_of};
 pub(crate) use ownership::{
-    LaunchSlot, abandon_launched, abandon_ticket, claim, mark_launched, release, take_refused,
+    LaunchSlot, abandon_launched, abandon_ticket, claim, launched_at, mark_launched, release,
+    take_refused,
 };
 pub(crate) use thread_cache::return_released;
 pub(crate) use ticket::Ticket;

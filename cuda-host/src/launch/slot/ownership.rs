@@ -10,6 +10,7 @@ use super::thread_cache::{acquire_free, release_free};
 use super::ticket::Ticket;
 use crate::launch::record::RecordHeader;
 use crate::launch::slot_state::{Phase, Released};
+use crate::observe::Stamp;
 use cuda_host_sys::CUstream;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
@@ -34,6 +35,12 @@ impl LaunchSlot {
     pub(crate) fn write<P>(&mut self, header: RecordHeader, payload: P) {
         // SAFETY: the slot is free and this thread's until `begin_launch` publishes it.
         unsafe { self.slot.write(header, payload) };
+    }
+
+    /// Stamps the launch with when it was made (`crate::observe`), before it is published.
+    pub(crate) fn stamp(&mut self, launched: Stamp) {
+        // SAFETY: the slot is free and this thread's until `begin_launch` publishes it.
+        unsafe { *self.slot.launched.get() = launched };
     }
 
     /// Publishes the written record for a launch on `stream` of the context at `context`, and
@@ -80,6 +87,15 @@ pub(crate) fn claim(ticket: Ticket) -> Option<(NonNull<RecordHeader>, CUstream)>
             // SAFETY: claimed: the slot and its fields are this thread's now.
             .map(|slot| (slot.record(), unsafe { *slot.stream.get() }))
     })
+}
+
+/// When the launch of a slot record was made.
+///
+/// # Safety
+/// `record` must be a slot record claimed by the caller.
+pub(crate) unsafe fn launched_at(record: NonNull<RecordHeader>) -> Stamp {
+    // SAFETY: a claimed slot record (per the caller): its fields are the caller's.
+    unsafe { *Slot::of_record(record).launched.get() }
 }
 
 /// Claims every launched, unclaimed record of the context at `context` and passes each to
