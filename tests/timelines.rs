@@ -707,3 +707,63 @@ fn a_synchronize_of_a_stream_waiting_on_a_timeline_returns_only_once_it_is_signa
         });
     });
 }
+
+#[test]
+fn a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_handle_goes() {
+    let test =
+        "a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_handle_goes";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a failed event record and a capture begun at it are controls of the software driver",
+        );
+    };
+    // Alone in a process: a global-mode capture of other code refuses any thread's allocation.
+    suite::alone_in_child!(
+        a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_handle_goes
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let words = MappedWords::new(&context, 2);
+    // The point after the wait cannot be recorded: the wait is on the stream, and enqueued.
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    timeline
+        .enqueue_wait(&stream, 1)
+        .expect("the wait is enqueued without its point");
+    words.write_in_stream(&stream, 0, 1);
+    drop(timeline);
+    wait_until("the stream to be released by the drop", || {
+        words.get(0) == 1
+    });
+    stream.synchronize().expect("synchronize");
+    // Other code begins a capture after the wait, before its point: the wait is on the stream,
+    // outside the capture, and the operation refused.
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    assert_eq!(
+        timeline.enqueue_wait(&stream, 1),
+        Err(Error::TimelineInCapture {
+            status: CaptureState::Active
+        })
+    );
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let ended = unsafe {
+        suite::test_driver()
+            .driver
+            .cuStreamEndCapture(stream.as_raw(), &mut graph)
+    };
+    assert_eq!(ended, CUresult::CUDA_SUCCESS, "the capture was invalidated");
+    drop(suite::capture::Graph(graph));
+    words.write_in_stream(&stream, 1, 1);
+    drop(timeline);
+    wait_until("the stream to be released by the drop", || {
+        words.get(1) == 1
+    });
+    stream.synchronize().expect("synchronize");
+}
