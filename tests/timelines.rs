@@ -767,3 +767,38 @@ fn a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_ha
     });
     stream.synchronize().expect("synchronize");
 }
+
+#[test]
+fn dropping_one_of_two_values_of_a_primary_context_waits_for_none_of_the_others_streams() {
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    timeline.enqueue_wait(&stream, 1).expect("wait enqueued");
+    // Another value of the same primary context, as a second library would retain it, with
+    // pinned memory of its own (a timeline's word).
+    let other = cuda_host::Device::get(context.driver(), 0)
+        .and_then(|device| device.primary_context())
+        .expect("the primary context again");
+    assert_eq!(other.as_raw(), context.as_raw());
+    drop(Timeline::new(&other, 0).expect("timeline"));
+    let dropped = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            drop(other);
+            reclaim();
+            dropped.store(true, Ordering::SeqCst);
+        });
+        let deadline = Instant::now() + TIMEOUT / 6;
+        while !dropped.load(Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let returned = dropped.load(Ordering::SeqCst);
+        // Signalled in any case, so that a drop that waits for the stream returns.
+        timeline.signal(1).expect("signal");
+        assert!(
+            returned,
+            "the drop waited for a stream of the other value, which waits for this thread"
+        );
+    });
+    stream.synchronize().expect("synchronize");
+}
