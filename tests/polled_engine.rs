@@ -309,39 +309,41 @@ fn the_engine_spins_while_a_function_is_pending_then_lets_go_and_parks_using_no_
 }
 
 #[test]
-fn a_contexts_lanes_are_freed_when_its_last_user_is_gone_though_the_context_lives_on() {
+fn a_contexts_lanes_go_back_to_it_when_their_last_user_is_gone_for_its_next_value() {
+    let test = "a_contexts_lanes_go_back_to_it_when_their_last_user_is_gone_for_its_next_value";
     let Some(controls) = suite::software::controls() else {
-        return suite::skip(
-            "a_contexts_lanes_are_freed_when_its_last_user_is_gone_though_the_context_lives_on",
-            "counting host allocations needs the software driver",
-        );
+        return suite::skip(test, "counting host allocations needs the software driver");
     };
     // Alone in a process: the count of host allocations is process-wide.
     suite::alone_in_child!(
-        a_contexts_lanes_are_freed_when_its_last_user_is_gone_though_the_context_lives_on
+        a_contexts_lanes_go_back_to_it_when_their_last_user_is_gone_for_its_next_value
     );
     let owner = context();
     let allocations = || controls.live_objects().host_allocations;
     let before = allocations();
-    {
-        // A context value of its own, over a context that outlives it: what frees the lanes is
-        // that value's drop, not the context's destruction.
+    for round in 0..3 {
+        // A context value of its own, over a context that outlives it: its drop gives the page
+        // back (a free would drain the context, and so wait for the owner's streams), and the
+        // next value takes it again.
+        // The value's last reference is gone once its owner is dropped.
+        let gone = Tally::new();
         // SAFETY: `owner` keeps the context retained for the whole test, past every use.
         let borrowed =
-            unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+            unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
+                .expect("borrowed");
         let stream = polled_stream(&borrowed);
-        assert_eq!(allocations(), before + 1, "a page of lanes");
+        assert_eq!(allocations(), before + 1, "a page of lanes, round {round}");
         let tally = Tally::new();
         let probe = tally.probe();
         host_launch(&stream, move || probe.ran()).expect("launch");
         stream.synchronize().expect("synchronize");
         assert_eq!(tally.runs(), 1);
+        drop(stream);
+        drop(borrowed);
+        // The server lets the context go a while after the stream's last function.
+        gone.reclaim_until_dropped(1, "the context value's last reference");
     }
-    // The server lets the context go a while after the stream's last function.
-    wait_until("the lanes' page to be freed", || {
-        reclaim();
-        allocations() == before
-    });
+    assert_eq!(allocations(), before + 1, "the page was not taken again");
 }
 
 // ---- Adversity: a thread that cannot start, other code's captures, failures, loggers ----------
@@ -555,8 +557,9 @@ fn a_graph_that_took_a_polled_batch_never_makes_the_streams_functions_run_early_
 }
 
 #[test]
-fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_frees_them_after() {
-    let test = "the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_frees_them_after";
+fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_gives_them_back_after()
+{
+    let test = "the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_gives_them_back_after";
     let Some(controls) =
         software_controls(test, "counting host allocations needs the software driver")
     else {
@@ -564,15 +567,18 @@ fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_fre
     };
     // Alone in a process: the count of host allocations is process-wide.
     suite::alone_in_child!(
-        the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_frees_them_after
+        the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_gives_them_back_after
     );
     let owner = context();
     let allocations = || controls.live_objects().host_allocations;
     let captured = Stream::new(&owner, StreamFlags::NonBlocking).expect("stream");
     let before = allocations();
+    // The value's last reference is gone once its owner is dropped.
+    let gone = Tally::new();
     // SAFETY: `owner` keeps the context retained for the whole test, past every use.
     let borrowed =
-        unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+        unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
+            .expect("borrowed");
     {
         let stream = polled_stream(&borrowed);
         let tally = Tally::new();
@@ -609,10 +615,12 @@ fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_fre
             "the lanes were freed during the capture"
         );
     });
-    wait_until("the lanes' page to be freed after the capture", || {
-        reclaim();
-        allocations() == before
-    });
+    // Given back after the capture, for the context's next value.
+    gone.reclaim_until_dropped(1, "the context value's last reference");
+    // SAFETY: as above.
+    let next = unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+    let _stream = polled_stream(&next);
+    assert_eq!(allocations(), before + 1, "the page was not given back");
 }
 
 /// A logger that panics on every record while armed, but on the test's own thread (where a

@@ -765,3 +765,98 @@ fn a_synchronize_of_a_stream_waiting_on_a_timeline_returns_only_once_it_is_signa
         });
     });
 }
+
+#[test]
+fn a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_handle_goes() {
+    let test =
+        "a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_handle_goes";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a failed event record and a capture begun at it are controls of the software driver",
+        );
+    };
+    // Alone in a process: a global-mode capture of other code refuses any thread's allocation.
+    suite::alone_in_child!(
+        a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_handle_goes
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let words = MappedWords::new(&context, 2);
+    // The point after the wait cannot be recorded: the wait is on the stream, and enqueued.
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    timeline
+        .enqueue_wait(&stream, 1)
+        .expect("the wait is enqueued without its point");
+    words.write_in_stream(&stream, 0, 1);
+    drop(timeline);
+    wait_until("the stream to be released by the drop", || {
+        words.get(0) == 1
+    });
+    stream.synchronize().expect("synchronize");
+    // Other code begins a capture after the wait, before its point: the wait is on the stream,
+    // outside the capture, and the operation refused.
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    assert_eq!(
+        timeline.enqueue_wait(&stream, 1),
+        Err(Error::TimelineInCapture {
+            status: CaptureState::Active
+        })
+    );
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let ended = unsafe {
+        suite::test_driver()
+            .driver
+            .cuStreamEndCapture(stream.as_raw(), &mut graph)
+    };
+    assert_eq!(ended, CUresult::CUDA_SUCCESS, "the capture was invalidated");
+    drop(suite::capture::Graph(graph));
+    words.write_in_stream(&stream, 1, 1);
+    drop(timeline);
+    wait_until("the stream to be released by the drop", || {
+        words.get(1) == 1
+    });
+    stream.synchronize().expect("synchronize");
+}
+
+#[test]
+fn dropping_one_of_two_values_of_a_primary_context_waits_for_none_of_the_others_streams() {
+    let context = context();
+    let stream = new_stream(&context);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    timeline.enqueue_wait(&stream, 1).expect("wait enqueued");
+    // Another value of the same primary context, as a second library would retain it, with
+    // pinned memory of its own (a timeline's word).
+    let other = cuda_host::Device::get(context.driver(), 0)
+        .and_then(|device| device.primary_context())
+        .expect("the primary context again");
+    assert_eq!(other.as_raw(), context.as_raw());
+    drop(Timeline::new(&other, 0).expect("timeline"));
+    let dropped = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            drop(other);
+            reclaim();
+            dropped.store(true, Ordering::SeqCst);
+        });
+        let deadline = Instant::now() + TIMEOUT / 6;
+        while !dropped.load(Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let returned = dropped.load(Ordering::SeqCst);
+        // Signalled in any case, so that a drop that waits for the stream returns.
+        timeline.signal(1).expect("signal");
+        assert!(
+            returned,
+            "the drop waited for a stream of the other value, which waits for this thread"
+        );
+    });
+    stream.synchronize().expect("synchronize");
+}

@@ -1,6 +1,7 @@
 //! What a context's objects (streams, events, graphs), its features' state and its launch
 //! records share: the driver, the context handle, the pinned memory cuda-host allocated in it
-//! (`pinned`), and the errors `Drop`s could not return. Each feature's own per-context state
+//! (`pinned`, one pool for every value of the handle, freed with the last), and the errors
+//! `Drop`s could not return. Each feature's own per-context state
 //! (stream points' tracks, the polled engine's lanes) lives with the public context
 //! (`objects`), above this layer, which names no feature.
 //!
@@ -18,10 +19,11 @@
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
-use crate::launch::pinned::{PinnedPage, PinnedPages, PinnedWord};
+use crate::launch::pinned::{PinnedPage, PinnedPages, PinnedWord, pages_of};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, Driver};
 use std::any::Any;
+use std::mem::ManuallyDrop;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,8 +41,11 @@ pub(crate) struct ContextShared {
     _keep_alive: Option<Box<dyn Any + Send + Sync>>,
     has_drop_errors: AtomicBool,
     drop_errors: Mutex<Vec<Error>>,
-    /// The pinned pages allocated in the context, freed before it is released.
-    pinned: PinnedPages,
+    /// The pinned pages allocated in the context, shared with every other value of it; freed
+    /// before the last of them releases it.
+    pinned: ManuallyDrop<Arc<PinnedPages>>,
+    /// The whole pages this value took from them, given back when it goes.
+    pages: Mutex<Vec<PinnedPage>>,
 }
 
 // SAFETY: `raw` is a driver handle, valid on any thread; the driver API is thread-safe.
@@ -62,6 +67,8 @@ impl ContextShared {
     /// once; it is released when this is dropped.
     pub(crate) fn retained_primary(driver: Arc<Driver>, device: CUdevice, raw: CUcontext) -> Self {
         ContextShared {
+            pinned: ManuallyDrop::new(pages_of(&driver, raw)),
+            pages: Mutex::new(Vec::new()),
             driver,
             device,
             raw,
@@ -69,7 +76,6 @@ impl ContextShared {
             _keep_alive: None,
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
-            pinned: PinnedPages::default(),
         }
     }
 
@@ -86,6 +92,8 @@ impl ContextShared {
         keep_alive: Option<Box<dyn Any + Send + Sync>>,
     ) -> Result<Self> {
         let mut shared = ContextShared {
+            pinned: ManuallyDrop::new(pages_of(&driver, raw)),
+            pages: Mutex::new(Vec::new()),
             driver,
             device: 0,
             raw,
@@ -93,7 +101,6 @@ impl ContextShared {
             _keep_alive: keep_alive,
             has_drop_errors: AtomicBool::new(false),
             drop_errors: Mutex::new(Vec::new()),
-            pinned: PinnedPages::default(),
         };
         shared.device = shared.with_current(|| {
             let mut device = 0;
@@ -142,14 +149,17 @@ impl ContextShared {
         Ok(())
     }
 
-    /// A fresh zeroed page of pinned, device-mapped memory of this context, freed only when
-    /// the context is released (`pinned`). Made current for the call; the caller makes sure no
+    /// A zeroed page of pinned, device-mapped memory of this context, fresh or given back by
+    /// another value of it; given back when this value goes, freed only when the last value
+    /// releases the context (`pinned`). Made current for the call; the caller makes sure no
     /// capture begun through cuda-host forbids the allocation.
     ///
     /// # Errors
     /// The driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
     pub(crate) fn allocate_pinned_page(&self) -> Result<PinnedPage> {
-        self.with_current(|| Ok(self.pinned.allocate(self.driver())?))
+        let page = self.with_current(|| Ok(self.pinned.allocate(self.driver())?))?;
+        lock(&self.pages).push(page);
+        Ok(page)
     }
 
     /// A 64-bit word of pinned, device-mapped memory of this context, from one given back or a
@@ -233,10 +243,21 @@ pub(crate) unsafe fn with_context_current<T>(
 
 impl Drop for ContextShared {
     fn drop(&mut self) {
-        // Only where rules 1 and 2 allow (see the module's documentation): no stream uses the
-        // pages any more, and the context is still retained.
-        if self.pinned.any_to_free() {
-            let (driver, pinned) = (&*self.driver, &mut self.pinned);
+        // SAFETY: taken once, here; the field is not used again.
+        let pinned = unsafe { ManuallyDrop::take(&mut self.pinned) };
+        // No record or object of this value is left, so nothing reads its pages any more.
+        pinned.release_pages(std::mem::take(
+            self.pages
+                .get_mut()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        ));
+        // Only where rules 1 and 2 allow (see the module's documentation), and by the last value
+        // of the context (`pinned`): no stream uses the pages any more, and the context is still
+        // retained.
+        if let Some(mut pinned) = Arc::into_inner(pinned)
+            && pinned.any_to_free()
+        {
+            let (driver, pinned) = (&*self.driver, &mut pinned);
             // SAFETY: the context is live: retained by this value, or kept alive by its owner.
             let freed = unsafe {
                 with_context_current(driver, self.raw, || {

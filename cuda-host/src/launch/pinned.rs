@@ -8,13 +8,22 @@
 //! waits for that caller: a host function blocking until the caller's next step. The context's
 //! release comes only once its last object and record are gone, when no cuda-host work of the
 //! context is pending. A page a graph may still write into is *kept* instead: never freed.
+//!
+//! **One pool per context handle.** Every value cuda-host holds for one `CUcontext` of one
+//! driver (two retains of a primary context, as two libraries make them, or a borrowed context
+//! beside them) shares one [`PinnedPages`] ([`pages_of`]), freed with the last of them: a free at
+//! the release of one would drain the context, waiting for the streams of the others, which may
+//! wait for the releasing thread. The pages a value took whole (lanes) go back to the pool when
+//! it goes, for the next value's use.
 
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::sync::lock;
-use cuda_host_sys::{CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUdeviceptr, Driver};
+use cuda_host_sys::{
+    CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUdeviceptr, Driver,
+};
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 /// Bytes of a page.
 pub(crate) const PAGE_BYTES: usize = 4096;
@@ -48,6 +57,8 @@ pub(crate) struct PinnedPages {
     pages: Mutex<Vec<Allocated>>,
     /// Words of word pages that nothing uses.
     free_words: Mutex<Vec<PinnedWord>>,
+    /// Whole pages given back by a value of the context that went, for another's use.
+    free_pages: Mutex<Vec<PinnedPage>>,
 }
 
 // SAFETY: the pages are pinned allocations, valid on any thread; the list is behind the mutex.
@@ -56,9 +67,23 @@ unsafe impl Send for PinnedPages {}
 unsafe impl Sync for PinnedPages {}
 
 impl PinnedPages {
-    /// A fresh zeroed page. The context must be current, and no capture begun through cuda-host
-    /// may forbid the allocation (the caller asks, `reclaim::unless_capture_forbids`).
+    /// A zeroed page, given back or fresh. For a fresh one the context must be current, and no
+    /// capture begun through cuda-host may forbid the allocation (the caller asks,
+    /// `reclaim::unless_capture_forbids`).
     pub(crate) fn allocate(&self, driver: &Driver) -> Result<PinnedPage, cuda_host_sys::Error> {
+        let given_back = lock(&self.free_pages).pop();
+        match given_back {
+            Some(page) => {
+                // SAFETY: `PAGE_BYTES` writable bytes of a page that nothing uses any more.
+                unsafe { page.host.cast::<u8>().write_bytes(0, PAGE_BYTES) };
+                Ok(page)
+            }
+            None => self.fresh(driver),
+        }
+    }
+
+    /// A fresh zeroed page (as [`PinnedPages::allocate`]).
+    fn fresh(&self, driver: &Driver) -> Result<PinnedPage, cuda_host_sys::Error> {
         let mut host: *mut c_void = std::ptr::null_mut();
         // SAFETY: `host` is a valid out-pointer; the context is current (the caller's).
         unsafe {
@@ -94,7 +119,7 @@ impl PinnedPages {
         if let Some(word) = lock(&self.free_words).pop() {
             return Ok(word);
         }
-        let page = self.allocate(driver)?;
+        let page = self.fresh(driver)?;
         let words = (0..PAGE_BYTES / size_of::<u64>()).map(|index| {
             let offset = index * size_of::<u64>();
             PinnedWord {
@@ -114,6 +139,20 @@ impl PinnedPages {
     /// Gives `word` back for reuse: no stream and no host thread uses it any more.
     pub(crate) fn release_word(&self, word: PinnedWord) {
         lock(&self.free_words).push(word);
+    }
+
+    /// Gives `pages` (of [`PinnedPages::allocate`]) back for reuse, those not kept: nothing uses
+    /// them any more.
+    pub(crate) fn release_pages(&self, pages: Vec<PinnedPage>) {
+        let allocated = lock(&self.pages);
+        let kept = |page: &PinnedPage| {
+            allocated
+                .iter()
+                .any(|allocated| allocated.host == page.host && allocated.kept)
+        };
+        let pages: Vec<PinnedPage> = pages.into_iter().filter(|page| !kept(page)).collect();
+        drop(allocated);
+        lock(&self.free_pages).extend(pages);
     }
 
     /// Keeps `word`, and so its page, for the life of the process: a graph may read or write
@@ -166,6 +205,30 @@ impl PinnedPages {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         pages.iter().any(|page| !page.kept)
     }
+}
+
+/// The pools in use: the driver's and the context's addresses, and the pool.
+type Pools = Vec<(usize, usize, Weak<PinnedPages>)>;
+
+static POOLS: Mutex<Pools> = Mutex::new(Vec::new());
+
+/// The pages of the context `context` of `driver`: the pool another value of that context holds,
+/// or a new one. The caller holds the context (retained, or kept alive by its owner) before it
+/// asks, so a pool found here belongs to the context as it is now, never to one released
+/// before.
+pub(crate) fn pages_of(driver: &Arc<Driver>, context: CUcontext) -> Arc<PinnedPages> {
+    let key = (Arc::as_ptr(driver).addr(), context.addr());
+    let mut pools = lock(&POOLS);
+    pools.retain(|(_, _, pool)| pool.strong_count() != 0);
+    let found = pools
+        .iter()
+        .filter(|(driver, context, _)| (*driver, *context) == key)
+        .find_map(|(_, _, pool)| pool.upgrade());
+    found.unwrap_or_else(|| {
+        let pool = Arc::new(PinnedPages::default());
+        pools.push((key.0, key.1, Arc::downgrade(&pool)));
+        pool
+    })
 }
 
 fn free(driver: &Driver, host: *mut c_void) {

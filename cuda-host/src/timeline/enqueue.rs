@@ -11,7 +11,10 @@
 //! it, as stream points are: an operation that a capture other code began in between took is
 //! refused in the same way, and its word is kept for the life of the process, since the graph
 //! reads or writes it whenever it runs. Not seen: a capture that other code begins and also ends
-//! between the operation and that question.
+//! between the operation and that question. A capture begun after the operation, before its
+//! stream point, leaves the operation on the stream with no point after it (so does a point
+//! whose record fails): its word is kept too, and the last handle's drop releases it as it
+//! releases the streams it sees (`super::Shared`'s drop).
 //!
 //! **Narrow devices.** Where the device cannot use 64-bit memory operations
 //! (`CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS` is 0, or the driver lacks the entry

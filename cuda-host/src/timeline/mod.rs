@@ -306,7 +306,9 @@ impl Drop for Shared {
             return;
         };
         let waits = word.waits();
-        if waits.streams_may_read() {
+        // A kept word may be read by an operation no stream point follows (a capture began, or
+        // the point's record failed, after it), which no look sees passed: released too.
+        if waits.streams_may_read() || word.is_kept() {
             let waited = lock(&self.enqueued).waited;
             let release = if self.wide { MAX } else { waited };
             let before = word.atomic().fetch_max(release, Ordering::SeqCst);

@@ -90,11 +90,16 @@ impl Word {
     }
 
     /// Keeps the memory for the life of the process: a capture may have taken an operation on
-    /// it.
+    /// it, or a stream may read it with no stream point after the operation.
     pub(super) fn keep(&self) {
         if !self.kept.swap(true, Ordering::Relaxed) {
             KEPT_WORDS.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Whether it is kept ([`Word::keep`]).
+    pub(super) fn is_kept(&self) -> bool {
+        self.kept.load(Ordering::Relaxed)
     }
 }
 
