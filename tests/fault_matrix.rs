@@ -434,9 +434,11 @@ fn rows() -> Vec<Row> {
             Ok(stream.with_host_engine(HostEngine::Polled).map(drop)?)
         }),
         row!(c"cuMemFreeHost", Logged, NOTHING, |f| {
-            // The lanes' memory is freed with the last holder of its context value: here the
-            // engine, which lets go of it through a caller's drain once the lane is quiet.
-            let context = Device::get(&f.driver, 0)?.primary_context()?;
+            // The lanes' memory is freed with the last value of its context, a fresh one here
+            // (the fixture's holds the primary context's pages): the engine lets go of it
+            // through a caller's drain once the lane is quiet.
+            let device = Device::get(&f.driver, 0)?;
+            let context = suite::software::expect_controls().fresh_context(&device);
             let stream = Stream::new(&context, StreamFlags::NonBlocking)?
                 .with_host_engine(HostEngine::Polled)?;
             host_launch(&stream, f.probe_closure())?;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
-use suite::{Gate, MappedWords, TIMEOUT, capture_lock, context, wait_until};
+use suite::{Gate, MappedWords, TIMEOUT, context, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -393,7 +393,10 @@ fn timelines_made_and_dropped_one_after_another_reuse_one_word_of_pinned_memory(
 
 #[test]
 fn a_timelines_last_handle_dropped_during_a_global_capture_leaves_the_capture_intact() {
-    let _alone = capture_lock();
+    // Alone in a process: any thread's allocation would invalidate a global-mode capture.
+    suite::alone_in_child!(
+        a_timelines_last_handle_dropped_during_a_global_capture_leaves_the_capture_intact
+    );
     let context = context();
     let captured = new_stream(&context);
     let timeline = Timeline::new(&context, 0).expect("timeline");
@@ -477,7 +480,10 @@ fn host_waits_behind_a_failed_context_complete_with_an_error() {
 
 #[test]
 fn a_wait_or_signal_on_a_capturing_stream_is_refused_and_the_capture_still_ends_in_a_graph() {
-    let _alone = capture_lock();
+    // Alone in a process: any thread's allocation would invalidate a global-mode capture.
+    suite::alone_in_child!(
+        a_wait_or_signal_on_a_capturing_stream_is_refused_and_the_capture_still_ends_in_a_graph
+    );
     let context = context();
     let stream = new_stream(&context);
     let timeline = Timeline::new(&context, 0).expect("timeline");
