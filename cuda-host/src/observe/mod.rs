@@ -132,13 +132,20 @@ impl Drop for Observing {
 }
 
 /// Runs `call` (a call into a profiler or subscriber) as an observation: skipped inside another
-/// one (`call` is then only dropped, which may reach a subscriber too: a span it owns closes), a
-/// panic caught and its payload disposed of as the trampolines do.
+/// one (`call` is then only dropped, which may reach a subscriber too: a span it owns closes, so
+/// that drop is contained as well), a panic caught and its payload disposed of as the
+/// trampolines do. `call` must own nothing whose drop reaches a subscriber while it can panic:
+/// dropped during the unwinding, a second panic would abort.
 #[cfg(any(feature = "nvtx", feature = "tracing"))]
 fn observe<T>(call: impl FnOnce() -> T) -> Option<T> {
     let observing = Observing::begin();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        observing.is_some().then(call)
+        if observing.is_some() {
+            Some(call())
+        } else {
+            drop(call);
+            None
+        }
     }));
     match outcome {
         Ok(value) => value,
