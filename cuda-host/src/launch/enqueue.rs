@@ -169,7 +169,11 @@ pub(crate) unsafe fn pass_through(
     // function on every launch of its graph: nothing to abandon, so a capture begun through
     // cuda-host waits for it however long.
     let window = match entry {
-        HostFuncEntry::Polled { .. } => open_window(context, stream)?,
+        HostFuncEntry::Polled { .. } => {
+            // The engine's call is observed: the profiler is attached here, before it.
+            observe::prepare();
+            open_window(context, stream)?
+        }
         _ => {
             EnqueueWindow::open_for_pass_through(context.driver(), stream).inspect_err(|error| {
                 if let Some(result) = error.driver_result() {

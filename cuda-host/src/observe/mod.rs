@@ -95,7 +95,7 @@ pub(crate) enum Run {
 }
 
 /// Prepares observing before the first observation a thread of cuda-host's makes (a graph
-/// attaching a callable, a point marked): opens the NVTX injection library if it is to be
+/// attaching a callable, a point marked, a raw launch the polled engine serves): opens the NVTX injection library if it is to be
 /// opened, on a caller's thread, never a host function's.
 #[inline]
 pub(crate) fn prepare() {
