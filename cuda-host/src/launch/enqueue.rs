@@ -91,16 +91,17 @@ impl HostFuncEntry<'_> {
 }
 
 /// Launches `payload` once on `stream` of `context`, after the work enqueued there before it,
-/// through `entry`. The stream's context must be current where the driver resolves `stream`
+/// through `entry`; profilers show its run as `named` when the caller named it. The stream's context must be current where the driver resolves `stream`
 /// against it (the special streams). A refused payload is dropped as the reclaim rule allows.
 pub(crate) fn run_once<P: RunOnce>(
     context: &Arc<ContextShared>,
     stream: CUstream,
     payload: P,
     entry: HostFuncEntry<'_>,
+    named: Option<&'static str>,
 ) -> Result<()> {
     // Before the window opens: a subscriber asked whether it is interested is user code.
-    let launched = observe::launch_stamp();
+    let launched = observe::launch_stamp(named);
     let window = match open_window(context, stream) {
         Ok(window) => window,
         Err(error) => {
@@ -266,6 +267,7 @@ mod tests {
             0x77_usize as CUstream,
             payload,
             HostFuncEntry::Classic,
+            None,
         )
         .unwrap_err();
         assert_eq!(

@@ -38,25 +38,6 @@ impl<F: FnMut() + Send + 'static> RunOnce for RunOnceClosure<F> {
     }
 }
 
-/// A run-once closure with the name its caller gave it ([`named`](crate::named)); without the
-/// observing features the name is dropped at the launch.
-#[cfg(any(feature = "nvtx", feature = "tracing"))]
-pub(crate) struct RunOnceNamed<F> {
-    pub(crate) name: &'static str,
-    pub(crate) function: F,
-}
-
-#[cfg(any(feature = "nvtx", feature = "tracing"))]
-impl<F: FnMut() + Send + 'static> RunOnce for RunOnceNamed<F> {
-    fn run(&mut self) {
-        (self.function)()
-    }
-
-    fn name(&self) -> &'static str {
-        self.name
-    }
-}
-
 impl<P: RunOnce> RunOnce for Box<P> {
     fn run(&mut self) {
         (**self).run();
