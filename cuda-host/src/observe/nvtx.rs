@@ -475,6 +475,18 @@ mod tests {
     }
 
     #[test]
+    fn a_message_too_long_is_cut_between_characters() {
+        // A name is UTF-8 (a type name, or the caller's): cut inside a character, the profiler
+        // would get bytes that are no text.
+        let message = format!("{}é", "x".repeat(254));
+        with_attributes(Category::HostFunction, &message, None, |attributes| {
+            // SAFETY: the message is NUL-terminated within its buffer.
+            let text = unsafe { CStr::from_ptr(attributes.message) };
+            assert_eq!(text.to_str(), Ok("x".repeat(254).as_str()));
+        });
+    }
+
+    #[test]
     fn a_message_is_copied_with_its_nul_and_cut_when_too_long() {
         let long = "x".repeat(300);
         for (message, expected) in [("decode", 6), (long.as_str(), 255)] {
