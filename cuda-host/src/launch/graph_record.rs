@@ -268,3 +268,23 @@ impl BytesRecord {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_observing_features_records_keep_no_name() {
+        // A name is for profilers alone: without the features neither a record's operations nor
+        // a graph's callable holds one, and a run looks none up.
+        let names = usize::from(cfg!(any(feature = "nvtx", feature = "tracing")));
+        assert_eq!(
+            size_of::<RecordOperations>(),
+            (2 + names) * size_of::<usize>()
+        );
+        assert_eq!(
+            size_of::<GraphCallable>(),
+            size_of::<HostCallable>() + size_of::<usize>() + names * size_of::<&str>()
+        );
+    }
+}
