@@ -4,6 +4,7 @@
 
 use cuda_host::{
     Context, Error, HostFunctionPanic, Stream, StreamFlags, UserData, host_launch, host_launch_raw,
+    named,
 };
 use cuda_host_sys::CUresult;
 use std::ffi::c_void;
@@ -741,6 +742,45 @@ fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm
     let long = allocations::during(|| copies(&stream, 49)) - 1;
     assert_eq!((short, long), (0, LAUNCHES), "48 bytes inline, 49 boxed");
     assert_eq!(RUNS_COUNTED.load(Ordering::Relaxed), 2 * LAUNCHES);
+}
+
+#[test]
+fn a_named_closure_of_64_bytes_launches_without_allocating_once_slots_are_warm() {
+    // With the nvtx or tracing feature a name is kept for profilers: beside the closure, not in
+    // its 64 inline bytes. Alone in a process, as the test above.
+    suite::alone_in_child!(
+        a_named_closure_of_64_bytes_launches_without_allocating_once_slots_are_warm
+    );
+    const LAUNCHES: usize = 1_000;
+    static RAN: AtomicUsize = AtomicUsize::new(0);
+    let context = context();
+    let stream = new_stream(&context);
+    hold_and_release(
+        &stream,
+        || {
+            for _ in 0..LAUNCHES {
+                host_launch(&stream, || {}).expect("launch");
+            }
+        },
+        || assert_eq!(cuda_host::launch_slot_counts().in_flight, LAUNCHES),
+        Stream::synchronize,
+    )
+    .expect("synchronize");
+    let allocated = allocations::during(|| {
+        for launch in 0..LAUNCHES {
+            let words = [launch as u64; 8];
+            host_launch(
+                &stream,
+                named("64 bytes", move || {
+                    RAN.fetch_add(words.len(), Ordering::Relaxed);
+                }),
+            )
+            .expect("launch");
+        }
+        stream.synchronize().expect("synchronize");
+    });
+    assert_eq!(allocated, 0, "a named closure of 64 bytes was boxed");
+    assert_eq!(RAN.load(Ordering::Relaxed), LAUNCHES * 8);
 }
 
 static RUNS_COUNTED: AtomicUsize = AtomicUsize::new(0);

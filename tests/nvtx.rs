@@ -7,8 +7,8 @@
 //! this build made.
 
 use cuda_host::{
-    CaptureMode, Error, GraphBuilder, HostEngine, Stream, StreamFlags, host_launch, named,
-    release_in_stream_order, stream_point, stream_point_counts,
+    CaptureMode, Error, GraphBuilder, HostEngine, Stream, StreamFlags, UserData, host_launch,
+    host_launch_raw, named, release_in_stream_order, stream_point, stream_point_counts,
 };
 use std::ffi::{CStr, c_char};
 use std::future::Future;
@@ -150,6 +150,34 @@ fn polled_engine_host_functions_are_named_ranges_inside_the_engines_call() {
             "push 3 polled engine call",
             "push 1 decode batch",
             "pop",
+            "pop"
+        ],
+        "{:?}",
+        events()
+    );
+}
+
+unsafe extern "C" fn raw_function(_data: *mut std::ffi::c_void) {}
+
+#[test]
+fn a_raw_function_the_polled_engine_serves_is_a_range_from_the_first_launch() {
+    // The process's only launches are raw ones: they attach the profiler as a closure's would.
+    with_recorder!(a_raw_function_the_polled_engine_serves_is_a_range_from_the_first_launch);
+    let (_context, stream) = new_stream();
+    let stream = stream
+        .with_host_engine(HostEngine::Polled)
+        .expect("a polled stream");
+    for _ in 0..2 {
+        // SAFETY: the function does nothing with its null pointer.
+        unsafe { host_launch_raw(&stream, raw_function, UserData::None) }.expect("launch");
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        ranges_and_marks(),
+        [
+            "push 3 polled engine call",
+            "pop",
+            "push 3 polled engine call",
             "pop"
         ],
         "{:?}",

@@ -44,6 +44,8 @@ impl Visit for Seen {
 
 /// What the subscriber does besides recording.
 static PANICKING: AtomicBool = AtomicBool::new(false);
+/// Panics only once a span exists: in `enter`, `record`, `exit`, `try_close` and `event`.
+static PANICKING_IN_SPANS: AtomicBool = AtomicBool::new(false);
 static CALLING_BACK: AtomicBool = AtomicBool::new(false);
 /// Its panics and its calls back.
 static PANICS: AtomicUsize = AtomicUsize::new(0);
@@ -66,7 +68,10 @@ thread_local! {
 impl Recorder {
     /// Panics or calls back, as the test set it.
     fn adversity(&self, at: &str) {
-        if PANICKING.load(Ordering::SeqCst) {
+        let in_spans = !matches!(at, "enabled" | "new_span");
+        if PANICKING.load(Ordering::SeqCst)
+            || (in_spans && PANICKING_IN_SPANS.load(Ordering::SeqCst))
+        {
             PANICS.fetch_add(1, Ordering::SeqCst);
             panic!("deliberate panic of a subscriber, in {at}");
         }
@@ -177,6 +182,11 @@ impl Subscriber for &'static Recorder {
     fn exit(&self, _span: &Id) {
         ENTERED.with(|entered| entered.borrow_mut().pop());
         self.adversity("exit");
+    }
+
+    fn try_close(&self, _span: Id) -> bool {
+        self.adversity("try_close");
+        false
     }
 }
 
@@ -365,6 +375,31 @@ fn a_subscriber_that_panics_everywhere_is_contained_and_every_host_function_runs
         "the subscriber was reached on every place"
     );
     // The streams go on.
+    let stream = new_stream(&context);
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&ran);
+    host_launch(&stream, move || flag.store(true, Ordering::SeqCst)).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert!(ran.load(Ordering::SeqCst));
+}
+
+#[test]
+fn a_subscriber_that_panics_in_every_call_on_a_span_is_contained_and_every_function_runs() {
+    // Each panic unwinds through the span it is about: caught while another call on the span
+    // runs in the unwinding (a guard's drop), the second panic would abort the process.
+    suite::alone_in_child!(
+        a_subscriber_that_panics_in_every_call_on_a_span_is_contained_and_every_function_runs
+    );
+    let recorder = recorder();
+    let context = context();
+    PANICKING_IN_SPANS.store(true, Ordering::SeqCst);
+    assert_eq!(drive_every_observed_place(&context), 5);
+    PANICKING_IN_SPANS.store(false, Ordering::SeqCst);
+    assert!(
+        PANICS.load(Ordering::SeqCst) >= 8,
+        "the subscriber was reached on every span and event"
+    );
+    assert!(!recorder.spans_named("host_function").is_empty());
     let stream = new_stream(&context);
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);

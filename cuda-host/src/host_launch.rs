@@ -126,7 +126,7 @@ where
     fn host_launch(&self, function: F) -> Result<()> {
         let function = outside_host_function("host_launch", function)?;
         reclaim_on_launch();
-        launch_run_once(self, RunOnceClosure(function), self.host_func_entry())
+        launch_run_once(self, RunOnceClosure(function), self.host_func_entry(), None)
     }
 }
 
@@ -139,14 +139,14 @@ where
         let Named { name, function } = function;
         let function = outside_host_function("host_launch", function)?;
         reclaim_on_launch();
-        #[cfg(any(feature = "nvtx", feature = "tracing"))]
-        let payload = crate::launch::RunOnceNamed { name, function };
-        #[cfg(not(any(feature = "nvtx", feature = "tracing")))]
-        let payload = {
-            let _ = name;
-            RunOnceClosure(function)
-        };
-        launch_run_once(self, payload, self.host_func_entry())
+        // The name goes to the launch's stamp, beside the closure: without the observing
+        // features, nowhere.
+        launch_run_once(
+            self,
+            RunOnceClosure(function),
+            self.host_func_entry(),
+            Some(name),
+        )
     }
 }
 
@@ -212,8 +212,8 @@ pub(crate) unsafe fn launch_raw(
         UserData::PassThrough(pointer) => pointer,
         UserData::Copied(bytes) => {
             return match CopiedBytes::new(function, bytes) {
-                CopiedBytes::Inline(payload) => launch_run_once(stream, payload, entry),
-                CopiedBytes::Boxed(payload) => launch_run_once(stream, payload, entry),
+                CopiedBytes::Inline(payload) => launch_run_once(stream, payload, entry, None),
+                CopiedBytes::Boxed(payload) => launch_run_once(stream, payload, entry, None),
             };
         }
     };
@@ -234,17 +234,24 @@ pub(crate) unsafe fn launch_raw(
 
 /// Launches a run-once record of `payload` on `stream` through `entry`, with what the stream
 /// needs for it: the context's deferred errors first, and the special streams' context current
-/// during the launch.
+/// during the launch. Profilers show its run as `named` when the caller named it.
 pub(crate) fn launch_run_once<P: RunOnce>(
     stream: &Stream,
     payload: P,
     entry: HostFuncEntry<'_>,
+    named: Option<&'static str>,
 ) -> Result<()> {
     stream.note_launch();
     let mut payload = Some(payload);
     let launched = stream.with_stream_context(|| {
         let payload = payload.take().expect("launched once");
-        launch::run_once(stream.shared_context(), stream.as_raw(), payload, entry)
+        launch::run_once(
+            stream.shared_context(),
+            stream.as_raw(),
+            payload,
+            entry,
+            named,
+        )
     });
     if let Some(refused) = payload {
         // Refused before the launch was tried: dropped as the reclaim rule allows.

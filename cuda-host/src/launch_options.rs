@@ -121,7 +121,7 @@ where
         }
     };
     reclaim_on_launch();
-    launch_run_once(stream, RunOnceClosure(function), entry)
+    launch_run_once(stream, RunOnceClosure(function), entry, None)
 }
 
 /// [`host_launch_raw`](crate::host_launch_raw) with `options`.

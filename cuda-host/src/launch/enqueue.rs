@@ -91,16 +91,17 @@ impl HostFuncEntry<'_> {
 }
 
 /// Launches `payload` once on `stream` of `context`, after the work enqueued there before it,
-/// through `entry`. The stream's context must be current where the driver resolves `stream`
+/// through `entry`; profilers show its run as `named` when the caller named it. The stream's context must be current where the driver resolves `stream`
 /// against it (the special streams). A refused payload is dropped as the reclaim rule allows.
 pub(crate) fn run_once<P: RunOnce>(
     context: &Arc<ContextShared>,
     stream: CUstream,
     payload: P,
     entry: HostFuncEntry<'_>,
+    named: Option<&'static str>,
 ) -> Result<()> {
     // Before the window opens: a subscriber asked whether it is interested is user code.
-    let launched = observe::launch_stamp();
+    let launched = observe::launch_stamp(named);
     let window = match open_window(context, stream) {
         Ok(window) => window,
         Err(error) => {
@@ -169,7 +170,11 @@ pub(crate) unsafe fn pass_through(
     // function on every launch of its graph: nothing to abandon, so a capture begun through
     // cuda-host waits for it however long.
     let window = match entry {
-        HostFuncEntry::Polled { .. } => open_window(context, stream)?,
+        HostFuncEntry::Polled { .. } => {
+            // The engine's call is observed: the profiler is attached here, before it.
+            observe::prepare();
+            open_window(context, stream)?
+        }
         _ => {
             EnqueueWindow::open_for_pass_through(context.driver(), stream).inspect_err(|error| {
                 if let Some(result) = error.driver_result() {
@@ -262,6 +267,7 @@ mod tests {
             0x77_usize as CUstream,
             payload,
             HostFuncEntry::Classic,
+            None,
         )
         .unwrap_err();
         assert_eq!(

@@ -21,7 +21,8 @@ pub type HostCallable = Arc<dyn Fn() + Send + Sync + 'static>;
 /// The payload of a graph's callable: the callable, and the user object that owns the record.
 pub(crate) struct GraphCallable {
     pub(crate) callable: HostCallable,
-    /// The name profilers show for its runs (`crate::observe`).
+    /// The name profilers show for its runs (`crate::observe`; with its features).
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     name: &'static str,
     user_object: AtomicPtr<CUuserObject_st>,
 }
@@ -40,9 +41,11 @@ impl GraphCallable {
 static GRAPH_CALLABLE: RecordOperations = RecordOperations {
     run: run_graph_callable,
     drop: record::drop_boxed::<GraphCallable>,
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     name: graph_callable_name,
 };
 
+#[cfg(any(feature = "nvtx", feature = "tracing"))]
 unsafe fn graph_callable_name(record: NonNull<RecordHeader>) -> &'static str {
     // SAFETY: made by `GraphRecord::callable`.
     unsafe { record::boxed_value::<GraphCallable>(record) }.name
@@ -77,9 +80,11 @@ impl GraphRecord {
         name: &'static str,
     ) -> Self {
         crate::observe::prepare();
+        let _ = name;
         let header = RecordHeader::new(&GRAPH_CALLABLE, Some(context), inboxes::home());
         let payload = GraphCallable {
             callable,
+            #[cfg(any(feature = "nvtx", feature = "tracing"))]
             name,
             user_object: AtomicPtr::new(ptr::null_mut()),
         };
@@ -201,6 +206,7 @@ impl BytesRecord {
     const OPERATIONS: RecordOperations = RecordOperations {
         run: BytesRecord::run,
         drop: BytesRecord::drop,
+        #[cfg(any(feature = "nvtx", feature = "tracing"))]
         name: BytesRecord::name,
     };
 
@@ -244,6 +250,7 @@ impl BytesRecord {
         record.cast()
     }
 
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     unsafe fn name(_record: NonNull<RecordHeader>) -> &'static str {
         "C host function (copied user data)"
     }
@@ -266,5 +273,25 @@ impl BytesRecord {
             ptr::drop_in_place(record);
             dealloc(record.cast(), layout);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_the_observing_features_records_keep_no_name() {
+        // A name is for profilers alone: without the features neither a record's operations nor
+        // a graph's callable holds one, and a run looks none up.
+        let names = usize::from(cfg!(any(feature = "nvtx", feature = "tracing")));
+        assert_eq!(
+            size_of::<RecordOperations>(),
+            (2 + names) * size_of::<usize>()
+        );
+        assert_eq!(
+            size_of::<GraphCallable>(),
+            size_of::<HostCallable>() + size_of::<usize>() + names * size_of::<&str>()
+        );
     }
 }

@@ -124,8 +124,6 @@ outside_loom_models! {
     pub(crate) use panic_report::dispose as dispose_panic;
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
     pub(crate) use pinned::{PAGE_BYTES, PinnedPage, PinnedWord};
-    #[cfg(any(feature = "nvtx", feature = "tracing"))]
-    pub(crate) use payload::RunOnceNamed;
     pub(crate) use reclaim::{
         CaptureMark, call_outside_host_function, drop_when_allowed, outside_host_function,
         reclaim_on_launch, unless_capture_forbids,

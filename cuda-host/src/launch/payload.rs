@@ -18,7 +18,8 @@ use std::sync::Arc;
 pub(crate) trait RunOnce: Send + 'static {
     fn run(&mut self);
 
-    /// The name profilers show for its run (`crate::observe`).
+    /// The name profilers show for its run (`crate::observe`; with its features).
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     fn name(&self) -> &'static str {
         std::any::type_name::<Self>()
     }
@@ -33,27 +34,9 @@ impl<F: FnMut() + Send + 'static> RunOnce for RunOnceClosure<F> {
         (self.0)()
     }
 
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     fn name(&self) -> &'static str {
         std::any::type_name::<F>()
-    }
-}
-
-/// A run-once closure with the name its caller gave it ([`named`](crate::named)); without the
-/// observing features the name is dropped at the launch.
-#[cfg(any(feature = "nvtx", feature = "tracing"))]
-pub(crate) struct RunOnceNamed<F> {
-    pub(crate) name: &'static str,
-    pub(crate) function: F,
-}
-
-#[cfg(any(feature = "nvtx", feature = "tracing"))]
-impl<F: FnMut() + Send + 'static> RunOnce for RunOnceNamed<F> {
-    fn run(&mut self) {
-        (self.function)()
-    }
-
-    fn name(&self) -> &'static str {
-        self.name
     }
 }
 
@@ -62,6 +45,7 @@ impl<P: RunOnce> RunOnce for Box<P> {
         (**self).run();
     }
 
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     fn name(&self) -> &'static str {
         (**self).name()
     }
@@ -81,6 +65,7 @@ const _: () = assert!(slot::fits_inline::<SmallBytes>());
 const _: () = assert!(size_of::<SmallBytes>() == INLINE_BYTES);
 
 impl RunOnce for SmallBytes {
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     fn name(&self) -> &'static str {
         "C host function (copied user data)"
     }
@@ -100,6 +85,7 @@ pub(crate) struct LargeBytes {
 }
 
 impl RunOnce for LargeBytes {
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     fn name(&self) -> &'static str {
         "C host function (copied user data)"
     }
@@ -164,6 +150,7 @@ fn write_in_slot<P: RunOnce>(context: Arc<ContextShared>, payload: P) -> LaunchS
         const TABLE: RecordOperations = RecordOperations {
             run: run_in_slot::<P>,
             drop: drop_in_slot::<P>,
+            #[cfg(any(feature = "nvtx", feature = "tracing"))]
             name: name_in_slot::<P>,
         };
     }
@@ -179,6 +166,7 @@ unsafe fn run_in_slot<P: RunOnce>(record: NonNull<RecordHeader>) {
     unsafe { (*slot::payload_of::<P>(record)).run() }
 }
 
+#[cfg(any(feature = "nvtx", feature = "tracing"))]
 unsafe fn name_in_slot<P: RunOnce>(record: NonNull<RecordHeader>) -> &'static str {
     // SAFETY: written by `write_in_slot::<P>`; the name is read by the claimer before the run,
     // or by the owner.

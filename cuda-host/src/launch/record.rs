@@ -45,7 +45,8 @@ pub(crate) struct RecordOperations {
     pub(crate) run: unsafe fn(NonNull<RecordHeader>),
     /// Drops the whole record and frees its memory.
     pub(crate) drop: unsafe fn(NonNull<RecordHeader>),
-    /// The name profilers show for the payload's runs (`crate::observe`).
+    /// The name profilers show for the payload's runs (`crate::observe`; with its features).
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
     pub(crate) name: unsafe fn(NonNull<RecordHeader>) -> &'static str,
 }
 
@@ -92,13 +93,21 @@ impl RecordHeader {
         unsafe { ((*record.as_ptr()).operations.run)(record) }
     }
 
-    /// The name profilers show for the record's runs.
+    /// The name profilers show for the record's runs; without the observing features, none
+    /// (nothing is looked up).
     ///
     /// # Safety
     /// `record` must be live.
+    #[inline]
     pub(crate) unsafe fn name(record: NonNull<RecordHeader>) -> &'static str {
+        #[cfg(any(feature = "nvtx", feature = "tracing"))]
         // SAFETY: the record is live (caller); `name` matches its concrete type.
-        unsafe { ((*record.as_ptr()).operations.name)(record) }
+        return unsafe { ((*record.as_ptr()).operations.name)(record) };
+        #[cfg(not(any(feature = "nvtx", feature = "tracing")))]
+        {
+            let _ = record;
+            ""
+        }
     }
 
     /// Drops the record: its payload, its context reference and its memory.
@@ -153,6 +162,7 @@ pub(crate) unsafe fn run_nothing(_record: NonNull<RecordHeader>) {}
 ///
 /// # Safety
 /// None: it reads nothing.
+#[cfg(any(feature = "nvtx", feature = "tracing"))]
 pub(crate) unsafe fn type_name<T>(_record: NonNull<RecordHeader>) -> &'static str {
     std::any::type_name::<T>()
 }
@@ -169,6 +179,7 @@ pub(crate) fn holding<T: Send + 'static>(
         const TABLE: RecordOperations = RecordOperations {
             run: run_nothing,
             drop: drop_boxed::<T>,
+            #[cfg(any(feature = "nvtx", feature = "tracing"))]
             name: type_name::<T>,
         };
     }

@@ -16,7 +16,8 @@
 //!   drain (released values handed on) or by the watcher (futures woken), as marks or events.
 //!
 //! **Cost.** Without the features nothing here is compiled: every function is an empty inline
-//! one and [`Stamp`] has no size, so the launch slot keeps its two cache lines. With a feature
+//! one and [`Stamp`] has no size, so the launch slot keeps its two cache lines (with a feature,
+//! a third holds the stamp: a caller's name, and the launch's time for `tracing`). With a feature
 //! but no profiler or subscriber attached, an observation is one load: a state word for NVTX
 //! (set once, at the first launch), the global level filter for `tracing` (kept by `tracing`
 //! itself); `benches/observe.rs` measures the enqueue and run loop inactive and with each
@@ -33,7 +34,9 @@
 //! cuda-host back) is skipped, so a subscriber cannot recurse into itself through cuda-host. An
 //! NVTX injection library is C and does not unwind.
 //!
-//! Naming is allocation-free: a name is a `&'static str` (a type name, or the caller's).
+//! Naming is allocation-free: a name is a `&'static str` (a type name, or the caller's, kept in
+//! the launch's stamp rather than beside the closure, so that it takes none of the 64 bytes a
+//! closure has inside its launch slot).
 
 #[cfg(feature = "nvtx")]
 mod nvtx;
@@ -65,23 +68,29 @@ pub fn named<F>(name: &'static str, function: F) -> Named<F> {
     Named { name, function }
 }
 
-/// When a run-once host function was launched, for its queue delay: nanoseconds since a
-/// process-wide origin, 0 when nobody was interested at the launch. No size without the
-/// `tracing` feature.
+/// What is observed of a run-once host function's launch: the name its caller gave it
+/// ([`named`]), and when it was launched, for its queue delay (nanoseconds since a process-wide
+/// origin, 0 when nobody was interested at the launch; feature `tracing`). No size without the
+/// features.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Stamp {
     #[cfg(feature = "tracing")]
     nanos: u64,
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
+    name: Option<&'static str>,
 }
 
-/// The stamp of a launch being made now.
+/// The stamp of a launch being made now, of a function named `name` by its caller.
 #[inline]
-pub(crate) fn launch_stamp() -> Stamp {
+pub(crate) fn launch_stamp(name: Option<&'static str>) -> Stamp {
+    let _ = name;
     #[cfg(feature = "nvtx")]
     nvtx::prepare();
     Stamp {
         #[cfg(feature = "tracing")]
         nanos: spans::stamp(),
+        #[cfg(any(feature = "nvtx", feature = "tracing"))]
+        name,
     }
 }
 
@@ -95,7 +104,7 @@ pub(crate) enum Run {
 }
 
 /// Prepares observing before the first observation a thread of cuda-host's makes (a graph
-/// attaching a callable, a point marked): opens the NVTX injection library if it is to be
+/// attaching a callable, a point marked, a raw launch the polled engine serves): opens the NVTX injection library if it is to be
 /// opened, on a caller's thread, never a host function's.
 #[inline]
 pub(crate) fn prepare() {
@@ -132,13 +141,20 @@ impl Drop for Observing {
 }
 
 /// Runs `call` (a call into a profiler or subscriber) as an observation: skipped inside another
-/// one (`call` is then only dropped, which may reach a subscriber too: a span it owns closes), a
-/// panic caught and its payload disposed of as the trampolines do.
+/// one (`call` is then only dropped, which may reach a subscriber too: a span it owns closes, so
+/// that drop is contained as well), a panic caught and its payload disposed of as the
+/// trampolines do. `call` must own nothing whose drop reaches a subscriber while it can panic:
+/// dropped during the unwinding, a second panic would abort.
 #[cfg(any(feature = "nvtx", feature = "tracing"))]
 fn observe<T>(call: impl FnOnce() -> T) -> Option<T> {
     let observing = Observing::begin();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        observing.is_some().then(call)
+        if observing.is_some() {
+            Some(call())
+        } else {
+            drop(call);
+            None
+        }
     }));
     match outcome {
         Ok(value) => value,
@@ -158,12 +174,19 @@ pub(crate) struct Running {
     span: Option<spans::RunSpan>,
 }
 
-/// Begins observing the run of `name`, on the thread that runs it, which is marked as inside a
-/// host function. End it with [`Running::end`] once the run returned or unwound (not in a `Drop`
-/// during the unwinding: a subscriber may panic).
+/// Begins observing the run of `name` (unless its launch's stamp names it), on the thread that
+/// runs it, which is marked as inside a host function. End it with [`Running::end`] once the run
+/// returned or unwound (not in a `Drop` during the unwinding: a subscriber may panic).
 #[inline]
 pub(crate) fn running(name: &'static str, run: Run) -> Running {
     let _ = (name, run);
+    #[cfg(any(feature = "nvtx", feature = "tracing"))]
+    let name = match run {
+        Run::HostFunction(Stamp {
+            name: Some(named), ..
+        }) => named,
+        _ => name,
+    };
     Running {
         #[cfg(feature = "nvtx")]
         range: nvtx::Range::push(
@@ -248,11 +271,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn without_the_tracing_feature_a_stamp_takes_no_room() {
-        assert_eq!(
-            size_of::<Stamp>(),
-            if cfg!(feature = "tracing") { 8 } else { 0 }
-        );
+    fn without_the_features_a_stamp_takes_no_room() {
+        let name = if cfg!(any(feature = "nvtx", feature = "tracing")) {
+            16
+        } else {
+            0
+        };
+        let time = if cfg!(feature = "tracing") { 8 } else { 0 };
+        assert_eq!(size_of::<Stamp>(), name + time);
     }
 
     #[cfg(any(feature = "nvtx", feature = "tracing"))]

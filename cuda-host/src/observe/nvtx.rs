@@ -349,7 +349,8 @@ fn api_of_slots() -> Option<Api> {
 }
 
 /// Calls `call` with the attributes of an event of `category` named `message` (copied, with a
-/// terminating NUL, into a buffer on the stack; cut at 255 bytes) and carrying `payload`.
+/// terminating NUL, into a buffer on the stack; cut to at most 255 bytes, between characters)
+/// and carrying `payload`.
 fn with_attributes<R>(
     category: Category,
     message: &str,
@@ -357,7 +358,11 @@ fn with_attributes<R>(
     call: impl FnOnce(&EventAttributes) -> R,
 ) -> R {
     let mut text = [0u8; 256];
-    let length = message.len().min(text.len() - 1);
+    let mut length = message.len().min(text.len() - 1);
+    // Between characters: what the profiler gets stays text.
+    while !message.is_char_boundary(length) {
+        length -= 1;
+    }
     text[..length].copy_from_slice(&message.as_bytes()[..length]);
     let attributes = EventAttributes {
         version: NVTX_VERSION,
@@ -472,6 +477,18 @@ mod tests {
         let unknown =
             unsafe { (CALLBACKS.get_module_function_table)(7, ptr::null_mut(), ptr::null_mut()) };
         assert_eq!(unknown, 0);
+    }
+
+    #[test]
+    fn a_message_too_long_is_cut_between_characters() {
+        // A name is UTF-8 (a type name, or the caller's): cut inside a character, the profiler
+        // would get bytes that are no text.
+        let message = format!("{}é", "x".repeat(254));
+        with_attributes(Category::HostFunction, &message, None, |attributes| {
+            // SAFETY: the message is NUL-terminated within its buffer.
+            let text = unsafe { CStr::from_ptr(attributes.message) };
+            assert_eq!(text.to_str(), Ok("x".repeat(254).as_str()));
+        });
     }
 
     #[test]

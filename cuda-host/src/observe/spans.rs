@@ -19,8 +19,7 @@ use super::{Points, Run, observe};
 use std::sync::OnceLock;
 use std::time::Instant;
 use tracing::field::Empty;
-use tracing::span::EnteredSpan;
-use tracing::{Level, trace, trace_span};
+use tracing::{Level, Span, trace, trace_span};
 
 /// The origin of launch stamps.
 fn origin() -> Instant {
@@ -43,42 +42,59 @@ pub(super) fn stamp() -> u64 {
 }
 
 /// A run's span, entered on the running thread.
+///
+/// Entered, recorded, exited and closed by one observation each, the span borrowed rather than
+/// owned by the call: a subscriber panicking in one of them then unwinds through no guard of the
+/// span, whose drop (an exit, a close: the subscriber again) would panic during the unwinding
+/// and abort the process.
 pub(super) struct RunSpan {
-    span: EnteredSpan,
+    span: Span,
+    /// Whether the subscriber's `enter` returned, so that the span is exited.
+    entered: bool,
     began: Instant,
 }
 
 impl RunSpan {
+    /// The span `make` makes, entered; `None` when no subscriber is interested.
+    fn entered(make: impl FnOnce() -> Span) -> Option<RunSpan> {
+        let span = observe(|| {
+            let span = make();
+            (!span.is_disabled()).then_some(span)
+        })
+        .flatten()?;
+        let entered = observe(|| span.with_subscriber(|(id, dispatch)| dispatch.enter(id)))
+            .flatten()
+            .is_some();
+        Some(RunSpan {
+            span,
+            entered,
+            began: Instant::now(),
+        })
+    }
+
     /// The span of the run of `name`, entered; `None` when no subscriber is interested.
     pub(super) fn enter(name: &'static str, run: Run) -> Option<RunSpan> {
         if !tracing::level_enabled!(Level::TRACE) {
             return None;
         }
-        observe(|| {
-            let span = match run {
-                Run::HostFunction(launched) => {
-                    let delay = (launched.nanos != 0).then(|| now().saturating_sub(launched.nanos));
-                    trace_span!(
-                        target: "cuda_host::host_function",
-                        "host_function",
-                        name,
-                        queue_delay_ns = delay,
-                        run_ns = Empty,
-                    )
-                }
-                Run::GraphNode => trace_span!(
-                    target: "cuda_host::graph_host_node",
-                    "graph_host_node",
+        RunSpan::entered(|| match run {
+            Run::HostFunction(launched) => {
+                let delay = (launched.nanos != 0).then(|| now().saturating_sub(launched.nanos));
+                trace_span!(
+                    target: "cuda_host::host_function",
+                    "host_function",
                     name,
+                    queue_delay_ns = delay,
                     run_ns = Empty,
-                ),
-            };
-            (!span.is_disabled()).then(|| RunSpan {
-                span: span.entered(),
-                began: Instant::now(),
-            })
+                )
+            }
+            Run::GraphNode => trace_span!(
+                target: "cuda_host::graph_host_node",
+                "graph_host_node",
+                name,
+                run_ns = Empty,
+            ),
         })
-        .flatten()
     }
 
     /// The span of a call of the polled engine, entered; `None` when no subscriber is
@@ -87,29 +103,29 @@ impl RunSpan {
         if !tracing::level_enabled!(Level::TRACE) {
             return None;
         }
-        observe(|| {
-            let span = trace_span!(
+        RunSpan::entered(|| {
+            trace_span!(
                 target: "cuda_host::polled_engine",
                 "polled_engine_call",
                 run_ns = Empty
-            );
-            (!span.is_disabled()).then(|| RunSpan {
-                span: span.entered(),
-                began: Instant::now(),
-            })
+            )
         })
-        .flatten()
     }
 
     /// Records the run time, then exits and closes the span.
     pub(super) fn end(self) {
-        let RunSpan { span, began } = self;
+        let RunSpan {
+            span,
+            entered,
+            began,
+        } = self;
         let run_ns = u64::try_from(began.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        // Exited and closed inside the observation: both reach the subscriber.
-        observe(move || {
-            span.record("run_ns", run_ns);
-            drop(span);
-        });
+        observe(|| span.record("run_ns", run_ns));
+        if entered {
+            observe(|| span.with_subscriber(|(id, dispatch)| dispatch.exit(id)));
+        }
+        // Closed when dropped: the subscriber's `try_close`.
+        observe(move || drop(span));
     }
 }
 

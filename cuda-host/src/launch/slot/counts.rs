@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct LaunchSlotCounts {
-    /// Slots that exist (128 bytes each; 192 with the `tracing` feature, for the launch's
-    /// stamp).
+    /// Slots that exist (128 bytes each; 192 with the `nvtx` or `tracing` feature, for the
+    /// launch's stamp).
     pub allocated: usize,
     /// The most slots that existed at once.
     pub peak: usize,

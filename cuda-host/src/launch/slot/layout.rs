@@ -5,8 +5,9 @@
 //! The record header comes first, so a slot's address is its record's and the reclaim lists
 //! treat slot records like any other. What the host function touches (header, state, stream,
 //! the payload's start) shares the first line; what only launching and abandoning need is at
-//! the end. With the `tracing` feature, a third line holds the launch's stamp (its queue delay,
-//! `crate::observe`); without it the stamp has no size.
+//! the end. With the `nvtx` or `tracing` feature, a third line holds the launch's stamp (a
+//! caller's name, the time for its queue delay: `crate::observe`); without them the stamp has no
+//! size.
 
 use crate::launch::record::RecordHeader;
 use crate::launch::slot_state::SlotState;
@@ -31,8 +32,8 @@ pub(crate) const fn fits_inline<P>() -> bool {
 pub(super) const NO_SLOT: u32 = u32::MAX;
 
 /// One launch record's memory.
-#[cfg_attr(not(feature = "tracing"), repr(C, align(128)))]
-#[cfg_attr(feature = "tracing", repr(C, align(64)))]
+#[cfg_attr(not(any(feature = "nvtx", feature = "tracing")), repr(C, align(128)))]
+#[cfg_attr(any(feature = "nvtx", feature = "tracing"), repr(C, align(64)))]
 pub(super) struct Slot {
     record: UnsafeCell<MaybeUninit<RecordHeader>>,
     pub(super) state: SlotState,
@@ -45,7 +46,7 @@ pub(super) struct Slot {
     pub(super) index: u32,
     /// The next free slot while this one is on a thread's free list (owned by that list).
     pub(super) next_free: UnsafeCell<u32>,
-    /// When the launch was made. Written before the launch is published.
+    /// What is observed of the launch (`crate::observe`). Written before it is published.
     pub(super) launched: UnsafeCell<Stamp>,
 }
 
@@ -53,7 +54,12 @@ pub(super) struct Slot {
 struct InlinePayload([MaybeUninit<u8>; INLINE_BYTES]);
 
 const _: () = assert!(
-    size_of::<Slot>() == if cfg!(feature = "tracing") { 192 } else { 128 }
+    size_of::<Slot>()
+        == if cfg!(any(feature = "nvtx", feature = "tracing")) {
+            192
+        } else {
+            128
+        }
         && offset_of!(Slot, record) == 0
 );
 const _: () = assert!(offset_of!(Slot, payload) == 48);

@@ -37,7 +37,8 @@ impl LaunchSlot {
         unsafe { self.slot.write(header, payload) };
     }
 
-    /// Stamps the launch with when it was made (`crate::observe`), before it is published.
+    /// Stamps the launch with what is observed of it (`crate::observe`: its caller's name, when
+    /// it was made), before it is published.
     pub(crate) fn stamp(&mut self, launched: Stamp) {
         // SAFETY: the slot is free and this thread's until `begin_launch` publishes it.
         unsafe { *self.slot.launched.get() = launched };
@@ -89,7 +90,7 @@ pub(crate) fn claim(ticket: Ticket) -> Option<(NonNull<RecordHeader>, CUstream)>
     })
 }
 
-/// When the launch of a slot record was made.
+/// The stamp of a slot record's launch.
 ///
 /// # Safety
 /// `record` must be a slot record claimed by the caller.
