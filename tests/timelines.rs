@@ -421,6 +421,56 @@ fn a_timelines_last_handle_dropped_during_a_global_capture_leaves_the_capture_in
 }
 
 #[test]
+fn a_timeline_holding_its_contexts_last_value_frees_nothing_during_a_global_capture() {
+    let test = "a_timeline_holding_its_contexts_last_value_frees_nothing_during_a_global_capture";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "counting host allocations needs the software driver");
+    };
+    // Alone in a process: the count of host allocations is process-wide, and any thread's
+    // allocation would invalidate a global-mode capture.
+    suite::alone_in_child!(
+        a_timeline_holding_its_contexts_last_value_frees_nothing_during_a_global_capture
+    );
+    let primary = context();
+    let captured = new_stream(&primary);
+    let allocations = || controls.live_objects().host_allocations;
+    let before = allocations();
+    let device = cuda_host::Device::get(primary.driver(), 0).expect("device");
+    let fresh = controls.fresh_context(&device);
+    let timeline = Timeline::new(&fresh, 0).expect("timeline");
+    // The timeline now holds the context's last value: its drop lets the context go.
+    drop(fresh);
+    assert_eq!(allocations(), before + 1, "a page of words");
+    let (began, dropped) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|scope| {
+        let capturing = scope.spawn(|| {
+            let builder = cuda_host::GraphBuilder::begin(&captured, cuda_host::CaptureMode::Global)
+                .expect("capture");
+            began.wait();
+            dropped.wait();
+            let graph = builder.end().expect("the capture was not invalidated");
+            let exec = graph.instantiate().expect("instantiate");
+            exec.launch(&captured).expect("launch the graph");
+            captured.synchronize().expect("the graph ran");
+        });
+        began.wait();
+        drop(timeline);
+        let during = allocations();
+        dropped.wait();
+        capturing.join().unwrap();
+        assert_eq!(
+            during,
+            before + 1,
+            "the context's pages were freed during the capture"
+        );
+    });
+    wait_until("the context's pages to be freed after the capture", || {
+        reclaim();
+        allocations() == before
+    });
+}
+
+#[test]
 fn a_stream_signal_landing_after_the_drop_does_not_hold_a_wait() {
     let context = context();
     let (signaller, waiter) = (new_stream(&context), new_stream(&context));

@@ -70,9 +70,9 @@ pub(super) fn enqueue(
     }
     let word = shared.word();
     let context = stream.shared_context();
-    if context.raw() != word.context().raw() {
+    if context.raw() != word.context().as_raw() {
         return Err(Error::ContextMismatch {
-            context: word.context().raw().addr(),
+            context: word.context().as_raw().addr(),
             stream_context: context.raw().addr(),
         });
     }

@@ -192,7 +192,7 @@ impl Timeline {
             attribute != 0 && has("cuStreamWaitValue64_v2") && has("cuStreamWriteValue64_v2");
         Ok(Timeline {
             shared: Arc::new(Shared {
-                word: Some(Arc::new(Word::new(shared, initial)?)),
+                word: Some(Arc::new(Word::new(context, initial)?)),
                 wide,
                 enqueued: Mutex::new(Enqueued::default()),
             }),

@@ -15,7 +15,8 @@
 //! ([`Word::keep`]): a graph may read or write it whenever it runs.
 
 use crate::error::{Error, Result};
-use crate::launch::{ContextShared, PinnedWord, unless_capture_forbids};
+use crate::launch::{PinnedWord, unless_capture_forbids};
+use crate::objects::Context;
 use crate::timeline::waits::Waits;
 use cuda_host_sys::CUdeviceptr;
 use std::sync::Arc;
@@ -31,8 +32,10 @@ pub(super) static LIVE_WORDS: AtomicU64 = AtomicU64::new(0);
 pub(super) struct Word {
     /// The pinned word of the context, holding one `AtomicU64`.
     memory: PinnedWord,
-    /// Its context, retained while the word lives.
-    context: Arc<ContextShared>,
+    /// Its context, retained while the word lives: a public context value, whose last reference
+    /// defers itself where it may not go (inside a host function, during a capture begun through
+    /// cuda-host), as this word's last holder may be anywhere.
+    context: Context,
     /// What the watcher reads the word through; closed before the memory goes.
     waits: Arc<Waits>,
     /// Whether a capture may have taken an operation on it: never freed.
@@ -50,8 +53,8 @@ impl Word {
     /// # Errors
     /// [`Error::AllocationInCapture`] while a capture begun through cuda-host forbids the
     /// allocation; the driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
-    pub(super) fn new(context: &Arc<ContextShared>, initial: u64) -> Result<Word> {
-        let memory = unless_capture_forbids(|| context.allocate_pinned_word()).ok_or(
+    pub(super) fn new(context: &Context, initial: u64) -> Result<Word> {
+        let memory = unless_capture_forbids(|| context.shared().allocate_pinned_word()).ok_or(
             Error::AllocationInCapture {
                 what: "a timeline's word",
             },
@@ -62,8 +65,8 @@ impl Word {
         LIVE_WORDS.fetch_add(1, Ordering::Relaxed);
         Ok(Word {
             memory,
-            context: Arc::clone(context),
-            waits: Arc::new(Waits::new(context.raw().addr(), host)),
+            context: context.clone(),
+            waits: Arc::new(Waits::new(context.as_raw().addr(), host)),
             kept: AtomicBool::new(false),
         })
     }
@@ -80,7 +83,7 @@ impl Word {
     }
 
     /// Its context.
-    pub(super) fn context(&self) -> &Arc<ContextShared> {
+    pub(super) fn context(&self) -> &Context {
         &self.context
     }
 
@@ -108,12 +111,12 @@ impl Drop for Word {
         // No look of the watcher reads the memory after this.
         self.waits.close();
         if self.kept.load(Ordering::Relaxed) {
-            self.context.keep_pinned_word(self.memory);
+            self.context.shared().keep_pinned_word(self.memory);
             return;
         }
         // No handle is left and every stream that used it passed its operations (the module's
         // documentation): the word may serve another timeline. Its page goes with the context.
-        self.context.release_pinned_word(self.memory);
+        self.context.shared().release_pinned_word(self.memory);
         LIVE_WORDS.fetch_sub(1, Ordering::Relaxed);
     }
 }
