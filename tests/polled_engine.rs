@@ -592,29 +592,16 @@ fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_giv
         polled_engine_counts().serving == 0
     });
     assert_eq!(allocations(), before + 1, "a page of lanes");
-    let (began, dropped) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
-    std::thread::scope(|scope| {
-        let capturing = scope.spawn(|| {
-            let builder = GraphBuilder::begin(&captured, CaptureMode::Global).expect("capture");
-            began.wait();
-            dropped.wait();
-            let graph = builder.end().expect("the capture was not invalidated");
-            let exec = graph.instantiate().expect("instantiate");
-            exec.launch(&captured).expect("launch the graph");
-            captured.synchronize().expect("the graph ran");
-        });
-        began.wait();
-        // The last value of the context with lanes goes during the other thread's capture.
+    // The last value of the context with lanes goes during the other thread's capture.
+    let during = suite::capture::during_a_global_capture(&captured, || {
         drop(borrowed);
-        let during = allocations();
-        dropped.wait();
-        capturing.join().unwrap();
-        assert_eq!(
-            during,
-            before + 1,
-            "the lanes were freed during the capture"
-        );
+        allocations()
     });
+    assert_eq!(
+        during,
+        before + 1,
+        "the lanes were freed during the capture"
+    );
     // Given back after the capture, for the context's next value.
     gone.reclaim_until_dropped(1, "the context value's last reference");
     // SAFETY: as above.

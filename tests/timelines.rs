@@ -400,24 +400,8 @@ fn a_timelines_last_handle_dropped_during_a_global_capture_leaves_the_capture_in
     let context = context();
     let captured = new_stream(&context);
     let timeline = Timeline::new(&context, 0).expect("timeline");
-    let (began, dropped) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
-    std::thread::scope(|scope| {
-        let capturing = scope.spawn(|| {
-            let builder = cuda_host::GraphBuilder::begin(&captured, cuda_host::CaptureMode::Global)
-                .expect("capture");
-            began.wait();
-            dropped.wait();
-            let graph = builder.end().expect("the capture was not invalidated");
-            let exec = graph.instantiate().expect("instantiate");
-            exec.launch(&captured).expect("launch the graph");
-            captured.synchronize().expect("the graph ran");
-        });
-        began.wait();
-        // Its word is given back, not freed: a free would invalidate the other thread's capture.
-        drop(timeline);
-        dropped.wait();
-        capturing.join().unwrap();
-    });
+    // Its word is given back, not freed: a free would invalidate the other thread's capture.
+    suite::capture::during_a_global_capture(&captured, || drop(timeline));
 }
 
 #[test]
@@ -441,29 +425,15 @@ fn a_timeline_holding_its_contexts_last_value_frees_nothing_during_a_global_capt
     // The timeline now holds the context's last value: its drop lets the context go.
     drop(fresh);
     assert_eq!(allocations(), before + 1, "a page of words");
-    let (began, dropped) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
-    std::thread::scope(|scope| {
-        let capturing = scope.spawn(|| {
-            let builder = cuda_host::GraphBuilder::begin(&captured, cuda_host::CaptureMode::Global)
-                .expect("capture");
-            began.wait();
-            dropped.wait();
-            let graph = builder.end().expect("the capture was not invalidated");
-            let exec = graph.instantiate().expect("instantiate");
-            exec.launch(&captured).expect("launch the graph");
-            captured.synchronize().expect("the graph ran");
-        });
-        began.wait();
+    let during = suite::capture::during_a_global_capture(&captured, || {
         drop(timeline);
-        let during = allocations();
-        dropped.wait();
-        capturing.join().unwrap();
-        assert_eq!(
-            during,
-            before + 1,
-            "the context's pages were freed during the capture"
-        );
+        allocations()
     });
+    assert_eq!(
+        during,
+        before + 1,
+        "the context's pages were freed during the capture"
+    );
     wait_until("the context's pages to be freed after the capture", || {
         reclaim();
         allocations() == before

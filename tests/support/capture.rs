@@ -222,3 +222,33 @@ impl Drop for Exec {
         let _ = unsafe { test_driver().driver.cuGraphExecDestroy(self.0) };
     }
 }
+
+/// Runs `during` on the calling thread while another thread holds a global-mode capture of
+/// `captured` begun through cuda-host ([`cuda_host::GraphBuilder`]), then checks that the
+/// capture was not invalidated: it ends in a graph that instantiates, launches and runs. Answers
+/// what `during` answered. Run it alone in a process (`alone_in_child!`): any other thread's
+/// allocation would invalidate the capture too.
+///
+/// # Panics
+/// When the capture cannot begin, was invalidated, or its graph does not run.
+#[track_caller]
+pub fn during_a_global_capture<T>(captured: &cuda_host::Stream, during: impl FnOnce() -> T) -> T {
+    use cuda_host::{CaptureMode, GraphBuilder};
+    let (began, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+    std::thread::scope(|scope| {
+        let capturing = scope.spawn(|| {
+            let builder = GraphBuilder::begin(captured, CaptureMode::Global).expect("capture");
+            began.wait();
+            done.wait();
+            let graph = builder.end().expect("the capture was not invalidated");
+            let exec = graph.instantiate().expect("instantiate");
+            exec.launch(captured).expect("launch the graph");
+            captured.synchronize().expect("the graph ran");
+        });
+        began.wait();
+        let answer = during();
+        done.wait();
+        capturing.join().expect("the capturing thread");
+        answer
+    })
+}
