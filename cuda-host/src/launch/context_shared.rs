@@ -1,9 +1,9 @@
 //! What a context's objects (streams, events, graphs), its features' state and its launch
 //! records share: the driver, the context handle, the pinned memory cuda-host allocated in it
 //! (`pinned`, one pool for every value of the handle, freed with the last), and the errors
-//! `Drop`s could not return. Each feature's own per-context state
-//! (stream points' tracks, the polled engine's lanes) lives with the public context
-//! (`objects`), above this layer, which names no feature.
+//! `Drop`s could not return. Each feature's own per-context state (stream points' tracks, the
+//! polled engine's lanes) lives with the public context (`objects`), above this layer, which
+//! names no feature.
 //!
 //! A launch record holds the context (an `Arc` of this) so that no record outlives it (rule 4),
 //! and the context is released when the last object and record let go. That release, and the
