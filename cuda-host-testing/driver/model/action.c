@@ -51,20 +51,26 @@ static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
     }
 }
 
+/* Element by element, each an atomic store, as a device's memset writes whole words: the host may
+ * read a word of mapped memory (a flag) while the stream sets it, which plain stores would make a
+ * data race. */
 static void fill(const struct cusw_action *a)
 {
     size_t count = a->u.set.count;
     switch (a->u.set.width) {
     case 1:
-        memset(a->u.set.dst, (int)a->u.set.value, count);
+        for (size_t i = 0; i < count; i++)
+            __atomic_store_n(&((uint8_t *)a->u.set.dst)[i], (uint8_t)a->u.set.value,
+                             __ATOMIC_RELEASE);
         break;
     case 2:
         for (size_t i = 0; i < count; i++)
-            ((uint16_t *)a->u.set.dst)[i] = (uint16_t)a->u.set.value;
+            __atomic_store_n(&((uint16_t *)a->u.set.dst)[i], (uint16_t)a->u.set.value,
+                             __ATOMIC_RELEASE);
         break;
     default:
         for (size_t i = 0; i < count; i++)
-            ((uint32_t *)a->u.set.dst)[i] = a->u.set.value;
+            __atomic_store_n(&((uint32_t *)a->u.set.dst)[i], a->u.set.value, __ATOMIC_RELEASE);
         break;
     }
 }
