@@ -294,5 +294,11 @@ fn stress_round(streams: &[Stream], per_thread: usize, report: bool) {
         "no capture overlapped the launches"
     );
     assert_eq!((slots.in_flight, slots.finished), (0, 0));
-    assert!(slots.allocated <= slots.reserve, "{slots:?}");
+    // Slots beyond the reserve go back after the burst, except a segment that holds a retired
+    // slot: one a capture took a launch of, when the capture stopped waiting for the launch's
+    // window (its wait is bounded, and a loaded machine may hold a window longer).
+    assert!(
+        slots.allocated <= slots.reserve || slots.retired > 0,
+        "{slots:?}"
+    );
 }
