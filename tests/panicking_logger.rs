@@ -1,6 +1,6 @@
 //! A logger that panics: cuda-host logs on the driver's thread, on the watcher's, in drains and in
 //! calls documented never to panic, and a logger is user code. Each test installs a logger that
-//! panics on every record while `PANICKING` is set, in a child process of its own (a logger is
+//! panics on every record while armed (`suite::panicking_logger`), in a child process of its own (a logger is
 //! set once per process), then drives one place that logs.
 
 use cuda_host::{Context, Stream, StreamFlags, reclaim, release_in_stream_order, stream_point};
@@ -12,35 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::Duration;
-use suite::{Gate, Tally, context, wait_until};
-
-static PANICKING: AtomicBool = AtomicBool::new(false);
-/// Records the logger panicked on.
-static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-struct PanickingLogger;
-
-impl log::Log for PanickingLogger {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if PANICKING.load(Ordering::SeqCst) {
-            PANICS.fetch_add(1, Ordering::SeqCst);
-            panic!("deliberate panic of a logger, at: {}", record.args());
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-/// Installs the panicking logger (not panicking yet) for every level.
-fn install_logger() {
-    suite::quiet::quiet_deliberate_panics();
-    log::set_logger(&PanickingLogger).expect("the only logger of this process");
-    log::set_max_level(log::LevelFilter::Trace);
-}
+use suite::{Gate, Tally, context, panicking_logger, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -102,7 +74,7 @@ fn returns_in_time(what: &str, call: impl FnOnce() + Send + 'static) {
 fn a_dropped_streams_failure_watch_survives_a_panicking_logger() {
     // Alone in a process: the logger and the context's failure stay with it.
     suite::alone_in_child!(a_dropped_streams_failure_watch_survives_a_panicking_logger);
-    install_logger();
+    panicking_logger::install();
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
@@ -113,7 +85,7 @@ fn a_dropped_streams_failure_watch_survives_a_panicking_logger() {
     // Behind the fault: never runs, and only the watch of the dropped stream sees the failure,
     // on the driver's thread, where it logs that this function will never run.
     tally.launch_counted(&stream, 1);
-    PANICKING.store(true, Ordering::SeqCst);
+    panicking_logger::arm(true);
     drop(stream);
     gate.open();
     wait_until("the watch to abandon the host function", || {
@@ -121,14 +93,14 @@ fn a_dropped_streams_failure_watch_survives_a_panicking_logger() {
         tally.drops() == 1
     });
     // The watch logs after it abandoned the function: the process must outlive its return.
-    wait_until("the watch to log", || PANICS.load(Ordering::SeqCst) > 0);
+    wait_until("the watch to log", || panicking_logger::panics() > 0);
     match suite::software::controls() {
         Some(controls) => wait_until("the watch to return", || {
             controls.live_objects().pending_host_functions == 0
         }),
         None => std::thread::sleep(Duration::from_millis(100)),
     }
-    PANICKING.store(false, Ordering::SeqCst);
+    panicking_logger::arm(false);
     assert_eq!(tally.runs(), 0);
 }
 
@@ -144,7 +116,7 @@ fn a_look_that_logs_under_a_panicking_logger_neither_panics_nor_wedges_its_track
     suite::alone_in_child!(
         a_look_that_logs_under_a_panicking_logger_neither_panics_nor_wedges_its_track
     );
-    install_logger();
+    panicking_logger::install();
     let context = context();
     let stream = Arc::new(new_stream(&context));
     let gate = Gate::new(&context);
@@ -157,14 +129,14 @@ fn a_look_that_logs_under_a_panicking_logger_neither_panics_nor_wedges_its_track
     );
     // The look's query fails (an ordinary error), and the look warns.
     controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
-    PANICKING.store(true, Ordering::SeqCst);
+    panicking_logger::arm(true);
     let reclaimed = catch_unwind(reclaim);
     assert_eq!(
         controls.armed_failures(c"cuEventQuery"),
         0,
         "the look queried"
     );
-    assert!(PANICS.load(Ordering::SeqCst) > 0, "the look logged");
+    assert!(panicking_logger::panics() > 0, "the look logged");
     assert!(reclaimed.is_ok(), "reclaim() panicked");
     assert_eq!(
         capture_mode(),
@@ -177,9 +149,9 @@ fn a_look_that_logs_under_a_panicking_logger_neither_panics_nor_wedges_its_track
         1,
         CUresult::CUDA_ERROR_INVALID_VALUE,
     );
-    let panics = PANICS.load(Ordering::SeqCst);
+    let panics = panicking_logger::panics();
     assert!(catch_unwind(reclaim).is_ok(), "reclaim() panicked");
-    assert!(PANICS.load(Ordering::SeqCst) > panics, "the look logged");
+    assert!(panicking_logger::panics() > panics, "the look logged");
     gate.open();
     // The track was left free: a synchronize, another point of the stream and of another
     // stream of the context, and the stream's drop all return.
@@ -206,7 +178,7 @@ fn a_look_that_logs_under_a_panicking_logger_neither_panics_nor_wedges_its_track
     returns_in_time("the stream's drop", move || {
         drop(Arc::into_inner(stream).expect("the last reference"));
     });
-    PANICKING.store(false, Ordering::SeqCst);
+    panicking_logger::arm(false);
 }
 
 #[test]
@@ -221,7 +193,7 @@ fn the_watcher_wakes_futures_after_a_look_of_its_logged_under_a_panicking_logger
     suite::alone_in_child!(
         the_watcher_wakes_futures_after_a_look_of_its_logged_under_a_panicking_logger
     );
-    install_logger();
+    panicking_logger::install();
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
@@ -231,12 +203,12 @@ fn the_watcher_wakes_futures_after_a_look_of_its_logged_under_a_panicking_logger
     let waker = Waker::from(Arc::clone(&woken));
     assert!(poll_with(&mut first, &waker).is_pending());
     // The watcher's next query fails, and it warns, to a logger that panics.
-    PANICKING.store(true, Ordering::SeqCst);
+    panicking_logger::arm(true);
     controls.fail_next_calls_any_thread(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
     wait_until("the watcher to look", || {
         controls.armed_failures(c"cuEventQuery") == 0
     });
-    wait_until("the watcher to log", || PANICS.load(Ordering::SeqCst) > 0);
+    wait_until("the watcher to log", || panicking_logger::panics() > 0);
     gate.open();
     wait_until("the watcher to wake the future", || {
         woken.0.load(Ordering::SeqCst) > 0
@@ -253,13 +225,13 @@ fn the_watcher_wakes_futures_after_a_look_of_its_logged_under_a_panicking_logger
     wait_until("the watcher to wake a later future", || {
         later.0.load(Ordering::SeqCst) > 0
     });
-    PANICKING.store(false, Ordering::SeqCst);
+    panicking_logger::arm(false);
 }
 
 #[test]
 fn the_watcher_survives_a_panicking_waker_under_a_panicking_logger() {
     suite::alone_in_child!(the_watcher_survives_a_panicking_waker_under_a_panicking_logger);
-    install_logger();
+    panicking_logger::install();
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
@@ -267,10 +239,10 @@ fn the_watcher_survives_a_panicking_waker_under_a_panicking_logger() {
     let mut first = stream_point(&stream).expect("a point");
     assert!(poll_with(&mut first, &Waker::from(Arc::new(PanickingWaker))).is_pending());
     // The watcher wakes it, the waker panics, and the watcher logs that, to a logger that panics.
-    PANICKING.store(true, Ordering::SeqCst);
+    panicking_logger::arm(true);
     gate.open();
     wait_until("the watcher to log the waker's panic", || {
-        PANICS.load(Ordering::SeqCst) > 0
+        panicking_logger::panics() > 0
     });
     let gate = Gate::new(&context);
     gate.hold(&stream);
@@ -282,7 +254,7 @@ fn the_watcher_survives_a_panicking_waker_under_a_panicking_logger() {
     wait_until("the watcher to wake a later future", || {
         woken.0.load(Ordering::SeqCst) > 0
     });
-    PANICKING.store(false, Ordering::SeqCst);
+    panicking_logger::arm(false);
     drop(first);
 }
 
@@ -292,7 +264,7 @@ fn dropping_a_capturing_stream_that_launched_under_a_panicking_logger_does_not_p
     suite::alone_in_child!(
         dropping_a_capturing_stream_that_launched_under_a_panicking_logger_does_not_panic
     );
-    install_logger();
+    panicking_logger::install();
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
@@ -303,12 +275,12 @@ fn dropping_a_capturing_stream_that_launched_under_a_panicking_logger_does_not_p
         stream.as_raw(),
         CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
     );
-    PANICKING.store(true, Ordering::SeqCst);
+    panicking_logger::arm(true);
     let dropped = catch_unwind(AssertUnwindSafe(|| drop(stream)));
-    PANICKING.store(false, Ordering::SeqCst);
+    panicking_logger::arm(false);
     std::mem::forget(capture); // its stream is gone, and the capture with it
     assert!(dropped.is_ok(), "the stream's drop panicked");
-    assert!(PANICS.load(Ordering::SeqCst) > 0, "the drop logged");
+    assert!(panicking_logger::panics() > 0, "the drop logged");
     assert_eq!((tally.runs(), tally.drops()), (1, 1));
 }
 
@@ -317,7 +289,7 @@ fn host_copy_fn_handed_overlapping_buffers_under_a_panicking_logger_neither_unwi
     suite::alone_in_child!(
         host_copy_fn_handed_overlapping_buffers_under_a_panicking_logger_neither_unwinds_nor_copies
     );
-    install_logger();
+    panicking_logger::install();
     let mut buffer: Vec<u8> = (0..64).collect();
     let base = buffer.as_mut_ptr();
     let copy = cuda_host::HostCopy {
@@ -326,18 +298,15 @@ fn host_copy_fn_handed_overlapping_buffers_under_a_panicking_logger_neither_unwi
         destination: unsafe { base.add(16) }.cast(),
         length: 32,
     };
-    PANICKING.store(true, Ordering::SeqCst);
+    panicking_logger::arm(true);
     let called = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: a valid description of memory this test owns; the function refuses the
         // overlap and copies nothing.
         unsafe { cuda_host::host_copy_fn(std::ptr::from_ref(&copy).cast_mut().cast()) }
     }));
-    PANICKING.store(false, Ordering::SeqCst);
+    panicking_logger::arm(false);
     assert!(called.is_ok(), "host_copy_fn unwound");
-    assert!(
-        PANICS.load(Ordering::SeqCst) >= 1,
-        "the logger was not called"
-    );
+    assert!(panicking_logger::panics() >= 1, "the logger was not called");
     assert_eq!(
         buffer,
         (0..64).collect::<Vec<u8>>(),

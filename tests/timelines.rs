@@ -711,36 +711,13 @@ mod panicking_logger {
     //! A logger that panics, in a child process of its own (a logger is set once per process).
 
     use super::*;
-    use std::sync::atomic::AtomicBool;
-
-    static PANICKING: AtomicBool = AtomicBool::new(false);
-    static PANICS: AtomicUsize = AtomicUsize::new(0);
-
-    struct PanickingLogger;
-
-    impl log::Log for PanickingLogger {
-        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-            true
-        }
-
-        fn log(&self, record: &log::Record<'_>) {
-            if PANICKING.load(Ordering::SeqCst) {
-                PANICS.fetch_add(1, Ordering::SeqCst);
-                panic!("deliberate panic of a logger, at: {}", record.args());
-            }
-        }
-
-        fn flush(&self) {}
-    }
 
     #[test]
     fn a_timeline_dropped_while_streams_wait_logs_to_a_panicking_logger_and_releases_them() {
         suite::alone_in_child!(
             a_timeline_dropped_while_streams_wait_logs_to_a_panicking_logger_and_releases_them
         );
-        suite::quiet::quiet_deliberate_panics();
-        log::set_logger(&PanickingLogger).expect("the only logger of this process");
-        log::set_max_level(log::LevelFilter::Trace);
+        suite::panicking_logger::install();
         let context = context();
         let (signaller, waiter) = (new_stream(&context), new_stream(&context));
         let words = MappedWords::new(&context, 1);
@@ -753,18 +730,21 @@ mod panicking_logger {
         second.hold(&waiter);
         timeline.enqueue_wait(&waiter, 2).expect("wait enqueued");
         words.write_in_stream(&waiter, 0, 1);
-        PANICKING.store(true, Ordering::SeqCst);
+        suite::panicking_logger::arm(true);
         // The drop warns on this thread; the watcher warns when it raises the value again.
         drop(timeline);
-        assert!(PANICS.load(Ordering::SeqCst) > 0, "the drop logged nothing");
-        let before = PANICS.load(Ordering::SeqCst);
+        assert!(
+            suite::panicking_logger::panics() > 0,
+            "the drop logged nothing"
+        );
+        let before = suite::panicking_logger::panics();
         first.open();
         wait_until("the watcher to raise the value again and log it", || {
-            PANICS.load(Ordering::SeqCst) > before
+            suite::panicking_logger::panics() > before
         });
         second.open();
         wait_until("the waiting stream to be released", || words.get(0) == 1);
-        PANICKING.store(false, Ordering::SeqCst);
+        suite::panicking_logger::arm(false);
         waiter.synchronize().expect("synchronize");
         signaller.synchronize().expect("synchronize");
     }

@@ -32,6 +32,7 @@ pub mod exclusive;
 pub mod host_function;
 pub mod kernels;
 pub mod memory;
+pub mod panicking_logger;
 pub mod quiet;
 pub mod repository;
 pub mod selection;
