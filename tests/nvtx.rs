@@ -14,7 +14,7 @@ use std::ffi::{CStr, c_char};
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::task::{Context as TaskContext, Poll, Waker};
 use suite::{Gate, context, wait_until};
 
 /// The recorder's path.
@@ -209,26 +209,6 @@ fn a_graph_host_node_is_a_range_on_every_launch() {
     );
 }
 
-/// Polls `future` on this thread until it completes, parking between wakes.
-fn block_on<F: Future + Unpin>(mut future: F) -> F::Output {
-    struct ThreadWaker(std::thread::Thread);
-    impl Wake for ThreadWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut context = TaskContext::from_waker(&waker);
-    let deadline = std::time::Instant::now() + suite::TIMEOUT;
-    loop {
-        if let Poll::Ready(output) = std::pin::Pin::new(&mut future).poll(&mut context) {
-            return output;
-        }
-        assert!(std::time::Instant::now() < deadline, "never completed");
-        std::thread::park_timeout(suite::TIMEOUT);
-    }
-}
-
 #[test]
 fn points_are_marked_when_marked_and_when_seen_passed() {
     with_recorder!(points_are_marked_when_marked_and_when_seen_passed);
@@ -249,7 +229,7 @@ fn points_are_marked_when_marked_and_when_seen_passed() {
             .iter()
             .any(|line| line.ends_with("stream points passed"))
     });
-    block_on(point).expect("passed");
+    suite::wait::block_on(point).expect("passed");
     stream.synchronize().expect("synchronize");
     let marks = ranges_and_marks();
     let expected = [

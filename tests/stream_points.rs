@@ -398,7 +398,11 @@ fn a_future_looked_at_inside_a_host_function_reaches_no_driver_call() {
     assert_eq!(polled, Poll::Pending, "nothing passed");
     gate.open();
     let point = point.lock().unwrap().take().expect("the point");
-    assert_eq!(block_on(point), Ok(()), "the watcher still wakes it");
+    assert_eq!(
+        suite::wait::block_on(point),
+        Ok(()),
+        "the watcher still wakes it"
+    );
 }
 
 #[test]
@@ -660,25 +664,6 @@ fn a_future_waiting_behind_a_gate(
 }
 
 /// The smallest executor: polls on this thread, parks it between wakes.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct ThreadWaker(std::thread::Thread);
-    impl Wake for ThreadWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut context = TaskContext::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
-            return output;
-        }
-        assert!(Instant::now() < deadline, "the future never completed");
-        std::thread::park_timeout(TIMEOUT);
-    }
-}
 
 #[test]
 fn a_future_completes_with_any_executor() {
@@ -691,7 +676,7 @@ fn a_future_completes_with_any_executor() {
         std::thread::sleep(Duration::from_millis(20));
         gate.open();
     });
-    assert_eq!(block_on(point), Ok(()));
+    assert_eq!(suite::wait::block_on(point), Ok(()));
     opener.join().expect("the opener");
 }
 
@@ -739,7 +724,7 @@ fn the_watcher_goes_on_when_the_logger_of_a_failed_look_asks_for_the_counts() {
     });
     gate.open();
     let (sender, done) = std::sync::mpsc::channel();
-    std::thread::spawn(move || sender.send(block_on(point)));
+    std::thread::spawn(move || sender.send(suite::wait::block_on(point)));
     assert_eq!(
         done.recv_timeout(TIMEOUT)
             .expect("the watcher never woke the future"),
@@ -1569,7 +1554,7 @@ fn thousands_of_awaits_released_by_another_thread_after_random_pauses_never_stay
         word.wait_in_stream(&stream, 0, step);
         let point = stream_point(&stream).expect("a point");
         to_release.send((step, micros)).expect("the releaser");
-        assert_eq!(block_on(point), Ok(()), "await {step}");
+        assert_eq!(suite::wait::block_on(point), Ok(()), "await {step}");
     }
     drop(to_release);
     releaser.join().expect("the releaser");

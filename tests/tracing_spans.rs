@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::thread::ThreadId;
 use std::time::Duration;
 use suite::{Gate, context, wait_until};
@@ -213,26 +213,6 @@ fn block_on_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
     std::pin::Pin::new(future).poll(&mut TaskContext::from_waker(Waker::noop()))
 }
 
-/// Polls `future` on this thread until it completes, parking between wakes.
-fn block_on<F: Future + Unpin>(mut future: F) -> F::Output {
-    struct ThreadWaker(std::thread::Thread);
-    impl Wake for ThreadWaker {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
-    let mut context = TaskContext::from_waker(&waker);
-    let deadline = std::time::Instant::now() + suite::TIMEOUT;
-    loop {
-        if let Poll::Ready(output) = std::pin::Pin::new(&mut future).poll(&mut context) {
-            return output;
-        }
-        assert!(std::time::Instant::now() < deadline, "never completed");
-        std::thread::park_timeout(suite::TIMEOUT);
-    }
-}
-
 /// Runs host functions on both engines, a graph's node twice, a release and a future that the
 /// watcher wakes; returns how many of the functions ran.
 fn drive_every_observed_place(context: &Context) -> usize {
@@ -276,7 +256,7 @@ fn drive_every_observed_place(context: &Context) -> usize {
         stream_point_counts().waiting == 1
     });
     gate.open();
-    block_on(point).expect("passed");
+    suite::wait::block_on(point).expect("passed");
     stream.synchronize().expect("synchronize");
     polled.synchronize().expect("synchronize");
     runs.load(Ordering::SeqCst)

@@ -44,3 +44,31 @@ pub fn wait_until_done(stream: &Stream) {
         }
     });
 }
+
+/// Polls `future` on this thread until it completes, parking between wakes: the smallest
+/// executor, for futures that must complete with any of them.
+///
+/// # Panics
+/// When the future does not complete within [`TIMEOUT`].
+#[track_caller]
+pub fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct ThreadWaker(std::thread::Thread);
+    impl Wake for ThreadWaker {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut context = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut context) {
+            return output;
+        }
+        assert!(Instant::now() < deadline, "the future never completed");
+        std::thread::park_timeout(TIMEOUT);
+    }
+}
