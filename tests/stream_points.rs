@@ -630,8 +630,11 @@ fn the_watcher_sleeps_between_looks_while_a_future_waits_long() {
     figure(&format!(
         "watcher CPU time: {used:?} over 300 ms with one future waiting on a held stream"
     ));
+    // A spinning watcher uses the whole 300 ms; one that sleeps between looks uses the share a
+    // look and a timer sleep cost against a 50 µs pause: about an eighth, a third or more
+    // under ThreadSanitizer's instrumentation. Half the wall time tells the two apart on both.
     assert!(
-        used <= Duration::from_millis(100),
+        used <= Duration::from_millis(150),
         "the watcher used {used:?} of CPU in 300 ms while one future waited: it spins"
     );
     gate.open();
