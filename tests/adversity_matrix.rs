@@ -88,6 +88,16 @@ const OPERATIONS: &[(&str, &[&str])] = &[
     ("Context::synchronize", &["context failure"]),
     ("Event::synchronize", &["context failure"]),
     ("Stream::with_host_engine", &["cannot start"]),
+    (
+        "host_launch_replayable",
+        &[
+            "a panic",
+            "capture before",
+            "capture between",
+            "context failure",
+        ],
+    ),
+    ("host_launch_replayable_raw", &["capture before"]),
     ("GraphBuilder::begin", &["capture between"]),
     ("GraphBuilder::callback", &["a panic", "capture before"]),
     ("Timeline::new", &["cannot start"]),

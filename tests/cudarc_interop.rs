@@ -514,3 +514,40 @@ fn borrow_raw_of_a_non_primary_context_finds_its_device_and_runs_host_functions_
         .expect("copied down");
     assert_eq!(back, [4, 5]);
 }
+
+#[test]
+fn a_replayable_host_function_in_cudarcs_capture_runs_on_every_launch_of_its_graph() {
+    let test = "a_replayable_host_function_in_cudarcs_capture_runs_on_every_launch_of_its_graph";
+    if !runs_here(test, false, &[]) {
+        return;
+    }
+    let _alone = suite::capture_lock();
+    let (cudarc_context, context) = contexts();
+    let cudarc_stream = cudarc_context.new_stream().expect("cudarc's stream");
+    let stream = Stream::from_cudarc(&context, &cudarc_stream).expect("a Stream from cudarc's");
+    let tally = Tally::new();
+    cudarc_stream
+        .begin_capture(
+            cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        )
+        .expect("cudarc's capture begins");
+    let probe = tally.probe();
+    // SAFETY: no other thread ends cudarc's capture during the call.
+    unsafe { cuda_host::host_launch_replayable(&stream, move || probe.ran()) }
+        .expect("added to cudarc's capture");
+    let graph = cudarc_stream
+        .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
+        .expect("cudarc's capture ends")
+        .expect("a graph");
+    for _ in 0..1_000 {
+        graph.launch().expect("cudarc's graph launch");
+    }
+    cudarc_stream.synchronize().expect("cudarc's synchronize");
+    assert_eq!(tally.runs(), 1_000);
+    std::thread::sleep(Duration::from_millis(20));
+    cuda_host::reclaim();
+    assert_eq!(tally.drops(), 0, "dropped while cudarc's graph exists");
+    drop(graph);
+    tally.reclaim_until_dropped(1, "the callable to be dropped after cudarc's graph");
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+}

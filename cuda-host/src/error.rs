@@ -22,9 +22,10 @@ pub enum Error {
         status: CaptureState,
     },
 
-    /// A graph builder's stream is no longer capturing.
+    /// The stream's capture is not active: a graph builder's stream no longer captures, or a
+    /// capture was invalidated, so that nothing can be added to its graph.
     #[error(
-        "the graph builder's stream is not capturing{}: end the builder and capture again",
+        "the stream's capture is not active{}: end the capture and capture again",
         if *invalidated { " (a forbidden call invalidated the capture)" } else { "" }
     )]
     CaptureNotActive {

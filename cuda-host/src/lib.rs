@@ -68,7 +68,9 @@
 //!   and generations never repeat, so a call that came after all would find its ticket stale.
 //! - A stream that is being captured into a graph is refused before anything is enqueued: a graph
 //!   runs its host functions on every launch, or never, so graph builders own their callables. A
-//!   capture begun through cuda-host waits for launches in flight on its stream.
+//!   capture begun through cuda-host waits for launches in flight on its stream. Callables that
+//!   may run many times go through [`host_launch_replayable`]: a node of the graph being
+//!   captured, whoever began the capture, owned by that graph; a run-once launch otherwise.
 //! - If the driver refuses a launch, the record is dropped at once on the calling thread.
 //! - A panic in a host function, in the panic hook, in a logger, or in the `Drop` of a captured
 //!   value is caught and reported; nothing unwinds into the driver.
@@ -145,7 +147,10 @@ outside_loom_models! {
     pub use cuda_host_sys;
     pub use cuda_host_sys::Driver;
     pub use error::{CaptureState, Error, Result};
-    pub use graph::{CaptureMode, Graph, GraphBuilder, GraphExec, HostNode};
+    pub use graph::{
+        CaptureMode, Graph, GraphBuilder, GraphExec, HostNode, host_launch_replayable,
+        host_launch_replayable_raw,
+    };
     pub use host_copy::{
         HostCopy, HostCopyScope, HostCopyScopeError, host_copy_fn, host_copy_raw, host_copy_scope,
     };

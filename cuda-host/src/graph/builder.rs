@@ -1,9 +1,9 @@
 //! Building a graph by capturing a stream, with host functions the graph owns.
 
+use super::capture;
 use super::graph::Graph;
-use super::user_object;
 use crate::checked::checked;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::host_launch::{HostLaunch, UserData};
 use crate::launch::{
     CaptureBeginning, CaptureMark, GraphRecord, HostCallable, capture_state,
@@ -11,7 +11,7 @@ use crate::launch::{
 };
 use crate::objects::Stream;
 use crate::observe::Named;
-use cuda_host_sys::{CUgraph, CUstreamCaptureMode, CUstreamCaptureStatus};
+use cuda_host_sys::{CUgraph, CUstreamCaptureMode};
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
@@ -106,8 +106,9 @@ impl<'stream> GraphBuilder<'stream> {
     /// launch in flight can run it, and is dropped afterwards on a caller's thread.
     ///
     /// # Errors
-    /// [`Error::CaptureNotActive`] when the capture was invalidated or ended; the driver's error
-    /// otherwise. On error nothing stays attached to the graph.
+    /// [`Error::CaptureNotActive`](crate::Error::CaptureNotActive) when the capture was
+    /// invalidated or ended; the driver's error otherwise. On error nothing stays attached to the
+    /// graph.
     pub fn callback<F>(&self, callable: F) -> Result<()>
     where
         F: Fn() + Send + Sync + 'static,
@@ -128,17 +129,10 @@ impl<'stream> GraphBuilder<'stream> {
     fn callback_named(&self, callable: HostCallable, name: &'static str) -> Result<()> {
         let callable = outside_host_function("GraphBuilder::callback", callable)?;
         reclaim();
-        let graph = self.capturing_graph()?;
-        let driver = self.stream.context().driver();
         let record =
             GraphRecord::callable(Arc::clone(self.stream.shared_context()), callable, name);
-        // SAFETY: the graph under construction is live while the capture is; the record passes
-        // to the user object, which keeps it alive as long as the captured node can run.
-        unsafe {
-            user_object::attach_for(driver, graph, record, |data| {
-                self.add_node(GraphRecord::host_fn(), data)
-            })
-        }
+        // SAFETY: the stream's capture is this builder's, begun through cuda-host.
+        unsafe { capture::add_to_capture(self.stream, record) }
     }
 
     /// Adds a host node running a C function on every launch. With [`UserData::Copied`], the
@@ -156,24 +150,21 @@ impl<'stream> GraphBuilder<'stream> {
     ) -> Result<()> {
         ensure_outside_host_function("GraphBuilder::callback_raw")?;
         reclaim();
-        let graph = self.capturing_graph()?;
+        if let UserData::Copied(bytes) = user_data {
+            let shared = Arc::clone(self.stream.shared_context());
+            let record = GraphRecord::copied_bytes(shared, function, bytes);
+            // SAFETY: as in `callback_named`.
+            return unsafe { capture::add_to_capture(self.stream, record) };
+        }
         let pointer = match user_data {
-            UserData::None => ptr::null_mut(),
             UserData::PassThrough(pointer) => pointer,
-            UserData::Copied(bytes) => {
-                let driver = self.stream.context().driver();
-                let shared = Arc::clone(self.stream.shared_context());
-                let record = GraphRecord::copied_bytes(shared, function, bytes);
-                // SAFETY: as in `callback_shared`.
-                return unsafe {
-                    user_object::attach_for(driver, graph, record, |data| {
-                        self.add_node(GraphRecord::host_fn(), data)
-                    })
-                };
-            }
+            _ => ptr::null_mut(),
         };
-        // SAFETY: the caller vouches for `function` and `pointer`.
-        unsafe { self.add_node(function, pointer) }
+        let _adding = capture::adding();
+        capture::capturing_graph(self.stream)?;
+        // SAFETY: the caller vouches for `function` and `pointer`; the stream captures, and its
+        // capture (this builder's) does not end while `_adding` is held.
+        unsafe { capture::add_node(self.stream, function, pointer) }
     }
 
     /// Ends the capture and returns the graph.
@@ -195,6 +186,8 @@ impl<'stream> GraphBuilder<'stream> {
 
     fn end_capture(&self) -> Result<CUgraph> {
         let mut graph = ptr::null_mut();
+        // The graph's handle, which nodes being added use, is valid until the capture ends.
+        let _ending = capture::ending();
         self.stream.with_stream_context(|| {
             let driver = self.stream.context().driver();
             // SAFETY: the stream is capturing (begun by this builder, on this thread); `graph` is
@@ -202,56 +195,6 @@ impl<'stream> GraphBuilder<'stream> {
             Ok(unsafe { checked!(driver, cuStreamEndCapture(self.stream.as_raw(), &mut graph)) }?)
         })?;
         Ok(graph)
-    }
-
-    /// The graph under construction, while the capture is active.
-    fn capturing_graph(&self) -> Result<CUgraph> {
-        let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let mut graph = ptr::null_mut();
-        self.stream.with_stream_context(|| {
-            let driver = self.stream.context().driver();
-            // SAFETY: valid stream; the out-pointers are valid or null where the driver allows it.
-            Ok(unsafe {
-                checked!(
-                    driver,
-                    cuStreamGetCaptureInfo_v3(
-                        self.stream.as_raw(),
-                        &mut status,
-                        ptr::null_mut(),
-                        &mut graph,
-                        ptr::null_mut(),
-                        ptr::null_mut(),
-                        ptr::null_mut(),
-                    )
-                )
-            }?)
-        })?;
-        match status {
-            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE if !graph.is_null() => Ok(graph),
-            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
-                Err(Error::CaptureNotActive { invalidated: true })
-            }
-            _ => Err(Error::CaptureNotActive { invalidated: false }),
-        }
-    }
-
-    /// # Safety
-    /// `function` must be callable with `data` whenever the graph runs; the stream captures.
-    unsafe fn add_node(
-        &self,
-        function: unsafe extern "C" fn(*mut c_void),
-        data: *mut c_void,
-    ) -> Result<()> {
-        self.stream.with_stream_context(|| {
-            let driver = self.stream.context().driver();
-            // SAFETY: per the caller; on a capturing stream this adds a host node to the graph.
-            Ok(unsafe {
-                checked!(
-                    driver,
-                    cuLaunchHostFunc(self.stream.as_raw(), Some(function), data)
-                )
-            }?)
-        })
     }
 }
 

@@ -3,11 +3,14 @@
 //! objects) and its executables, not by a launch.
 
 mod builder;
+mod capture;
 mod exec;
 #[allow(clippy::module_inception)]
 mod graph;
+mod replayable;
 mod user_object;
 
 pub use builder::{CaptureMode, GraphBuilder};
 pub use exec::GraphExec;
 pub use graph::{Graph, HostNode};
+pub use replayable::{host_launch_replayable, host_launch_replayable_raw};

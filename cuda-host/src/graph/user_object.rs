@@ -23,7 +23,8 @@ unsafe extern "C" fn release_record(data: *mut c_void) {
 /// Creates a user object owning `record` with one reference, held by the caller.
 ///
 /// # Errors
-/// The driver's error; `record` is then dropped as soon as the reclaim rule allows.
+/// The driver's error; `record` then goes to its home thread's inbox, dropped at its next
+/// drain.
 pub(crate) fn create(driver: &Driver, record: GraphRecord) -> Result<CUuserObject> {
     let mut object = ptr::null_mut();
     let data = record.into_user_data();
@@ -41,10 +42,10 @@ pub(crate) fn create(driver: &Driver, record: GraphRecord) -> Result<CUuserObjec
         )
     };
     if let Err(error) = created {
-        // SAFETY: the driver did not take the record; it is ours again.
-        if let Some(record) = unsafe { GraphRecord::from_user_data(data) } {
-            record.drop_soon();
-        }
+        // SAFETY: the driver did not take the record: it is ours again, and goes to its home
+        // thread's inbox as a user object's destructor would hand it (not dropped here, where
+        // the caller may hold `capture::adding`).
+        unsafe { GraphRecord::released(data) };
         return Err(error.into());
     }
     Ok(object)

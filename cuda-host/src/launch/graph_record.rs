@@ -129,19 +129,11 @@ impl GraphRecord {
         data
     }
 
-    /// Takes back a record given up with [`into_user_data`](Self::into_user_data).
-    ///
-    /// # Safety
-    /// `data` must come from `into_user_data`, and the caller must own it again (the user object
-    /// was never made, or is gone).
-    pub(crate) unsafe fn from_user_data(data: *mut c_void) -> Option<Self> {
-        NonNull::new(data.cast()).map(GraphRecord)
-    }
-
     /// A user object's destructor: the record is finished and goes to its home thread.
     ///
     /// # Safety
-    /// As [`from_user_data`](Self::from_user_data); called from any thread.
+    /// `data` must come from [`into_user_data`](Self::into_user_data), and the caller must own it
+    /// again (the user object was never made, or is gone); called from any thread.
     pub(crate) unsafe fn released(data: *mut c_void) {
         if let Some(record) = NonNull::new(data.cast()) {
             // SAFETY: owned here (per the caller); ownership passes to its home's list.

@@ -1,0 +1,492 @@
+//! Host functions that may run many times (`host_launch_replayable`), in captures other code
+//! began: each becomes a node of the graph being captured, runs on every launch of every
+//! executable made from it, and is dropped once, on the calling thread, after the last graph,
+//! clone and executable are gone; the capture stays valid. Captures take turns
+//! ([`suite::capture_lock`]); global-mode ones run alone in a child process.
+
+use cuda_host::{
+    CaptureMode, Context, Error, GraphBuilder, HostEngine, Stream, StreamFlags, UserData,
+    host_launch, host_launch_replayable, host_launch_replayable_raw, launch_slot_counts,
+};
+use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use suite::capture::{Capture, is_capturing};
+use suite::{Tally, capture_lock, context};
+
+const MODES: [CUstreamCaptureMode; 3] = [
+    CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+];
+
+fn new_stream(context: &Context) -> Stream {
+    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
+}
+
+/// Adds a counted callable to `stream`'s capture, or runs it once if it is not capturing.
+fn replayable(stream: &Stream, tally: &Arc<Tally>) -> cuda_host::Result<()> {
+    let probe = tally.probe();
+    // SAFETY: no other thread ends a capture of the stream during the call.
+    unsafe { host_launch_replayable(stream, move || probe.ran()) }
+}
+
+/// Gives a wrongly early drop a chance to show, then checks that nothing was dropped.
+fn assert_still_held(tally: &Tally, what: &str) {
+    std::thread::sleep(Duration::from_millis(20));
+    cuda_host::reclaim();
+    assert_eq!(tally.drops(), 0, "{what}");
+}
+
+/// The software driver's count of live user objects; `None` on the real driver.
+fn live_user_objects() -> Option<u64> {
+    suite::software::controls().map(|controls| controls.user_object_stats().1)
+}
+
+/// A capture in `mode` other code begins with the driver's own call, a counted callable added
+/// to it: the graph, launched 1,000 times, runs it 1,000 times, and it is dropped once, on this
+/// thread, only after the graph and its executable are gone.
+fn a_replayable_callable_in_a_raw_capture_runs_on_every_launch(mode: CUstreamCaptureMode) {
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let objects = live_user_objects();
+    let capture = Capture::begin(stream.as_raw(), mode);
+    replayable(&stream, &tally).expect("added to the capture");
+    assert_eq!(tally.runs(), 0, "ran while captured");
+    assert_eq!(
+        is_capturing(stream.as_raw()),
+        (
+            CUresult::CUDA_SUCCESS,
+            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+        ),
+        "the capture was disturbed"
+    );
+    let graph = capture.end().expect("the capture is still valid");
+    let executable = graph.instantiate();
+    for _ in 0..1_000 {
+        executable.launch(stream.as_raw());
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1_000, "{mode:?}");
+    drop(graph);
+    assert_still_held(&tally, "dropped while an executable exists");
+    drop(executable);
+    tally.reclaim_until_dropped(1, "the callable to be dropped after the executable");
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+    assert!(
+        !tally.run_threads().contains(&std::thread::current().id()),
+        "ran on the calling thread"
+    );
+    assert_eq!(
+        live_user_objects(),
+        objects,
+        "a user object outlived the graph"
+    );
+}
+
+#[test]
+fn a_replayable_callable_in_a_global_capture_other_code_began_runs_on_every_launch() {
+    suite::alone_in_child!(
+        a_replayable_callable_in_a_global_capture_other_code_began_runs_on_every_launch
+    );
+    a_replayable_callable_in_a_raw_capture_runs_on_every_launch(MODES[0]);
+}
+
+#[test]
+fn a_replayable_callable_in_a_thread_local_capture_other_code_began_runs_on_every_launch() {
+    let _alone = capture_lock();
+    a_replayable_callable_in_a_raw_capture_runs_on_every_launch(MODES[1]);
+}
+
+#[test]
+fn a_replayable_callable_in_a_relaxed_capture_other_code_began_runs_on_every_launch() {
+    let _alone = capture_lock();
+    a_replayable_callable_in_a_raw_capture_runs_on_every_launch(MODES[2]);
+}
+
+#[test]
+fn on_a_stream_that_is_not_capturing_a_replayable_callable_runs_once_in_stream_order() {
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (first, second) = (Arc::clone(&order), Arc::clone(&order));
+    host_launch(&stream, move || first.lock().unwrap().push("before")).expect("launch");
+    replayable(&stream, &tally).expect("launch");
+    host_launch(&stream, move || second.lock().unwrap().push("after")).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1);
+    assert_eq!(*order.lock().unwrap(), ["before", "after"]);
+    tally.reclaim_until_dropped(1, "the callable to be dropped once it ran");
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+}
+
+#[test]
+fn a_clone_of_the_captured_graph_keeps_the_callable_after_the_original_is_gone() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    replayable(&stream, &tally).expect("added to the capture");
+    let graph = capture.end().expect("the capture is still valid");
+    let clone = graph.clone_graph();
+    drop(graph);
+    assert_still_held(&tally, "dropped while a clone exists");
+    let executable = clone.instantiate();
+    drop(clone);
+    for _ in 0..3 {
+        executable.launch(stream.as_raw());
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 3);
+    assert_still_held(&tally, "dropped while the clone's executable exists");
+    drop(executable);
+    tally.reclaim_until_dropped(1, "the callable to be dropped after the clone's executable");
+}
+
+#[test]
+fn a_graph_builders_capture_takes_the_same_path() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let builder = GraphBuilder::begin(&stream, CaptureMode::ThreadLocal).expect("capture");
+    replayable(builder.stream(), &tally).expect("added to the builder's capture");
+    let graph = builder.end().expect("the capture ends");
+    assert_eq!(graph.host_nodes().expect("nodes").len(), 1);
+    let executable = graph.instantiate().expect("instantiates");
+    drop(graph);
+    executable.launch(&stream).expect("launch");
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 2);
+    drop(executable);
+    tally.reclaim_until_dropped(1, "the callable to be dropped after the executable");
+}
+
+#[test]
+fn another_thread_adds_to_a_graph_builders_capture_while_it_ends() {
+    // The builder's end waits for a node being added, so that the graph's handle the adding
+    // thread uses is never that of an ended capture: every round's graph either has the node
+    // and runs it on every launch, or the call ran it once, live, after the end.
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    for round in 0..50 {
+        let tally = Tally::new();
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture");
+        let (graph, added) = std::thread::scope(|scope| {
+            let adding = scope.spawn(|| replayable(&stream, &tally));
+            if round % 2 == 0 {
+                std::thread::yield_now();
+            }
+            let graph = builder.end().expect("the capture ends");
+            (graph, adding.join().expect("the adding thread"))
+        });
+        added.expect("added or run");
+        let nodes = graph.host_nodes().expect("nodes").len();
+        let executable = graph.instantiate().expect("instantiates");
+        executable.launch(&stream).expect("launch");
+        executable.launch(&stream).expect("launch");
+        stream.synchronize().expect("synchronize");
+        match nodes {
+            1 => assert_eq!(tally.runs(), 2, "round {round}: a node that did not run"),
+            0 => assert_eq!(
+                tally.runs(),
+                1,
+                "round {round}: a live launch that did not run"
+            ),
+            _ => panic!("round {round}: {nodes} nodes"),
+        }
+        drop((graph, executable));
+        tally.reclaim_until_dropped(1, "the callable to be dropped");
+    }
+}
+
+#[test]
+fn host_launch_keeps_refusing_a_capturing_stream() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    assert!(matches!(
+        host_launch(&stream, || {}),
+        Err(Error::StreamCapturing { .. })
+    ));
+    let tally = Tally::new();
+    replayable(&stream, &tally).expect("added to the capture");
+    let graph = capture.end().expect("the capture is still valid");
+    let executable = graph.instantiate();
+    executable.launch(stream.as_raw());
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1, "only the replayable callable is a node");
+}
+
+#[test]
+fn an_invalidated_capture_is_refused_and_nothing_is_attached() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let objects = live_user_objects();
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    // A stream synchronize is illegal during a capture and invalidates it.
+    let driver = context.driver();
+    // SAFETY: a valid stream.
+    let answer = unsafe { driver.cuStreamSynchronize(stream.as_raw()) };
+    assert_ne!(answer, CUresult::CUDA_SUCCESS);
+    let tally = Tally::new();
+    assert_eq!(
+        replayable(&stream, &tally),
+        Err(Error::CaptureNotActive { invalidated: true })
+    );
+    tally.reclaim_until_dropped(1, "the refused callable to be dropped");
+    assert_eq!(tally.runs(), 0);
+    assert!(
+        capture.end().is_err(),
+        "an invalidated capture yields no graph"
+    );
+    assert_eq!(
+        live_user_objects(),
+        objects,
+        "a user object stayed attached"
+    );
+}
+
+#[test]
+fn a_capture_begun_between_the_look_and_the_live_launch_gets_the_node() {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "a_capture_begun_between_the_look_and_the_live_launch_gets_the_node",
+            "holding a launch inside the driver is a software-driver control",
+        );
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    // The live launch, past its look and its capture check, is held in the driver while other
+    // code begins a capture: the capture takes the launch, which is refused and never runs, and
+    // the call adds the node to that capture instead.
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(300));
+    let (added, capture) = std::thread::scope(|scope| {
+        let adding = scope.spawn(|| replayable(&stream, &tally));
+        std::thread::sleep(Duration::from_millis(50));
+        let capture = Capture::begin(
+            stream.as_raw(),
+            CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        );
+        (adding.join().expect("the adding thread"), capture)
+    });
+    added.expect("added to the capture that took the live launch");
+    let graph = capture.end().expect("the capture is still valid");
+    let executable = graph.instantiate();
+    for _ in 0..3 {
+        executable.launch(stream.as_raw());
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        tally.runs(),
+        3,
+        "once per launch: the taken live launch does nothing"
+    );
+    drop((graph, executable));
+    tally.reclaim_until_dropped(1, "the callable to be dropped after the graph");
+}
+
+#[test]
+fn on_the_polled_engine_a_capture_gets_the_drivers_host_node_and_a_live_launch_the_engine() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context)
+        .with_host_engine(HostEngine::Polled)
+        .expect("the polled engine");
+    let live = Tally::new();
+    replayable(&stream, &live).expect("live launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(live.runs(), 1);
+    let tally = Tally::new();
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    replayable(&stream, &tally).expect("added to the capture");
+    let graph = capture.end().expect("the capture is still valid");
+    let executable = graph.instantiate();
+    for _ in 0..10 {
+        executable.launch(stream.as_raw());
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 10);
+    drop((graph, executable));
+    tally.reclaim_until_dropped(1, "the callable to be dropped after the graph");
+}
+
+unsafe extern "C" fn add_copied(data: *mut c_void) {
+    // SAFETY: the copy of a `[usize; 2]`: the address of a live counter and an amount.
+    let [counter, amount] = unsafe { data.cast::<[usize; 2]>().read() };
+    // SAFETY: the counter outlives every run (the test waits for them).
+    unsafe { &*(counter as *const AtomicUsize) }.fetch_add(amount, Ordering::SeqCst);
+}
+
+#[test]
+fn the_raw_form_copies_its_user_data_into_a_record_the_graph_owns() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let counter = AtomicUsize::new(0);
+    let objects = live_user_objects();
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&(&raw const counter as usize).to_ne_bytes());
+    bytes[8..].copy_from_slice(&5usize.to_ne_bytes());
+    // SAFETY: `add_copied` reads the copy only during its call; the counter outlives the runs.
+    unsafe { host_launch_replayable_raw(&stream, add_copied, UserData::Copied(&bytes)) }
+        .expect("added to the capture");
+    bytes.fill(0xff);
+    let graph = capture.end().expect("the capture is still valid");
+    let executable = graph.instantiate();
+    drop(graph);
+    for _ in 0..4 {
+        executable.launch(stream.as_raw());
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        20,
+        "the graph's copy, on every launch"
+    );
+    if let Some(objects) = objects {
+        assert_eq!(
+            live_user_objects(),
+            Some(objects + 1),
+            "the executable holds the copy"
+        );
+    }
+    drop(executable);
+    suite::wait_until("the copy's user object to go", || {
+        cuda_host::reclaim();
+        live_user_objects() == objects
+    });
+
+    // Not capturing: it runs once, with its copy.
+    bytes[..8].copy_from_slice(&(&raw const counter as usize).to_ne_bytes());
+    bytes[8..].copy_from_slice(&1usize.to_ne_bytes());
+    // SAFETY: as above.
+    unsafe { host_launch_replayable_raw(&stream, add_copied, UserData::Copied(&bytes)) }
+        .expect("launched");
+    bytes.fill(0xff);
+    stream.synchronize().expect("synchronize");
+    assert_eq!(counter.load(Ordering::SeqCst), 21);
+}
+
+#[test]
+fn ten_thousand_capture_instantiate_launch_destroy_cycles_leave_nothing_alive() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let objects = live_user_objects();
+    for _ in 0..10_000 {
+        let capture = Capture::begin(
+            stream.as_raw(),
+            CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        );
+        replayable(&stream, &tally).expect("added to the capture");
+        let graph = capture.end().expect("the capture is still valid");
+        let executable = graph.instantiate();
+        executable.launch(stream.as_raw());
+        drop((graph, executable));
+    }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 10_000);
+    tally.reclaim_until_dropped(10_000, "every callable to be dropped");
+    assert_eq!(tally.drops(), 10_000, "a callable dropped twice");
+    assert_eq!(
+        live_user_objects(),
+        objects,
+        "user objects outlived their graphs"
+    );
+    let slots = launch_slot_counts();
+    assert_eq!((slots.in_flight, slots.finished), (0, 0), "records left");
+}
+
+#[test]
+fn a_panicking_replayable_callable_is_reported_on_every_launch_and_the_graph_goes_on() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let reports = Arc::new(std::sync::Mutex::new(0usize));
+    let hook_reports = Arc::clone(&reports);
+    cuda_host::set_host_panic_hook(move |panic: &cuda_host::HostFunctionPanic<'_>| {
+        if panic.message.starts_with("deliberate replayable") {
+            *hook_reports.lock().unwrap() += 1;
+        }
+    });
+    let panicking = || panic!("deliberate replayable panic");
+    // SAFETY: not capturing.
+    unsafe { host_launch_replayable(&stream, panicking) }.expect("live launch");
+    let tally = Tally::new();
+    replayable(&stream, &tally).expect("live launch");
+    stream.synchronize().expect("the stream goes on");
+    assert_eq!((*reports.lock().unwrap(), tally.runs()), (1, 1));
+
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    // SAFETY: this thread ends the capture, after the call.
+    unsafe { host_launch_replayable(&stream, panicking) }.expect("added to the capture");
+    replayable(&stream, &tally).expect("added to the capture");
+    let graph = capture.end().expect("the capture is still valid");
+    let executable = graph.instantiate();
+    executable.launch(stream.as_raw());
+    executable.launch(stream.as_raw());
+    stream.synchronize().expect("the stream goes on");
+    cuda_host::clear_host_panic_hook();
+    assert_eq!(
+        (*reports.lock().unwrap(), tally.runs()),
+        (3, 3),
+        "a panic on each launch, and the node after it ran"
+    );
+}
+
+#[test]
+fn on_a_failed_context_a_replayable_launch_is_refused_and_its_callable_dropped() {
+    suite::alone_in_child!(
+        on_a_failed_context_a_replayable_launch_is_refused_and_its_callable_dropped
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let fault = suite::kernels::Fault::load(context.driver());
+    fault.launch(&stream);
+    let error = stream.synchronize().unwrap_err();
+    assert_eq!(
+        error.driver_result(),
+        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)
+    );
+    let tally = Tally::new();
+    let error = replayable(&stream, &tally).unwrap_err();
+    assert_eq!(
+        error.driver_result(),
+        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+        "{error}"
+    );
+    assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
+    assert_eq!(tally.runs(), 0);
+}
