@@ -9,8 +9,10 @@
 //!    signals `k` and spins on the word. The time from the signal to seeing the word is a round
 //!    trip: the signal's way to the GPU and the write's way back (so the resume alone is less).
 //!    Beside it, the same round trip through the hand-rolled alternative: a host function
-//!    (`host_launch`) blocking on a condition variable that the host notifies, then the write.
-//!    p50, p99, p99.9 of 10,000 (1,000 with `--quick`) of each, interleaved.
+//!    (`host_launch`) blocking on a condition variable that the host notifies, then the write;
+//!    and the floor: a bare `cuStreamWaitValue32` on a pinned word the host stores to, with
+//!    nothing of cuda-host's, then the write. p50, p99, p99.9 of 10,000 (1,000 with `--quick`)
+//!    of each, interleaved, and the timeline's over the floor.
 //! 2. **A satisfied wait between two kernels**, against kernel + kernel: 20,000 iterations on
 //!    one stream, timed until the stream drained, median of 7 rounds of the difference; the wait
 //!    includes the stream point after it (one event record). Beside it, in the same rounds, the
@@ -134,9 +136,30 @@ fn round_trips(driver: &Driver, context: &Context, iterations: u32) -> Result<()
     let echo = Echo::new(context);
     // The hand-rolled alternative: a host function that blocks until the host notifies.
     let released = Arc::new((Mutex::new(0u32), Condvar::new()));
-    let (mut timelines, mut host_functions) = (Vec::new(), Vec::new());
+    // The floor: the driver's own wait on a word the host stores to.
+    let gate = suite::MappedWords::new(context, 1);
+    let (mut timelines, mut host_functions, mut bare) = (Vec::new(), Vec::new(), Vec::new());
     let mut echoed = 0;
     for k in 1..=iterations {
+        // SAFETY: pinned, device-mapped memory of the stream's context (never freed), aligned.
+        let result = unsafe {
+            driver.cuStreamWaitValue32_v2(
+                stream.as_raw(),
+                gate.device_address(0),
+                k,
+                cuda_host::sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0,
+            )
+        };
+        driver
+            .check("cuStreamWaitValue32_v2", result)
+            .map_err(|e| e.to_string())?;
+        echoed += 1;
+        echo.write_in(driver, &stream, echoed)?;
+        let_the_stream_reach_its_wait();
+        let start = Instant::now();
+        gate.set(0, k);
+        bare.push(echo.spin_for(echoed, start)?);
+
         timeline
             .enqueue_wait(&stream, u64::from(k))
             .map_err(|e| e.to_string())?;
@@ -170,6 +193,18 @@ fn round_trips(driver: &Driver, context: &Context, iterations: u32) -> Result<()
     percentiles(
         "  a host function blocking on a condition variable",
         &mut host_functions,
+    );
+    percentiles(
+        "  floor: a bare cuStreamWaitValue32 on a word the host stores to",
+        &mut bare,
+    );
+    let median = |samples: &[Duration]| samples[samples.len() / 2].as_secs_f64() * 1e6;
+    let p99 = |samples: &[Duration]| samples[samples.len() * 99 / 100].as_secs_f64() * 1e6;
+    println!(
+        "  timeline over the floor: p50 {:+.2} µs ({:.2}x), p99 {:+.2} µs",
+        median(&timelines) - median(&bare),
+        median(&timelines) / median(&bare),
+        p99(&timelines) - p99(&bare),
     );
     Ok(())
 }
