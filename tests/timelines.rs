@@ -603,20 +603,47 @@ fn a_timeline_is_refused_with_a_thread_start_error_when_the_watcher_cannot_start
 }
 
 #[test]
-fn a_stream_of_another_context_is_refused() {
-    let test = "a_stream_of_another_context_is_refused";
+fn a_stream_of_another_context_waits_on_the_timeline_and_signals_it() {
+    let test = "a_stream_of_another_context_waits_on_the_timeline_and_signals_it";
     let Some(controls) = suite::software::controls() else {
         return suite::skip(test, "fresh contexts are a control of the software driver");
     };
     let context = context();
     let device = cuda_host::Device::get(context.driver(), 0).expect("device");
     let other = controls.fresh_context(&device);
-    let stream = new_stream(&other);
-    let timeline = Timeline::new(&context, 0).expect("timeline");
-    assert!(matches!(
-        timeline.enqueue_wait(&stream, 1),
-        Err(Error::ContextMismatch { .. })
-    ));
+    let (stream, elsewhere) = (new_stream(&context), new_stream(&other));
+    let (timeline, done) = (
+        Timeline::new(&context, 0).expect("timeline"),
+        Timeline::new(&context, 0).expect("timeline"),
+    );
+    let words = suite::MappedWords::new(&other, 1);
+    // The other context's stream waits for the host, writes a word, and signals `done`, which
+    // this context's stream waits for.
+    timeline
+        .enqueue_wait(&elsewhere, 1)
+        .expect("a wait in another context");
+    words.write_in_stream(&elsewhere, 0, 7);
+    done.enqueue_signal(&elsewhere, 1)
+        .expect("a signal in another context");
+    done.enqueue_wait(&stream, 1)
+        .expect("a wait in its own context");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        words.get(0),
+        0,
+        "the other context's stream passed its wait early"
+    );
+    assert!(
+        !stream.is_complete().expect("query"),
+        "went on before the signal"
+    );
+    timeline.signal(1).expect("signal");
+    assert!(
+        done.wait(1, suite::TIMEOUT).expect("wait"),
+        "never signalled"
+    );
+    stream.synchronize().expect("synchronize");
+    assert_eq!(words.get(0), 7);
 }
 
 #[test]

@@ -70,12 +70,7 @@ pub(super) fn enqueue(
     }
     let word = shared.word();
     let context = stream.shared_context();
-    if context.raw() != word.context().as_raw() {
-        return Err(Error::ContextMismatch {
-            context: word.context().as_raw().addr(),
-            stream_context: context.raw().addr(),
-        });
-    }
+    let device = word.device_in(context, shared.wide)?;
     reclaim_on_launch();
     // A stream that marked points is watched for its context's failure when dropped.
     stream.note_launch();
@@ -109,11 +104,10 @@ pub(super) fn enqueue(
         })?;
         let stream_id = stream.id().map_err(|error| noted(error.into()))?;
         let raw = window.stream();
-        // SAFETY: a valid stream of the word's context; the word is pinned, device-mapped memory
-        // of that context, 8-byte aligned, kept until the stream passed the point marked below
-        // (or for the life of the process).
-        unsafe { operate(driver, raw, word.device(), shared.wide, operation, value) }
-            .map_err(noted)?;
+        // SAFETY: a valid stream; `device` is the word's address in the stream's context (its
+        // pinned, portable, device-mapped memory), 8-byte aligned, kept until the stream passed
+        // the point marked below (or for the life of the process).
+        unsafe { operate(driver, raw, device, shared.wide, operation, value) }.map_err(noted)?;
         match operation {
             Operation::Wait => enqueued.waited = enqueued.waited.max(value),
             Operation::Signal => enqueued.signalled = value,

@@ -43,7 +43,9 @@ pub use reached::Reached;
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
-use crate::launch::{drop_when_allowed, ensure_outside_host_function, in_host_function};
+use crate::launch::{
+    ContextShared, drop_when_allowed, ensure_outside_host_function, in_host_function,
+};
 use crate::objects::{Context, Stream};
 use crate::sync::lock;
 use crate::tracks::watcher::ensure_running as ensure_watcher_running;
@@ -59,12 +61,14 @@ use word::Word;
 /// The largest value of a timeline.
 const MAX: u64 = i64::MAX as u64;
 
-/// A monotonic 64-bit counter that the host and streams of one context signal and wait on: the
-/// host signals, a stream's later work waits until the value reaches a number; a stream signals,
-/// the host waits or awaits. Cheap to clone: clones share the counter.
+/// A monotonic 64-bit counter that the host and streams signal and wait on: the host signals, a
+/// stream's later work waits until the value reaches a number; a stream signals, the host waits
+/// or awaits. Cheap to clone: clones share the counter.
 ///
-/// The counter lives in pinned, device-mapped host memory of the context (one small
-/// `cuMemHostAlloc`). The host's [`signal`](Self::signal) is an atomic maximum on it, so host
+/// The counter lives in pinned, device-mapped host memory of the context it was made in (one
+/// small `cuMemHostAlloc`, portable): streams of that context and of other contexts of the same
+/// driver (another device's) wait on it and signal it, so a stream of one device can wait for a
+/// stream of another. The host's [`signal`](Self::signal) is an atomic maximum on it, so host
 /// signals never lower it; a stream's wait ([`enqueue_wait`](Self::enqueue_wait)) is a
 /// `cuStreamWaitValue64` for "at least", which the GPU's front end evaluates without any host
 /// thread; a stream's signal ([`enqueue_signal`](Self::enqueue_signal)) is a
@@ -90,10 +94,11 @@ const MAX: u64 = i64::MAX as u64;
 /// signal a timeline either from the host or from streams, or order them (Vulkan states the
 /// same rule for its timeline semaphores).
 ///
-/// **Failures.** If the context fails (a kernel's illegal address), no stream signals again:
-/// host waits still waiting once cuda-host has seen the failure (a call answering the sticky
-/// error, or the watcher's look at the stream point after a stream's operation on the timeline)
-/// complete with [`Error::ContextFailed`].
+/// **Failures.** If the timeline's context fails (a kernel's illegal address), no stream of it
+/// signals again: host waits still waiting once cuda-host has seen the failure (a call answering
+/// the sticky error, or the watcher's look at the stream point after a stream's operation on the
+/// timeline) complete with [`Error::ContextFailed`]. A failed context of another device's stream
+/// only stops that stream: waits for its signals time out, or wait for a signal from elsewhere.
 ///
 /// **Captures: refused**, see [`Error::TimelineInCapture`]: a captured memory operation would
 /// replay its constant value on every launch of the graph.
@@ -173,23 +178,7 @@ impl Timeline {
             });
         }
         ensure_watcher_running()?;
-        let shared = context.shared();
-        let driver = shared.driver();
-        let mut attribute = 0;
-        // SAFETY: a valid out-pointer; the context's device.
-        unsafe {
-            checked!(
-                driver,
-                cuDeviceGetAttribute(
-                    &mut attribute,
-                    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
-                    shared.device()
-                )
-            )
-        }?;
-        let has = |entry: &str| driver.availability(entry).is_some_and(|a| a.is_available());
-        let wide =
-            attribute != 0 && has("cuStreamWaitValue64_v2") && has("cuStreamWriteValue64_v2");
+        let wide = has_64_bit_operations(context.shared())?;
         Ok(Timeline {
             shared: Arc::new(Shared {
                 word: Some(Arc::new(Word::new(context, initial)?)),
@@ -230,12 +219,14 @@ impl Timeline {
     /// point that keeps the counter's memory until the stream passed the wait).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] when `value` is above [`MAX`](Self::MAX);
-    /// [`Error::ContextMismatch`] for a stream of another context;
+    /// [`Error::InvalidArgument`] when `value` is above [`MAX`](Self::MAX), or for a stream of a
+    /// device without 64-bit stream memory operations when the timeline uses them;
+    /// [`Error::ContextMismatch`] for a stream of another driver library's context;
     /// [`Error::TimelineInCapture`] on a stream that is being captured;
     /// [`Error::InHostFunction`] inside a host function; the driver's error from
     /// `cuStreamWaitValue64` (`cuStreamWaitValue32` on a narrow device), `cuStreamIsCapturing`,
-    /// `cuStreamGetId`, `cuEventRecord` or `cuEventCreate`.
+    /// `cuStreamGetId`, `cuEventRecord` or `cuEventCreate`, and, the first time a stream of
+    /// another context uses the timeline, `cuDeviceGetAttribute` or `cuMemHostGetDevicePointer`.
     #[doc(alias = "cuStreamWaitValue64")]
     #[doc(alias = "cuStreamWaitValue32")]
     pub fn enqueue_wait(&self, stream: &Stream, value: u64) -> Result<()> {
@@ -298,6 +289,29 @@ impl fmt::Debug for Timeline {
             .field("wide", &self.shared.wide)
             .finish_non_exhaustive()
     }
+}
+
+/// Whether streams of `context` can use 64-bit memory operations: its device has them, and the
+/// driver the entry points.
+///
+/// # Errors
+/// The driver's error from `cuDeviceGetAttribute`.
+fn has_64_bit_operations(context: &ContextShared) -> Result<bool> {
+    let driver = context.driver();
+    let mut attribute = 0;
+    // SAFETY: a valid out-pointer; the context's device.
+    unsafe {
+        checked!(
+            driver,
+            cuDeviceGetAttribute(
+                &mut attribute,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS,
+                context.device()
+            )
+        )
+    }?;
+    let has = |entry: &str| driver.availability(entry).is_some_and(|a| a.is_available());
+    Ok(attribute != 0 && has("cuStreamWaitValue64_v2") && has("cuStreamWriteValue64_v2"))
 }
 
 impl Drop for Shared {

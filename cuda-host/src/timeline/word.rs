@@ -14,13 +14,15 @@
 //! Where a capture may have taken an operation on it, it is kept for the life of the process
 //! ([`Word::keep`]): a graph may read or write it whenever it runs.
 
+use crate::checked::checked;
 use crate::error::{Error, Result};
-use crate::launch::{PinnedWord, unless_capture_forbids};
+use crate::launch::{ContextShared, PinnedWord, unless_capture_forbids};
 use crate::objects::Context;
+use crate::sync::lock;
 use crate::timeline::waits::Waits;
 use cuda_host_sys::CUdeviceptr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Words kept for the life of the process because a capture may have taken an operation on
 /// them (see the module's documentation).
@@ -40,6 +42,9 @@ pub(super) struct Word {
     waits: Arc<Waits>,
     /// Whether a capture may have taken an operation on it: never freed.
     kept: AtomicBool,
+    /// Its device address in other contexts than its own, by the context handle's address, as
+    /// streams of those contexts reach it (`cuMemHostGetDevicePointer` there).
+    elsewhere: Mutex<Vec<(usize, CUdeviceptr)>>,
 }
 
 // SAFETY: pinned memory, which any thread may access atomically.
@@ -68,6 +73,7 @@ impl Word {
             context: context.clone(),
             waits: Arc::new(Waits::new(context.as_raw().addr(), host)),
             kept: AtomicBool::new(false),
+            elsewhere: Mutex::new(Vec::new()),
         })
     }
 
@@ -77,14 +83,54 @@ impl Word {
         unsafe { &*self.memory.host.cast::<AtomicU64>() }
     }
 
-    /// The address streams use.
-    pub(super) fn device(&self) -> CUdeviceptr {
-        self.memory.device
-    }
-
-    /// Its context.
-    pub(super) fn context(&self) -> &Context {
-        &self.context
+    /// The address streams of `context` use: the one it was made with in its own context; in
+    /// another (a stream of another device waits or signals), the address of its portable
+    /// pages there, asked once. `wide`: whether the timeline uses 64-bit operations, which the
+    /// other context's device must then have.
+    ///
+    /// # Errors
+    /// [`Error::ContextMismatch`] for a context of another driver library (its handles mean
+    /// nothing to this one); [`Error::InvalidArgument`] when `wide` and the other device lacks
+    /// 64-bit stream memory operations; the driver's error from `cuDeviceGetAttribute` or
+    /// `cuMemHostGetDevicePointer`.
+    pub(super) fn device_in(&self, context: &ContextShared, wide: bool) -> Result<CUdeviceptr> {
+        let own = self.context.shared();
+        if context.raw() == own.raw() {
+            return Ok(self.memory.device);
+        }
+        if !std::ptr::eq(context.driver(), own.driver()) {
+            return Err(Error::ContextMismatch {
+                context: own.raw().addr(),
+                stream_context: context.raw().addr(),
+            });
+        }
+        let key = context.raw().addr();
+        if let Some(&(_, device)) = lock(&self.elsewhere).iter().find(|(at, _)| *at == key) {
+            return Ok(device);
+        }
+        if wide && !super::has_64_bit_operations(context)? {
+            return Err(Error::InvalidArgument {
+                what: "a timeline made on a device with 64-bit stream memory operations uses \
+                       them: a stream of a device without them can neither wait on it nor \
+                       signal it (make the timeline on that device)"
+                    .to_owned(),
+            });
+        }
+        let driver = context.driver();
+        let mut device = 0;
+        // The pages are portable (`CU_MEMHOSTALLOC_PORTABLE`): mapped in every context.
+        context.with_current(|| {
+            // SAFETY: a valid out-pointer; the word's pinned, portable, device-mapped memory,
+            // which lives as long as this value.
+            Ok(unsafe {
+                checked!(
+                    driver,
+                    cuMemHostGetDevicePointer_v2(&mut device, self.memory.host, 0)
+                )
+            }?)
+        })?;
+        lock(&self.elsewhere).push((key, device));
+        Ok(device)
     }
 
     /// The watcher's view of it.
