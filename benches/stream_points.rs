@@ -32,7 +32,10 @@
 //! values, beside a thread spinning on `cuEventQuery` and one in `cuEventSynchronize` of a
 //! blocking-sync event recorded at the same place, with the watcher's CPU time; and
 //! (`stream_points/rates.rs`) registrations a second from 1 and 8 threads, and what a point costs
-//! with 100,000 in flight on one stream. The whole run takes under two minutes on an H200.
+//! with 100,000 in flight on one stream; and (`stream_points/lanes.rs`) four streams with a 100 µs
+//! host function each, through the driver and on the polled engine with one and four server
+//! threads (`-- --lanes` runs that alone, in a few seconds). The whole run takes under two minutes
+//! on an H200.
 
 use cuda_host::sys::{
     CUdeviceptr, CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags, Driver,
@@ -51,6 +54,8 @@ use std::time::Instant;
 #[allow(dead_code)] // the bench launches only `empty_kernel` and `spin_ns`
 #[path = "../kernels/load.rs"]
 mod kernels;
+#[path = "stream_points/lanes.rs"]
+mod lanes;
 #[path = "stream_points/rates.rs"]
 mod rates;
 #[path = "stream_points/wake.rs"]
@@ -60,7 +65,8 @@ use kernels::Kernels;
 
 fn main() {
     let quick = std::env::args().any(|argument| argument == "--quick");
-    if let Err(reason) = run(quick) {
+    let lanes_alone = std::env::args().any(|argument| argument == "--lanes");
+    if let Err(reason) = run(quick, lanes_alone) {
         eprintln!("stream_points: {reason}");
         std::process::exit(1);
     }
@@ -335,8 +341,8 @@ fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> Timing {
 }
 
 /// Kernel + host function on each of four streams in turn, from one thread, `iterations` times:
-/// the driver's host-function thread against the polled engine, in alternating rounds, with
-/// the CPU time the engine's thread used.
+/// the driver's host-function thread against the polled engine (its default pool), in
+/// alternating rounds, with the CPU time the engine's threads used.
 fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(), String> {
     let Some(kernels) = &bench.kernels else {
         return Ok(());
@@ -371,7 +377,7 @@ fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(
         }
         start.elapsed().as_secs_f64()
     };
-    // The CPU time the engine's thread used so far (0 before it started).
+    // The CPU time the engine's threads used so far (0 before they started).
     let engine_cpu_seconds =
         || suite::thread_cpu_time("cuda-host-poll").map_or(0.0, |time| time.as_secs_f64());
     let (mut driver_times, mut polled_times, mut engine_cpu) = (Vec::new(), Vec::new(), 0.0);
@@ -401,7 +407,7 @@ fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(
         );
     }
     println!(
-        "  polled engine / driver: {:.2}x the host functions per second; its thread used {:.0}% \
+        "  polled engine / driver: {:.2}x the host functions per second; its threads used {:.0}% \
          of a core while serving",
         driver_time / polled_time,
         100.0 * engine_cpu / polled_times.iter().sum::<f64>()
@@ -426,7 +432,7 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-fn run(quick: bool) -> Result<(), String> {
+fn run(quick: bool, lanes_alone: bool) -> Result<(), String> {
     let (iterations, rounds) = if quick { (2_000, 3) } else { (20_000, 7) };
     let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
     let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
@@ -476,6 +482,9 @@ fn run(quick: bool) -> Result<(), String> {
         .iter()
         .map(|event| event.as_raw().addr())
         .collect();
+    if lanes_alone {
+        return lanes::run(&bench, quick);
+    }
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| query_ring(driver, &ring, &stop));
@@ -485,6 +494,7 @@ fn run(quick: bool) -> Result<(), String> {
     })?;
     wake::run(&bench, quick);
     rates::run(&bench, quick);
+    lanes::run(&bench, quick)?;
     let counts = cuda_host::stream_point_counts();
     if counts.held != 0 || counts.waiting != 0 {
         return Err(format!("stream points left behind: {counts:?}"));

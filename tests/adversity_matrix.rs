@@ -154,6 +154,11 @@ const WITHOUT_ROWS: &[(&str, &str)] = &[
     ),
     ("clear_host_panic_hook", "clears the hook"),
     ("set_launch_reclaim_interval", "sets a number"),
+    ("polled_engine_threads", "reads a number"),
+    (
+        "set_polled_engine_threads",
+        "sets a number and starts the pool's threads: the rows of thread cuda-host-poll",
+    ),
 ];
 
 fn workspace() -> PathBuf {
@@ -231,8 +236,11 @@ fn identifier_at(text: &str) -> String {
 fn threads() -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     for (_, text) in library_sources() {
-        for part in without_tests(&text).split("OwnThread::new(\"").skip(1) {
-            found.insert(part.split('"').next().unwrap().to_owned());
+        // A single thread, or a pool of threads of one name.
+        for constructor in ["OwnThread::new(\"", "OwnThreads::new(\""] {
+            for part in without_tests(&text).split(constructor).skip(1) {
+                found.insert(part.split('"').next().unwrap().to_owned());
+            }
         }
     }
     found

@@ -79,9 +79,10 @@
 //! - [`release_in_stream_order`]: hand a value to a stream; it is dropped on this thread once the
 //!   stream passed that point. [`stream_point`]: a future that completes there. A point is one
 //!   event record, not a host function.
-//! - [`HostEngine::Polled`] ([`Stream::with_host_engine`]): host functions served by a thread of
-//!   cuda-host's through a stream memory write and wait, at a twentieth of the driver's cost to
-//!   the stream between kernels.
+//! - [`HostEngine::Polled`] ([`Stream::with_host_engine`]): host functions served by a small pool
+//!   of cuda-host's threads ([`set_polled_engine_threads`]) through a stream memory write and
+//!   wait, at a twentieth of the driver's cost to the stream between kernels, different streams'
+//!   functions in parallel.
 //! - [`host_copy_fn`]: a `CUhostFn` that copies between host buffers in stream order
 //!   ([`host_copy_scope`], [`host_copy_raw`]).
 //! - [`Timeline`]: a monotonic 64-bit counter the host signals and streams wait on (a stream
@@ -171,7 +172,10 @@ outside_loom_models! {
         StreamPoint, StreamPointCounts, Unreleased, release_in_stream_order, stream_point,
         stream_point_counts,
     };
-    pub use polled::{PolledEngineCounts, polled_engine_counts};
+    pub use polled::{
+        MAX_POLLED_ENGINE_THREADS, PolledEngineCounts, polled_engine_counts,
+        polled_engine_threads, set_polled_engine_threads,
+    };
     pub use timeline::{Reached, Timeline, TimelineCounts, timeline_counts};
 
     use std::sync::Arc;

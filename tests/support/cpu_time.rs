@@ -3,35 +3,46 @@
 
 use std::time::Duration;
 
-/// The CPU time used so far by the thread of this process named `name` (as Linux keeps it: at
-/// most 15 bytes), or `None` where there is no such thread or no `/proc`. Nanoseconds from
-/// `schedstat` where the kernel keeps it; else utime + stime from `stat`, in ticks of 10 ms.
+/// The CPU time used so far by the threads of this process named `name` (as Linux keeps it: at
+/// most 15 bytes), summed (the polled engine's server threads share one name), or `None` where
+/// there is no such thread or no `/proc`. Nanoseconds from `schedstat` where the kernel keeps it;
+/// else utime + stime from `stat`, in ticks of 10 ms.
 pub fn thread_cpu_time(name: &str) -> Option<Duration> {
+    let mut total = None;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let path = task.ok()?.path();
         let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
         if comm.trim() != name {
             continue;
         }
-        if let Some(nanoseconds) = std::fs::read_to_string(path.join("schedstat"))
-            .ok()
-            .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
-        {
-            return Some(Duration::from_nanos(nanoseconds));
-        }
-        let stat = std::fs::read_to_string(path.join("stat")).ok()?;
-        // The fields after the command's closing parenthesis; utime and stime are 14 and 15.
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        return Some(Duration::from_millis(ticks * 10));
+        // A thread that exited since the listing counts nothing.
+        let Some(time) = task_cpu_time(&path) else {
+            continue;
+        };
+        total = Some(total.unwrap_or(Duration::ZERO) + time);
     }
-    None
+    total
 }
 
-/// [`thread_cpu_time`] of a thread that cuda-host starts: a thread takes its name itself as it
+/// The CPU time of the task at `path` (`/proc/self/task/ID`).
+fn task_cpu_time(path: &std::path::Path) -> Option<Duration> {
+    if let Some(nanoseconds) = std::fs::read_to_string(path.join("schedstat"))
+        .ok()
+        .and_then(|text| text.split_whitespace().next()?.parse::<u64>().ok())
+    {
+        return Some(Duration::from_nanos(nanoseconds));
+    }
+    let stat = std::fs::read_to_string(path.join("stat")).ok()?;
+    // The fields after the command's closing parenthesis; utime and stime are 14 and 15.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+/// [`thread_cpu_time`] of threads that cuda-host starts: a thread takes its name itself as it
 /// starts, which may be after the call that started it has returned, so this waits (bounded) for
-/// the name to appear.
+/// the name to appear (on one thread at least: of a pool, call it once every thread has shown
+/// itself running, as a parked pool has).
 pub fn started_thread_cpu_time(name: &str) -> Duration {
     let mut time = None;
     crate::wait_until(&format!("a thread named {name}"), || {

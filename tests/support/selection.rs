@@ -119,14 +119,24 @@ pub fn context() -> cuda_host::Context {
 }
 
 /// The host-function engine `CUDA_HOST_TEST_ENGINE` names for the suites that run in both:
-/// `driver` (the default) or `polled`.
+/// `driver` (the default) or `polled`. With `polled`, `CUDA_HOST_TEST_ENGINE_THREADS`, if set,
+/// is the number of the polled engine's server threads (else the engine's default rule's).
 ///
 /// # Panics
-/// On any other value.
+/// On any other value, or a number of threads the engine refuses.
 pub fn host_engine() -> cuda_host::HostEngine {
     match std::env::var("CUDA_HOST_TEST_ENGINE").as_deref() {
         Err(_) | Ok("" | "driver") => cuda_host::HostEngine::Driver,
-        Ok("polled") => cuda_host::HostEngine::Polled,
+        Ok("polled") => {
+            if let Ok(threads) = std::env::var("CUDA_HOST_TEST_ENGINE_THREADS") {
+                let threads = threads.parse().unwrap_or_else(|_| {
+                    panic!("CUDA_HOST_TEST_ENGINE_THREADS={threads}: expected a number")
+                });
+                cuda_host::set_polled_engine_threads(threads)
+                    .unwrap_or_else(|e| panic!("CUDA_HOST_TEST_ENGINE_THREADS={threads}: {e}"));
+            }
+            cuda_host::HostEngine::Polled
+        }
         Ok(other) => panic!("CUDA_HOST_TEST_ENGINE={other}: expected driver or polled"),
     }
 }

@@ -12,11 +12,15 @@ pub enum HostEngine {
     /// The driver's host-function thread, through `cuLaunchHostFunc`: the default.
     #[default]
     Driver,
-    /// cuda-host's polled engine: a thread of cuda-host's serves the stream through a write and
-    /// a wait on pinned, device-mapped memory, under every rule of
+    /// cuda-host's polled engine: one of a small pool of cuda-host's threads
+    /// ([`set_polled_engine_threads`](crate::set_polled_engine_threads)) serves the stream through
+    /// a write and a wait on pinned, device-mapped memory, under every rule of
     /// [`host_launch`](fn@crate::host_launch). Between two kernels a host function costs the stream
-    /// 1.5–2.3 µs more than nothing, against 17–45 µs through the driver, on an H200. The thread
-    /// polls while functions are queued, a core's worth while they follow one another closely.
+    /// 1.5–2.3 µs more than nothing, against 17–45 µs through the driver, on an H200. Functions of
+    /// streams on different threads of the pool run in parallel, where the driver runs every
+    /// host function of the process on one thread. A thread polls while functions are queued, a
+    /// core's worth while they follow one another closely (so a busy pool of `n`, up to `n`
+    /// cores).
     /// Choose it for many short host functions between kernels with a core to spare; not for one
     /// in a while, nor without a core to spare, nor to queue thousands of host functions behind a
     /// stream wait the same thread releases afterwards (the driver then blocks the enqueue).
@@ -28,7 +32,7 @@ pub enum HostEngine {
 /// stream comes back unchanged (its engine the one it had).
 #[non_exhaustive]
 pub struct HostEngineRefused {
-    /// Why: [`Error::ThreadStart`] when the engine's thread cannot
+    /// Why: [`Error::ThreadStart`] when one of the engine's threads cannot
     /// start, or an error of preparing the stream's lane.
     pub error: Error,
     /// The stream, unchanged (boxed: the error stays small).

@@ -163,7 +163,8 @@ impl Stream {
     /// host-function thread, under the same rules. Other `Stream` values of the same handle
     /// keep their own engine.
     ///
-    /// For the polled engine this starts the engine's thread if it does not run yet, and gives
+    /// For the polled engine this starts the engine's threads if they do not run yet
+    /// ([`set_polled_engine_threads`](crate::set_polled_engine_threads) says how many), and gives
     /// the stream its lane now (for a per-thread default stream, the calling thread's),
     /// allocating pinned memory for the context's first 512 streams at once: an allocation is a
     /// call that a global-mode capture on any thread forbids (it would invalidate the capture),
@@ -174,7 +175,7 @@ impl Stream {
     ///
     /// # Errors
     /// The stream, unchanged, with why ([`HostEngineRefused`]):
-    /// [`Error::ThreadStart`] when the engine's thread cannot start,
+    /// [`Error::ThreadStart`] when one of the engine's threads cannot start,
     /// [`Error::AllocationInCapture`] when the lane's memory
     /// must be allocated while a capture begun through cuda-host forbids it, or the driver's
     /// error from `cuStreamGetId`, or from `cuMemHostAlloc` or `cuMemHostGetDevicePointer_v2`

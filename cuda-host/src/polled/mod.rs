@@ -1,4 +1,4 @@
-//! The polled engine: host functions served by cuda-host's own thread instead of the driver's,
+//! The polled engine: host functions served by cuda-host's own threads instead of the driver's,
 //! reached through stream memory operations. Opt in per stream
 //! ([`Stream::with_host_engine`](crate::Stream::with_host_engine)).
 //!
@@ -6,25 +6,26 @@
 //! driver: its host-function thread must wake, run the function and report back before the next
 //! kernel may start. Here a launch enqueues one `cuStreamBatchMemOp` of two operations on the
 //! stream: write the function's number to the stream's `sequence` word, then wait until the
-//! `acknowledged` word reaches that number (`lanes`). The engine's thread (`server`) polls the
-//! sequence words of the streams it serves, runs each function whose number the stream wrote, in
-//! order, and acknowledges it. The stream still waits for the function, as with the driver: only
+//! `acknowledged` word reaches that number (`lanes`). The engine's threads (`server`) poll the
+//! sequence words of the streams they serve, run each function whose number its stream wrote, in
+//! order, and acknowledge it. The stream still waits for the function, as with the driver: only
 //! the wake-up and the report are cheaper. Measured on the H200 (`benches/stream_points.rs`):
 //! kernel + host function + kernel costs 1.5–2.3 µs more than kernel + kernel against 17–45 µs
 //! through the driver, and on four streams fed by one thread the engine served 1.5–7 times the
 //! host functions per second (`docs/PERFORMANCE.md`). The batch costs the enqueuing thread
 //! 0.8–1.4 µs (the same write and wait as two calls, about twice as much).
 //!
-//! **What it costs.** The server polls while functions are queued: without pause for 100 µs
-//! after a function ran, then yielding, then in sleeps of up to 200 µs (so a function queued
-//! behind long work is served up to that late); it parks when none is queued. And the driver
+//! **What it costs.** A server polls while functions of its lanes are queued: without pause for
+//! 100 µs after a function ran, then yielding, then in sleeps of up to 200 µs (so a function
+//! queued behind long work is served up to that late); it parks when none is queued. So a busy
+//! pool of `n` servers takes up to `n` cores. And the driver
 //! takes only so many stream memory operations behind a stream wait nothing has released before
 //! an enqueue blocks, where `cuLaunchHostFunc` takes 100,000 (`docs/REAL-DRIVER.md`): a thread
 //! must not enqueue thousands of polled launches behind a wait it releases itself afterwards.
 //!
 //! **Same semantics.** A launch is the same run-once record under a ticket, the same capture
 //! check and refusal, the same panic reporting and reclaim rule: the engine only replaces
-//! `cuLaunchHostFunc` with the batch, and the driver's thread with its own, which is marked as
+//! `cuLaunchHostFunc` with the batch, and the driver's thread with its own, each marked as
 //! inside a host function for its whole life (no cuda-host call reaches the driver from it, and
 //! nothing is dropped there).
 //!
@@ -47,10 +48,20 @@
 //! then runs live, also refuses the launch (the function never runs), and its number is
 //! acknowledged all the same.
 //!
-//! **Its thread.** The server's thread starts with the first polled stream
+//! **Its threads.** A small pool of server threads, all named `cuda-host-poll`, serves the
+//! lanes (`server`): by default half the cores the process may use, at most 4 and at least 1,
+//! or what [`set_polled_engine_threads`] set ([`polled_engine_threads`] says which). The driver
+//! runs every host function of a process on one thread, so four streams with a 100 µs host
+//! function each took 414–419 µs an iteration on the H200, against 112.2–113.9 µs on a pool of
+//! four (`benches/stream_points/lanes.rs`). Each stream is served by one server at a time, the
+//! one serving the fewest lanes when the stream's function found it unserved, and keeps it
+//! until its queue has been empty a while: a stream's functions run in order and never on two
+//! threads at once, those of streams on different servers in parallel. Every server parks when
+//! it serves nothing. The pool starts with the first polled stream
 //! ([`Stream::with_host_engine`](crate::Stream::with_host_engine) answers
-//! [`Error::ThreadStart`] when it cannot, and gives the stream back), and every enqueue makes
-//! sure it runs before anything is enqueued: no batch waits for a server that is not there.
+//! [`Error::ThreadStart`] when one of its threads cannot start, and gives the stream back), and
+//! every enqueue makes sure it runs before anything is enqueued: no batch waits for a server
+//! that is not there.
 //!
 //! **Failures.** A stream whose context failed never writes again: once cuda-host sees the
 //! failure (a call of any thread answering the sticky error: the stream's synchronize, a launch,
@@ -74,12 +85,15 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 pub(crate) use lanes::ContextLanes;
-pub use server::{PolledEngineCounts, polled_engine_counts};
+pub use server::{
+    MAX_POLLED_ENGINE_THREADS, PolledEngineCounts, polled_engine_counts, polled_engine_threads,
+    set_polled_engine_threads,
+};
 
-/// Starts the engine's server unless it runs.
+/// Starts the engine's servers unless they run.
 ///
 /// # Errors
-/// [`Error::ThreadStart`] when its thread cannot start.
+/// [`Error::ThreadStart`] when one of their threads cannot start.
 pub(crate) fn start() -> Result<()> {
     server::start()
 }

@@ -1,34 +1,53 @@
-//! The polled engine's server: one process-wide thread that runs the host functions of the
-//! lanes it serves, in order, and acknowledges each.
+//! The polled engine's servers: a small pool of threads, each running the host functions of the
+//! lanes it serves, in order, and acknowledging each.
 //!
-//! A lane is served from the enqueue that finds it unserved until the server finds its queue
-//! empty and no function of it ran for `LINGER` (the emptiness seen under the queue's lock, so a
-//! function queued meanwhile is never left unserved).
-//! The server holds the lane's context while it serves it, so the words it reads stay allocated;
-//! it lets go of the context through the reclaim rule, since its thread counts as inside a host
+//! **The pool.** Its threads, all named `cuda-host-poll`, start together with the first polled
+//! stream, [`polled_engine_threads`] of them: by default half the cores the process may use, at
+//! most 4 and at least 1 (each spins while its lanes' functions follow one another closely, so
+//! the rule leaves the other half to the threads that feed the streams), or the number given to
+//! [`set_polled_engine_threads`]. A lane is served by one server from the enqueue that finds it
+//! unserved (which hands it to the server serving the fewest lanes) until that server finds its
+//! queue empty and no function of it ran for `LINGER` (the emptiness seen under the queue's lock,
+//! so a function queued meanwhile is never left unserved); only then may a later enqueue hand it
+//! to another. So a stream's functions run in order and never on two threads at once, while those
+//! of streams on different servers run in parallel.
+//!
+//! A server holds the lane's context while it serves it, so the words it reads stay allocated; it
+//! lets go of the context through the reclaim rule, since its thread counts as inside a host
 //! function for its whole life.
 //!
-//! Its pace: it looks at its lanes without pause while a function ran in the last `SPIN`, then
-//! yields until `YIELD`, then sleeps in growing steps up to `LONGEST_SLEEP` while functions are
-//! queued (a stream still busy with earlier work); with none queued it lingers `LINGER`, then
-//! parks until an enqueue finds it parked.
+//! Its pace: a server looks at its lanes without pause while a function ran in the last `SPIN`,
+//! then yields until `YIELD`, then sleeps in growing steps up to `LONGEST_SLEEP` while functions
+//! are queued (a stream still busy with earlier work); with none queued it lingers `LINGER`, then
+//! parks until an enqueue hands it a lane.
 //!
-//! No batch is enqueued unless the thread runs ([`start`] answers first). Nothing on it unwinds:
-//! the functions are trampolines that catch every panic (or raw functions, which cannot unwind),
-//! its log calls catch a panicking logger, and each round of its loop runs under `catch_unwind`
-//! besides, so that the thread outlives a panic it did not foresee.
+//! No batch is enqueued unless the pool runs ([`start`] answers first), and a lane is handed only
+//! to a server whose thread runs. Nothing on a server unwinds: the functions are trampolines that
+//! catch every panic (or raw functions, which cannot unwind), its log calls catch a panicking
+//! logger, and each round of its loop runs under `catch_unwind` besides, so that the thread
+//! outlives a panic it did not foresee.
 
 use super::lanes::{KEPT_PAGES, Lane, RETIRED_LANES, Words};
 use crate::contained_log::logged;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::launch::{ContextShared, InHostFunction, dispose_panic, drop_when_allowed, has_failed};
 use crate::observe;
-use crate::own_thread::OwnThread;
+use crate::own_thread::OwnThreads;
 use crate::sync::lock;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// The most server threads the pool may have.
+pub const MAX_POLLED_ENGINE_THREADS: usize = 64;
+
+/// The pool's size by default: half the cores, at most 4, at least 1.
+const DEFAULT_MOST: usize = 4;
+
+/// Lanes a server's registry takes before it must grow (it keeps its peak after).
+const FRESH_RESERVED: usize = 16;
 
 /// A lane being served, with the context that keeps its words. The words and the context's
 /// address are copies: polling reads them here, not from lines every enqueue writes (the lane's
@@ -44,44 +63,72 @@ struct Served {
 
 #[derive(Default)]
 struct Registry {
-    /// Lanes enqueuers asked the server to serve, not yet taken on its own list.
+    /// Lanes enqueuers handed this server, not yet taken on its own list.
     fresh: Vec<Served>,
     /// Set by the server, under the lock, just before it parks.
     parked: bool,
 }
 
+/// One server of the pool: what enqueuers hand it and what it counts. Aligned apart, so that
+/// one server's counts share no cache line with another's.
+#[repr(align(128))]
 struct Server {
     registry: Mutex<Registry>,
     functions: AtomicU64,
     parks: AtomicU64,
+    /// Lanes it serves: the pool hands a new lane to the server with the fewest.
     serving: AtomicU64,
 }
 
-static SERVER: Server = Server {
-    registry: Mutex::new(Registry {
-        fresh: Vec::new(),
-        parked: false,
-    }),
-    functions: AtomicU64::new(0),
-    parks: AtomicU64::new(0),
-    serving: AtomicU64::new(0),
-};
+impl Server {
+    const fn new() -> Server {
+        Server {
+            registry: Mutex::new(Registry {
+                fresh: Vec::new(),
+                parked: false,
+            }),
+            functions: AtomicU64::new(0),
+            parks: AtomicU64::new(0),
+            serving: AtomicU64::new(0),
+        }
+    }
+}
 
-/// The thread, started by the first lane it is asked to serve.
-static THREAD: OwnThread = OwnThread::new("cuda-host-poll", run);
+static SERVERS: [Server; MAX_POLLED_ENGINE_THREADS] =
+    [const { Server::new() }; MAX_POLLED_ENGINE_THREADS];
 
-/// What the polled engine's server holds and has done, process-wide.
+/// The servers' threads: the `index`-th serves `SERVERS[index]`; never given back.
+static THREADS: OwnThreads<MAX_POLLED_ENGINE_THREADS> =
+    OwnThreads::new("cuda-host-poll", |index| run(&SERVERS[index]));
+
+/// The pool's settings, changed under its lock.
+struct Pool {
+    /// The size [`set_polled_engine_threads`] asked for before the pool started (0: the rule's).
+    requested: usize,
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool { requested: 0 });
+/// The servers new lanes are handed to, `SERVERS[..SIZE]`; 0 until the pool started.
+static SIZE: AtomicUsize = AtomicUsize::new(0);
+/// Where the search for the least busy server begins, turned at each hand-over, so that servers
+/// serving as many lanes take new ones in turn.
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// What the polled engine's servers hold and have done, process-wide: sums over the pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PolledEngineCounts {
-    /// Lanes (streams) it serves now: with host functions queued, or just run.
+    /// Lanes (streams) served now: with host functions queued, or just run.
     pub serving: u64,
-    /// Host functions it ran (or let go unrun after their context failed).
+    /// Host functions run (or let go unrun after their context failed).
     pub functions: u64,
-    /// Whether its thread is parked (nothing queued anywhere).
+    /// Whether every server thread is parked (nothing queued anywhere); `false` before the pool
+    /// started.
     pub parked: bool,
-    /// How many times it parked since it started.
+    /// How many times a server parked since the pool started.
     pub parks: u64,
+    /// Server threads that run (started, never stopped; 0 before the first polled stream).
+    pub threads: u64,
     /// Lanes retired because a capture took one of their batches (the launch was refused); a
     /// retired lane is never lent again.
     pub retired_lanes: u64,
@@ -90,42 +137,140 @@ pub struct PolledEngineCounts {
     pub kept_pages: u64,
 }
 
-/// What the polled engine's server holds and has done (see [`PolledEngineCounts`]).
+/// What the polled engine's servers hold and have done (see [`PolledEngineCounts`]).
 pub fn polled_engine_counts() -> PolledEngineCounts {
-    let parked = lock(&SERVER.registry).parked;
+    let started = &SERVERS[..THREADS.started()];
+    let sum = |count: fn(&Server) -> &AtomicU64| -> u64 {
+        started
+            .iter()
+            .map(|server| count(server).load(Ordering::SeqCst))
+            .sum()
+    };
     PolledEngineCounts {
-        serving: SERVER.serving.load(Ordering::SeqCst),
-        functions: SERVER.functions.load(Ordering::SeqCst),
-        parked,
-        parks: SERVER.parks.load(Ordering::Relaxed),
+        serving: sum(|server| &server.serving),
+        functions: sum(|server| &server.functions),
+        parked: !started.is_empty() && started.iter().all(|server| lock(&server.registry).parked),
+        parks: sum(|server| &server.parks),
+        threads: started.len() as u64,
         retired_lanes: RETIRED_LANES.load(Ordering::Relaxed),
         kept_pages: KEPT_PAGES.load(Ordering::Relaxed),
     }
 }
 
-/// Starts the server's thread unless it runs.
-///
-/// # Errors
-/// [`Error::ThreadStart`](crate::Error::ThreadStart) when it cannot be started.
-pub(super) fn start() -> Result<()> {
-    THREAD.get().map(drop)
+/// How many server threads the polled engine spreads streams over: the size
+/// [`set_polled_engine_threads`] set, else the default rule's, half the cores the process may use
+/// ([`std::thread::available_parallelism`]), at most 4 and at least 1.
+pub fn polled_engine_threads() -> usize {
+    match SIZE.load(Ordering::Acquire) {
+        0 => match lock(&POOL).requested {
+            0 => default_threads(),
+            requested => requested,
+        },
+        size => size,
+    }
 }
 
-/// Makes sure the server serves `lane`, which just got a function queued. The server's thread
-/// runs: every enqueue started it first.
+/// Sets how many server threads the polled engine spreads streams over: from 1 (every polled
+/// function of the process on one thread, as the driver runs its host functions) to
+/// [`MAX_POLLED_ENGINE_THREADS`]. Functions of streams on different servers run in parallel;
+/// each server spins while it has functions following one another closely, so a busy pool of `n`
+/// takes up to `n` cores.
+///
+/// Set before the first polled stream ([`Stream::with_host_engine`](crate::Stream::with_host_engine)),
+/// the size is what the pool starts with. Set after, it applies to the lanes the engine takes
+/// on from then on: a larger size starts the missing threads now; with a smaller one, streams
+/// already on a server beyond it stay there until their queue has been empty a while, and that
+/// server then parks for good (threads are never stopped, so a parked one costs nothing).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for 0 or more than [`MAX_POLLED_ENGINE_THREADS`];
+/// [`Error::ThreadStart`] when the pool runs and a thread the larger size needs cannot start
+/// (the size stays what it was; the threads that did start serve once a later call succeeds).
+pub fn set_polled_engine_threads(threads: usize) -> Result<()> {
+    if !(1..=MAX_POLLED_ENGINE_THREADS).contains(&threads) {
+        return Err(Error::InvalidArgument {
+            what: format!(
+                "the polled engine takes 1 to {MAX_POLLED_ENGINE_THREADS} server threads, not \
+                 {threads}"
+            ),
+        });
+    }
+    let mut pool = lock(&POOL);
+    if SIZE.load(Ordering::Acquire) == 0 {
+        pool.requested = threads;
+        return Ok(());
+    }
+    start_threads(threads)?;
+    SIZE.store(threads, Ordering::Release);
+    Ok(())
+}
+
+fn default_threads() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    (cores / 2).clamp(1, DEFAULT_MOST)
+}
+
+/// Starts the pool unless it runs.
+///
+/// # Errors
+/// [`Error::ThreadStart`] when one of its threads cannot be started; those that did start stay,
+/// parked, and the next call starts the rest.
+pub(super) fn start() -> Result<()> {
+    if SIZE.load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    let pool = lock(&POOL);
+    if SIZE.load(Ordering::Acquire) != 0 {
+        return Ok(());
+    }
+    let size = match pool.requested {
+        0 => default_threads(),
+        requested => requested,
+    };
+    start_threads(size)?;
+    SIZE.store(size, Ordering::Release);
+    Ok(())
+}
+
+/// Starts the threads of `SERVERS[..size]` that do not run; called with the pool's lock held.
+fn start_threads(size: usize) -> Result<()> {
+    THREADS.start(size, |index| {
+        // Room for the lanes handed over between two of its rounds, so that handing one over
+        // (a launch) allocates nothing in the usual case, whichever server takes it.
+        lock(&SERVERS[index].registry).fresh.reserve(FRESH_RESERVED);
+    })
+}
+
+/// The server a lane not served goes to, with its index: of the pool's, the one serving the
+/// fewest lanes.
+fn least_busy() -> (usize, &'static Server) {
+    // At least 1: every enqueue started the pool first.
+    let size = SIZE.load(Ordering::Acquire).max(1);
+    let first = NEXT.fetch_add(1, Ordering::Relaxed) % size;
+    let index = (0..size)
+        .map(|offset| (first + offset) % size)
+        .min_by_key(|&index| SERVERS[index].serving.load(Ordering::Relaxed))
+        .unwrap_or(0);
+    (index, &SERVERS[index])
+}
+
+/// Makes sure a server serves `lane`, which just got a function queued. The pool runs: every
+/// enqueue started it first.
 pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
-    // Looked at before it is set, so that an enqueue on a lane the server keeps writes nothing
-    // here. A lane the server let go, it let go with its queue empty under the queue's lock,
-    // which this enqueue took afterwards to queue its function: the look sees it let go.
+    // Looked at before it is set, so that an enqueue on a lane a server keeps writes nothing
+    // here. A lane its server let go, it let go with its queue empty under the queue's lock,
+    // which this enqueue took afterwards to queue its function: the look sees it let go, and
+    // the server that let go touches the lane no more, so the next may be another.
     if lane.served.load(Ordering::Acquire) || lane.served.swap(true, Ordering::AcqRel) {
         return;
     }
-    SERVER.serving.fetch_add(1, Ordering::SeqCst);
-    let Ok(thread) = THREAD.get() else {
-        // Unreachable: the enqueue started the thread, which is never given back.
+    let (index, server) = least_busy();
+    let Some(thread) = THREADS.get(index) else {
+        // Unreachable: only servers whose threads run are handed lanes.
         return;
     };
-    let mut registry = lock(&SERVER.registry);
+    server.serving.fetch_add(1, Ordering::SeqCst);
+    let mut registry = lock(&server.registry);
     registry.fresh.push(Served {
         lane: Arc::clone(lane),
         words: lane.words(),
@@ -145,7 +290,8 @@ const YIELD: Duration = Duration::from_millis(1);
 const LONGEST_SLEEP: Duration = Duration::from_micros(200);
 const LINGER: Duration = Duration::from_millis(2);
 
-fn run() {
+/// A server's thread.
+fn run(server: &'static Server) {
     // Host functions run here: no cuda-host call reaches the driver from this thread, and
     // nothing is dropped here (values go to their launching threads, the rest to any caller).
     let _marked = InHostFunction::enter();
@@ -153,7 +299,7 @@ fn run() {
     let mut last_progress = Instant::now();
     loop {
         let round = catch_unwind(AssertUnwindSafe(|| {
-            serve_round(&mut served, &mut last_progress);
+            serve_round(server, &mut served, &mut last_progress);
         }));
         if let Err(payload) = round {
             dispose_panic(payload);
@@ -164,15 +310,15 @@ fn run() {
     }
 }
 
-/// One round of the server's loop: takes on the lanes registered, serves each, lets go of those
+/// One round of `server`'s loop: takes on the lanes handed to it, serves each, lets go of those
 /// quiet for `LINGER`, then spins, yields, sleeps or parks.
-fn serve_round(served: &mut Vec<Served>, last_progress: &mut Instant) {
+fn serve_round(server: &Server, served: &mut Vec<Served>, last_progress: &mut Instant) {
     {
-        let mut registry = lock(&SERVER.registry);
+        let mut registry = lock(&server.registry);
         served.append(&mut registry.fresh);
         if served.is_empty() && last_progress.elapsed() >= LINGER {
             registry.parked = true;
-            SERVER.parks.fetch_add(1, Ordering::Relaxed);
+            server.parks.fetch_add(1, Ordering::Relaxed);
             drop(registry);
             std::thread::park();
             *last_progress = Instant::now();
@@ -183,7 +329,7 @@ fn serve_round(served: &mut Vec<Served>, last_progress: &mut Instant) {
     let mut index = 0;
     while index < served.len() {
         let lane = &mut served[index];
-        if serve_lane(lane) {
+        if serve_lane(server, lane) {
             lane.last_active = Instant::now();
             progressed = true;
         }
@@ -199,7 +345,7 @@ fn serve_round(served: &mut Vec<Served>, last_progress: &mut Instant) {
         };
         if quiet {
             let done = served.swap_remove(index);
-            SERVER.serving.fetch_sub(1, Ordering::SeqCst);
+            server.serving.fetch_sub(1, Ordering::SeqCst);
             // The context's release is a driver call: made by a caller's thread instead.
             drop_when_allowed(done.context);
         } else {
@@ -222,18 +368,18 @@ fn serve_round(served: &mut Vec<Served>, last_progress: &mut Instant) {
 /// Runs the functions of `served` whose numbers the stream wrote, in order, acknowledging each,
 /// and acknowledges the numbers a capture took once those before them are done; lets them go
 /// unrun if the context failed. Whether any ran or went.
-fn serve_lane(served: &Served) -> bool {
+fn serve_lane(server: &Server, served: &Served) -> bool {
     let words = served.words;
     // The lane itself, whose locks every enqueue on it takes, is left alone while the stream
     // wrote no number since the last acknowledgement and no taken number waits.
-    let mut progressed = run_reached(served, words);
+    let mut progressed = run_reached(server, served, words);
     if !progressed && has_failed(served.context_address) {
         // The stream will never write again: its run-once records were abandoned by the
         // failure's path; raw functions are not run, as the driver runs none after a failure.
         let let_go: Vec<_> = lock(&served.lane.queue).drain(..).collect();
         if let Some(last) = let_go.last() {
             words.acknowledge(last.number);
-            SERVER
+            server
                 .functions
                 .fetch_add(let_go.len() as u64, Ordering::SeqCst);
             logged!(debug!(
@@ -250,7 +396,7 @@ fn serve_lane(served: &Served) -> bool {
 /// order, acknowledging each: the first queued when the stream's word holds its number (the
 /// stream writes the next only once it was acknowledged), and a number a capture took as soon
 /// as it is first. Whether any went.
-fn run_reached(served: &Served, words: Words) -> bool {
+fn run_reached(server: &Server, served: &Served, words: Words) -> bool {
     let lane: &Lane = &served.lane;
     let mut ran = false;
     loop {
@@ -279,7 +425,7 @@ fn run_reached(served: &Served, words: Words) -> bool {
             observed.end();
         }
         words.acknowledge(waiting.number);
-        SERVER.functions.fetch_add(1, Ordering::SeqCst);
+        server.functions.fetch_add(1, Ordering::SeqCst);
         ran = true;
     }
 }
