@@ -128,3 +128,57 @@ fn a_builders_capture_that_cudarc_ends_meanwhile_is_not_used_after_its_graph_is_
         "the builder used the graph of a capture cudarc ended and destroyed ({added:?})"
     );
 }
+
+/// With the `nvtx` feature, the first graph record a process makes attaches the profiler, and
+/// without one logs that none is set: user code (the logger, a profiler's initializers). A
+/// replayable launch made that record while it held the lock that a builder's end takes for
+/// writing, so a logger ending a capture through cuda-host waited for itself.
+#[cfg(feature = "nvtx")]
+#[test]
+fn a_logger_run_by_a_replayable_launch_may_end_a_capture_through_cuda_host() {
+    suite::alone_in_child!(a_logger_run_by_a_replayable_launch_may_end_a_capture_through_cuda_host);
+    static STREAM: std::sync::OnceLock<Stream> = std::sync::OnceLock::new();
+    static ENDED: AtomicBool = AtomicBool::new(false);
+    struct CapturingLogger;
+    impl log::Log for CapturingLogger {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            if !record.args().to_string().contains("NVTX_INJECTION64_PATH") {
+                return;
+            }
+            let stream = STREAM.get().expect("the logger's stream");
+            let builder = cuda_host::GraphBuilder::begin(stream, cuda_host::CaptureMode::Relaxed)
+                .expect("the logger's capture");
+            drop(builder.end().expect("the logger's capture ends"));
+            ENDED.store(true, Ordering::SeqCst);
+        }
+        fn flush(&self) {}
+    }
+    let context = context();
+    STREAM.set(new_stream(&context)).expect("set once");
+    log::set_logger(&CapturingLogger).expect("the only logger");
+    log::set_max_level(log::LevelFilter::Trace);
+    let stream = new_stream(&context);
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    let added = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&added);
+    let adding = std::thread::spawn(move || {
+        // SAFETY: the capture ends only after the call.
+        let result = unsafe { cuda_host::host_launch_replayable(&stream, || {}) };
+        done.store(true, Ordering::SeqCst);
+        (result, stream)
+    });
+    suite::wait_until(
+        "the replayable launch to return (not wait for its own logger)",
+        || added.load(Ordering::SeqCst),
+    );
+    let (result, _stream) = adding.join().expect("the adding thread");
+    result.expect("added");
+    assert!(ENDED.load(Ordering::SeqCst), "the logger ran");
+    drop(capture.end().expect("the capture is still valid"));
+}
