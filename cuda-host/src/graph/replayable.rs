@@ -86,6 +86,9 @@ where
 {
     let function = Arc::new(outside_host_function("host_launch_replayable", function)?);
     let name = std::any::type_name::<F>();
+    // A profiler attaching, or a log that none is set, is user code: not under the capture
+    // lock the node's record is made under.
+    crate::observe::prepare();
     let live = || {
         let run = Arc::clone(&function);
         launch_run_once(
