@@ -5,9 +5,11 @@
 //! user object (`user_object::attach_for`), then `cuLaunchHostFunc` on the capturing stream adds
 //! the node that runs it. The graph's handle is valid only until the capture ends, so a capture
 //! begun through cuda-host ([`GraphBuilder`](super::GraphBuilder)) ends only once no thread is
-//! between those calls ([`adding`], [`ending`]); a capture other code began must not end on
+//! between those calls ([`adding`], [`ending`]); a capture other code began, or other code
+//! ending a builder's capture (cudarc's `end_capture` on a shared stream), must not end it on
 //! another thread meanwhile, which is the safety rule of
-//! [`host_launch_replayable`](super::host_launch_replayable).
+//! [`host_launch_replayable`](super::host_launch_replayable). `GraphBuilder::callback`, safe,
+//! cannot uphold that against cudarc's safe `end_capture` on another thread.
 
 use super::user_object;
 use crate::checked::checked;

@@ -62,16 +62,21 @@ use std::sync::Arc;
 /// cuda-host began, nor calls the driver on that capture's graph. The call adds the node
 /// through the graph's handle that `cuStreamGetCaptureInfo` gives, which the driver keeps valid
 /// only until the capture ends, and the driver's calls on one graph must not overlap (NVIDIA's
-/// rule for graphs). A capture begun through [`GraphBuilder`] cannot: it ends only once no
-/// thread is adding a node to a capture. On a stream that is not capturing, and on the calling
-/// thread's own captures, there is nothing to uphold.
+/// rule for graphs). A capture begun through [`GraphBuilder`] does not end through cuda-host
+/// meanwhile: the builder's end waits until no thread is adding a node to a capture; other code
+/// that can end it (cudarc's `end_capture`, on a stream shared through `Stream::from_cudarc`)
+/// must not. The rule covers a capture another thread begins during the call too, which the
+/// call may find and add to: where no other thread captures `stream` during the call, and on
+/// the calling thread's own captures, there is nothing to uphold.
 ///
 /// # Errors
 /// [`Error::InHostFunction`] inside a host function; [`Error::CaptureNotActive`] when the
 /// stream's capture was invalidated (nothing is enqueued: ending it yields no graph); the
 /// driver's error (`CUDA_ERROR_STREAM_CAPTURE_IMPLICIT` for the legacy stream while a blocking
 /// stream of its context captures). On error nothing stays attached to a graph and the callable
-/// is dropped as [`host_launch`]'s refused closures are.
+/// is dropped as [`host_launch`]'s refused closures are; refused by a capturing stream's
+/// driver calls, at this thread's next cuda-host call or [`reclaim`](fn@crate::reclaim) (a drop
+/// during the capture could invalidate it).
 ///
 /// [`host_launch`]: fn@crate::host_launch
 /// [`GraphBuilder`]: crate::GraphBuilder
@@ -82,11 +87,13 @@ pub unsafe fn host_launch_replayable<F>(stream: &Stream, function: F) -> Result<
 where
     F: Fn() + Send + Sync + 'static,
 {
-    let function = outside_host_function("host_launch_replayable", function)?;
-    let callable: HostCallable = Arc::new(function);
+    let function = Arc::new(outside_host_function("host_launch_replayable", function)?);
     let name = std::any::type_name::<F>();
+    // A profiler attaching, or a log that none is set, is user code: not under the capture
+    // lock the node's record is made under.
+    crate::observe::prepare();
     let live = || {
-        let run = Arc::clone(&callable);
+        let run = Arc::clone(&function);
         launch_run_once(
             stream,
             RunOnceClosure(move || run()),
@@ -96,15 +103,21 @@ where
     };
     let node = |graph| {
         let shared = Arc::clone(stream.shared_context());
-        let record = GraphRecord::callable(shared, Arc::clone(&callable), name);
+        let callable: HostCallable = Arc::clone(&function) as HostCallable;
+        let record = GraphRecord::callable(shared, callable, name);
         // SAFETY: `graph` is the graph the stream captures into, which does not end during the
         // call (`launch`).
         unsafe { capture::add_record_node(stream, graph, record) }
     };
     // SAFETY: per the caller.
     let launched = unsafe { launch(stream, live, node) };
-    // The last reference when nothing took one: dropped as a refused closure is.
-    drop_when_allowed(callable);
+    // Where a launch or a graph's record took a reference (also one refused and waiting in
+    // this thread's inbox), this one only goes: no drain runs here, where a `Drop` of this
+    // thread's could invalidate a capture other code began. The last reference, when nothing
+    // took one, is dropped as a refused closure is.
+    if let Some(function) = Arc::into_inner(function) {
+        drop_when_allowed(function);
+    }
     launched
 }
 
