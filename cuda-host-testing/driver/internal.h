@@ -573,6 +573,14 @@ CUresult cusw_exec_upload(struct cusw_exec *x, struct cusw_stream *s);
 /* [locked] The host node made from graph node `node` runs fn(data) from the next launch on. */
 CUresult cusw_exec_set_host_params(struct cusw_exec *x, CUgraphNode node, CUhostFn fn,
                                    void *data);
+/* [locked] cuGraphExecUpdate's work: when `g` has the topology of the executable's graph (its
+ * nodes in creation order, their types, each node's edges in order), every node's parameters
+ * come from `g`'s node paired with it, and the executable's user-object references are replaced
+ * by references of its own to `g`'s (the old ones, released now, live on in launches in flight).
+ * Otherwise CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE and nothing changes. Either way *info says
+ * which (its nodes are `g`'s). */
+CUresult cusw_exec_update(struct cusw_exec *x, struct cusw_graph *g,
+                          CUgraphExecUpdateResultInfo *info);
 
 /* ---- Memory (model/memory.c) ----------------------------------------------------------------- */
 

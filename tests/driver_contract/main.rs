@@ -18,6 +18,7 @@ mod copies;
 mod coverage;
 mod devices;
 mod errors;
+mod exec_updates;
 mod fresh_contexts;
 mod graphs;
 mod harness;

@@ -1,6 +1,7 @@
 /*
  * graph_execs.c - Graph Management, executable graphs: cuGraphInstantiateWithFlags,
- * cuGraphLaunch, cuGraphUpload, cuGraphExecDestroy, cuGraphExecHostNodeSetParams.
+ * cuGraphLaunch, cuGraphUpload, cuGraphExecDestroy, cuGraphExecHostNodeSetParams,
+ * cuGraphExecUpdate_v2.
  */
 #include "internal.h"
 
@@ -106,6 +107,33 @@ CUSW_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgrap
     CUresult rc = x == NULL ? CUDA_ERROR_INVALID_VALUE
                             : cusw_exec_set_host_params(x, hNode, nodeParams->fn,
                                                         nodeParams->userData);
+    cusw_lock_release();
+    return rc;
+}
+
+/* As documented: resultInfo->result is CU_GRAPH_EXEC_UPDATE_ERROR for an invalid value, and
+ * CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE answers an update refused for the graph it was given
+ * (model/exec.c says which checks and results are modelled). A NULL resultInfo, which the
+ * documentation does not allow, answers CUDA_ERROR_INVALID_VALUE (not measured on the real
+ * driver); so does a graph still being captured. The update takes no context: it may be made
+ * while the executable's launches are in flight. */
+CUSW_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
+                                          CUgraphExecUpdateResultInfo *resultInfo)
+{
+    CUSW_INIT_ENTRY();
+    if (resultInfo == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_exec *x = exec_of(hGraphExec);
+    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    CUresult rc;
+    if (x == NULL || g == NULL || g->capture != NULL) {
+        resultInfo->result = CU_GRAPH_EXEC_UPDATE_ERROR;
+        resultInfo->errorNode = resultInfo->errorFromNode = NULL;
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        rc = cusw_exec_update(x, g, resultInfo);
+    }
     cusw_lock_release();
     return rc;
 }
