@@ -5,13 +5,13 @@
 //! ([`suite::capture_lock`]); global-mode ones run alone in a child process.
 
 use cuda_host::{
-    CaptureMode, Context, Error, GraphBuilder, HostEngine, Stream, StreamFlags, UserData,
-    host_launch, host_launch_replayable, host_launch_replayable_raw, launch_slot_counts,
+    CaptureMode, Context, Error, Event, EventFlags, GraphBuilder, HostEngine, Stream, StreamFlags,
+    UserData, host_launch, host_launch_replayable, host_launch_replayable_raw, launch_slot_counts,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use suite::capture::{Capture, is_capturing};
 use suite::{Tally, capture_lock, context};
@@ -489,4 +489,125 @@ fn on_a_failed_context_a_replayable_launch_is_refused_and_its_callable_dropped()
     );
     assert_eq!(tally.drop_threads(), [std::thread::current().id()]);
     assert_eq!(tally.runs(), 0);
+}
+
+/// A value whose `Drop` asks whether its work finished (`cuEventQuery`), as a pool recycling a
+/// buffer does: a call a capture of the dropping thread forbids.
+struct QueriesOnDrop {
+    event: Event,
+    answered: Arc<Mutex<Option<bool>>>,
+}
+
+impl Drop for QueriesOnDrop {
+    fn drop(&mut self) {
+        *self.answered.lock().unwrap() = Some(self.event.is_complete().is_ok());
+    }
+}
+
+/// The calling thread's capture other code began, in thread-local mode, and a host function
+/// this thread launched before it that has finished: its record waits in this thread's inbox.
+/// Adding a replayable callable to the capture must not drop that record then (its `Drop` is
+/// user code, which the capture may forbid): the capture must stay valid.
+#[test]
+fn a_replayable_launch_into_a_foreign_capture_drops_nothing_that_could_invalidate_it() {
+    let _alone = capture_lock();
+    let context = context();
+    let other = new_stream(&context);
+    let stream = new_stream(&context);
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    event.record(&other).expect("record");
+    other.synchronize().expect("synchronize");
+    let answered = Arc::new(Mutex::new(None));
+    let value = QueriesOnDrop {
+        event,
+        answered: Arc::clone(&answered),
+    };
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&ran);
+    host_launch(&other, move || {
+        let _held = &value;
+        flag.store(true, Ordering::SeqCst);
+    })
+    .expect("launch");
+    // Waited for without a cuda-host call, which would drop the record before the capture.
+    suite::wait_until("the host function to run", || ran.load(Ordering::SeqCst));
+    std::thread::sleep(Duration::from_millis(20));
+
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+    );
+    let tally = Tally::new();
+    let probe = tally.probe();
+    // SAFETY: this thread ends the capture, after the call.
+    unsafe { cuda_host::host_launch_replayable(&stream, move || probe.ran()) }
+        .expect("added to the capture");
+    let dropped_during_capture = answered.lock().unwrap().is_some();
+    let ended = capture.end();
+    assert!(
+        ended.is_ok(),
+        "the capture was invalidated (a record dropped during it: {dropped_during_capture}): {:?}",
+        ended.err()
+    );
+    drop(ended);
+    cuda_host::reclaim();
+    assert_eq!(
+        *answered.lock().unwrap(),
+        Some(true),
+        "dropped after the capture"
+    );
+}
+
+/// With the `nvtx` feature, the first graph record a process makes attaches the profiler, and
+/// without one logs that none is set: user code (the logger, a profiler's initializers). A
+/// replayable launch made that record while it held the lock that a builder's end takes for
+/// writing, so a logger ending a capture through cuda-host waited for itself.
+#[cfg(feature = "nvtx")]
+#[test]
+fn a_logger_run_by_a_replayable_launch_may_end_a_capture_through_cuda_host() {
+    suite::alone_in_child!(a_logger_run_by_a_replayable_launch_may_end_a_capture_through_cuda_host);
+    static STREAM: std::sync::OnceLock<Stream> = std::sync::OnceLock::new();
+    static ENDED: AtomicBool = AtomicBool::new(false);
+    struct CapturingLogger;
+    impl log::Log for CapturingLogger {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            if !record.args().to_string().contains("NVTX_INJECTION64_PATH") {
+                return;
+            }
+            let stream = STREAM.get().expect("the logger's stream");
+            let builder = cuda_host::GraphBuilder::begin(stream, cuda_host::CaptureMode::Relaxed)
+                .expect("the logger's capture");
+            drop(builder.end().expect("the logger's capture ends"));
+            ENDED.store(true, Ordering::SeqCst);
+        }
+        fn flush(&self) {}
+    }
+    let context = context();
+    STREAM.set(new_stream(&context)).expect("set once");
+    log::set_logger(&CapturingLogger).expect("the only logger");
+    log::set_max_level(log::LevelFilter::Trace);
+    let stream = new_stream(&context);
+    let capture = Capture::begin(
+        stream.as_raw(),
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    let added = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&added);
+    let adding = std::thread::spawn(move || {
+        // SAFETY: the capture ends only after the call.
+        let result = unsafe { cuda_host::host_launch_replayable(&stream, || {}) };
+        done.store(true, Ordering::SeqCst);
+        (result, stream)
+    });
+    suite::wait_until(
+        "the replayable launch to return (not wait for its own logger)",
+        || added.load(Ordering::SeqCst),
+    );
+    let (result, _stream) = adding.join().expect("the adding thread");
+    result.expect("added");
+    assert!(ENDED.load(Ordering::SeqCst), "the logger ran");
+    drop(capture.end().expect("the capture is still valid"));
 }

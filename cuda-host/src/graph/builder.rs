@@ -3,7 +3,7 @@
 use super::capture;
 use super::graph::Graph;
 use crate::checked::checked;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::host_launch::{HostLaunch, UserData};
 use crate::launch::{
     CaptureBeginning, CaptureMark, GraphRecord, HostCallable, capture_state,
@@ -72,11 +72,24 @@ impl<'stream> GraphBuilder<'stream> {
     /// NVIDIA's reference: [`cuStreamBeginCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
     ///
     /// # Errors
-    /// The driver's error from `cuStreamBeginCapture_v2` (for example, the legacy stream cannot
-    /// be captured, nor a stream already capturing).
+    /// [`Error::InvalidArgument`] for [`CaptureMode::Relaxed`] on a stream from
+    /// [`Stream::from_cudarc`](crate::Stream): cudarc could end that capture on another thread
+    /// while a callback uses the graph being captured. The driver's error from
+    /// `cuStreamBeginCapture_v2` (for example, the legacy stream cannot be captured, nor a
+    /// stream already capturing).
     #[doc(alias = "cuStreamBeginCapture")]
     pub fn begin(stream: &'stream Stream, mode: CaptureMode) -> Result<Self> {
         ensure_outside_host_function("GraphBuilder::begin")?;
+        if mode == CaptureMode::Relaxed && stream.is_shared_with_a_library() {
+            // cudarc's safe `end_capture` could end it on another thread while a callback uses
+            // the graph's handle; the other modes end only on the thread that began them.
+            return Err(Error::InvalidArgument {
+                what: "a relaxed-mode capture of a stream cudarc holds may be ended by cudarc on \
+                       another thread while a callback is added: capture it in global or \
+                       thread-local mode, which only the thread that began it can end"
+                    .to_owned(),
+            });
+        }
         let capturing = CaptureMark::new(mode == CaptureMode::Global);
         let mode = match mode {
             CaptureMode::Global => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,

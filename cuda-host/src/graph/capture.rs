@@ -3,37 +3,41 @@
 //!
 //! `cuStreamGetCaptureInfo` names the graph being captured; the record goes to it through a
 //! user object (`user_object::attach_for`), then `cuLaunchHostFunc` on the capturing stream adds
-//! the node that runs it. The graph's handle is valid only until the capture ends, so a capture
-//! begun through cuda-host ([`GraphBuilder`](super::GraphBuilder)) ends only once no thread is
-//! between those calls ([`adding`], [`ending`]); a capture other code began, or other code
-//! ending a builder's capture (cudarc's `end_capture` on a shared stream), must not end it on
-//! another thread meanwhile, which is the safety rule of
-//! [`host_launch_replayable`](super::host_launch_replayable). `GraphBuilder::callback`, safe,
-//! cannot uphold that against cudarc's safe `end_capture` on another thread.
+//! the node that runs it. The graph's handle is valid only until the capture ends, and the
+//! driver's calls on one graph must not overlap (NVIDIA's rule for graphs), so adding a node
+//! holds one process-wide lock ([`adding`]), which a capture begun through cuda-host
+//! ([`GraphBuilder`](super::GraphBuilder)) takes to end ([`ending`]). Other code that could end
+//! a builder's capture on another thread meanwhile is kept out: only a relaxed-mode capture may
+//! end on another thread than the one that began it, and a builder refuses relaxed mode on a
+//! stream another library's safe API holds (`Stream::from_cudarc`). A capture other code began
+//! must not end on another thread during the call, which is the safety rule of
+//! [`host_launch_replayable`](super::host_launch_replayable).
 
 use super::user_object;
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::GraphRecord;
 use crate::objects::Stream;
+use crate::sync::lock;
 use cuda_host_sys::{CUgraph, CUstreamCaptureStatus};
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, MutexGuard};
 
-/// Held for reading by a thread adding a node to a capture, for writing by a thread ending a
-/// capture begun through cuda-host. No user code runs while it is held (a `Drop` that ended a
-/// capture there would wait for itself).
-static CAPTURE_ENDS: RwLock<()> = RwLock::new(());
+/// Held by a thread adding a node to a capture, and by a thread ending a capture begun through
+/// cuda-host. No user code runs while it is held (a `Drop` that ended a capture there would wait
+/// for itself).
+static CAPTURE_NODES: Mutex<()> = Mutex::new(());
 
-/// Held while a node is added to a capture: captures begun through cuda-host do not end meanwhile.
-pub(crate) fn adding() -> RwLockReadGuard<'static, ()> {
-    CAPTURE_ENDS.read().unwrap_or_else(PoisonError::into_inner)
+/// Held while a node is added to a capture: captures begun through cuda-host do not end
+/// meanwhile, and no other node is added to any capture.
+pub(crate) fn adding() -> MutexGuard<'static, ()> {
+    lock(&CAPTURE_NODES)
 }
 
 /// Held while a capture begun through cuda-host ends: no node is being added to it.
-pub(crate) fn ending() -> RwLockWriteGuard<'static, ()> {
-    CAPTURE_ENDS.write().unwrap_or_else(PoisonError::into_inner)
+pub(crate) fn ending() -> MutexGuard<'static, ()> {
+    lock(&CAPTURE_NODES)
 }
 
 /// What `cuStreamGetCaptureInfo` says of a stream.

@@ -62,12 +62,12 @@ use std::sync::Arc;
 /// cuda-host began, nor calls the driver on that capture's graph. The call adds the node
 /// through the graph's handle that `cuStreamGetCaptureInfo` gives, which the driver keeps valid
 /// only until the capture ends, and the driver's calls on one graph must not overlap (NVIDIA's
-/// rule for graphs). A capture begun through [`GraphBuilder`] does not end through cuda-host
-/// meanwhile: the builder's end waits until no thread is adding a node to a capture; other code
-/// that can end it (cudarc's `end_capture`, on a stream shared through `Stream::from_cudarc`)
-/// must not. The rule covers a capture another thread begins during the call too, which the
-/// call may find and add to: where no other thread captures `stream` during the call, and on
-/// the calling thread's own captures, there is nothing to uphold.
+/// rule for graphs). A capture begun through [`GraphBuilder`] does not end meanwhile: its end
+/// waits until no thread is adding a node to a capture, and other code cannot end it on another
+/// thread (a builder refuses relaxed mode on a stream cudarc holds). The rule covers a capture
+/// another thread begins during the call too, which the call may find and add to: where no
+/// other thread captures `stream` during the call, and on the calling thread's own captures,
+/// there is nothing to uphold.
 ///
 /// # Errors
 /// [`Error::InHostFunction`] inside a host function; [`Error::CaptureNotActive`] when the

@@ -136,6 +136,9 @@ impl Stream {
     ///    default stream on a per-thread table (`CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`).
     /// 2. It must not be destroyed while the returned `Stream` exists: the driver crashes on a
     ///    destroyed stream handle.
+    /// 3. Other code must not end a relaxed-mode capture that a [`GraphBuilder`](crate::GraphBuilder)
+    ///    began on it while a callback is being added: the callback uses the graph being captured,
+    ///    whose handle is valid only until the capture ends.
     pub unsafe fn borrow_raw(context: &Context, raw: CUstream) -> Stream {
         let ownership = if raw.is_null() || raw == CU_STREAM_LEGACY || raw == CU_STREAM_PER_THREAD {
             Ownership::Special
@@ -221,6 +224,12 @@ impl Stream {
     /// The context the stream belongs to.
     pub fn context(&self) -> &Context {
         &self.context
+    }
+
+    /// Whether another library's safe API holds the stream too ([`Stream::from_cudarc`]): it
+    /// may end a capture of it on any thread.
+    pub(crate) fn is_shared_with_a_library(&self) -> bool {
+        self.keep_alive.is_some()
     }
 
     /// What the stream's context shares with its launch records.
