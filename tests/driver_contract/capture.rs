@@ -52,6 +52,62 @@ fn is_capturing_answers_active_during_a_capture_and_none_after_it() {
 }
 
 #[test]
+fn an_end_from_another_thread_is_refused_but_ends_a_global_or_thread_local_capture() {
+    // Measured on the 13.0 driver: the other thread's end answers WRONG_THREAD, yet the capture
+    // is over (its graph discarded), and the beginning thread's end answers ILLEGAL_STATE. A
+    // relaxed capture ends on any thread, with its graph.
+    let _alone = alone();
+    let context = current_context();
+    for mode in [
+        GLOBAL,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        RELAXED,
+    ] {
+        let stream = non_blocking(&context);
+        // SAFETY: a live stream that is not capturing.
+        ok("cuStreamBeginCapture_v2", unsafe {
+            driver().cuStreamBeginCapture_v2(stream.as_raw(), mode)
+        });
+        let raw = stream.as_raw().expose_provenance();
+        let (elsewhere, graph) = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    context.bind_to_thread().expect("bind");
+                    let mut graph = ptr::null_mut();
+                    // SAFETY: the live stream above; a valid out-pointer.
+                    let result = unsafe {
+                        driver()
+                            .cuStreamEndCapture(ptr::with_exposed_provenance_mut(raw), &mut graph)
+                    };
+                    (result, graph.expose_provenance())
+                })
+                .join()
+                .expect("the other thread")
+        });
+        assert_eq!(is_capturing(stream.as_raw()), (SUCCESS, NONE), "{mode:?}");
+        let mut own = ptr::null_mut();
+        // SAFETY: as above.
+        let ended = unsafe { driver().cuStreamEndCapture(stream.as_raw(), &mut own) };
+        assert_eq!(ended, CUresult::CUDA_ERROR_ILLEGAL_STATE, "{mode:?}");
+        if mode == RELAXED {
+            assert_eq!(elsewhere, SUCCESS);
+            assert_ne!(graph, 0, "a relaxed capture's graph");
+            // SAFETY: the graph the other thread's end returned, owned here.
+            ok("cuGraphDestroy", unsafe {
+                driver().cuGraphDestroy(ptr::with_exposed_provenance_mut(graph))
+            });
+        } else {
+            assert_eq!(
+                elsewhere,
+                CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
+                "{mode:?}"
+            );
+            assert_eq!(graph, 0, "{mode:?}: a refused end returned a graph");
+        }
+    }
+}
+
+#[test]
 fn capture_info_reports_an_active_capture_with_a_unique_id_its_graph_and_its_last_node() {
     let _alone = alone();
     let context = current_context();

@@ -282,8 +282,13 @@ CUresult cusw_capture_end(struct cusw_stream *s, CUgraph *graph)
         return CUDA_ERROR_ILLEGAL_STATE;
     if (c->origin != s)
         return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-    if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->thread_serial != cusw_thread_serial())
+    if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->thread_serial != cusw_thread_serial()) {
+        /* Refused, yet the capture ends, its graph discarded: the stream is not capturing
+         * afterwards and the beginning thread's own end answers CUDA_ERROR_ILLEGAL_STATE (the
+         * 13.0 driver on an H200). */
+        finish(c, NULL);
         return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    }
     *graph = NULL;
     CUresult rc = c->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : check_joined(c);
     finish(c, rc == CUDA_SUCCESS ? graph : NULL);

@@ -72,21 +72,23 @@ impl<'stream> GraphBuilder<'stream> {
     /// NVIDIA's reference: [`cuStreamBeginCapture`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for [`CaptureMode::Relaxed`] on a stream from
-    /// [`Stream::from_cudarc`](crate::Stream): cudarc could end that capture on another thread
-    /// while a callback uses the graph being captured. The driver's error from
+    /// [`Error::InvalidArgument`] for a stream from [`Stream::from_cudarc`](crate::Stream):
+    /// cudarc's safe `end_capture` could end the capture on another thread while a callback
+    /// uses the graph being captured. The driver's error from
     /// `cuStreamBeginCapture_v2` (for example, the legacy stream cannot be captured, nor a
     /// stream already capturing).
     #[doc(alias = "cuStreamBeginCapture")]
     pub fn begin(stream: &'stream Stream, mode: CaptureMode) -> Result<Self> {
         ensure_outside_host_function("GraphBuilder::begin")?;
-        if mode == CaptureMode::Relaxed && stream.is_shared_with_a_library() {
-            // cudarc's safe `end_capture` could end it on another thread while a callback uses
-            // the graph's handle; the other modes end only on the thread that began them.
+        if stream.is_shared_with_a_library() {
+            // cudarc's safe `end_capture` ends a capture from any thread, in any mode (another
+            // thread's end is refused in global and thread-local mode, yet ends it), and could
+            // so destroy the graph while a callback uses its handle.
             return Err(Error::InvalidArgument {
-                what: "a relaxed-mode capture of a stream cudarc holds may be ended by cudarc on \
-                       another thread while a callback is added: capture it in global or \
-                       thread-local mode, which only the thread that began it can end"
+                what: "a stream cudarc holds cannot be captured by a GraphBuilder: cudarc's \
+                       end_capture may end the capture on another thread while a callback is \
+                       added; capture it with cudarc and add host functions with \
+                       host_launch_replayable"
                     .to_owned(),
             });
         }

@@ -7,11 +7,11 @@
 //! driver's calls on one graph must not overlap (NVIDIA's rule for graphs), so adding a node
 //! holds one process-wide lock ([`adding`]), which a capture begun through cuda-host
 //! ([`GraphBuilder`](super::GraphBuilder)) takes to end ([`ending`]). Other code that could end
-//! a builder's capture on another thread meanwhile is kept out: only a relaxed-mode capture may
-//! end on another thread than the one that began it, and a builder refuses relaxed mode on a
-//! stream another library's safe API holds (`Stream::from_cudarc`). A capture other code began
-//! must not end on another thread during the call, which is the safety rule of
-//! [`host_launch_replayable`](super::host_launch_replayable).
+//! a builder's capture on another thread meanwhile is kept out: a builder refuses a stream
+//! another library's safe API holds (`Stream::from_cudarc`; any thread's end ends a capture, in
+//! any mode, though it is refused outside relaxed mode), and `Stream::borrow_raw`'s callers
+//! promise it for theirs. A capture other code began must not end on another thread during the
+//! call, which is the safety rule of [`host_launch_replayable`](super::host_launch_replayable).
 
 use super::user_object;
 use crate::checked::checked;

@@ -224,6 +224,11 @@ impl Graph {
                 cuGraphGetNodes(self.raw, ptr::null_mut(), &mut count)
             )
         }?;
+        if count == 0 {
+            // The 13.0 driver answered `CUDA_ERROR_INVALID_VALUE` listing an empty graph's
+            // nodes: no array is asked for when there are none.
+            return Ok(Vec::new());
+        }
         let mut nodes = vec![ptr::null_mut(); count];
         // SAFETY: the array holds `count` nodes.
         unsafe {

@@ -61,10 +61,11 @@ use std::sync::Arc;
 /// While the call runs, no other thread ends a capture of `stream` that code other than
 /// cuda-host began, nor calls the driver on that capture's graph. The call adds the node
 /// through the graph's handle that `cuStreamGetCaptureInfo` gives, which the driver keeps valid
-/// only until the capture ends, and the driver's calls on one graph must not overlap (NVIDIA's
-/// rule for graphs). A capture begun through [`GraphBuilder`] does not end meanwhile: its end
+/// only until the capture ends (another thread's `cuStreamEndCapture` ends it in any mode, also
+/// when it answers that it was the wrong thread), and the driver's calls on one graph must not
+/// overlap (NVIDIA's rule for graphs). A capture begun through [`GraphBuilder`] does not end meanwhile: its end
 /// waits until no thread is adding a node to a capture, and other code cannot end it on another
-/// thread (a builder refuses relaxed mode on a stream cudarc holds). The rule covers a capture
+/// thread (a builder refuses a stream cudarc holds). The rule covers a capture
 /// another thread begins during the call too, which the call may find and add to: where no
 /// other thread captures `stream` during the call, and on the calling thread's own captures,
 /// there is nothing to uphold.

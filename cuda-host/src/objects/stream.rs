@@ -136,9 +136,10 @@ impl Stream {
     ///    default stream on a per-thread table (`CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`).
     /// 2. It must not be destroyed while the returned `Stream` exists: the driver crashes on a
     ///    destroyed stream handle.
-    /// 3. Other code must not end a relaxed-mode capture that a [`GraphBuilder`](crate::GraphBuilder)
-    ///    began on it while a callback is being added: the callback uses the graph being captured,
-    ///    whose handle is valid only until the capture ends.
+    /// 3. Other code must not end a capture that a [`GraphBuilder`](crate::GraphBuilder) began on
+    ///    it (in any mode: another thread's end is refused in global and thread-local mode, yet
+    ///    ends the capture) while a callback is being added: the callback uses the graph being
+    ///    captured, whose handle is valid only until the capture ends.
     pub unsafe fn borrow_raw(context: &Context, raw: CUstream) -> Stream {
         let ownership = if raw.is_null() || raw == CU_STREAM_LEGACY || raw == CU_STREAM_PER_THREAD {
             Ownership::Special
