@@ -474,12 +474,7 @@ fn on_a_failed_context_a_replayable_launch_is_refused_and_its_callable_dropped()
     let context = context();
     let stream = new_stream(&context);
     let fault = suite::kernels::Fault::load(context.driver());
-    fault.launch(&stream);
-    let error = stream.synchronize().unwrap_err();
-    assert_eq!(
-        error.driver_result(),
-        Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)
-    );
+    fault.fail(&stream);
     let tally = Tally::new();
     let error = replayable(&stream, &tally).unwrap_err();
     assert_eq!(

@@ -63,4 +63,21 @@ impl<'driver> Fault<'driver> {
                 .launch_fault(stream, cuda_host_sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
         }
     }
+
+    /// Fails `stream`'s context: enqueues the fault and waits until a synchronize answers it.
+    ///
+    /// # Panics
+    /// When the fault cannot be enqueued, or the synchronize answers anything but the illegal
+    /// address.
+    #[track_caller]
+    pub fn fail(&self, stream: &cuda_host::Stream) {
+        self.launch(stream);
+        let error = stream
+            .synchronize()
+            .expect_err("the synchronize answers the fault");
+        assert_eq!(
+            error.driver_result(),
+            Some(cuda_host_sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)
+        );
+    }
 }
