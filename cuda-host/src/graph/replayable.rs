@@ -63,12 +63,12 @@ use std::sync::Arc;
 /// through the graph's handle that `cuStreamGetCaptureInfo` gives, which the driver keeps valid
 /// only until the capture ends (another thread's `cuStreamEndCapture` ends it in any mode, also
 /// when it answers that it was the wrong thread), and the driver's calls on one graph must not
-/// overlap (NVIDIA's rule for graphs). A capture begun through [`GraphBuilder`] does not end meanwhile: its end
-/// waits until no thread is adding a node to a capture, and other code cannot end it on another
-/// thread (a builder refuses a stream cudarc holds). The rule covers a capture
-/// another thread begins during the call too, which the call may find and add to: where no
-/// other thread captures `stream` during the call, and on the calling thread's own captures,
-/// there is nothing to uphold.
+/// overlap (NVIDIA's rule for graphs). A capture begun through [`GraphBuilder`] does not end
+/// meanwhile: its end waits until no thread is adding a node to a capture, and other code
+/// cannot end it on another thread (a builder refuses a stream cudarc holds). The rule covers a
+/// capture another thread begins during the call too, which the call may find and add to:
+/// where no other thread captures `stream` during the call, and on the calling thread's own
+/// captures, there is nothing to uphold.
 ///
 /// # Errors
 /// [`Error::InHostFunction`] inside a host function; [`Error::CaptureNotActive`] when the
