@@ -126,7 +126,7 @@ pub(super) fn enqueue(
             Ok(marked) => {
                 let progress = Arc::clone(&marked.track) as Arc<dyn Progress>;
                 word.waits()
-                    .note_stream(Arc::clone(&progress), marked.point);
+                    .note_stream(Arc::clone(&progress), marked.point, context.raw().addr());
                 // The word, and the context whose tracks its drains look at, stay until the
                 // stream passed the operation.
                 hold_until(

@@ -18,7 +18,8 @@
 //! (`super::Shared`'s drop), but a stream's signal enqueued earlier is a store, not a maximum: it
 //! may land later and lower it again, under a wait that no handle can release any more. So the
 //! timeline stays listed, and each round raises the value back to the release value, until every
-//! stream passed its last operation on it (or its context failed).
+//! stream passed its last operation on it (or that stream's own context failed: a failure of the
+//! timeline's context stops none of another context's streams).
 //!
 //! The word's memory belongs to [`Word`](super::word::Word), which closes this value before it
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.
@@ -33,8 +34,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 
-/// A stream's last operation on the timeline: its track and the point marked after it.
-pub(super) type StreamUse = (Arc<dyn Progress>, u64);
+/// A stream's last operation on the timeline: its track, the point marked after it, and the
+/// stream's context (`CUcontext` address), which may be another than the timeline's.
+pub(super) type StreamUse = (Arc<dyn Progress>, u64, usize);
 
 pub(super) struct Waits {
     /// The context (`CUcontext` address).
@@ -137,15 +139,16 @@ impl Waits {
         wake_all(woken);
     }
 
-    /// Notes the last operation of a stream (its track and the point after it): for the
-    /// abandoned timeline and for learning a failure.
-    pub(super) fn note_stream(&self, progress: Arc<dyn Progress>, point: u64) {
+    /// Notes the last operation of a stream of `context` (`CUcontext` address): its track and
+    /// the point after it; for the abandoned timeline and for learning a failure.
+    pub(super) fn note_stream(&self, progress: Arc<dyn Progress>, point: u64, context: usize) {
         let mut state = lock(&self.state);
-        let same =
-            |(known, _): &StreamUse| std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(&progress));
+        let same = |(known, _, _): &StreamUse| {
+            std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(&progress))
+        };
         match state.streams.iter_mut().find(|known| same(known)) {
             Some(known) => known.1 = known.1.max(point),
-            None => state.streams.push((progress, point)),
+            None => state.streams.push((progress, point, context)),
         }
     }
 
@@ -209,19 +212,24 @@ impl Watched for Waits {
             return;
         };
         // Looked at without the lock: a look may log, and a logger may call cuda-host back.
-        let failed = has_failed(self.context);
+        // A stream is done with the word once it passed its operation or its own context failed
+        // (that of another device's stream may be the timeline's, or not).
         let passed: Vec<bool> = streams
             .iter()
-            .map(|(progress, point)| failed || progress.passed(Look::Paced) >= *point)
+            .map(|(progress, point, context)| {
+                has_failed(*context)
+                    || progress.passed(Look::Paced) >= *point
+                    || has_failed(*context)
+            })
             .collect();
-        let failed = failed || has_failed(self.context);
+        let failed = has_failed(self.context);
         let mut state = lock(&self.state);
-        state.streams.retain(|(progress, point)| {
-            let index = streams.iter().position(|(known, _)| {
+        state.streams.retain(|(progress, point, _)| {
+            let index = streams.iter().position(|(known, _, _)| {
                 std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(progress))
             });
             // Passed, unless another operation was noted on the stream since.
-            !(failed || index.is_some_and(|index| passed[index] && streams[index].1 >= *point))
+            !index.is_some_and(|index| passed[index] && streams[index].1 >= *point)
         });
         if failed {
             let before = state.waiters.len();

@@ -12,7 +12,9 @@
 //! freed when it is released. The watcher reads it
 //! through `Waits` (`super::waits`), which this value closes before the memory goes.
 //! Where a capture may have taken an operation on it, it is kept for the life of the process
-//! ([`Word::keep`]): a graph may read or write it whenever it runs.
+//! ([`Word::keep`]): a graph may read or write it whenever it runs. Once a stream of another
+//! context reached it, so is its context: that stream, or its graph, outlives the context, whose
+//! release would free the pages (kept ones too, as the driver frees a context's memory).
 
 use crate::checked::checked;
 use crate::error::{Error, Result};
@@ -158,6 +160,12 @@ impl Drop for Word {
         self.waits.close();
         if self.kept.load(Ordering::Relaxed) {
             self.context.shared().keep_pinned_word(self.memory);
+            if !lock(&self.elsewhere).is_empty() {
+                // A stream of another context, or its graph, may read the word after this
+                // context's last value went: the context, whose release would free its pages,
+                // is kept for the life of the process too.
+                std::mem::forget(self.context.clone());
+            }
             return;
         }
         // No handle is left and every stream that used it passed its operations (the module's
