@@ -10,7 +10,7 @@ use cuda_host::{
 use cuda_host_sys::CUresult;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use suite::{Tally, capture_lock, context, hold_and_release, wait_until};
 
@@ -540,4 +540,71 @@ fn a_graph_callable_whose_drop_panics_is_reported_on_a_callers_thread_and_the_dr
     host_launch(&stream, move || probe.ran()).expect("launch");
     stream.synchronize().expect("synchronize");
     assert_eq!(after.runs(), 1);
+}
+
+/// Adding a callback's node holds the capture lock; when the node cannot be added and the
+/// graph's reference to the callable cannot be released either, cuda-host logs that under the
+/// lock. The logger is user code: one that ends a capture through cuda-host (a builder's end
+/// takes the same lock) waits for itself.
+#[test]
+fn a_logger_run_when_a_callbacks_node_cannot_be_added_may_end_a_capture_through_cuda_host() {
+    let test =
+        "a_logger_run_when_a_callbacks_node_cannot_be_added_may_end_a_capture_through_cuda_host";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "failing driver calls is a control of the software driver",
+        );
+    };
+    // Alone in a process: a logger is set once per process.
+    suite::alone_in_child!(
+        a_logger_run_when_a_callbacks_node_cannot_be_added_may_end_a_capture_through_cuda_host
+    );
+    static STREAM: OnceLock<Stream> = OnceLock::new();
+    static ENDED: AtomicBool = AtomicBool::new(false);
+    struct CapturingLogger;
+    impl log::Log for CapturingLogger {
+        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+            true
+        }
+        fn log(&self, record: &log::Record<'_>) {
+            if !record.args().to_string().contains("could not be released") {
+                return;
+            }
+            let stream = STREAM.get().expect("the logger's stream");
+            let builder =
+                GraphBuilder::begin(stream, CaptureMode::Relaxed).expect("the logger's capture");
+            drop(builder.end().expect("the logger's capture ends"));
+            ENDED.store(true, Ordering::SeqCst);
+        }
+        fn flush(&self) {}
+    }
+    let context = context();
+    STREAM.set(new_stream(&context)).expect("set once");
+    log::set_logger(&CapturingLogger).expect("the only logger");
+    log::set_max_level(log::LevelFilter::Trace);
+    let returned = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&returned);
+    let adding = std::thread::spawn(move || {
+        let stream = new_stream(&context);
+        let builder = GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture");
+        // The node cannot be added, and the graph cannot let go of the callable's user object.
+        controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+        controls.fail_next_calls(
+            c"cuGraphReleaseUserObject",
+            1,
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+        );
+        let result = builder.callback(|| {});
+        done.store(true, Ordering::SeqCst);
+        drop(builder);
+        result
+    });
+    wait_until(
+        "the callback to return (not wait for its own logger)",
+        || returned.load(Ordering::SeqCst),
+    );
+    let result = adding.join().expect("the adding thread");
+    assert!(result.is_err(), "the node was added: {result:?}");
+    assert!(ENDED.load(Ordering::SeqCst), "the logger ran");
 }

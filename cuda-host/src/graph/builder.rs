@@ -3,6 +3,7 @@
 use super::capture;
 use super::graph::Graph;
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::host_launch::{HostLaunch, UserData};
 use crate::launch::{
@@ -232,7 +233,7 @@ impl Drop for GraphBuilder<'_> {
                 drop(unsafe { Graph::from_raw(self.stream.context(), graph) });
             }
             Ok(_) => {}
-            Err(error) => log::warn!("ending an abandoned capture: {error}"),
+            Err(error) => logged!(warn!("ending an abandoned capture: {error}")),
         }
     }
 }

@@ -1,12 +1,9 @@
-//! Where timelines used by streams of other contexts, and the lock that adding a node to a
-//! capture holds, fall short: a kept word outliving the context that holds its memory, a
-//! timeline's context failure cutting short the streams of other contexts that read it, and a
-//! logger run under the capture lock.
+//! Timelines used by streams of other contexts than their own: a kept word outlives the context
+//! that holds its memory while another context's stream reads it, and a failure of the
+//! timeline's context leaves no other context's stream waiting.
 
-use cuda_host::{CaptureMode, Context, Device, GraphBuilder, Stream, StreamFlags, Timeline};
+use cuda_host::{Context, Device, Stream, StreamFlags, Timeline};
 use cuda_host_sys::CUresult;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use suite::{Gate, MappedWords, context, wait_until};
 
@@ -125,71 +122,4 @@ fn a_failure_of_the_timelines_context_leaves_no_other_contexts_stream_waiting() 
         || words.get(0) == 1,
     );
     waiter.synchronize().expect("synchronize");
-}
-
-/// Adding a callback's node holds the capture lock; when the node cannot be added and the
-/// graph's reference to the callable cannot be released either, cuda-host logs that under the
-/// lock. The logger is user code: one that ends a capture through cuda-host (a builder's end
-/// takes the same lock) waits for itself.
-#[test]
-fn a_logger_run_when_a_callbacks_node_cannot_be_added_may_end_a_capture_through_cuda_host() {
-    let test =
-        "a_logger_run_when_a_callbacks_node_cannot_be_added_may_end_a_capture_through_cuda_host";
-    let Some(controls) = suite::software::controls() else {
-        return suite::skip(
-            test,
-            "failing driver calls is a control of the software driver",
-        );
-    };
-    // Alone in a process: a logger is set once per process.
-    suite::alone_in_child!(
-        a_logger_run_when_a_callbacks_node_cannot_be_added_may_end_a_capture_through_cuda_host
-    );
-    static STREAM: OnceLock<Stream> = OnceLock::new();
-    static ENDED: AtomicBool = AtomicBool::new(false);
-    struct CapturingLogger;
-    impl log::Log for CapturingLogger {
-        fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-            true
-        }
-        fn log(&self, record: &log::Record<'_>) {
-            if !record.args().to_string().contains("could not be released") {
-                return;
-            }
-            let stream = STREAM.get().expect("the logger's stream");
-            let builder =
-                GraphBuilder::begin(stream, CaptureMode::Relaxed).expect("the logger's capture");
-            drop(builder.end().expect("the logger's capture ends"));
-            ENDED.store(true, Ordering::SeqCst);
-        }
-        fn flush(&self) {}
-    }
-    let context = context();
-    STREAM.set(new_stream(&context)).expect("set once");
-    log::set_logger(&CapturingLogger).expect("the only logger");
-    log::set_max_level(log::LevelFilter::Trace);
-    let returned = Arc::new(AtomicBool::new(false));
-    let done = Arc::clone(&returned);
-    let adding = std::thread::spawn(move || {
-        let stream = new_stream(&context);
-        let builder = GraphBuilder::begin(&stream, CaptureMode::Relaxed).expect("capture");
-        // The node cannot be added, and the graph cannot let go of the callable's user object.
-        controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
-        controls.fail_next_calls(
-            c"cuGraphReleaseUserObject",
-            1,
-            CUresult::CUDA_ERROR_INVALID_VALUE,
-        );
-        let result = builder.callback(|| {});
-        done.store(true, Ordering::SeqCst);
-        drop(builder);
-        result
-    });
-    wait_until(
-        "the callback to return (not wait for its own logger)",
-        || returned.load(Ordering::SeqCst),
-    );
-    let result = adding.join().expect("the adding thread");
-    assert!(result.is_err(), "the node was added: {result:?}");
-    assert!(ENDED.load(Ordering::SeqCst), "the logger ran");
 }
