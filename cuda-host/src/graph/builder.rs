@@ -122,9 +122,8 @@ impl<'stream> GraphBuilder<'stream> {
     /// launch in flight can run it, and is dropped afterwards on a caller's thread.
     ///
     /// # Errors
-    /// [`Error::CaptureNotActive`](crate::Error::CaptureNotActive) when the capture was
-    /// invalidated or ended; the driver's error otherwise. On error nothing stays attached to the
-    /// graph.
+    /// [`Error::CaptureNotActive`] when the capture was invalidated or ended; the driver's error
+    /// otherwise. On error nothing stays attached to the graph.
     pub fn callback<F>(&self, callable: F) -> Result<()>
     where
         F: Fn() + Send + Sync + 'static,
