@@ -29,6 +29,9 @@ use std::sync::{Arc, Mutex};
 /// Words kept for the life of the process because a capture may have taken an operation on
 /// them (see the module's documentation).
 pub(super) static KEPT_WORDS: AtomicU64 = AtomicU64::new(0);
+/// Contexts kept for the life of the process because a kept word of theirs may be read by a
+/// stream of another context (see [`Word`]'s drop).
+static KEPT_CONTEXTS: Mutex<Vec<Context>> = Mutex::new(Vec::new());
 /// Words in use or kept, process-wide.
 pub(super) static LIVE_WORDS: AtomicU64 = AtomicU64::new(0);
 
@@ -164,7 +167,7 @@ impl Drop for Word {
                 // A stream of another context, or its graph, may read the word after this
                 // context's last value went: the context, whose release would free its pages,
                 // is kept for the life of the process too.
-                std::mem::forget(self.context.clone());
+                lock(&KEPT_CONTEXTS).push(self.context.clone());
             }
             return;
         }
