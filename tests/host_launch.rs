@@ -641,41 +641,7 @@ fn a_captured_value_whose_drop_panics_still_lets_its_context_go() {
     });
 }
 
-/// Counts the heap allocations of each thread, to show what a launch allocates.
-mod allocations {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-
-    struct PerThreadCount;
-
-    thread_local! {
-        static COUNT: Cell<usize> = const { Cell::new(0) };
-    }
-
-    // SAFETY: forwards to the system allocator unchanged; only counts.
-    unsafe impl GlobalAlloc for PerThreadCount {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            let _ = COUNT.try_with(|count| count.set(count.get() + 1));
-            // SAFETY: same contract as the caller's.
-            unsafe { System.alloc(layout) }
-        }
-
-        unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-            // SAFETY: same contract as the caller's.
-            unsafe { System.dealloc(pointer, layout) }
-        }
-    }
-
-    #[global_allocator]
-    static ALLOCATOR: PerThreadCount = PerThreadCount;
-
-    /// The calling thread's allocations during `work`.
-    pub fn during(work: impl FnOnce()) -> usize {
-        let before = COUNT.with(Cell::get);
-        work();
-        COUNT.with(Cell::get) - before
-    }
-}
+suite::count_allocations_per_thread!();
 
 #[test]
 fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm() {
@@ -722,19 +688,19 @@ fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm
     )
     .expect("synchronize");
     assert_eq!(
-        allocations::during(|| closures::<8>(&stream)),
+        allocations::during(|| closures::<8>(&stream)).0,
         0,
         "64 bytes inline"
     );
     assert_eq!(RAN.load(Ordering::Relaxed), LAUNCHES * 8);
     assert_eq!(
-        allocations::during(|| closures::<9>(&stream)),
+        allocations::during(|| closures::<9>(&stream)).0,
         LAUNCHES,
         "72 bytes boxed"
     );
     RUNS_COUNTED.store(0, Ordering::Relaxed);
-    let short = allocations::during(|| copies(&stream, 48)) - 1; // less the Vec of the bytes
-    let long = allocations::during(|| copies(&stream, 49)) - 1;
+    let short = allocations::during(|| copies(&stream, 48)).0 - 1; // less the Vec of the bytes
+    let long = allocations::during(|| copies(&stream, 49)).0 - 1;
     assert_eq!((short, long), (0, LAUNCHES), "48 bytes inline, 49 boxed");
     assert_eq!(RUNS_COUNTED.load(Ordering::Relaxed), 2 * LAUNCHES);
 }
@@ -761,7 +727,7 @@ fn a_named_closure_of_64_bytes_launches_without_allocating_once_slots_are_warm()
         Stream::synchronize,
     )
     .expect("synchronize");
-    let allocated = allocations::during(|| {
+    let (allocated, ()) = allocations::during(|| {
         for launch in 0..LAUNCHES {
             let words = [launch as u64; 8];
             host_launch(

@@ -323,41 +323,7 @@ fn every_server_of_the_pool_spins_while_its_function_is_pending_then_parks_using
     );
 }
 
-/// Counts the heap allocations of each thread, to show what a launch allocates.
-mod allocations {
-    use std::alloc::{GlobalAlloc, Layout, System};
-    use std::cell::Cell;
-
-    struct PerThreadCount;
-
-    thread_local! {
-        static COUNT: Cell<usize> = const { Cell::new(0) };
-    }
-
-    // SAFETY: forwards to the system allocator unchanged; only counts.
-    unsafe impl GlobalAlloc for PerThreadCount {
-        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-            let _ = COUNT.try_with(|count| count.set(count.get() + 1));
-            // SAFETY: same contract as the caller's.
-            unsafe { System.alloc(layout) }
-        }
-
-        unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-            // SAFETY: same contract as the caller's.
-            unsafe { System.dealloc(pointer, layout) }
-        }
-    }
-
-    #[global_allocator]
-    static ALLOCATOR: PerThreadCount = PerThreadCount;
-
-    /// The calling thread's allocations during `work`.
-    pub fn during<R>(work: impl FnOnce() -> R) -> (usize, R) {
-        let before = COUNT.with(Cell::get);
-        let output = work();
-        (COUNT.with(Cell::get) - before, output)
-    }
-}
+suite::count_allocations_per_thread!();
 
 #[test]
 fn a_launch_that_hands_its_lane_to_any_server_of_the_pool_allocates_nothing() {

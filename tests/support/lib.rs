@@ -25,6 +25,7 @@
 //! - [`quiet`] keeps the tests' deliberate panics out of their output; [`test_driver`] installs
 //!   it.
 
+pub mod allocations;
 pub mod capture;
 pub mod child;
 pub mod cpu_time;
