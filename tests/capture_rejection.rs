@@ -27,11 +27,7 @@ unsafe extern "C" fn add_one(counter: *mut c_void) {
 
 /// Instantiates `graph`, launches it `times` times on `stream`, waits, and destroys both.
 fn run_graph(graph: Graph, stream: &Stream, times: usize) {
-    let exec = graph.instantiate();
-    for _ in 0..times {
-        exec.launch(stream.as_raw());
-    }
-    stream.synchronize().expect("synchronize");
+    graph.instantiate().run(stream, times);
 }
 
 #[test]

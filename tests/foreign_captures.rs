@@ -66,10 +66,7 @@ fn a_replayable_callable_in_a_raw_capture_runs_on_every_launch(mode: CUstreamCap
     );
     let graph = capture.end().expect("the capture is still valid");
     let executable = graph.instantiate();
-    for _ in 0..1_000 {
-        executable.launch(stream.as_raw());
-    }
-    stream.synchronize().expect("synchronize");
+    executable.run(&stream, 1_000);
     assert_eq!(tally.runs(), 1_000, "{mode:?}");
     drop(graph);
     assert_still_held(&tally, "dropped while an executable exists");
@@ -141,10 +138,7 @@ fn a_clone_of_the_captured_graph_keeps_the_callable_after_the_original_is_gone()
     assert_still_held(&tally, "dropped while a clone exists");
     let executable = clone.instantiate();
     drop(clone);
-    for _ in 0..3 {
-        executable.launch(stream.as_raw());
-    }
-    stream.synchronize().expect("synchronize");
+    executable.run(&stream, 3);
     assert_eq!(tally.runs(), 3);
     assert_still_held(&tally, "dropped while the clone's executable exists");
     drop(executable);
@@ -226,9 +220,7 @@ fn host_launch_keeps_refusing_a_capturing_stream() {
     let tally = Tally::new();
     replayable(&stream, &tally).expect("added to the capture");
     let graph = capture.end().expect("the capture is still valid");
-    let executable = graph.instantiate();
-    executable.launch(stream.as_raw());
-    stream.synchronize().expect("synchronize");
+    graph.instantiate().run(&stream, 1);
     assert_eq!(tally.runs(), 1, "only the replayable callable is a node");
 }
 
@@ -293,10 +285,7 @@ fn a_capture_begun_between_the_look_and_the_live_launch_gets_the_node() {
     added.expect("added to the capture that took the live launch");
     let graph = capture.end().expect("the capture is still valid");
     let executable = graph.instantiate();
-    for _ in 0..3 {
-        executable.launch(stream.as_raw());
-    }
-    stream.synchronize().expect("synchronize");
+    executable.run(&stream, 3);
     assert_eq!(
         tally.runs(),
         3,
@@ -325,10 +314,7 @@ fn on_the_polled_engine_a_capture_gets_the_drivers_host_node_and_a_live_launch_t
     replayable(&stream, &tally).expect("added to the capture");
     let graph = capture.end().expect("the capture is still valid");
     let executable = graph.instantiate();
-    for _ in 0..10 {
-        executable.launch(stream.as_raw());
-    }
-    stream.synchronize().expect("synchronize");
+    executable.run(&stream, 10);
     assert_eq!(tally.runs(), 10);
     drop((graph, executable));
     tally.reclaim_until_dropped(1, "the callable to be dropped after the graph");
@@ -362,10 +348,7 @@ fn the_raw_form_copies_its_user_data_into_a_record_the_graph_owns() {
     let graph = capture.end().expect("the capture is still valid");
     let executable = graph.instantiate();
     drop(graph);
-    for _ in 0..4 {
-        executable.launch(stream.as_raw());
-    }
-    stream.synchronize().expect("synchronize");
+    executable.run(&stream, 4);
     assert_eq!(
         counter.load(Ordering::SeqCst),
         20,
@@ -454,10 +437,8 @@ fn a_panicking_replayable_callable_is_reported_on_every_launch_and_the_graph_goe
     unsafe { host_launch_replayable(&stream, panicking) }.expect("added to the capture");
     replayable(&stream, &tally).expect("added to the capture");
     let graph = capture.end().expect("the capture is still valid");
-    let executable = graph.instantiate();
-    executable.launch(stream.as_raw());
-    executable.launch(stream.as_raw());
-    stream.synchronize().expect("the stream goes on");
+    // The stream goes on.
+    graph.instantiate().run(&stream, 2);
     cuda_host::clear_host_panic_hook();
     assert_eq!(
         (*reports.lock().unwrap(), tally.runs()),

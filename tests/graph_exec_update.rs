@@ -46,8 +46,7 @@ fn let_wrong_drops_show(stream: &Stream) {
     let sentinel = Tally::new();
     let graph = captured_graph(stream, &sentinel);
     let exec = graph.instantiate();
-    exec.launch(stream.as_raw());
-    stream.synchronize().expect("synchronize");
+    exec.run(stream, 1);
     drop((graph, exec));
     sentinel.reclaim_until_dropped(1, "the sentinel callable to be dropped");
     cuda_host::reclaim();
@@ -61,8 +60,7 @@ fn an_executable_updated_from_another_captured_graph_runs_and_keeps_that_graphs_
     let (a, b) = (Tally::new(), Tally::new());
     let graph_a = captured_graph(&stream, &a);
     let exec = graph_a.instantiate();
-    exec.launch(stream.as_raw());
-    stream.synchronize().expect("synchronize");
+    exec.run(&stream, 1);
     assert_eq!(a.runs(), 1);
 
     let graph_b = captured_graph(&stream, &b);
@@ -74,10 +72,7 @@ fn an_executable_updated_from_another_captured_graph_runs_and_keeps_that_graphs_
         )
     );
     drop(graph_b);
-    for _ in 0..LAUNCHES {
-        exec.launch(stream.as_raw());
-    }
-    stream.synchronize().expect("synchronize");
+    exec.run(&stream, LAUNCHES);
     assert_eq!(
         (a.runs(), b.runs()),
         (1, LAUNCHES),

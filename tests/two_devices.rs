@@ -10,7 +10,6 @@ use cuda_host::{
 };
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::time::Duration;
@@ -251,13 +250,8 @@ fn a_host_function_other_code_captures_on_device_1_while_device_0_is_current_is_
     contexts[1].bind_to_thread().expect("bind device 1");
     let graph = capture.end().expect("the capture is still valid");
     let executable = graph.instantiate();
-    let runs = AtomicUsize::new(0);
-    for _ in 0..10 {
-        executable.launch(stream.as_raw());
-        runs.fetch_add(1, Ordering::Relaxed);
-    }
-    stream.synchronize().expect("synchronize");
-    assert_eq!(tally.runs(), runs.load(Ordering::Relaxed));
+    executable.run(&stream, 10);
+    assert_eq!(tally.runs(), 10);
     drop((graph, executable));
     tally.reclaim_until_dropped(1, "the callable to be dropped after the graph");
     assert_eq!(tally.drop_threads(), [std::thread::current().id()]);

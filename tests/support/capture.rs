@@ -214,6 +214,18 @@ impl Exec {
             test_driver().driver.cuGraphLaunch(self.0, stream)
         });
     }
+
+    /// Launches the executable `times` times on `stream`, then waits until the stream ran them.
+    ///
+    /// # Panics
+    /// When the driver refuses a launch, or the synchronize answers an error.
+    #[track_caller]
+    pub fn run(&self, stream: &cuda_host::Stream, times: usize) {
+        for _ in 0..times {
+            self.launch(stream.as_raw());
+        }
+        stream.synchronize().expect("synchronize");
+    }
 }
 
 impl Drop for Exec {
