@@ -213,7 +213,8 @@ impl Watched for Waits {
         };
         // Looked at without the lock: a look may log, and a logger may call cuda-host back.
         // A stream is done with the word once it passed its operation or its own context failed
-        // (that of another device's stream may be the timeline's, or not).
+        // (that of another device's stream may be the timeline's, or not). The failure is asked
+        // after the look too: the look itself may be what found it.
         let passed: Vec<bool> = streams
             .iter()
             .map(|(progress, point, context)| {
