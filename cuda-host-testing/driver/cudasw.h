@@ -357,6 +357,10 @@ CUresult cuswSetStickyError(CUcontext ctx, CUresult code);
 CUresult cuswLaunchFault(CUstream stream, CUresult code);
 /* Enqueue on `stream` a stand-in for a long kernel: the worker sleeps `microseconds`. */
 CUresult cuswLaunchSleep(CUstream stream, unsigned int microseconds);
+/* From now on every stream wait on memory reads its word once every `microseconds` (0 restores the
+ * default: a backoff from 1 us to 1 ms between reads): plays a device slow to see a host's write,
+ * holding open the window between the write and the stream's seeing it. */
+CUresult cuswSetWaitPollInterval(unsigned int microseconds);
 /* Report `version` from cuDriverGetVersion and hide from cuGetProcAddress every ABI newer than
  * it; 0 restores the default. */
 CUresult cuswSetDriverVersion(int version);

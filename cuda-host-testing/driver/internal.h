@@ -441,6 +441,9 @@ struct cusw_launch {
     struct cusw_uref_list urefs;
 };
 
+/* Every stream wait on memory reads its word once every `usec` from now on; 0 restores the
+ * backoff (cuswSetWaitPollInterval). */
+void cusw_set_wait_poll_interval(unsigned int usec);
 /* Runs the action on the calling (worker) thread, unlocked. */
 void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx);
 /* Called when the action is enqueued on a stream: counts the host functions it will run or skip

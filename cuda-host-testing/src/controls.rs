@@ -24,6 +24,7 @@ pub struct Controls {
     set_sticky_error: unsafe extern "C" fn(CUcontext, CUresult) -> CUresult,
     launch_fault: unsafe extern "C" fn(CUstream, CUresult) -> CUresult,
     launch_sleep: unsafe extern "C" fn(CUstream, c_uint) -> CUresult,
+    set_wait_poll_interval: unsafe extern "C" fn(c_uint) -> CUresult,
     set_driver_version: unsafe extern "C" fn(c_int) -> CUresult,
     override_device_attribute: unsafe extern "C" fn(CUdevice_attribute, *const c_int) -> CUresult,
     user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
@@ -114,6 +115,7 @@ impl Controls {
             set_sticky_error: control!(c"cuswSetStickyError"),
             launch_fault: control!(c"cuswLaunchFault"),
             launch_sleep: control!(c"cuswLaunchSleep"),
+            set_wait_poll_interval: control!(c"cuswSetWaitPollInterval"),
             set_driver_version: control!(c"cuswSetDriverVersion"),
             override_device_attribute: control!(c"cuswOverrideDeviceAttribute"),
             user_object_stats: control!(c"cuswUserObjectStats"),
@@ -199,6 +201,27 @@ impl Controls {
         // SAFETY: a live stream's handle; the driver checks it against its registry.
         check("cuswLaunchSleep", unsafe {
             (self.launch_sleep)(stream.as_raw(), microseconds)
+        })
+    }
+
+    /// From now on every stream wait on memory reads its word once every `interval` (to the
+    /// microsecond); `None` restores the default, a backoff from 1 µs to 1 ms between reads. Plays
+    /// a device slow to see a host's write (one time-sliced with other work), holding open the
+    /// window between the write and the stream's seeing it. Process-wide.
+    ///
+    /// # Errors
+    /// [`Error::DelayTooLong`] over `u32::MAX` microseconds; [`Error::Control`] when the driver
+    /// answers an error.
+    #[doc(alias = "cuswSetWaitPollInterval")]
+    pub fn set_wait_poll_interval(&self, interval: Option<Duration>) -> Result<(), Error> {
+        let microseconds = match interval {
+            None => 0,
+            // 0 would restore the backoff: a zero interval asks for the shortest there is.
+            Some(interval) => microseconds(interval)?.max(1),
+        };
+        // SAFETY: no pointer arguments.
+        check("cuswSetWaitPollInterval", unsafe {
+            (self.set_wait_poll_interval)(microseconds)
         })
     }
 

@@ -1,5 +1,6 @@
-//! The software driver's own controls (software driver only): fault injection, delays, the
-//! reported driver version, counts of calls, of live objects and of stale handles.
+//! The software driver's own controls (software driver only): fault injection, delays, the pace
+//! of stream waits, the reported driver version, counts of calls, of live objects and of stale
+//! handles.
 
 use crate::harness::*;
 use cuda_host::{Event, EventFlags};
@@ -186,6 +187,44 @@ fn launch_sleep_holds_its_stream_for_at_least_the_time_given() {
     assert!(
         reached >= SLEEP,
         "work after the sleep started after {reached:?}"
+    );
+}
+
+#[test]
+fn a_wait_poll_interval_leaves_a_host_write_unseen_that_long_and_none_restores_the_backoff() {
+    let controls = controls_or_skip!(
+        a_wait_poll_interval_leaves_a_host_write_unseen_that_long_and_none_restores_the_backoff
+    );
+    // Alone in a process: the interval holds for every stream wait of the process.
+    suite::alone_in_child!(
+        a_wait_poll_interval_leaves_a_host_write_unseen_that_long_and_none_restores_the_backoff
+    );
+    const INTERVAL: Duration = Duration::from_millis(300);
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let words = suite::MappedWords::new(&context, 4);
+    // How long after the host's write the stream that waits for it goes on, the wait having
+    // read the word once before the write.
+    let seen_after = |gate: usize, mark: usize| {
+        words.wait_in_stream(&stream, gate, 1);
+        words.write_in_stream(&stream, mark, 1);
+        std::thread::sleep(Duration::from_millis(20));
+        let written = Instant::now();
+        words.set(gate, 1);
+        wait_until("the stream past its wait", || words.get(mark) == 1);
+        written.elapsed()
+    };
+    controls.set_wait_poll_interval(Some(INTERVAL));
+    let slow = seen_after(0, 1);
+    controls.set_wait_poll_interval(None);
+    let restored = seen_after(2, 3);
+    assert!(
+        slow >= INTERVAL / 2,
+        "at an interval of {INTERVAL:?}, the write was seen after {slow:?}"
+    );
+    assert!(
+        restored < INTERVAL,
+        "with the backoff restored, the write was seen after {restored:?}"
     );
 }
 

@@ -124,6 +124,12 @@ impl Controls {
         ok(self.0.delay_next_calls(entry, count, delay));
     }
 
+    /// [`cuda_host_testing::Controls::set_wait_poll_interval`].
+    #[track_caller]
+    pub fn set_wait_poll_interval(&self, interval: Option<Duration>) {
+        ok(self.0.set_wait_poll_interval(interval));
+    }
+
     /// [`cuda_host_testing::Controls::stale_handle_uses`].
     #[track_caller]
     pub fn stale_handle_uses(&self) -> u64 {

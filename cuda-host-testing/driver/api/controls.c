@@ -98,6 +98,13 @@ CUSW_EXPORT CUresult cuswLaunchSleep(CUstream stream, unsigned int microseconds)
     return cusw_submit(stream, false, &a);
 }
 
+CUSW_EXPORT CUresult cuswSetWaitPollInterval(unsigned int microseconds)
+{
+    CUSW_ENTRY();
+    cusw_set_wait_poll_interval(microseconds);
+    return CUDA_SUCCESS;
+}
+
 CUSW_EXPORT CUresult cuswSetDriverVersion(int version)
 {
     CUSW_ENTRY();

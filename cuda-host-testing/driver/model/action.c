@@ -36,16 +36,25 @@ static bool wait_condition_met(const struct cusw_action *a)
     }
 }
 
-/* The device polls memory; so do we, backing off from 1 us to 1 ms between reads. The wait gives
- * up when the context gets a sticky error or is being torn down, so a faulted or released context
- * never leaves a worker polling forever. */
+/* Microseconds between a wait's reads of its word set by cuswSetWaitPollInterval; 0: the backoff. */
+static atomic_uint wait_poll_interval_us;
+
+void cusw_set_wait_poll_interval(unsigned int usec)
+{
+    atomic_store(&wait_poll_interval_us, usec);
+}
+
+/* The device polls memory; so do we, backing off from 1 us to 1 ms between reads, or at the
+ * interval a test set. The wait gives up when the context gets a sticky error or is being torn
+ * down, so a faulted or released context never leaves a worker polling forever. */
 static void wait_value(const struct cusw_action *a, struct cusw_ctx *ctx)
 {
     unsigned long delay = 1;
     while (!wait_condition_met(a)) {
         if (cusw_ctx_sticky(ctx) != CUDA_SUCCESS || atomic_load(&ctx->tearing_down))
             return;
-        cusw_sleep_us(delay);
+        unsigned int interval = atomic_load(&wait_poll_interval_us);
+        cusw_sleep_us(interval != 0 ? interval : delay);
         if (delay < 1000)
             delay *= 2;
     }
