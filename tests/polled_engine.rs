@@ -346,6 +346,82 @@ fn a_contexts_lanes_go_back_to_it_when_their_last_user_is_gone_for_its_next_valu
     assert_eq!(allocations(), before + 1, "the page was not taken again");
 }
 
+#[test]
+fn a_page_of_lanes_taken_again_keeps_the_acknowledgements_its_streams_have_yet_to_see() {
+    let test = "a_page_of_lanes_taken_again_keeps_the_acknowledgements_its_streams_have_yet_to_see";
+    let Some(controls) = software_controls(
+        test,
+        "a device slow to see a host's write is a control of the software driver",
+    ) else {
+        return;
+    };
+    // Alone in a process: the pace of stream waits is process-wide.
+    suite::alone_in_child!(
+        a_page_of_lanes_taken_again_keeps_the_acknowledgements_its_streams_have_yet_to_see
+    );
+    let owner = context();
+    let gone = Tally::new();
+    // SAFETY: `owner` keeps the context retained for the whole test, past every use.
+    let borrowed =
+        unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
+            .expect("borrowed");
+    // The page's first lane: a stream whose work is done, so that the next value's first stream
+    // takes that lane and acknowledges its numbers in the same word as the second lane's.
+    let first = polled_stream(&borrowed);
+    host_launch(&first, || {}).expect("launch");
+    first.synchronize().expect("synchronize");
+    // The second lane: another thread's per-thread stream, dropped here, so watched on this
+    // thread's stream and not its own: nothing of it keeps the context value while its wait has
+    // yet to see its acknowledgement, which a device slow to read host memory sees late.
+    controls.set_wait_poll_interval(Some(Duration::from_millis(200)));
+    let words = Arc::new(MappedWords::new(&owner, 1));
+    let (ran, has_run) = std::sync::mpsc::channel();
+    let (stream_sent, stream_received) = std::sync::mpsc::channel();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let other = std::thread::spawn({
+        let (borrowed, words, done) = (borrowed.clone(), Arc::clone(&words), Arc::clone(&done));
+        move || {
+            borrowed.bind_to_thread().expect("current");
+            let stream = Stream::per_thread(&borrowed)
+                .with_host_engine(HostEngine::Polled)
+                .expect("a polled per-thread stream");
+            host_launch(&stream, move || {
+                // Long enough that the stream's first read of the acknowledgement comes before it.
+                std::thread::sleep(Duration::from_millis(5));
+                ran.send(()).expect("the test waits");
+            })
+            .expect("launch");
+            words.write_in_stream(&stream, 0, 1);
+            stream_sent.send(stream).expect("the test waits");
+            drop(borrowed);
+            // Its launch's record comes home here; the thread lives on, and so does its stream.
+            while !done.load(Ordering::Acquire) {
+                reclaim();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    });
+    has_run.recv().expect("the host function ran");
+    drop(stream_received.recv().expect("the stream"));
+    drop((first, borrowed));
+    gone.reclaim_until_dropped(1, "the context value's last reference");
+    // The next value takes the page again, and its stream the first lane.
+    // SAFETY: as above.
+    let next = unsafe { Context::borrow_raw(owner.driver(), owner.as_raw()) }.expect("borrowed");
+    let stream = polled_stream(&next);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    host_launch(&stream, move || probe.ran()).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1, "the lane taken again serves its stream");
+    wait_until("the other thread's stream past its host function", || {
+        words.get(0) == 1
+    });
+    controls.set_wait_poll_interval(None);
+    done.store(true, Ordering::Release);
+    other.join().expect("the other thread");
+}
+
 // ---- Adversity: a thread that cannot start, other code's captures, failures, loggers ----------
 
 /// The software driver's controls for a test named `test`; `None`, with a skip note saying

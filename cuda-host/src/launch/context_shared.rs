@@ -149,8 +149,8 @@ impl ContextShared {
         Ok(())
     }
 
-    /// A zeroed page of pinned, device-mapped memory of this context, fresh or given back by
-    /// another value of it; given back when this value goes, freed only when the last value
+    /// A page of pinned, device-mapped memory of this context, fresh and zeroed or given back by
+    /// another value of it as that value left it (`pinned`); given back when this value goes, freed only when the last value
     /// releases the context (`pinned`). Made current for the call; the caller makes sure no
     /// capture begun through cuda-host forbids the allocation.
     ///

@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex, Weak};
 /// Bytes of a page.
 pub(crate) const PAGE_BYTES: usize = 4096;
 
-/// A page of pinned memory, zeroed: its host address and the address its context's streams see.
+/// A page of pinned memory: its host address and the address its context's streams see.
 #[derive(Clone, Copy)]
 pub(crate) struct PinnedPage {
     pub(crate) host: *mut c_void,
@@ -67,19 +67,15 @@ unsafe impl Send for PinnedPages {}
 unsafe impl Sync for PinnedPages {}
 
 impl PinnedPages {
-    /// A zeroed page, given back or fresh. For a fresh one the context must be current, and no
-    /// capture begun through cuda-host may forbid the allocation (the caller asks,
+    /// A page given back, as the value that gave it back left it, or a fresh one, zeroed. A
+    /// given-back page is not cleared: a stream of the value gone may still have to read a word
+    /// of it (a wait that has yet to see its lane's last acknowledgement), so its next user goes
+    /// on from what the words hold (`polled::lanes`). For a fresh one the context must be current,
+    /// and no capture begun through cuda-host may forbid the allocation (the caller asks,
     /// `reclaim::unless_capture_forbids`).
     pub(crate) fn allocate(&self, driver: &Driver) -> Result<PinnedPage, cuda_host_sys::Error> {
         let given_back = lock(&self.free_pages).pop();
-        match given_back {
-            Some(page) => {
-                // SAFETY: `PAGE_BYTES` writable bytes of a page that nothing uses any more.
-                unsafe { page.host.cast::<u8>().write_bytes(0, PAGE_BYTES) };
-                Ok(page)
-            }
-            None => self.fresh(driver),
-        }
+        given_back.map_or_else(|| self.fresh(driver), Ok)
     }
 
     /// A fresh zeroed page (as [`PinnedPages::allocate`]).

@@ -22,7 +22,15 @@
 //!
 //! **Pages.** The words live in pages of the context's pinned memory (`launch::pinned`), freed
 //! only when the context is released, once no record of it is left: a page freed earlier could
-//! wait for the device while a host function of the context waits for the freeing thread.
+//! wait for the device while a host function of the context waits for the freeing thread. A page
+//! a context value gave back when it went is taken by the next value as it was: a stream of the
+//! value gone may have yet to read its last acknowledgement (its host function ran, the record
+//! went, and nothing else keeps the value while a device slow to see host memory reads the word
+//! late), and a page cleared would make it wait for ever. Every number of a page given back was
+//! acknowledged (nothing is queued: the value's records are all gone, and a retired lane's page is
+//! never given back), so each lane goes on from the number in its acknowledged word, as a lane
+//! taken back does: the late wait sees that number or a later one, and the stream word holds no
+//! number above it, so the server never takes an old write for a new function.
 
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, PAGE_BYTES, PinnedPage, unless_capture_forbids};
@@ -204,24 +212,27 @@ impl ContextLanes {
     }
 }
 
-/// The lanes of `page`, the `page_index`-th of the context, whose words are all zero.
+/// The lanes of `page`, the `page_index`-th of the context, fresh (all zero) or given back (each
+/// lane's last number acknowledged, see the module's documentation): each goes on from the number
+/// its acknowledged word holds.
 fn lanes_of_page(page: PinnedPage, page_index: usize) -> Vec<Arc<Lane>> {
     (0..LANES_PER_PAGE)
         .map(|index| {
             // SAFETY: in bounds of the page; pinned allocations are page-aligned, so each word
-            // is 4-byte aligned; the page is zero, a valid `AtomicU32` each.
+            // is 4-byte aligned; any bit pattern is a valid `AtomicU32`.
             let sequence = unsafe { page.host.cast::<AtomicU32>().add(2 * index) };
             // SAFETY: as above, the word after it.
             let acknowledged = unsafe { sequence.add(1) };
+            let words = Words {
+                sequence,
+                acknowledged,
+            };
             Arc::new(Lane {
-                words: Words {
-                    sequence,
-                    acknowledged,
-                },
+                words,
                 device: page.device + (2 * index * size_of::<u32>()) as CUdeviceptr,
                 state: Mutex::new(LaneState {
                     owner: None,
-                    issued: 0,
+                    issued: words.acknowledged(),
                     retired: false,
                 }),
                 queue: Mutex::new(VecDeque::new()),
