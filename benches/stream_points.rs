@@ -416,6 +416,33 @@ fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(
     Ok(())
 }
 
+/// Prints the polled engine's stall between kernels against the bare batch it is made of (a write
+/// and a satisfied wait, one `cuStreamBatchMemOp`), each the median over the rounds of its time
+/// over kernel + kernel in the same round: what the engine's server adds to the stream's wait for
+/// its acknowledgement. (A ratio per round would divide by the batch's stall, under a
+/// microsecond, which one round's noise can exceed.)
+fn engine_against_batch(bench: &Bench<'_>, over_baseline: &[Vec<f64>]) {
+    let median_of = |name: &str| {
+        let index = FORMS
+            .iter()
+            .position(|form| form.name == name)
+            .expect("a form of the table");
+        median(&mut over_baseline[index].clone()) * 1e6
+    };
+    let engine = median_of("kernel + host function, polled engine + kernel");
+    let batch = median_of("kernel + write + satisfied wait, one batch + kernel");
+    let ratio = engine / batch;
+    let verdict = match (&bench.kernels, ratio <= 1.3) {
+        (None, _) => "no kernels ran: the enqueuing thread's cost, not the stream's",
+        (Some(_), true) => "met",
+        (Some(_), false) => "missed",
+    };
+    println!(
+        "polled engine's stall / the bare batch's: {engine:.3} / {batch:.3} µs over kernel + \
+         kernel, {ratio:.2}x (target <= 1.3: {verdict})"
+    );
+}
+
 /// Prints what one call of `call` costs the calling thread, over 200,000 calls.
 fn time_calls<R>(name: &str, mut call: impl FnMut() -> R) {
     const CALLS: u32 = 200_000;
@@ -578,6 +605,7 @@ fn measure_all(bench: &mut Bench<'_>, iterations: usize, rounds: usize) -> Resul
             );
         }
     }
+    engine_against_batch(bench, &over_baseline);
     // What X alone costs the enqueuing thread: runs short enough that the stream's queue never
     // fills, so that no enqueue waits for the device.
     const ALONE: usize = 500;
