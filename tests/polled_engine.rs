@@ -16,6 +16,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use suite::{Gate, MappedWords, Tally, context, wait_until};
 
+/// A cuda-host value of its own over the suite's context, and the tally whose probe goes with
+/// the value's last reference.
+fn value_of_its_own() -> (Context, Arc<Tally>) {
+    let (owner, gone) = (context(), Tally::new());
+    // SAFETY: the suite's context stays retained for the life of the process.
+    let value =
+        unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
+            .expect("a context value");
+    (value, gone)
+}
+
 fn polled_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking)
         .expect("stream")
@@ -318,7 +329,6 @@ fn a_contexts_lanes_go_back_to_it_when_their_last_user_is_gone_for_its_next_valu
     suite::alone_in_child!(
         a_contexts_lanes_go_back_to_it_when_their_last_user_is_gone_for_its_next_value
     );
-    let owner = context();
     let allocations = || controls.live_objects().host_allocations;
     let before = allocations();
     for round in 0..3 {
@@ -326,11 +336,7 @@ fn a_contexts_lanes_go_back_to_it_when_their_last_user_is_gone_for_its_next_valu
         // back (a free would drain the context, and so wait for the owner's streams), and the
         // next value takes it again.
         // The value's last reference is gone once its owner is dropped.
-        let gone = Tally::new();
-        // SAFETY: `owner` keeps the context retained for the whole test, past every use.
-        let borrowed =
-            unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
-                .expect("borrowed");
+        let (borrowed, gone) = value_of_its_own();
         let stream = polled_stream(&borrowed);
         assert_eq!(allocations(), before + 1, "a page of lanes, round {round}");
         let tally = Tally::new();
@@ -360,11 +366,7 @@ fn a_page_of_lanes_taken_again_keeps_the_acknowledgements_its_streams_have_yet_t
         a_page_of_lanes_taken_again_keeps_the_acknowledgements_its_streams_have_yet_to_see
     );
     let owner = context();
-    let gone = Tally::new();
-    // SAFETY: `owner` keeps the context retained for the whole test, past every use.
-    let borrowed =
-        unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
-            .expect("borrowed");
+    let (borrowed, gone) = value_of_its_own();
     // The page's first lane: a stream whose work is done, so that the next value's first stream
     // takes that lane and acknowledges its numbers in the same word as the second lane's.
     let first = polled_stream(&borrowed);
@@ -650,11 +652,7 @@ fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_giv
     let captured = Stream::new(&owner, StreamFlags::NonBlocking).expect("stream");
     let before = allocations();
     // The value's last reference is gone once its owner is dropped.
-    let gone = Tally::new();
-    // SAFETY: `owner` keeps the context retained for the whole test, past every use.
-    let borrowed =
-        unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
-            .expect("borrowed");
+    let (borrowed, gone) = value_of_its_own();
     {
         let stream = polled_stream(&borrowed);
         let tally = Tally::new();
