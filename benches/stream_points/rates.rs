@@ -2,7 +2,7 @@
 //! on one stream.
 
 use crate::Bench;
-use cuda_host::{Stream, StreamFlags, StreamPoint, stream_point};
+use cuda_host::{Event, EventFlags, Stream, StreamFlags, StreamPoint, stream_point};
 use std::ffi::c_void;
 use std::future::Future;
 use std::pin::Pin;
@@ -18,37 +18,44 @@ fn register(stream: &Stream, waker: &Waker) -> StreamPoint {
     point
 }
 
-/// Registrations (a future made, then polled once) per second from `threads` threads, each on a
-/// stream of its own, `each` futures a thread, all kept until the last is made.
-fn registrations(context: &cuda_host::Context, threads: usize, each: usize) -> f64 {
+/// Calls of `call` per second from `threads` threads, each on a stream of its own (`call` gets the
+/// thread's index and its stream), `each` calls a thread, what they return all kept until the last
+/// call returned.
+fn per_second<T: Send>(
+    context: &cuda_host::Context,
+    threads: usize,
+    each: usize,
+    call: impl Fn(usize, &Stream) -> T + Sync,
+) -> f64 {
     let streams: Vec<Stream> = (0..threads)
         .map(|_| Stream::new(context, StreamFlags::NonBlocking).expect("a stream"))
         .collect();
     let barrier = Barrier::new(threads + 1);
-    let (start, points) = std::thread::scope(|scope| {
+    let (start, kept) = std::thread::scope(|scope| {
         let workers: Vec<_> = streams
             .iter()
-            .map(|stream| {
-                let barrier = &barrier;
+            .enumerate()
+            .map(|(index, stream)| {
+                let (barrier, call) = (&barrier, &call);
                 scope.spawn(move || {
-                    let mut points = Vec::with_capacity(each);
+                    let mut kept = Vec::with_capacity(each);
                     barrier.wait();
                     for _ in 0..each {
-                        points.push(register(stream, Waker::noop()));
+                        kept.push(call(index, stream));
                     }
-                    points
+                    kept
                 })
             })
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let points: Vec<Vec<StreamPoint>> = workers
+        let kept: Vec<Vec<T>> = workers
             .into_iter()
-            .map(|worker| worker.join().expect("a registering thread"))
+            .map(|worker| worker.join().expect("a calling thread"))
             .collect();
-        (start.elapsed(), points)
+        (start.elapsed(), kept)
     });
-    drop(points);
+    drop(kept);
     for stream in &streams {
         stream.synchronize().expect("synchronize");
     }
@@ -168,14 +175,41 @@ pub(crate) fn run(bench: &Bench<'_>, quick: bool) {
          each thread on a stream of its own, {each} a thread, all kept until the last was made, \
          median of 3 (target from 8 threads: >= 10 million a second):"
     );
-    for threads in [1, 8] {
-        let mut rates: Vec<f64> = (0..3)
-            .map(|_| registrations(context, threads, each))
-            .collect();
+    // The driver's own floor: a bare `cuEventRecord` of an event of the thread's own, which is
+    // what a point costs the driver.
+    let events: Vec<Event> = (0..8)
+        .map(|_| Event::new(context, EventFlags::DisableTiming).expect("an event"))
+        .collect();
+    let record = |thread: usize, stream: &Stream| {
+        // SAFETY: a live event and stream of the same context.
+        let result = unsafe {
+            bench
+                .driver
+                .cuEventRecord(events[thread].as_raw(), stream.as_raw())
+        };
+        bench
+            .driver
+            .check("cuEventRecord", result)
+            .expect("recorded");
+    };
+    let median_of_three = |rate: &dyn Fn() -> f64| {
+        let mut rates = [rate(), rate(), rate()];
         rates.sort_by(f64::total_cmp);
+        rates[1]
+    };
+    for threads in [1, 8] {
+        let registrations = median_of_three(&|| {
+            per_second(context, threads, each, |_, stream| {
+                register(stream, Waker::noop())
+            })
+        });
+        let records = median_of_three(&|| per_second(context, threads, each, record));
         println!(
-            "  {threads} thread(s): {:.2} million registrations a second",
-            rates[1] / 1e6
+            "  {threads} thread(s): {:.2} million registrations a second; the driver's bare \
+             cuEventRecord {:.2} million a second ({:.2}x)",
+            registrations / 1e6,
+            records / 1e6,
+            registrations / records
         );
     }
     println!();
