@@ -897,3 +897,50 @@ fn dropping_one_of_two_values_of_a_primary_context_waits_for_none_of_the_others_
     });
     stream.synchronize().expect("synchronize");
 }
+
+#[test]
+fn a_fresh_word_page_whose_mapping_fails_is_not_freed_while_a_stream_of_its_context_waits() {
+    let test =
+        "a_fresh_word_page_whose_mapping_fails_is_not_freed_while_a_stream_of_its_context_waits";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "failing a mapping is a control of the software driver",
+        );
+    };
+    let primary = context();
+    let device = cuda_host::Device::get(primary.driver(), 0).expect("device");
+    // A context of its own, with no page yet: the timeline's word needs a fresh one.
+    let fresh = controls.fresh_context(&device);
+    let stream = new_stream(&fresh);
+    // Of the primary context (portable memory, which the fresh context's stream reads too): the
+    // suite's words live in the first context that asks for them, and a fresh context takes its
+    // memory with it.
+    let gate = Gate::new(&primary);
+    // A stream of the context busy until the host lets it go: as one whose host function waits
+    // for the thread that makes the timeline. A free of pinned memory waits for it (`pinned`'s
+    // documentation: pages are freed only at the context's release for that reason).
+    gate.hold(&stream);
+    let (answered, answer) = std::sync::mpsc::channel();
+    let maker = std::thread::spawn({
+        let fresh = fresh.clone();
+        move || {
+            controls.fail_next_calls(
+                c"cuMemHostGetDevicePointer_v2",
+                1,
+                CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            );
+            let made = Timeline::new(&fresh, 0).map(drop);
+            answered.send(made).expect("the test waits");
+        }
+    });
+    let made = answer.recv_timeout(Duration::from_secs(2));
+    gate.open();
+    maker.join().expect("the maker");
+    stream.synchronize().expect("synchronize");
+    let made = made.expect(
+        "Timeline::new answered its mapping's failure only once the context's stream was let go: \
+         the page was freed at once, waiting for the device",
+    );
+    assert!(made.is_err(), "the mapping failed: {made:?}");
+}
