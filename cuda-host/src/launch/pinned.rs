@@ -92,17 +92,14 @@ impl PinnedPages {
                 )
             )
         }?;
+        // Listed at once, so that a page whose mapping fails is freed with the others at the
+        // context's release: a free here would wait for the device (the module's documentation).
+        lock(&self.pages).push(Allocated { host, kept: false });
         let mut device: CUdeviceptr = 0;
         // SAFETY: `host` was allocated with DEVICEMAP just above; a valid out-pointer.
-        let mapped =
-            unsafe { checked!(driver, cuMemHostGetDevicePointer_v2(&mut device, host, 0)) };
-        if let Err(error) = mapped {
-            free(driver, host);
-            return Err(error);
-        }
+        unsafe { checked!(driver, cuMemHostGetDevicePointer_v2(&mut device, host, 0)) }?;
         // SAFETY: `PAGE_BYTES` writable bytes, just allocated, touched by nothing else yet.
         unsafe { host.cast::<u8>().write_bytes(0, PAGE_BYTES) };
-        lock(&self.pages).push(Allocated { host, kept: false });
         Ok(PinnedPage { host, device })
     }
 
@@ -228,7 +225,7 @@ pub(crate) fn pages_of(driver: &Arc<Driver>, context: CUcontext) -> Arc<PinnedPa
 }
 
 fn free(driver: &Driver, host: *mut c_void) {
-    // SAFETY: allocated by `allocate`, freed once (the callers' promise).
+    // SAFETY: allocated by `fresh`, freed once (the callers' promise).
     if let Err(error) = unsafe { checked!(driver, cuMemFreeHost(host)) } {
         logged!(error!("cannot free a page of pinned memory: {error}"));
     }
