@@ -150,9 +150,9 @@ impl ContextShared {
     }
 
     /// A page of pinned, device-mapped memory of this context, fresh and zeroed or given back by
-    /// another value of it as that value left it (`pinned`); given back when this value goes, freed only when the last value
-    /// releases the context (`pinned`). Made current for the call; the caller makes sure no
-    /// capture begun through cuda-host forbids the allocation.
+    /// another value of it as that value left it (`pinned`); given back when this value goes,
+    /// freed only when the last value releases the context (`pinned`). Made current for the
+    /// call; the caller makes sure no capture begun through cuda-host forbids the allocation.
     ///
     /// # Errors
     /// The driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
@@ -245,7 +245,9 @@ impl Drop for ContextShared {
     fn drop(&mut self) {
         // SAFETY: taken once, here; the field is not used again.
         let pinned = unsafe { ManuallyDrop::take(&mut self.pinned) };
-        // No record or object of this value is left, so nothing reads its pages any more.
+        // No record or object of this value is left, so no host thread uses its pages any
+        // more; a stream may still read a lane's last acknowledgement, which their next user
+        // keeps.
         pinned.release_pages(std::mem::take(
             self.pages
                 .get_mut()

@@ -1,7 +1,9 @@
 //! The pinned, device-mapped host memory cuda-host allocates in a context for words its streams
 //! read and write: whole pages (the polled engine's lanes), and single 64-bit words carved out of
-//! pages of their own (timelines), given back for reuse once nothing uses them. Pages are freed
-//! only when the context is released (`context_shared`).
+//! pages of their own (timelines), given back for reuse: a word once nothing uses it, a page of
+//! lanes once the value that took it went, as it was left (a stream of that value may still read
+//! a lane's last acknowledgement, `polled::lanes`). Pages are freed only when the context is
+//! released (`context_shared`).
 //!
 //! **Why at the release.** Freeing pinned memory (`cuMemFreeHost`) waits for the device, so a
 //! free made at an arbitrary moment (a drain inside a caller's call) would wait for work that
@@ -134,8 +136,9 @@ impl PinnedPages {
         lock(&self.free_words).push(word);
     }
 
-    /// Gives `pages` (of [`PinnedPages::allocate`]) back for reuse, those not kept: nothing uses
-    /// them any more.
+    /// Gives `pages` (of [`PinnedPages::allocate`]) back for reuse, those not kept: no host thread
+    /// uses them any more, but a stream may still read a word of them (its last
+    /// acknowledgement), so the next user takes them as they are (`polled::lanes`).
     pub(crate) fn release_pages(&self, pages: Vec<PinnedPage>) {
         let allocated = lock(&self.pages);
         let kept = |page: &PinnedPage| {

@@ -4,11 +4,13 @@
 //! for; and the queue of the host functions enqueued, in the order of their numbers.
 //!
 //! A lane serves one stream at a time, told apart by `cuStreamGetId`. When every lane of the
-//! context is taken, the lanes whose queue is empty and whose stream waits for nothing are taken
-//! back; their numbers go on where they were. Numbers are 32-bit; the stream's wait compares them
-//! cyclically (`(int32_t)(word - value) >= 0`, measured on the 13.0 driver), the server only for
-//! equality with the first number queued: a stream writes a number only once the one before was
-//! acknowledged, so any other value in the word was not written by the lane's stream.
+//! context is taken, the lanes whose queue is empty and whose last number was acknowledged are
+//! taken back (their stream may have yet to see that acknowledgement: the later numbers of the
+//! lane's next stream only let it go sooner); their numbers go on where they were. Numbers are
+//! 32-bit; the stream's wait compares them cyclically (`(int32_t)(word - value) >= 0`, measured
+//! on the 13.0 driver), the server only for equality with the first number queued: a stream
+//! writes a number only once the one before was acknowledged, so any other value in the word was
+//! not written by the lane's stream.
 //!
 //! **Retired lanes.** A batch a capture took (other code began it between the launch's check and
 //! its enqueue) writes its number into its lane's word each time the graph runs, and waits for
@@ -62,9 +64,9 @@ pub(super) struct Waiting {
 unsafe impl Send for Waiting {}
 
 /// A lane's two words in pinned memory, as the host sees them, valid while the context's shared
-/// state lives (whoever holds a copy holds that state: its pages are freed with it). Copied by the server into its own list,
-/// so that its polling reads only its own memory and the pinned page, never a line an enqueue
-/// writes.
+/// state lives (whoever holds a copy holds that state: its pages are freed with it). Copied by
+/// the server into its own list, so that its polling reads only its own memory and the pinned
+/// page, never a line an enqueue writes.
 #[derive(Clone, Copy)]
 pub(super) struct Words {
     /// The word the stream writes.
@@ -249,7 +251,8 @@ impl StreamLease for Lane {
         lock(&self.state).owner = Some(stream_id);
     }
 
-    /// Quiet: nothing queued, its stream waits for nothing, and no thread is enqueuing on it.
+    /// Quiet: nothing queued, its last number acknowledged (see the module's documentation), and
+    /// no thread is enqueuing on it.
     fn take_back_if_quiet(&self) -> bool {
         let Ok(mut state) = self.state.try_lock() else {
             return false;
