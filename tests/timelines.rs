@@ -934,7 +934,9 @@ fn a_fresh_word_page_whose_mapping_fails_is_not_freed_while_a_stream_of_its_cont
             answered.send(made).expect("the test waits");
         }
     });
-    let made = answer.recv_timeout(Duration::from_secs(2));
+    // Long enough for the call alone under valgrind; before the gate opens, so a call that waits
+    // for the stream cannot answer.
+    let made = answer.recv_timeout(Duration::from_secs(10));
     gate.open();
     maker.join().expect("the maker");
     stream.synchronize().expect("synchronize");

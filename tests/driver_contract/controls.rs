@@ -199,25 +199,28 @@ fn a_wait_poll_interval_leaves_a_host_write_unseen_that_long_and_none_restores_t
     suite::alone_in_child!(
         a_wait_poll_interval_leaves_a_host_write_unseen_that_long_and_none_restores_the_backoff
     );
-    const INTERVAL: Duration = Duration::from_millis(300);
+    const INTERVAL: Duration = Duration::from_millis(500);
     let context = current_context();
     let stream = non_blocking(&context);
-    let words = suite::MappedWords::new(&context, 4);
+    let words = suite::MappedWords::new(&context, 6);
     // How long after the host's write the stream that waits for it goes on, the wait having
-    // read the word once before the write.
-    let seen_after = |gate: usize, mark: usize| {
+    // read the word once before the write: the stream marks that it reached the wait, and the
+    // host writes a while after.
+    let seen_after = |reached: usize, gate: usize, mark: usize| {
+        words.write_in_stream(&stream, reached, 1);
         words.wait_in_stream(&stream, gate, 1);
         words.write_in_stream(&stream, mark, 1);
-        std::thread::sleep(Duration::from_millis(20));
+        wait_until("the stream at its wait", || words.get(reached) == 1);
+        std::thread::sleep(Duration::from_millis(50));
         let written = Instant::now();
         words.set(gate, 1);
         wait_until("the stream past its wait", || words.get(mark) == 1);
         written.elapsed()
     };
     controls.set_wait_poll_interval(Some(INTERVAL));
-    let slow = seen_after(0, 1);
+    let slow = seen_after(0, 1, 2);
     controls.set_wait_poll_interval(None);
-    let restored = seen_after(2, 3);
+    let restored = seen_after(3, 4, 5);
     assert!(
         slow >= INTERVAL / 2,
         "at an interval of {INTERVAL:?}, the write was seen after {slow:?}"
