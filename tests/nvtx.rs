@@ -320,7 +320,10 @@ fn a_profiler_that_calls_cuda_host_back_is_refused_on_the_driver_thread_and_dead
         "{calls:?}"
     );
     assert!(calls.contains(&"mark: launched".to_owned()), "{calls:?}");
-    if let Some(other) = HOOK_STREAM.lock().unwrap().take() {
+    // Taken out of the lock first: a host function of that stream still finds the hook (one that
+    // read it before it was taken away), which locks the same mutex.
+    let other = HOOK_STREAM.lock().unwrap().take();
+    if let Some(other) = other {
         other.synchronize().expect("the hook's launches ran");
     }
     assert!(HOOK_RUNS.load(Ordering::SeqCst) >= 2);
