@@ -1,6 +1,6 @@
 //! Building a graph by capturing a stream, with host functions the graph owns.
 
-use super::capture;
+use super::{capture, capture_lock};
 use super::graph::Graph;
 use crate::checked::checked;
 use crate::contained_log::logged;
@@ -175,7 +175,7 @@ impl<'stream> GraphBuilder<'stream> {
             UserData::PassThrough(pointer) => pointer,
             _ => ptr::null_mut(),
         };
-        let _adding = capture::adding();
+        let _adding = capture_lock::adding();
         capture::capturing_graph(self.stream)?;
         // SAFETY: the caller vouches for `function` and `pointer`; the stream captures, and its
         // capture (this builder's) does not end while `_adding` is held.
@@ -202,7 +202,7 @@ impl<'stream> GraphBuilder<'stream> {
     fn end_capture(&self) -> Result<CUgraph> {
         let mut graph = ptr::null_mut();
         // The graph's handle, which nodes being added use, is valid until the capture ends.
-        let _ending = capture::ending();
+        let _ending = capture_lock::ending();
         self.stream.with_stream_context(|| {
             let driver = self.stream.context().driver();
             // SAFETY: the stream is capturing (begun by this builder, on this thread); `graph` is

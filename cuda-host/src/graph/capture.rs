@@ -6,82 +6,22 @@
 //! the node that runs it. The graph's handle is valid only until the capture ends, and the
 //! driver's calls on one graph must not overlap (NVIDIA's rule for graphs), so adding a node
 //! holds one process-wide lock ([`adding`]), which a capture begun through cuda-host
-//! ([`GraphBuilder`](super::GraphBuilder)) takes to end ([`ending`]). Other code that could end
+//! ([`GraphBuilder`](super::GraphBuilder)) takes to end (`capture_lock`). Other code that could end
 //! a builder's capture on another thread meanwhile is kept out: a builder refuses a stream
 //! another library's safe API holds (`Stream::from_cudarc`; any thread's end ends a capture, in
 //! any mode, though it is refused outside relaxed mode), and `Stream::borrow_raw`'s callers
 //! promise it for theirs. A capture other code began must not end on another thread during the
 //! call, which is the safety rule of [`host_launch_replayable`](super::host_launch_replayable).
 
+use super::capture_lock::adding;
 use super::user_object;
 use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::GraphRecord;
 use crate::objects::Stream;
-use crate::sync::lock;
 use cuda_host_sys::{CUgraph, CUstreamCaptureStatus};
-use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{Mutex, MutexGuard};
-
-/// Held by a thread adding a node to a capture, and by a thread ending a capture begun through
-/// cuda-host. No user code runs while it is held (a `Drop` or a logger that ended a capture there
-/// would wait for itself): what is logged meanwhile waits in [`DEFERRED`] until it is released.
-static CAPTURE_NODES: Mutex<()> = Mutex::new(());
-
-thread_local! {
-    /// The errors this thread logged while it held [`CAPTURE_NODES`]: `Some` while it does.
-    static DEFERRED: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
-}
-
-/// [`CAPTURE_NODES`], held; on drop released, then what was logged under it logged.
-pub(crate) struct Held {
-    guard: Option<MutexGuard<'static, ()>>,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let deferred = DEFERRED.with(|deferred| deferred.borrow_mut().take());
-        drop(self.guard.take());
-        for message in deferred.into_iter().flatten() {
-            logged!(error!("{message}"));
-        }
-    }
-}
-
-fn hold() -> Held {
-    let guard = lock(&CAPTURE_NODES);
-    DEFERRED.with(|deferred| *deferred.borrow_mut() = Some(Vec::new()));
-    Held { guard: Some(guard) }
-}
-
-/// Held while a node is added to a capture: captures begun through cuda-host do not end
-/// meanwhile, and no other node is added to any capture.
-pub(crate) fn adding() -> Held {
-    hold()
-}
-
-/// Held while a capture begun through cuda-host ends: no node is being added to it.
-pub(crate) fn ending() -> Held {
-    hold()
-}
-
-/// Logs an error, once [`CAPTURE_NODES`] is released if this thread holds it: a logger is user
-/// code, which may end a capture through cuda-host, or panic.
-pub(crate) fn log_error(message: std::fmt::Arguments<'_>) {
-    let deferred = DEFERRED.with(|deferred| match deferred.borrow_mut().as_mut() {
-        Some(messages) => {
-            messages.push(message.to_string());
-            true
-        }
-        None => false,
-    });
-    if !deferred {
-        logged!(error!("{message}"));
-    }
-}
 
 /// What `cuStreamGetCaptureInfo` says of a stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

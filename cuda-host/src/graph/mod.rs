@@ -4,6 +4,7 @@
 
 mod builder;
 mod capture;
+mod capture_lock;
 mod exec;
 #[allow(clippy::module_inception)]
 mod graph;

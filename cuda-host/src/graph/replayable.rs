@@ -3,6 +3,7 @@
 //! that graph (`capture`).
 
 use super::capture::{self, Capture};
+use super::capture_lock;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, launch_raw, launch_run_once};
 use crate::launch::{
@@ -179,7 +180,7 @@ unsafe fn launch(
     // beginning and ending on the stream meanwhile get the live launch's refusal after two.
     let mut refused = None;
     for _ in 0..2 {
-        let adding = capture::adding();
+        let adding = capture_lock::adding();
         match capture::capture_of(stream)? {
             Capture::None => {
                 drop(adding);

@@ -7,7 +7,7 @@
 //! The destructor runs on a driver thread, so it only hands the record to its home thread's
 //! inbox; the record is dropped on that thread.
 
-use super::capture;
+use super::capture_lock;
 use crate::checked::checked;
 use crate::error::Result;
 use crate::launch::{GraphCallable, GraphRecord};
@@ -45,7 +45,7 @@ pub(crate) fn create(driver: &Driver, record: GraphRecord) -> Result<CUuserObjec
     if let Err(error) = created {
         // SAFETY: the driver did not take the record: it is ours again, and goes to its home
         // thread's inbox as a user object's destructor would hand it (not dropped here, where
-        // the caller may hold `capture::adding`).
+        // the caller may hold `capture_lock::adding`).
         unsafe { GraphRecord::released(data) };
         return Err(error.into());
     }
@@ -80,7 +80,7 @@ pub(crate) unsafe fn move_into_graph(
     if let Err(error) = moved {
         // SAFETY: the reference is still the caller's; releasing it runs the destructor.
         if let Err(error) = unsafe { checked!(driver, cuUserObjectRelease(object, 1)) } {
-            capture::log_error(format_args!("a user object could not be released: {error}"));
+            capture_lock::log_error(format_args!("a user object could not be released: {error}"));
         }
         return Err(error.into());
     }
@@ -94,7 +94,7 @@ pub(crate) unsafe fn move_into_graph(
 pub(crate) unsafe fn release_from_graph(driver: &Driver, graph: CUgraph, object: CUuserObject) {
     // SAFETY: per the caller.
     if let Err(error) = unsafe { checked!(driver, cuGraphReleaseUserObject(graph, object, 1)) } {
-        capture::log_error(format_args!(
+        capture_lock::log_error(format_args!(
             "a graph's reference to a host callable could not be released: {error}"
         ));
     }
