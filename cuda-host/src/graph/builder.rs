@@ -1,7 +1,7 @@
 //! Building a graph by capturing a stream, with host functions the graph owns.
 
-use super::{capture, capture_lock};
 use super::graph::Graph;
+use super::{capture, capture_lock};
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
