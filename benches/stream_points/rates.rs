@@ -192,11 +192,7 @@ pub(crate) fn run(bench: &Bench<'_>, quick: bool) {
             .check("cuEventRecord", result)
             .expect("recorded");
     };
-    let median_of_three = |rate: &dyn Fn() -> f64| {
-        let mut rates = [rate(), rate(), rate()];
-        rates.sort_by(f64::total_cmp);
-        rates[1]
-    };
+    let median_of_three = |rate: &dyn Fn() -> f64| crate::median(&mut [rate(), rate(), rate()]);
     for threads in [1, 8] {
         let registrations = median_of_three(&|| {
             per_second(context, threads, each, |_, stream| {
