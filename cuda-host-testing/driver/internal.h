@@ -399,6 +399,7 @@ void cusw_host_run_callback(struct cusw_ctx *ctx, CUstreamCallback fn, CUstream 
 /* ---- Actions: what a stream operation or a graph node does (model/action.c) ------------------ */
 
 struct cusw_launch;
+struct cusw_batch;
 
 enum cusw_action_kind {
     CUSW_ACT_NOP,          /* barrier (event wait) or empty graph node */
@@ -406,8 +407,9 @@ enum cusw_action_kind {
     CUSW_ACT_CALLBACK,     /* cuStreamAddCallback: always runs once, with the error status */
     CUSW_ACT_COPY,
     CUSW_ACT_SET,
-    CUSW_ACT_WRITE_VALUE,
-    CUSW_ACT_WAIT_VALUE,
+    CUSW_ACT_WRITE_VALUE,  /* one operation of a batch */
+    CUSW_ACT_WAIT_VALUE,   /* one operation of a batch */
+    CUSW_ACT_BATCH,        /* stream memory operations, in order; a batch node */
     CUSW_ACT_FAULT,        /* cuswLaunchFault: the stand-in for a faulting kernel */
     CUSW_ACT_SLEEP,        /* cuswLaunchSleep: the stand-in for a long kernel */
     CUSW_ACT_EVENT_RECORD, /* stream only */
@@ -429,6 +431,7 @@ struct cusw_action {
         struct { unsigned int usec; } sleep;
         struct { struct cusw_event *event; uint64_t generation; } record;
         struct cusw_launch *launch;
+        struct cusw_batch *batch; /* shared: counted by the actions that hold it */
     } u;
 };
 
@@ -453,9 +456,47 @@ unsigned long long cusw_pending_host_functions(void);
 /* [locked] The action as a stream enqueues it: a copy asked to stage its source reads it now, into
  * a buffer the action owns. False when out of memory. */
 bool cusw_action_stage(struct cusw_action *a);
-/* [locked] Drops the references the action holds (event, launch snapshot, staged source). */
+/* [locked] *dst becomes `src` with references of its own to what `src` shares (a batch): how a
+ * node, a clone, an executable and a launch each hold an action. */
+void cusw_action_copy(struct cusw_action *dst, const struct cusw_action *src);
+/* [locked] Drops the references the action holds (event, launch snapshot, staged source, batch). */
 void cusw_action_release(struct cusw_action *a);
 CUgraphNodeType cusw_action_node_type(const struct cusw_action *a);
+
+/* Stream memory operations as one action, what cuStreamBatchMemOp_v2 and each single operation
+ * enqueue, and a batch node's parameters: unchanged once made (new parameters make a new batch),
+ * so the copies of an action share it; freed with the last reference. */
+struct cusw_batch {
+    unsigned int refs; /* [locked] */
+    struct cusw_ctx *ctx;
+    unsigned int count;
+    struct cusw_action *ops;            /* count writes and waits, run in this order */
+    CUstreamBatchMemOpParams params[];  /* count, as given: what the node's parameters read back */
+};
+
+#define CUSW_BATCH_MAX 256
+
+/* CUDA_SUCCESS when `ops` are 1 to CUSW_BATCH_MAX operations this driver takes, each a write or a
+ * wait as cusw_mem_op_action takes it; CUDA_ERROR_INVALID_VALUE otherwise. */
+CUresult cusw_batch_check(unsigned int count, const CUstreamBatchMemOpParams *ops);
+/* The write or wait `op` describes, or false for one this driver does not take: a null or
+ * misaligned address; a wait's flags other than a comparison (FLUSH needs
+ * CAN_FLUSH_REMOTE_WRITES, which this device reports as 0); a write's other than the default
+ * (NO_MEMORY_BARRIER is not supported by the v2 API); another operation (a flush of remote
+ * writes, a barrier, an atomic reduction). */
+bool cusw_mem_op_action(const CUstreamBatchMemOpParams *op, struct cusw_action *a);
+/* [locked] A batch action of operations cusw_batch_check took, in `ctx`, holding the one
+ * reference (the caller's). False when out of memory. */
+bool cusw_batch_action(struct cusw_ctx *ctx, unsigned int count,
+                       const CUstreamBatchMemOpParams *ops, struct cusw_action *out);
+/* [locked] A batch action of a batch node's parameters, holding the one reference (the caller's):
+ * CUDA_ERROR_INVALID_VALUE for parameters cusw_batch_check refuses or flags other than 0,
+ * CUDA_ERROR_INVALID_CONTEXT unless `p->ctx` names a context (neither measured). */
+CUresult cusw_batch_params_action(const CUDA_BATCH_MEM_OP_NODE_PARAMS *p, struct cusw_action *out);
+/* Whether two batch actions differ only in what an executable's batch node may change: the
+ * addresses, the values and a wait's comparison; not the context, the count or an operation's
+ * type. */
+bool cusw_batch_same_shape(const struct cusw_action *a, const struct cusw_action *b);
 
 /* ---- What runs a stream (model/worker.c) ----------------------------------------------------- */
 
@@ -502,7 +543,8 @@ struct cusw_graph {
 
 struct cusw_graph *cusw_graph_new(void); /* [locked] registered */
 void cusw_graph_free(struct cusw_graph *g); /* [locked] unregisters, releases user objects */
-/* [locked] Adds a node; deps must be nodes of g. */
+/* [locked] Adds a node holding a copy of `a` of its own (cusw_action_copy); deps must be nodes
+ * of g. */
 struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_action *a,
                                       struct cusw_node *const *deps, size_t ndeps);
 bool cusw_node_add_dep(struct cusw_node *n, struct cusw_node *dep); /* [locked] an edge dep -> n */
@@ -576,9 +618,15 @@ CUresult cusw_exec_upload(struct cusw_exec *x, struct cusw_stream *s);
 /* [locked] The host node made from graph node `node` runs fn(data) from the next launch on. */
 CUresult cusw_exec_set_host_params(struct cusw_exec *x, CUgraphNode node, CUhostFn fn,
                                    void *data);
+/* [locked] The batch node made from graph node `node` runs the batch `a` from the next launch
+ * on (the executable takes a reference of its own), if `a` has the node's shape
+ * (cusw_batch_same_shape); else CUDA_ERROR_INVALID_VALUE. */
+CUresult cusw_exec_set_batch_params(struct cusw_exec *x, CUgraphNode node,
+                                    const struct cusw_action *a);
 /* [locked] cuGraphExecUpdate's work: when `g` has the topology of the executable's graph (its
- * nodes in creation order, their types, each node's edges in order), every node's parameters
- * come from `g`'s node paired with it, and the executable's user-object references are replaced
+ * nodes in creation order, their types, each node's edges in order) and each batch node the
+ * shape of its pair (cusw_batch_same_shape), every node's parameters come from `g`'s node
+ * paired with it, and the executable's user-object references are replaced
  * by references of its own to `g`'s (the old ones, released now, live on in launches in flight).
  * Otherwise CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE and nothing changes. Either way *info says
  * which (its nodes are `g`'s). */
@@ -614,12 +662,13 @@ CUresult cusw_stream_resolve(CUstream handle, bool per_thread, struct cusw_strea
 /* Submits a stream-ordered action (takes the lock): checks initialisation, resolves the stream,
  * applies the capture rules (while capturing, the action becomes a graph node) and enqueues it. */
 CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a);
-/* Same for n actions, enqueued in order under one lock: nothing else comes between them. */
-CUresult cusw_submit_all(CUstream stream, bool per_thread, const struct cusw_action *actions,
-                         size_t n);
 /* Same, but unless the action was captured, returns only once the stream has run it (in its
  * order, on its worker), answering the context's sticky error if one arose meanwhile. */
 CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a);
+/* Submits the stream memory operations `ops` (cusw_batch_check took them) as one batch action in
+ * the stream's context: one operation of the stream, or one node of its capture. */
+CUresult cusw_submit_batch(CUstream stream, bool per_thread, unsigned int count,
+                           const CUstreamBatchMemOpParams *ops);
 
 /* ---- Activation and deactivation of contexts (model/activation.c) ---------------------------- */
 

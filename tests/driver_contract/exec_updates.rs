@@ -4,10 +4,13 @@
 //! executable is left as it was.
 
 use crate::harness::*;
-use cuda_host_sys::{CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult};
+use cuda_host_sys::{
+    CUdeviceptr, CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUgraphNode, CUresult,
+    CUstreamBatchMemOpType,
+};
 use std::ptr;
 use suite::capture::{Capture, Exec, Graph};
-use suite::{hold_and_release, ok, wait_until};
+use suite::{MappedWords, hold_and_release, ok, wait_until};
 
 const UPDATE_FAILURE: CUresult = CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
 const TOPOLOGY_CHANGED: CUgraphExecUpdateResult =
@@ -322,5 +325,72 @@ fn a_refused_update_keeps_the_executables_user_objects() {
     assert_eq!(
         kept.seen().map(|(step, _)| step),
         Some("executable destroyed")
+    );
+}
+
+/// A graph of one batch node writing `value` to `address`, and that node.
+fn writing(address: CUdeviceptr, value: u32) -> (Graph, CUgraphNode) {
+    let graph = Graph::new();
+    let write = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    let node = add_batch_node(&graph, &[], &mut [batched(write, address, value, 0)]);
+    (graph, node)
+}
+
+#[test]
+fn an_update_gives_a_batch_node_the_operations_of_its_pair() {
+    let _shared = shared();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let words = MappedWords::new(&context, 2);
+    let (original, _) = writing(words.device_address(0), 5);
+    let exec = original.instantiate();
+    let (replacement, _) = writing(words.device_address(1), 6);
+    assert_eq!(update(&exec, &replacement).0, SUCCESS);
+    drop(replacement);
+    launch_and_wait(&exec, &stream);
+    assert_eq!(
+        (words.get(0), words.get(1)),
+        (0, 6),
+        "the updated executable"
+    );
+    launch_and_wait(&original.instantiate(), &stream);
+    assert_eq!(
+        (words.get(0), words.get(1)),
+        (5, 6),
+        "its graph's new executable"
+    );
+}
+
+#[test]
+fn an_update_that_changes_a_batch_nodes_op_count_is_refused_naming_that_node() {
+    let _shared = shared();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let words = MappedWords::new(&context, 2);
+    let (original, _) = writing(words.device_address(0), 5);
+    let exec = original.instantiate();
+    let write = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    let longer = Graph::new();
+    let node = add_batch_node(
+        &longer,
+        &[],
+        &mut [
+            batched(write, words.device_address(0), 7, 0),
+            batched(write, words.device_address(1), 8, 0),
+        ],
+    );
+    assert_eq!(
+        fields(update(&exec, &longer)),
+        refused(
+            CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED,
+            node,
+            ptr::null_mut()
+        )
+    );
+    launch_and_wait(&exec, &stream);
+    assert_eq!(
+        (words.get(0), words.get(1)),
+        (5, 0),
+        "the executable was changed"
     );
 }

@@ -1,13 +1,13 @@
 //! What the contract's tests share: the driver and context, streams, the isolation between tests,
 //! host functions that log or count, stream callbacks, thin wrappers of raw calls, work held behind
 //! a gate, user objects whose destructor reports where and when it ran, words for stream memory
-//! operations, and device memory.
+//! operations and batch nodes of them, and device memory.
 
 use cuda_host::{Context, Event, Stream, StreamFlags};
 use cuda_host_sys::{
-    CUdeviceptr, CUevent, CUresult, CUstream, CUstreamBatchMemOpParams, CUstreamBatchMemOpType,
-    CUstreamCaptureMode, CUstreamCaptureStatus, CUuserObject, CUuserObject_flags,
-    CUuserObjectRetain_flags, Driver,
+    CUDA_BATCH_MEM_OP_NODE_PARAMS, CUdeviceptr, CUevent, CUgraphNode, CUresult, CUstream,
+    CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamCaptureMode, CUstreamCaptureStatus,
+    CUuserObject, CUuserObject_flags, CUuserObjectRetain_flags, Driver,
 };
 use std::ffi::c_void;
 use std::ptr;
@@ -500,6 +500,76 @@ pub(crate) fn batched(
     op.writeValue.__bindgen_anon_1.value = value;
     op.writeValue.flags = flags;
     op
+}
+
+/// One operation of a batch on a 64-bit word: a write or wait of `value` at `address`.
+pub(crate) fn batched_wide(
+    operation: CUstreamBatchMemOpType,
+    address: CUdeviceptr,
+    value: u64,
+    flags: u32,
+) -> CUstreamBatchMemOpParams {
+    let mut op = batched(operation, address, 0, flags);
+    op.writeValue.__bindgen_anon_1.value64 = value;
+    op
+}
+
+/// What an operation of a batch says: its type, address, value and flags (not `alias`, which is
+/// the driver's own).
+pub(crate) fn described(
+    op: &CUstreamBatchMemOpParams,
+) -> (CUstreamBatchMemOpType, CUdeviceptr, u64, u32) {
+    // SAFETY: every member of the union begins with the operation; the write's and the wait's
+    // members, the only ones these tests make, share one layout of plain integers.
+    let fields = unsafe { op.writeValue };
+    let wide = [
+        CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_64,
+        CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_64,
+    ]
+    .contains(&fields.operation);
+    // SAFETY: as above; a 64-bit operation's value is `value64`, a 32-bit one's `value`.
+    let value = unsafe {
+        if wide {
+            fields.__bindgen_anon_1.value64
+        } else {
+            u64::from(fields.__bindgen_anon_1.value)
+        }
+    };
+    (fields.operation, fields.address, value, fields.flags)
+}
+
+/// A batch node's parameters for `ops` in the current context (the suite's), no flags.
+pub(crate) fn batch_params(ops: &mut [CUstreamBatchMemOpParams]) -> CUDA_BATCH_MEM_OP_NODE_PARAMS {
+    CUDA_BATCH_MEM_OP_NODE_PARAMS {
+        ctx: current_context().as_raw(),
+        count: u32::try_from(ops.len()).expect("a short batch"),
+        paramArray: ops.as_mut_ptr(),
+        flags: 0,
+    }
+}
+
+/// Adds to `graph` a batch node of `ops` after `dependencies` (`cuGraphAddBatchMemOpNode`),
+/// which must succeed.
+#[track_caller]
+pub(crate) fn add_batch_node(
+    graph: &Graph,
+    dependencies: &[CUgraphNode],
+    ops: &mut [CUstreamBatchMemOpParams],
+) -> CUgraphNode {
+    let params = batch_params(ops);
+    let mut node = ptr::null_mut();
+    // SAFETY: a live graph, nodes of it, and parameters whose operations name mapped memory of
+    // the context that outlives the graph's launches.
+    ok("cuGraphAddBatchMemOpNode", unsafe {
+        driver().cuGraphAddBatchMemOpNode(
+            &mut node,
+            graph.0,
+            dependencies.as_ptr(),
+            dependencies.len(),
+            &params,
+        )
+    });
+    node
 }
 
 /// Device memory, freed on drop. Tests that use it run alone: allocating can be refused by another

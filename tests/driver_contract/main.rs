@@ -11,6 +11,7 @@
 //! is leaked on purpose, so that one the driver still runs after a failed assertion never reads
 //! freed memory.
 
+mod batch_nodes;
 mod capture;
 mod contexts;
 mod controls;

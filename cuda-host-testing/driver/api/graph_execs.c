@@ -1,7 +1,7 @@
 /*
  * graph_execs.c - Graph Management, executable graphs: cuGraphInstantiateWithFlags,
  * cuGraphLaunch, cuGraphUpload, cuGraphExecDestroy, cuGraphExecHostNodeSetParams,
- * cuGraphExecUpdate_v2.
+ * cuGraphExecBatchMemOpNodeSetParams, cuGraphExecUpdate_v2.
  */
 #include "internal.h"
 
@@ -107,6 +107,26 @@ CUSW_EXPORT CUresult cuGraphExecHostNodeSetParams(CUgraphExec hGraphExec, CUgrap
     CUresult rc = x == NULL ? CUDA_ERROR_INVALID_VALUE
                             : cusw_exec_set_host_params(x, hNode, nodeParams->fn,
                                                         nodeParams->userData);
+    cusw_lock_release();
+    return rc;
+}
+
+/* As documented, only the operations' addresses and values and a wait's comparison may change;
+ * another context, count or operation type answers CUDA_ERROR_INVALID_VALUE. The graph's node
+ * keeps its parameters. */
+CUSW_EXPORT CUresult
+cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                   const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    CUSW_INIT_ENTRY();
+    cusw_lock_acquire();
+    struct cusw_exec *x = exec_of(hGraphExec);
+    struct cusw_action a;
+    CUresult rc = x == NULL ? CUDA_ERROR_INVALID_VALUE : cusw_batch_params_action(nodeParams, &a);
+    if (rc == CUDA_SUCCESS) {
+        rc = cusw_exec_set_batch_params(x, hNode, &a);
+        cusw_action_release(&a);
+    }
     cusw_lock_release();
     return rc;
 }

@@ -1,7 +1,8 @@
 /*
  * graphs.c - Graph Management, graphs and their nodes: cuGraphCreate, cuGraphDestroy,
  * cuGraphAddHostNode, cuGraphAddDependencies_v2, cuGraphGetNodes, cuGraphNodeGetType,
- * cuGraphClone, cuGraphHostNodeGetParams, cuGraphHostNodeSetParams.
+ * cuGraphClone, cuGraphHostNodeGetParams, cuGraphHostNodeSetParams, cuGraphAddBatchMemOpNode,
+ * cuGraphBatchMemOpNodeGetParams, cuGraphBatchMemOpNodeSetParams.
  */
 #include "internal.h"
 
@@ -46,19 +47,14 @@ static CUresult resolve_deps(struct cusw_graph *g, const CUgraphNode *handles, s
     return CUDA_SUCCESS;
 }
 
+/* [locked] Adds a node for `a` (the node holds a copy of its own). */
 static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                          size_t numDependencies, const struct cusw_action *a)
 {
-    CUresult rc = CUDA_SUCCESS;
-    if (phGraphNode == NULL || (a->kind == CUSW_ACT_HOST_FN && a->u.host.fn == NULL))
-        return CUDA_ERROR_INVALID_VALUE;
-    cusw_lock_acquire();
     struct cusw_graph *g = graph_of(hGraph);
     struct cusw_node **deps = NULL;
-    if (g == NULL)
-        rc = CUDA_ERROR_INVALID_VALUE;
-    else
-        rc = resolve_deps(g, dependencies, numDependencies, &deps);
+    CUresult rc = g == NULL ? CUDA_ERROR_INVALID_VALUE
+                            : resolve_deps(g, dependencies, numDependencies, &deps);
     if (rc == CUDA_SUCCESS) {
         struct cusw_node *n = cusw_graph_add_node(g, a, deps, numDependencies);
         if (n == NULL)
@@ -67,7 +63,6 @@ static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraph
             *phGraphNode = (CUgraphNode)n->handle;
     }
     free(deps);
-    cusw_lock_release();
     return rc;
 }
 
@@ -110,12 +105,14 @@ CUSW_EXPORT CUresult cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph
                                         const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
     CUSW_INIT_ENTRY();
-    struct cusw_action a = { .kind = CUSW_ACT_HOST_FN };
-    if (nodeParams != NULL) {
-        a.u.host.fn = nodeParams->fn;
-        a.u.host.data = nodeParams->userData;
-    }
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, &a);
+    if (phGraphNode == NULL || !valid_host_params(nodeParams))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cusw_action a = { .kind = CUSW_ACT_HOST_FN,
+                             .u.host = { nodeParams->fn, nodeParams->userData } };
+    cusw_lock_acquire();
+    CUresult rc = add_node(phGraphNode, hGraph, dependencies, numDependencies, &a);
+    cusw_lock_release();
+    return rc;
 }
 
 CUSW_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from,
@@ -243,4 +240,72 @@ CUSW_EXPORT CUresult cuGraphHostNodeSetParams(CUgraphNode hNode,
     if (!valid_host_params(nodeParams))
         return CUDA_ERROR_INVALID_VALUE;
     return host_node_params(hNode, nodeParams, NULL);
+}
+
+/* As documented, the parameters' operations are copied (the caller may free its array once the
+ * call returns) and, read back, point to memory the node owns, valid until its parameters change
+ * or it is destroyed. Which operations and parameters are taken: cusw_batch_params_action. */
+CUSW_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                              const CUgraphNode *dependencies,
+                                              size_t numDependencies,
+                                              const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    CUSW_INIT_ENTRY();
+    if (phGraphNode == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_action a;
+    CUresult rc = cusw_batch_params_action(nodeParams, &a);
+    if (rc == CUDA_SUCCESS) {
+        rc = add_node(phGraphNode, hGraph, dependencies, numDependencies, &a);
+        cusw_action_release(&a);
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+/* [locked] The batch node `hNode` names, or NULL. */
+static struct cusw_node *batch_node_of(CUgraphNode hNode)
+{
+    struct cusw_node *n = node_of(hNode);
+    return n != NULL && n->action.kind == CUSW_ACT_BATCH ? n : NULL;
+}
+
+CUSW_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode,
+                                                    CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
+{
+    CUSW_INIT_ENTRY();
+    if (nodeParams_out == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_node *n = batch_node_of(hNode);
+    CUresult rc = n == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS) {
+        struct cusw_batch *b = n->action.u.batch;
+        *nodeParams_out = (CUDA_BATCH_MEM_OP_NODE_PARAMS){
+            .ctx = (CUcontext)b->ctx->handle,
+            .count = b->count,
+            .paramArray = b->params,
+            .flags = 0,
+        };
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+/* The node's own batch is replaced: its clones, executables and launches keep theirs. */
+CUSW_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode,
+                                                    const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    CUSW_INIT_ENTRY();
+    cusw_lock_acquire();
+    struct cusw_node *n = batch_node_of(hNode);
+    struct cusw_action a;
+    CUresult rc = n == NULL ? CUDA_ERROR_INVALID_VALUE : cusw_batch_params_action(nodeParams, &a);
+    if (rc == CUDA_SUCCESS) {
+        cusw_action_release(&n->action);
+        n->action = a; /* the node takes over the one reference */
+    }
+    cusw_lock_release();
+    return rc;
 }

@@ -1,12 +1,17 @@
 /*
  * action.c - what stream operations and graph nodes do when they execute, what an operation
- * holds until it is released, and which node type each action stands for.
+ * holds until it is released, which node type each action stands for, and the batches of stream
+ * memory operations.
  *
  * The same action describes a stream operation and a graph node (a captured host function is
  * the host node's action), so a graph launch runs its nodes' actions one after the other on the
  * launching stream's worker. Sticky context errors are honoured here: once the context has one,
  * host functions and memory work are skipped, while stream callbacks still run exactly once with
  * the error as their status (as on the real driver).
+ *
+ * Stream memory operations, batched or single, are one batch action (a batch node once
+ * captured, as on the real driver), whose operations run in order: a wait holds the rest of the
+ * batch, and what follows it, until its word satisfies it.
  */
 #include "internal.h"
 
@@ -141,6 +146,10 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
         if (!sticky)
             wait_value(a, ctx);
         break;
+    case CUSW_ACT_BATCH:
+        for (unsigned int i = 0; i < a->u.batch->count; i++)
+            cusw_action_run(&a->u.batch->ops[i], ctx);
+        break;
     case CUSW_ACT_FAULT:
         if (!sticky)
             cusw_ctx_set_sticky(ctx, a->u.fault.code);
@@ -174,6 +183,13 @@ bool cusw_action_stage(struct cusw_action *a)
     return true;
 }
 
+void cusw_action_copy(struct cusw_action *dst, const struct cusw_action *src)
+{
+    *dst = *src;
+    if (src->kind == CUSW_ACT_BATCH)
+        src->u.batch->refs++;
+}
+
 void cusw_action_release(struct cusw_action *a)
 {
     if (a->kind == CUSW_ACT_COPY && a->u.copy.staged) {
@@ -182,10 +198,14 @@ void cusw_action_release(struct cusw_action *a)
         cusw_event_unref(a->u.record.event);
     } else if (a->kind == CUSW_ACT_GRAPH) {
         /* The launch has finished: its user-object references go (destructors may now run, on
-         * the destructor thread). */
+         * the destructor thread), and so do its snapshot's. */
         cusw_urefs_release(&a->u.launch->urefs, CUSW_DESTROY_DRIVER_THREAD);
+        for (size_t i = 0; i < a->u.launch->n; i++)
+            cusw_action_release(&a->u.launch->actions[i]);
         free(a->u.launch->actions);
         free(a->u.launch);
+    } else if (a->kind == CUSW_ACT_BATCH && --a->u.batch->refs == 0) {
+        free(a->u.batch);
     }
     a->kind = CUSW_ACT_NOP;
 }
@@ -198,7 +218,8 @@ CUgraphNodeType cusw_action_node_type(const struct cusw_action *a)
     case CUSW_ACT_COPY: return CU_GRAPH_NODE_TYPE_MEMCPY;
     case CUSW_ACT_SET: return CU_GRAPH_NODE_TYPE_MEMSET;
     case CUSW_ACT_WRITE_VALUE:
-    case CUSW_ACT_WAIT_VALUE: return CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+    case CUSW_ACT_WAIT_VALUE:
+    case CUSW_ACT_BATCH: return CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
     case CUSW_ACT_FAULT:
     case CUSW_ACT_SLEEP: return CU_GRAPH_NODE_TYPE_KERNEL; /* stand-ins for kernels */
     case CUSW_ACT_EVENT_RECORD: return CU_GRAPH_NODE_TYPE_EVENT_RECORD;
@@ -206,4 +227,92 @@ CUgraphNodeType cusw_action_node_type(const struct cusw_action *a)
     case CUSW_ACT_NOP: break;
     }
     return CU_GRAPH_NODE_TYPE_EMPTY;
+}
+
+/* ---- Batches of stream memory operations ----------------------------------------------------- */
+
+/* A write or a wait as an action, or false for what this driver does not take. */
+static bool mem_action(enum cusw_action_kind kind, CUdeviceptr addr, uint64_t value,
+                       unsigned int flags, bool is64, struct cusw_action *a)
+{
+    if (addr == 0 || addr % (is64 ? 8 : 4) != 0)
+        return false;
+    if (kind == CUSW_ACT_WAIT_VALUE ? flags > CU_STREAM_WAIT_VALUE_NOR
+                                    : flags != CU_STREAM_WRITE_VALUE_DEFAULT)
+        return false;
+    *a = (struct cusw_action){ .kind = kind, .u.mem = { addr, value, flags, is64 } };
+    return true;
+}
+
+bool cusw_mem_op_action(const CUstreamBatchMemOpParams *op, struct cusw_action *a)
+{
+    bool wait = op->operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ||
+                op->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    bool is64 = op->operation == CU_STREAM_MEM_OP_WAIT_VALUE_64 ||
+                op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    if (!wait && !is64 && op->operation != CU_STREAM_MEM_OP_WRITE_VALUE_32)
+        return false;
+    /* The wait's and the write's parameters share one layout. */
+    const struct CUstreamMemOpWriteValueParams_st *p = &op->writeValue;
+    return mem_action(wait ? CUSW_ACT_WAIT_VALUE : CUSW_ACT_WRITE_VALUE, p->address,
+                      is64 ? p->value64 : p->value, p->flags, is64, a);
+}
+
+CUresult cusw_batch_check(unsigned int count, const CUstreamBatchMemOpParams *ops)
+{
+    if (count == 0 || count > CUSW_BATCH_MAX || ops == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < count; i++) {
+        struct cusw_action a;
+        if (!cusw_mem_op_action(&ops[i], &a))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The operations' actions follow the parameters in the batch's one allocation. */
+_Static_assert(sizeof(CUstreamBatchMemOpParams) % _Alignof(struct cusw_action) == 0,
+               "a batch's actions are aligned after its parameters");
+
+bool cusw_batch_action(struct cusw_ctx *ctx, unsigned int count,
+                       const CUstreamBatchMemOpParams *ops, struct cusw_action *out)
+{
+    struct cusw_batch *b = malloc(sizeof *b + count * (sizeof *b->params + sizeof *b->ops));
+    if (b == NULL)
+        return false;
+    b->refs = 1;
+    b->ctx = ctx;
+    b->count = count;
+    b->ops = (struct cusw_action *)(void *)&b->params[count];
+    memcpy(b->params, ops, count * sizeof *ops);
+    for (unsigned int i = 0; i < count; i++)
+        cusw_mem_op_action(&ops[i], &b->ops[i]); /* checked: takes each */
+    *out = (struct cusw_action){ .kind = CUSW_ACT_BATCH, .u.batch = b };
+    return true;
+}
+
+CUresult cusw_batch_params_action(const CUDA_BATCH_MEM_OP_NODE_PARAMS *p, struct cusw_action *out)
+{
+    if (p == NULL || p->flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = cusw_batch_check(p->count, p->paramArray);
+    struct cusw_ctx *ctx = NULL;
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_ctx_from_handle(p->ctx, &ctx);
+    if (rc == CUDA_SUCCESS && !cusw_batch_action(ctx, p->count, p->paramArray, out))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    return rc;
+}
+
+bool cusw_batch_same_shape(const struct cusw_action *a, const struct cusw_action *b)
+{
+    if (a->kind != CUSW_ACT_BATCH || b->kind != CUSW_ACT_BATCH)
+        return false;
+    const struct cusw_batch *x = a->u.batch, *y = b->u.batch;
+    if (x->ctx != y->ctx || x->count != y->count)
+        return false;
+    for (unsigned int i = 0; i < x->count; i++)
+        if (x->params[i].operation != y->params[i].operation)
+            return false;
+    return true;
 }

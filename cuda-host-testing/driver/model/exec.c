@@ -1,12 +1,12 @@
 /*
- * exec.c - executable graphs: instantiation, launch, upload, destruction, host-node updates,
- * whole-graph updates.
+ * exec.c - executable graphs: instantiation, launch, upload, destruction, host- and batch-node
+ * updates, whole-graph updates.
  *
  * Instantiation flattens the graph into its nodes' actions in a topological order (Kahn's
  * algorithm, ties broken by creation order), so the executable is independent of its graph from
  * then on. The executable holds references to all of the graph's user objects until it is
  * destroyed. A launch enqueues one stream operation carrying a snapshot of the actions (later
- * cuGraphExecHostNodeSetParams calls do not affect a launch already enqueued) plus references to
+ * cuGraphExec*NodeSetParams calls do not affect a launch already enqueued) plus references to
  * the user objects, dropped when the launch has finished. Launches of one executable are ordered
  * behind each other, also across streams, as documented for cuGraphLaunch. Destructors made due
  * by a launch, or by destroying an executable that has been launched, run on the destructor
@@ -18,7 +18,6 @@
 #include "internal.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 struct cusw_exec {
     uintptr_t handle;
@@ -45,6 +44,8 @@ void cusw_exec_free(struct cusw_exec *x)
                        x->launched ? CUSW_DESTROY_DRIVER_THREAD : CUSW_DESTROY_INLINE);
     if (x->last_launch.stream != NULL)
         cusw_stream_unref(x->last_launch.stream);
+    for (size_t i = 0; i < x->n; i++)
+        cusw_action_release(&x->actions[i]);
     free(x->actions);
     free(x->node_handles);
     free(x->action_of);
@@ -109,7 +110,7 @@ static CUresult flatten(struct cusw_graph *g, struct cusw_exec *x)
     while (head < tail) {
         size_t i = queue[head++];
         x->action_of[i] = x->n;
-        x->actions[x->n] = g->nodes[i]->action;
+        cusw_action_copy(&x->actions[x->n], &g->nodes[i]->action);
         x->node_handles[x->n] = g->nodes[i]->handle;
         x->n++;
         for (size_t k = offsets[i]; k < offsets[i + 1]; k++)
@@ -176,9 +177,8 @@ CUresult cusw_exec_launch(struct cusw_exec *x, struct cusw_stream *s, bool captu
         }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (x->n > 0)
-        memcpy(l->actions, x->actions, x->n * sizeof *l->actions);
-    l->n = x->n;
+    for (l->n = 0; l->n < x->n; l->n++)
+        cusw_action_copy(&l->actions[l->n], &x->actions[l->n]);
     struct cusw_action a = { .kind = CUSW_ACT_GRAPH, .u.launch = l };
     size_t ndeps = x->last_launch.stream != NULL ? 1 : 0;
     CUresult rc = cusw_stream_enqueue(s, &a, &x->last_launch, ndeps);
@@ -212,6 +212,21 @@ CUresult cusw_exec_set_host_params(struct cusw_exec *x, CUgraphNode node, CUhost
         if (x->node_handles[i] == (uintptr_t)node && x->actions[i].kind == CUSW_ACT_HOST_FN) {
             x->actions[i].u.host.fn = fn;
             x->actions[i].u.host.data = data;
+            return CUDA_SUCCESS;
+        }
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cusw_exec_set_batch_params(struct cusw_exec *x, CUgraphNode node,
+                                    const struct cusw_action *a)
+{
+    for (size_t i = 0; i < x->n; i++) {
+        if (x->node_handles[i] == (uintptr_t)node && x->actions[i].kind == CUSW_ACT_BATCH) {
+            if (!cusw_batch_same_shape(&x->actions[i], a))
+                return CUDA_ERROR_INVALID_VALUE;
+            cusw_action_release(&x->actions[i]);
+            cusw_action_copy(&x->actions[i], a);
             return CUDA_SUCCESS;
         }
     }
@@ -320,11 +335,17 @@ CUresult cusw_exec_update(struct cusw_exec *x, struct cusw_graph *g,
     if (pair == NULL)
         return update_fails(info, CU_GRAPH_EXEC_UPDATE_ERROR, NULL, NULL);
     CUresult rc = pair_nodes(x, g, pair, info);
-    for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n_nodes; i++)
-        if (cusw_action_node_type(&g->nodes[i]->action) !=
-            cusw_action_node_type(&x->actions[x->action_of[pair[i]]]))
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < g->n_nodes; i++) {
+        const struct cusw_action *now = &x->actions[x->action_of[pair[i]]];
+        const struct cusw_action *wanted = &g->nodes[i]->action;
+        if (cusw_action_node_type(wanted) != cusw_action_node_type(now))
             rc = update_fails(info, CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED, g->nodes[i],
                               NULL);
+        /* What cuGraphExecBatchMemOpNodeSetParams may not change either. */
+        else if (wanted->kind == CUSW_ACT_BATCH && !cusw_batch_same_shape(wanted, now))
+            rc = update_fails(info, CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED, g->nodes[i],
+                              NULL);
+    }
     struct cusw_uref_list urefs = { 0 };
     if (rc == CUDA_SUCCESS && !cusw_urefs_copy(&urefs, &g->urefs)) {
         cusw_urefs_release(&urefs, CUSW_DESTROY_INLINE); /* none of them the last reference */
@@ -335,12 +356,15 @@ CUresult cusw_exec_update(struct cusw_exec *x, struct cusw_graph *g,
         return rc;
     }
     /* Every parameter the double models comes over whole (host functions and their data,
-     * copies, sets, memory operations, the stand-ins for kernels); none of the real driver's
-     * limits on parameter changes (a copy's memory from other contexts, a memset's shape) is
-     * modelled. The executable's node handles stay those of the graph it was made from, which
-     * cuGraphExecHostNodeSetParams takes. */
-    for (size_t i = 0; i < g->n_nodes; i++)
-        x->actions[x->action_of[pair[i]]] = g->nodes[i]->action;
+     * copies, sets, memory operations, the stand-ins for kernels); of the real driver's limits
+     * on parameter changes only a batch node's is modelled, not a copy's memory from other
+     * contexts or a memset's shape. The executable's node handles stay those of the graph it was
+     * made from, which cuGraphExec*NodeSetParams take. */
+    for (size_t i = 0; i < g->n_nodes; i++) {
+        struct cusw_action *now = &x->actions[x->action_of[pair[i]]];
+        cusw_action_release(now);
+        cusw_action_copy(now, &g->nodes[i]->action);
+    }
     free(pair);
     /* The references of the new graph are cloned and replace the executable's, as documented for
      * user objects; launches in flight hold references of their own (cusw_exec_launch), so what

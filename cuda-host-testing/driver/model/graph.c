@@ -1,6 +1,8 @@
 /*
  * graph.c - graphs and their nodes. A node's dependencies are stored on the node (its incoming
- * edges); a graph owns its nodes and its user-object references. Graphs belong to no context.
+ * edges); a graph owns its nodes and its user-object references. Graphs belong to no context. A
+ * clone's nodes share what the original's actions share (their batches, which never change: new
+ * parameters give a node a new batch), so each graph keeps its own parameters.
  */
 #include "internal.h"
 
@@ -62,7 +64,6 @@ struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_ac
     if (n == NULL)
         return NULL;
     n->graph = g;
-    n->action = *a;
     for (size_t i = 0; i < ndeps; i++) {
         if (!cusw_node_add_dep(n, deps[i])) {
             free(n->deps);
@@ -76,6 +77,7 @@ struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_ac
         free(n);
         return NULL;
     }
+    cusw_action_copy(&n->action, a);
     g->nodes[g->n_nodes++] = n;
     return n;
 }

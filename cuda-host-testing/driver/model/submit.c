@@ -113,26 +113,40 @@ CUresult cusw_stream_resolve(CUstream handle, bool per_thread, struct cusw_strea
 
 /* ---- Submission ------------------------------------------------------------------------------ */
 
-static CUresult submit(CUstream stream, bool per_thread, const struct cusw_action *actions,
-                       size_t n, bool wait)
+/* [locked] The stream an API call's argument names, checked, and whether the capture rules make
+ * its work a graph node (cusw_capture_check_enqueue). */
+static CUresult target(CUstream stream, bool per_thread, struct cusw_stream **s, bool *capturing)
 {
     if (!cusw_initialized()) /* the controls that submit are not entry points of the driver */
         return CUDA_ERROR_NOT_INITIALIZED;
+    CUresult rc = cusw_stream_resolve(stream, per_thread, s);
+    return rc != CUDA_SUCCESS ? rc : cusw_capture_check_enqueue(*s, capturing);
+}
+
+/* [locked] Gives `a` to `s`, taking over the references it holds: a capture's new node takes
+ * references of its own and `a`'s are released; an operation of the stream takes `a`'s. */
+static CUresult give(struct cusw_stream *s, bool capturing, struct cusw_action *a)
+{
+    CUresult rc;
+    if (capturing)
+        rc = cusw_capture_add_node(s, a);
+    else if (!cusw_action_stage(a))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else if ((rc = cusw_stream_enqueue(s, a, NULL, 0)) == CUDA_SUCCESS)
+        return rc;
+    cusw_action_release(a);
+    return rc;
+}
+
+static CUresult submit(CUstream stream, bool per_thread, const struct cusw_action *a, bool wait)
+{
     cusw_lock_acquire();
     struct cusw_stream *s = NULL;
     bool capturing = false;
-    CUresult rc = cusw_stream_resolve(stream, per_thread, &s);
-    if (rc == CUDA_SUCCESS)
-        rc = cusw_capture_check_enqueue(s, &capturing);
-    for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++) {
-        struct cusw_action a = actions[i];
-        if (capturing) {
-            rc = cusw_capture_add_node(s, &a);
-        } else if (!cusw_action_stage(&a)) {
-            rc = CUDA_ERROR_OUT_OF_MEMORY;
-        } else if ((rc = cusw_stream_enqueue(s, &a, NULL, 0)) != CUDA_SUCCESS) {
-            cusw_action_release(&a);
-        }
+    CUresult rc = target(stream, per_thread, &s, &capturing);
+    if (rc == CUDA_SUCCESS) {
+        struct cusw_action given = *a;
+        rc = give(s, capturing, &given);
     }
     if (rc == CUDA_SUCCESS && wait && !capturing) {
         cusw_stream_drain(s); /* lets go of the lock while it waits */
@@ -144,16 +158,26 @@ static CUresult submit(CUstream stream, bool per_thread, const struct cusw_actio
 
 CUresult cusw_submit(CUstream stream, bool per_thread, const struct cusw_action *a)
 {
-    return submit(stream, per_thread, a, 1, false);
-}
-
-CUresult cusw_submit_all(CUstream stream, bool per_thread, const struct cusw_action *actions,
-                         size_t n)
-{
-    return submit(stream, per_thread, actions, n, false);
+    return submit(stream, per_thread, a, false);
 }
 
 CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cusw_action *a)
 {
-    return submit(stream, per_thread, a, 1, true);
+    return submit(stream, per_thread, a, true);
+}
+
+CUresult cusw_submit_batch(CUstream stream, bool per_thread, unsigned int count,
+                           const CUstreamBatchMemOpParams *ops)
+{
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    struct cusw_action a;
+    CUresult rc = target(stream, per_thread, &s, &capturing);
+    if (rc == CUDA_SUCCESS && !cusw_batch_action(s->ctx, count, ops, &a))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS)
+        rc = give(s, capturing, &a);
+    cusw_lock_release();
+    return rc;
 }
