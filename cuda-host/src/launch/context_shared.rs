@@ -172,6 +172,21 @@ impl ContextShared {
         self.with_current(|| Ok(self.pinned.allocate_word(self.driver())?))
     }
 
+    /// A free word of [`allocate_pinned_word`](Self::allocate_pinned_word)'s, if there is one:
+    /// no driver call (so also during a capture).
+    pub(crate) fn free_pinned_word(&self) -> Option<PinnedWord> {
+        self.pinned.free_word()
+    }
+
+    /// Makes sure `count` words are free for [`allocate_pinned_word`](Self::allocate_pinned_word),
+    /// as it allocates.
+    ///
+    /// # Errors
+    /// As [`allocate_pinned_word`](Self::allocate_pinned_word).
+    pub(crate) fn reserve_pinned_words(&self, count: usize) -> Result<()> {
+        self.with_current(|| Ok(self.pinned.reserve_words(self.driver(), count)?))
+    }
+
     /// Gives `word` of this context back for reuse: nothing uses it any more.
     pub(crate) fn release_pinned_word(&self, word: PinnedWord) {
         self.pinned.release_word(word);

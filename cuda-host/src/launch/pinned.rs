@@ -114,21 +114,45 @@ impl PinnedPages {
         if let Some(word) = lock(&self.free_words).pop() {
             return Ok(word);
         }
+        let mut words = self.fresh_words(driver)?;
+        let first = words.pop().expect("a page holds words");
+        lock(&self.free_words).extend(words);
+        Ok(first)
+    }
+
+    /// The words of a fresh page (as [`PinnedPages::allocate`]).
+    fn fresh_words(&self, driver: &Driver) -> Result<Vec<PinnedWord>, cuda_host_sys::Error> {
         let page = self.fresh(driver)?;
-        let words = (0..PAGE_BYTES / size_of::<u64>()).map(|index| {
-            let offset = index * size_of::<u64>();
-            PinnedWord {
-                // SAFETY: within the page.
-                host: unsafe { page.host.cast::<u8>().add(offset) }.cast(),
-                device: page.device + offset as CUdeviceptr,
-            }
-        });
-        let mut free = lock(&self.free_words);
-        free.extend(words.skip(1));
-        Ok(PinnedWord {
-            host: page.host,
-            device: page.device,
-        })
+        Ok((0..PAGE_BYTES / size_of::<u64>())
+            .rev()
+            .map(|index| {
+                let offset = index * size_of::<u64>();
+                PinnedWord {
+                    // SAFETY: within the page.
+                    host: unsafe { page.host.cast::<u8>().add(offset) }.cast(),
+                    device: page.device + offset as CUdeviceptr,
+                }
+            })
+            .collect())
+    }
+
+    /// A word given back, if one is free: no allocation.
+    pub(crate) fn free_word(&self) -> Option<PinnedWord> {
+        lock(&self.free_words).pop()
+    }
+
+    /// Makes sure at least `count` words are free for [`PinnedPages::allocate_word`], allocating
+    /// pages as [`PinnedPages::allocate`] does a fresh one.
+    pub(crate) fn reserve_words(
+        &self,
+        driver: &Driver,
+        count: usize,
+    ) -> Result<(), cuda_host_sys::Error> {
+        while lock(&self.free_words).len() < count {
+            let words = self.fresh_words(driver)?;
+            lock(&self.free_words).extend(words);
+        }
+        Ok(())
     }
 
     /// Gives `word` back for reuse: no stream and no host thread uses it any more.
