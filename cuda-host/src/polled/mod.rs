@@ -71,6 +71,7 @@
 //! itself, since a query from its thread could invalidate another thread's global capture.
 
 mod lanes;
+mod nodes;
 mod server;
 
 use crate::checked::checked;
@@ -85,6 +86,9 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 pub(crate) use lanes::ContextLanes;
+pub(crate) use nodes::{
+    DONE, NodeCallable, NodeSlot, REQUESTED, let_go, node_params, operations, word_of,
+};
 pub use server::{
     MAX_POLLED_ENGINE_THREADS, PolledEngineCounts, polled_engine_counts, polled_engine_threads,
     set_polled_engine_threads,
@@ -96,6 +100,12 @@ pub use server::{
 /// [`Error::ThreadStart`] when one of their threads cannot start.
 pub(crate) fn start() -> Result<()> {
     server::start()
+}
+
+/// Makes sure a server serves `slot`, on which a launch of its executable was just queued (the
+/// pool runs: it started when the executable was made, `start`).
+pub(crate) fn serve_node(slot: &Arc<NodeSlot>) {
+    server::serve_node(slot);
 }
 
 impl ContextLanes {

@@ -28,6 +28,7 @@
 //! outlives a panic it did not foresee.
 
 use super::lanes::{KEPT_PAGES, Lane, RETIRED_LANES, Words};
+use super::nodes::{NodeSlot, RETIRED_NODES};
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, InHostFunction, dispose_panic, drop_when_allowed, has_failed};
@@ -61,10 +62,21 @@ struct Served {
     last_active: Instant,
 }
 
+/// A graph's engine node (of one executable) being served, with the context that keeps its
+/// word.
+struct ServedNode {
+    slot: Arc<NodeSlot>,
+    context: Arc<ContextShared>,
+    context_address: usize,
+    last_active: Instant,
+}
+
 #[derive(Default)]
 struct Registry {
     /// Lanes enqueuers handed this server, not yet taken on its own list.
     fresh: Vec<Served>,
+    /// Engine nodes launches handed this server, not yet taken on its own list.
+    fresh_nodes: Vec<ServedNode>,
     /// Set by the server, under the lock, just before it parks.
     parked: bool,
 }
@@ -85,6 +97,7 @@ impl Server {
         Server {
             registry: Mutex::new(Registry {
                 fresh: Vec::new(),
+                fresh_nodes: Vec::new(),
                 parked: false,
             }),
             functions: AtomicU64::new(0),
@@ -135,6 +148,10 @@ pub struct PolledEngineCounts {
     /// Pages of lanes (4 KiB of pinned memory each) kept for the life of the process after their
     /// context value went, because a graph may still write into a retired lane of theirs.
     pub kept_pages: u64,
+    /// Engine nodes of executables retired because a capture may have taken a launch of theirs
+    /// ([`GraphExec::launch`](crate::GraphExec::launch)): each is served for the life of the
+    /// process, so its server never parks again.
+    pub retired_graph_nodes: u64,
 }
 
 /// What the polled engine's servers hold and have done (see [`PolledEngineCounts`]).
@@ -154,6 +171,7 @@ pub fn polled_engine_counts() -> PolledEngineCounts {
         threads: started.len() as u64,
         retired_lanes: RETIRED_LANES.load(Ordering::Relaxed),
         kept_pages: KEPT_PAGES.load(Ordering::Relaxed),
+        retired_graph_nodes: RETIRED_NODES.load(Ordering::Relaxed),
     }
 }
 
@@ -285,6 +303,35 @@ pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
     }
 }
 
+/// Makes sure a server serves `slot`, on which a launch was just queued. The pool runs: the
+/// executable started it when it was made.
+pub(super) fn serve_node(slot: &Arc<NodeSlot>) {
+    // As for a lane: a slot its server let go, it let go with no launch pending, under the
+    // pending list's lock, which this launch took afterwards to queue its callable.
+    if slot.served.load(Ordering::Acquire) || slot.served.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (index, server) = least_busy();
+    let Some(thread) = THREADS.get(index) else {
+        // Unreachable: only servers whose threads run are handed slots.
+        return;
+    };
+    server.serving.fetch_add(1, Ordering::SeqCst);
+    let context = Arc::clone(slot.context());
+    let mut registry = lock(&server.registry);
+    registry.fresh_nodes.push(ServedNode {
+        slot: Arc::clone(slot),
+        context_address: context.raw().addr(),
+        context,
+        last_active: Instant::now(),
+    });
+    if registry.parked {
+        registry.parked = false;
+        drop(registry);
+        thread.unpark();
+    }
+}
+
 const SPIN: Duration = Duration::from_micros(100);
 const YIELD: Duration = Duration::from_millis(1);
 const LONGEST_SLEEP: Duration = Duration::from_micros(200);
@@ -296,10 +343,11 @@ fn run(server: &'static Server) {
     // nothing is dropped here (values go to their launching threads, the rest to any caller).
     let _marked = InHostFunction::enter();
     let mut served: Vec<Served> = Vec::new();
+    let mut nodes: Vec<ServedNode> = Vec::new();
     let mut last_progress = Instant::now();
     loop {
         let round = catch_unwind(AssertUnwindSafe(|| {
-            serve_round(server, &mut served, &mut last_progress);
+            serve_round(server, &mut served, &mut nodes, &mut last_progress);
         }));
         if let Err(payload) = round {
             dispose_panic(payload);
@@ -310,13 +358,19 @@ fn run(server: &'static Server) {
     }
 }
 
-/// One round of `server`'s loop: takes on the lanes handed to it, serves each, lets go of those
-/// quiet for `LINGER`, then spins, yields, sleeps or parks.
-fn serve_round(server: &Server, served: &mut Vec<Served>, last_progress: &mut Instant) {
+/// One round of `server`'s loop: takes on the lanes and nodes handed to it, serves each, lets go
+/// of those quiet for `LINGER`, then spins, yields, sleeps or parks.
+fn serve_round(
+    server: &Server,
+    served: &mut Vec<Served>,
+    nodes: &mut Vec<ServedNode>,
+    last_progress: &mut Instant,
+) {
     {
         let mut registry = lock(&server.registry);
         served.append(&mut registry.fresh);
-        if served.is_empty() && last_progress.elapsed() >= LINGER {
+        nodes.append(&mut registry.fresh_nodes);
+        if served.is_empty() && nodes.is_empty() && last_progress.elapsed() >= LINGER {
             registry.parked = true;
             server.parks.fetch_add(1, Ordering::Relaxed);
             drop(registry);
@@ -352,6 +406,9 @@ fn serve_round(server: &Server, served: &mut Vec<Served>, last_progress: &mut In
             index += 1;
         }
     }
+    if serve_nodes(server, nodes) {
+        progressed = true;
+    }
     if progressed {
         *last_progress = Instant::now();
     }
@@ -363,6 +420,42 @@ fn serve_round(server: &Server, served: &mut Vec<Served>, last_progress: &mut In
     } else {
         std::thread::sleep((quiet / 8).min(LONGEST_SLEEP));
     }
+}
+
+/// Serves each engine node of `nodes` whose word holds a request, lets go of the pending launches
+/// of failed contexts, and of the nodes with none pending for `LINGER`. Whether any ran or went.
+fn serve_nodes(server: &Server, nodes: &mut Vec<ServedNode>) -> bool {
+    let mut progressed = false;
+    let mut index = 0;
+    while index < nodes.len() {
+        let node = &mut nodes[index];
+        let mut went = 0;
+        if node.slot.serve() {
+            went = 1;
+        } else if has_failed(node.context_address) {
+            went = node.slot.abandon();
+            if went > 0 {
+                logged!(debug!(
+                    "the polled engine let go of {went} graph launches of a failed context"
+                ));
+            }
+        }
+        if went > 0 {
+            server.functions.fetch_add(went as u64, Ordering::SeqCst);
+            node.last_active = Instant::now();
+            progressed = true;
+        }
+        if node.last_active.elapsed() >= LINGER && node.slot.let_go_if_idle() {
+            let done = nodes.swap_remove(index);
+            server.serving.fetch_sub(1, Ordering::SeqCst);
+            // The slot's word goes back to its context, and the context's release is a driver
+            // call: both on a caller's thread.
+            drop_when_allowed((done.slot, done.context));
+        } else {
+            index += 1;
+        }
+    }
+    progressed
 }
 
 /// Runs the functions of `served` whose numbers the stream wrote, in order, acknowledging each,
