@@ -1,7 +1,7 @@
 //! Building a graph by capturing a stream, with host functions the graph owns.
 
 use super::graph::Graph;
-use super::{capture, capture_lock};
+use super::{capture, capture_lock, engine_node};
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
@@ -10,7 +10,7 @@ use crate::launch::{
     CaptureBeginning, CaptureMark, GraphRecord, HostCallable, capture_state,
     ensure_outside_host_function, outside_host_function, reclaim,
 };
-use crate::objects::Stream;
+use crate::objects::{HostEngine, Stream};
 use crate::observe::Named;
 use cuda_host_sys::{CUgraph, CUstreamCaptureMode};
 use std::ffi::c_void;
@@ -63,6 +63,8 @@ pub enum CaptureMode {
 #[derive(Debug)]
 pub struct GraphBuilder<'stream> {
     stream: &'stream Stream,
+    /// Who serves the host nodes its callbacks add.
+    engine: HostEngine,
     ended: bool,
     _capturing: CaptureMark,
 }
@@ -80,7 +82,38 @@ impl<'stream> GraphBuilder<'stream> {
     /// stream already capturing).
     #[doc(alias = "cuStreamBeginCapture")]
     pub fn begin(stream: &'stream Stream, mode: CaptureMode) -> Result<Self> {
+        GraphBuilder::begin_with_engine(stream, mode, HostEngine::Driver)
+    }
+
+    /// As [`begin`](Self::begin), with the host nodes that [`callback`](Self::callback) adds
+    /// served by `engine`: with [`HostEngine::Polled`], they are the polled engine's nodes, as
+    /// [`Graph::add_engine_host_node`] adds them (what they cost, and the executables that run
+    /// them, are said there). Each such node takes a word of pinned memory, which a capture
+    /// cannot allocate: this reserves [`ENGINE_WORDS_RESERVED`](Self::ENGINE_WORDS_RESERVED)
+    /// free words of the stream's context before the capture begins, and a callback that finds
+    /// none left is refused with [`Error::AllocationInCapture`], the capture intact.
+    /// [`callback_raw`](Self::callback_raw) adds the driver's host nodes whatever the engine.
+    ///
+    /// # Errors
+    /// As [`begin`](Self::begin); with the polled engine, the driver's error from allocating the
+    /// words, or [`Error::AllocationInCapture`] while another capture begun through cuda-host
+    /// forbids it.
+    #[doc(alias = "cuStreamBeginCapture")]
+    pub fn begin_with_engine(
+        stream: &'stream Stream,
+        mode: CaptureMode,
+        engine: HostEngine,
+    ) -> Result<Self> {
         ensure_outside_host_function("GraphBuilder::begin")?;
+        if engine == HostEngine::Polled {
+            let shared = stream.shared_context();
+            crate::launch::unless_capture_forbids(|| {
+                shared.reserve_pinned_words(Self::ENGINE_WORDS_RESERVED)
+            })
+            .ok_or(Error::AllocationInCapture {
+                what: "the words of a capture's engine nodes",
+            })??;
+        }
         if stream.is_shared_with_a_library() {
             // cudarc's safe `end_capture` ends a capture from any thread, in any mode (another
             // thread's end is refused in global and thread-local mode, yet ends it), and could
@@ -107,10 +140,16 @@ impl<'stream> GraphBuilder<'stream> {
         })?;
         Ok(GraphBuilder {
             stream,
+            engine,
             ended: false,
             _capturing: capturing,
         })
     }
+
+    /// Free words of pinned memory [`begin_with_engine`](Self::begin_with_engine) makes sure the
+    /// context has for the polled engine's nodes, shared by the context's captures: as many
+    /// engine callbacks as this, at least, in a capture.
+    pub const ENGINE_WORDS_RESERVED: usize = 64;
 
     /// The stream being captured: enqueue the graph's device work here.
     pub fn stream(&self) -> &'stream Stream {
@@ -144,8 +183,23 @@ impl<'stream> GraphBuilder<'stream> {
     fn callback_named(&self, callable: HostCallable, name: &'static str) -> Result<()> {
         let callable = outside_host_function("GraphBuilder::callback", callable)?;
         reclaim();
-        let record =
-            GraphRecord::callable(Arc::clone(self.stream.shared_context()), callable, name);
+        let shared = self.stream.shared_context();
+        let record = GraphRecord::callable(Arc::clone(shared), callable, name);
+        if self.engine == HostEngine::Polled {
+            let _adding = capture_lock::adding();
+            let graph = match capture::capturing_graph(self.stream) {
+                Ok(graph) => graph,
+                Err(error) => {
+                    record.drop_soon();
+                    return Err(error);
+                }
+            };
+            // SAFETY: the stream captures into `graph`, and its capture (this builder's) does
+            // not end while `_adding` is held.
+            return self.stream.with_stream_context(|| unsafe {
+                engine_node::add_to_capture(shared, self.stream.as_raw(), graph, record)
+            });
+        }
         // SAFETY: the stream's capture is this builder's, begun through cuda-host.
         unsafe { capture::add_to_capture(self.stream, record) }
     }

@@ -10,15 +10,17 @@
 //! waits for the fences of the launches before its replacement, one per stream (a stream's
 //! launches finish in order). So replacing before every launch keeps a bounded number alive.
 
+use super::engine_node::{self, ExecNode};
 use super::graph::{Graph, HostNode};
 use super::user_object;
 use crate::checked::checked;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::handle::SendHandle;
 use crate::launch::{
-    ContextShared, GraphRecord, HostCallable, ensure_outside_host_function, outside_host_function,
-    reclaim,
+    ContextShared, GraphRecord, HostCallable, capture_state, ensure_outside_host_function,
+    outside_host_function, reclaim,
 };
+use crate::polled::{self, NodeCallable};
 use crate::objects::{Context, Stream, destroy_later};
 use cuda_host_sys::{
     CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
@@ -57,6 +59,8 @@ struct ExecutableCallables {
     /// A launch whose fence could not be recorded: replaced callables then stay until the
     /// executable is gone.
     unfenced: bool,
+    /// The executable's engine nodes (`engine_node`): each launch queues their callables.
+    engine: Vec<ExecNode>,
 }
 
 impl std::fmt::Debug for ExecutableCallables {
@@ -65,6 +69,7 @@ impl std::fmt::Debug for ExecutableCallables {
             .field("current", &self.current.len())
             .field("replaced", &self.replaced.len())
             .field("fences", &self.fences.len())
+            .field("engine", &self.engine.len())
             .finish_non_exhaustive()
     }
 }
@@ -197,6 +202,7 @@ impl GraphExec {
             fences: Vec::new(),
             replaced: Vec::new(),
             unfenced: false,
+            engine: Vec::new(),
         }));
         let holder = GraphRecord::holding(Arc::clone(&callables));
         let object = user_object::create(driver, holder)?;
@@ -216,6 +222,23 @@ impl GraphExec {
         // SAFETY: the graph holds the reference moved to it above.
         unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
         instantiated?;
+        // SAFETY: the live graph `raw` was just made from, not launched yet.
+        match unsafe { engine_node::prepare_exec(context.shared(), graph.as_raw(), raw) } {
+            Ok(engine) => {
+                callables
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .engine = engine;
+            }
+            Err(error) => {
+                // Never launched: destroyed at once.
+                // SAFETY: made above, owned here, destroyed once.
+                if let Err(destroyed) = unsafe { checked!(driver, cuGraphExecDestroy(raw)) } {
+                    context.shared().record_drop_error("graph executable", destroyed);
+                }
+                return Err(error);
+            }
+        }
         Ok(GraphExec {
             context: context.clone(),
             raw,
@@ -235,26 +258,79 @@ impl GraphExec {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Enqueues one run of the graph on `stream`: every host node runs again.
+    /// Enqueues one run of the graph on `stream`: every host node runs again. The engine's nodes
+    /// ([`Graph::add_engine_host_node`]) run the callables this executable holds now.
     ///
     /// NVIDIA's reference: [`cuGraphLaunch`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
+    /// With engine nodes, a capture other code begins on `stream` during the call may take the
+    /// launch: the engine looks right after it, and when the stream captures, the launch is
+    /// refused ([`Error::StreamCapturing`](crate::Error::StreamCapturing)), its engine nodes run
+    /// nothing (live, if the capture began just after the launch, or in the capture's graph,
+    /// whose runs they then never hold up), and the words they use are served for the life of
+    /// the process ([`PolledEngineCounts::retired_graph_nodes`](crate::PolledEngineCounts)): the
+    /// server serving them no longer parks. The next launch gives the nodes fresh words. A
+    /// capture that begins and ends between the launch and the look is not seen.
+    ///
     /// # Errors
-    /// The driver's error from `cuGraphLaunch`.
+    /// For an executable with engine nodes, [`Error::StreamCapturing`](crate::Error::StreamCapturing)
+    /// on a capturing stream (the capture would take the launch, which the engine could not
+    /// tell from a live one) and nothing is enqueued, or as said above;
+    /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when retired nodes need
+    /// fresh words while a capture begun through cuda-host forbids allocating them; the driver's
+    /// error from `cuGraphLaunch` (or, with engine nodes, `cuStreamIsCapturing` or
+    /// `cuGraphExecBatchMemOpNodeSetParams`).
     #[doc(alias = "cuGraphLaunch")]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         ensure_outside_host_function("GraphExec::launch")?;
         reclaim();
         let unreachable = stream.with_stream_context(|| {
             let driver = self.context.driver();
-            // SAFETY: both handles are live while their owners exist.
-            unsafe { checked!(driver, cuGraphLaunch(self.raw, stream.as_raw())) }?;
             let mut callables = self.callables();
+            if callables.engine.is_empty() {
+                // SAFETY: both handles are live while their owners exist.
+                unsafe { checked!(driver, cuGraphLaunch(self.raw, stream.as_raw())) }?;
+            } else {
+                self.launch_with_engine(&mut callables, stream)?;
+            }
             callables.fence(stream);
             Ok(callables.take_unreachable())
         })?;
         drop(unreachable);
         Ok(())
+    }
+
+    /// `cuGraphLaunch` of an executable with engine nodes: refused on a capturing stream; then
+    /// each node queues its callable for the engine, unless a capture other code began during
+    /// the call may have taken the launch: then its nodes' slots retire (`crate::polled`'s
+    /// nodes), so that neither that capture's graph nor this launch runs them, and the launch is
+    /// refused; the next launch gives them fresh slots.
+    fn launch_with_engine(
+        &self,
+        callables: &mut ExecutableCallables,
+        stream: &Stream,
+    ) -> Result<()> {
+        let driver = self.context.driver();
+        if let Some(status) = capture_state(driver, stream.as_raw())? {
+            return Err(Error::StreamCapturing { status });
+        }
+        for node in &mut callables.engine {
+            // SAFETY: this executable, which `&self` keeps live and no other thread uses.
+            unsafe { node.refresh(self.context.shared(), self.raw) }?;
+        }
+        // SAFETY: both handles are live while their owners exist.
+        unsafe { checked!(driver, cuGraphLaunch(self.raw, stream.as_raw())) }?;
+        // A look that fails cannot tell either: it counts as taken.
+        let taken = match capture_state(driver, stream.as_raw()) {
+            Ok(None) => None,
+            Ok(Some(status)) => Some(Error::StreamCapturing { status }),
+            Err(error) => Some(error),
+        };
+        match taken {
+            None => callables.engine.iter().for_each(ExecNode::launched),
+            Some(_) => callables.engine.iter().for_each(ExecNode::retire),
+        }
+        taken.map_or(Ok(()), Err)
     }
 
     /// Replaces the callable of `node` (a host node of the graph this was instantiated from) in
@@ -304,6 +380,27 @@ impl GraphExec {
         reclaim();
         let driver = self.context.driver();
         let owned = GraphRecord::callable(Arc::clone(self.context.shared()), callable, name);
+        if node.runs_on_engine() {
+            let mut callables = self.callables();
+            let Some(engine) = callables
+                .engine
+                .iter_mut()
+                .find(|engine| engine.node() == node.as_raw())
+            else {
+                drop(callables);
+                owned.drop_soon();
+                return Err(Error::InvalidArgument {
+                    what: "the node is not an engine node of the graph this executable was \
+                           instantiated from"
+                        .to_owned(),
+                });
+            };
+            // Launches queued before keep the callable they queued.
+            let old = engine.set(NodeCallable::new(owned));
+            drop(callables);
+            polled::let_go(old);
+            return Ok(());
+        }
         let params = CUDA_HOST_NODE_PARAMS {
             fn_: Some(GraphRecord::host_fn()),
             userData: owned.user_data(),

@@ -1,5 +1,6 @@
 //! Graphs built node by node, and their host nodes.
 
+use super::engine_node;
 use super::exec::GraphExec;
 use super::user_object;
 use crate::checked::checked;
@@ -113,6 +114,81 @@ impl Graph {
         )
     }
 
+    /// Adds a host node running `callable` on every launch, after `dependencies`, served by the
+    /// polled engine ([`HostEngine::Polled`](crate::HostEngine::Polled)) instead of the driver's
+    /// host-function thread: the node is a batch of two memory operations (a write and a wait on
+    /// pinned, device-mapped memory) that one of the engine's threads answers, under the same
+    /// rules as a driver host node (panics caught and reported, not run once the context
+    /// failed, dropped on a caller's thread; the graph owns it as it owns
+    /// [`add_host_node`](Self::add_host_node)'s).
+    ///
+    /// It runs on the launches of executables made through [`instantiate`](Self::instantiate),
+    /// launched through [`GraphExec::launch`]: each executable has a word of its own per engine
+    /// node, so executables of one graph may run at once. An executable made any other way (the
+    /// driver's instantiation of [`as_raw`](Self::as_raw), a child graph node embedding this
+    /// graph) runs the node as a batch that waits for nothing: the callable does not run, and
+    /// no stream waits for it. A launch of an executable through its raw handle is not served
+    /// until a later [`GraphExec::launch`] of it: its stream waits at the node until then.
+    ///
+    /// NVIDIA's reference: [`cuGraphAddBatchMemOpNode`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
+    /// # Errors
+    /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when the node's word
+    /// needs a fresh page of pinned memory while a capture begun through cuda-host forbids
+    /// allocations; the driver's error (`cuGraphAddBatchMemOpNode` answers
+    /// `CUDA_ERROR_NOT_SUPPORTED` where the device has no stream memory operations). Nothing
+    /// stays attached to the graph then.
+    #[doc(alias = "cuGraphAddBatchMemOpNode")]
+    pub fn add_engine_host_node<F>(
+        &self,
+        dependencies: &[&HostNode<'_>],
+        callable: F,
+    ) -> Result<HostNode<'_>>
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        let callable = outside_host_function("Graph::add_engine_host_node", callable)?;
+        self.add_engine_host_node_named(dependencies, Arc::new(callable), std::any::type_name::<F>())
+    }
+
+    /// As [`add_engine_host_node`](Self::add_engine_host_node), with a callable shared with
+    /// other nodes.
+    ///
+    /// # Errors
+    /// As [`add_engine_host_node`](Self::add_engine_host_node).
+    pub fn add_engine_host_node_shared(
+        &self,
+        dependencies: &[&HostNode<'_>],
+        callable: HostCallable,
+    ) -> Result<HostNode<'_>> {
+        self.add_engine_host_node_named(
+            dependencies,
+            callable,
+            std::any::type_name::<HostCallable>(),
+        )
+    }
+
+    fn add_engine_host_node_named(
+        &self,
+        dependencies: &[&HostNode<'_>],
+        callable: HostCallable,
+        name: &'static str,
+    ) -> Result<HostNode<'_>> {
+        let callable = outside_host_function("Graph::add_engine_host_node", callable)?;
+        reclaim();
+        let shared = self.context.shared();
+        let record = GraphRecord::callable(Arc::clone(shared), callable, name);
+        let dependencies: Vec<CUgraphNode> = dependencies.iter().map(|node| node.raw).collect();
+        // SAFETY: the graph is live and not shared; the dependencies are nodes of live graphs
+        // (the driver rejects nodes of another graph).
+        let raw = unsafe { engine_node::add_node(shared, self.raw, &dependencies, record) }?;
+        Ok(HostNode {
+            graph: self,
+            raw,
+            engine: true,
+        })
+    }
+
     /// As [`add_host_node_shared`](Self::add_host_node_shared); profilers show its runs as
     /// `name`.
     fn add_host_node_named(
@@ -203,15 +279,18 @@ impl Graph {
         Ok(HostNode {
             graph: self,
             raw: node,
+            engine: false,
         })
     }
 
-    /// The graph's host nodes (also those added by stream capture).
+    /// The graph's host nodes (also those added by stream capture), the polled engine's among
+    /// them ([`HostNode::runs_on_engine`]).
     ///
     /// NVIDIA's reference: [`cuGraphGetNodes`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
     /// # Errors
-    /// The driver's error from `cuGraphGetNodes` or `cuGraphNodeGetType`.
+    /// The driver's error from `cuGraphGetNodes`, `cuGraphNodeGetType` or
+    /// `cuGraphBatchMemOpNodeGetParams`.
     #[doc(alias = "cuGraphGetNodes")]
     pub fn host_nodes(&self) -> Result<Vec<HostNode<'_>>> {
         ensure_outside_host_function("Graph::host_nodes")?;
@@ -243,10 +322,14 @@ impl Graph {
             let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
             // SAFETY: `node` is a node of this graph.
             unsafe { checked!(driver, cuGraphNodeGetType(node, &mut kind)) }?;
-            if kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
+            let engine = kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_BATCH_MEM_OP
+                // SAFETY: a node of this graph, which is not shared.
+                && unsafe { engine_node::template_of(driver, node) }?.is_some();
+            if engine || kind == CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
                 host_nodes.push(HostNode {
                     graph: self,
                     raw: node,
+                    engine,
                 });
             }
         }
@@ -311,6 +394,8 @@ impl Drop for Graph {
 pub struct HostNode<'graph> {
     graph: &'graph Graph,
     raw: CUgraphNode,
+    /// Whether it is the polled engine's (a batch of memory operations).
+    engine: bool,
 }
 
 impl<'graph> HostNode<'graph> {
@@ -324,6 +409,21 @@ impl<'graph> HostNode<'graph> {
         self.graph
     }
 
+    /// Whether the polled engine serves it ([`Graph::add_engine_host_node`]) rather than the
+    /// driver's host-function thread.
+    pub fn runs_on_engine(&self) -> bool {
+        self.engine
+    }
+
+    /// The engine node's template, for an engine node.
+    fn template(&self) -> Result<Option<Arc<engine_node::Template>>> {
+        if !self.engine {
+            return Ok(None);
+        }
+        // SAFETY: a node of the live graph, which is not shared.
+        unsafe { engine_node::template_of(self.graph.context.driver(), self.raw) }
+    }
+
     /// The node's callable in the graph, if cuda-host set it (not for raw C functions).
     ///
     /// NVIDIA's reference: [`cuGraphHostNodeGetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
@@ -333,6 +433,12 @@ impl<'graph> HostNode<'graph> {
     #[doc(alias = "cuGraphHostNodeGetParams")]
     pub fn callable(&self) -> Result<Option<HostCallable>> {
         ensure_outside_host_function("HostNode::callable")?;
+        if self.engine {
+            return Ok(self.template()?.and_then(|template| {
+                let callable = template.callable().record().as_callable()?;
+                Some(Arc::clone(&callable.callable))
+            }));
+        }
         Ok(self
             .graph_callable()?
             .map(|callable| Arc::clone(&callable.callable)))
@@ -341,6 +447,9 @@ impl<'graph> HostNode<'graph> {
     /// The node's callable in the graph, when it is one of cuda-host's; borrowed from the graph,
     /// whose user object keeps it alive while the graph exists.
     fn graph_callable(&self) -> Result<Option<&'graph crate::launch::GraphCallable>> {
+        if self.engine {
+            return Ok(None);
+        }
         let driver = self.graph.context.driver();
         let mut params = CUDA_HOST_NODE_PARAMS {
             fn_: None,
@@ -387,6 +496,12 @@ impl<'graph> HostNode<'graph> {
         reclaim();
         let graph = self.graph;
         let driver = graph.context.driver();
+        if let Some(old) = self.template()? {
+            let shared = graph.context.shared();
+            let record = GraphRecord::callable(Arc::clone(shared), callable, name);
+            // SAFETY: the graph is live and not shared, and holds the node with that template.
+            return unsafe { engine_node::replace(shared, graph.raw, self.raw, &old, record) };
+        }
         let old = self.graph_callable()?.map(|old| old.user_object());
         let record = GraphRecord::callable(Arc::clone(graph.context.shared()), callable, name);
         // SAFETY: the graph is live and not shared; the record passes to the user object, which

@@ -5,6 +5,7 @@
 mod builder;
 mod capture;
 mod capture_lock;
+mod engine_node;
 mod exec;
 #[allow(clippy::module_inception)]
 mod graph;
