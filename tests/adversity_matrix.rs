@@ -100,6 +100,15 @@ const OPERATIONS: &[(&str, &[&str])] = &[
     ("host_launch_replayable_raw", &["capture before"]),
     ("GraphBuilder::begin", &["capture between"]),
     ("GraphBuilder::callback", &["a panic", "capture before"]),
+    (
+        "Graph::add_engine_host_node",
+        &["a panic", "capture before"],
+    ),
+    ("Graph::instantiate with engine nodes", &["cannot start"]),
+    (
+        "GraphExec::launch with engine nodes",
+        &["capture before", "capture between", "context failure"],
+    ),
     ("Timeline::new", &["cannot start"]),
     ("Timeline::signal", &["a panic"]),
     (
