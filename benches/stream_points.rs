@@ -34,8 +34,10 @@
 //! (`stream_points/rates.rs`) registrations a second from 1 and 8 threads, and what a point costs
 //! with 100,000 in flight on one stream; and (`stream_points/lanes.rs`) four streams with a 100 µs
 //! host function each, through the driver and on the polled engine with one and four server
-//! threads (`-- --lanes` runs that alone, in a few seconds). The whole run takes under two minutes
-//! on an H200.
+//! threads (`-- --lanes` runs that alone, in a few seconds); and (`stream_points/graphs.rs`) a
+//! graph of kernel + host node + kernel replayed, with the driver's host node and the polled
+//! engine's, against the kernels alone (`-- --graphs` runs that alone). The whole run takes under
+//! two minutes on an H200.
 
 use cuda_host::sys::{
     CUdeviceptr, CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags, Driver,
@@ -51,6 +53,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context as TaskContext, Waker};
 use std::time::Instant;
 
+#[path = "stream_points/graphs.rs"]
+mod graphs;
 #[allow(dead_code)] // the bench launches only `empty_kernel` and `spin_ns`
 #[path = "../kernels/load.rs"]
 mod kernels;
@@ -66,7 +70,8 @@ use kernels::Kernels;
 fn main() {
     let quick = std::env::args().any(|argument| argument == "--quick");
     let lanes_alone = std::env::args().any(|argument| argument == "--lanes");
-    if let Err(reason) = run(quick, lanes_alone) {
+    let graphs_alone = std::env::args().any(|argument| argument == "--graphs");
+    if let Err(reason) = run(quick, lanes_alone, graphs_alone) {
         eprintln!("stream_points: {reason}");
         std::process::exit(1);
     }
@@ -459,7 +464,7 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-fn run(quick: bool, lanes_alone: bool) -> Result<(), String> {
+fn run(quick: bool, lanes_alone: bool, graphs_alone: bool) -> Result<(), String> {
     let (iterations, rounds) = if quick { (2_000, 3) } else { (20_000, 7) };
     let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
     let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
@@ -512,6 +517,9 @@ fn run(quick: bool, lanes_alone: bool) -> Result<(), String> {
     if lanes_alone {
         return lanes::run(&bench, quick);
     }
+    if graphs_alone {
+        return graphs::run(&bench, quick);
+    }
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| query_ring(driver, &ring, &stop));
@@ -522,6 +530,7 @@ fn run(quick: bool, lanes_alone: bool) -> Result<(), String> {
     wake::run(&bench, quick);
     rates::run(&bench, quick);
     lanes::run(&bench, quick)?;
+    graphs::run(&bench, quick)?;
     let counts = cuda_host::stream_point_counts();
     if counts.held != 0 || counts.waiting != 0 {
         return Err(format!("stream points left behind: {counts:?}"));
