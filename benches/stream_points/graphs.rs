@@ -93,8 +93,13 @@ fn executable(bench: &Bench<'_>, node: Node) -> Result<Executable, String> {
     Ok(Executable::Raw(raw, graph))
 }
 
-/// µs per replay of `executable`, `replays` times on the bench's stream.
-fn per_replay(bench: &Bench<'_>, executable: &Executable, replays: usize) -> Result<f64, String> {
+/// µs per replay of `executable`, `replays` times on the bench's stream: until the stream
+/// drained, and until the last launch returned (what the launching thread took).
+fn per_replay(
+    bench: &Bench<'_>,
+    executable: &Executable,
+    replays: usize,
+) -> Result<(f64, f64), String> {
     let start = Instant::now();
     for _ in 0..replays {
         match executable {
@@ -111,8 +116,10 @@ fn per_replay(bench: &Bench<'_>, executable: &Executable, replays: usize) -> Res
             }
         }
     }
+    let enqueued = start.elapsed();
     bench.stream.synchronize().map_err(|e| e.to_string())?;
-    Ok(start.elapsed().as_secs_f64() * 1e6 / replays as f64)
+    let per = |time: std::time::Duration| time.as_secs_f64() * 1e6 / replays as f64;
+    Ok((per(start.elapsed()), per(enqueued)))
 }
 
 pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
@@ -129,10 +136,13 @@ pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
     }
     RUNS.store(0, Ordering::Relaxed);
     let mut times = vec![Vec::with_capacity(rounds); nodes.len()];
+    let mut enqueues = vec![Vec::with_capacity(rounds); nodes.len()];
     for round in 0..rounds {
         for offset in 0..nodes.len() {
             let index = (round + offset) % nodes.len();
-            times[index].push(per_replay(bench, &executables[index], replays)?);
+            let (time, enqueue) = per_replay(bench, &executables[index], replays)?;
+            times[index].push(time);
+            enqueues[index].push(enqueue);
         }
     }
     let expected = (2 * replays * rounds) as u64;
@@ -143,8 +153,9 @@ pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
     let medians: Vec<f64> = times.iter_mut().map(|round| median(round)).collect();
     for (index, node) in nodes.iter().enumerate() {
         let worst = times[index].iter().copied().fold(f64::MIN, f64::max);
+        let enqueue = median(&mut enqueues[index]);
         println!(
-            "{:<50} {:>8.3} µs a replay (worst round {worst:.3})",
+            "{:<50} {:>8.3} µs a replay (worst round {worst:.3}; the launches {enqueue:.3})",
             node.name(),
             medians[index]
         );

@@ -48,6 +48,10 @@
 //! then runs live, also refuses the launch (the function never runs), and its number is
 //! acknowledged all the same.
 //!
+//! **Graphs.** A graph's host node can be the engine's too (`Graph::add_engine_host_node`,
+//! `GraphBuilder::begin_with_engine`): a batch node that each executable made through cuda-host
+//! points at a word of its own, served on each launch through `GraphExec::launch` (`nodes`).
+//!
 //! **Its threads.** A small pool of server threads, all named `cuda-host-poll`, serves the
 //! lanes (`server`): by default half the cores the process may use, at most 4 and at least 1,
 //! or what [`set_polled_engine_threads`] set ([`polled_engine_threads`] says which). The driver
