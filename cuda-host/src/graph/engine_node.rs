@@ -19,7 +19,7 @@
 //!
 //! [`Graph::host_nodes`]: super::Graph::host_nodes
 
-use super::user_object;
+use super::{nodes, user_object};
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::handle::SendHandle;
@@ -370,21 +370,8 @@ pub(crate) unsafe fn prepare_exec(
         return Ok(Vec::new());
     }
     let driver = context.driver();
-    let mut count = 0;
-    // SAFETY: a null array asks for the count only.
-    unsafe { checked!(driver, cuGraphGetNodes(graph, ptr::null_mut(), &mut count)) }?;
-    if count == 0 {
-        return Ok(Vec::new());
-    }
-    let mut nodes = vec![ptr::null_mut(); count];
-    // SAFETY: the array holds `count` nodes.
-    unsafe {
-        checked!(
-            driver,
-            cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count)
-        )
-    }?;
-    nodes.truncate(count);
+    // SAFETY: per the caller.
+    let nodes = unsafe { nodes::nodes_of(driver, graph) }?;
     let mut prepared = Vec::new();
     for node in nodes {
         // SAFETY: a node of the live graph.

@@ -2,6 +2,7 @@
 
 use super::engine_node;
 use super::exec::GraphExec;
+use super::nodes;
 use super::user_object;
 use crate::checked::checked;
 use crate::error::Result;
@@ -295,28 +296,8 @@ impl Graph {
     pub fn host_nodes(&self) -> Result<Vec<HostNode<'_>>> {
         ensure_outside_host_function("Graph::host_nodes")?;
         let driver = self.context.driver();
-        let mut count = 0;
-        // SAFETY: a null array asks for the count only.
-        unsafe {
-            checked!(
-                driver,
-                cuGraphGetNodes(self.raw, ptr::null_mut(), &mut count)
-            )
-        }?;
-        if count == 0 {
-            // The 13.0 driver answered `CUDA_ERROR_INVALID_VALUE` listing an empty graph's
-            // nodes: no array is asked for when there are none.
-            return Ok(Vec::new());
-        }
-        let mut nodes = vec![ptr::null_mut(); count];
-        // SAFETY: the array holds `count` nodes.
-        unsafe {
-            checked!(
-                driver,
-                cuGraphGetNodes(self.raw, nodes.as_mut_ptr(), &mut count)
-            )
-        }?;
-        nodes.truncate(count);
+        // SAFETY: the graph is live and not shared.
+        let nodes = unsafe { nodes::nodes_of(driver, self.raw) }?;
         let mut host_nodes = Vec::new();
         for node in nodes {
             let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
