@@ -1,7 +1,8 @@
 //! Building a graph by capturing a stream, with host functions the graph owns.
 
 use super::graph::Graph;
-use super::{capture, capture_lock, engine_node};
+use super::engine_node::{self, ReservedWords};
+use super::{capture, capture_lock};
 use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
@@ -13,6 +14,7 @@ use crate::launch::{
 use crate::objects::{HostEngine, Stream};
 use crate::observe::Named;
 use cuda_host_sys::{CUgraph, CUstreamCaptureMode};
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
@@ -65,6 +67,8 @@ pub struct GraphBuilder<'stream> {
     stream: &'stream Stream,
     /// Who serves the host nodes its callbacks add.
     engine: HostEngine,
+    /// With the polled engine, the words its nodes take (reserved before the capture).
+    words: RefCell<Option<ReservedWords>>,
     ended: bool,
     _capturing: CaptureMark,
 }
@@ -90,9 +94,11 @@ impl<'stream> GraphBuilder<'stream> {
     /// [`Graph::add_engine_host_node`] adds them (what they cost, and the executables that run
     /// them, are said there). Each such node takes a word of pinned memory, which a capture
     /// cannot allocate: this reserves [`ENGINE_WORDS_RESERVED`](Self::ENGINE_WORDS_RESERVED)
-    /// free words of the stream's context before the capture begins, and a callback that finds
-    /// none left is refused with [`Error::AllocationInCapture`], the capture intact.
-    /// [`callback_raw`](Self::callback_raw) adds the driver's host nodes whatever the engine.
+    /// words of the stream's context for this capture before it begins (those left go back when
+    /// it ends), and a callback that finds none left is refused with
+    /// [`Error::AllocationInCapture`], the capture intact. [`callback_raw`](Self::callback_raw)
+    /// and [`host_launch_replayable`](fn@crate::host_launch_replayable) add the driver's host
+    /// nodes whatever the engine.
     ///
     /// # Errors
     /// As [`begin`](Self::begin); with the polled engine, the driver's error from allocating the
@@ -105,15 +111,13 @@ impl<'stream> GraphBuilder<'stream> {
         engine: HostEngine,
     ) -> Result<Self> {
         ensure_outside_host_function("GraphBuilder::begin")?;
-        if engine == HostEngine::Polled {
-            let shared = stream.shared_context();
-            crate::launch::unless_capture_forbids(|| {
-                shared.reserve_pinned_words(Self::ENGINE_WORDS_RESERVED)
-            })
-            .ok_or(Error::AllocationInCapture {
-                what: "the words of a capture's engine nodes",
-            })??;
-        }
+        let words = match engine {
+            HostEngine::Polled => Some(ReservedWords::new(
+                stream.shared_context(),
+                Self::ENGINE_WORDS_RESERVED,
+            )?),
+            _ => None,
+        };
         if stream.is_shared_with_a_library() {
             // cudarc's safe `end_capture` ends a capture from any thread, in any mode (another
             // thread's end is refused in global and thread-local mode, yet ends it), and could
@@ -141,14 +145,14 @@ impl<'stream> GraphBuilder<'stream> {
         Ok(GraphBuilder {
             stream,
             engine,
+            words: RefCell::new(words),
             ended: false,
             _capturing: capturing,
         })
     }
 
-    /// Free words of pinned memory [`begin_with_engine`](Self::begin_with_engine) makes sure the
-    /// context has for the polled engine's nodes, shared by the context's captures: as many
-    /// engine callbacks as this, at least, in a capture.
+    /// Words of pinned memory [`begin_with_engine`](Self::begin_with_engine) reserves for a
+    /// capture's engine nodes: as many engine callbacks as this in a capture.
     pub const ENGINE_WORDS_RESERVED: usize = 64;
 
     /// The stream being captured: enqueue the graph's device work here.
@@ -186,19 +190,38 @@ impl<'stream> GraphBuilder<'stream> {
         let shared = self.stream.shared_context();
         let record = GraphRecord::callable(Arc::clone(shared), callable, name);
         if self.engine == HostEngine::Polled {
+            let word = self.words.borrow_mut().as_mut().and_then(ReservedWords::take);
+            let Some(word) = word else {
+                // Dropped as the reclaim rule allows: not during the capture.
+                record.drop_soon();
+                return Err(Error::AllocationInCapture {
+                    what: "an engine node's word, beyond the capture's reserved words",
+                });
+            };
             let _adding = capture_lock::adding();
             let graph = match capture::capturing_graph(self.stream) {
                 Ok(graph) => graph,
                 Err(error) => {
                     record.drop_soon();
+                    shared.release_pinned_word(word);
                     return Err(error);
                 }
             };
-            // SAFETY: the stream captures into `graph`, and its capture (this builder's) does
-            // not end while `_adding` is held.
-            return self.stream.with_stream_context(|| unsafe {
-                engine_node::add_to_capture(shared, self.stream.as_raw(), graph, record)
+            let mut node = Some((record, word));
+            let added = self.stream.with_stream_context(|| {
+                let (record, word) = node.take().expect("taken once");
+                // SAFETY: the stream captures into `graph`, and its capture (this builder's)
+                // does not end while `_adding` is held.
+                unsafe {
+                    engine_node::add_to_capture(shared, self.stream.as_raw(), graph, record, word)
+                }
             });
+            if let Some((record, word)) = node {
+                // Refused before the node was added: nothing took them.
+                record.drop_soon();
+                shared.release_pinned_word(word);
+            }
+            return added;
         }
         // SAFETY: the stream's capture is this builder's, begun through cuda-host.
         unsafe { capture::add_to_capture(self.stream, record) }

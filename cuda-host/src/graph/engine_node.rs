@@ -52,14 +52,10 @@ unsafe impl Send for Template {}
 unsafe impl Sync for Template {}
 
 impl Template {
-    /// A template running `record`, with a fresh word of `context`, listed.
-    ///
-    /// # Errors
-    /// [`Error::AllocationInCapture`] while a capture begun through cuda-host forbids allocating
-    /// a page of words; the driver's error from allocating it.
-    fn new(context: &Arc<ContextShared>, record: GraphRecord) -> Result<Arc<Template>> {
+    /// A template running `record` on `word` of `context` (which it gives back when it goes),
+    /// listed.
+    fn new(context: &Arc<ContextShared>, record: GraphRecord, word: PinnedWord) -> Arc<Template> {
         let callable = NodeCallable::new(record);
-        let word = allocate_word(context, "an engine node's word")?;
         let template = Arc::new(Template {
             callable,
             word,
@@ -69,7 +65,23 @@ impl Template {
         let mut templates = lock(&TEMPLATES);
         templates.retain(|(_, listed)| listed.strong_count() != 0);
         templates.push((word.device, Arc::downgrade(&template)));
-        Ok(template)
+        drop(templates);
+        template
+    }
+
+    /// A template running `record` on a word of `context`.
+    ///
+    /// # Errors
+    /// As [`allocate_word`]; `record` is then dropped as the reclaim rule allows (not here,
+    /// where a capture may be open).
+    fn allocate(context: &Arc<ContextShared>, record: GraphRecord) -> Result<Arc<Template>> {
+        match allocate_word(context, "an engine node's word") {
+            Ok(word) => Ok(Template::new(context, record, word)),
+            Err(error) => {
+                record.drop_soon();
+                Err(error)
+            }
+        }
     }
 
     /// The callable the node runs.
@@ -98,14 +110,59 @@ impl Drop for Template {
     }
 }
 
-/// A word of `context` for an engine node: a free one, else from a fresh page where no capture
-/// begun through cuda-host forbids allocating it.
+/// A word of `context` for an engine node, where no capture begun through cuda-host forbids
+/// allocating it.
 fn allocate_word(context: &ContextShared, what: &'static str) -> Result<PinnedWord> {
-    if let Some(word) = context.free_pinned_word() {
-        return Ok(word);
-    }
     unless_capture_forbids(|| context.allocate_pinned_word())
         .ok_or(Error::AllocationInCapture { what })?
+}
+
+/// Words a capture's engine nodes take ([`GraphBuilder::begin_with_engine`]), reserved before
+/// it began: a capture cannot allocate. Those left go back to the context with it.
+///
+/// [`GraphBuilder::begin_with_engine`]: super::GraphBuilder::begin_with_engine
+pub(crate) struct ReservedWords {
+    context: Arc<ContextShared>,
+    words: Vec<PinnedWord>,
+}
+
+impl ReservedWords {
+    /// `count` words of `context`.
+    ///
+    /// # Errors
+    /// As [`allocate_word`].
+    pub(crate) fn new(context: &Arc<ContextShared>, count: usize) -> Result<ReservedWords> {
+        let words = unless_capture_forbids(|| context.allocate_pinned_words(count)).ok_or(
+            Error::AllocationInCapture {
+                what: "the words of a capture's engine nodes",
+            },
+        )??;
+        Ok(ReservedWords {
+            context: Arc::clone(context),
+            words,
+        })
+    }
+
+    /// A word for a node, if any is left.
+    pub(crate) fn take(&mut self) -> Option<PinnedWord> {
+        self.words.pop()
+    }
+}
+
+impl Drop for ReservedWords {
+    fn drop(&mut self) {
+        for word in self.words.drain(..) {
+            self.context.release_pinned_word(word);
+        }
+    }
+}
+
+impl std::fmt::Debug for ReservedWords {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReservedWords")
+            .field("left", &self.words.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Whether any engine node's template lives in the process (else no graph has one).
@@ -186,7 +243,7 @@ pub(crate) unsafe fn add_node(
     dependencies: &[CUgraphNode],
     record: GraphRecord,
 ) -> Result<CUgraphNode> {
-    let template = Template::new(context, record)?;
+    let template = Template::allocate(context, record)?;
     let driver = context.driver();
     // SAFETY: per the caller.
     unsafe {
@@ -210,11 +267,12 @@ pub(crate) unsafe fn add_node(
     }
 }
 
-/// Adds an engine node running `record` to `graph`, which `stream` (of `context`) captures into,
-/// through the stream: the capture records its batch as one node.
+/// Adds an engine node running `record` on `word` (of `context`, given back when the node goes)
+/// to `graph`, which `stream` captures into, through the stream: the capture records its batch
+/// as one node.
 ///
 /// # Errors
-/// As [`add_node`], with `cuStreamBatchMemOp_v2`'s error.
+/// As [`attach`], with `cuStreamBatchMemOp_v2`'s error.
 ///
 /// # Safety
 /// `graph` is the graph `stream`'s capture records into, and the capture does not end during
@@ -224,8 +282,9 @@ pub(crate) unsafe fn add_to_capture(
     stream: cuda_host_sys::CUstream,
     graph: CUgraph,
     record: GraphRecord,
+    word: PinnedWord,
 ) -> Result<()> {
-    let template = Template::new(context, record)?;
+    let template = Template::new(context, record, word);
     let driver = context.driver();
     // SAFETY: per the caller.
     unsafe {
@@ -256,7 +315,7 @@ pub(crate) unsafe fn replace(
     old: &Template,
     record: GraphRecord,
 ) -> Result<()> {
-    let template = Template::new(context, record)?;
+    let template = Template::allocate(context, record)?;
     let driver = context.driver();
     // SAFETY: per the caller.
     unsafe {

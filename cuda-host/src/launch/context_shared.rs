@@ -172,19 +172,12 @@ impl ContextShared {
         self.with_current(|| Ok(self.pinned.allocate_word(self.driver())?))
     }
 
-    /// A free word of [`allocate_pinned_word`](Self::allocate_pinned_word)'s, if there is one:
-    /// no driver call (so also during a capture).
-    pub(crate) fn free_pinned_word(&self) -> Option<PinnedWord> {
-        self.pinned.free_word()
-    }
-
-    /// Makes sure `count` words are free for [`allocate_pinned_word`](Self::allocate_pinned_word),
-    /// as it allocates.
+    /// `count` words, as [`allocate_pinned_word`](Self::allocate_pinned_word) allocates one.
     ///
     /// # Errors
-    /// As [`allocate_pinned_word`](Self::allocate_pinned_word).
-    pub(crate) fn reserve_pinned_words(&self, count: usize) -> Result<()> {
-        self.with_current(|| Ok(self.pinned.reserve_words(self.driver(), count)?))
+    /// As [`allocate_pinned_word`](Self::allocate_pinned_word); no word is taken then.
+    pub(crate) fn allocate_pinned_words(&self, count: usize) -> Result<Vec<PinnedWord>> {
+        self.with_current(|| Ok(self.pinned.allocate_words(self.driver(), count)?))
     }
 
     /// Gives `word` of this context back for reuse: nothing uses it any more.

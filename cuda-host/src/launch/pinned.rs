@@ -136,23 +136,32 @@ impl PinnedPages {
             .collect())
     }
 
-    /// A word given back, if one is free: no allocation.
-    pub(crate) fn free_word(&self) -> Option<PinnedWord> {
-        lock(&self.free_words).pop()
-    }
-
-    /// Makes sure at least `count` words are free for [`PinnedPages::allocate_word`], allocating
-    /// pages as [`PinnedPages::allocate`] does a fresh one.
-    pub(crate) fn reserve_words(
+    /// `count` words, from those given back and fresh pages (as [`PinnedPages::allocate`] for a
+    /// fresh page); what they hold is the caller's to set. On error those taken go back.
+    pub(crate) fn allocate_words(
         &self,
         driver: &Driver,
         count: usize,
-    ) -> Result<(), cuda_host_sys::Error> {
-        while lock(&self.free_words).len() < count {
-            let words = self.fresh_words(driver)?;
-            lock(&self.free_words).extend(words);
+    ) -> Result<Vec<PinnedWord>, cuda_host_sys::Error> {
+        let mut taken = Vec::with_capacity(count);
+        loop {
+            {
+                let mut free = lock(&self.free_words);
+                let wanted = (count - taken.len()).min(free.len());
+                let start = free.len() - wanted;
+                taken.extend(free.drain(start..));
+            }
+            if taken.len() == count {
+                return Ok(taken);
+            }
+            match self.fresh_words(driver) {
+                Ok(words) => lock(&self.free_words).extend(words),
+                Err(error) => {
+                    lock(&self.free_words).extend(taken);
+                    return Err(error);
+                }
+            }
         }
-        Ok(())
     }
 
     /// Gives `word` back for reuse: no stream and no host thread uses it any more.
