@@ -109,6 +109,14 @@ pub(crate) fn has_failed(context: usize) -> bool {
     FAILED.has_failed(context)
 }
 
+/// [`has_failed`] without its fence, for the stream points' looks, which are no part of a
+/// launch's handshake: a future and the watcher, which looks again each round while futures
+/// wait, so that a failure recorded on another thread is seen at its next round at the latest
+/// (`FailedContexts::seen_failed`).
+pub(crate) fn seen_failed(context: usize) -> bool {
+    FAILED.seen_failed(context)
+}
+
 fn failed(context: usize, result: CUresult) {
     FAILED.record(context);
     let mut count = 0usize;

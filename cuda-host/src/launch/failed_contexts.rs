@@ -60,4 +60,18 @@ impl FailedContexts {
                 .unwrap_or_else(PoisonError::into_inner)
                 .contains(&context)
     }
+
+    /// Whether `context` failed, as far as the calling thread has seen: one load while none
+    /// has, without the fence, for callers outside the launch handshake. A failure recorded on
+    /// this thread is seen at once; one recorded on another thread, once anything ordered the
+    /// record before this call (a join, a lock) or its store reached this thread anyway, so
+    /// such a caller must look again later (the watcher does each round).
+    pub(crate) fn seen_failed(&self, context: usize) -> bool {
+        self.any.load(Ordering::Acquire)
+            && self
+                .contexts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(&context)
+    }
 }

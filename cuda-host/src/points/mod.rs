@@ -64,7 +64,7 @@ pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 
 use crate::error::{Error, Result};
-use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, has_failed};
+use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, seen_failed};
 use crate::objects::{Context, Stream};
 use crate::observe::{self, Points};
 use crate::tracks::{Track, watcher};
@@ -89,7 +89,7 @@ impl Mark {
         };
         if passed >= self.point {
             Some(Ok(()))
-        } else if has_failed(self.context.as_raw().addr()) {
+        } else if seen_failed(self.context.as_raw().addr()) {
             // Passed after all between the two looks? Then it counts as passed.
             let passed = match look {
                 Some(_) => self.track.look_for(self.point, Look::Fresh),

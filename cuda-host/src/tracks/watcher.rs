@@ -36,7 +36,7 @@
 
 use crate::contained_log::logged;
 use crate::error::Result;
-use crate::launch::{Look, dispose_panic, has_failed};
+use crate::launch::{Look, dispose_panic, seen_failed};
 use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;
 use crate::sync::lock;
@@ -315,6 +315,6 @@ fn take_passed(track: &Track, woken: &mut Vec<Waker>) {
     };
     let passed = track.look_for(first, Look::Fresh);
     // A future woken for its context's failure looks again itself (`Mark::outcome`).
-    let failed = first > passed && has_failed(track.context());
+    let failed = first > passed && seen_failed(track.context());
     lock(&track.waiters).take_up_to(passed, failed, woken);
 }
