@@ -7,7 +7,7 @@ use crate::launch::{ensure_outside_host_function, in_host_function, reclaim_on_l
 use crate::objects::Stream;
 use crate::observe::Points;
 use crate::points::{Mark, mark};
-use crate::tracks::watcher;
+use crate::tracks::{Registration, watcher};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -68,7 +68,7 @@ pub struct StreamPoint {
     /// Always `Some` until dropped.
     mark: Option<Mark>,
     /// Its registration with the watcher, while it has one.
-    registration: Option<u64>,
+    registration: Option<Registration>,
 }
 
 impl StreamPoint {
@@ -91,8 +91,8 @@ impl StreamPoint {
     }
 
     fn forget(&mut self) {
-        if let Some(id) = self.registration.take() {
-            watcher::forget(&self.mark().track, id);
+        if let Some(registration) = self.registration.take() {
+            watcher::forget(&self.mark().track, registration);
         }
     }
 }
@@ -111,7 +111,7 @@ impl Future for StreamPoint {
         }
         let mark = this.mark();
         match watcher::register(&mark.track, mark.point, cx.waker(), this.registration) {
-            Ok(id) => this.registration = Some(id),
+            Ok(registration) => this.registration = Some(registration),
             // No watcher thread to wake it (`stream_point` made sure of one; kept for safety).
             Err(error) => return Poll::Ready(Err(error)),
         }

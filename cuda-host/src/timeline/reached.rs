@@ -4,6 +4,7 @@
 use crate::error::{Error, Result};
 use crate::launch::has_failed;
 use crate::timeline::Timeline;
+use crate::tracks::Registration;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +19,7 @@ pub struct Reached {
     timeline: Timeline,
     value: u64,
     /// Its registration with the timeline's waiters, while it has one.
-    registration: Option<u64>,
+    registration: Option<Registration>,
 }
 
 impl Reached {
@@ -47,8 +48,8 @@ impl Reached {
     }
 
     fn forget(&mut self) {
-        if let Some(id) = self.registration.take() {
-            self.timeline.waits().forget(id);
+        if let Some(registration) = self.registration.take() {
+            self.timeline.waits().forget(registration);
         }
     }
 }
@@ -64,7 +65,7 @@ impl Future for Reached {
         }
         let waits = Arc::clone(this.timeline.waits());
         match waits.register(this.value, cx.waker(), this.registration) {
-            Ok(id) => this.registration = Some(id),
+            Ok(registration) => this.registration = Some(registration),
             Err(error) => return Poll::Ready(Err(error)),
         }
         // A signal may have raised the value since the first read without seeing this waiter.

@@ -28,7 +28,7 @@
 use crate::contained_log::logged;
 use crate::launch::{Look, Progress, dispose_panic, has_failed};
 use crate::sync::lock;
-use crate::tracks::{Waiters, Watched, watch};
+use crate::tracks::{Registration, Waiters, Watched, watch};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -79,8 +79,8 @@ impl Waits {
         self.context
     }
 
-    /// Registers `waker` for `value` (or, with `id` still registered, updates its waker), listing
-    /// the timeline with the watcher if it was not. Returns the registration's id.
+    /// Registers `waker` for `value` (or, with `registration` still registered, updates its
+    /// waker), listing the timeline with the watcher if it was not. Returns the registration.
     ///
     /// # Errors
     /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher cannot start (the
@@ -89,17 +89,17 @@ impl Waits {
         self: &Arc<Self>,
         value: u64,
         waker: &Waker,
-        id: Option<u64>,
-    ) -> crate::Result<u64> {
+        registration: Option<Registration>,
+    ) -> crate::Result<Registration> {
         let mut state = lock(&self.state);
-        if let Some(id) = id
-            && let Some(replaced) = state.waiters.update(id, waker)
+        if let Some(registration) = registration
+            && let Some(replaced) = state.waiters.update(registration, waker)
         {
             drop(state);
             drop(replaced); // a waker's drop is the executor's code: not under the lock
-            return Ok(id);
+            return Ok(registration);
         }
-        let id = state.waiters.insert(value, waker.clone());
+        let registration = state.waiters.insert(value, waker.clone());
         // Sequentially consistent with a signal's raise and its read of the count: either the
         // signal sees this waiter, or the caller's look after this sees the signal's value.
         self.waiting.fetch_add(1, Ordering::SeqCst);
@@ -108,13 +108,13 @@ impl Waits {
         if unlisted {
             watch(Arc::clone(self) as Arc<dyn Watched>)?;
         }
-        Ok(id)
+        Ok(registration)
     }
 
-    /// Takes back the registration `id`, if it was not woken yet.
-    pub(super) fn forget(&self, id: u64) {
+    /// Takes back `registration`, if it was not woken yet.
+    pub(super) fn forget(&self, registration: Registration) {
         let mut state = lock(&self.state);
-        let waker = state.waiters.remove(id);
+        let waker = state.waiters.remove(registration);
         if waker.is_some() {
             self.waiting.fetch_sub(1, Ordering::SeqCst);
         }

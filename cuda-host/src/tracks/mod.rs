@@ -23,5 +23,5 @@ mod waiters;
 pub(crate) mod watcher;
 
 pub(crate) use track::{ContextTracks, Track};
-pub(crate) use waiters::Waiters;
+pub(crate) use waiters::{Registration, Waiters};
 pub(crate) use watcher::{Watched, watch};

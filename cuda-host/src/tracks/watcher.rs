@@ -41,6 +41,7 @@ use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;
 use crate::sync::lock;
 use crate::tracks::track::Track;
+use crate::tracks::waiters::Registration;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -130,8 +131,8 @@ pub(crate) fn watch(watched: Arc<dyn Watched>) -> Result<()> {
     Ok(())
 }
 
-/// Registers `waker` for the point `point` of `track`, or, with `id` still registered, updates
-/// its waker. Returns the registration's id.
+/// Registers `waker` for the point `point` of `track`, or, with `registration` still
+/// registered, updates its waker. Returns the registration.
 ///
 /// # Errors
 /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher thread cannot be started:
@@ -140,18 +141,18 @@ pub(crate) fn register(
     track: &Arc<Track>,
     point: u64,
     waker: &Waker,
-    id: Option<u64>,
-) -> Result<u64> {
+    registration: Option<Registration>,
+) -> Result<Registration> {
     let thread = THREAD.get()?;
     let mut waiters = lock(&track.waiters);
-    if let Some(id) = id
-        && let Some(replaced) = waiters.update(id, waker)
+    if let Some(registration) = registration
+        && let Some(replaced) = waiters.update(registration, waker)
     {
         drop(waiters);
         drop(replaced); // a waker's drop is the executor's code: not under the lock
-        return Ok(id);
+        return Ok(registration);
     }
-    let id = waiters.insert(point, waker.clone());
+    let registration = waiters.insert(point, waker.clone());
     let unlisted = !std::mem::replace(&mut waiters.listed, true);
     drop(waiters);
     if unlisted {
@@ -163,12 +164,12 @@ pub(crate) fn register(
             thread.unpark();
         }
     }
-    Ok(id)
+    Ok(registration)
 }
 
-/// Takes back the registration `id` of `track`, if the watcher has not woken it yet.
-pub(crate) fn forget(track: &Track, id: u64) {
-    let waker = lock(&track.waiters).remove(id);
+/// Takes back `registration` of `track`, if the watcher has not woken it yet.
+pub(crate) fn forget(track: &Track, registration: Registration) {
+    let waker = lock(&track.waiters).remove(registration);
     drop(waker);
 }
 
