@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::task::Waker;
+use std::time::Instant;
 
 /// A registration with [`Waiters`]: its point and its number among the registrations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,6 +39,9 @@ pub(crate) struct Waiters {
     /// Whether the watcher has the track on its list: set by the registration that finds it
     /// off, cleared by the watcher when it takes the track off, both under this value's lock.
     pub(crate) listed: bool,
+    /// Since when the watcher found no future waiting while the track is listed; cleared by a
+    /// registration (`watcher`).
+    pub(crate) empty_since: Option<Instant>,
 }
 
 impl Waiters {

@@ -3,8 +3,10 @@
 //!
 //! A future that is not ready registers its waker with its track (`Track::waiters`, ordered by
 //! point), so that futures of different streams register without meeting. The first registration
-//! on a track with none puts the track on the watcher's list; the watcher takes it off once
-//! no future waits on it. Each round, the thread looks at every listed track for the earliest
+//! on a track off the list puts the track on the watcher's list; the watcher takes it off once
+//! no future has waited on it for `LINGER`, so that a stream whose futures are each woken soon
+//! after they were made does not take the list's lock, shared by every stream and the thread,
+//! for each of them. Each round, the thread looks at every listed track for the earliest
 //! point waited for (one query while the stream has not got there; see `tracks` for what a look
 //! that finds it passed queries), and wakes the futures whose point was passed (all of them, if
 //! the context failed).
@@ -20,7 +22,8 @@
 //! core and is seen passed within about a pause and the timer's slack. Once no future has
 //! waited for `LINGER` (1 ms), it parks and uses nothing; a registration that puts a track on
 //! the list finds it parked and unparks it (the idle-to-active transition only: other
-//! registrations touch nothing shared beyond their track).
+//! registrations touch nothing shared beyond their track, but for the pace's hint
+//! `REFILLED`, which the first of them in a round sets).
 //!
 //! **Threads.** Wakers are called on this thread, outside every lock, each under
 //! `catch_unwind`; its log calls catch a panicking logger, and each of its rounds runs under
@@ -43,7 +46,7 @@ use crate::sync::lock;
 use crate::tracks::track::Track;
 use crate::tracks::waiters::Registration;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -77,6 +80,10 @@ struct Listed {
     /// stream's point may be close.
     fresh: bool,
 }
+
+/// Set, as `Listed::fresh`, by a registration on a listed track that no future waited on: one
+/// that takes no lock of the list.
+static REFILLED: AtomicBool = AtomicBool::new(false);
 
 static WATCHER: Watcher = Watcher {
     listed: Mutex::new(Listed {
@@ -152,9 +159,16 @@ pub(crate) fn register(
         drop(replaced); // a waker's drop is the executor's code: not under the lock
         return Ok(registration);
     }
+    let refilled = waiters.is_empty() && waiters.listed;
     let registration = waiters.insert(point, waker.clone());
+    waiters.empty_since = None;
     let unlisted = !std::mem::replace(&mut waiters.listed, true);
     drop(waiters);
+    // A hint for the thread's pace: read first, so that registrations write the line only
+    // once a round.
+    if refilled && !REFILLED.load(Ordering::Relaxed) {
+        REFILLED.store(true, Ordering::Relaxed);
+    }
     if unlisted {
         let mut listed = lock(&WATCHER.listed);
         listed.tracks.push(Arc::clone(track));
@@ -260,22 +274,33 @@ fn look_and_wake(
     }
     let next = {
         let listed = &mut *lock(&WATCHER.listed);
+        let now = Instant::now();
+        let mut waiting = false;
         listed.tracks.retain(|track| {
             let mut waiters = lock(&track.waiters);
-            if waiters.is_empty() {
-                // Under both locks: a registration after this finds the track off the list and
-                // puts it back on.
-                waiters.listed = false;
-                return false;
+            if !waiters.is_empty() {
+                waiting = true;
+                return true;
             }
-            true
+            let since = *waiters.empty_since.get_or_insert(now);
+            if now.duration_since(since) < LINGER {
+                return true;
+            }
+            // Under both locks: a registration after this finds the track off the list and
+            // puts it back on.
+            waiters.listed = false;
+            waiters.empty_since = None;
+            false
         });
         listed.others.retain(|other| !other.unlist_if_idle());
-        let now = Instant::now();
-        if !woken.is_empty() || std::mem::take(&mut listed.fresh) {
+        let refilled = REFILLED.load(Ordering::Relaxed);
+        if refilled {
+            REFILLED.store(false, Ordering::Relaxed);
+        }
+        if !woken.is_empty() || std::mem::take(&mut listed.fresh) || refilled {
             *progress = now;
         }
-        if !listed.tracks.is_empty() || !listed.others.is_empty() || !woken.is_empty() {
+        if waiting || !listed.others.is_empty() || !woken.is_empty() {
             *active = now;
             let quiet = now.duration_since(*progress);
             Next::Look(if quiet < SPIN_FOR {
@@ -283,7 +308,9 @@ fn look_and_wake(
             } else {
                 (quiet / 16).clamp(LOOK_EVERY * 2, LONGEST_PAUSE)
             })
-        } else if active.elapsed() < LINGER {
+        } else if active.elapsed() < LINGER || !listed.tracks.is_empty() {
+            // Tracks no future waits on stay listed for `LINGER`, and the thread parks only
+            // with none listed: a registration on a listed track does not unpark it.
             Next::Look(LOOK_EVERY)
         } else {
             // Set under the lock, as `register` reads it: a registration after this look
