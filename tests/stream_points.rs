@@ -406,6 +406,52 @@ fn a_future_looked_at_inside_a_host_function_reaches_no_driver_call() {
 }
 
 #[test]
+fn a_first_poll_while_the_watcher_looks_at_the_stream_reaches_no_driver_call() {
+    let test = "a_first_poll_while_the_watcher_looks_at_the_stream_reaches_no_driver_call";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let mut first = stream_point(&stream).expect("a point");
+    assert_eq!(poll_once(&mut first), Poll::Pending, "nothing passed");
+    // Past the watcher's spin: it sleeps between its looks, which come less often than a paced
+    // look would look again.
+    std::thread::sleep(Duration::from_millis(20));
+    let mut second = stream_point(&stream).expect("a point");
+    // Armed on this thread only: a call armed to fail that is still armed afterwards was never
+    // made here (every look enters the relaxed capture mode first).
+    let (mode, queried) = (c"cuThreadExchangeStreamCaptureMode", c"cuEventQuery");
+    controls.fail_next_calls(mode, 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+    controls.fail_next_calls(queried, 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+    let polled = poll_once(&mut second);
+    let armed = (
+        controls.armed_failures(mode),
+        controls.armed_failures(queried),
+    );
+    controls.fail_next_calls(mode, 0, CUresult::CUDA_SUCCESS);
+    controls.fail_next_calls(queried, 0, CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        armed,
+        (1, 1),
+        "the first poll looked while the watcher looks at the stream"
+    );
+    assert_eq!(polled, Poll::Pending, "nothing passed");
+    gate.open();
+    assert_eq!(
+        suite::wait::block_on(second),
+        Ok(()),
+        "the watcher wakes it"
+    );
+    assert_eq!(suite::wait::block_on(first), Ok(()));
+}
+
+#[test]
 fn a_point_is_an_event_record_not_a_host_function() {
     let test = "a_point_is_an_event_record_not_a_host_function";
     let Some(controls) = suite::software::controls() else {

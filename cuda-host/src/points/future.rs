@@ -103,8 +103,11 @@ impl Future for StreamPoint {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
         // Inside a host function, where driver calls are forbidden, it goes by what looks saw
-        // so far, and the watcher looks.
-        let look = (!in_host_function()).then_some(Look::Paced);
+        // so far, and the watcher looks. So it does while the watcher has the track on its
+        // list: the watcher looks at the points futures wait for within its pace, so this
+        // poll needs no look of its own (a clock read and, at times, queries).
+        let watched = this.mark().track.is_watched();
+        let look = (!watched && !in_host_function()).then_some(Look::Paced);
         if let Some(outcome) = this.mark().outcome(look) {
             this.forget();
             return Poll::Ready(outcome);

@@ -19,13 +19,14 @@
 //! A look [`Look::Fresh`] always queries (a synchronize, [`reclaim`](crate::reclaim),
 //! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher, which paces itself);
 //! a look [`Look::Paced`] (a launch's drain, when its thread's drains look at all,
-//! `crate::launch::held`; a future's first poll) only when nobody looked at the track for
-//! `PACED_LOOK` (50 µs). One thread looks at a track at a time (`Track::looking`); only looks
-//! take a point's event out of the pending ones, so a look's query never meets an event that is
-//! recorded again; and the context's tracks, when dropped, wait for a look under way and close
-//! their tracks to later ones, so no look queries a destroyed event. Every look runs in the
-//! relaxed capture interaction mode (`Track::look_for`), and logs only once it ended, so that a
-//! logger may call cuda-host back, even to look at the same track (`AfterLook`).
+//! `crate::launch::held`; a future's poll while the watcher does not have its track on its
+//! list) only when nobody looked at the track for `PACED_LOOK` (50 µs). One thread looks at a
+//! track at a time (`Track::looking`); only looks take a point's event out of the pending ones,
+//! so a look's query never meets an event that is recorded again; and the context's tracks, when
+//! dropped, wait for a look under way and close their tracks to later ones, so no look queries a
+//! destroyed event. Every look runs in the relaxed capture interaction mode (`Track::look_for`),
+//! and logs only once it ended, so that a logger may call cuda-host back, even to look at the
+//! same track (`AfterLook`).
 //!
 //! **Records a capture took.** A point's number and event join the pending ones only once its
 //! record returned and the stream was asked again whether it is capturing (`ContextTracks::mark`),
@@ -91,6 +92,9 @@ pub(crate) struct Track {
     /// Whether a thread queries the track's events now (one at a time), or the events are gone
     /// (`IDLE`, `LOOKING`, `CLOSED`).
     looking: AtomicU8,
+    /// Whether the watcher has the track on its list (`Waiters::listed`, which it mirrors, for
+    /// a future's poll to read without the lock).
+    watched: AtomicBool,
     /// Whether a query's unexpected error was logged (once per track).
     logged: AtomicBool,
     /// The futures waiting on the track's points (`watcher`).
@@ -206,6 +210,7 @@ impl Track {
             high: AtomicU64::new(0),
             looked: AtomicU64::new(0),
             looking: AtomicU8::new(IDLE),
+            watched: AtomicBool::new(false),
             logged: AtomicBool::new(false),
             waiters: Mutex::new(Waiters::default()),
         }
@@ -281,6 +286,17 @@ impl Track {
     /// The highest point seen passed so far, without looking.
     pub(crate) fn seen_passed(&self) -> u64 {
         self.high.load(Ordering::Acquire)
+    }
+
+    /// Whether the watcher has the track on its list, so that it looks at the track's points
+    /// futures wait for within its pace; a hint, read without the waiters' lock.
+    pub(crate) fn is_watched(&self) -> bool {
+        self.watched.load(Ordering::Relaxed)
+    }
+
+    /// Mirrors `Waiters::listed`; called under the waiters' lock.
+    pub(super) fn set_watched(&self, watched: bool) {
+        self.watched.store(watched, Ordering::Relaxed);
     }
 
     /// Its context (`CUcontext` address).

@@ -163,6 +163,9 @@ pub(crate) fn register(
     let registration = waiters.insert(point, waker.clone());
     waiters.empty_since = None;
     let unlisted = !std::mem::replace(&mut waiters.listed, true);
+    if unlisted {
+        track.set_watched(true);
+    }
     drop(waiters);
     // A hint for the thread's pace: read first, so that registrations write the line only
     // once a round.
@@ -290,6 +293,7 @@ fn look_and_wake(
             // puts it back on.
             waiters.listed = false;
             waiters.empty_since = None;
+            track.set_watched(false);
             false
         });
         listed.others.retain(|other| !other.unlist_if_idle());
