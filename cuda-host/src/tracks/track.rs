@@ -16,7 +16,9 @@
 //! event; when it completed, the newest point's, which answers for every point when the stream
 //! caught up; else it gallops from the point towards the newest, then bisects: about twice the
 //! logarithm of how far the stream got since the last look, and one query when it got nowhere.
-//! A look [`Look::Fresh`] always queries (a synchronize, [`reclaim`](crate::reclaim),
+//! After a look that found the stream caught up, the next queries the newest point's event
+//! first: one query while the stream keeps up. A look [`Look::Fresh`] always queries (a
+//! synchronize, [`reclaim`](crate::reclaim),
 //! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher, which paces itself);
 //! a look [`Look::Paced`] (a launch's drain, when its thread's drains look at all,
 //! `crate::launch::held`; a future's poll while the watcher does not have its track on its
@@ -92,6 +94,9 @@ pub(crate) struct Track {
     /// Whether a thread queries the track's events now (one at a time), or the events are gone
     /// (`IDLE`, `LOOKING`, `CLOSED`).
     looking: AtomicU8,
+    /// Whether the last look that queried found the newest point passed: the next one queries
+    /// the newest point's event first, which then answers for all (`search`).
+    caught_up: AtomicBool,
     /// Whether the watcher has the track on its list (`Waiters::listed`, which it mirrors, for
     /// a future's poll to read without the lock).
     watched: AtomicBool,
@@ -210,6 +215,7 @@ impl Track {
             high: AtomicU64::new(0),
             looked: AtomicU64::new(0),
             looking: AtomicU8::new(IDLE),
+            caught_up: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             logged: AtomicBool::new(false),
             waiters: Mutex::new(Waiters::default()),
@@ -312,7 +318,10 @@ impl Track {
     /// Queries the events, the caller being the one look: `wanted`'s (or the first pending
     /// one's, if that is later), then, if it passed, the newest, then from `wanted` by galloping
     /// and bisection the last passed; gives the passed points' events back. Returns the highest
-    /// point seen passed.
+    /// point seen passed. When the last look found the stream past its newest point, the newest
+    /// is queried first: a stream that keeps up with its points (as while the watcher wakes
+    /// futures made one after the other) then costs one query a look, not two; a query made
+    /// while another thread records points slows that thread (`docs/PERFORMANCE.md`).
     fn search(&self, wanted: u64, after: &mut AfterLook) -> u64 {
         let issued = self.issued.load(Ordering::Acquire);
         let high = self.high.load(Ordering::Acquire);
@@ -320,17 +329,32 @@ impl Track {
             return high;
         }
         let wanted = wanted.clamp(high + 1, issued);
+        let newest_pending = if wanted < issued && self.caught_up.load(Ordering::Relaxed) {
+            match self.answer(issued, after) {
+                Answer::Passed => return self.pass(issued, after),
+                Answer::Pending => true,
+                Answer::Failed => return high,
+            }
+        } else {
+            false
+        };
         match self.answer(wanted, after) {
             Answer::Passed => {}
-            Answer::Pending | Answer::Failed => return high,
+            Answer::Pending => {
+                self.caught_up.store(false, Ordering::Relaxed);
+                return high;
+            }
+            Answer::Failed => return high,
         }
         if wanted == issued {
             return self.pass(issued, after);
         }
-        match self.answer(issued, after) {
-            Answer::Passed => return self.pass(issued, after),
-            Answer::Pending => {}
-            Answer::Failed => return self.pass(wanted, after),
+        if !newest_pending {
+            match self.answer(issued, after) {
+                Answer::Passed => return self.pass(issued, after),
+                Answer::Pending => {}
+                Answer::Failed => return self.pass(wanted, after),
+            }
         }
         // `passed` is known passed, `pending` not.
         let (mut passed, mut pending) = (wanted, issued);
@@ -400,6 +424,8 @@ impl Track {
             events.free.extend(events.pending.drain(..count));
             events.first = point + 1;
             self.high.store(point, Ordering::Release);
+            self.caught_up
+                .store(events.pending.is_empty(), Ordering::Relaxed);
             let beyond = events.free.len().saturating_sub(KEPT_EVENTS);
             let at = events.free.len() - beyond.min(DESTROYED_PER_LOOK);
             // Destroyed at the end of the look, which then logs what failed.
@@ -920,6 +946,43 @@ mod tests {
         let before = queries(0x73);
         assert_eq!(track.look(Look::Fresh), POINTS as u64);
         assert_eq!(queries(0x73), before, "nothing pending: no query");
+    }
+
+    #[test]
+    fn while_the_stream_keeps_up_with_its_points_a_look_queries_the_newest_alone() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x78_usize as CUstream;
+        let track = tracks.mark(&shared, stream, 19).expect("marked").track;
+        complete(0x78, 1);
+        assert_eq!(track.look(Look::Fresh), 1, "caught up");
+        // Points made and passed between two looks: the newest answers for all of them.
+        for round in 1..=5 {
+            for _ in 0..3 {
+                tracks.mark(&shared, stream, 19).expect("marked");
+            }
+            complete(0x78, 1 + 3 * round);
+            let before = queries(0x78);
+            assert_eq!(track.look(Look::Fresh), 1 + 3 * round as u64);
+            assert_eq!(queries(0x78) - before, 1, "round {round}");
+        }
+        // Behind: the newest, then the one looked for; the next look goes back to the first
+        // pending point alone.
+        for _ in 0..3 {
+            tracks.mark(&shared, stream, 19).expect("marked");
+        }
+        let before = queries(0x78);
+        assert_eq!(track.look(Look::Fresh), 16, "nothing ran");
+        assert_eq!(queries(0x78) - before, 2);
+        let before = queries(0x78);
+        assert_eq!(track.look(Look::Fresh), 16);
+        assert_eq!(queries(0x78) - before, 1);
+        // Part of the way: never early, never late, however the search began.
+        complete(0x78, 18);
+        assert_eq!(track.look(Look::Fresh), 18);
+        complete(0x78, 19);
+        assert_eq!(track.look(Look::Fresh), 19);
     }
 
     #[test]
