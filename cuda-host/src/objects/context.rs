@@ -129,6 +129,11 @@ pub struct Context {
 /// its launch records keep too, and each feature's per-context state, made on first use and
 /// dropped before that part may let the context go (they hold its events and name its pinned
 /// memory).
+///
+/// Aligned so that the `Arc`'s reference counts lie in cache lines of their own: every stream
+/// point clones the context, and threads marking points at once would otherwise each miss on
+/// the fields every call reads (`shared`, `tracks`) after another thread's clone wrote the line.
+#[repr(align(128))]
 struct ContextState {
     shared: ManuallyDrop<Arc<ContextShared>>,
     /// Stream points: each stream's track of points (`crate::points`).
