@@ -333,11 +333,31 @@ pub(crate) unsafe fn replace(
     Ok(())
 }
 
+/// Whether a graph lives, shared with the executables made from it that have engine nodes: an
+/// executable names a node of its graph (to give it a fresh word, [`ExecNode::refresh`]) only
+/// under the lock and while the graph lives, which its drop ends under the same lock, before
+/// the graph is destroyed.
+#[derive(Clone, Debug)]
+pub(crate) struct GraphLives(Arc<Mutex<bool>>);
+
+impl GraphLives {
+    pub(crate) fn new() -> GraphLives {
+        GraphLives(Arc::new(Mutex::new(true)))
+    }
+
+    /// The graph is about to be destroyed.
+    pub(crate) fn end(&self) {
+        *lock(&self.0) = false;
+    }
+}
+
 /// One engine node of an executable: the node, its slot, and the callable its launches run.
 pub(crate) struct ExecNode {
     node: SendHandle<CUgraphNode_st>,
     slot: Arc<NodeSlot>,
     callable: Arc<NodeCallable>,
+    /// Whether the graph holding `node` lives.
+    graph: GraphLives,
 }
 
 impl ExecNode {
@@ -346,11 +366,13 @@ impl ExecNode {
     }
 
     /// Gives the node a fresh slot in `exec` if its slot was retired (a capture may have taken
-    /// a launch naming its word).
+    /// a launch naming its word) and the graph it was made from lives (the driver names the
+    /// node by its handle in that graph); after the graph went, the node keeps its retired slot
+    /// and its launches complete without running it.
     ///
     /// # Errors
     /// As [`allocate_word`]; the driver's error from `cuGraphExecBatchMemOpNodeSetParams`. The
-    /// node keeps its retired slot then: its launches complete without running it.
+    /// node keeps its retired slot then.
     ///
     /// # Safety
     /// `exec` must be the live executable holding this node, not used concurrently.
@@ -362,10 +384,16 @@ impl ExecNode {
         if !self.slot.is_retired() {
             return Ok(());
         }
+        let lives = lock(&self.graph.0);
+        if !*lives {
+            return Ok(());
+        }
         let word = allocate_word(context, "an executable's engine node word")?;
         let slot = Arc::new(NodeSlot::new(Arc::clone(context), word));
-        // SAFETY: per the caller; the node is one of the graph `exec` was made from.
+        // SAFETY: per the caller; the node is one of the graph `exec` was made from, which
+        // lives while `lives` is held.
         unsafe { set_word(context, exec, self.node.get(), &slot) }?;
+        drop(lives);
         self.slot = slot;
         Ok(())
     }
@@ -410,6 +438,17 @@ unsafe fn set_word(
     }?)
 }
 
+impl Drop for ExecNode {
+    fn drop(&mut self) {
+        // The executable and its launches are gone: no launch will request a run, so callables
+        // still queued (launches that never reached the node: an update gave it another graph's
+        // parameters) go now, on this caller's thread.
+        if !self.slot.is_retired() {
+            self.slot.close();
+        }
+    }
+}
+
 /// Gives each engine node of `graph` a word of its own in `exec`, just instantiated from it,
 /// starting the engine's servers if there is any.
 ///
@@ -423,6 +462,7 @@ unsafe fn set_word(
 pub(crate) unsafe fn prepare_exec(
     context: &Arc<ContextShared>,
     graph: CUgraph,
+    lives: &GraphLives,
     exec: CUgraphExec,
 ) -> Result<Vec<ExecNode>> {
     if !any_templates() {
@@ -448,6 +488,7 @@ pub(crate) unsafe fn prepare_exec(
             node: SendHandle::new(node),
             slot,
             callable: Arc::clone(template.callable()),
+            graph: lives.clone(),
         });
     }
     Ok(prepared)

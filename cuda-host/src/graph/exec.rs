@@ -223,7 +223,7 @@ impl GraphExec {
         unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
         instantiated?;
         // SAFETY: the live graph `raw` was just made from, not launched yet.
-        match unsafe { engine_node::prepare_exec(context.shared(), graph.as_raw(), raw) } {
+        match unsafe { engine_node::prepare_exec(context.shared(), graph.as_raw(), graph.lives(), raw) } {
             Ok(engine) => {
                 callables
                     .lock()

@@ -29,6 +29,8 @@ use std::sync::Arc;
 pub struct Graph {
     context: Context,
     raw: CUgraph,
+    /// Whether `raw` lives: executables with engine nodes name its nodes only while it does.
+    lives: engine_node::GraphLives,
     // Graph calls must be serialised by the caller: `Send` but not `Sync`.
     _not_sync: PhantomData<std::cell::Cell<()>>,
 }
@@ -66,6 +68,7 @@ impl Graph {
         Graph {
             context: context.clone(),
             raw,
+            lives: engine_node::GraphLives::new(),
             _not_sync: PhantomData,
         }
     }
@@ -78,6 +81,11 @@ impl Graph {
     /// The context the graph belongs to.
     pub fn context(&self) -> &Context {
         &self.context
+    }
+
+    /// What tells its executables whether it lives.
+    pub(super) fn lives(&self) -> &engine_node::GraphLives {
+        &self.lives
     }
 
     /// Adds a host node running `callable` on every launch, after `dependencies`.
@@ -353,6 +361,8 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
+        // No executable names a node of it from here on.
+        self.lives.end();
         // Executables and launches in flight keep their own references to the callables.
         destroy_later(self.context.shared(), "graph", self.raw, |context, raw| {
             // SAFETY: owned by this `Graph`, destroyed once.

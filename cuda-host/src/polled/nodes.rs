@@ -202,6 +202,13 @@ impl NodeSlot {
         true
     }
 
+    /// Lets go of every pending callable unrun: its executable is gone, so no request comes.
+    /// Called on a caller's thread.
+    pub(crate) fn close(&self) {
+        let closed: Vec<_> = lock(&self.pending).drain(..).collect();
+        drop(closed);
+    }
+
     /// Lets go of every pending callable unrun (the context failed). How many went.
     pub(super) fn abandon(&self) -> usize {
         let abandoned: Vec<_> = lock(&self.pending).drain(..).collect();
