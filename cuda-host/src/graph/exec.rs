@@ -247,7 +247,11 @@ impl GraphExec {
         })
     }
 
-    /// The driver's handle, valid while this `GraphExec` exists.
+    /// The driver's handle, valid while this `GraphExec` exists. An update through it
+    /// (`cuGraphExecUpdate`) gives the engine's nodes ([`Graph::add_engine_host_node`]) the other
+    /// graph's batch, which waits for nothing: they run nothing from then on, and what each
+    /// [`launch`](Self::launch) queues for them stays queued (the engine awake) until the
+    /// executable is gone.
     pub fn as_raw(&self) -> CUgraphExec {
         self.raw
     }
@@ -269,8 +273,14 @@ impl GraphExec {
     /// nothing (live, if the capture began just after the launch, or in the capture's graph,
     /// whose runs they then never hold up), and the words they use are served for the life of
     /// the process ([`PolledEngineCounts::retired_graph_nodes`](crate::PolledEngineCounts)): the
-    /// server serving them no longer parks. The next launch gives the nodes fresh words. A
-    /// capture that begins and ends between the launch and the look is not seen.
+    /// server serving them no longer parks. The next launch gives the nodes fresh words while
+    /// the graph lives (after it went, they keep the retired ones and run nothing). What stays:
+    /// the capture's graph requests through the words of the launches before the taken one, so a
+    /// run of it while one of those still waits before a node runs that launch's callable in its
+    /// place, early (that launch then passes the node without running it); and a capture that
+    /// begins and ends between the launch and the look is not seen (its graph then waits at the
+    /// node until a later launch's callable answers it). Other code must capture a stream while
+    /// this thread launches on it for either.
     ///
     /// # Errors
     /// For an executable with engine nodes, [`Error::StreamCapturing`](crate::Error::StreamCapturing)

@@ -1,0 +1,228 @@
+//! The polled engine's graph host nodes (`Graph::add_engine_host_node`,
+//! `GraphBuilder::begin_with_engine`, `GraphExec::launch`) under adversity: a callback refused
+//! during its capture, an executable updated through its raw handle, another thread taking words
+//! while a capture is open, a launch a capture took after the graph went. Every test holds
+//! [`suite::capture_lock`] or runs alone in a child process: captures and graph calls must not
+//! overlap a global-mode capture of another test.
+
+use cuda_host::{
+    CaptureMode, Context, Error, Graph, GraphBuilder, HostEngine, Stream, StreamFlags,
+    polled_engine_counts, reclaim,
+};
+use cuda_host_sys::{CUgraphExecUpdateResultInfo, CUresult, CUstreamCaptureMode};
+use std::sync::Arc;
+use suite::{Tally, capture_lock, context, wait_until, wait_until_done};
+
+fn new_stream(context: &Context) -> Stream {
+    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
+}
+
+/// A graph of one engine node whose callable counts its runs in `tally`.
+fn counting_graph(context: &Context, tally: &Arc<Tally>) -> Graph {
+    let graph = Graph::new(context).expect("graph");
+    let probe = tally.probe();
+    graph
+        .add_engine_host_node(&[], move || probe.ran())
+        .expect("engine node");
+    graph
+}
+
+/// A callback of a `HostEngine::Polled` capture refused for want of a free word
+/// (`Error::AllocationInCapture`) drops its callable at once, on the capturing thread, under the
+/// lock that adding a node holds (`engine_node::Template::new` makes the callable's record before
+/// it looks for a word, and lets it go with `?`). A driver callback refused the same way is
+/// dropped only at a drain after the capture (`GraphRecord::drop_soon`): a `Drop` run during the
+/// capture may free memory and invalidate it, or call cuda-host and wait for that lock.
+#[test]
+fn an_engine_callback_refused_for_want_of_words_is_not_dropped_during_the_capture() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let builder = GraphBuilder::begin_with_engine(&stream, CaptureMode::Global, HostEngine::Polled)
+        .expect("capture begins");
+    let mut added = 0;
+    let refused = loop {
+        let tally = Tally::new();
+        let probe = tally.probe();
+        match builder.callback(move || probe.ran()) {
+            Ok(()) => added += 1,
+            Err(error) => break (tally, error),
+        }
+        assert!(added <= 100_000, "no end to the free words");
+    };
+    let (tally, error) = refused;
+    assert!(
+        matches!(error, Error::AllocationInCapture { .. }),
+        "{error}"
+    );
+    let dropped_during_capture = tally.drops();
+    let graph = builder.end().expect("the capture is intact");
+    drop(graph);
+    tally.reclaim_until_dropped(1, "the refused callable after the capture");
+    assert_eq!(
+        dropped_during_capture, 0,
+        "the refused callable was dropped on the capturing thread, during the capture"
+    );
+}
+
+/// An executable made through cuda-host and then updated (`cuGraphExecUpdate_v2`) from its own
+/// graph takes back the graph's batch, which waits for nothing (`engine_node`'s module
+/// documentation names an update among the executables that keep it). Its launches still queue
+/// their callables on the engine (`ExecNode::launched`), but no request ever takes them: they pile
+/// up for the life of the slot, the server never lets the slot go, the engine never parks, and
+/// the callable is never released, not even once the executable and graph are gone.
+#[test]
+fn launches_of_an_updated_executable_queue_nothing_that_keeps_the_engine_awake() {
+    // Alone in a process: the engine's servers are process-wide.
+    suite::alone_in_child!(
+        launches_of_an_updated_executable_queue_nothing_that_keeps_the_engine_awake
+    );
+    const LAUNCHES: usize = 10;
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = counting_graph(&context, &tally);
+    let executable = graph.instantiate().expect("instantiates");
+    let mut info = CUgraphExecUpdateResultInfo::default();
+    // SAFETY: a live executable, the live graph it was made from and a valid out-pointer.
+    let updated = unsafe {
+        context
+            .driver()
+            .cuGraphExecUpdate_v2(executable.as_raw(), graph.as_raw(), &mut info)
+    };
+    assert_eq!(updated, CUresult::CUDA_SUCCESS, "{:?}", info.result);
+    for _ in 0..LAUNCHES {
+        executable.launch(&stream).expect("launch");
+    }
+    wait_until_done(&stream);
+    drop((executable, graph));
+    wait_until(
+        "the engine to let the updated executable's launches go and park",
+        || {
+            reclaim();
+            let counts = polled_engine_counts();
+            counts.serving == 0 && counts.parked
+        },
+    );
+    tally.reclaim_until_dropped(1, "the callable once its executable and graph are gone");
+}
+
+/// `GraphBuilder::ENGINE_WORDS_RESERVED` promises a `HostEngine::Polled` capture at least that
+/// many engine callbacks, its words reserved before the capture began. But the reserve is the
+/// context's free list, which every engine node takes from first (`engine_node::allocate_word`
+/// pops a free word before it asks to allocate): another thread that adds engine nodes to a graph
+/// of its own while the capture is open, not capturing at all, takes the reserved words, and the
+/// capture's first callback is refused with `Error::AllocationInCapture`.
+#[test]
+fn an_engine_capture_keeps_its_reserved_words_while_another_thread_builds_engine_graphs() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let builder = GraphBuilder::begin_with_engine(&stream, CaptureMode::Global, HostEngine::Polled)
+        .expect("capture begins");
+    let taken = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let graph = Graph::new(&context).expect("graph");
+                let mut taken = 0;
+                // Until the free words are gone (the capture forbids allocating more).
+                while graph.add_engine_host_node(&[], || {}).is_ok() {
+                    taken += 1;
+                    assert!(taken <= 100_000, "no end to the free words");
+                }
+                drop(graph);
+                taken
+            })
+            .join()
+            .expect("the other thread")
+    });
+    let mut added = 0;
+    while added < GraphBuilder::ENGINE_WORDS_RESERVED {
+        match builder.callback(|| {}) {
+            Ok(()) => added += 1,
+            Err(error) => {
+                assert!(
+                    matches!(error, Error::AllocationInCapture { .. }),
+                    "{error}"
+                );
+                break;
+            }
+        }
+    }
+    drop(builder.end().expect("the capture is intact"));
+    reclaim();
+    assert_eq!(
+        added,
+        GraphBuilder::ENGINE_WORDS_RESERVED,
+        "engine callbacks the capture could add, once another thread took {taken} words"
+    );
+}
+
+/// An executable outlives its graph, as documented. But when a capture took one of its launches,
+/// its next launch gives each engine node a fresh word through
+/// `cuGraphExecBatchMemOpNodeSetParams(exec, node, ..)` (`ExecNode::refresh`), naming the node
+/// by the handle it kept from the graph, which may be destroyed by then. NVIDIA's reference
+/// requires the node to remain in the graph the executable was made from ("hNode must not have
+/// been removed from the original graph"): the real driver may read freed memory there. The
+/// software driver matches node handles by number, so the test asks whether the graph still
+/// lived when the call was made.
+#[test]
+fn a_launch_never_names_a_node_of_a_destroyed_graph() {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "a_launch_never_names_a_node_of_a_destroyed_graph",
+            "a capture begun inside a driver call is a software-driver control, and a look at a \
+             destroyed graph's handle is safe only there",
+        );
+    };
+    // Alone in a process: the retired node is served for the life of the process, and the
+    // driver's call counts are process-wide.
+    suite::alone_in_child!(a_launch_never_names_a_node_of_a_destroyed_graph);
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = counting_graph(&context, &tally);
+    let executable = graph.instantiate().expect("instantiates");
+    let raw_graph = graph.as_raw();
+    drop(graph);
+    controls.begin_capture_at_next_call(
+        c"cuGraphLaunch",
+        &stream,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    let refused = executable
+        .launch(&stream)
+        .expect_err("taken by the capture");
+    assert!(
+        matches!(refused, Error::StreamCapturing { .. }),
+        "{refused}"
+    );
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let ended = unsafe {
+        context
+            .driver()
+            .cuStreamEndCapture(stream.as_raw(), &mut raw)
+    };
+    assert_eq!(ended, CUresult::CUDA_SUCCESS);
+    let _taken = suite::capture::Graph(raw);
+    let set_params = c"cuGraphExecBatchMemOpNodeSetParams";
+    let calls = controls.call_count(set_params);
+    executable.launch(&stream).expect("a launch after");
+    wait_until_done(&stream);
+    assert_eq!(tally.runs(), 1);
+    if controls.call_count(set_params) > calls {
+        let mut count = 0;
+        // SAFETY: the software driver answers a destroyed graph's handle with an error (its
+        // handles are never reused).
+        let graph_lives = unsafe {
+            context
+                .driver()
+                .cuGraphGetNodes(raw_graph, std::ptr::null_mut(), &mut count)
+        } == CUresult::CUDA_SUCCESS;
+        assert!(
+            graph_lives,
+            "cuGraphExecBatchMemOpNodeSetParams named a node of the destroyed graph"
+        );
+    }
+}
