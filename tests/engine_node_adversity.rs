@@ -226,3 +226,81 @@ fn a_launch_never_names_a_node_of_a_destroyed_graph() {
         );
     }
 }
+
+/// Pinned host memory freed when dropped, as a buffer a callable owns frees its memory; the
+/// driver's answer to the free is kept in `freed`.
+struct FreedOnDrop {
+    context: Context,
+    host: usize,
+    freed: Arc<std::sync::Mutex<Option<CUresult>>>,
+}
+
+impl FreedOnDrop {
+    fn new(context: &Context, freed: &Arc<std::sync::Mutex<Option<CUresult>>>) -> FreedOnDrop {
+        context.bind_to_thread().expect("context binds");
+        let mut host = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the context is current.
+        let allocated = unsafe {
+            context
+                .driver()
+                .cuMemHostAlloc(&mut host, 64, cuda_host_sys::CU_MEMHOSTALLOC_PORTABLE)
+        };
+        assert_eq!(allocated, CUresult::CUDA_SUCCESS);
+        FreedOnDrop {
+            context: context.clone(),
+            host: host.expose_provenance(),
+            freed: Arc::clone(freed),
+        }
+    }
+}
+
+impl Drop for FreedOnDrop {
+    fn drop(&mut self) {
+        self.context.bind_to_thread().expect("context binds");
+        let host = std::ptr::with_exposed_provenance_mut::<std::ffi::c_void>(self.host);
+        // SAFETY: allocated by `new`, freed once.
+        let freed = unsafe { self.context.driver().cuMemFreeHost(host) };
+        *self.freed.lock().unwrap() = Some(freed);
+    }
+}
+
+/// The consequence of the drop above: the refused callable owns a buffer, whose `Drop` frees
+/// pinned memory on the capturing thread in the middle of the global-mode capture. The driver
+/// refuses the free and invalidates the capture, which the adversity matrix's row for
+/// `Graph::add_engine_host_node` says stays intact: `end` fails, and every node added is lost.
+#[test]
+fn a_refused_engine_callback_that_owns_memory_leaves_its_capture_intact() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let freed = Arc::new(std::sync::Mutex::new(None));
+    // Allocated before the capture, which forbids allocating; more than the free words.
+    let mut buffers: Vec<FreedOnDrop> = (0..4_096)
+        .map(|_| FreedOnDrop::new(&context, &freed))
+        .collect();
+    let builder = GraphBuilder::begin_with_engine(&stream, CaptureMode::Global, HostEngine::Polled)
+        .expect("capture begins");
+    let refused = loop {
+        let buffer = buffers.pop().expect("fewer free words than buffers");
+        // The whole buffer moves into the callable (a field alone would be captured apart).
+        if let Err(error) = builder.callback(move || {
+            let _owned = &buffer;
+        }) {
+            break error;
+        }
+    };
+    assert!(
+        matches!(refused, Error::AllocationInCapture { .. }),
+        "{refused}"
+    );
+    let freed_during_capture = *freed.lock().unwrap();
+    let ended = builder.end();
+    drop(buffers);
+    reclaim();
+    assert!(
+        ended.is_ok(),
+        "the capture was invalidated ({:?}); the refused callable's free answered {:?}",
+        ended.err(),
+        freed_during_capture
+    );
+}
