@@ -1,7 +1,7 @@
 //! Building a graph by capturing a stream, with host functions the graph owns.
 
-use super::graph::Graph;
 use super::engine_node::{self, ReservedWords};
+use super::graph::Graph;
 use super::{capture, capture_lock};
 use crate::checked::checked;
 use crate::contained_log::logged;
@@ -190,7 +190,11 @@ impl<'stream> GraphBuilder<'stream> {
         let shared = self.stream.shared_context();
         let record = GraphRecord::callable(Arc::clone(shared), callable, name);
         if self.engine == HostEngine::Polled {
-            let word = self.words.borrow_mut().as_mut().and_then(ReservedWords::take);
+            let word = self
+                .words
+                .borrow_mut()
+                .as_mut()
+                .and_then(ReservedWords::take);
             let Some(word) = word else {
                 // Dropped as the reclaim rule allows: not during the capture.
                 record.drop_soon();

@@ -20,8 +20,8 @@ use crate::launch::{
     ContextShared, GraphRecord, HostCallable, capture_state, ensure_outside_host_function,
     outside_host_function, reclaim,
 };
-use crate::polled::{self, NodeCallable};
 use crate::objects::{Context, Stream, destroy_later};
+use crate::polled::{self, NodeCallable};
 use cuda_host_sys::{
     CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
     CUgraphNode_st, CUresult, CUstream, CUstream_st,
@@ -223,7 +223,9 @@ impl GraphExec {
         unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
         instantiated?;
         // SAFETY: the live graph `raw` was just made from, not launched yet.
-        match unsafe { engine_node::prepare_exec(context.shared(), graph.as_raw(), graph.lives(), raw) } {
+        match unsafe {
+            engine_node::prepare_exec(context.shared(), graph.as_raw(), graph.lives(), raw)
+        } {
             Ok(engine) => {
                 callables
                     .lock()
@@ -234,7 +236,9 @@ impl GraphExec {
                 // Never launched: destroyed at once.
                 // SAFETY: made above, owned here, destroyed once.
                 if let Err(destroyed) = unsafe { checked!(driver, cuGraphExecDestroy(raw)) } {
-                    context.shared().record_drop_error("graph executable", destroyed);
+                    context
+                        .shared()
+                        .record_drop_error("graph executable", destroyed);
                 }
                 return Err(error);
             }
@@ -269,7 +273,7 @@ impl GraphExec {
     ///
     /// With engine nodes, a capture other code begins on `stream` during the call may take the
     /// launch: the engine looks right after it, and when the stream captures, the launch is
-    /// refused ([`Error::StreamCapturing`](crate::Error::StreamCapturing)), its engine nodes run
+    /// refused ([`Error::StreamCapturing`]), its engine nodes run
     /// nothing (live, if the capture began just after the launch, or in the capture's graph,
     /// whose runs they then never hold up), and the words they use are served for the life of
     /// the process ([`PolledEngineCounts::retired_graph_nodes`](crate::PolledEngineCounts)): the
@@ -279,14 +283,15 @@ impl GraphExec {
     /// run of it while one of those still waits before a node runs that launch's callable in its
     /// place, early (that launch then passes the node without running it); and a capture that
     /// begins and ends between the launch and the look is not seen (its graph then waits at the
-    /// node until a later launch's callable answers it). Other code must capture a stream while
+    /// node until a later launch's callable answers it, and writes into the word once the
+    /// executable is gone and the word serves another use). Other code must capture a stream while
     /// this thread launches on it for either.
     ///
     /// # Errors
-    /// For an executable with engine nodes, [`Error::StreamCapturing`](crate::Error::StreamCapturing)
+    /// For an executable with engine nodes, [`Error::StreamCapturing`]
     /// on a capturing stream (the capture would take the launch, which the engine could not
     /// tell from a live one) and nothing is enqueued, or as said above;
-    /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when retired nodes need
+    /// [`Error::AllocationInCapture`] when retired nodes need
     /// fresh words while a capture begun through cuda-host forbids allocating them; the driver's
     /// error from `cuGraphLaunch` (or, with engine nodes, `cuStreamIsCapturing` or
     /// `cuGraphExecBatchMemOpNodeSetParams`).
@@ -352,8 +357,13 @@ impl GraphExec {
     ///
     /// NVIDIA's reference: [`cuGraphExecHostNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
+    /// For an engine node ([`HostNode::runs_on_engine`]) no driver call is made: the executable's
+    /// later launches queue the new callable for the engine; those queued before run the old.
+    ///
     /// # Errors
-    /// The driver's error from `cuGraphExecHostNodeSetParams`; nothing changes then.
+    /// The driver's error from `cuGraphExecHostNodeSetParams`; for an engine node,
+    /// [`Error::InvalidArgument`] when it is not one of the
+    /// graph this executable was made from. Nothing changes then.
     #[doc(alias = "cuGraphExecHostNodeSetParams")]
     pub fn set_host_node_callable<F>(&self, node: &HostNode<'_>, callable: F) -> Result<()>
     where

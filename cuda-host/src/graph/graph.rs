@@ -157,7 +157,11 @@ impl Graph {
         F: Fn() + Send + Sync + 'static,
     {
         let callable = outside_host_function("Graph::add_engine_host_node", callable)?;
-        self.add_engine_host_node_named(dependencies, Arc::new(callable), std::any::type_name::<F>())
+        self.add_engine_host_node_named(
+            dependencies,
+            Arc::new(callable),
+            std::any::type_name::<F>(),
+        )
     }
 
     /// As [`add_engine_host_node`](Self::add_engine_host_node), with a callable shared with
@@ -332,7 +336,11 @@ impl Graph {
     ///
     /// # Errors
     /// The driver's error from `cuGraphInstantiateWithFlags` (or from attaching the executable's
-    /// bookkeeping).
+    /// bookkeeping); with engine nodes ([`add_engine_host_node`](Self::add_engine_host_node)),
+    /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the engine's threads cannot start,
+    /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when their words need a
+    /// fresh page while a capture begun through cuda-host forbids allocations, or the driver's
+    /// error from `cuGraphExecBatchMemOpNodeSetParams`; no executable is left then.
     #[doc(alias = "cuGraphInstantiate")]
     pub fn instantiate(&self) -> Result<GraphExec> {
         ensure_outside_host_function("Graph::instantiate")?;
@@ -459,8 +467,14 @@ impl<'graph> HostNode<'graph> {
     ///
     /// NVIDIA's reference: [`cuGraphHostNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
+    /// For an engine node ([`runs_on_engine`](Self::runs_on_engine)) the graph takes a new word
+    /// with the new callable (`cuGraphBatchMemOpNodeSetParams`).
+    ///
     /// # Errors
-    /// The driver's error; the node is unchanged then.
+    /// The driver's error; for an engine node also
+    /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when its word needs a
+    /// fresh page while a capture begun through cuda-host forbids allocations. The node is
+    /// unchanged then.
     #[doc(alias = "cuGraphHostNodeSetParams")]
     pub fn set_callable<F>(&self, callable: F) -> Result<()>
     where

@@ -222,6 +222,10 @@ impl NodeSlot {
     /// request after them is answered without running, for as long as the process lives (its
     /// server never lets it go, and the word is never given back).
     pub(crate) fn retire(&self) {
+        // Under the pending list's lock, as its server looks whether to let it go: either that
+        // look sees it retired, or the server let it go before and the caller's hand-over
+        // (`serve_node`) finds it unserved.
+        let _pending = lock(&self.pending);
         if !self.retired.swap(true, Ordering::AcqRel) {
             RETIRED_NODES.fetch_add(1, Ordering::Relaxed);
         }

@@ -131,7 +131,8 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PolledEngineCounts {
-    /// Lanes (streams) served now: with host functions queued, or just run.
+    /// Lanes (streams) and graphs' engine nodes served now: with host functions or launches
+    /// queued, or just run (and retired engine nodes, for good).
     pub serving: u64,
     /// Host functions run (or let go unrun after their context failed).
     pub functions: u64,
