@@ -328,6 +328,34 @@ fn rows() -> Vec<Row> {
                 .instantiate()?
                 .set_host_node_callable(&node, f.probe_closure())
         }),
+        // Engine host nodes: a batch node in the graph, a word of its own per executable.
+        row!(c"cuGraphAddBatchMemOpNode", Returned, NOTHING, |f| {
+            Graph::new(&f.context)?
+                .add_engine_host_node(&[], f.probe_closure())
+                .map(drop)
+        }),
+        row!(c"cuGraphBatchMemOpNodeGetParams", Returned, NOTHING, |f| {
+            let graph = Graph::new(&f.context)?;
+            graph
+                .add_engine_host_node(&[], f.probe_closure())?
+                .callable()
+                .map(drop)
+        }),
+        row!(c"cuGraphBatchMemOpNodeSetParams", Returned, NOTHING, |f| {
+            let graph = Graph::new(&f.context)?;
+            let node = graph.add_engine_host_node(&[], f.probe_closure())?;
+            node.set_callable(f.probe_closure())
+        }),
+        row!(
+            c"cuGraphExecBatchMemOpNodeSetParams",
+            Returned,
+            NOTHING,
+            |f| {
+                let graph = Graph::new(&f.context)?;
+                graph.add_engine_host_node(&[], f.probe_closure())?;
+                graph.instantiate()?.launch(&f.stream())
+            }
+        ),
         row!(c"cuUserObjectCreate", Returned, NOTHING, |f| {
             Graph::new(&f.context)?
                 .add_host_node(&[], f.probe_closure())
