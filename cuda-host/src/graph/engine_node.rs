@@ -462,7 +462,7 @@ impl Drop for ExecNode {
 pub(crate) unsafe fn prepare_exec(
     context: &Arc<ContextShared>,
     graph: CUgraph,
-    lives: &GraphLives,
+    lives: impl FnOnce() -> GraphLives,
     exec: CUgraphExec,
 ) -> Result<Vec<ExecNode>> {
     if !any_templates() {
@@ -472,6 +472,8 @@ pub(crate) unsafe fn prepare_exec(
     // SAFETY: per the caller.
     let nodes = unsafe { nodes::nodes_of(driver, graph) }?;
     let mut prepared = Vec::new();
+    let mut lives = Some(lives);
+    let mut graph_lives: Option<GraphLives> = None;
     for node in nodes {
         // SAFETY: a node of the live graph.
         let Some(template) = (unsafe { template_of(driver, node) })? else {
@@ -488,7 +490,9 @@ pub(crate) unsafe fn prepare_exec(
             node: SendHandle::new(node),
             slot,
             callable: Arc::clone(template.callable()),
-            graph: lives.clone(),
+            graph: graph_lives
+                .get_or_insert_with(|| lives.take().expect("called once")())
+                .clone(),
         });
     }
     Ok(prepared)

@@ -224,7 +224,12 @@ impl GraphExec {
         instantiated?;
         // SAFETY: the live graph `raw` was just made from, not launched yet.
         match unsafe {
-            engine_node::prepare_exec(context.shared(), graph.as_raw(), graph.lives(), raw)
+            engine_node::prepare_exec(
+                context.shared(),
+                graph.as_raw(),
+                || graph.lives().clone(),
+                raw,
+            )
         } {
             Ok(engine) => {
                 callables

@@ -30,7 +30,8 @@ pub struct Graph {
     context: Context,
     raw: CUgraph,
     /// Whether `raw` lives: executables with engine nodes name its nodes only while it does.
-    lives: engine_node::GraphLives,
+    /// Made with the first such executable, so that other graphs allocate nothing for it.
+    lives: std::cell::OnceCell<engine_node::GraphLives>,
     // Graph calls must be serialised by the caller: `Send` but not `Sync`.
     _not_sync: PhantomData<std::cell::Cell<()>>,
 }
@@ -68,7 +69,7 @@ impl Graph {
         Graph {
             context: context.clone(),
             raw,
-            lives: engine_node::GraphLives::new(),
+            lives: std::cell::OnceCell::new(),
             _not_sync: PhantomData,
         }
     }
@@ -85,7 +86,7 @@ impl Graph {
 
     /// What tells its executables whether it lives.
     pub(super) fn lives(&self) -> &engine_node::GraphLives {
-        &self.lives
+        self.lives.get_or_init(engine_node::GraphLives::new)
     }
 
     /// Adds a host node running `callable` on every launch, after `dependencies`.
@@ -370,7 +371,9 @@ impl Graph {
 impl Drop for Graph {
     fn drop(&mut self) {
         // No executable names a node of it from here on.
-        self.lives.end();
+        if let Some(lives) = self.lives.get() {
+            lives.end();
+        }
         // Executables and launches in flight keep their own references to the callables.
         destroy_later(self.context.shared(), "graph", self.raw, |context, raw| {
             // SAFETY: owned by this `Graph`, destroyed once.
