@@ -392,9 +392,9 @@ fn a_launch_other_codes_capture_took_is_refused_and_neither_it_nor_the_captured_
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
-    let executable = counting_graph(&context, &tally)
-        .instantiate()
-        .expect("instantiates");
+    // Kept: a node takes a fresh word only while its graph lives.
+    let graph = counting_graph(&context, &tally);
+    let executable = graph.instantiate().expect("instantiates");
     executable.launch(&stream).expect("a launch before");
     controls.begin_capture_at_next_call(
         c"cuGraphLaunch",

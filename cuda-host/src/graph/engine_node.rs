@@ -406,6 +406,11 @@ impl ExecNode {
 
     /// Queues this node's callable for a launch just enqueued, and has a server serve it.
     pub(crate) fn launched(&self) {
+        if self.slot.is_retired() {
+            // Its graph went before the node could take a fresh word: a retired word is
+            // answered without running, whoever requests.
+            return;
+        }
         self.slot.push(Arc::clone(&self.callable));
         polled::serve_node(&self.slot);
     }
