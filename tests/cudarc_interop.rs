@@ -65,6 +65,8 @@ fn live_streams() -> Option<u64> {
 #[test]
 fn host_launch_on_a_cudarc_stream_runs_after_cudarc_work_before_it_and_before_cudarc_work_after_it()
 {
+    // Its cudarc streams' creation, on the legacy stream, would break another test's capture.
+    let _captures = suite::capture_lock();
     let test = "host_launch_on_a_cudarc_stream_runs_after_cudarc_work_before_it_and_before_cudarc_work_after_it";
     if !runs_here(test, false, &[]) {
         return;
@@ -152,6 +154,8 @@ fn host_launch_runs_on_cudarcs_default_and_per_thread_streams_whatever_context_i
 
 #[test]
 fn a_stream_from_cudarc_holds_cudarcs_stream_until_dropped_and_never_destroys_it() {
+    // Its cudarc streams' creation, on the legacy stream, would break another test's capture.
+    let _captures = suite::capture_lock();
     let test = "a_stream_from_cudarc_holds_cudarcs_stream_until_dropped_and_never_destroys_it";
     if !runs_here(test, false, &[]) {
         return;
@@ -188,6 +192,8 @@ fn a_stream_from_cudarc_holds_cudarcs_stream_until_dropped_and_never_destroys_it
 
 #[test]
 fn the_last_reference_to_a_cudarc_stream_goes_on_a_callers_thread_and_leaves_the_current_context() {
+    // Its cudarc streams' creation, on the legacy stream, would break another test's capture.
+    let _captures = suite::capture_lock();
     let test = "the_last_reference_to_a_cudarc_stream_goes_on_a_callers_thread_and_leaves_the_current_context";
     if !runs_here(test, false, &[]) {
         return;
@@ -228,6 +234,8 @@ fn the_last_reference_to_a_cudarc_stream_goes_on_a_callers_thread_and_leaves_the
 #[test]
 fn a_stream_from_cudarc_dropped_inside_a_host_function_lets_go_of_cudarcs_stream_on_the_launching_thread()
  {
+    // Its cudarc streams' creation, on the legacy stream, would break another test's capture.
+    let _captures = suite::capture_lock();
     let test = "a_stream_from_cudarc_dropped_inside_a_host_function_lets_go_of_cudarcs_stream_on_the_launching_thread";
     if !runs_here(test, false, &[]) {
         return;
@@ -265,6 +273,8 @@ fn a_stream_from_cudarc_dropped_inside_a_host_function_lets_go_of_cudarcs_stream
 
 #[test]
 fn a_context_from_cudarc_holds_cudarcs_context_until_its_last_launch_record_is_reclaimed() {
+    // Its cudarc streams' creation, on the legacy stream, would break another test's capture.
+    let _captures = suite::capture_lock();
     let test =
         "a_context_from_cudarc_holds_cudarcs_context_until_its_last_launch_record_is_reclaimed";
     if !runs_here(test, false, &[]) {
@@ -333,6 +343,8 @@ fn the_last_hold_on_a_cudarc_context_releases_it_on_a_callers_thread_and_leaves_
 
 #[test]
 fn a_cudarc_stream_of_another_context_is_refused() {
+    // Its cudarc streams' creation, on the legacy stream, would break another test's capture.
+    let _captures = suite::capture_lock();
     let test = "a_cudarc_stream_of_another_context_is_refused";
     // The software driver has one device unless told otherwise when it loads.
     if !runs_here(test, false, &[("CUSW_DEVICE_COUNT", "2")]) {
@@ -366,6 +378,8 @@ fn a_cudarc_stream_of_another_context_is_refused() {
 
 #[test]
 fn cudarc_on_another_driver_library_than_cuda_hosts_is_refused() {
+    // Its cudarc streams' creation, on the legacy stream, would break another test's capture.
+    let _captures = suite::capture_lock();
     let test = "cudarc_on_another_driver_library_than_cuda_hosts_is_refused";
     if !in_child_process() {
         // cudarc opens `libcuda.so` first: here the software driver built without
@@ -477,6 +491,8 @@ fn borrow_raw_of_a_primary_context_releases_nothing() {
 
 #[test]
 fn borrow_raw_of_a_non_primary_context_finds_its_device_and_runs_host_functions_there() {
+    // Its cudarc streams' creation, on the legacy stream, would break another test's capture.
+    let _captures = suite::capture_lock();
     let test = "borrow_raw_of_a_non_primary_context_finds_its_device_and_runs_host_functions_there";
     if !runs_here(test, false, &[]) {
         return;
