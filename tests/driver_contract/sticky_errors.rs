@@ -2,6 +2,7 @@
 //! failed, by the software driver's controls or by a faulting launch.
 
 use crate::harness::*;
+use cuda_host::{Event, EventFlags};
 use cuda_host_sys::CUresult;
 use std::ptr;
 use suite::hold_and_release;
@@ -100,5 +101,24 @@ fn after_a_fault_only_earlier_host_functions_run_and_a_later_callback_gets_the_e
     assert_eq!(
         launch_host(stream.as_raw(), log.marker("later")),
         illegal_address
+    );
+}
+
+#[test]
+fn after_a_fault_a_query_of_an_event_never_recorded_answers_the_error() {
+    // Alone in a process: the sticky error stays with it.
+    suite::alone_in_child!(after_a_fault_a_query_of_an_event_never_recorded_answers_the_error);
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let never = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    assert_eq!(event_query(never.as_raw()), CUresult::CUDA_SUCCESS);
+    let fault = suite::kernels::Fault::load(driver());
+    fault.launch(&stream);
+    let illegal_address = CUresult::CUDA_ERROR_ILLEGAL_ADDRESS;
+    assert_eq!(synchronize(stream.as_raw()), illegal_address);
+    assert_eq!(
+        event_query(never.as_raw()),
+        illegal_address,
+        "what tracks query to learn a failure for points written into a word"
     );
 }
