@@ -13,7 +13,7 @@ use cuda_host::{
     HostTaskSyncMode, LaunchOptions, Stream, StreamFlags, Timeline, UserData, host_launch,
     host_launch_raw, host_launch_with, release_in_stream_order,
 };
-use cuda_host_sys::{CUdevice_attribute, CUresult};
+use cuda_host_sys::CUresult;
 use std::collections::BTreeSet;
 use std::ffi::{CStr, CString, c_void};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -426,29 +426,13 @@ fn rows() -> Vec<Row> {
             cuda_host::reclaim();
             stream.synchronize()
         }),
-        // The polled engine: a launch is one batch of a write and a wait.
+        // The polled engine: a launch is one batch of a write and a wait; a timeline's stream
+        // operation is one batch too, with its point's write.
         row!(c"cuStreamBatchMemOp_v2", Returned, NOTHING, |f| {
             host_launch(&f.polled_stream(), f.probe_closure())
         }),
         row!(c"cuDeviceGetAttribute", Returned, NOTHING, |f| {
             Timeline::new(&f.context, 0).map(drop)
-        }),
-        row!(c"cuStreamWaitValue64_v2", Returned, NOTHING, |f| {
-            Timeline::new(&f.context, 0)?.enqueue_wait(&f.stream(), 0)
-        }),
-        row!(c"cuStreamWriteValue64_v2", Returned, NOTHING, |f| {
-            Timeline::new(&f.context, 0)?.enqueue_signal(&f.stream(), 1)
-        }),
-        row!(c"cuStreamWaitValue32_v2", Returned, NOTHING, |f| {
-            // A device without 64-bit stream memory operations: the wait compares the low word.
-            let controls = suite::software::controls().expect("the software driver");
-            let attribute = CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
-            controls.override_device_attribute(attribute, Some(0));
-            let timeline = Timeline::new(&f.context, 0);
-            controls.override_device_attribute(attribute, None);
-            let timeline = timeline?;
-            assert!(!timeline.uses_64_bit_operations(), "the narrow path");
-            timeline.enqueue_wait(&f.stream(), 0)
         }),
         // A context value's first polled stream allocates its lanes' memory.
         row!(c"cuMemHostAlloc", Returned, NOTHING, |f| {

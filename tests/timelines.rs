@@ -546,14 +546,20 @@ fn an_operation_a_capture_other_code_began_took_is_refused_and_its_word_kept() {
     );
     let context = context();
     let stream = new_stream(&context);
-    for (kept, entry) in [(1, c"cuStreamWaitValue64"), (2, c"cuStreamWriteValue64")] {
+    // The operation and its point are one batch; once a capture took a write of the stream's
+    // track's word, the track offers none, and the point is an event's record after the batch.
+    for (kept, entry) in [
+        (1, c"cuStreamBatchMemOp"),
+        (2, c"cuStreamBatchMemOp"),
+        (3, c"cuEventRecord"),
+    ] {
         let timeline = Timeline::new(&context, 0).expect("timeline");
         controls.begin_capture_at_next_call(
             entry,
             &stream,
             CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
         );
-        let taken = if kept == 1 {
+        let taken = if kept != 2 {
             timeline.enqueue_wait(&stream, 1)
         } else {
             timeline.enqueue_signal(&stream, 1)
@@ -820,8 +826,10 @@ fn a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_ha
     let context = context();
     let stream = new_stream(&context);
     let words = MappedWords::new(&context, 2);
-    // The point after the wait cannot be recorded: the wait is on the stream, and enqueued.
+    // The track cannot make its word's probe, so it offers no word: the point after the wait is
+    // an event's record, which fails: the wait is on the stream, and enqueued.
     let timeline = Timeline::new(&context, 0).expect("timeline");
+    controls.fail_next_calls(c"cuEventCreate", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     timeline
         .enqueue_wait(&stream, 1)
@@ -835,6 +843,7 @@ fn a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_ha
     // Other code begins a capture after the wait, before its point: the wait is on the stream,
     // outside the capture, and the operation refused.
     let timeline = Timeline::new(&context, 0).expect("timeline");
+    controls.fail_next_calls(c"cuEventCreate", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     controls.begin_capture_at_next_call(
         c"cuEventRecord",
         &stream,
@@ -945,4 +954,53 @@ fn a_fresh_word_page_whose_mapping_fails_is_not_freed_while_a_stream_of_its_cont
          the page was freed at once, waiting for the device",
     );
     assert!(made.is_err(), "the mapping failed: {made:?}");
+}
+
+#[test]
+fn a_streams_operation_and_the_point_after_it_are_one_call_and_free_the_word_once_passed() {
+    let test =
+        "a_streams_operation_and_the_point_after_it_are_one_call_and_free_the_word_once_passed";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "call counts are a control of the software driver");
+    };
+    // Alone in a process: the call counts and the words are process-wide.
+    suite::alone_in_child!(
+        a_streams_operation_and_the_point_after_it_are_one_call_and_free_the_word_once_passed
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let words = MappedWords::new(&context, 1);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let (records, batches) = (
+        controls.call_count(c"cuEventRecord"),
+        controls.call_count(c"cuStreamBatchMemOp"),
+    );
+    const ROUNDS: u64 = 100;
+    for value in 1..=ROUNDS {
+        timeline
+            .enqueue_signal(&stream, value)
+            .expect("signal enqueued");
+        timeline
+            .enqueue_wait(&stream, value)
+            .expect("wait enqueued");
+    }
+    words.write_in_stream(&stream, 0, 1);
+    assert_eq!(
+        controls.call_count(c"cuEventRecord"),
+        records,
+        "no event's record"
+    );
+    assert_eq!(
+        controls.call_count(c"cuStreamBatchMemOp") - batches,
+        2 * ROUNDS,
+        "one batch an operation"
+    );
+    wait_until("the stream to pass its operations", || words.get(0) == 1);
+    assert_eq!(timeline.value(), ROUNDS);
+    drop(timeline);
+    // The word goes once a look saw the stream pass its last operation on it: the drains look.
+    wait_until("the word to be freed", || {
+        reclaim();
+        timeline_counts().words == 0
+    });
 }

@@ -22,7 +22,9 @@
 //! (`cuStreamWriteValue32`) would let the host look with one read of memory instead of a 0.1 µs
 //! query, but it costs the enqueuing thread 0.8 µs, and when enqueuing is what holds a stream
 //! back, the stream pays it all: 0.9–1.3 µs between two kernels, before anything cuda-host adds.
-//! Events are cheap to mark; looks query one event while the stream has not got further.
+//! Events are cheap to mark; looks query one event while the stream has not got further. Where
+//! a stream memory operation is enqueued anyway (a timeline's), the point after it is a write in
+//! the same batch, which costs neither (`crate::tracks`).
 //!
 //! **Captures: refused.** A point on a stream that is being captured would become a node of the
 //! graph, which records it on every launch or never: a value released there would belong to the

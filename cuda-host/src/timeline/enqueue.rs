@@ -1,6 +1,12 @@
-//! A timeline's stream operations: a wait (`cuStreamWaitValue64`, `GEQ`) and a signal
-//! (`cuStreamWriteValue64`), each followed by a stream point that holds the word until the
+//! A timeline's stream operations: a wait (a 64-bit stream memory wait, `GEQ`) and a signal (a
+//! 64-bit stream memory write), each followed by a stream point that holds the word until the
 //! stream passed the operation.
+//!
+//! **One call.** The operation and its point are one `cuStreamBatchMemOp`: the point is a write
+//! of its number into its stream's track's word (`crate::tracks`,
+//! `ContextTracks::mark_written`), which costs the stream no call of its own and the watcher no
+//! query. Where the track has no word to offer, the batch holds the operation alone and the
+//! point is an event's record after it.
 //!
 //! **Captures: refused.** A memory operation a capture takes becomes a node of the graph, which
 //! replays its constant value on every launch, at any later time: a signal would set an old value
@@ -10,21 +16,22 @@
 //! [`Error::TimelineInCapture`], nothing enqueued and the capture intact; and asked again after
 //! it, as stream points are: an operation that a capture other code began in between took is
 //! refused in the same way, and its word is kept for the life of the process, since the graph
-//! reads or writes it whenever it runs. Not seen: a capture that other code begins and also ends
-//! between the operation and that question. A capture begun after the operation, before its
-//! stream point, leaves the operation on the stream with no point after it (so does a point
-//! whose record fails): its word is kept too, and the last handle's drop releases it as it
+//! reads or writes it whenever it runs (the track's word, which the batch's point writes, is
+//! taken from the track and kept too). Not seen: a capture that other code begins and also ends
+//! between the operation and that question. Where the point is an event's record, a capture
+//! begun after the operation, before the record, leaves the operation on the stream with no
+//! point after it (so does a record that fails): its word is kept too, and the last handle's drop releases it as it
 //! releases the streams it sees (`super::Shared`'s drop).
 //!
 //! **Narrow devices.** Where the device cannot use 64-bit memory operations
 //! (`CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS` is 0, or the driver lacks the entry
-//! points), a wait compares the word's low 32 bits (`cuStreamWaitValue32`), which the driver
-//! does cyclically, and a signal writes the low half, then the high half, in one batch
+//! points), a wait compares the word's low 32 bits (a 32-bit wait), which the driver does
+//! cyclically, and a signal writes the low half, then the high half, in one batch
 //! (`cuStreamBatchMemOp`): see [`Timeline`](super::Timeline) for the window that holds in.
 
 use crate::checked::checked;
 use crate::contained_log::logged;
-use crate::error::{CaptureState, Error, Result};
+use crate::error::{Error, Result};
 use crate::launch::{
     EnqueueWindow, Progress, abandon_if_failed, capture_state, ensure_outside_host_function,
     hold_until, reclaim_on_launch,
@@ -32,6 +39,7 @@ use crate::launch::{
 use crate::objects::Stream;
 use crate::sync::lock;
 use crate::timeline::{MAX, Shared};
+use crate::tracks::PointWrite;
 use cuda_host_sys::{
     CUdeviceptr, CUstream, CUstreamBatchMemOpParams, CUstreamBatchMemOpType,
     CUstreamWaitValue_flags, Driver,
@@ -104,61 +112,90 @@ pub(super) fn enqueue(
         })?;
         let stream_id = stream.id().map_err(|error| noted(error.into()))?;
         let raw = window.stream();
-        // SAFETY: a valid stream; `device` is the word's address in the stream's context (its
-        // pinned, portable, device-mapped memory), 8-byte aligned, kept until the stream passed
-        // the point marked below (or for the life of the process).
-        unsafe { operate(driver, raw, device, shared.wide, operation, value) }.map_err(noted)?;
-        match operation {
-            Operation::Wait => enqueued.waited = enqueued.waited.max(value),
-            Operation::Signal => enqueued.signalled = value,
+        let tracks = stream.context().tracks();
+        // Whether the operation went to the stream (or to a capture that took it).
+        let mut operated = false;
+        // The point after the operation is a write of the stream's track's word in the same
+        // batch where the track has a word to offer (`crate::tracks`), else an event's record.
+        let written = tracks.mark_written(context, raw, stream_id, |point| {
+            // SAFETY: a valid stream; `device` is the word's address in the stream's context
+            // (its pinned, portable, device-mapped memory), 8-byte aligned, kept until the
+            // stream passed the point marked after it (or for the life of the process); the
+            // point's address is its track's word, of the same memory.
+            unsafe { operate(driver, raw, device, shared.wide, operation, value, point) }
+                .map_err(noted)?;
+            operated = true;
+            Ok(())
+        });
+        if operated {
+            match operation {
+                Operation::Wait => enqueued.waited = enqueued.waited.max(value),
+                Operation::Signal => enqueued.signalled = value,
+            }
         }
-        // Asked again: a capture other code began since the check took the operation.
-        let taken = match capture_state(driver, raw) {
-            Ok(None) => None,
-            Ok(Some(status)) => Some(Error::TimelineInCapture { status }),
-            Err(error) => Some(error),
+        let in_capture = |error| match error {
+            Error::PointInCapture { status } => Error::TimelineInCapture { status },
+            other => other,
         };
-        if let Some(refusal) = taken {
-            word.keep();
-            return Err(refusal);
-        }
-        match stream.context().tracks().mark(context, raw, stream_id) {
-            Ok(marked) => {
-                let progress = Arc::clone(&marked.track) as Arc<dyn Progress>;
-                word.waits()
-                    .note_stream(Arc::clone(&progress), marked.point, context.raw().addr());
-                // The word, and the context whose tracks its drains look at, stay until the
-                // stream passed the operation.
-                hold_until(
-                    progress,
-                    Arc::clone(context),
-                    marked.point,
-                    (Arc::clone(word), stream.context().clone()),
-                );
-            }
+        let marked = match written {
+            Ok(Some(marked)) => marked,
             Err(error) => {
-                // The operation is on the stream, live: nothing tells when the stream passed it.
-                word.keep();
-                if let Error::PointInCapture { .. } = error {
-                    return Err(Error::TimelineInCapture {
-                        status: CaptureState::Active,
-                    });
+                // After the operation: a capture may have taken it with its point.
+                if operated {
+                    word.keep();
                 }
-                logged!(warn!(
-                    "no stream point after a timeline's operation; its word is kept for the \
-                     life of the process: {error}"
-                ));
+                return Err(in_capture(error));
             }
-        }
+            Ok(None) => {
+                // Asked again: a capture other code began since the check took the operation.
+                let taken = match capture_state(driver, raw) {
+                    Ok(None) => None,
+                    Ok(Some(status)) => Some(Error::TimelineInCapture { status }),
+                    Err(error) => Some(error),
+                };
+                if let Some(refusal) = taken {
+                    word.keep();
+                    return Err(refusal);
+                }
+                match tracks.mark(context, raw, stream_id) {
+                    Ok(marked) => marked,
+                    Err(error) => {
+                        // The operation is on the stream, live: nothing tells when the stream
+                        // passed it.
+                        word.keep();
+                        if let Error::PointInCapture { .. } = error {
+                            return Err(in_capture(error));
+                        }
+                        logged!(warn!(
+                            "no stream point after a timeline's operation; its word is kept for \
+                             the life of the process: {error}"
+                        ));
+                        return Ok(());
+                    }
+                }
+            }
+        };
+        let progress = Arc::clone(&marked.track) as Arc<dyn Progress>;
+        word.waits()
+            .note_stream(Arc::clone(&progress), marked.point, context.raw().addr());
+        // The word, and the context whose tracks its drains look at, stay until the stream
+        // passed the operation.
+        hold_until(
+            progress,
+            Arc::clone(context),
+            marked.point,
+            (Arc::clone(word), stream.context().clone()),
+        );
         Ok(())
     })
 }
 
-/// Enqueues the operation on `stream`.
+/// Enqueues the operation on `stream`, in one `cuStreamBatchMemOp` with the write of `point`
+/// after it where there is one.
 ///
 /// # Safety
-/// `stream` is a live stream of the context whose pinned memory `device` is, 8-byte aligned, and
-/// the memory outlives the stream's use of it.
+/// `stream` is a live stream of the context whose pinned memory `device` and the point's address
+/// are, each aligned, and the memory outlives the stream's use of it.
 unsafe fn operate(
     driver: &Driver,
     stream: CUstream,
@@ -166,50 +203,63 @@ unsafe fn operate(
     wide: bool,
     operation: Operation,
     value: u64,
+    point: Option<PointWrite>,
 ) -> Result<()> {
-    let geq = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0;
+    let mut operations = [CUstreamBatchMemOpParams::default(); 3];
+    let mut count = 0;
+    let mut push = |operation: CUstreamBatchMemOpParams| {
+        operations[count] = operation;
+        count += 1;
+    };
     match (operation, wide) {
-        // SAFETY: the caller's promise.
-        (Operation::Wait, true) => unsafe {
-            checked!(driver, cuStreamWaitValue64_v2(stream, device, value, geq))
-        },
-        // SAFETY: the caller's promise.
-        (Operation::Signal, true) => unsafe {
-            checked!(driver, cuStreamWriteValue64_v2(stream, device, value, 0))
-        },
-        // SAFETY: the caller's promise.
-        (Operation::Wait, false) => unsafe {
-            checked!(
-                driver,
-                cuStreamWaitValue32_v2(stream, device, value as u32, geq)
-            )
-        },
+        (Operation::Wait, _) => {
+            let mut wait = CUstreamBatchMemOpParams::default();
+            wait.waitValue.address = device;
+            wait.waitValue.flags = CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0;
+            if wide {
+                wait.waitValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_64;
+                wait.waitValue.__bindgen_anon_1.value64 = value;
+            } else {
+                // The low 32 bits, which the driver compares cyclically.
+                wait.waitValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WAIT_VALUE_32;
+                wait.waitValue.__bindgen_anon_1.value = value as u32;
+            }
+            push(wait);
+        }
+        (Operation::Signal, true) => push(write_64(device, value)),
         (Operation::Signal, false) => {
             // The low half first: a read between the two writes finds the value below the new
             // one, never above it (the new value's high half is at least the old one's).
-            let mut operations = [
-                CUstreamBatchMemOpParams::default(),
-                CUstreamBatchMemOpParams::default(),
-            ];
-            for (index, (address, half)) in
-                [(device, value as u32), (device + 4, (value >> 32) as u32)]
-                    .into_iter()
-                    .enumerate()
-            {
-                operations[index].writeValue.operation =
-                    CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
-                operations[index].writeValue.address = address;
-                operations[index].writeValue.__bindgen_anon_1.value = half;
-            }
-            // SAFETY: the caller's promise; two operations, the low and high halves of the
-            // 8-byte aligned word.
-            unsafe {
-                checked!(
-                    driver,
-                    cuStreamBatchMemOp_v2(stream, 2, operations.as_mut_ptr(), 0)
-                )
-            }
+            push(write_32(device, value as u32));
+            push(write_32(device + 4, (value >> 32) as u32));
         }
     }
+    if let Some(point) = point {
+        push(write_32(point.address, point.value));
+    }
+    // SAFETY: the caller's promise; `count` operations, in order: the operation, then the
+    // point's write.
+    unsafe {
+        checked!(
+            driver,
+            cuStreamBatchMemOp_v2(stream, count as u32, operations.as_mut_ptr(), 0)
+        )
+    }
     .map_err(Error::from)
+}
+
+fn write_32(address: CUdeviceptr, value: u32) -> CUstreamBatchMemOpParams {
+    let mut write = CUstreamBatchMemOpParams::default();
+    write.writeValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    write.writeValue.address = address;
+    write.writeValue.__bindgen_anon_1.value = value;
+    write
+}
+
+fn write_64(address: CUdeviceptr, value: u64) -> CUstreamBatchMemOpParams {
+    let mut write = CUstreamBatchMemOpParams::default();
+    write.writeValue.operation = CUstreamBatchMemOpType::CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    write.writeValue.address = address;
+    write.writeValue.__bindgen_anon_1.value64 = value;
+    write
 }

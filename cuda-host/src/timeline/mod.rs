@@ -3,8 +3,8 @@
 //! semaphores and IREE's semaphores), with no host function and no driver thread blocked.
 //!
 //! The map: `word` is the counter's memory and when it is freed; `enqueue` the stream
-//! operations (a memory wait or write, then a stream point that holds the word until the stream
-//! passed it), with the capture rule; `waits` what the stream-point watcher (`crate::points`)
+//! operations (a memory wait or write and the stream point after it that holds the word until
+//! the stream passed it, one batch), with the capture rule; `waits` what the stream-point watcher (`crate::points`)
 //! looks at: host waiters, failures, and a timeline whose last handle is gone while streams may
 //! still read it; `reached` the host's future and blocking wait.
 //!
@@ -69,10 +69,11 @@ const MAX: u64 = i64::MAX as u64;
 /// small `cuMemHostAlloc`, portable): streams of that context and of other contexts of the same
 /// driver (another device's) wait on it and signal it, so a stream of one device can wait for a
 /// stream of another. The host's [`signal`](Self::signal) is an atomic maximum on it, so host
-/// signals never lower it; a stream's wait ([`enqueue_wait`](Self::enqueue_wait)) is a
-/// `cuStreamWaitValue64` for "at least", which the GPU's front end evaluates without any host
-/// thread; a stream's signal ([`enqueue_signal`](Self::enqueue_signal)) is a
-/// `cuStreamWriteValue64`. Host waits ([`wait`](Self::wait), [`reached`](Self::reached)) are
+/// signals never lower it; a stream's wait ([`enqueue_wait`](Self::enqueue_wait)) is a 64-bit
+/// stream memory wait for "at least", which the GPU's front end evaluates without any host
+/// thread; a stream's signal ([`enqueue_signal`](Self::enqueue_signal)) is a 64-bit stream
+/// memory write. Each is one `cuStreamBatchMemOp` with the write of the stream point after it.
+/// Host waits ([`wait`](Self::wait), [`reached`](Self::reached)) are
 /// woken by the host signal that reaches their value, or by cuda-host's watcher thread (the one
 /// that wakes [`StreamPoint`](crate::StreamPoint)s), which reads the counter every 5 µs while
 /// anyone waits, then, after 1 ms with nothing reached, in pauses growing to 50 µs.
@@ -224,9 +225,12 @@ impl Timeline {
     /// [`Error::ContextMismatch`] for a stream of another driver library's context;
     /// [`Error::TimelineInCapture`] on a stream that is being captured;
     /// [`Error::InHostFunction`] inside a host function; the driver's error from
-    /// `cuStreamWaitValue64` (`cuStreamWaitValue32` on a narrow device), `cuStreamIsCapturing`,
-    /// `cuStreamGetId`, `cuEventRecord` or `cuEventCreate`, and, the first time a stream of
-    /// another context uses the timeline, `cuDeviceGetAttribute` or `cuMemHostGetDevicePointer`.
+    /// `cuStreamBatchMemOp` (the wait and the stream point after it), `cuStreamIsCapturing`,
+    /// `cuStreamGetId`, and, where the stream's points have no word to write (a capture took a
+    /// write of it, or one begun through cuda-host forbids its allocation now), `cuEventRecord`
+    /// or `cuEventCreate`; the first time a stream
+    /// of another context uses the timeline, `cuDeviceGetAttribute` or
+    /// `cuMemHostGetDevicePointer`.
     #[doc(alias = "cuStreamWaitValue64")]
     #[doc(alias = "cuStreamWaitValue32")]
     pub fn enqueue_wait(&self, stream: &Stream, value: u64) -> Result<()> {
@@ -239,8 +243,8 @@ impl Timeline {
     /// # Errors
     /// [`Error::InvalidArgument`] when `value` is above [`MAX`](Self::MAX), or not above both the
     /// value now and every signal enqueued before; otherwise as
-    /// [`enqueue_wait`](Self::enqueue_wait), with `cuStreamWriteValue64` (a
-    /// `cuStreamBatchMemOp` of two 32-bit writes on a narrow device).
+    /// [`enqueue_wait`](Self::enqueue_wait) (the batch's write is two 32-bit writes on a narrow
+    /// device).
     #[doc(alias = "cuStreamWriteValue64")]
     pub fn enqueue_signal(&self, stream: &Stream, value: u64) -> Result<()> {
         enqueue::enqueue(&self.shared, stream, Operation::Signal, value)

@@ -1,5 +1,6 @@
 //! Tracks: how the host sees a stream pass points without a host function. Per stream in use,
-//! a track of points, each recorded on an event of its own (`track`: [`Track`], and a
+//! a track of points, each recorded on an event of its own or written into the track's word in
+//! the batch of a stream memory operation (`track`: [`Track`], and a
 //! context's [`ContextTracks`], kept with the context, `objects::context`); the futures
 //! waiting on a track's points (`waiters`); and the one process-wide thread that wakes them
 //! (`watcher`), which also wakes the host waiters of timelines (`crate::timeline`, through
@@ -22,6 +23,6 @@ mod track;
 mod waiters;
 pub(crate) mod watcher;
 
-pub(crate) use track::{ContextTracks, Track};
+pub(crate) use track::{ContextTracks, PointWrite, Track};
 pub(crate) use waiters::{Registration, Waiters};
 pub(crate) use watcher::{Watched, watch};

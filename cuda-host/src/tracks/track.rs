@@ -1,5 +1,6 @@
 //! The tracks stream points are made of: per stream in use, its points in order, each recorded
-//! on an event of its own, and the events its passed points gave back.
+//! on an event of its own or written into the track's word, and the events its passed points
+//! gave back.
 //!
 //! **One event a point, reused once seen passed.** Point `n` of a track is recorded on an event
 //! no pending point holds: one its track's pool got back from a point seen passed, or a new one.
@@ -9,6 +10,18 @@
 //! flight, with no cap. A look gives the events of the points it saw passed back to the pool
 //! (beyond `KEPT_EVENTS` of them, a few at a time to the driver). The points pending are
 //! numbered without gaps: point `first + i` holds the `i`th event of `Events::pending`.
+//!
+//! **Written points.** Where a caller enqueues a stream memory operation anyway (a timeline's
+//! wait or signal), its point rides in the same `cuStreamBatchMemOp`: a 32-bit write of the
+//! point's number into the track's word, pinned, device-mapped memory of the context
+//! (`ContextTracks::mark_written`). The stream writes a track's numbers in order, so the word
+//! holding `n` proves every point up to `n` passed, and a look reads it before it queries
+//! anything: a written point costs no query, and the stream no call of its own. A written point
+//! holds no event (null in `Events::pending`); a look that finds the word short of it queries the
+//! track's probe instead, an event never recorded, which answers only the context's sticky
+//! error, so that the failure is learnt as for other points. A write a capture may have taken
+//! would write an old number whenever the graph runs: the word is then taken from the track,
+//! never read again, and its written points pass with a later point.
 //!
 //! **Looks.** Events, not memory writes (see `crate::points`): recording an event costs the
 //! enqueuing thread 0.13 µs on an H200, a 32-bit stream memory write 0.8 µs; a look costs a
@@ -58,15 +71,16 @@ use crate::checked::checked;
 use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::{
-    ContextShared, Look, Progress, RelaxedCaptureMode, abandon_context_if_failed, capture_state,
+    ContextShared, Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed,
+    capture_state, unless_capture_forbids,
 };
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use crate::tracks::waiters::Waiters;
-use cuda_host_sys::{CUcontext, CUevent, CUevent_flags, CUresult, CUstream, Driver};
+use cuda_host_sys::{CUcontext, CUdeviceptr, CUevent, CUevent_flags, CUresult, CUstream, Driver};
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -102,6 +116,10 @@ pub(crate) struct Track {
     watched: AtomicBool,
     /// Whether a query's unexpected error was logged (once per track).
     logged: AtomicBool,
+    /// The host address of the track's word, which its written points raise
+    /// ([`ContextTracks::mark_written`]): null while it has none, and once a capture may have
+    /// taken a write of it.
+    written: AtomicPtr<AtomicU32>,
     /// The futures waiting on the track's points (`watcher`).
     pub(super) waiters: Mutex<Waiters>,
 }
@@ -112,16 +130,26 @@ struct TrackState {
     /// Events retired because a capture took their last record: never queried or recorded
     /// again, destroyed with the context's tracks.
     retired: Vec<CUevent>,
+    /// The track's word, once a written point asked for one.
+    word: Option<PinnedWord>,
+    /// Whether a capture may have taken a write of the track's word: it is never read or written
+    /// again, and the track offers no word any more.
+    word_taken: bool,
 }
 
 /// The events of a track.
 struct Events {
-    /// The events of the points not seen passed, in order: `pending[i]` holds point `first + i`.
+    /// The events of the points not seen passed, in order: `pending[i]` holds point `first + i`;
+    /// null for a written point, which has none.
     pending: VecDeque<CUevent>,
     /// The point of `pending[0]`: the one after `high`.
     first: u64,
     /// Events whose point was seen passed, for the next points.
     free: Vec<CUevent>,
+    /// An event never recorded, made with the track's word: a query of it answers the context's
+    /// sticky error, as every query does, and success otherwise. What a look queries for a
+    /// written point the word says is pending, so that it learns a failure as for other points.
+    probe: CUevent,
 }
 
 // SAFETY: the events are driver handles, usable from any thread; the rest is atomics and
@@ -205,11 +233,14 @@ impl Track {
             state: Mutex::new(TrackState {
                 owner: None,
                 retired: Vec::new(),
+                word: None,
+                word_taken: false,
             }),
             events: Mutex::new(Events {
                 pending: VecDeque::new(),
                 first: 1,
                 free: Vec::new(),
+                probe: std::ptr::null_mut(),
             }),
             issued: AtomicU64::new(0),
             high: AtomicU64::new(0),
@@ -218,6 +249,7 @@ impl Track {
             caught_up: AtomicBool::new(false),
             watched: AtomicBool::new(false),
             logged: AtomicBool::new(false),
+            written: AtomicPtr::new(std::ptr::null_mut()),
             waiters: Mutex::new(Waiters::default()),
         }
     }
@@ -315,6 +347,47 @@ impl Track {
         self.issued.load(Ordering::Acquire)
     }
 
+    /// The device address of the track's word, made on first use (under the track's lock,
+    /// `state`): `None` where the track has none to offer (see
+    /// [`ContextTracks::mark_written`]).
+    fn word_for(&self, shared: &ContextShared, state: &mut TrackState) -> Option<CUdeviceptr> {
+        if state.word_taken {
+            return None;
+        }
+        if let Some(word) = &state.word {
+            return Some(word.device);
+        }
+        let word = unless_capture_forbids(|| shared.allocate_pinned_word())?.ok()?;
+        let probe = match shared.with_current(|| create_event(&self.driver)) {
+            Ok(probe) => probe,
+            Err(_) => {
+                shared.release_pinned_word(word);
+                return None;
+            }
+        };
+        let host = word.host.cast::<AtomicU32>();
+        // The number of the point seen passed last, which says nothing (`written_passed`); the
+        // value only grows from there, as the stream passes the track's written points.
+        let seen = self.high.load(Ordering::Acquire) as u32;
+        // SAFETY: a word of the context's pinned memory, 8-byte aligned, which nothing else uses.
+        unsafe { host.write(AtomicU32::new(seen)) };
+        lock(&self.events).probe = probe;
+        self.written.store(host, Ordering::Release);
+        let device = word.device;
+        state.word = Some(word);
+        Some(device)
+    }
+
+    /// Takes the track's word away for good: a capture may have taken a write of it (see
+    /// [`ContextTracks::mark_written`]).
+    fn take_word(&self, shared: &ContextShared, state: &mut TrackState) {
+        self.written.store(std::ptr::null_mut(), Ordering::Release);
+        state.word_taken = true;
+        if let Some(word) = state.word.take() {
+            shared.keep_pinned_word(word);
+        }
+    }
+
     /// Queries the events, the caller being the one look: `wanted`'s (or the first pending
     /// one's, if that is later), then, if it passed, the newest, then from `wanted` by galloping
     /// and bisection the last passed; gives the passed points' events back. Returns the highest
@@ -324,11 +397,21 @@ impl Track {
     /// while another thread records points slows that thread (`docs/PERFORMANCE.md`).
     fn search(&self, wanted: u64, after: &mut AfterLook) -> u64 {
         let issued = self.issued.load(Ordering::Acquire);
-        let high = self.high.load(Ordering::Acquire);
+        let mut high = self.high.load(Ordering::Acquire);
         if high >= issued {
             return high;
         }
-        let wanted = wanted.clamp(high + 1, issued);
+        if let Some(written) = self.written_passed(high, issued) {
+            high = self.pass(written, after);
+            if high >= wanted.min(issued) {
+                return high;
+            }
+        }
+        let mut wanted = wanted.clamp(high + 1, issued);
+        if self.unread(wanted) {
+            // Nothing tells when the stream passed it but a later point: the newest answers.
+            wanted = issued;
+        }
         let newest_pending = if wanted < issued && self.caught_up.load(Ordering::Relaxed) {
             match self.answer(issued, after) {
                 Answer::Passed => return self.pass(issued, after),
@@ -383,22 +466,73 @@ impl Track {
         self.pass(passed, after)
     }
 
-    /// Whether the pending point `point` was passed: a query of its event. The caller is the
-    /// one look, so the event stays `point`'s meanwhile.
+    /// The newest point the track's word says passed, when it says more than `high`: the word
+    /// holds the low 32 bits of the last written point the stream passed, taken as the nearest
+    /// number above `high` (fewer than 2^31 points are ever pending); a value at or below
+    /// `high` (a written point older than an event's point seen since) says nothing. A point
+    /// the word names beyond `issued` was written after `issued` was read, so all up to it
+    /// passed.
+    fn written_passed(&self, high: u64, issued: u64) -> Option<u64> {
+        let word = self.written.load(Ordering::Acquire);
+        if word.is_null() {
+            return None;
+        }
+        // SAFETY: a word of the context's pinned memory, which is freed only after the context's
+        // tracks closed every track, and the caller's look keeps this one open (`Looking`).
+        let value = unsafe { &*word }.load(Ordering::Acquire);
+        let ahead = value.wrapping_sub(high as u32);
+        (ahead != 0 && ahead < 1 << 31).then(|| (high + u64::from(ahead)).min(issued))
+    }
+
+    /// Whether `point` is a written point of a word taken from the track
+    /// ([`ContextTracks::mark_written`]): only a later point's passing shows it passed.
+    fn unread(&self, point: u64) -> bool {
+        if !self.written.load(Ordering::Acquire).is_null() {
+            return false;
+        }
+        let events = lock(&self.events);
+        let index = point.checked_sub(events.first).map(|index| index as usize);
+        index
+            .and_then(|index| events.pending.get(index))
+            .is_some_and(|event| event.is_null())
+    }
+
+    /// Whether the pending point `point` was passed: a query of its event, or, for a written
+    /// point, a read of the track's word, then a query of the track's probe, which answers only
+    /// a failure. The caller is the one look, so the event stays `point`'s meanwhile.
     fn answer(&self, point: u64, after: &mut AfterLook) -> Answer {
-        let event = {
+        let (event, probe) = {
             let events = lock(&self.events);
             let index = point.checked_sub(events.first).map(|index| index as usize);
             // Always there while a holder of the context looks; nothing, after its drop.
             match index.and_then(|index| events.pending.get(index)) {
-                Some(&event) => event,
+                Some(&event) => (event, events.probe),
                 None => return Answer::Failed,
             }
         };
+        let written = event.is_null();
+        if written {
+            let high = self.high.load(Ordering::Acquire);
+            let issued = self.issued.load(Ordering::Acquire);
+            if self
+                .written_passed(high, issued)
+                .is_some_and(|passed| passed >= point)
+            {
+                return Answer::Passed;
+            }
+            if probe.is_null() {
+                return Answer::Pending;
+            }
+        }
         // SAFETY: the event lives while the context's tracks do, which whoever looks keeps
-        // (see the module's comment); it holds `point`'s record, which was not a capture's.
-        let result = unsafe { self.driver.cuEventQuery(event) };
+        // (see the module's comment); it holds `point`'s record, which was not a capture's, or
+        // it is the track's probe, never recorded.
+        let result = unsafe {
+            self.driver
+                .cuEventQuery(if written { probe } else { event })
+        };
         match result {
+            CUresult::CUDA_SUCCESS if written => Answer::Pending,
             CUresult::CUDA_SUCCESS => Answer::Passed,
             CUresult::CUDA_ERROR_NOT_READY => Answer::Pending,
             error => {
@@ -421,7 +555,8 @@ impl Track {
                 return self.high.load(Ordering::Acquire);
             }
             let count = (point - events.first + 1) as usize;
-            events.free.extend(events.pending.drain(..count));
+            let passed = events.pending.drain(..count);
+            events.free.extend(passed.filter(|event| !event.is_null()));
             events.first = point + 1;
             self.high.store(point, Ordering::Release);
             self.caught_up
@@ -459,6 +594,14 @@ struct State {
     /// Every track made, lent or not: their events are destroyed with the context's state.
     tracks: Vec<Arc<Track>>,
     leases: StreamLeases<Track>,
+}
+
+/// A write of a point's number that [`ContextTracks::mark_written`] asks its caller to enqueue:
+/// a 32-bit `CU_STREAM_MEM_OP_WRITE_VALUE_32` of `value` to `address`, with the default flags (a
+/// memory barrier before it, so the stream's earlier work is visible once the host reads it).
+pub(crate) struct PointWrite {
+    pub(crate) address: CUdeviceptr,
+    pub(crate) value: u32,
 }
 
 /// What marking a point on a stream gives: its track and number.
@@ -507,24 +650,93 @@ impl ContextTracks {
         stream: CUstream,
         stream_id: u64,
     ) -> Result<Marked> {
+        let (track, point) = self.on_track(shared, stream_id, |track, state, point| {
+            self.record(shared, track, state, point, stream)?;
+            Ok(point)
+        })?;
+        Ok(Marked { track, point })
+    }
+
+    /// Marks the next point of `stream` (as [`mark`](Self::mark)) as a write of its number into
+    /// the track's word, which `enqueue` enqueues after its own stream memory operations, in the
+    /// one call it makes (a `cuStreamBatchMemOp`): the point costs the stream no call of its
+    /// own, and a look reads the word instead of querying an event. `None` where the track has
+    /// no word to offer (a capture begun through cuda-host forbids its allocation now, the
+    /// allocation failed, or a capture took a write of it): `enqueue` is then given `None`,
+    /// enqueues its operations alone, and no point is marked. `enqueue` runs under the track's
+    /// lock; it must enqueue all or nothing.
+    ///
+    /// Other code may begin capturing the stream between the caller's check and the call, as
+    /// for [`mark`](Self::mark): then the graph holds a write of the word, which writes an old
+    /// number whenever it runs. So the stream is asked again after the call, and if it is
+    /// capturing (or cannot tell) the word is taken from the track, never read or written again
+    /// and kept for the life of the process (the graph may run after the context is gone), and
+    /// the point refused. The track's written points before it then pass when a later point of
+    /// the stream is seen passed.
+    ///
+    /// # Errors
+    /// [`Error::PointInCapture`] when the stream was found capturing after the call (the
+    /// operations `enqueue` enqueued went with it); `enqueue`'s error, or the driver's error of
+    /// `cuStreamIsCapturing`.
+    pub(crate) fn mark_written(
+        &self,
+        shared: &Arc<ContextShared>,
+        stream: CUstream,
+        stream_id: u64,
+        enqueue: impl FnOnce(Option<PointWrite>) -> Result<()>,
+    ) -> Result<Option<Marked>> {
+        let (track, point) = self.on_track(shared, stream_id, |track, state, point| {
+            let Some(address) = track.word_for(shared, state) else {
+                enqueue(None)?;
+                return Ok(None);
+            };
+            enqueue(Some(PointWrite {
+                address,
+                value: point as u32,
+            }))?;
+            let refusal = match capture_state(&self.driver, stream) {
+                Ok(None) => None,
+                Ok(Some(status)) => Some(Error::PointInCapture { status }),
+                Err(error) => Some(error),
+            };
+            if let Some(error) = refusal {
+                track.take_word(shared, state);
+                return Err(error);
+            }
+            lock(&track.events).pending.push_back(std::ptr::null_mut());
+            track.issued.store(point, Ordering::Release);
+            Ok(Some(point))
+        })?;
+        Ok(point.map(|point| Marked { track, point }))
+    }
+
+    /// Runs `mark` under the lock of the track of `stream_id` (given one if it has none) with the
+    /// number of its next point; the track is remembered as this thread's last.
+    fn on_track<T>(
+        &self,
+        shared: &Arc<ContextShared>,
+        stream_id: u64,
+        mark: impl FnOnce(&Track, &mut TrackState, u64) -> Result<T>,
+    ) -> Result<(Arc<Track>, T)> {
+        let mut mark = Some(mark);
         let mut cached = last_track(shared, stream_id);
         loop {
             let track = match cached.take() {
                 Some(track) => track,
                 None => self.track_of(shared, stream_id)?,
             };
-            let point = {
+            let marked = {
                 let mut state = lock(&track.state);
                 if state.owner != Some(stream_id) {
                     // Taken back since the look-up: look again.
                     continue;
                 }
                 let point = track.issued.load(Ordering::Relaxed) + 1;
-                self.record(shared, &track, &mut state, point, stream)?;
-                point
+                let mark = mark.take().expect("marks once: the loop returns after it");
+                mark(&track, &mut state, point)?
             };
             remember_track(shared, stream_id, &track);
-            return Ok(Marked { track, point });
+            return Ok((track, marked));
         }
     }
 
@@ -709,17 +921,31 @@ impl Drop for ContextTracks {
                 std::thread::yield_now();
             }
             let retired = std::mem::take(&mut lock(&track.state).retired);
-            let Events { pending, free, .. } = std::mem::replace(
+            let Events {
+                pending,
+                free,
+                probe,
+                ..
+            } = std::mem::replace(
                 &mut *lock(&track.events),
                 Events {
                     pending: VecDeque::new(),
                     first: 0,
                     free: Vec::new(),
+                    probe: std::ptr::null_mut(),
                 },
             );
+            // The word goes with the context's pinned memory: a stream may still write it.
+            track.written.store(std::ptr::null_mut(), Ordering::Release);
+            let events = pending
+                .into_iter()
+                .chain(free)
+                .chain(retired)
+                .chain([probe]);
             // SAFETY: the track is closed, so no look uses its events again; they were taken
-            // from it, so nobody else destroys them.
-            unsafe { destroy_events(&self.driver, pending.into_iter().chain(free).chain(retired)) };
+            // from it, so nobody else destroys them. Null ones (written points', a missing
+            // probe) are no events.
+            unsafe { destroy_events(&self.driver, events.filter(|event| !event.is_null())) };
         }
     }
 }
@@ -747,7 +973,19 @@ mod tests {
         /// Stream to the events destroyed that were last recorded on it.
         destroyed: HashMap<usize, usize>,
         next_event: usize,
+        /// Per stream, the word writes enqueued: the record index, the address, the value.
+        writes: HashMap<usize, Vec<(usize, usize, u32)>>,
+        /// Queries of events never recorded (a track's probe).
+        probe_queries: usize,
+        /// Pinned allocations not freed, by address (held here, so that a page kept for the
+        /// life of the process is reachable, not leaked).
+        allocations: HashMap<usize, Allocation>,
     }
+
+    struct Allocation(*mut u8, usize);
+
+    // SAFETY: an allocation's address and size, used under the fake's lock.
+    unsafe impl Send for Allocation {}
 
     static STREAMS: Mutex<Option<FakeStreams>> = Mutex::new(None);
 
@@ -757,7 +995,38 @@ mod tests {
 
     /// Lets the stream `stream` run its first `records` records.
     fn complete(stream: usize, records: usize) {
-        with_streams(|fake| fake.streams.entry(stream).or_default().1 = records);
+        with_streams(|fake| {
+            fake.streams.entry(stream).or_default().1 = records;
+            for &(index, address, value) in fake.writes.get(&stream).into_iter().flatten() {
+                if index < records {
+                    let word = std::ptr::with_exposed_provenance::<AtomicU32>(address);
+                    // SAFETY: a track's word, pinned memory of the fake context that lives
+                    // until the context's last value goes, after the test's tracks.
+                    unsafe { &*word }.store(value, Ordering::Release);
+                }
+            }
+        });
+    }
+
+    /// What `ContextTracks::mark_written` is given to enqueue on `stream`: the write of the
+    /// point, a record of the stream like an event's, if there is one.
+    fn enqueue_on(stream: usize) -> impl FnOnce(Option<PointWrite>) -> Result<()> {
+        move |point| {
+            with_streams(|fake| {
+                let (records, _) = fake.streams.entry(stream).or_default();
+                let index = *records;
+                *records += 1;
+                if let Some(point) = point {
+                    let writes = fake.writes.entry(stream).or_default();
+                    writes.push((index, point.address as usize, point.value));
+                }
+            });
+            Ok(())
+        }
+    }
+
+    fn probe_queries() -> usize {
+        with_streams(|fake| fake.probe_queries)
     }
 
     /// The queries of the events recorded on `stream` so far.
@@ -795,8 +1064,48 @@ mod tests {
                     CUresult::CUDA_ERROR_NOT_READY
                 }
             }
-            None => CUresult::CUDA_SUCCESS,
+            None => {
+                fake.probe_queries += 1;
+                CUresult::CUDA_SUCCESS
+            }
         })
+    }
+
+    unsafe extern "C" fn host_alloc(
+        host: *mut *mut c_void,
+        bytes: usize,
+        _flags: c_uint,
+    ) -> CUresult {
+        let layout = std::alloc::Layout::from_size_align(bytes, 4096).expect("a page's layout");
+        // SAFETY: a layout of non-zero size.
+        let memory = unsafe { std::alloc::alloc_zeroed(layout) };
+        with_streams(|fake| {
+            let address = memory.expose_provenance();
+            fake.allocations.insert(address, Allocation(memory, bytes))
+        });
+        // SAFETY: the caller's out-pointer.
+        unsafe { host.write(memory.cast()) };
+        CUresult::CUDA_SUCCESS
+    }
+
+    unsafe extern "C" fn device_pointer(
+        device: *mut CUdeviceptr,
+        host: *mut c_void,
+        _flags: c_uint,
+    ) -> CUresult {
+        // The fake device address is the host address.
+        // SAFETY: the caller's out-pointer.
+        unsafe { device.write(host.expose_provenance() as CUdeviceptr) };
+        CUresult::CUDA_SUCCESS
+    }
+
+    unsafe extern "C" fn host_free(host: *mut c_void) -> CUresult {
+        let allocation = with_streams(|fake| fake.allocations.remove(&host.addr()));
+        let Allocation(memory, bytes) = allocation.expect("allocated");
+        let layout = std::alloc::Layout::from_size_align(bytes, 4096).expect("a page's layout");
+        // SAFETY: allocated by `host_alloc` with this layout, freed once.
+        unsafe { std::alloc::dealloc(memory, layout) };
+        CUresult::CUDA_SUCCESS
     }
 
     unsafe extern "C" fn destroy(event: CUevent) -> CUresult {
@@ -849,6 +1158,12 @@ mod tests {
                 (c"cuEventDestroy_v2", destroy as *mut c_void),
                 (c"cuCtxSetCurrent", set_current as *mut c_void),
                 (c"cuStreamIsCapturing", is_capturing as *mut c_void),
+                (c"cuMemHostAlloc", host_alloc as *mut c_void),
+                (
+                    c"cuMemHostGetDevicePointer_v2",
+                    device_pointer as *mut c_void,
+                ),
+                (c"cuMemFreeHost", host_free as *mut c_void),
                 (
                     c"cuThreadExchangeStreamCaptureMode",
                     exchange_mode as *mut c_void,
@@ -1087,5 +1402,141 @@ mod tests {
         assert_eq!(track.look(Look::Fresh), 2);
         drop(tracks);
         assert_eq!(destroyed(0x76), 3, "the retired one too");
+    }
+
+    fn written(
+        tracks: &ContextTracks,
+        shared: &Arc<ContextShared>,
+        stream: usize,
+        id: u64,
+    ) -> Marked {
+        tracks
+            .mark_written(shared, stream as CUstream, id, enqueue_on(stream))
+            .expect("marked")
+            .expect("the track offers its word")
+    }
+
+    #[test]
+    fn written_points_are_seen_passed_from_the_word_without_a_query_and_mix_with_events() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x79_usize;
+        let first = written(&tracks, &shared, stream, 21);
+        let track = Arc::clone(&first.track);
+        assert_eq!(first.point, 1);
+        assert_eq!(written(&tracks, &shared, stream, 21).point, 2);
+        assert_eq!(
+            tracks
+                .mark(&shared, stream as CUstream, 21)
+                .expect("marked")
+                .point,
+            3
+        );
+        assert_eq!(written(&tracks, &shared, stream, 21).point, 4);
+        assert_eq!(track.event_counts(), (4, 0), "written points hold no event");
+        assert_eq!(track.look(Look::Fresh), 0, "never early");
+        for passed in [1, 2, 3, 4] {
+            let before = queries(stream);
+            complete(stream, passed);
+            assert_eq!(track.look(Look::Fresh), passed as u64, "never late");
+            if passed != 3 {
+                assert_eq!(queries(stream), before, "the word answered");
+            }
+        }
+        assert_eq!(
+            track.event_counts(),
+            (0, 1),
+            "the event's point's event is free"
+        );
+    }
+
+    #[test]
+    fn a_written_point_the_word_says_pending_queries_the_probe_which_answers_failures() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x7a_usize;
+        let track = written(&tracks, &shared, stream, 23).track;
+        let before = probe_queries();
+        assert_eq!(track.look(Look::Fresh), 0);
+        assert_eq!(probe_queries() - before, 1, "the probe, once");
+        complete(stream, 1);
+        let before = probe_queries();
+        assert_eq!(track.look(Look::Fresh), 1);
+        assert_eq!(probe_queries(), before, "nothing pending: no query");
+    }
+
+    #[test]
+    fn written_points_are_exact_across_the_words_32_bit_wrap() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x7b_usize;
+        let track = tracks
+            .mark(&shared, stream as CUstream, 25)
+            .expect("marked")
+            .track;
+        complete(stream, 1);
+        assert_eq!(track.look(Look::Fresh), 1);
+        // As if the track had marked up to just below 2^32.
+        let start = (1u64 << 32) - 2;
+        lock(&track.events).first = start + 1;
+        track.issued.store(start, Ordering::Release);
+        track.high.store(start, Ordering::Release);
+        let points: Vec<u64> = (0..5)
+            .map(|_| written(&tracks, &shared, stream, 25).point)
+            .collect();
+        assert_eq!(points, (start + 1..=start + 5).collect::<Vec<_>>());
+        assert_eq!(track.look(Look::Fresh), start, "never early");
+        for passed in 1..=5 {
+            complete(stream, 1 + passed);
+            assert_eq!(track.look(Look::Fresh), start + passed as u64);
+        }
+    }
+
+    #[test]
+    fn a_word_a_capture_may_have_written_is_never_read_again_and_later_points_carry_on() {
+        let driver = fakes();
+        let shared = fake_driver::context(&driver);
+        let tracks = ContextTracks::new(&shared);
+        let stream = 0x7c_usize;
+        let track = written(&tracks, &shared, stream, 27).track;
+        let word = track.written.load(Ordering::Acquire).expose_provenance();
+        with_streams(|fake| fake.capturing_once.push(stream));
+        let refused = tracks
+            .mark_written(&shared, stream as CUstream, 27, enqueue_on(stream))
+            .err();
+        assert!(
+            matches!(refused, Some(Error::PointInCapture { .. })),
+            "{refused:?}"
+        );
+        // The graph writes the refused number whenever it runs: nothing is read from the word.
+        let word = std::ptr::with_exposed_provenance::<AtomicU32>(word);
+        // SAFETY: the track's old word, kept with the context's pinned memory.
+        unsafe { &*word }.store(2, Ordering::Release);
+        assert_eq!(track.look(Look::Fresh), 0, "point 1 did not pass");
+        // The track offers no word any more: the caller enqueues alone and marks an event.
+        let mut offered = None;
+        let marked = tracks
+            .mark_written(&shared, stream as CUstream, 27, |point| {
+                offered = Some(point.is_some());
+                enqueue_on(stream)(point)
+            })
+            .expect("enqueued");
+        assert!(marked.is_none());
+        assert_eq!(offered, Some(false));
+        let next = tracks
+            .mark(&shared, stream as CUstream, 27)
+            .expect("marked");
+        assert_eq!(next.point, 2, "the refused number goes to the next point");
+        complete(stream, 1);
+        assert_eq!(
+            track.look(Look::Fresh),
+            0,
+            "the written point 1 waits for a later point"
+        );
+        complete(stream, 4);
+        assert_eq!(track.look(Look::Fresh), 2);
     }
 }
