@@ -15,9 +15,10 @@
 //!    of each, interleaved, and the timeline's over the floor.
 //! 2. **A satisfied wait between two kernels**, against kernel + kernel: 20,000 iterations on
 //!    one stream, timed until the stream drained, median of 7 rounds of the difference; the wait
-//!    includes the stream point after it (one event record). Beside it, in the same rounds, the
-//!    floor: a bare `cuStreamWaitValue32` on a word that already holds its value, which is what
-//!    any stream memory wait costs before cuda-host adds anything.
+//!    includes the stream point after it (a write in the same batch). Beside it, in the same
+//!    rounds, the floor: a bare `cuStreamWaitValue32` on a word that already holds its value,
+//!    which is what any stream memory wait costs before cuda-host adds anything; then what each
+//!    costs the enqueuing thread alone, 500 in a row on an idle stream.
 //! 3. **8 streams × 100,000 signals from 4 threads** (2,000 with `--quick`): each stream waits
 //!    for each value of its timeline in turn and writes it after the wait; four threads signal,
 //!    each for two streams, checking before each signal that the stream has not written that
@@ -273,6 +274,33 @@ fn satisfied_wait(kernels: &Kernels<'_>, context: &Context, iterations: u32) -> 
         bare[0],
         bare[6],
         waited[3] - bare[3]
+    );
+    // What each costs the enqueuing thread alone, on a stream with nothing else to do.
+    const ALONE: u32 = 500;
+    let mut alone = [0.0; 2];
+    for _ in 0..7 {
+        for (index, between) in [Between::BareWait, Between::TimelineWait]
+            .into_iter()
+            .enumerate()
+        {
+            let start = Instant::now();
+            for _ in 0..ALONE {
+                match between {
+                    Between::BareWait => floor.wait_in_stream(&stream, 0, 1),
+                    _ => timeline
+                        .enqueue_wait(&stream, 1)
+                        .map_err(|e| e.to_string())?,
+                }
+            }
+            let each = start.elapsed().as_secs_f64() / f64::from(ALONE) * 1e9;
+            stream.synchronize().map_err(|e| e.to_string())?;
+            alone[index] += each / 7.0;
+        }
+    }
+    println!(
+        "  the enqueuing thread's cost alone, {ALONE} in a row, mean of 7: the bare wait {:.0} ns, \
+         the timeline's wait {:.0} ns",
+        alone[0], alone[1]
     );
     Ok(())
 }
