@@ -957,20 +957,21 @@ fn a_fresh_word_page_whose_mapping_fails_is_not_freed_while_a_stream_of_its_cont
 }
 
 #[test]
-fn a_streams_operation_and_the_point_after_it_are_one_call_and_free_the_word_once_passed() {
-    let test =
-        "a_streams_operation_and_the_point_after_it_are_one_call_and_free_the_word_once_passed";
+fn a_streams_operations_and_their_points_are_one_call_each_and_hold_the_word_once() {
+    let test = "a_streams_operations_and_their_points_are_one_call_each_and_hold_the_word_once";
     let Some(controls) = suite::software::controls() else {
         return suite::skip(test, "call counts are a control of the software driver");
     };
     // Alone in a process: the call counts and the words are process-wide.
     suite::alone_in_child!(
-        a_streams_operation_and_the_point_after_it_are_one_call_and_free_the_word_once_passed
+        a_streams_operations_and_their_points_are_one_call_each_and_hold_the_word_once
     );
     let context = context();
     let stream = new_stream(&context);
     let words = MappedWords::new(&context, 1);
     let timeline = Timeline::new(&context, 0).expect("timeline");
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
     let (records, batches) = (
         controls.call_count(c"cuEventRecord"),
         controls.call_count(c"cuStreamBatchMemOp"),
@@ -985,6 +986,9 @@ fn a_streams_operation_and_the_point_after_it_are_one_call_and_free_the_word_onc
             .expect("wait enqueued");
     }
     words.write_in_stream(&stream, 0, 1);
+    // One hold of the word, lasting until the stream passed the last operation.
+    assert_eq!(cuda_host::stream_point_counts().held, 1);
+    gate.open();
     assert_eq!(
         controls.call_count(c"cuEventRecord"),
         records,

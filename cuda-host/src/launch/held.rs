@@ -56,6 +56,8 @@ struct Queue {
     /// The context (`CUcontext` address) the sequence's stream belongs to.
     context: usize,
     records: VecDeque<(u64, NonNull<RecordHeader>)>,
+    /// The key the record at the back was held with ([`hold_or_extend`]), 0 for none.
+    last_key: usize,
 }
 
 // SAFETY: the queue owns its records, which are `Send` (their payloads are); `progress` is
@@ -78,6 +80,9 @@ impl Queue {
                 break;
             }
             self.records.pop_front();
+            if self.records.is_empty() {
+                self.last_key = 0;
+            }
             // SAFETY: the queue owned the record; ownership passes to its home's list.
             unsafe { inboxes::finish(record) };
             count += 1;
@@ -136,6 +141,56 @@ pub(crate) fn hold_until<T: Send + 'static>(
     point: u64,
     value: T,
 ) {
+    hold_keyed(progress, context, point, 0, value);
+}
+
+/// Holds what `value` makes until `progress` passes `point`, as [`hold_until`], unless the
+/// calling thread's newest record for `progress` was held with the same `key` (not 0): that
+/// record is then held until `point` instead, and `value` is not called. For what a stream's
+/// operations keep alive one after another (a timeline's word): holding it until the later
+/// point holds it as long as both records would, with one record. `key` must name what the
+/// record keeps (an address it holds alive, so that no other value has it meanwhile).
+pub(crate) fn hold_or_extend<T: Send + 'static>(
+    progress: &Arc<dyn Progress>,
+    context: &Arc<ContextShared>,
+    point: u64,
+    key: usize,
+    value: impl FnOnce() -> T,
+) {
+    let extended = key != 0
+        && HELD
+            .try_with(|held| {
+                let mut queues = held.queues.borrow_mut();
+                let Some(queue) = queues.iter_mut().find(|queue| queue.is_for(progress)) else {
+                    return false;
+                };
+                match queue.records.back_mut() {
+                    Some((last, _)) if queue.last_key == key && *last <= point => {
+                        *last = point;
+                        true
+                    }
+                    _ => false,
+                }
+            })
+            .unwrap_or(false);
+    if !extended {
+        hold_keyed(
+            Arc::clone(progress),
+            Arc::clone(context),
+            point,
+            key,
+            value(),
+        );
+    }
+}
+
+fn hold_keyed<T: Send + 'static>(
+    progress: Arc<dyn Progress>,
+    context: Arc<ContextShared>,
+    point: u64,
+    key: usize,
+    value: T,
+) {
     let context_handle = context.raw().addr();
     let record = record::holding(value, Some(context), inboxes::home());
     HELD_TOTAL.fetch_add(1, Ordering::Relaxed);
@@ -143,6 +198,7 @@ pub(crate) fn hold_until<T: Send + 'static>(
         progress,
         context: context_handle,
         records: VecDeque::new(),
+        last_key: 0,
     });
     let held = HELD.try_with(|held| {
         let mut queues = held.queues.borrow_mut();
@@ -156,13 +212,13 @@ pub(crate) fn hold_until<T: Send + 'static>(
                 queues.last_mut().expect("just pushed")
             }
         };
-        insert(queue, point, record);
+        insert(queue, point, key, record);
         held.count.set(held.count.get() + 1);
     });
     if held.is_err() {
         // The thread is being torn down: the record waits with those of exited threads.
         let mut queue = queue.take().expect("not placed");
-        insert(&mut queue, point, record);
+        insert(&mut queue, point, key, record);
         ORPHANED.fetch_add(1, Ordering::SeqCst);
         lock(&ORPHANS).push(queue);
     }
@@ -170,12 +226,15 @@ pub(crate) fn hold_until<T: Send + 'static>(
 
 /// Puts `record` in `queue` in the order of the points (a thread's points of one sequence come
 /// in order, so this is a push at the back).
-fn insert(queue: &mut Queue, point: u64, record: NonNull<RecordHeader>) {
+fn insert(queue: &mut Queue, point: u64, key: usize, record: NonNull<RecordHeader>) {
     let at = queue
         .records
         .iter()
         .rposition(|&(earlier, _)| earlier <= point)
         .map_or(0, |index| index + 1);
+    if at == queue.records.len() {
+        queue.last_key = key;
+    }
     queue.records.insert(at, (point, record));
 }
 
@@ -341,6 +400,55 @@ mod tests {
         counter.0.store(3, Ordering::SeqCst);
         crate::launch::reclaim();
         assert_eq!(drops.load(Ordering::SeqCst), 3);
+        assert!(!anything_held());
+    }
+
+    #[test]
+    fn a_keyed_hold_extends_the_newest_record_of_its_key_and_no_other() {
+        // SAFETY: no entry points beyond the fakes' defaults.
+        let driver = unsafe { fake_driver::driver(&[]) };
+        let context = fake_driver::context(&driver);
+        let counter = Arc::new(Counter(AtomicU64::new(0)));
+        let progress: Arc<dyn Progress> = counter.clone();
+        let drops = Arc::new(AtomicUsize::new(0));
+        let here = std::thread::current().id();
+        let made = AtomicUsize::new(0);
+        let hold = |point, key| {
+            hold_or_extend(&progress, &context, point, key, || {
+                made.fetch_add(1, Ordering::SeqCst);
+                Dropped(Arc::clone(&drops), here)
+            })
+        };
+        hold(1, 7);
+        hold(2, 7);
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            1,
+            "the record of point 1 now lasts to 2"
+        );
+        hold_until(
+            Arc::clone(&progress),
+            Arc::clone(&context),
+            3,
+            Dropped(Arc::clone(&drops), here),
+        );
+        hold(4, 7);
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            2,
+            "another record came between"
+        );
+        hold(5, 8);
+        assert_eq!(made.load(Ordering::SeqCst), 3, "another key");
+        counter.0.store(1, Ordering::SeqCst);
+        crate::launch::reclaim();
+        assert_eq!(drops.load(Ordering::SeqCst), 0, "held until point 2");
+        counter.0.store(3, Ordering::SeqCst);
+        crate::launch::reclaim();
+        assert_eq!(drops.load(Ordering::SeqCst), 2);
+        counter.0.store(5, Ordering::SeqCst);
+        crate::launch::reclaim();
+        assert_eq!(drops.load(Ordering::SeqCst), 4);
         assert!(!anything_held());
     }
 }

@@ -118,7 +118,7 @@ outside_loom_models! {
     pub(crate) use enqueue::{
         HostFuncEntry, PolledEngine, pass_through, run_once,
     };
-    pub(crate) use held::{Look, Progress, held_count, hold_until};
+    pub(crate) use held::{Look, Progress, held_count, hold_or_extend, hold_until};
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
     pub(crate) use mark::{InHostFunction, ensure_outside_host_function};
     pub(crate) use panic_report::dispose as dispose_panic;

@@ -34,7 +34,7 @@ use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::{
     EnqueueWindow, Progress, abandon_if_failed, capture_state, ensure_outside_host_function,
-    hold_until, reclaim_on_launch,
+    hold_or_extend, reclaim_on_launch,
 };
 use crate::objects::Stream;
 use crate::sync::lock;
@@ -179,12 +179,14 @@ pub(super) fn enqueue(
         word.waits()
             .note_stream(Arc::clone(&progress), marked.point, context.raw().addr());
         // The word, and the context whose tracks its drains look at, stay until the stream
-        // passed the operation.
-        hold_until(
-            progress,
-            Arc::clone(context),
+        // passed the operation: this thread's hold of the word after its last operation on the
+        // stream, if that hold is still its newest there, now lasts until this one.
+        hold_or_extend(
+            &progress,
+            context,
             marked.point,
-            (Arc::clone(word), stream.context().clone()),
+            Arc::as_ptr(word).addr(),
+            || (Arc::clone(word), stream.context().clone()),
         );
         Ok(())
     })

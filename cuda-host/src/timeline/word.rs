@@ -3,8 +3,9 @@
 //! atomically and streams read and write through its device address.
 //!
 //! Whoever may still touch the word holds an `Arc` of it: every handle of the timeline, and, for
-//! each stream operation on it, a record held in stream order until the stream passed the
-//! operation (`crate::launch::hold_until`). So it is given back, for another timeline of the
+//! the stream operations on it, a record held in stream order until the stream passed the
+//! operation (`crate::launch::hold_or_extend`: a thread's next operation on the same stream
+//! extends its record rather than adding one). So it is given back, for another timeline of the
 //! context, once no handle is left and every stream that waited on it or signalled it got past
 //! that; never early. It is not freed: a free (`cuMemFreeHost`) waits for the device, which a
 //! drain must not do (a host function may wait for the draining thread), and would invalidate a
