@@ -73,9 +73,9 @@ const MAX: u64 = i64::MAX as u64;
 /// stream memory wait for "at least", which the GPU's front end evaluates without any host
 /// thread; a stream's signal ([`enqueue_signal`](Self::enqueue_signal)) is a 64-bit stream
 /// memory write. Each is one `cuStreamBatchMemOp` with the write of the stream point after it.
-/// Host waits ([`wait`](Self::wait), [`reached`](Self::reached)) are
-/// woken by the host signal that reaches their value, or by cuda-host's watcher thread (the one
-/// that wakes [`StreamPoint`](crate::StreamPoint)s), which reads the counter every 5 µs while
+/// Host waits ([`wait`](Self::wait), [`reached`](Self::reached)) are woken by the host signal
+/// that reaches their value, or by cuda-host's watcher thread (the one that wakes
+/// [`StreamPoint`](crate::points::StreamPoint)s), which reads the counter every 5 µs while
 /// anyone waits, then, after 1 ms with nothing reached, in pauses growing to 50 µs.
 ///
 /// **Never leaves a stream waiting.** When the last handle (clones and [`Reached`] futures
@@ -85,7 +85,7 @@ const MAX: u64 = i64::MAX as u64;
 /// signal enqueued earlier that lands afterwards is raised over again by the watcher. The memory
 /// is freed only once no handle is left and every stream that enqueued an operation on it passed
 /// that operation (a stream point after each, as [`release_in_stream_order`](
-/// crate::release_in_stream_order) does), never while a stream may read it.
+/// crate::points::release_in_stream_order) does), never while a stream may read it.
 ///
 /// **Stream signals are stores.** A write cannot take a maximum: a stream's signal sets the
 /// value it carries when the stream gets there, and lowers it if the host or another stream

@@ -90,7 +90,7 @@ impl Waits {
         value: u64,
         waker: &Waker,
         registration: Option<Registration>,
-    ) -> crate::Result<Registration> {
+    ) -> crate::error::Result<Registration> {
         let mut state = lock(&self.state);
         if let Some(registration) = registration
             && let Some(replaced) = state.waiters.update(registration, waker)
