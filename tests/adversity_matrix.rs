@@ -208,29 +208,34 @@ fn without_tests(text: &str) -> &str {
         .map_or(text, |end| &text[..end])
 }
 
-/// cuda-host's source files, without those only tests build (`#[cfg(test)] mod NAME;` in
-/// `lib.rs`: the fakes, the loom models).
+/// cuda-host's source files, without those only tests build (a `#[cfg(test)] mod NAME;` in any
+/// of them: the fakes, the loom models, unit tests kept in a file of their own).
 fn library_sources() -> Vec<(PathBuf, String)> {
-    let lib = std::fs::read_to_string(workspace().join("cuda-host/src/lib.rs")).unwrap();
+    let all = sources("cuda-host/src");
     let mut test_only = Vec::new();
-    let mut lines = lib.lines().map(str::trim).peekable();
-    while let Some(line) = lines.next() {
-        if line.starts_with("#[cfg(")
-            && line.contains("test")
-            && let Some(name) = lines
-                .peek()
-                .and_then(|next| next.strip_prefix("mod "))
-                .and_then(|rest| rest.strip_suffix(';'))
-        {
-            test_only.push(format!("{name}.rs"));
+    for (path, text) in &all {
+        let mut lines = text.lines().map(str::trim).peekable();
+        while let Some(line) = lines.next() {
+            if line.starts_with("#[cfg(")
+                && line.contains("test")
+                && let Some(name) = lines
+                    .peek()
+                    .and_then(|next| next.strip_prefix("mod "))
+                    .and_then(|rest| rest.strip_suffix(';'))
+            {
+                let folder = path.parent().unwrap();
+                let stem = path.file_stem().unwrap().to_string_lossy();
+                let home = if stem == "lib" || stem == "mod" {
+                    folder.to_path_buf()
+                } else {
+                    folder.join(&*stem)
+                };
+                test_only.push(home.join(format!("{name}.rs")));
+            }
         }
     }
-    sources("cuda-host/src")
-        .into_iter()
-        .filter(|(path, _)| {
-            let name = path.file_name().unwrap().to_string_lossy();
-            !test_only.iter().any(|only| *only == name)
-        })
+    all.into_iter()
+        .filter(|(path, _)| !test_only.contains(path))
         .collect()
 }
 
