@@ -6,26 +6,12 @@
 //! overlap a global-mode capture of another test.
 
 use cuda_host::{
-    CaptureMode, Context, Error, Graph, GraphBuilder, HostEngine, Stream, StreamFlags,
-    polled_engine_counts, reclaim,
+    CaptureMode, Context, Error, Graph, GraphBuilder, HostEngine, polled_engine_counts, reclaim,
 };
-use cuda_host_sys::{CUgraphExecUpdateResultInfo, CUresult, CUstreamCaptureMode};
+use cuda_host_sys::{CUgraphExecUpdateResultInfo, CUresult};
 use std::sync::Arc;
+use suite::engine_graphs::{counting_graph, launch_taken_by_a_capture, new_stream};
 use suite::{Tally, capture_lock, context, wait_until, wait_until_done};
-
-fn new_stream(context: &Context) -> Stream {
-    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
-}
-
-/// A graph of one engine node whose callable counts its runs in `tally`.
-fn counting_graph(context: &Context, tally: &Arc<Tally>) -> Graph {
-    let graph = Graph::new(context).expect("graph");
-    let probe = tally.probe();
-    graph
-        .add_engine_host_node(&[], move || probe.ran())
-        .expect("engine node");
-    graph
-}
 
 /// A callback of a `HostEngine::Polled` capture refused for want of a free word
 /// (`Error::AllocationInCapture`) drops its callable at once, on the capturing thread, under the
@@ -185,27 +171,7 @@ fn a_launch_never_names_a_node_of_a_destroyed_graph() {
     let executable = graph.instantiate().expect("instantiates");
     let raw_graph = graph.as_raw();
     drop(graph);
-    controls.begin_capture_at_next_call(
-        c"cuGraphLaunch",
-        &stream,
-        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-    );
-    let refused = executable
-        .launch(&stream)
-        .expect_err("taken by the capture");
-    assert!(
-        matches!(refused, Error::StreamCapturing { .. }),
-        "{refused}"
-    );
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: a live stream and a valid out-pointer.
-    let ended = unsafe {
-        context
-            .driver()
-            .cuStreamEndCapture(stream.as_raw(), &mut raw)
-    };
-    assert_eq!(ended, CUresult::CUDA_SUCCESS);
-    let _taken = suite::capture::Graph(raw);
+    let _taken = launch_taken_by_a_capture(controls, &executable, &stream);
     let set_params = c"cuGraphExecBatchMemOpNodeSetParams";
     let calls = controls.call_count(set_params);
     executable.launch(&stream).expect("a launch after");

@@ -8,27 +8,13 @@
 //! calls must not overlap a global-mode capture of another test.
 
 use cuda_host::{
-    CaptureMode, Context, Error, Graph, GraphBuilder, GraphExec, HostEngine, HostFunctionPanic,
-    Stream, StreamFlags, polled_engine_counts, reclaim,
+    CaptureMode, Error, Graph, GraphBuilder, GraphExec, HostEngine, HostFunctionPanic, Stream,
+    polled_engine_counts, reclaim,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use suite::engine_graphs::{counting_graph, launch_taken_by_a_capture, new_stream};
 use suite::{Gate, MappedWords, Tally, capture_lock, context, wait_until};
-
-fn new_stream(context: &Context) -> Stream {
-    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
-}
-
-/// A graph of one engine node whose callable counts its runs in `tally`.
-fn counting_graph(context: &Context, tally: &Arc<Tally>) -> Graph {
-    let graph = Graph::new(context).expect("graph");
-    let probe = tally.probe();
-    let node = graph
-        .add_engine_host_node(&[], move || probe.ran())
-        .expect("engine node");
-    assert!(node.runs_on_engine());
-    graph
-}
 
 /// Enqueues on `stream` (capturing) a device write of `value` to the word at `index`: a memory
 /// operation, which a graph replays as it was captured.
@@ -396,27 +382,7 @@ fn a_launch_other_codes_capture_took_is_refused_and_neither_it_nor_the_captured_
     let graph = counting_graph(&context, &tally);
     let executable = graph.instantiate().expect("instantiates");
     executable.launch(&stream).expect("a launch before");
-    controls.begin_capture_at_next_call(
-        c"cuGraphLaunch",
-        &stream,
-        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-    );
-    let refused = executable
-        .launch(&stream)
-        .expect_err("taken by the capture");
-    assert!(
-        matches!(refused, Error::StreamCapturing { .. }),
-        "{refused}"
-    );
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: a live stream and a valid out-pointer.
-    let ended = unsafe {
-        context
-            .driver()
-            .cuStreamEndCapture(stream.as_raw(), &mut raw)
-    };
-    assert_eq!(ended, cuda_host_sys::CUresult::CUDA_SUCCESS);
-    let taken = suite::capture::Graph(raw);
+    let taken = launch_taken_by_a_capture(controls, &executable, &stream);
     stream.synchronize().expect("synchronize");
     assert_eq!(tally.runs(), 1, "the launch before ran its node");
     assert_eq!(polled_engine_counts().retired_graph_nodes, 1);

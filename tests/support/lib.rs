@@ -11,6 +11,8 @@
 //! - [`ok`] panics with the driver's typed error unless a raw driver call succeeded.
 //! - [`capture`] has raw stream capture and graph handles that end or destroy themselves on drop,
 //!   and [`host_function`] closures as raw host functions, for tests that call the driver directly.
+//! - [`engine_graphs`] has the streams, one-node graphs and taken launches of the polled engine's
+//!   graph-node tests.
 //! - [`software`] reaches the software driver's fault-injection controls (cuda-host-testing's,
 //!   failing the test where they return an error).
 //! - [`wait_until`] is the only way tests wait: every wait has a bound and fails with a message.
@@ -29,6 +31,7 @@ pub mod allocations;
 pub mod capture;
 pub mod child;
 pub mod cpu_time;
+pub mod engine_graphs;
 pub mod exclusive;
 pub mod host_function;
 pub mod kernels;
