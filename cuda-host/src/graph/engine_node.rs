@@ -230,10 +230,35 @@ unsafe fn attach<T>(
     added
 }
 
+/// Makes a template running `record` on a word of `context` and attaches it to `graph`
+/// ([`attach`]), running `add` with the batch-node parameters of the template's batch (in
+/// `context`).
+///
+/// # Errors
+/// As [`Template::allocate`] and [`attach`], or the error of `add`.
+///
+/// # Safety
+/// `graph` must be a live graph of `context` not used concurrently.
+unsafe fn attach_node_params<T>(
+    context: &Arc<ContextShared>,
+    graph: CUgraph,
+    record: GraphRecord,
+    add: impl FnOnce(&CUDA_BATCH_MEM_OP_NODE_PARAMS) -> Result<T>,
+) -> Result<T> {
+    let template = Template::allocate(context, record)?;
+    // SAFETY: per the caller.
+    unsafe {
+        attach(context.driver(), graph, &template, |operations| {
+            // The parameters borrow `operations`, which outlive `add`.
+            add(&polled::node_params(context, operations))
+        })
+    }
+}
+
 /// Adds to `graph` an engine node running `record`, after `dependencies`.
 ///
 /// # Errors
-/// As [`Template::new`] and [`attach`]; the driver's error from `cuGraphAddBatchMemOpNode`.
+/// As [`attach_node_params`]; the driver's error from `cuGraphAddBatchMemOpNode`.
 ///
 /// # Safety
 /// `graph` must be a live graph of `context` not used concurrently; `dependencies` nodes of it.
@@ -243,23 +268,20 @@ pub(crate) unsafe fn add_node(
     dependencies: &[CUgraphNode],
     record: GraphRecord,
 ) -> Result<CUgraphNode> {
-    let template = Template::allocate(context, record)?;
-    let driver = context.driver();
     // SAFETY: per the caller.
     unsafe {
-        attach(driver, graph, &template, |operations| {
-            let params = polled::node_params(context, operations);
+        attach_node_params(context, graph, record, |params| {
             let mut node = ptr::null_mut();
             // SAFETY: per the caller; the parameters are read during the call (the driver
             // copies the operations).
             checked!(
-                driver,
+                context.driver(),
                 cuGraphAddBatchMemOpNode(
                     &mut node,
                     graph,
                     dependencies.as_ptr(),
                     dependencies.len(),
-                    &params,
+                    params,
                 )
             )?;
             Ok(node)
@@ -304,7 +326,8 @@ pub(crate) unsafe fn add_to_capture(
 /// executables made before hold it).
 ///
 /// # Errors
-/// As [`add_node`], with `cuGraphBatchMemOpNodeSetParams`'s error; the node is unchanged then.
+/// As [`attach_node_params`], with `cuGraphBatchMemOpNodeSetParams`'s error; the node is
+/// unchanged then.
 ///
 /// # Safety
 /// `graph` must be a live graph of `context` not used concurrently, holding `node`.
@@ -315,16 +338,14 @@ pub(crate) unsafe fn replace(
     old: &Template,
     record: GraphRecord,
 ) -> Result<()> {
-    let template = Template::allocate(context, record)?;
     let driver = context.driver();
     // SAFETY: per the caller.
     unsafe {
-        attach(driver, graph, &template, |operations| {
-            let params = polled::node_params(context, operations);
+        attach_node_params(context, graph, record, |params| {
             // SAFETY: a node of the live graph; the driver copies the operations.
             Ok(checked!(
                 driver,
-                cuGraphBatchMemOpNodeSetParams(node, &params)
+                cuGraphBatchMemOpNodeSetParams(node, params)
             )?)
         })?;
         // SAFETY: the graph holds that user object's reference.
