@@ -24,8 +24,8 @@ struct FakeStreams {
     next_event: usize,
     /// Per stream, the word writes enqueued: the record index, the address, the value.
     writes: HashMap<usize, Vec<(usize, usize, u32)>>,
-    /// Queries of events never recorded (a track's probe).
-    probe_queries: usize,
+    /// Queries of events never recorded (a track's probe), by event.
+    probe_queries: HashMap<usize, usize>,
     /// Pinned allocations not freed, by address (held here, so that a page kept for the
     /// life of the process is reachable, not leaked).
     allocations: HashMap<usize, Allocation>,
@@ -74,8 +74,10 @@ fn enqueue_on(stream: usize) -> impl FnOnce(Option<PointWrite>) -> Result<()> {
     }
 }
 
-fn probe_queries() -> usize {
-    with_streams(|fake| fake.probe_queries)
+/// The queries of `track`'s probe (tests run at once: each counts its own).
+fn probe_queries(track: &Track) -> usize {
+    let probe = lock(&track.events).probe.addr();
+    with_streams(|fake| fake.probe_queries.get(&probe).copied().unwrap_or(0))
 }
 
 /// The queries of the events recorded on `stream` so far.
@@ -114,7 +116,7 @@ unsafe extern "C" fn query(event: CUevent) -> CUresult {
             }
         }
         None => {
-            fake.probe_queries += 1;
+            *fake.probe_queries.entry(event.addr()).or_default() += 1;
             CUresult::CUDA_SUCCESS
         }
     })
@@ -498,13 +500,13 @@ fn a_written_point_the_word_says_pending_queries_the_probe_which_answers_failure
     let tracks = ContextTracks::new(&shared);
     let stream = 0x7a_usize;
     let track = written(&tracks, &shared, stream, 23).track;
-    let before = probe_queries();
+    let before = probe_queries(&track);
     assert_eq!(track.look(Look::Fresh), 0);
-    assert_eq!(probe_queries() - before, 1, "the probe, once");
+    assert_eq!(probe_queries(&track) - before, 1, "the probe, once");
     complete(stream, 1);
-    let before = probe_queries();
+    let before = probe_queries(&track);
     assert_eq!(track.look(Look::Fresh), 1);
-    assert_eq!(probe_queries(), before, "nothing pending: no query");
+    assert_eq!(probe_queries(&track), before, "nothing pending: no query");
 }
 
 #[test]
