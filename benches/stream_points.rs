@@ -6,7 +6,9 @@
 //! 2. kernel + a bare `cuStreamWriteValue64`, a bare `cuStreamWriteValue32` (to pinned,
 //!    device-mapped memory) or a bare `cuEventRecord` + kernel: what a point can be made of,
 //!    with nothing around it; and a bare `cuEventRecord` (of a ring of 64 events) while a second
-//!    thread queries the ring's events nonstop: what looking from another thread costs; and a
+//!    thread queries the ring's events, nonstop, every 5 µs (the watcher's pace while futures
+//!    wait) and every 20 µs: what looking from another thread costs, and how it falls with the
+//!    pace; and a
 //!    32-bit write with a wait on a word that already satisfies it, as two calls and as one
 //!    `cuStreamBatchMemOp`: what a polled host-function engine would enqueue;
 //! 3. kernel + a release point (`release_in_stream_order` of a small boxed value) + kernel;
@@ -101,8 +103,10 @@ struct Bench<'driver> {
     recorded: usize,
 }
 
-/// Whether the querying thread queries the ring's events now.
-static QUERYING: AtomicBool = AtomicBool::new(false);
+/// How the querying thread queries the ring's events now: `QUERY_OFF`, 0 for nonstop, else the
+/// microseconds between two queries.
+static QUERY_PACE: AtomicU64 = AtomicU64::new(QUERY_OFF);
+const QUERY_OFF: u64 = u64::MAX;
 static QUERIES: AtomicU64 = AtomicU64::new(0);
 
 static HOST_FUNCTION_RUNS: AtomicU64 = AtomicU64::new(0);
@@ -123,18 +127,39 @@ impl Bench<'_> {
 struct Form {
     name: &'static str,
     iteration: fn(&mut Bench<'_>),
-    /// Whether a second thread queries the ring's events meanwhile.
-    querying: bool,
+    /// Whether a second thread queries the ring's events meanwhile, and how often.
+    querying: Querying,
 }
 
-const FORMS: [Form; 11] = [
+/// How a second thread queries events while a form runs.
+#[derive(Clone, Copy)]
+enum Querying {
+    No,
+    /// The ring's events in turn, nonstop.
+    Nonstop,
+    /// One event every so many microseconds, spinning between (yielding the core), as the
+    /// watcher of futures looks while they wait: what its pace costs the stream.
+    Every(u64),
+}
+
+impl Querying {
+    fn pace(self) -> u64 {
+        match self {
+            Querying::No => QUERY_OFF,
+            Querying::Nonstop => 0,
+            Querying::Every(micros) => micros,
+        }
+    }
+}
+
+const FORMS: [Form; 13] = [
     Form {
         name: "kernel + kernel",
         iteration: |bench| {
             bench.kernel();
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + bare 64-bit write + kernel",
@@ -157,7 +182,7 @@ const FORMS: [Form; 11] = [
                 .expect("the write is enqueued");
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + bare 32-bit write + kernel",
@@ -179,7 +204,7 @@ const FORMS: [Form; 11] = [
                 .expect("the write is enqueued");
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + write + satisfied wait, two calls + kernel",
@@ -212,7 +237,7 @@ const FORMS: [Form; 11] = [
                 .expect("waited");
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + write + satisfied wait, one batch + kernel",
@@ -238,7 +263,7 @@ const FORMS: [Form; 11] = [
                 .expect("enqueued");
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + bare event record + kernel",
@@ -247,18 +272,22 @@ const FORMS: [Form; 11] = [
             bench.event.record(&bench.stream).expect("recorded");
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + event record, queried elsewhere + kernel",
-        iteration: |bench| {
-            bench.kernel();
-            let event = &bench.ring[bench.recorded % bench.ring.len()];
-            event.record(&bench.stream).expect("recorded");
-            bench.recorded += 1;
-            bench.kernel();
-        },
-        querying: true,
+        iteration: record_in_ring,
+        querying: Querying::Nonstop,
+    },
+    Form {
+        name: "kernel + event record, queried every 5 µs + kernel",
+        iteration: record_in_ring,
+        querying: Querying::Every(5),
+    },
+    Form {
+        name: "kernel + event record, queried every 20 µs + kernel",
+        iteration: record_in_ring,
+        querying: Querying::Every(20),
     },
     Form {
         name: "kernel + release point + kernel",
@@ -269,7 +298,7 @@ const FORMS: [Form; 11] = [
                 .expect("released");
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + future point + kernel",
@@ -281,7 +310,7 @@ const FORMS: [Form; 11] = [
             bench.points.push(point);
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + host function + kernel",
@@ -293,7 +322,7 @@ const FORMS: [Form; 11] = [
             .expect("launched");
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
     Form {
         name: "kernel + host function, polled engine + kernel",
@@ -305,9 +334,18 @@ const FORMS: [Form; 11] = [
             .expect("launched");
             bench.kernel();
         },
-        querying: false,
+        querying: Querying::No,
     },
 ];
+
+/// Kernel + the record of the ring's next event + kernel.
+fn record_in_ring(bench: &mut Bench<'_>) {
+    bench.kernel();
+    let event = &bench.ring[bench.recorded % bench.ring.len()];
+    event.record(&bench.stream).expect("recorded");
+    bench.recorded += 1;
+    bench.kernel();
+}
 
 /// What one iteration of a form took: until the enqueuing thread was done, and until the stream
 /// drained.
@@ -320,7 +358,7 @@ struct Timing {
 /// Seconds per iteration of `form`, from the first enqueue until the last one returned and until
 /// the stream drained.
 fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> Timing {
-    QUERYING.store(form.querying, Ordering::SeqCst);
+    QUERY_PACE.store(form.querying.pace(), Ordering::SeqCst);
     let start = Instant::now();
     for _ in 0..iterations {
         (form.iteration)(bench);
@@ -328,7 +366,7 @@ fn measure(bench: &mut Bench<'_>, form: &Form, iterations: usize) -> Timing {
     let enqueued = start.elapsed().as_secs_f64();
     bench.stream.synchronize().expect("synchronize");
     let total = start.elapsed().as_secs_f64();
-    QUERYING.store(false, Ordering::SeqCst);
+    QUERY_PACE.store(QUERY_OFF, Ordering::SeqCst);
     let unfinished = bench
         .points
         .drain(..)
@@ -448,6 +486,39 @@ fn engine_against_batch(bench: &Bench<'_>, over_baseline: &[Vec<f64>]) {
     );
 }
 
+/// Prints what another thread's queries add to an event record between kernels, by their pace:
+/// what the watcher's looks can cost a future point.
+fn looks_against_record(over_baseline: &[Vec<f64>]) {
+    let median_of = |name: &str| {
+        let index = FORMS
+            .iter()
+            .position(|form| form.name == name)
+            .expect("a form of the table");
+        median(&mut over_baseline[index].clone()) * 1e6
+    };
+    let bare = median_of("kernel + bare event record + kernel");
+    let paced = [
+        (
+            "nonstop",
+            "kernel + event record, queried elsewhere + kernel",
+        ),
+        (
+            "every 5 µs",
+            "kernel + event record, queried every 5 µs + kernel",
+        ),
+        (
+            "every 20 µs",
+            "kernel + event record, queried every 20 µs + kernel",
+        ),
+    ]
+    .map(|(pace, name)| format!("{pace} +{:.3}", median_of(name) - bare));
+    println!(
+        "an event record queried by another thread, µs over the bare record ({bare:.3} over \
+         kernel + kernel): {}",
+        paced.join(", ")
+    );
+}
+
 /// Prints what one call of `call` costs the calling thread, over 200,000 calls.
 fn time_calls<R>(name: &str, mut call: impl FnMut() -> R) {
     const CALLS: u32 = 200_000;
@@ -538,18 +609,28 @@ fn run(quick: bool, lanes_alone: bool, graphs_alone: bool) -> Result<(), String>
     Ok(())
 }
 
-/// The second thread of the "queried by another thread" form: queries the ring's events in
-/// turn while the form runs.
+/// The second thread of the "queried elsewhere" forms: queries the ring's events in turn while
+/// such a form runs, nonstop or at its pace.
 fn query_ring(driver: &Driver, ring: &[usize], stop: &AtomicBool) {
+    let mut next = 0;
     while !stop.load(Ordering::SeqCst) {
-        if !QUERYING.load(Ordering::SeqCst) {
+        let pace = QUERY_PACE.load(Ordering::SeqCst);
+        if pace == QUERY_OFF {
             std::thread::sleep(std::time::Duration::from_micros(100));
             continue;
         }
-        for &event in ring {
+        let began = Instant::now();
+        let queried = if pace == 0 { ring.len() } else { 1 };
+        for _ in 0..queried {
+            let event = ring[next % ring.len()];
+            next += 1;
             // SAFETY: the ring's events live until this thread was stopped.
             let _ = unsafe { driver.cuEventQuery(std::ptr::with_exposed_provenance_mut(event)) };
             QUERIES.fetch_add(1, Ordering::Relaxed);
+        }
+        let pace = std::time::Duration::from_micros(pace);
+        while began.elapsed() < pace {
+            std::thread::yield_now();
         }
     }
 }
@@ -615,6 +696,7 @@ fn measure_all(bench: &mut Bench<'_>, iterations: usize, rounds: usize) -> Resul
         }
     }
     engine_against_batch(bench, &over_baseline);
+    looks_against_record(&over_baseline);
     // What X alone costs the enqueuing thread: runs short enough that the stream's queue never
     // fills, so that no enqueue waits for the device.
     const ALONE: usize = 500;
