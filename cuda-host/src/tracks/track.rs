@@ -101,6 +101,9 @@ pub(crate) struct Track {
     events: Mutex<Events>,
     /// The last point recorded: stored once its event joined the pending ones.
     issued: AtomicU64,
+    /// The last written point recorded (0 for none): the word never holds a later number, which
+    /// is how a look reads its 32 bits (`written_passed`).
+    last_written: AtomicU64,
     /// The highest point seen passed.
     high: AtomicU64,
     /// When the track was last looked at, in nanoseconds since `epoch()`.
@@ -243,6 +246,7 @@ impl Track {
                 probe: std::ptr::null_mut(),
             }),
             issued: AtomicU64::new(0),
+            last_written: AtomicU64::new(0),
             high: AtomicU64::new(0),
             looked: AtomicU64::new(0),
             looking: AtomicU8::new(IDLE),
@@ -467,21 +471,25 @@ impl Track {
     }
 
     /// The newest point the track's word says passed, when it says more than `high`: the word
-    /// holds the low 32 bits of the last written point the stream passed, taken as the nearest
-    /// number above `high` (fewer than 2^31 points are ever pending); a value at or below
-    /// `high` (a written point older than an event's point seen since) says nothing. A point
-    /// the word names beyond `issued` was written after `issued` was read, so all up to it
-    /// passed.
+    /// holds the low 32 bits of the last written point the stream passed, taken as the newest
+    /// number with those bits not after the last written point recorded (`last_written`, read
+    /// first; fewer than 2^32 points are ever pending). A number at or below `high` (a written
+    /// point older than an event's point seen since, however many such points passed) says
+    /// nothing; so does a write recorded after `last_written` was read, which names a number
+    /// 2^32 before its own. A point the word names beyond `issued` was written after `issued`
+    /// was read, so all up to it passed.
     fn written_passed(&self, high: u64, issued: u64) -> Option<u64> {
         let word = self.written.load(Ordering::Acquire);
         if word.is_null() {
             return None;
         }
+        let last = self.last_written.load(Ordering::Acquire);
         // SAFETY: a word of the context's pinned memory, which is freed only after the context's
         // tracks closed every track, and the caller's look keeps this one open (`Looking`).
         let value = unsafe { &*word }.load(Ordering::Acquire);
-        let ahead = value.wrapping_sub(high as u32);
-        (ahead != 0 && ahead < 1 << 31).then(|| (high + u64::from(ahead)).min(issued))
+        let behind = (last as u32).wrapping_sub(value);
+        let named = last.checked_sub(u64::from(behind))?;
+        (named > high).then(|| named.min(issued))
     }
 
     /// Whether `point` is a written point of a word taken from the track
@@ -704,6 +712,7 @@ impl ContextTracks {
                 return Err(error);
             }
             lock(&track.events).pending.push_back(std::ptr::null_mut());
+            track.last_written.store(point, Ordering::Release);
             track.issued.store(point, Ordering::Release);
             Ok(Some(point))
         })?;

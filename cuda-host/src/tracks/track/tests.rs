@@ -581,3 +581,32 @@ fn a_word_a_capture_may_have_written_is_never_read_again_and_later_points_carry_
     complete(stream, 4);
     assert_eq!(track.look(Look::Fresh), 2);
 }
+
+// The word holds the low 32 bits of the last written point the stream passed. Points recorded on
+// events (releases, futures of the same stream, or of any stream the track serves later) move
+// `high` on without touching the word; however far, the stale number must never read as a
+// point ahead of `high`.
+#[test]
+fn a_stale_word_never_passes_a_point_after_two_to_the_31_points_recorded_on_events() {
+    let driver = fakes();
+    let shared = fake_driver::context(&driver);
+    let tracks = ContextTracks::new(&shared);
+    let stream = 0x7d_usize;
+    let track = written(&tracks, &shared, stream, 29).track;
+    complete(stream, 1);
+    assert_eq!(track.look(Look::Fresh), 1, "the written point passed");
+    // As if 2^31 + 10 points recorded on events had passed since: the word still holds 1.
+    let high = 1 + (1u64 << 31) + 10;
+    lock(&track.events).first = high + 1;
+    track.issued.store(high, Ordering::Release);
+    track.high.store(high, Ordering::Release);
+    let next = tracks
+        .mark(&shared, stream as CUstream, 29)
+        .expect("marked");
+    assert_eq!(next.point, high + 1);
+    assert_eq!(
+        track.look(Look::Fresh),
+        high,
+        "never early: the stream did not run the point's record"
+    );
+}
