@@ -172,6 +172,21 @@ impl ContextShared {
         self.with_current(|| Ok(self.pinned.allocate_word(self.driver())?))
     }
 
+    /// A word as [`allocate_pinned_word`](Self::allocate_pinned_word) allocates one, leaving at
+    /// least one more free for [`take_free_pinned_word`](Self::take_free_pinned_word).
+    ///
+    /// # Errors
+    /// As [`allocate_pinned_word`](Self::allocate_pinned_word).
+    pub(crate) fn allocate_pinned_word_with_spare(&self) -> Result<PinnedWord> {
+        self.with_current(|| Ok(self.pinned.allocate_word_with_spare(self.driver())?))
+    }
+
+    /// A word of this context given back, if any, taken without a driver call: for what may
+    /// run while other code captures, where an allocation would break the capture.
+    pub(crate) fn take_free_pinned_word(&self) -> Option<PinnedWord> {
+        self.pinned.take_free_word()
+    }
+
     /// `count` words, as [`allocate_pinned_word`](Self::allocate_pinned_word) allocates one.
     ///
     /// # Errors

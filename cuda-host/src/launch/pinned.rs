@@ -120,6 +120,24 @@ impl PinnedPages {
         Ok(first)
     }
 
+    /// A word given back, if any: no driver call, so none a capture could forbid.
+    pub(crate) fn take_free_word(&self) -> Option<PinnedWord> {
+        lock(&self.free_words).pop()
+    }
+
+    /// A word, as [`PinnedPages::allocate_word`], leaving at least one more given back for
+    /// [`PinnedPages::take_free_word`]: a fresh page comes now, at a call that may allocate,
+    /// rather than never.
+    pub(crate) fn allocate_word_with_spare(
+        &self,
+        driver: &Driver,
+    ) -> Result<PinnedWord, cuda_host_sys::Error> {
+        let mut words = self.allocate_words(driver, 2)?;
+        let word = words.pop().expect("two words");
+        self.release_word(words.pop().expect("two words"));
+        Ok(word)
+    }
+
     /// The words of a fresh page (as [`PinnedPages::allocate`]).
     fn fresh_words(&self, driver: &Driver) -> Result<Vec<PinnedWord>, cuda_host_sys::Error> {
         let page = self.fresh(driver)?;

@@ -216,8 +216,9 @@ impl Timeline {
     }
 
     /// Makes `stream`'s later work wait until the value reaches `value` (a stream memory wait:
-    /// no host thread involved). Costs the stream the wait and one event record (the stream
-    /// point that keeps the counter's memory until the stream passed the wait).
+    /// no host thread involved). Costs the stream one `cuStreamBatchMemOp`: the wait, and the
+    /// write of the stream point that keeps the counter's memory until the stream passed the
+    /// wait (where the stream's points have no word to write, an event's record instead).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `value` is above [`MAX`](Self::MAX), or for a stream of a
@@ -227,8 +228,8 @@ impl Timeline {
     /// [`Error::InHostFunction`] inside a host function; the driver's error from
     /// `cuStreamBatchMemOp` (the wait and the stream point after it), `cuStreamIsCapturing`,
     /// `cuStreamGetId`, and, where the stream's points have no word to write (a capture took a
-    /// write of it, or one begun through cuda-host forbids its allocation now), `cuEventRecord`
-    /// or `cuEventCreate`; the first time a stream
+    /// write of it, or the context had no pinned word free for it), `cuEventRecord` or
+    /// `cuEventCreate`; the first time a stream
     /// of another context uses the timeline, `cuDeviceGetAttribute` or
     /// `cuMemHostGetDevicePointer`.
     #[doc(alias = "cuStreamWaitValue64")]

@@ -65,7 +65,11 @@ impl Word {
     /// [`Error::AllocationInCapture`] while a capture begun through cuda-host forbids the
     /// allocation; the driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
     pub(super) fn new(context: &Context, initial: u64) -> Result<Word> {
-        let memory = unless_capture_forbids(|| context.shared().allocate_pinned_word()).ok_or(
+        // With a word to spare for the track of a stream the timeline's operations go to, which
+        // takes one without an allocation (`crate::tracks`): an operation is no call that may
+        // allocate.
+        let memory = unless_capture_forbids(|| context.shared().allocate_pinned_word_with_spare())
+            .ok_or(
             Error::AllocationInCapture {
                 what: "a timeline's word",
             },

@@ -72,7 +72,7 @@ use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::{
     ContextShared, Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed,
-    capture_state, unless_capture_forbids,
+    capture_state,
 };
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
@@ -351,9 +351,11 @@ impl Track {
         self.issued.load(Ordering::Acquire)
     }
 
-    /// The device address of the track's word, made on first use (under the track's lock,
-    /// `state`): `None` where the track has none to offer (see
-    /// [`ContextTracks::mark_written`]).
+    /// The device address of the track's word, taken on first use (under the track's lock,
+    /// `state`) from the context's free words, never allocated: an allocation would invalidate
+    /// another thread's global-mode capture, which a memory operation on a stream that is not
+    /// capturing leaves intact (a timeline leaves a word free for it, `crate::timeline`).
+    /// `None` where the track has none to offer (see [`ContextTracks::mark_written`]).
     fn word_for(&self, shared: &ContextShared, state: &mut TrackState) -> Option<CUdeviceptr> {
         if state.word_taken {
             return None;
@@ -361,7 +363,7 @@ impl Track {
         if let Some(word) = &state.word {
             return Some(word.device);
         }
-        let word = unless_capture_forbids(|| shared.allocate_pinned_word())?.ok()?;
+        let word = shared.take_free_pinned_word()?;
         let probe = match shared.with_current(|| create_event(&self.driver)) {
             Ok(probe) => probe,
             Err(_) => {
@@ -669,8 +671,8 @@ impl ContextTracks {
     /// the track's word, which `enqueue` enqueues after its own stream memory operations, in the
     /// one call it makes (a `cuStreamBatchMemOp`): the point costs the stream no call of its
     /// own, and a look reads the word instead of querying an event. `None` where the track has
-    /// no word to offer (a capture begun through cuda-host forbids its allocation now, the
-    /// allocation failed, or a capture took a write of it): `enqueue` is then given `None`,
+    /// no word to offer (the context had no pinned word free for it, its probe event could not
+    /// be made, or a capture took a write of it): `enqueue` is then given `None`,
     /// enqueues its operations alone, and no point is marked. `enqueue` runs under the track's
     /// lock; it must enqueue all or nothing.
     ///

@@ -451,7 +451,14 @@ fn a_point_whose_record_a_capture_may_have_taken_is_refused_and_its_event_never_
     assert_eq!(destroyed(0x76), 3, "the retired one too");
 }
 
+/// Gives the context a pinned word free for a track, as a timeline's leaves it one.
+fn leave_a_word_free(shared: &ContextShared) {
+    let word = shared.allocate_pinned_word().expect("a pinned word");
+    shared.release_pinned_word(word);
+}
+
 fn written(tracks: &ContextTracks, shared: &Arc<ContextShared>, stream: usize, id: u64) -> Marked {
+    leave_a_word_free(shared);
     tracks
         .mark_written(shared, stream as CUstream, id, enqueue_on(stream))
         .expect("marked")
@@ -609,4 +616,28 @@ fn a_stale_word_never_passes_a_point_after_two_to_the_31_points_recorded_on_even
         high,
         "never early: the stream did not run the point's record"
     );
+}
+
+#[test]
+fn a_track_takes_no_word_but_a_free_one_and_allocates_none() {
+    let driver = fakes();
+    let shared = fake_driver::context(&driver);
+    let tracks = ContextTracks::new(&shared);
+    let stream = 0x7e_usize;
+    // The context has no word free: an allocation would be the only way to a word.
+    let mut offered = None;
+    let marked = tracks
+        .mark_written(&shared, stream as CUstream, 31, |point| {
+            offered = Some(point.is_some());
+            enqueue_on(stream)(point)
+        })
+        .expect("enqueued");
+    assert!(marked.is_none(), "no word free: no point written");
+    assert_eq!(offered, Some(false), "the operation enqueued alone");
+    assert!(
+        shared.take_free_pinned_word().is_none(),
+        "no page allocated"
+    );
+    let marked = written(&tracks, &shared, stream, 31);
+    assert_eq!(marked.point, 1, "a word given back is taken");
 }
