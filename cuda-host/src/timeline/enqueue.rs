@@ -64,6 +64,11 @@ impl Operation {
 }
 
 /// Enqueues `operation` for `value` of the timeline `shared` on `stream`.
+///
+/// What may call a logger (a context's failure, which logs as it abandons its launches, and the
+/// warning of an operation left with no point after it) comes once the timeline's and the
+/// track's locks are released: a logger may call cuda-host back, even on this timeline and
+/// stream.
 pub(super) fn enqueue(
     shared: &Shared,
     stream: &Stream,
@@ -82,114 +87,141 @@ pub(super) fn enqueue(
     reclaim_on_launch();
     // A stream that marked points is watched for its context's failure when dropped.
     stream.note_launch();
-    stream.with_stream_context(|| {
-        let driver = context.driver();
-        let noted = |error: Error| {
+    let outcome = stream.with_stream_context(|| enqueue_locked(shared, stream, operation, value, device));
+    let unmarked = match outcome {
+        Ok(Enqueued::Marked) => return Ok(()),
+        Ok(Enqueued::Unmarked(error)) => error,
+        Err(error) => {
             if let Some(result) = error.driver_result() {
                 abandon_if_failed(context, result);
             }
-            error
-        };
-        // Held until the operation is enqueued: signals are checked and enqueued in order.
-        let mut enqueued = lock(&shared.enqueued);
-        if operation == Operation::Signal {
-            let above = enqueued
-                .signalled
-                .max(word.atomic().load(Ordering::Acquire));
-            if value <= above {
-                return Err(Error::InvalidArgument {
-                    what: format!(
-                        "a stream's signal of a timeline must be above its value and every signal \
-                         enqueued before ({above}), not {value}: a stream's signal is a store"
-                    ),
-                });
-            }
+            return Err(error);
         }
-        // Held until the operation is enqueued: a capture begun through cuda-host waits for it.
-        let window = EnqueueWindow::open(driver, stream.as_raw()).map_err(|error| match error {
-            Error::StreamCapturing { status } => Error::TimelineInCapture { status },
-            other => noted(other),
-        })?;
-        let stream_id = stream.id().map_err(|error| noted(error.into()))?;
-        let raw = window.stream();
-        let tracks = stream.context().tracks();
-        // Whether the operation went to the stream (or to a capture that took it).
-        let mut operated = false;
-        // The point after the operation is a write of the stream's track's word in the same
-        // batch where the track has a word to offer (`crate::tracks`), else an event's record.
-        let written = tracks.mark_written(context, raw, stream_id, |point| {
-            // SAFETY: a valid stream; `device` is the word's address in the stream's context
-            // (its pinned, portable, device-mapped memory), 8-byte aligned, kept until the
-            // stream passed the point marked after it (or for the life of the process); the
-            // point's address is its track's word, of the same memory.
-            unsafe { operate(driver, raw, device, shared.wide, operation, value, point) }
-                .map_err(noted)?;
-            operated = true;
-            Ok(())
-        });
-        if operated {
-            match operation {
-                Operation::Wait => enqueued.waited = enqueued.waited.max(value),
-                Operation::Signal => enqueued.signalled = value,
-            }
+    };
+    if let Some(result) = unmarked.driver_result() {
+        abandon_if_failed(context, result);
+    }
+    logged!(warn!(
+        "no stream point after a timeline's operation; its word is kept for the life of the \
+         process: {unmarked}"
+    ));
+    Ok(())
+}
+
+/// What [`enqueue_locked`] did, when the operation went to the stream.
+enum Enqueued {
+    /// With a point after it that holds the word until the stream passed it.
+    Marked,
+    /// With no point after it (marking failed with this error): the word is kept.
+    Unmarked(Error),
+}
+
+/// [`enqueue`]'s part under the timeline's lock, in the stream's context; the word's device
+/// address in that context is `device`.
+fn enqueue_locked(
+    shared: &Shared,
+    stream: &Stream,
+    operation: Operation,
+    value: u64,
+    device: CUdeviceptr,
+) -> Result<Enqueued> {
+    let word = shared.word();
+    let context = stream.shared_context();
+    let driver = context.driver();
+    // Held until the operation is enqueued: signals are checked and enqueued in order.
+    let mut enqueued = lock(&shared.enqueued);
+    if operation == Operation::Signal {
+        let above = enqueued
+            .signalled
+            .max(word.atomic().load(Ordering::Acquire));
+        if value <= above {
+            return Err(Error::InvalidArgument {
+                what: format!(
+                    "a stream's signal of a timeline must be above its value and every signal \
+                     enqueued before ({above}), not {value}: a stream's signal is a store"
+                ),
+            });
         }
-        let in_capture = |error| match error {
-            Error::PointInCapture { status } => Error::TimelineInCapture { status },
-            other => other,
-        };
-        let marked = match written {
-            Ok(Some(marked)) => marked,
-            Err(error) => {
-                // After the operation: a capture may have taken it with its point.
-                if operated {
-                    word.keep();
-                }
-                return Err(in_capture(error));
-            }
-            Ok(None) => {
-                // Asked again: a capture other code began since the check took the operation.
-                let taken = match capture_state(driver, raw) {
-                    Ok(None) => None,
-                    Ok(Some(status)) => Some(Error::TimelineInCapture { status }),
-                    Err(error) => Some(error),
-                };
-                if let Some(refusal) = taken {
-                    word.keep();
-                    return Err(refusal);
-                }
-                match tracks.mark(context, raw, stream_id) {
-                    Ok(marked) => marked,
-                    Err(error) => {
-                        // The operation is on the stream, live: nothing tells when the stream
-                        // passed it.
-                        word.keep();
-                        if let Error::PointInCapture { .. } = error {
-                            return Err(in_capture(error));
-                        }
-                        logged!(warn!(
-                            "no stream point after a timeline's operation; its word is kept for \
-                             the life of the process: {error}"
-                        ));
-                        return Ok(());
-                    }
-                }
-            }
-        };
-        let progress = Arc::clone(&marked.track) as Arc<dyn Progress>;
-        word.waits()
-            .note_stream(Arc::clone(&progress), marked.point, context.raw().addr());
-        // The word, and the context whose tracks its drains look at, stay until the stream
-        // passed the operation: this thread's hold of the word after its last operation on the
-        // stream, if that hold is still its newest there, now lasts until this one.
-        hold_or_extend(
-            &progress,
-            context,
-            marked.point,
-            Arc::as_ptr(word).addr(),
-            || (Arc::clone(word), stream.context().clone()),
-        );
+    }
+    // Held until the operation is enqueued: a capture begun through cuda-host waits for it.
+    let window = EnqueueWindow::open(driver, stream.as_raw()).map_err(|error| match error {
+        Error::StreamCapturing { status } => Error::TimelineInCapture { status },
+        other => other,
+    })?;
+    let stream_id = stream.id()?;
+    let raw = window.stream();
+    let tracks = stream.context().tracks();
+    // Whether the operation went to the stream (or to a capture that took it).
+    let mut operated = false;
+    // The point after the operation is a write of the stream's track's word in the same batch
+    // where the track has a word to offer (`crate::tracks`), else an event's record.
+    let written = tracks.mark_written(context, raw, stream_id, |point| {
+        // SAFETY: a valid stream; `device` is the word's address in the stream's context (its
+        // pinned, portable, device-mapped memory), 8-byte aligned, kept until the stream passed
+        // the point marked after it (or for the life of the process); the point's address is
+        // its track's word, of the same memory.
+        unsafe { operate(driver, raw, device, shared.wide, operation, value, point) }?;
+        operated = true;
         Ok(())
-    })
+    });
+    if operated {
+        match operation {
+            Operation::Wait => enqueued.waited = enqueued.waited.max(value),
+            Operation::Signal => enqueued.signalled = value,
+        }
+    }
+    let in_capture = |error| match error {
+        Error::PointInCapture { status } => Error::TimelineInCapture { status },
+        other => other,
+    };
+    let marked = match written {
+        Ok(Some(marked)) => marked,
+        Err(error) => {
+            // After the operation: a capture may have taken it with its point.
+            if operated {
+                word.keep();
+            }
+            return Err(in_capture(error));
+        }
+        Ok(None) => {
+            // Asked again: a capture other code began since the check took the operation.
+            let taken = match capture_state(driver, raw) {
+                Ok(None) => None,
+                Ok(Some(status)) => Some(Error::TimelineInCapture { status }),
+                Err(error) => Some(error),
+            };
+            if let Some(refusal) = taken {
+                word.keep();
+                return Err(refusal);
+            }
+            match tracks.mark(context, raw, stream_id) {
+                Ok(marked) => marked,
+                Err(error) => {
+                    // The operation is on the stream, live: nothing tells when the stream
+                    // passed it.
+                    word.keep();
+                    if let Error::PointInCapture { .. } = error {
+                        return Err(in_capture(error));
+                    }
+                    return Ok(Enqueued::Unmarked(error));
+                }
+            }
+        }
+    };
+    let progress = Arc::clone(&marked.track) as Arc<dyn Progress>;
+    word.waits()
+        .note_stream(Arc::clone(&progress), marked.point, context.raw().addr());
+    // The word, and the context whose tracks its drains look at, stay until the stream passed
+    // the operation: this thread's hold of the word after its last operation on the stream, if
+    // that hold is still its newest there, now lasts until this one.
+    hold_or_extend(
+        &progress,
+        context,
+        marked.point,
+        Arc::as_ptr(word).addr(),
+        || (Arc::clone(word), stream.context().clone()),
+    );
+    Ok(Enqueued::Marked)
 }
 
 /// Enqueues the operation on `stream`, in one `cuStreamBatchMemOp` with the write of `point`
