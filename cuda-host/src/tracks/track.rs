@@ -68,7 +68,7 @@
 //! completed.
 
 use crate::checked::checked;
-use crate::contained_log::logged;
+use crate::contained_log::{holding_logs, logged};
 use crate::error::{Error, Result};
 use crate::launch::{
     ContextShared, Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed,
@@ -305,19 +305,20 @@ impl Track {
             // SAFETY: events of this track the look took from its pool, used by nobody after.
             .filter_map(|event| unsafe { destroy_event(&self.driver, event) }.err())
             .collect();
-        // What may log ends the look first: a logger may call cuda-host back, which may look at
-        // this track again on this thread.
+        // What may log ends the look first, and gives the thread its capture interaction mode
+        // back: a logger may call cuda-host back, which may look at this track again on this
+        // thread, and runs in the mode its thread chose.
         drop(looking);
+        let relaxed = relaxed.map(drop);
         for error in failed_destroys {
             logged!(error!(
                 "cannot destroy an event of the stream points: {error}"
             ));
         }
-        match relaxed {
-            Ok(mode) => drop(mode),
-            Err(error) => logged!(warn!(
+        if let Err(error) = relaxed {
+            logged!(warn!(
                 "a look at stream points waits for the next one: {error}"
-            )),
+            ));
         }
         if let Some(error) = after.failed_query {
             logged!(warn!("cuEventQuery of a stream point failed: {error}"));
@@ -787,14 +788,18 @@ impl ContextTracks {
         Ok(())
     }
 
-    /// The track of the stream `stream_id`, given one if it has none.
+    /// The track of the stream `stream_id`, given one if it has none. A track is taken back
+    /// after a look (`take_back_if_quiet`), whose log calls wait until the table's lock is
+    /// released: a logger may call cuda-host back to mark a point on another stream.
     fn track_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Track>> {
-        let state = &mut *lock(&self.state);
-        let tracks = &mut state.tracks;
-        state.leases.of(stream_id, || {
-            let track = Arc::new(Track::new(shared.driver_arc(), self.context));
-            tracks.push(Arc::clone(&track));
-            Ok(vec![track])
+        holding_logs(|| {
+            let state = &mut *lock(&self.state);
+            let tracks = &mut state.tracks;
+            state.leases.of(stream_id, || {
+                let track = Arc::new(Track::new(shared.driver_arc(), self.context));
+                tracks.push(Arc::clone(&track));
+                Ok(vec![track])
+            })
         })
     }
 
