@@ -25,6 +25,7 @@ use crate::observe::{self, Points};
 use crate::sync::lock;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::mem::take;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -271,14 +272,15 @@ pub(crate) fn release_passed(look: Look) -> usize {
             if held.count.get() == 0 {
                 return 0;
             }
-            let Ok(mut queues) = held.queues.try_borrow_mut() else {
+            // Taken out for the looks, which may log: a logger may call cuda-host back and hold
+            // records on this thread meanwhile (a release, a timeline's operation), which then
+            // go to the queues left in their place.
+            let Ok(mut queues) = held.queues.try_borrow_mut().map(|mut queues| take(&mut *queues))
+            else {
                 return 0;
             };
-            let released: usize = queues
-                .iter_mut()
-                .map(|queue| queue.release_passed(look))
-                .sum();
-            queues.retain(|queue| !queue.records.is_empty());
+            let released = release_from(&mut queues, look);
+            merge(&mut held.queues.borrow_mut(), queues);
             held.count.set(held.count.get() - released);
             released
         })
@@ -286,12 +288,10 @@ pub(crate) fn release_passed(look: Look) -> usize {
     if ORPHANED.load(Ordering::SeqCst) != 0
         && let Some(_draining) = DrainingOrphans::begin()
     {
-        let mut orphans = lock(&ORPHANS);
-        let from_orphans: usize = orphans
-            .iter_mut()
-            .map(|queue| queue.release_passed(look))
-            .sum();
-        orphans.retain(|queue| !queue.records.is_empty());
+        // Taken out too: the looks hold no lock a thread that exits meanwhile takes.
+        let mut orphans = take(&mut *lock(&ORPHANS));
+        let from_orphans = release_from(&mut orphans, look);
+        merge(&mut lock(&ORPHANS), orphans);
         ORPHANED.fetch_sub(from_orphans, Ordering::SeqCst);
         released += from_orphans;
     }
@@ -301,9 +301,37 @@ pub(crate) fn release_passed(look: Look) -> usize {
     released
 }
 
-/// The calling thread's drain of the exited threads' queues, which holds their list's lock: a
-/// drain it leads to on the same thread (a logger calling [`reclaim`](crate::reclaim) back) leaves
-/// them to it rather than wait for itself. Ends when dropped, also on unwind.
+/// Hands the records of `queues` whose points were passed to their homes, dropping the queues
+/// left empty; returns how many.
+fn release_from(queues: &mut Vec<Queue>, look: Look) -> usize {
+    let released = queues
+        .iter_mut()
+        .map(|queue| queue.release_passed(look))
+        .sum();
+    queues.retain(|queue| !queue.records.is_empty());
+    released
+}
+
+/// Puts `taken`, queues a drain took out of `queues`, back, with the records held meanwhile
+/// (in `queues` now) in their points' order.
+fn merge(queues: &mut Vec<Queue>, taken: Vec<Queue>) {
+    let added = std::mem::replace(queues, taken);
+    for mut queue in added {
+        let Some(into) = queues.iter_mut().find(|into| into.is_for(&queue.progress)) else {
+            queues.push(queue);
+            continue;
+        };
+        let last = queue.records.len();
+        for (index, (point, record)) in queue.records.drain(..).enumerate() {
+            let key = if index + 1 == last { queue.last_key } else { 0 };
+            insert(into, point, key, record);
+        }
+    }
+}
+
+/// The calling thread's drain of the exited threads' queues: a drain it leads to on the same
+/// thread (a logger calling [`reclaim`](crate::reclaim) back) leaves them to it. Ends when
+/// dropped, also on unwind.
 struct DrainingOrphans;
 
 thread_local! {
