@@ -46,8 +46,8 @@ pub(crate) enum Look {
     /// [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher of futures (which
     /// paces itself).
     Fresh,
-    /// Only if nobody looked for a while (at most every 50 µs): the drain of a launch and the
-    /// poll of a future, which must stay cheap.
+    /// Only if no look asked after the same points for a while (at most every 50 µs): the
+    /// drain of a launch and the poll of a future, which must stay cheap.
     Paced,
 }
 

@@ -35,13 +35,15 @@
 //! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher, which paces itself);
 //! a look [`Look::Paced`] (a launch's drain, when its thread's drains look at all,
 //! `crate::launch::held`; a future's poll while the watcher does not have its track on its
-//! list) only when nobody looked at the track for `PACED_LOOK` (50 µs). One thread looks at a
-//! track at a time (`Track::looking`); only looks take a point's event out of the pending ones,
-//! so a look's query never meets an event that is recorded again; and the context's tracks, when
-//! dropped, wait for a look under way and close their tracks to later ones, so no look queries a
-//! destroyed event. Every look runs in the relaxed capture interaction mode (`Track::look_for`),
-//! and logs only once it ended, so that a logger may call cuda-host back, even to look at the
-//! same track (`AfterLook`).
+//! list) only when no look asked after the track's first pending point for `PACED_LOOK` (50 µs):
+//! a look for a later point that finds it pending says nothing of the points before. One thread
+//! looks at a track at a time (`Track::looking`); only looks take a point's event out of the
+//! pending ones, so a look's query never meets an event that is recorded again; and the
+//! context's tracks, when dropped, wait for a look under way and close their tracks to later
+//! ones, so no look queries a destroyed event. Every look runs in the relaxed capture
+//! interaction mode (`Track::look_for`), and every log call in it, its own or one of what it
+//! calls (a failure it is the first to see), is made once it ended, so that a logger may call
+//! cuda-host back, even to look at the same track (`AfterLook`, `holding_logs`).
 //!
 //! **Records a capture took.** A point's number and event join the pending ones only once its
 //! record returned and the stream was asked again whether it is capturing (`ContextTracks::mark`),
@@ -106,7 +108,8 @@ pub(crate) struct Track {
     last_written: AtomicU64,
     /// The highest point seen passed.
     high: AtomicU64,
-    /// When the track was last looked at, in nanoseconds since `epoch()`.
+    /// When a look last asked after the track's first pending point, in nanoseconds since
+    /// `epoch()`.
     looked: AtomicU64,
     /// Whether a thread queries the track's events now (one at a time), or the events are gone
     /// (`IDLE`, `LOOKING`, `CLOSED`).
@@ -286,7 +289,20 @@ impl Track {
         let Some(looking) = looking else {
             return high;
         };
-        self.looked.store(now, Ordering::Relaxed);
+        // A look for a later point that finds it pending says nothing of the points before it:
+        // only a look for the first pending point keeps paced looks away.
+        if point <= high + 1 {
+            self.looked.store(now, Ordering::Relaxed);
+        }
+        // Every log call of the look, its own and those of what it calls (a failure its query
+        // is the first to see, which logs as it abandons the context's launches), is made once
+        // it ended: a logger may call cuda-host back, even to look at this track.
+        holding_logs(|| self.search_and_end(point, looking))
+    }
+
+    /// The part of [`look_for`](Self::look_for) that holds the track (`looking`): the search for
+    /// `point`, then the end of the look, then its log calls.
+    fn search_and_end(&self, point: u64, looking: Looking<'_>) -> u64 {
         // In the relaxed capture interaction mode, cuda-host's looks never break a capture, its
         // own or other code's, as long as the events they query hold no capture's record
         // (`ContextTracks::mark`).
