@@ -91,15 +91,21 @@ impl Waits {
         waker: &Waker,
         registration: Option<Registration>,
     ) -> crate::error::Result<Registration> {
+        // A waker's clone and its drop are the executor's code, which may call cuda-host:
+        // neither under the lock.
+        let mut waker = waker.clone();
         let mut state = lock(&self.state);
-        if let Some(registration) = registration
-            && let Some(replaced) = state.waiters.update(registration, waker)
-        {
-            drop(state);
-            drop(replaced); // a waker's drop is the executor's code: not under the lock
-            return Ok(registration);
+        if let Some(registration) = registration {
+            match state.waiters.update(registration, waker) {
+                Ok(let_go) => {
+                    drop(state);
+                    drop(let_go);
+                    return Ok(registration);
+                }
+                Err(unused) => waker = unused,
+            }
         }
-        let registration = state.waiters.insert(value, waker.clone());
+        let registration = state.waiters.insert(value, waker);
         // Sequentially consistent with a signal's raise and its read of the count: either the
         // signal sees this waiter, or the caller's look after this sees the signal's value.
         self.waiting.fetch_add(1, Ordering::SeqCst);

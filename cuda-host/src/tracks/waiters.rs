@@ -78,15 +78,22 @@ impl Waiters {
             .binary_search_by_key(&registration.key(), |(queued, _)| queued.key())
     }
 
-    /// Gives `registration` the waker `waker`: `None` when it is not registered (it was
-    /// woken), else the waker it replaced, if it did not wake the same task.
+    /// Gives `registration` the waker `waker`, unless its own wakes the same task: `Err(waker)`
+    /// when it is not registered (it was woken), else the waker let go (the one replaced, or
+    /// `waker`), for the caller to drop outside the lock.
     pub(crate) fn update(
         &mut self,
         registration: Registration,
-        waker: &Waker,
-    ) -> Option<Option<Waker>> {
-        let registered = self.waker_mut(registration)?;
-        Some((!registered.will_wake(waker)).then(|| std::mem::replace(registered, waker.clone())))
+        waker: Waker,
+    ) -> Result<Waker, Waker> {
+        let Some(registered) = self.waker_mut(registration) else {
+            return Err(waker);
+        };
+        Ok(if registered.will_wake(&waker) {
+            waker
+        } else {
+            std::mem::replace(registered, waker)
+        })
     }
 
     /// Takes `registration` back, if it was not woken yet.
@@ -183,12 +190,17 @@ mod tests {
         waiters.take_up_to(4, false, &mut woken);
         assert_eq!(woken.len(), 2, "both of point 3");
         assert_eq!((waiters.len(), waiters.first()), (2, Some(5)));
-        assert!(waiters.update(ids[2], Waker::noop()).is_none(), "woken");
+        assert!(
+            waiters.update(ids[2], Waker::noop().clone()).is_err(),
+            "woken"
+        );
         // Another task's waker replaces the registered one, which is handed back; the same
-        // task's replaces nothing.
+        // task's replaces nothing, and is handed back itself.
         let task = Waker::from(std::sync::Arc::new(Task));
-        assert!(matches!(waiters.update(ids[0], &task), Some(Some(_))));
-        assert!(matches!(waiters.update(ids[0], &task.clone()), Some(None)));
+        let let_go = waiters.update(ids[0], task.clone()).expect("registered");
+        assert!(!let_go.will_wake(&task), "the one replaced");
+        let let_go = waiters.update(ids[0], task.clone()).expect("registered");
+        assert!(let_go.will_wake(&task), "the same task's, unused");
         waiters.take_up_to(0, true, &mut woken);
         assert_eq!(woken.len(), 4);
         assert!(waiters.is_empty());
@@ -220,7 +232,9 @@ mod tests {
         assert_eq!(waiters.first(), Some(0));
         // Each registration is found again, in the queue or beside it.
         for registration in &registrations {
-            let registered = waiters.update(*registration, Waker::noop()).is_some();
+            let registered = waiters
+                .update(*registration, Waker::noop().clone())
+                .is_ok();
             let point = registration.point;
             assert_eq!(registered, expected.contains(&point), "point {point}");
         }

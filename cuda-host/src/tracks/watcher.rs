@@ -151,16 +151,22 @@ pub(crate) fn register(
     registration: Option<Registration>,
 ) -> Result<Registration> {
     let thread = THREAD.get()?;
+    // A waker's clone and its drop are the executor's code, which may call cuda-host: neither
+    // under the lock.
+    let mut waker = waker.clone();
     let mut waiters = lock(&track.waiters);
-    if let Some(registration) = registration
-        && let Some(replaced) = waiters.update(registration, waker)
-    {
-        drop(waiters);
-        drop(replaced); // a waker's drop is the executor's code: not under the lock
-        return Ok(registration);
+    if let Some(registration) = registration {
+        match waiters.update(registration, waker) {
+            Ok(let_go) => {
+                drop(waiters);
+                drop(let_go);
+                return Ok(registration);
+            }
+            Err(unused) => waker = unused,
+        }
     }
     let refilled = waiters.is_empty() && waiters.listed;
-    let registration = waiters.insert(point, waker.clone());
+    let registration = waiters.insert(point, waker);
     waiters.empty_since = None;
     let unlisted = !std::mem::replace(&mut waiters.listed, true);
     if unlisted {
