@@ -11,6 +11,7 @@
 //!
 //! What a scope promises, exactly, is written at [`HostCopyScope`].
 
+use crate::contained_log::logged;
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
@@ -120,9 +121,7 @@ pub unsafe extern "C" fn host_copy_fn(user_data: *mut c_void) {
     }
     if let Err(error) = copy.check() {
         // A panicking logger must not unwind into the driver.
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            log::error!("host_copy_fn copied nothing: {error}");
-        }));
+        logged!(error!("host_copy_fn copied nothing: {error}"));
         return;
     }
     // SAFETY: per the caller; the ranges were checked not to overlap.

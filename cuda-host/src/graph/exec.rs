@@ -13,6 +13,7 @@
 use super::engine_node::{self, ExecNode};
 use super::graph::{Graph, HostNode};
 use super::user_object;
+use crate::contained_log::logged;
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::handle::SendHandle;
@@ -114,7 +115,7 @@ impl ExecutableCallables {
         }
         let raw = stream.as_raw();
         if let Err(error) = self.record_fence(raw) {
-            log::warn!("a launch's fence could not be recorded: {error}");
+            logged!(warn!("a launch's fence could not be recorded: {error}"));
             self.unfenced = true;
         }
     }
