@@ -61,6 +61,7 @@ const OPERATIONS: &[(&str, &[&str])] = &[
         "release_in_stream_order",
         &[
             "a panic",
+            "a logger that calls cuda-host",
             "capture before",
             "capture between",
             "context failure",
@@ -113,14 +114,31 @@ const OPERATIONS: &[(&str, &[&str])] = &[
     ("Timeline::signal", &["a panic"]),
     (
         "Timeline::enqueue_wait",
-        &["capture before", "capture between", "context failure"],
+        &[
+            "a logger that calls cuda-host",
+            "capture before",
+            "capture between",
+            "context failure",
+        ],
     ),
     (
         "Timeline::enqueue_signal",
-        &["capture before", "capture between", "context failure"],
+        &[
+            "a logger that calls cuda-host",
+            "capture before",
+            "capture between",
+            "context failure",
+        ],
     ),
     ("Timeline::wait", &["context failure"]),
-    ("Timeline::reached", &["a panic", "context failure"]),
+    (
+        "Timeline::reached",
+        &[
+            "a panic",
+            "a logger that calls cuda-host",
+            "context failure",
+        ],
+    ),
     ("Timeline::drop", &["a panicking logger"]),
 ];
 

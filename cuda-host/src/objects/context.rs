@@ -7,7 +7,7 @@ use crate::launch::{
     in_host_function, outside_host_function, reclaim, unless_capture_forbids,
 };
 use crate::polled::ContextLanes;
-use crate::tracks::ContextTracks;
+use crate::tracks::{ContextTracks, Synchronizing};
 use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};
 use std::ffi::{CStr, c_char};
 use std::mem::ManuallyDrop;
@@ -295,12 +295,18 @@ impl Context {
         self.state.lanes.get_or_init(ContextLanes::default)
     }
 
-    /// Tells the context's stream points, if any, that a synchronize of `stream` (of the whole
-    /// context, with `None`) returned.
-    pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
-        if let Some(tracks) = self.state.tracks.get() {
-            tracks.synchronized(stream);
-        }
+    /// What a synchronize of `stream` (of the whole context, with `None`) that begins now will
+    /// have passed of the context's stream points, if it has any: told when it returned.
+    pub(crate) fn synchronizing(&self, stream: Option<CUstream>) -> Option<Synchronizing> {
+        self.state
+            .tracks
+            .get()
+            .map(|tracks| tracks.synchronizing(stream))
+    }
+
+    /// The context's stream points, if any were marked.
+    pub(crate) fn tracks_if_made(&self) -> Option<&ContextTracks> {
+        self.state.tracks.get()
     }
 
     /// The driver's handle.
@@ -343,6 +349,7 @@ impl Context {
         ensure_outside_host_function("Context::synchronize")?;
         let driver = self.shared().driver();
         // A drop error stored earlier may be the failure itself: answered here, it waits too.
+        let synchronizing = self.synchronizing(None);
         let synchronized = self.shared().take_drop_error().and_then(|()| {
             self.shared()
                 .with_current(|| {
@@ -352,7 +359,7 @@ impl Context {
                 .and_then(|answer| answer.map_err(Error::from))
         });
         match synchronized.as_ref().err().and_then(Error::driver_result) {
-            None if synchronized.is_ok() => self.synchronized(None),
+            None if synchronized.is_ok() => synchronizing.into_iter().for_each(Synchronizing::returned),
             Some(result) => abandon_if_failed_then_wait(self.shared(), result, None),
             None => {}
         }

@@ -6,8 +6,10 @@
 use super::host_engine::{HostEngine, HostEngineRefused};
 use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
+use crate::contained_log::logged;
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
+use crate::tracks::Synchronizing;
 use crate::launch::{
     ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
     ensure_outside_host_function, in_host_function, reclaim, watch_stream,
@@ -299,11 +301,12 @@ impl Stream {
         ensure_outside_host_function("Stream::synchronize")?;
         let shared = self.context.shared();
         let synchronized = self.with_stream_context(|| {
+            // Where the special streams resolve against the current context.
+            let synchronizing = self.context.synchronizing(Some(self.raw));
             // SAFETY: the stream handle is valid while `self` exists.
             let synchronized = unsafe { checked!(shared.driver(), cuStreamSynchronize(self.raw)) };
             if synchronized.is_ok() {
-                // Where the special streams resolve against the current context.
-                self.context.synchronized(Some(self.raw));
+                synchronizing.into_iter().for_each(Synchronizing::returned);
             }
             Ok(synchronized)
         });
@@ -378,9 +381,30 @@ impl Stream {
     }
 }
 
+impl Stream {
+    /// Marks a point after written points a capture left unread on the stream's track, if
+    /// nothing follows them (`crate::tracks`): what holds the timelines' words they were the
+    /// points of sees them passed once the stream passed that one.
+    fn mark_after_unread_points(&self) {
+        let Some(tracks) = self.context.tracks_if_made() else {
+            return;
+        };
+        let marked = self.with_stream_context(|| {
+            let id = self.id()?;
+            tracks.mark_after_unread(self.context.shared(), self.raw, id)
+        });
+        if let Err(error) = marked {
+            logged!(debug!("no point after a dropped stream's unread points: {error}"));
+        }
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         let launched = *self.launched.get_mut();
+        if launched && !in_host_function() {
+            self.mark_after_unread_points();
+        }
         if self.ownership != Ownership::Owned {
             if !launched {
                 return;
@@ -389,7 +413,7 @@ impl Drop for Stream {
                 // Deferred, a call could reach a borrowed handle after its owner destroyed it;
                 // records a failed context never runs are then reclaimed when a call answers the
                 // failure.
-                log::debug!("a stream wrapper dropped inside a host function is not watched");
+                logged!(debug!("a stream wrapper dropped inside a host function is not watched"));
                 return;
             }
             let shared = self.context.shared();
@@ -398,7 +422,7 @@ impl Drop for Stream {
                 Ok(())
             });
             if let Err(error) = watched {
-                log::error!("cannot watch a dropped stream for its context's failure: {error}");
+                logged!(error!("cannot watch a dropped stream for its context's failure: {error}"));
             }
             reclaim();
             return;

@@ -8,8 +8,10 @@
 //! held values of releases look at a track through `crate::launch`'s `Progress`.
 //!
 //! **Exact.** Each point has an event of its own until it is seen passed (no ring that a later
-//! point records again), so a point is seen passed at the first look after its stream passed
-//! it, however many points follow it, and never before; there is no cap on the points in flight.
+//! point records again), or a number written into its track's word, so a point is seen passed at
+//! the first look after its stream passed it, however many points follow it, and never before;
+//! there is no cap on the points in flight. (Written points whose word a capture took are seen
+//! passed later: with the next point, a synchronize, or the stream's drop; `track`.)
 //!
 //! **Looks never break a capture.** An event query is a "potentially unsafe" call: made in the
 //! driver's default capture interaction mode while any thread captures in global mode, it is
@@ -23,6 +25,6 @@ mod track;
 mod waiters;
 pub(crate) mod watcher;
 
-pub(crate) use track::{ContextTracks, PointWrite, Track};
+pub(crate) use track::{ContextTracks, PointWrite, Synchronizing, Track};
 pub(crate) use waiters::{Registration, Waiters};
 pub(crate) use watcher::{Watched, watch};

@@ -19,9 +19,15 @@
 //! anything: a written point costs no query, and the stream no call of its own. A written point
 //! holds no event (null in `Events::pending`); a look that finds the word short of it queries the
 //! track's probe instead, an event never recorded, which answers only the context's sticky
-//! error, so that the failure is learnt as for other points. A write a capture may have taken
-//! would write an old number whenever the graph runs: the word is then taken from the track,
-//! never read again, and its written points pass with a later point.
+//! error, so that the failure is learnt as for other points. The word holds 32 bits: a look
+//! takes them as the newest number not after the last written point (`written_passed`), so a word
+//! older than the points seen passed since says nothing, however many passed. The word is one
+//! the context had free (a timeline leaves one), never allocated for the track: an allocation
+//! would break another thread's global capture. A write a capture may have taken would write an
+//! old number whenever the graph runs: the word is then taken from the track, never read again,
+//! and its written points are *unread*: they pass with a later point recorded on an event, with a
+//! synchronize of the stream (`Synchronizing`), or with the point the stream marks when dropped
+//! (`ContextTracks::mark_after_unread`).
 //!
 //! **Looks.** Events, not memory writes (see `crate::points`): recording an event costs the
 //! enqueuing thread 0.13 µs on an H200, a 32-bit stream memory write 0.8 µs; a look costs a
@@ -297,19 +303,33 @@ impl Track {
         // Every log call of the look, its own and those of what it calls (a failure its query
         // is the first to see, which logs as it abandons the context's launches), is made once
         // it ended: a logger may call cuda-host back, even to look at this track.
-        holding_logs(|| self.search_and_end(point, looking))
+        holding_logs(|| self.holding(looking, |after| self.search(point, after)))
     }
 
-    /// The part of [`look_for`](Self::look_for) that holds the track (`looking`): the search for
-    /// `point`, then the end of the look, then its log calls.
-    fn search_and_end(&self, point: u64, looking: Looking<'_>) -> u64 {
+    /// Records that the stream passed every point up to `point`, without a query: a synchronize
+    /// of the stream that began after `point` was issued returned (`Synchronizing`). Unlike a
+    /// look, it sees written points a capture left unread pass too.
+    fn synchronized_up_to(&self, point: u64) {
+        if self.high.load(Ordering::Acquire) >= point {
+            return;
+        }
+        let Some(looking) = Looking::begin(&self.looking) else {
+            return;
+        };
+        holding_logs(|| self.holding(looking, |after| self.pass(point, after)));
+    }
+
+    /// Runs `body`, the part of a look that holds the track (`looking`), in the relaxed capture
+    /// interaction mode, then ends the look, then makes its log calls; `body`'s answer, the
+    /// highest point seen passed.
+    fn holding(&self, looking: Looking<'_>, body: impl FnOnce(&mut AfterLook) -> u64) -> u64 {
         // In the relaxed capture interaction mode, cuda-host's looks never break a capture, its
         // own or other code's, as long as the events they query hold no capture's record
         // (`ContextTracks::mark`).
         let relaxed = RelaxedCaptureMode::enter(&self.driver);
         let mut after = AfterLook::default();
         let seen = match relaxed {
-            Ok(_) => self.search(point, &mut after),
+            Ok(_) => body(&mut after),
             Err(_) => self.high.load(Ordering::Acquire),
         };
         // Destroyed while the look holds the track, so before the context's tracks can be
@@ -430,11 +450,12 @@ impl Track {
                 return high;
             }
         }
-        let mut wanted = wanted.clamp(high + 1, issued);
-        if self.unread(wanted) {
-            // Nothing tells when the stream passed it but a later point: the newest answers.
-            wanted = issued;
-        }
+        let Some(wanted) = self.readable_from(wanted.clamp(high + 1, issued)) else {
+            // Only written points a capture left unread: nothing tells when the stream passed
+            // them but a later point or a synchronize. The probe still answers a failure.
+            let _ = self.answer(issued, after);
+            return high;
+        };
         let newest_pending = if wanted < issued && self.caught_up.load(Ordering::Relaxed) {
             match self.answer(issued, after) {
                 Answer::Passed => return self.pass(issued, after),
@@ -511,17 +532,34 @@ impl Track {
         (named > high).then(|| named.min(issued))
     }
 
-    /// Whether `point` is a written point of a word taken from the track
-    /// ([`ContextTracks::mark_written`]): only a later point's passing shows it passed.
-    fn unread(&self, point: u64) -> bool {
+    /// The first pending point from `point` on that a look can read: `point` itself, unless it
+    /// is a written point of a word taken from the track ([`ContextTracks::mark_written`]),
+    /// which only a later point's passing shows passed; then the first later point recorded on
+    /// an event, if any.
+    fn readable_from(&self, point: u64) -> Option<u64> {
         if !self.written.load(Ordering::Acquire).is_null() {
-            return false;
+            return Some(point);
         }
         let events = lock(&self.events);
-        let index = point.checked_sub(events.first).map(|index| index as usize);
-        index
-            .and_then(|index| events.pending.get(index))
-            .is_some_and(|event| event.is_null())
+        let Some(index) = point.checked_sub(events.first) else {
+            return Some(point);
+        };
+        events
+            .pending
+            .iter()
+            .skip(index as usize)
+            .position(|event| !event.is_null())
+            .map(|later| point + later as u64)
+    }
+
+    /// Whether the track has written points a capture left unread (see
+    /// [`readable_from`](Self::readable_from)) and no later point recorded on an event.
+    fn unread_at_the_end(&self) -> bool {
+        self.written.load(Ordering::Acquire).is_null()
+            && lock(&self.events)
+                .pending
+                .back()
+                .is_some_and(|event| event.is_null())
     }
 
     /// Whether the pending point `point` was passed: a query of its event, or, for a written
@@ -819,16 +857,16 @@ impl ContextTracks {
         })
     }
 
-    /// A synchronize of `stream` (of the whole context, with `None`) returned: every point
-    /// marked on it before is passed, which its track sees now rather than at its next look.
-    pub(crate) fn synchronized(&self, stream: Option<CUstream>) {
+    /// A synchronize of `stream` (of the whole context, with `None`) begins: what it will have
+    /// passed once it returned, every point marked on it so far.
+    pub(crate) fn synchronizing(&self, stream: Option<CUstream>) -> Synchronizing {
         let tracks: Vec<Arc<Track>> = match stream {
             None => lock(&self.state).leases.lent().cloned().collect(),
             Some(stream) => {
                 let mut id = 0;
                 // SAFETY: a live stream of the caller's; a valid out-pointer.
                 if unsafe { checked!(&self.driver, cuStreamGetId(stream, &mut id)) }.is_err() {
-                    return;
+                    return Synchronizing(Vec::new());
                 }
                 lock(&self.state)
                     .leases
@@ -838,9 +876,39 @@ impl ContextTracks {
                     .collect()
             }
         };
-        for track in tracks {
-            track.look(Look::Fresh);
+        Synchronizing(
+            tracks
+                .into_iter()
+                .map(|track| {
+                    let issued = track.issued();
+                    (track, issued)
+                })
+                .collect(),
+        )
+    }
+
+    /// Marks a point on `stream` (whose id is `stream_id`, of `shared`) after written points a
+    /// capture left unread, when nothing follows them on its track: only a later point's passing
+    /// shows them passed (or a synchronize), and the stream, about to go, would give none. Does
+    /// nothing on a capturing stream; the context must be current where the driver resolves a
+    /// special stream against it.
+    ///
+    /// # Errors
+    /// As [`mark`](Self::mark), and the driver's error of `cuStreamIsCapturing`.
+    pub(crate) fn mark_after_unread(
+        &self,
+        shared: &Arc<ContextShared>,
+        stream: CUstream,
+        stream_id: u64,
+    ) -> Result<()> {
+        let track = lock(&self.state).leases.lent_to(stream_id).cloned();
+        if !track.is_some_and(|track| track.unread_at_the_end()) {
+            return Ok(());
         }
+        if capture_state(&self.driver, stream)?.is_some() {
+            return Ok(());
+        }
+        self.mark(shared, stream, stream_id).map(drop)
     }
 
     /// How many tracks serve a stream now, and how many exist (for tests).
@@ -848,6 +916,20 @@ impl ContextTracks {
     fn sizes(&self) -> (usize, usize) {
         let state = lock(&self.state);
         (state.leases.lent().count(), state.tracks.len())
+    }
+}
+
+/// What a synchronize under way will have passed: each track of the streams it waits for, with
+/// the last point marked on it before it began ([`ContextTracks::synchronizing`]).
+pub(crate) struct Synchronizing(Vec<(Arc<Track>, u64)>);
+
+impl Synchronizing {
+    /// The synchronize returned: every point marked before it began is passed, written points a
+    /// capture left unread among them, which the tracks see now rather than at a later look.
+    pub(crate) fn returned(self) {
+        for (track, issued) in self.0 {
+            track.synchronized_up_to(issued);
+        }
     }
 }
 

@@ -641,3 +641,32 @@ fn a_track_takes_no_word_but_a_free_one_and_allocates_none() {
     let marked = written(&tracks, &shared, stream, 31);
     assert_eq!(marked.point, 1, "a word given back is taken");
 }
+
+#[test]
+fn points_after_written_points_left_unread_are_seen_passed_without_the_newest() {
+    let driver = fakes();
+    let shared = fake_driver::context(&driver);
+    let tracks = ContextTracks::new(&shared);
+    let stream = 0x7f_usize;
+    // Written point 1 (record 0); a capture takes the next batch (record 1) and the word.
+    let track = written(&tracks, &shared, stream, 33).track;
+    with_streams(|fake| fake.capturing_once.push(stream));
+    assert!(
+        tracks
+            .mark_written(&shared, stream as CUstream, 33, enqueue_on(stream))
+            .is_err()
+    );
+    // Points 2 and 3 on events (records 2 and 3).
+    for point in [2, 3] {
+        let marked = tracks
+            .mark(&shared, stream as CUstream, 33)
+            .expect("marked");
+        assert_eq!(marked.point, point);
+    }
+    // The stream ran point 2's record, not point 3's: the unread point 1 passed with point 2,
+    // whatever the newest says.
+    complete(stream, 3);
+    assert_eq!(track.look(Look::Fresh), 2);
+    complete(stream, 4);
+    assert_eq!(track.look(Look::Fresh), 3);
+}
