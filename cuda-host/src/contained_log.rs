@@ -76,7 +76,11 @@ pub(crate) fn holding_logs<T>(call: impl FnOnce() -> T) -> T {
 
 /// Holds a call at `level` from `target` whose message `message` formats, if the thread runs
 /// inside [`holding_logs`]; whether it did.
-pub(crate) fn held(level: log::Level, target: &'static str, message: impl FnOnce() -> String) -> bool {
+pub(crate) fn held(
+    level: log::Level,
+    target: &'static str,
+    message: impl FnOnce() -> String,
+) -> bool {
     HELD.try_with(|held| {
         let Ok(mut held) = held.try_borrow_mut() else {
             return false;

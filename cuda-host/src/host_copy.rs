@@ -11,8 +11,8 @@
 //!
 //! What a scope promises, exactly, is written at [`HostCopyScope`].
 
-use crate::contained_log::logged;
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
 use crate::launch::{

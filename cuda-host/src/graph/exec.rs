@@ -13,8 +13,8 @@
 use super::engine_node::{self, ExecNode};
 use super::graph::{Graph, HostNode};
 use super::user_object;
-use crate::contained_log::logged;
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::handle::SendHandle;
 use crate::launch::{

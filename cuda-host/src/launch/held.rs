@@ -275,7 +275,10 @@ pub(crate) fn release_passed(look: Look) -> usize {
             // Taken out for the looks, which may log: a logger may call cuda-host back and hold
             // records on this thread meanwhile (a release, a timeline's operation), which then
             // go to the queues left in their place.
-            let Ok(mut queues) = held.queues.try_borrow_mut().map(|mut queues| take(&mut *queues))
+            let Ok(mut queues) = held
+                .queues
+                .try_borrow_mut()
+                .map(|mut queues| take(&mut *queues))
             else {
                 return 0;
             };

@@ -359,7 +359,9 @@ impl Context {
                 .and_then(|answer| answer.map_err(Error::from))
         });
         match synchronized.as_ref().err().and_then(Error::driver_result) {
-            None if synchronized.is_ok() => synchronizing.into_iter().for_each(Synchronizing::returned),
+            None if synchronized.is_ok() => {
+                synchronizing.into_iter().for_each(Synchronizing::returned)
+            }
             Some(result) => abandon_if_failed_then_wait(self.shared(), result, None),
             None => {}
         }

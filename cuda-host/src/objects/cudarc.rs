@@ -13,8 +13,8 @@
 
 use super::keep_alive::KeepAlive;
 use super::{Context, Stream};
-use crate::contained_log::logged;
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::ensure_outside_host_function;
 use cuda_host_sys::{CUcontext, CUresult, CUstream, Driver};
@@ -185,11 +185,15 @@ impl<T> Drop for Held<T> {
                 // the drop could only destroy `self.context`, which it is not.
                 let restored = unsafe { checked!(&self.driver, cuCtxSetCurrent(previous)) };
                 if let Err(error) = restored {
-                    logged!(error!("cannot make the previous context current again: {error}"));
+                    logged!(error!(
+                        "cannot make the previous context current again: {error}"
+                    ));
                 }
             }
             Err(error) => {
-                logged!(error!("cannot tell which context to make current again: {error}"));
+                logged!(error!(
+                    "cannot tell which context to make current again: {error}"
+                ));
             }
         }
     }

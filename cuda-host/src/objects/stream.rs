@@ -6,14 +6,14 @@
 use super::host_engine::{HostEngine, HostEngineRefused};
 use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
-use crate::contained_log::logged;
 use crate::checked::checked;
+use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
-use crate::tracks::Synchronizing;
 use crate::launch::{
     ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
     ensure_outside_host_function, in_host_function, reclaim, watch_stream,
 };
+use crate::tracks::Synchronizing;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -394,7 +394,9 @@ impl Stream {
             tracks.mark_after_unread(self.context.shared(), self.raw, id)
         });
         if let Err(error) = marked {
-            logged!(debug!("no point after a dropped stream's unread points: {error}"));
+            logged!(debug!(
+                "no point after a dropped stream's unread points: {error}"
+            ));
         }
     }
 }
@@ -413,7 +415,9 @@ impl Drop for Stream {
                 // Deferred, a call could reach a borrowed handle after its owner destroyed it;
                 // records a failed context never runs are then reclaimed when a call answers the
                 // failure.
-                logged!(debug!("a stream wrapper dropped inside a host function is not watched"));
+                logged!(debug!(
+                    "a stream wrapper dropped inside a host function is not watched"
+                ));
                 return;
             }
             let shared = self.context.shared();
@@ -422,7 +426,9 @@ impl Drop for Stream {
                 Ok(())
             });
             if let Err(error) = watched {
-                logged!(error!("cannot watch a dropped stream for its context's failure: {error}"));
+                logged!(error!(
+                    "cannot watch a dropped stream for its context's failure: {error}"
+                ));
             }
             reclaim();
             return;

@@ -87,7 +87,8 @@ pub(super) fn enqueue(
     reclaim_on_launch();
     // A stream that marked points is watched for its context's failure when dropped.
     stream.note_launch();
-    let outcome = stream.with_stream_context(|| enqueue_locked(shared, stream, operation, value, device));
+    let outcome =
+        stream.with_stream_context(|| enqueue_locked(shared, stream, operation, value, device));
     let unmarked = match outcome {
         Ok(Enqueued::Marked) => return Ok(()),
         Ok(Enqueued::Unmarked(error)) => error,

@@ -69,11 +69,9 @@ impl Word {
         // takes one without an allocation (`crate::tracks`): an operation is no call that may
         // allocate.
         let memory = unless_capture_forbids(|| context.shared().allocate_pinned_word_with_spare())
-            .ok_or(
-            Error::AllocationInCapture {
+            .ok_or(Error::AllocationInCapture {
                 what: "a timeline's word",
-            },
-        )??;
+            })??;
         let host = memory.host.cast::<AtomicU64>();
         // SAFETY: a pinned word of the context, 8-byte aligned, which nothing else uses now.
         unsafe { host.write(AtomicU64::new(initial)) };

@@ -232,9 +232,7 @@ mod tests {
         assert_eq!(waiters.first(), Some(0));
         // Each registration is found again, in the queue or beside it.
         for registration in &registrations {
-            let registered = waiters
-                .update(*registration, Waker::noop().clone())
-                .is_ok();
+            let registered = waiters.update(*registration, Waker::noop().clone()).is_ok();
             let point = registration.point;
             assert_eq!(registered, expected.contains(&point), "point {point}");
         }
