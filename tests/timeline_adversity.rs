@@ -109,8 +109,9 @@ fn a_timelines_word_is_not_reused_while_a_stream_may_still_write_it_when_a_logge
     let context = context();
     let stream = Arc::new(new_stream(&context));
     let first_gate = Gate::new(&context);
-    // Leaked: the logger's call back holds the stream at it, and the test opens it.
-    let second_gate: &'static Gate = Box::leak(Box::new(Gate::new(&context)));
+    // For the logger's call back, which holds the stream at it; the test opens it.
+    static SECOND_GATE: std::sync::OnceLock<Gate> = std::sync::OnceLock::new();
+    let second_gate = SECOND_GATE.get_or_init(|| Gate::new(&context));
     first_gate.hold(&stream);
     let timeline = Timeline::new(&context, 0).expect("timeline");
     // Point 1, written, held back by the first gate: the thread holds the word until it passed.
