@@ -465,13 +465,7 @@ fn four_streams(bench: &Bench<'_>, iterations: usize, rounds: usize) -> Result<(
 /// its acknowledgement. (A ratio per round would divide by the batch's stall, under a
 /// microsecond, which one round's noise can exceed.)
 fn engine_against_batch(bench: &Bench<'_>, over_baseline: &[Vec<f64>]) {
-    let median_of = |name: &str| {
-        let index = FORMS
-            .iter()
-            .position(|form| form.name == name)
-            .expect("a form of the table");
-        median(&mut over_baseline[index].clone()) * 1e6
-    };
+    let median_of = |name| median_over_baseline(over_baseline, name);
     let engine = median_of("kernel + host function, polled engine + kernel");
     let batch = median_of("kernel + write + satisfied wait, one batch + kernel");
     let ratio = engine / batch;
@@ -489,13 +483,7 @@ fn engine_against_batch(bench: &Bench<'_>, over_baseline: &[Vec<f64>]) {
 /// Prints what another thread's queries add to an event record between kernels, by their pace:
 /// what the watcher's looks can cost a future point.
 fn looks_against_record(over_baseline: &[Vec<f64>]) {
-    let median_of = |name: &str| {
-        let index = FORMS
-            .iter()
-            .position(|form| form.name == name)
-            .expect("a form of the table");
-        median(&mut over_baseline[index].clone()) * 1e6
-    };
+    let median_of = |name| median_over_baseline(over_baseline, name);
     let bare = median_of("kernel + bare event record + kernel");
     let paced = [
         (
@@ -517,6 +505,15 @@ fn looks_against_record(over_baseline: &[Vec<f64>]) {
          kernel + kernel): {}",
         paced.join(", ")
     );
+}
+
+/// The median over the rounds of the form named `name`'s time over kernel + kernel, in µs.
+fn median_over_baseline(over_baseline: &[Vec<f64>], name: &str) -> f64 {
+    let index = FORMS
+        .iter()
+        .position(|form| form.name == name)
+        .expect("a form of the table");
+    median(&mut over_baseline[index].clone()) * 1e6
 }
 
 /// Prints what one call of `call` costs the calling thread, over 200,000 calls.

@@ -8,65 +8,17 @@ use cuda_host::{
     release_in_stream_order, stream_point, stream_point_counts,
 };
 use cuda_host_sys::CUresult;
-use std::cell::Cell;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
-use suite::{Gate, Tally, context, wait_until};
+use suite::{Gate, Tally, calling_back_logger, context, wait_until};
 
 /// How long a test waits for a call that returns in microseconds when nothing is wedged.
 const WEDGED_AFTER: Duration = Duration::from_secs(10);
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
-}
-
-/// What the logger does on each record while armed (once per thread at a time: a call
-/// it makes that logs again does not call it back).
-type Action = Box<dyn Fn() + Send + Sync>;
-
-static ACTION: OnceLock<Action> = OnceLock::new();
-static ARMED: AtomicBool = AtomicBool::new(false);
-
-thread_local! {
-    static IN_ACTION: Cell<bool> = const { Cell::new(false) };
-}
-
-/// A logger that is user code calling cuda-host back, as cuda-host's documentation allows
-/// ("a logger may call cuda-host back, even to look at the same track").
-struct CallingBackLogger;
-
-impl log::Log for CallingBackLogger {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, _: &log::Record<'_>) {
-        if !ARMED.load(Ordering::SeqCst) || IN_ACTION.with(|inside| inside.replace(true)) {
-            return;
-        }
-        struct Leave;
-        impl Drop for Leave {
-            fn drop(&mut self) {
-                IN_ACTION.with(|inside| inside.set(false));
-            }
-        }
-        let _leave = Leave;
-        if let Some(action) = ACTION.get() {
-            action();
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-/// Installs [`CallingBackLogger`] (not armed) with `action`, for every level.
-fn install_logger(action: impl Fn() + Send + Sync + 'static) {
-    suite::quiet::quiet_deliberate_panics();
-    assert!(ACTION.set(Box::new(action)).is_ok(), "one logger a process");
-    log::set_logger(&CallingBackLogger).expect("the only logger of this process");
-    log::set_max_level(log::LevelFilter::Trace);
 }
 
 /// Runs `call` on a thread of its own and waits for it at most [`WEDGED_AFTER`]: `None` when it
@@ -103,10 +55,11 @@ fn the_watcher_wakes_futures_of_a_failed_context_when_its_logger_reclaims() {
     };
     // Alone in a process: a logger is set once per process, and the failure stays with it.
     suite::alone_in_child!(the_watcher_wakes_futures_of_a_failed_context_when_its_logger_reclaims);
-    install_logger(|| {
+    calling_back_logger::install();
+    let call_back = || {
         reclaim();
-    });
-    ARMED.store(true, Ordering::SeqCst);
+    };
+    calling_back_logger::on_every_record(call_back);
     let context = context();
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
@@ -148,10 +101,11 @@ fn is_passed_returns_when_its_look_first_sees_a_failure_and_the_logger_reclaims(
     suite::alone_in_child!(
         is_passed_returns_when_its_look_first_sees_a_failure_and_the_logger_reclaims
     );
-    install_logger(|| {
+    calling_back_logger::install();
+    let call_back = || {
         reclaim();
-    });
-    ARMED.store(true, Ordering::SeqCst);
+    };
+    calling_back_logger::on_every_record(call_back);
     let context = context();
     let stream = Arc::new(new_stream(&context));
     let gate = Gate::new(&context);
@@ -203,7 +157,8 @@ fn a_value_released_by_a_logger_while_a_drain_looks_is_dropped_once_its_point_pa
     suite::alone_in_child!(
         a_value_released_by_a_logger_while_a_drain_looks_is_dropped_once_its_point_passed
     );
-    install_logger(|| {
+    calling_back_logger::install();
+    let call_back = || {
         let (Some(stream), Some(tally)) = (SECOND.get(), LOGGED_RELEASE.get()) else {
             return;
         };
@@ -212,7 +167,7 @@ fn a_value_released_by_a_logger_while_a_drain_looks_is_dropped_once_its_point_pa
             release_in_stream_order(stream, tally.probe()).expect("released");
             LOGGER_RELEASED.store(2, Ordering::SeqCst);
         }
-    });
+    };
     let context = context();
     let held = new_stream(&context);
     let gate = Gate::new(&context);
@@ -221,11 +176,11 @@ fn a_value_released_by_a_logger_while_a_drain_looks_is_dropped_once_its_point_pa
     let logged_tally = LOGGED_RELEASE.get_or_init(Tally::new);
     gate.hold(&held);
     release_in_stream_order(&held, tally.probe()).expect("released");
-    ARMED.store(true, Ordering::SeqCst);
+    calling_back_logger::on_every_record(call_back);
     // The drain's look at `held`'s track fails its query and logs, the queues still borrowed.
     controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
     reclaim();
-    ARMED.store(false, Ordering::SeqCst);
+    calling_back_logger::stop();
     controls.fail_next_calls(c"cuEventQuery", 0, CUresult::CUDA_SUCCESS);
     assert_ne!(
         LOGGER_RELEASED.load(Ordering::SeqCst),
@@ -272,11 +227,12 @@ fn marking_a_point_returns_when_a_lent_tracks_look_logs_and_the_logger_synchroni
     suite::alone_in_child!(
         marking_a_point_returns_when_a_lent_tracks_look_logs_and_the_logger_synchronizes
     );
-    install_logger(|| {
+    calling_back_logger::install();
+    let call_back = || {
         if let Some(stream) = THIRD.get() {
             let _ = stream.synchronize();
         }
-    });
+    };
     let context = context();
     let first = new_stream(&context);
     let second = Arc::new(new_stream(&context));
@@ -286,7 +242,7 @@ fn marking_a_point_returns_when_a_lent_tracks_look_logs_and_the_logger_synchroni
     // The context's one track, lent to `first`, with a point pending: never polled, so the
     // watcher does not look at it.
     let pending = stream_point(&first).expect("a point");
-    ARMED.store(true, Ordering::SeqCst);
+    calling_back_logger::on_every_record(call_back);
     let marked = returns_in_time({
         let second = Arc::clone(&second);
         move || {

@@ -9,11 +9,10 @@ use cuda_host::{
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::future::Future;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use suite::{Gate, context, wait_until};
+use suite::{Gate, calling_back_logger, context, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
@@ -49,44 +48,6 @@ fn end_raw_capture(stream: &Stream) -> CUresult {
     ended
 }
 
-/// What a logger runs, once, the next time cuda-host logs: user code calling cuda-host back.
-type CallBack = Box<dyn FnOnce() + Send>;
-
-static CALL_BACK: Mutex<Option<CallBack>> = Mutex::new(None);
-/// What the call back's cuda-host call did: `Some(Err(message))` when it panicked.
-static CALLED_BACK: Mutex<Option<Result<(), String>>> = Mutex::new(None);
-
-/// A logger that runs [`CALL_BACK`] (once) on the next record, catching its panic.
-struct CallingBackLogger;
-
-impl log::Log for CallingBackLogger {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, _: &log::Record<'_>) {
-        let Some(call) = CALL_BACK.lock().map(|mut call| call.take()).unwrap_or(None) else {
-            return;
-        };
-        let outcome = catch_unwind(AssertUnwindSafe(call)).map_err(|payload| {
-            payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_default()
-        });
-        *CALLED_BACK.lock().expect("the outcome") = Some(outcome);
-    }
-
-    fn flush(&self) {}
-}
-
-fn install_calling_back_logger() {
-    suite::quiet::quiet_deliberate_panics();
-    log::set_logger(&CallingBackLogger).expect("the only logger of this process");
-    log::set_max_level(log::LevelFilter::Trace);
-}
-
 /// A drain's look logs (here a failed query) while the drain goes through the thread's held
 /// records; a logger that enqueues a timeline operation there must still have the word held
 /// until the stream passed the operation, or the word would go to another timeline while the
@@ -105,7 +66,7 @@ fn a_timelines_word_is_not_reused_while_a_stream_may_still_write_it_when_a_logge
     suite::alone_in_child!(
         a_timelines_word_is_not_reused_while_a_stream_may_still_write_it_when_a_logger_enqueues_in_a_drain
     );
-    install_calling_back_logger();
+    calling_back_logger::install();
     let context = context();
     let stream = Arc::new(new_stream(&context));
     let first_gate = Gate::new(&context);
@@ -119,7 +80,7 @@ fn a_timelines_word_is_not_reused_while_a_stream_may_still_write_it_when_a_logge
         .enqueue_signal(&stream, 1)
         .expect("signal enqueued");
     // The logger of the drain's look enqueues a second signal, behind the second gate.
-    *CALL_BACK.lock().expect("the call back") = Some(Box::new({
+    calling_back_logger::on_next_record({
         let (timeline, stream) = (timeline.clone(), Arc::clone(&stream));
         move || {
             second_gate.hold(&stream);
@@ -127,12 +88,12 @@ fn a_timelines_word_is_not_reused_while_a_stream_may_still_write_it_when_a_logge
                 .enqueue_signal(&stream, 2)
                 .expect("signal enqueued from the logger");
         }
-    }));
+    });
     // The drain's look at the track queries the probe for the pending written point; the query
     // fails, and the look logs once it ended, with the drain's queues still borrowed.
     controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
     reclaim();
-    let called_back = CALLED_BACK.lock().expect("the outcome").clone();
+    let called_back = calling_back_logger::outcome();
     assert!(called_back.is_some(), "the look did not log");
     // The stream passes the first signal and its point, and stops at the second gate: the
     // second signal is still to be written into the word.
@@ -158,6 +119,61 @@ fn a_timelines_word_is_not_reused_while_a_stream_may_still_write_it_when_a_logge
     );
 }
 
+/// A stream whose track has a written point a capture left unread: `first`'s signal, pending
+/// behind `gate`, written into the track's word, whose next write a capture other code began
+/// took with `second`'s wait (refused; its word kept for the life of the process).
+struct UnreadPoint {
+    _context: Context,
+    stream: Stream,
+    gate: Gate,
+    first: Timeline,
+    second: Timeline,
+}
+
+fn unread_point(controls: &suite::software::Controls) -> UnreadPoint {
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let first = Timeline::new(&context, 0).expect("timeline");
+    let second = Timeline::new(&context, 0).expect("timeline");
+    first.enqueue_signal(&stream, 1).expect("signal enqueued");
+    controls.begin_capture_at_next_call(
+        c"cuStreamBatchMemOp",
+        &stream,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    assert_eq!(
+        second.enqueue_wait(&stream, 1),
+        Err(Error::TimelineInCapture {
+            status: CaptureState::Active
+        })
+    );
+    assert_eq!(end_raw_capture(&stream), CUresult::CUDA_SUCCESS);
+    UnreadPoint {
+        _context: context,
+        stream,
+        gate,
+        first,
+        second,
+    }
+}
+
+/// Asserts that, within 3 s of drains, only the kept word of [`unread_point`]'s `second` is held:
+/// `first`'s goes once a drain saw the stream pass its signal, which it did once `when`.
+fn assert_only_the_taken_word_is_held(when: &str) {
+    let let_go = holds_within(Duration::from_secs(3), || {
+        reclaim();
+        timeline_counts().words == timeline_counts().kept && stream_point_counts().held == 0
+    });
+    assert!(
+        let_go,
+        "the first timeline's word is still held after {when}: {:?}, {:?}",
+        timeline_counts(),
+        stream_point_counts()
+    );
+}
+
 /// Once a capture other code began takes a write of a track's word, the track's written points
 /// still pending can no longer be read from it; a synchronize of the stream shows them passed
 /// all the same, so the hold of the earlier timeline's word, and the context value it keeps, are
@@ -177,45 +193,19 @@ fn written_points_a_taken_word_left_pending_are_seen_passed_once_the_stream_sync
     suite::alone_in_child!(
         written_points_a_taken_word_left_pending_are_seen_passed_once_the_stream_synchronized
     );
-    let context = context();
-    let stream = new_stream(&context);
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let first = Timeline::new(&context, 0).expect("timeline");
-    let second = Timeline::new(&context, 0).expect("timeline");
-    // Written point 1, pending behind the gate.
-    first.enqueue_signal(&stream, 1).expect("signal enqueued");
-    // Other code's capture takes the next batch, the write of the track's word with it.
-    controls.begin_capture_at_next_call(
-        c"cuStreamBatchMemOp",
-        &stream,
-        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-    );
-    assert_eq!(
-        second.enqueue_wait(&stream, 1),
-        Err(Error::TimelineInCapture {
-            status: CaptureState::Active
-        })
-    );
-    assert_eq!(end_raw_capture(&stream), CUresult::CUDA_SUCCESS);
+    let UnreadPoint {
+        stream,
+        gate,
+        first,
+        second,
+        ..
+    } = unread_point(controls);
     gate.open();
     stream.synchronize().expect("synchronize");
     assert_eq!(first.value(), 1, "the stream passed the signal");
     drop(first);
     drop(second);
-    // Only the second timeline's word is kept (a graph took an operation on it); the first's
-    // goes once a drain saw the stream pass its signal, which it did before the synchronize.
-    let let_go = holds_within(Duration::from_secs(3), || {
-        reclaim();
-        timeline_counts().words == timeline_counts().kept && stream_point_counts().held == 0
-    });
-    assert!(
-        let_go,
-        "the first timeline's word is still held after the stream was synchronized: \
-         {:?}, {:?}",
-        timeline_counts(),
-        stream_point_counts()
-    );
+    assert_only_the_taken_word_is_held("the stream was synchronized");
 }
 
 /// The same with no synchronize: the stream is dropped instead, and marks a point after the
@@ -235,39 +225,19 @@ fn written_points_a_taken_word_left_pending_are_seen_passed_once_their_stream_wa
     suite::alone_in_child!(
         written_points_a_taken_word_left_pending_are_seen_passed_once_their_stream_was_dropped
     );
-    let context = context();
-    let stream = new_stream(&context);
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let first = Timeline::new(&context, 0).expect("timeline");
-    let second = Timeline::new(&context, 0).expect("timeline");
-    first.enqueue_signal(&stream, 1).expect("signal enqueued");
-    controls.begin_capture_at_next_call(
-        c"cuStreamBatchMemOp",
-        &stream,
-        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-    );
-    assert!(
-        second.enqueue_wait(&stream, 1).is_err(),
-        "taken by the capture"
-    );
-    assert_eq!(end_raw_capture(&stream), CUresult::CUDA_SUCCESS);
+    let UnreadPoint {
+        stream,
+        gate,
+        first,
+        second,
+        ..
+    } = unread_point(controls);
     drop(stream);
     gate.open();
     wait_until("the first timeline's signal", || first.value() == 1);
     drop(first);
     drop(second);
-    let let_go = holds_within(Duration::from_secs(3), || {
-        reclaim();
-        timeline_counts().words == timeline_counts().kept && stream_point_counts().held == 0
-    });
-    assert!(
-        let_go,
-        "the first timeline's word is still held after its stream passed its signal and went: \
-         {:?}, {:?}",
-        timeline_counts(),
-        stream_point_counts()
-    );
+    assert_only_the_taken_word_is_held("its stream passed its signal and went");
 }
 
 /// A track's first written point takes a word of the context's pinned pages; when none is free,
@@ -347,7 +317,7 @@ fn a_logger_called_when_a_timeline_operation_fails_may_mark_a_point_of_the_same_
     suite::alone_in_child!(
         a_logger_called_when_a_timeline_operation_fails_may_mark_a_point_of_the_same_stream
     );
-    install_calling_back_logger();
+    calling_back_logger::install();
     let primary = context();
     let device = cuda_host::Device::get(primary.driver(), 0).expect("device");
     // A context of its own: this test fails it.
@@ -365,12 +335,12 @@ fn a_logger_called_when_a_timeline_operation_fails_may_mark_a_point_of_the_same_
         .enqueue_signal(&stream, 1)
         .expect("signal enqueued");
     stream.synchronize().expect("synchronize");
-    *CALL_BACK.lock().expect("the call back") = Some(Box::new({
+    calling_back_logger::on_next_record({
         let stream = Arc::clone(&stream);
         move || {
             let _ = other.enqueue_signal(&stream, 1);
         }
-    }));
+    });
     let done = std::sync::Arc::new(AtomicBool::new(false));
     std::thread::spawn({
         let done = std::sync::Arc::clone(&done);
@@ -391,7 +361,7 @@ fn a_logger_called_when_a_timeline_operation_fails_may_mark_a_point_of_the_same_
         returned,
         "the signal whose batch failed never returned: its logger's call back waits for a lock the \
          signal holds (called back: {:?})",
-        CALLED_BACK.lock().map(|c| c.clone())
+        calling_back_logger::outcome()
     );
 }
 
@@ -413,7 +383,7 @@ fn a_logger_called_by_a_look_that_takes_a_track_back_may_mark_a_point_of_another
     suite::alone_in_child!(
         a_logger_called_by_a_look_that_takes_a_track_back_may_mark_a_point_of_another_stream
     );
-    install_calling_back_logger();
+    calling_back_logger::install();
     let context = context();
     let (first, second, third) = (
         new_stream(&context),
@@ -426,12 +396,12 @@ fn a_logger_called_by_a_look_that_takes_a_track_back_may_mark_a_point_of_another
     let other = Timeline::new(&context, 0).expect("timeline");
     // The context's one track serves the first stream, with a written point pending.
     timeline.enqueue_signal(&first, 1).expect("signal enqueued");
-    *CALL_BACK.lock().expect("the call back") = Some(Box::new({
+    calling_back_logger::on_next_record({
         let third = Arc::clone(&third);
         move || {
             let _ = other.enqueue_signal(&third, 1);
         }
-    }));
+    });
     let done = Arc::new(AtomicBool::new(false));
     // On a thread that holds nothing, so that its drains look at no track: the look that fails
     // is the one taking the first stream's track back.
@@ -449,7 +419,7 @@ fn a_logger_called_by_a_look_that_takes_a_track_back_may_mark_a_point_of_another
         returned,
         "the signal on the second stream never returned: the logger of the look taking the first \
          stream's track back waits for the context's tracks' lock (called back: {:?})",
-        CALLED_BACK.lock().map(|c| c.clone())
+        calling_back_logger::outcome()
     );
 }
 

@@ -26,8 +26,11 @@
 //!   behind a gate.
 //! - [`quiet`] keeps the tests' deliberate panics out of their output; [`test_driver`] installs
 //!   it.
+//! - [`calling_back_logger`] is a logger that calls cuda-host back, once or on every record;
+//!   [`panicking_logger`] one that panics.
 
 pub mod allocations;
+pub mod calling_back_logger;
 pub mod capture;
 pub mod child;
 pub mod cpu_time;
