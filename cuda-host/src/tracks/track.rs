@@ -860,31 +860,31 @@ impl ContextTracks {
     /// A synchronize of `stream` (of the whole context, with `None`) begins: what it will have
     /// passed once it returned, every point marked on it so far.
     pub(crate) fn synchronizing(&self, stream: Option<CUstream>) -> Synchronizing {
-        let tracks: Vec<Arc<Track>> = match stream {
-            None => lock(&self.state).leases.lent().cloned().collect(),
+        let id = match stream {
+            None => None,
             Some(stream) => {
                 let mut id = 0;
                 // SAFETY: a live stream of the caller's; a valid out-pointer.
                 if unsafe { checked!(&self.driver, cuStreamGetId(stream, &mut id)) }.is_err() {
                     return Synchronizing(Vec::new());
                 }
-                lock(&self.state)
-                    .leases
-                    .lent_to(id)
-                    .cloned()
-                    .into_iter()
-                    .collect()
+                Some(id)
             }
         };
-        Synchronizing(
-            tracks
+        // Read under the table's lock, while each track is lent to a stream the synchronize
+        // waits for: a track taken back and lent to another stream marks that stream's points
+        // only after.
+        let state = lock(&self.state);
+        let with_issued = |track: &Arc<Track>| (Arc::clone(track), track.issued());
+        Synchronizing(match id {
+            None => state.leases.lent().map(with_issued).collect(),
+            Some(id) => state
+                .leases
+                .lent_to(id)
+                .map(with_issued)
                 .into_iter()
-                .map(|track| {
-                    let issued = track.issued();
-                    (track, issued)
-                })
                 .collect(),
-        )
+        })
     }
 
     /// Marks a point on `stream` (whose id is `stream_id`, of `shared`) after written points a
