@@ -275,15 +275,18 @@ pub(crate) fn release_passed(look: Look) -> usize {
             // Taken out for the looks, which may log: a logger may call cuda-host back and hold
             // records on this thread meanwhile (a release, a timeline's operation), which then
             // go to the queues left in their place.
-            let Ok(mut queues) = held
+            let Ok(queues) = held
                 .queues
                 .try_borrow_mut()
                 .map(|mut queues| take(&mut *queues))
             else {
                 return 0;
             };
-            let released = release_from(&mut queues, look);
-            merge(&mut held.queues.borrow_mut(), queues);
+            let mut queues = TakenOut::new(queues, |queues| {
+                merge(&mut held.queues.borrow_mut(), queues);
+            });
+            let released = release_from(&mut queues.queues, look);
+            drop(queues);
             held.count.set(held.count.get() - released);
             released
         })
@@ -292,9 +295,11 @@ pub(crate) fn release_passed(look: Look) -> usize {
         && let Some(_draining) = DrainingOrphans::begin()
     {
         // Taken out too: the looks hold no lock a thread that exits meanwhile takes.
-        let mut orphans = take(&mut *lock(&ORPHANS));
-        let from_orphans = release_from(&mut orphans, look);
-        merge(&mut lock(&ORPHANS), orphans);
+        let mut orphans = TakenOut::new(take(&mut *lock(&ORPHANS)), |orphans| {
+            merge(&mut lock(&ORPHANS), orphans);
+        });
+        let from_orphans = release_from(&mut orphans.queues, look);
+        drop(orphans);
         ORPHANED.fetch_sub(from_orphans, Ordering::SeqCst);
         released += from_orphans;
     }
@@ -302,6 +307,25 @@ pub(crate) fn release_passed(look: Look) -> usize {
     // Observed with nothing held: the held queues are neither borrowed nor locked.
     observe::points_passed(Points::Release, released);
     released
+}
+
+/// Queues a drain took out of their place, put back when dropped, also should the drain unwind:
+/// a queue dropped would hand its records on before their points passed.
+struct TakenOut<P: FnMut(Vec<Queue>)> {
+    queues: Vec<Queue>,
+    put_back: P,
+}
+
+impl<P: FnMut(Vec<Queue>)> TakenOut<P> {
+    fn new(queues: Vec<Queue>, put_back: P) -> Self {
+        TakenOut { queues, put_back }
+    }
+}
+
+impl<P: FnMut(Vec<Queue>)> Drop for TakenOut<P> {
+    fn drop(&mut self) {
+        (self.put_back)(take(&mut self.queues));
+    }
 }
 
 /// Hands the records of `queues` whose points were passed to their homes, dropping the queues
@@ -374,7 +398,7 @@ pub(crate) fn held_count() -> usize {
 mod tests {
     use super::*;
     use crate::fake_driver;
-    use std::sync::atomic::AtomicU64;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
 
     struct Counter(AtomicU64);
 
@@ -431,6 +455,55 @@ mod tests {
         counter.0.store(3, Ordering::SeqCst);
         crate::launch::reclaim();
         assert_eq!(drops.load(Ordering::SeqCst), 3);
+        assert!(!anything_held());
+    }
+
+    /// A sequence whose first look panics, then answers as a [`Counter`].
+    struct PanicsOnce(AtomicBool, Counter);
+
+    impl Progress for PanicsOnce {
+        fn passed(&self, look: Look) -> u64 {
+            if !self.0.swap(true, Ordering::SeqCst) {
+                panic!("deliberate panic of a look");
+            }
+            self.1.passed(look)
+        }
+    }
+
+    #[test]
+    fn a_drain_that_unwinds_in_a_look_puts_the_held_records_back() {
+        // SAFETY: no entry points beyond the fakes' defaults.
+        let driver = unsafe { fake_driver::driver(&[]) };
+        let context = fake_driver::context(&driver);
+        let progress = Arc::new(PanicsOnce(
+            AtomicBool::new(false),
+            Counter(AtomicU64::new(0)),
+        ));
+        let drops = Arc::new(AtomicUsize::new(0));
+        let here = std::thread::current().id();
+        hold_until(
+            Arc::clone(&progress) as Arc<dyn Progress>,
+            Arc::clone(&context),
+            1,
+            Dropped(Arc::clone(&drops), here),
+        );
+        let unwound = std::panic::catch_unwind(|| release_passed(Look::Fresh));
+        assert!(unwound.is_err(), "the look panicked");
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            0,
+            "not dropped before its point"
+        );
+        crate::launch::reclaim();
+        assert_eq!(drops.load(Ordering::SeqCst), 0, "still held");
+        assert!(anything_held());
+        progress.1.0.store(1, Ordering::SeqCst);
+        crate::launch::reclaim();
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            1,
+            "dropped once its point passed"
+        );
         assert!(!anything_held());
     }
 
