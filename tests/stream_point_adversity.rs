@@ -12,6 +12,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
+use suite::wait::holds_within;
 use suite::{Gate, Tally, calling_back_logger, context, wait_until};
 
 /// How long a test waits for a call that returns in microseconds when nothing is wedged.
@@ -501,4 +502,60 @@ fn polling_with_a_waker_whose_clone_asks_for_the_counts_returns() {
     }
     assert_eq!(polled, Some(true));
     gate.open();
+}
+
+/// A release on the legacy stream holds the legacy stream's launch group while it marks its
+/// point, and may take a quiet track back after a look that logs: the log calls are made once the
+/// group is let go, so a logger that begins a capture through cuda-host (which waits for the
+/// legacy stream's group) does not wait for the release its own thread is making.
+#[test]
+fn a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_begin_a_capture() {
+    let test =
+        "a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_begin_a_capture";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_begin_a_capture
+    );
+    calling_back_logger::install();
+    let context = context();
+    let first = new_stream(&context);
+    let third = Arc::new(new_stream(&context));
+    let gate = Gate::new(&context);
+    gate.hold(&first);
+    // The context's one track serves the first stream, with a point pending behind the gate.
+    let _pending = stream_point(&first).expect("point");
+    calling_back_logger::on_next_record({
+        let third = Arc::clone(&third);
+        move || {
+            let builder =
+                cuda_host::GraphBuilder::begin(&third, cuda_host::CaptureMode::ThreadLocal)
+                    .expect("capture begun");
+            drop(builder.end());
+        }
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::spawn({
+        let (done, context) = (Arc::clone(&done), context.clone());
+        move || {
+            let legacy = Stream::legacy(&context);
+            // The look taking the first stream's track back fails its query, and logs.
+            controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+            let _ = cuda_host::release_in_stream_order(&legacy, vec![0_u8; 8]);
+            done.store(true, Ordering::SeqCst);
+        }
+    });
+    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    gate.open();
+    assert!(
+        returned,
+        "the release on the legacy stream never returned: the logger of the look taking the first \
+         stream's track back ran inside the release, which holds the legacy stream's launch \
+         group, and the capture its call back begins waits for that group (called back: {:?})",
+        calling_back_logger::outcome()
+    );
 }

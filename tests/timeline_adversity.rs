@@ -11,25 +11,12 @@ use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use suite::wait::holds_within;
 use suite::{Gate, calling_back_logger, context, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
-}
-
-/// Polls `condition` for at most `bound`; whether it came to hold.
-fn holds_within(bound: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + bound;
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// Ends the capture other code began on `stream` (raw `cuStreamEndCapture`) and destroys its
@@ -483,4 +470,62 @@ fn awaiting_a_timeline_with_a_waker_whose_clone_signals_it_returns() {
     assert_eq!(polled, Ok(true));
     assert_eq!(timeline.value(), 1, "the clone signalled");
     *CLONED_SIGNALS.lock().expect("the timeline") = None;
+}
+
+/// A timeline operation on a stream with no track takes a quiet track back, after a look whose
+/// log calls are made once the operation released the timeline's lock: a logger that calls
+/// cuda-host back with an operation on the same timeline (another stream) does not wait for the
+/// lock its own thread holds.
+#[test]
+fn a_logger_called_by_a_take_back_look_may_enqueue_on_the_same_timeline() {
+    let test = "a_logger_called_by_a_take_back_look_may_enqueue_on_the_same_timeline";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(a_logger_called_by_a_take_back_look_may_enqueue_on_the_same_timeline);
+    calling_back_logger::install();
+    let context = context();
+    let (first, second, third) = (
+        new_stream(&context),
+        Arc::new(new_stream(&context)),
+        Arc::new(new_stream(&context)),
+    );
+    let gate = Gate::new(&context);
+    gate.hold(&first);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    // The context's one track serves the first stream, with a written point pending.
+    timeline.enqueue_signal(&first, 1).expect("signal enqueued");
+    // The logger enqueues a wait on the SAME timeline, on a third stream.
+    calling_back_logger::on_next_record({
+        let (third, timeline) = (Arc::clone(&third), timeline.clone());
+        move || {
+            let _ = timeline.enqueue_wait(&third, 1);
+        }
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::spawn({
+        let (done, second, timeline) = (Arc::clone(&done), Arc::clone(&second), timeline.clone());
+        move || {
+            // The look taking the first stream's track back fails its query, and logs.
+            controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+            let _ = timeline.enqueue_signal(&second, 2);
+            done.store(true, Ordering::SeqCst);
+        }
+    });
+    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    gate.open();
+    if !returned {
+        // The wedged thread holds the timeline's lock for good.
+        std::mem::forget(timeline);
+    }
+    assert!(
+        returned,
+        "the signal on the second stream never returned: the logger of the look taking the first \
+         stream's track back ran inside the signal, under the timeline's lock, and its call back \
+         on the same timeline waits for it (called back: {:?})",
+        calling_back_logger::outcome()
+    );
 }

@@ -26,6 +26,21 @@ pub fn wait_until(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
+/// Polls `condition` for at most `bound`: whether it came to hold. For a test that fails with
+/// its own message (a call that may be wedged), where [`wait_until`] would fail with its own.
+pub fn holds_within(bound: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + bound;
+    loop {
+        if condition() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits until `stream` has finished its work, through a raw `cuStreamQuery` that drains
 /// nothing: a host function on it has returned, so its record is finished and waits for its
 /// home's drain (a host function counts its run a moment before it returns; cuda-host's own

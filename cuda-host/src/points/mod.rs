@@ -65,6 +65,7 @@ mod release;
 pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 
+use crate::contained_log::holding_logs;
 use crate::error::{Error, Result};
 use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, seen_failed};
 use crate::objects::{Context, Stream};
@@ -117,31 +118,37 @@ impl Mark {
 fn mark(stream: &Stream, points: Points, name: &'static str) -> Result<Mark> {
     observe::prepare();
     let shared = stream.shared_context();
-    let (mark, stream_id) = stream.with_stream_context(|| {
-        let driver = shared.driver();
-        let noted = |error: Error| {
-            if let Some(result) = error.driver_result() {
-                abandon_if_failed(shared, result);
-            }
-            error
-        };
-        // Held until the write is enqueued: a capture begun through cuda-host waits for it.
-        let window = EnqueueWindow::open(driver, stream.as_raw()).map_err(|error| match error {
-            Error::StreamCapturing { status } => Error::PointInCapture { status },
-            other => noted(other),
-        })?;
-        let stream_id = stream.id().map_err(|error| noted(error.into()))?;
-        let marked = stream
-            .context()
-            .tracks()
-            .mark(shared, window.stream(), stream_id)
-            .map_err(noted)?;
-        let mark = Mark {
-            context: stream.context().clone(),
-            track: marked.track,
-            point: marked.point,
-        };
-        Ok((mark, stream_id))
+    // Log calls made while the stream's window is held (a failure noted, a quiet track taken
+    // back after a look) wait until it is let go: a logger may begin a capture through
+    // cuda-host, which waits for the window.
+    let (mark, stream_id) = holding_logs(|| {
+        stream.with_stream_context(|| {
+            let driver = shared.driver();
+            let noted = |error: Error| {
+                if let Some(result) = error.driver_result() {
+                    abandon_if_failed(shared, result);
+                }
+                error
+            };
+            // Held until the write is enqueued: a capture begun through cuda-host waits for it.
+            let window =
+                EnqueueWindow::open(driver, stream.as_raw()).map_err(|error| match error {
+                    Error::StreamCapturing { status } => Error::PointInCapture { status },
+                    other => noted(other),
+                })?;
+            let stream_id = stream.id().map_err(|error| noted(error.into()))?;
+            let marked = stream
+                .context()
+                .tracks()
+                .mark(shared, window.stream(), stream_id)
+                .map_err(noted)?;
+            let mark = Mark {
+                context: stream.context().clone(),
+                track: marked.track,
+                point: marked.point,
+            };
+            Ok((mark, stream_id))
+        })
     })?;
     // Observed once the stream's context is no longer made current for the mark.
     observe::point_marked(points, name, stream_id);

@@ -30,7 +30,7 @@
 //! (`cuStreamBatchMemOp`): see [`Timeline`](super::Timeline) for the window that holds in.
 
 use crate::checked::checked;
-use crate::contained_log::logged;
+use crate::contained_log::{holding_logs, logged};
 use crate::error::{Error, Result};
 use crate::launch::{
     EnqueueWindow, Progress, abandon_if_failed, capture_state, ensure_outside_host_function,
@@ -65,10 +65,10 @@ impl Operation {
 
 /// Enqueues `operation` for `value` of the timeline `shared` on `stream`.
 ///
-/// What may call a logger (a context's failure, which logs as it abandons its launches, and the
-/// warning of an operation left with no point after it) comes once the timeline's and the
-/// track's locks are released: a logger may call cuda-host back, even on this timeline and
-/// stream.
+/// What may call a logger (a context's failure, which logs as it abandons its launches, the
+/// warning of an operation left with no point after it, and whatever logs under the locks) comes
+/// once the timeline's and the track's locks and the stream's window are released: a logger may
+/// call cuda-host back, even on this timeline and stream.
 pub(super) fn enqueue(
     shared: &Shared,
     stream: &Stream,
@@ -87,8 +87,11 @@ pub(super) fn enqueue(
     reclaim_on_launch();
     // A stream that marked points is watched for its context's failure when dropped.
     stream.note_launch();
-    let outcome =
-        stream.with_stream_context(|| enqueue_locked(shared, stream, operation, value, device));
+    // The log calls made under the locks (a quiet track taken back for the stream, after a look)
+    // are held until they are released.
+    let outcome = holding_logs(|| {
+        stream.with_stream_context(|| enqueue_locked(shared, stream, operation, value, device))
+    });
     let unmarked = match outcome {
         Ok(Enqueued::Marked) => return Ok(()),
         Ok(Enqueued::Unmarked(error)) => error,
