@@ -469,10 +469,20 @@ impl Driver {
     /// # Errors
     /// [`Error::EntryPointUnavailable`] when `result` is `CUDA_ERROR_NOT_FOUND` and this driver
     /// lacks `call`; otherwise [`Error::Driver`] for any result but `CUDA_SUCCESS`.
+    #[inline]
     pub fn check(&self, call: &'static str, result: CUresult) -> Result<(), Error> {
         if result == CUresult::CUDA_SUCCESS {
-            return Ok(());
+            Ok(())
+        } else {
+            self.failed(call, result)
         }
+    }
+
+    /// [`check`](Self::check) of a result other than `CUDA_SUCCESS`: kept out of line, so that
+    /// a checked call that succeeds costs a comparison.
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, call: &'static str, result: CUresult) -> Result<(), Error> {
         if result == CUresult::CUDA_ERROR_NOT_FOUND
             && let Some(availability) = self.availability(call)
             && !availability.is_available()
