@@ -5,7 +5,7 @@
 //! caller's thread when caught on the driver's). Code that holds a lock a call back would take
 //! runs inside [`holding_logs`], which keeps the thread's [`logged!`] calls until it returns.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Makes a `log` call, e.g. `logged!(warn!("a look waits: {error}"))`, catching a panic of the
@@ -35,43 +35,62 @@ pub(crate) use logged;
 type Held = (log::Level, &'static str, String);
 
 thread_local! {
-    /// The log calls held on this thread, while it runs inside [`holding_logs`].
-    static HELD: RefCell<Option<Vec<Held>>> = const { RefCell::new(None) };
+    /// How deep in [`holding_logs`] this thread runs: calls are held while it is above 0. A
+    /// `Cell` of its own, so that a hold that holds nothing (most) touches nothing else.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// The log calls held on this thread.
+    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+    /// Whether `HELD` may hold calls, so that the end of a hold that held none looks no further.
+    static ANY_HELD: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `call`, holding the thread's [`logged!`] calls until it returned (or unwound), then
 /// makes them: for code that holds a lock a logger's call back into cuda-host would take. Nested
 /// calls make theirs when the outermost returns.
+#[inline]
 pub(crate) fn holding_logs<T>(call: impl FnOnce() -> T) -> T {
-    let outermost = HELD
-        .try_with(|held| {
-            let mut held = held.borrow_mut();
-            held.is_none().then(|| *held = Some(Vec::new())).is_some()
-        })
-        .unwrap_or(false);
-    /// Makes the held calls when dropped, also on unwind.
-    struct Release(bool);
+    /// Ends the hold when dropped, also on unwind; the outermost makes the held calls.
+    struct Release;
     impl Drop for Release {
+        #[inline]
         fn drop(&mut self) {
-            if !self.0 {
-                return;
-            }
-            let held = HELD
-                .try_with(|held| held.borrow_mut().take())
-                .ok()
-                .flatten();
-            for (level, target, message) in held.into_iter().flatten() {
-                let made = catch_unwind(AssertUnwindSafe(|| {
-                    log::log!(target: target, level, "{message}");
-                }));
-                if let Err(payload) = made {
-                    crate::launch::dispose_panic(payload);
-                }
+            let outermost = DEPTH
+                .try_with(|depth| {
+                    depth.set(depth.get() - 1);
+                    depth.get() == 0
+                })
+                .unwrap_or(false);
+            if outermost {
+                make_held();
             }
         }
     }
-    let _release = Release(outermost);
+    let entered = DEPTH.try_with(|depth| depth.set(depth.get() + 1)).is_ok();
+    let _release = entered.then_some(Release);
     call()
+}
+
+/// Makes the calls held on this thread, if any.
+fn make_held() {
+    if !ANY_HELD.try_with(|any| any.replace(false)).unwrap_or(true) {
+        return;
+    }
+    let held = HELD
+        .try_with(|held| {
+            held.try_borrow_mut()
+                .map(|mut held| std::mem::take(&mut *held))
+        })
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default();
+    for (level, target, message) in held {
+        let made = catch_unwind(AssertUnwindSafe(|| {
+            log::log!(target: target, level, "{message}");
+        }));
+        if let Err(payload) = made {
+            crate::launch::dispose_panic(payload);
+        }
+    }
 }
 
 /// Holds a call at `level` from `target` whose message `message` formats, if the thread runs
@@ -81,14 +100,15 @@ pub(crate) fn held(
     target: &'static str,
     message: impl FnOnce() -> String,
 ) -> bool {
+    if DEPTH.try_with(Cell::get).unwrap_or(0) == 0 {
+        return false;
+    }
     HELD.try_with(|held| {
         let Ok(mut held) = held.try_borrow_mut() else {
             return false;
         };
-        let Some(calls) = held.as_mut() else {
-            return false;
-        };
-        calls.push((level, target, message()));
+        held.push((level, target, message()));
+        let _ = ANY_HELD.try_with(|any| any.set(true));
         true
     })
     .unwrap_or(false)
