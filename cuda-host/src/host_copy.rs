@@ -12,9 +12,9 @@
 //! What a scope promises, exactly, is written at [`HostCopyScope`].
 
 use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
+use crate::launch::logged;
 use crate::launch::{
     EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, capture_state,
     ensure_outside_host_function, has_failed, is_sticky,

@@ -126,7 +126,6 @@ mod sync;
 
 outside_loom_models! {
     mod checked;
-    mod contained_log;
     #[cfg(test)]
     mod fake_driver;
     mod error;

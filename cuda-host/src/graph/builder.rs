@@ -4,9 +4,9 @@ use super::engine_node::{self, ReservedWords};
 use super::graph::Graph;
 use super::{capture, capture_lock};
 use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::host_launch::{HostLaunch, UserData};
+use crate::launch::logged;
 use crate::launch::{
     CaptureBeginning, CaptureMark, GraphRecord, HostCallable, capture_state,
     ensure_outside_host_function, outside_host_function, reclaim,

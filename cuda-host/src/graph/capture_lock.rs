@@ -2,7 +2,7 @@
 //! cuda-host take (`capture` says why), and the errors logged while it is held, which wait until
 //! it is released.
 
-use crate::contained_log::logged;
+use crate::launch::logged;
 use crate::sync::lock;
 use std::cell::RefCell;
 use std::sync::{Mutex, MutexGuard};

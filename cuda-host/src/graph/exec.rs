@@ -14,9 +14,9 @@ use super::engine_node::{self, ExecNode};
 use super::graph::{Graph, HostNode};
 use super::user_object;
 use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::handle::SendHandle;
+use crate::launch::logged;
 use crate::launch::{
     ContextShared, GraphRecord, HostCallable, capture_state, ensure_outside_host_function,
     outside_host_function, reclaim,

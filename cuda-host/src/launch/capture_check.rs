@@ -7,8 +7,8 @@
 //! legacy stream, a refused `cuLaunchHostFunc` invalidates the capture it would have joined.
 
 use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
+use crate::launch::contained_log::logged;
 use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphNode,
     CUgraphNodeType, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus, Driver,

@@ -1,10 +1,11 @@
 //! The launch machinery: run-once records in launch slots under tickets, the trampolines the
 //! driver calls, the inboxes finished records wait in and the rules for dropping them, the
-//! capture check, what happens when a context fails, and the context state records share. It
-//! names no feature: each feature keeps its per-context state with the public context
-//! (`objects`), and the polled engine reaches it as a value ([`PolledEngine`]). The public
-//! objects (`objects`, `graph`) and `host_launch` enter it only through what this module
-//! re-exports.
+//! capture check, what happens when a context fails, the context state records share, and log
+//! calls that never unwind nor call a logger under a lock (`contained_log`, which disposes of a
+//! logger's panic as the trampolines do). It names no feature: each feature keeps its
+//! per-context state with the public context (`objects`), and the polled engine reaches it as a
+//! value ([`PolledEngine`]). The public objects (`objects`, `graph`) and `host_launch` enter it
+//! only through what this module re-exports.
 //!
 //! # A record's life
 //!
@@ -92,6 +93,7 @@ pub(crate) mod slot_state;
 
 outside_loom_models! {
     mod capture_check;
+    mod contained_log;
     mod context_failure;
     mod context_shared;
     mod enqueue;
@@ -114,6 +116,7 @@ outside_loom_models! {
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
         is_sticky, seen_failed, watch_stream,
     };
+    pub(crate) use contained_log::{LogSite, hold_log_call, holding_logs, logged};
     pub(crate) use context_shared::ContextShared;
     pub(crate) use enqueue::{
         HostFuncEntry, PolledEngine, pass_through, run_once,

@@ -5,7 +5,7 @@
 //! clone taken under the lock and called with no lock held, so a hook may replace or clear
 //! itself; a replaced hook is dropped with no lock held too, and never on the driver's thread.
 
-use crate::contained_log::logged;
+use crate::launch::contained_log::logged;
 use crate::launch::hook_cell::HookCell;
 use crate::launch::inboxes;
 use crate::launch::mark::in_host_function;

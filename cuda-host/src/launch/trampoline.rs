@@ -8,7 +8,7 @@
 //! span) while the thread is marked, and the observation ends after the `catch_unwind`, not
 //! while a panic unwinds.
 
-use crate::contained_log::logged;
+use crate::launch::contained_log::logged;
 use crate::launch::context_failure::{enter_running, has_failed};
 use crate::launch::inboxes::{self, RunningHome};
 use crate::launch::mark::InHostFunction;

@@ -14,9 +14,9 @@
 use super::keep_alive::KeepAlive;
 use super::{Context, Stream};
 use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{Error, Result};
 use crate::launch::ensure_outside_host_function;
+use crate::launch::logged;
 use cuda_host_sys::{CUcontext, CUresult, CUstream, Driver};
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 use std::mem::ManuallyDrop;

@@ -7,8 +7,8 @@ use super::host_engine::{HostEngine, HostEngineRefused};
 use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
 use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{CaptureState, Error, Result};
+use crate::launch::logged;
 use crate::launch::{
     ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
     ensure_outside_host_function, in_host_function, reclaim, watch_stream,

@@ -65,8 +65,8 @@ mod release;
 pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 
-use crate::contained_log::holding_logs;
 use crate::error::{Error, Result};
+use crate::launch::holding_logs;
 use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, seen_failed};
 use crate::objects::{Context, Stream};
 use crate::observe::{self, Points};

@@ -30,12 +30,12 @@
 //! (`cuStreamBatchMemOp`): see [`Timeline`](super::Timeline) for the window that holds in.
 
 use crate::checked::checked;
-use crate::contained_log::{holding_logs, logged};
 use crate::error::{Error, Result};
 use crate::launch::{
     EnqueueWindow, Progress, abandon_if_failed, capture_state, ensure_outside_host_function,
     hold_or_extend, reclaim_on_launch,
 };
+use crate::launch::{holding_logs, logged};
 use crate::objects::Stream;
 use crate::sync::lock;
 use crate::timeline::{MAX, Shared};

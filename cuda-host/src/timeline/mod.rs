@@ -41,8 +41,8 @@ mod word;
 pub use reached::Reached;
 
 use crate::checked::checked;
-use crate::contained_log::logged;
 use crate::error::{Error, Result};
+use crate::launch::logged;
 use crate::launch::{
     ContextShared, drop_when_allowed, ensure_outside_host_function, in_host_function,
 };

@@ -76,12 +76,12 @@
 //! completed.
 
 use crate::checked::checked;
-use crate::contained_log::{holding_logs, logged};
 use crate::error::{Error, Result};
 use crate::launch::{
     ContextShared, Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed,
     capture_state,
 };
+use crate::launch::{holding_logs, logged};
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use crate::tracks::waiters::Waiters;

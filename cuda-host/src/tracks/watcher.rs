@@ -37,8 +37,8 @@
 //! wait for a look under way and keep later ones from querying their events (`tracks`), so no
 //! context is released here and no event is queried after its destruction.
 
-use crate::contained_log::logged;
 use crate::error::Result;
+use crate::launch::logged;
 use crate::launch::{Look, dispose_panic, seen_failed};
 use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;

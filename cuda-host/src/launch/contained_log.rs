@@ -11,15 +11,23 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// Makes a `log` call, e.g. `logged!(warn!("a look waits: {error}"))`, catching a panic of the
 /// logger; inside [`holding_logs`], later.
 macro_rules! logged {
-    (error!($($argument:tt)+)) => { $crate::contained_log::logged!(@ Error, $($argument)+) };
-    (warn!($($argument:tt)+)) => { $crate::contained_log::logged!(@ Warn, $($argument)+) };
-    (info!($($argument:tt)+)) => { $crate::contained_log::logged!(@ Info, $($argument)+) };
-    (debug!($($argument:tt)+)) => { $crate::contained_log::logged!(@ Debug, $($argument)+) };
+    (error!($($argument:tt)+)) => { $crate::launch::logged!(@ Error, $($argument)+) };
+    (warn!($($argument:tt)+)) => { $crate::launch::logged!(@ Warn, $($argument)+) };
+    (info!($($argument:tt)+)) => { $crate::launch::logged!(@ Info, $($argument)+) };
+    (debug!($($argument:tt)+)) => { $crate::launch::logged!(@ Debug, $($argument)+) };
     (@ $level:ident, $($argument:tt)+) => {
         if let Err(payload) = ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| {
             let level = ::log::Level::$level;
             if level <= ::log::max_level()
-                && !$crate::contained_log::held(level, module_path!(), || format!($($argument)+))
+                && !$crate::launch::hold_log_call(
+                    $crate::launch::LogSite {
+                        level,
+                        module: module_path!(),
+                        file: file!(),
+                        line: line!(),
+                    },
+                    || format!($($argument)+),
+                )
             {
                 ::log::log!(level, $($argument)+)
             }
@@ -31,8 +39,18 @@ macro_rules! logged {
 
 pub(crate) use logged;
 
-/// A log call held by [`holding_logs`]: its level, target and message.
-type Held = (log::Level, &'static str, String);
+/// Where a log call was made, and at what level: what a held call is made with later, so that a
+/// logger sees it as the call that made it (loggers filter by module, and print file and line).
+#[derive(Clone, Copy)]
+pub(crate) struct LogSite {
+    pub(crate) level: log::Level,
+    pub(crate) module: &'static str,
+    pub(crate) file: &'static str,
+    pub(crate) line: u32,
+}
+
+/// A log call held by [`holding_logs`]: where it was made, and its message.
+type Held = (LogSite, String);
 
 thread_local! {
     /// How deep in [`holding_logs`] this thread runs: calls are held while it is above 0. A
@@ -83,9 +101,18 @@ fn make_held() {
         .ok()
         .and_then(Result::ok)
         .unwrap_or_default();
-    for (level, target, message) in held {
+    for (site, message) in held {
         let made = catch_unwind(AssertUnwindSafe(|| {
-            log::log!(target: target, level, "{message}");
+            log::logger().log(
+                &log::Record::builder()
+                    .level(site.level)
+                    .target(site.module)
+                    .module_path_static(Some(site.module))
+                    .file_static(Some(site.file))
+                    .line(Some(site.line))
+                    .args(format_args!("{message}"))
+                    .build(),
+            );
         }));
         if let Err(payload) = made {
             crate::launch::dispose_panic(payload);
@@ -93,21 +120,19 @@ fn make_held() {
     }
 }
 
-/// Holds a call at `level` from `target` whose message `message` formats, if the thread runs
-/// inside [`holding_logs`]; whether it did.
-pub(crate) fn held(
-    level: log::Level,
-    target: &'static str,
-    message: impl FnOnce() -> String,
-) -> bool {
+/// Holds a call made at `site` whose message `message` formats, if the thread runs inside
+/// [`holding_logs`]; whether it did. The message is formatted before the held calls are
+/// borrowed: a `Display` that logs has its call held too.
+pub(crate) fn hold_log_call(site: LogSite, message: impl FnOnce() -> String) -> bool {
     if DEPTH.try_with(Cell::get).unwrap_or(0) == 0 {
         return false;
     }
+    let message = message();
     HELD.try_with(|held| {
         let Ok(mut held) = held.try_borrow_mut() else {
             return false;
         };
-        held.push((level, target, message()));
+        held.push((site, message));
         let _ = ANY_HELD.try_with(|any| any.set(true));
         true
     })
@@ -123,6 +148,11 @@ mod tests {
     static SEEN: Mutex<Vec<(std::thread::ThreadId, log::Level, String, String)>> =
         Mutex::new(Vec::new());
 
+    /// Where the recorder saw each call made from, on each thread: its message, module and line.
+    #[allow(clippy::type_complexity)]
+    static SEEN_AT: Mutex<Vec<(std::thread::ThreadId, String, Option<String>, Option<u32>)>> =
+        Mutex::new(Vec::new());
+
     struct Recorder;
 
     impl log::Log for Recorder {
@@ -131,6 +161,12 @@ mod tests {
         }
 
         fn log(&self, record: &log::Record<'_>) {
+            SEEN_AT.lock().expect("the record").push((
+                std::thread::current().id(),
+                record.args().to_string(),
+                record.module_path().map(str::to_owned),
+                record.line(),
+            ));
             SEEN.lock().expect("the record").push((
                 std::thread::current().id(),
                 record.level(),
@@ -193,5 +229,32 @@ mod tests {
         assert_eq!(seen_here().len(), 1);
         logged!(warn!("after"));
         assert_eq!(seen_here().len(), 2, "no hold left behind");
+    }
+
+    /// A held call is the caller's call, made later: a logger sees it from the module and line
+    /// that made it, as it sees a call made at once (loggers filter and print by module, and
+    /// print the line).
+    #[test]
+    fn a_held_call_keeps_the_module_and_line_that_made_it() {
+        assert!(seen_here().is_empty());
+        let line = line!() + 1;
+        holding_logs(|| logged!(warn!("held")));
+        logged!(warn!("made at once"));
+        let here = std::thread::current().id();
+        let seen: Vec<_> = SEEN_AT
+            .lock()
+            .expect("the record")
+            .iter()
+            .filter(|(thread, ..)| *thread == here)
+            .map(|(_, message, module, line)| (message.clone(), module.clone(), *line))
+            .collect();
+        let module = Some(module_path!().to_owned());
+        assert_eq!(
+            seen,
+            [
+                ("held".to_owned(), module.clone(), Some(line)),
+                ("made at once".to_owned(), module, Some(line + 1)),
+            ]
+        );
     }
 }
