@@ -6,11 +6,11 @@ use super::{capture, capture_lock};
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::host_launch::{HostLaunch, UserData};
-use crate::launch::logged;
 use crate::launch::{
     CaptureBeginning, CaptureMark, GraphRecord, HostCallable, capture_state,
     ensure_outside_host_function, outside_host_function, reclaim,
 };
+use crate::launch::{holding_logs, logged};
 use crate::objects::{HostEngine, Stream};
 use crate::observe::Named;
 use cuda_host_sys::{CUgraph, CUstreamCaptureMode};
@@ -136,11 +136,15 @@ impl<'stream> GraphBuilder<'stream> {
             CaptureMode::ThreadLocal => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             CaptureMode::Relaxed => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         };
-        stream.with_stream_context(|| {
-            let _beginning = CaptureBeginning::wait_for_launches(stream.as_raw());
-            let driver = stream.context().driver();
-            // SAFETY: the stream handle is valid while `stream` exists.
-            Ok(unsafe { checked!(driver, cuStreamBeginCapture_v2(stream.as_raw(), mode)) }?)
+        // The wait for launches logs one the driver holds long while it keeps new launches out:
+        // made once it let them in, as a logger may launch.
+        holding_logs(|| {
+            stream.with_stream_context(|| {
+                let _beginning = CaptureBeginning::wait_for_launches(stream.as_raw());
+                let driver = stream.context().driver();
+                // SAFETY: the stream handle is valid while `stream` exists.
+                Ok(unsafe { checked!(driver, cuStreamBeginCapture_v2(stream.as_raw(), mode)) }?)
+            })
         })?;
         Ok(GraphBuilder {
             stream,

@@ -16,11 +16,11 @@ use super::user_object;
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::handle::SendHandle;
-use crate::launch::logged;
 use crate::launch::{
     ContextShared, GraphRecord, HostCallable, capture_state, ensure_outside_host_function,
     outside_host_function, reclaim,
 };
+use crate::launch::{holding_logs, logged};
 use crate::objects::{Context, Stream, destroy_later};
 use crate::polled::{self, NodeCallable};
 use cuda_host_sys::{
@@ -305,17 +305,21 @@ impl GraphExec {
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         ensure_outside_host_function("GraphExec::launch")?;
         reclaim();
-        let unreachable = stream.with_stream_context(|| {
-            let driver = self.context.driver();
-            let mut callables = self.callables();
-            if callables.engine.is_empty() {
-                // SAFETY: both handles are live while their owners exist.
-                unsafe { checked!(driver, cuGraphLaunch(self.raw, stream.as_raw())) }?;
-            } else {
-                self.launch_with_engine(&mut callables, stream)?;
-            }
-            callables.fence(stream);
-            Ok(callables.take_unreachable())
+        // What logs under the callables' lock (a fence that cannot be recorded, one dropped) is
+        // made once it is released: a logger may launch this executable again.
+        let unreachable = holding_logs(|| {
+            stream.with_stream_context(|| {
+                let driver = self.context.driver();
+                let mut callables = self.callables();
+                if callables.engine.is_empty() {
+                    // SAFETY: both handles are live while their owners exist.
+                    unsafe { checked!(driver, cuGraphLaunch(self.raw, stream.as_raw())) }?;
+                } else {
+                    self.launch_with_engine(&mut callables, stream)?;
+                }
+                callables.fence(stream);
+                Ok(callables.take_unreachable())
+            })
         })?;
         drop(unreachable);
         Ok(())

@@ -123,6 +123,9 @@ pub(crate) fn run_once<P: RunOnce>(
         )
     };
     if let Err(error) = launched {
+        // Let go before the failure is noted, which logs: a logger may begin a capture through
+        // cuda-host, which waits for the window.
+        drop(window);
         match slot::take_refused(ticket) {
             // SAFETY: the driver refused the launch, so its record is exclusively ours again.
             Some(record) => unsafe { reclaim::drop_soon(record) },
@@ -186,6 +189,9 @@ pub(crate) unsafe fn pass_through(
     // SAFETY: the stream handle is valid (the caller's); the caller vouches for `function`
     // and `pointer`.
     let launched = unsafe { entry.enqueue(context, window.stream(), function, pointer) };
+    // Let go before a failure is noted, which logs: a logger may begin a capture through
+    // cuda-host, which waits for a pass-through launch's window however long.
+    drop(window);
     if let Err(error) = &launched
         && let Some(result) = error.driver_result()
     {

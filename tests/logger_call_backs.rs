@@ -1,0 +1,250 @@
+//! A logger that calls cuda-host back while a launch, a capture or an executable's launch holds
+//! a window or a lock its call back needs: every log call is made once they are let go. Each test
+//! names a behaviour that holds. Every wait is bounded; a test that finds cuda-host wedged leaves
+//! the wedged thread behind and fails.
+
+use cuda_host::{CaptureMode, Context, GraphBuilder, Stream, StreamFlags, host_launch};
+use cuda_host_sys::CUresult;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use suite::wait::holds_within;
+use suite::{Gate, calling_back_logger, context};
+
+fn new_stream(context: &Context) -> Stream {
+    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
+}
+
+/// A host function launched on the legacy stream holds the legacy stream's launch group (its
+/// `EnqueueWindow`) until the driver answered. When the driver answers a sticky error, the
+/// context's failure is noted, which abandons its pending host functions and logs their count:
+/// were that logged while the window is held, a logger that begins a capture through cuda-host
+/// (which waits for the legacy stream's group however long) would wait for its own thread.
+#[test]
+fn a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture() {
+    let test = "a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture
+    );
+    calling_back_logger::install();
+    let context = context();
+    let first = new_stream(&context);
+    let third = Arc::new(new_stream(&context));
+    let gate = Gate::new(&context);
+    gate.hold(&first);
+    // A host function pending behind the gate: the failure abandons it, and logs that.
+    host_launch(&first, || {}).expect("launched");
+    calling_back_logger::on_next_record({
+        let third = Arc::clone(&third);
+        move || {
+            let builder =
+                GraphBuilder::begin(&third, CaptureMode::ThreadLocal).expect("capture begun");
+            drop(builder.end());
+        }
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::spawn({
+        let (done, context) = (Arc::clone(&done), context.clone());
+        move || {
+            let legacy = Stream::legacy(&context);
+            controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+            let launched = host_launch(&legacy, || {});
+            assert!(launched.is_err(), "the launch was refused");
+            done.store(true, Ordering::SeqCst);
+        }
+    });
+    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    gate.open();
+    assert!(
+        returned,
+        "the failed launch on the legacy stream never returned: the failure it noted logged \
+         while its window held the legacy stream's launch group, and the capture the logger \
+         began waits for that group (called back: {:?})",
+        calling_back_logger::outcome()
+    );
+}
+
+/// A capture begun through cuda-host holds its stream's launch group and the legacy stream's
+/// closed ("beginning") while it waits for the launches in flight there; past `LAUNCH_WAIT` it
+/// logs that the driver holds one. Were that logged while the groups are closed, a logger that
+/// launches a host function on the legacy stream would wait for its own thread's capture to
+/// begin.
+#[test]
+fn a_logger_called_while_a_capture_waits_for_a_held_launch_may_launch_on_the_legacy_stream() {
+    let test =
+        "a_logger_called_while_a_capture_waits_for_a_held_launch_may_launch_on_the_legacy_stream";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "delayed calls are a control of the software driver");
+    };
+    suite::alone_in_child!(
+        a_logger_called_while_a_capture_waits_for_a_held_launch_may_launch_on_the_legacy_stream
+    );
+    calling_back_logger::install();
+    let context = context();
+    let stream = Arc::new(new_stream(&context));
+    // Another thread's launch on the stream, held by the driver past the capture's bounded wait.
+    controls.delay_next_calls(c"cuLaunchHostFunc", 1, Duration::from_millis(500));
+    let launcher = std::thread::spawn({
+        let stream = Arc::clone(&stream);
+        move || {
+            let _ = host_launch(&*stream, || {});
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    calling_back_logger::on_next_record({
+        let context = context.clone();
+        move || {
+            let legacy = Stream::legacy(&context);
+            host_launch(&legacy, || {}).expect("launched on the legacy stream");
+        }
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::spawn({
+        let (done, stream) = (Arc::clone(&done), Arc::clone(&stream));
+        move || {
+            if let Ok(builder) = GraphBuilder::begin(&stream, CaptureMode::Relaxed) {
+                drop(builder.end());
+            }
+            done.store(true, Ordering::SeqCst);
+        }
+    });
+    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    assert!(
+        returned,
+        "the capture never began: it logged that the driver holds a launch of its group while \
+         it kept the legacy stream's group closed, and the logger's launch on the legacy stream \
+         waits for that group to open (called back: {:?})",
+        calling_back_logger::outcome()
+    );
+    let _ = launcher.join();
+}
+
+thread_local! {
+    /// The executable and stream a logger's call back launches again, on the thread that set them.
+    static RELAUNCH: std::cell::RefCell<Option<(std::rc::Rc<cuda_host::GraphExec>, Arc<Stream>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// A launch of an executable with callables of its own records a fence after it, under the
+/// executable's lock of its callables; when the record fails, it warns. Were that warning made
+/// under the lock, a logger that launches the same executable again (on the same thread, where
+/// the executable lives) would wait for the lock its own thread holds.
+#[test]
+fn a_logger_called_when_a_launchs_fence_cannot_be_recorded_may_launch_the_executable_again() {
+    let test =
+        "a_logger_called_when_a_launchs_fence_cannot_be_recorded_may_launch_the_executable_again";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_logger_called_when_a_launchs_fence_cannot_be_recorded_may_launch_the_executable_again
+    );
+    calling_back_logger::install();
+    calling_back_logger::on_every_record(|| {
+        if let Some((exec, stream)) = RELAUNCH.with(|relaunch| relaunch.borrow_mut().take()) {
+            exec.launch(&stream).expect("launched again");
+        }
+    });
+    let context = context();
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::spawn({
+        let (done, context) = (Arc::clone(&done), context.clone());
+        move || {
+            let stream = Arc::new(new_stream(&context));
+            let graph = cuda_host::Graph::new(&context).expect("graph");
+            let node = graph.add_host_node(&[], || {}).expect("node");
+            let exec = std::rc::Rc::new(graph.instantiate().expect("executable"));
+            // A callable of the executable's own: its launches record fences.
+            exec.set_host_node_callable(&node, || {})
+                .expect("replaced in the executable");
+            RELAUNCH.with(|relaunch| {
+                *relaunch.borrow_mut() = Some((std::rc::Rc::clone(&exec), Arc::clone(&stream)))
+            });
+            controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+            exec.launch(&stream).expect("launched");
+            stream.synchronize().expect("synchronized");
+            done.store(true, Ordering::SeqCst);
+        }
+    });
+    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    assert!(
+        returned,
+        "the executable's launch never returned: it warned that its fence could not be recorded \
+         while it held the executable's callables, and the logger's launch of the same \
+         executable waits for that lock (called back: {:?})",
+        calling_back_logger::outcome()
+    );
+}
+
+/// A function of nothing, for raw launches.
+unsafe extern "C" fn nothing(_: *mut std::ffi::c_void) {}
+
+/// A raw pass-through launch holds its stream's group for pass-through launches, which a capture
+/// begun through cuda-host waits for however long (whatever the stream). When the driver answers
+/// a sticky error, the context's failure is noted, which logs the count of host functions it
+/// abandons: were that logged while the window is held, a logger that begins a capture of the
+/// same stream through cuda-host would wait for its own thread.
+#[test]
+fn a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_stream() {
+    let test = "a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_stream";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_stream
+    );
+    calling_back_logger::install();
+    let context = context();
+    let first = new_stream(&context);
+    let stream = Arc::new(new_stream(&context));
+    let gate = Gate::new(&context);
+    gate.hold(&first);
+    // A host function pending behind the gate: the failure abandons it, and logs that.
+    host_launch(&first, || {}).expect("launched");
+    calling_back_logger::on_next_record({
+        let stream = Arc::clone(&stream);
+        move || {
+            let builder =
+                GraphBuilder::begin(&stream, CaptureMode::ThreadLocal).expect("capture begun");
+            drop(builder.end());
+        }
+    });
+    let done = Arc::new(AtomicBool::new(false));
+    std::thread::spawn({
+        let (done, stream) = (Arc::clone(&done), Arc::clone(&stream));
+        move || {
+            controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+            // SAFETY: `nothing` may be called with any pointer, on any thread.
+            let launched = unsafe {
+                cuda_host::host_launch_raw(
+                    &stream,
+                    nothing,
+                    cuda_host::UserData::PassThrough(std::ptr::null_mut()),
+                )
+            };
+            assert!(launched.is_err(), "the launch was refused");
+            done.store(true, Ordering::SeqCst);
+        }
+    });
+    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    gate.open();
+    assert!(
+        returned,
+        "the failed pass-through launch never returned: the failure it noted logged while its \
+         window held the stream's group, and the capture the logger began waits for that group \
+         (called back: {:?})",
+        calling_back_logger::outcome()
+    );
+}
