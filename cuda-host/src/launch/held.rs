@@ -282,61 +282,64 @@ pub(crate) fn release_passed(look: Look) -> usize {
             else {
                 return 0;
             };
-            let mut queues = TakenOut::new(queues, |queues| {
+            let queues = TakenOut::new(queues, |queues, released| {
                 merge(&mut held.queues.borrow_mut(), queues);
+                held.count.set(held.count.get() - released);
+                HELD_TOTAL.fetch_sub(released, Ordering::Relaxed);
             });
-            let released = release_from(&mut queues.queues, look);
-            drop(queues);
-            held.count.set(held.count.get() - released);
-            released
+            queues.release(look)
         })
         .unwrap_or(0);
     if ORPHANED.load(Ordering::SeqCst) != 0
         && let Some(_draining) = DrainingOrphans::begin()
     {
         // Taken out too: the looks hold no lock a thread that exits meanwhile takes.
-        let mut orphans = TakenOut::new(take(&mut *lock(&ORPHANS)), |orphans| {
+        let orphans = TakenOut::new(take(&mut *lock(&ORPHANS)), |orphans, released| {
             merge(&mut lock(&ORPHANS), orphans);
+            ORPHANED.fetch_sub(released, Ordering::SeqCst);
+            HELD_TOTAL.fetch_sub(released, Ordering::Relaxed);
         });
-        let from_orphans = release_from(&mut orphans.queues, look);
-        drop(orphans);
-        ORPHANED.fetch_sub(from_orphans, Ordering::SeqCst);
-        released += from_orphans;
+        released += orphans.release(look);
     }
-    HELD_TOTAL.fetch_sub(released, Ordering::Relaxed);
     // Observed with nothing held: the held queues are neither borrowed nor locked.
     observe::points_passed(Points::Release, released);
     released
 }
 
-/// Queues a drain took out of their place, put back when dropped, also should the drain unwind:
-/// a queue dropped would hand its records on before their points passed.
-struct TakenOut<P: FnMut(Vec<Queue>)> {
+/// Queues a drain took out of their place, put back when dropped, with the count of the records
+/// it handed on, also should the drain unwind: a queue dropped would hand its records on before
+/// their points passed, and a count left as it was would hold them for ever.
+struct TakenOut<P: FnMut(Vec<Queue>, usize)> {
     queues: Vec<Queue>,
+    /// The records handed on so far.
+    released: usize,
     put_back: P,
 }
 
-impl<P: FnMut(Vec<Queue>)> TakenOut<P> {
+impl<P: FnMut(Vec<Queue>, usize)> TakenOut<P> {
     fn new(queues: Vec<Queue>, put_back: P) -> Self {
-        TakenOut { queues, put_back }
+        TakenOut {
+            queues,
+            released: 0,
+            put_back,
+        }
+    }
+
+    /// Hands the records whose points were passed to their homes, dropping the queues left
+    /// empty, and puts the rest back; returns how many it handed on.
+    fn release(mut self, look: Look) -> usize {
+        for queue in &mut self.queues {
+            self.released += queue.release_passed(look);
+        }
+        self.queues.retain(|queue| !queue.records.is_empty());
+        self.released
     }
 }
 
-impl<P: FnMut(Vec<Queue>)> Drop for TakenOut<P> {
+impl<P: FnMut(Vec<Queue>, usize)> Drop for TakenOut<P> {
     fn drop(&mut self) {
-        (self.put_back)(take(&mut self.queues));
+        (self.put_back)(take(&mut self.queues), self.released);
     }
-}
-
-/// Hands the records of `queues` whose points were passed to their homes, dropping the queues
-/// left empty; returns how many.
-fn release_from(queues: &mut Vec<Queue>, look: Look) -> usize {
-    let released = queues
-        .iter_mut()
-        .map(|queue| queue.release_passed(look))
-        .sum();
-    queues.retain(|queue| !queue.records.is_empty());
-    released
 }
 
 /// Puts `taken`, queues a drain took out of `queues`, back, with the records held meanwhile
@@ -505,6 +508,47 @@ mod tests {
             "dropped once its point passed"
         );
         assert!(!anything_held());
+    }
+
+    /// A drain whose look at one sequence unwinds after it handed another sequence's passed
+    /// records on: the records it handed on are no longer held, and the thread's count (and the
+    /// process's) says so, so that once the rest passed the thread holds nothing.
+    #[test]
+    fn a_drain_that_unwinds_after_handing_records_on_counts_them_released() {
+        // SAFETY: no entry points beyond the fakes' defaults.
+        let driver = unsafe { fake_driver::driver(&[]) };
+        let context = fake_driver::context(&driver);
+        let passed = Arc::new(Counter(AtomicU64::new(1)));
+        let panics = Arc::new(PanicsOnce(
+            AtomicBool::new(false),
+            Counter(AtomicU64::new(0)),
+        ));
+        let drops = Arc::new(AtomicUsize::new(0));
+        let here = std::thread::current().id();
+        // The first queue's record is passed already; the second queue's look panics.
+        hold_until(
+            Arc::clone(&passed) as Arc<dyn Progress>,
+            Arc::clone(&context),
+            1,
+            Dropped(Arc::clone(&drops), here),
+        );
+        hold_until(
+            Arc::clone(&panics) as Arc<dyn Progress>,
+            Arc::clone(&context),
+            1,
+            Dropped(Arc::clone(&drops), here),
+        );
+        let unwound = std::panic::catch_unwind(|| release_passed(Look::Fresh));
+        assert!(unwound.is_err(), "the second look panicked");
+        panics.1.0.store(1, Ordering::SeqCst);
+        crate::launch::reclaim();
+        assert_eq!(drops.load(Ordering::SeqCst), 2, "both dropped");
+        assert_eq!(
+            HELD.with(|held| held.count.get()),
+            0,
+            "the thread's count of held records after both were dropped"
+        );
+        assert!(!anything_held(), "nothing held once both were dropped");
     }
 
     #[test]
