@@ -8,10 +8,10 @@ use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
-use crate::launch::logged;
 use crate::launch::{
-    ContextShared, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state,
-    ensure_outside_host_function, in_host_function, reclaim, watch_stream,
+    ContextShared, EnqueueWindow, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait,
+    capture_state, ensure_outside_host_function, holding_logs, in_host_function, logged, reclaim,
+    watch_stream,
 };
 use crate::tracks::Synchronizing;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
@@ -389,9 +389,16 @@ impl Stream {
         let Some(tracks) = self.context.tracks_if_made() else {
             return;
         };
-        let marked = self.with_stream_context(|| {
-            let id = self.id()?;
-            tracks.mark_after_unread(self.context.shared(), self.raw, id)
+        // In the stream's window, as every point is marked (a capture begun through cuda-host
+        // waits for it, and a capturing stream is refused), and with the log calls held until it
+        // is let go.
+        let marked = holding_logs(|| {
+            self.with_stream_context(|| {
+                let shared = self.context.shared();
+                let window = EnqueueWindow::open(shared.driver(), self.raw)?;
+                let id = self.id()?;
+                tracks.mark_after_unread(shared, window.stream(), id)
+            })
         });
         if let Err(error) = marked {
             logged!(debug!(

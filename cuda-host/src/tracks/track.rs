@@ -889,12 +889,12 @@ impl ContextTracks {
 
     /// Marks a point on `stream` (whose id is `stream_id`, of `shared`) after written points a
     /// capture left unread, when nothing follows them on its track: only a later point's passing
-    /// shows them passed (or a synchronize), and the stream, about to go, would give none. Does
-    /// nothing on a capturing stream; the context must be current where the driver resolves a
-    /// special stream against it.
+    /// shows them passed (or a synchronize), and the stream, about to go, would give none. The
+    /// caller holds the stream's window, as for [`mark`](Self::mark); the context must be
+    /// current where the driver resolves a special stream against it.
     ///
     /// # Errors
-    /// As [`mark`](Self::mark), and the driver's error of `cuStreamIsCapturing`.
+    /// As [`mark`](Self::mark).
     pub(crate) fn mark_after_unread(
         &self,
         shared: &Arc<ContextShared>,
@@ -903,9 +903,6 @@ impl ContextTracks {
     ) -> Result<()> {
         let track = lock(&self.state).leases.lent_to(stream_id).cloned();
         if !track.is_some_and(|track| track.unread_at_the_end()) {
-            return Ok(());
-        }
-        if capture_state(&self.driver, stream)?.is_some() {
             return Ok(());
         }
         self.mark(shared, stream, stream_id).map(drop)
