@@ -32,6 +32,7 @@ const OPERATIONS: &[(&str, &[&str])] = &[
         "host_launch",
         &[
             "a panic",
+            "a logger that calls cuda-host",
             "capture before",
             "capture between",
             "context failure",
@@ -46,7 +47,14 @@ const OPERATIONS: &[(&str, &[&str])] = &[
             "context failure",
         ],
     ),
-    ("host_launch_raw", &["capture before", "context failure"]),
+    (
+        "host_launch_raw",
+        &[
+            "a logger that calls cuda-host",
+            "capture before",
+            "context failure",
+        ],
+    ),
     (
         "host_copy_scope",
         &[
@@ -99,7 +107,11 @@ const OPERATIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("host_launch_replayable_raw", &["capture before"]),
-    ("GraphBuilder::begin", &["capture between"]),
+    (
+        "GraphBuilder::begin",
+        &["a logger that calls cuda-host", "capture between"],
+    ),
+    ("GraphExec::launch", &["a logger that calls cuda-host"]),
     ("GraphBuilder::callback", &["a panic", "capture before"]),
     (
         "Graph::add_engine_host_node",
