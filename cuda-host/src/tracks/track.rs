@@ -41,8 +41,9 @@
 //! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher, which paces itself);
 //! a look [`Look::Paced`] (a launch's drain, when its thread's drains look at all,
 //! `crate::launch::held`; a future's poll while the watcher does not have its track on its
-//! list) only when no look asked after the track's first pending point for `PACED_LOOK` (50 µs):
-//! a look for a later point that finds it pending says nothing of the points before. One thread
+//! list) only when no look was made for `PACED_LOOK` (50 µs), and for the track's first pending
+//! point only when no look asked after that point: a look for a later point that finds it
+//! pending says nothing of the points before. One thread
 //! looks at a track at a time (`Track::looking`); only looks take a point's event out of the
 //! pending ones, so a look's query never meets an event that is recorded again; and the
 //! context's tracks, when dropped, wait for a look under way and close their tracks to later
@@ -115,8 +116,10 @@ pub(crate) struct Track {
     /// The highest point seen passed.
     high: AtomicU64,
     /// When a look last asked after the track's first pending point, in nanoseconds since
-    /// `epoch()`.
+    /// `epoch()`: what paces looks for that point.
     looked: AtomicU64,
+    /// When any look was last made: what paces looks for later points.
+    looked_any: AtomicU64,
     /// Whether a thread queries the track's events now (one at a time), or the events are gone
     /// (`IDLE`, `LOOKING`, `CLOSED`).
     looking: AtomicU8,
@@ -258,6 +261,7 @@ impl Track {
             last_written: AtomicU64::new(0),
             high: AtomicU64::new(0),
             looked: AtomicU64::new(0),
+            looked_any: AtomicU64::new(0),
             looking: AtomicU8::new(IDLE),
             caught_up: AtomicBool::new(false),
             watched: AtomicBool::new(false),
@@ -282,11 +286,22 @@ impl Track {
             return high;
         }
         let now = epoch().elapsed().as_nanos() as u64;
+        // A look for a later point that finds it pending says nothing of the points before it:
+        // a look for the first pending point is paced by looks for that point alone, one for a
+        // later point by any look.
+        let first = point <= high + 1;
+        let paced_by = if first {
+            &self.looked
+        } else {
+            &self.looked_any
+        };
         let looking = match look {
             Look::Fresh => Looking::begin(&self.looking),
+            // 0: no look yet (a stamp is never 0 but at the epoch's first instant).
             Look::Paced
-                if now.saturating_sub(self.looked.load(Ordering::Relaxed))
-                    < PACED_LOOK.as_nanos() as u64 =>
+                if paced_by.load(Ordering::Relaxed) != 0
+                    && now.saturating_sub(paced_by.load(Ordering::Relaxed))
+                        < PACED_LOOK.as_nanos() as u64 =>
             {
                 None
             }
@@ -295,9 +310,8 @@ impl Track {
         let Some(looking) = looking else {
             return high;
         };
-        // A look for a later point that finds it pending says nothing of the points before it:
-        // only a look for the first pending point keeps paced looks away.
-        if point <= high + 1 {
+        self.looked_any.store(now, Ordering::Relaxed);
+        if first {
             self.looked.store(now, Ordering::Relaxed);
         }
         // Every log call of the look, its own and those of what it calls (a failure its query

@@ -384,6 +384,39 @@ fn paced_looks_query_the_events_at_most_once_a_while_and_not_when_all_passed() {
 }
 
 #[test]
+fn a_look_for_a_later_point_paces_later_looks_but_not_those_for_the_first_pending_point() {
+    let driver = fakes();
+    let shared = fake_driver::context(&driver);
+    let tracks = ContextTracks::new(&shared);
+    let stream = 0x80_usize as CUstream;
+    for point in 1..=3 {
+        assert_eq!(
+            tracks.mark(&shared, stream, 35).expect("marked").point,
+            point
+        );
+    }
+    let track = tracks.mark(&shared, stream, 35).expect("marked").track;
+    // A look for point 3 (not the first pending) finds it pending, and learns nothing of 1.
+    assert_eq!(track.look_for(3, Look::Fresh), 0);
+    let before = queries(0x80);
+    let start = Instant::now();
+    // Within `PACED_LOOK` of it, paced looks for a later point query nothing...
+    assert_eq!(track.look_for(4, Look::Paced), 0);
+    assert_eq!(
+        queries(0x80),
+        before,
+        "a later point's paced look after a look"
+    );
+    // ...but one for the first pending point does.
+    assert_eq!(track.look(Look::Paced), 0);
+    assert!(start.elapsed() < PACED_LOOK, "the test ran within the pace");
+    assert!(
+        queries(0x80) > before,
+        "the first pending point's paced look queried"
+    );
+}
+
+#[test]
 fn events_of_passed_points_are_reused_and_those_beyond_the_kept_ones_given_back() {
     let driver = fakes();
     let shared = fake_driver::context(&driver);
