@@ -6,9 +6,8 @@
 use cuda_host::{CaptureMode, Context, GraphBuilder, Stream, StreamFlags, host_launch};
 use cuda_host_sys::CUresult;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use suite::wait::holds_within;
+use suite::wait::returns_within;
 use suite::{Gate, calling_back_logger, context};
 
 fn new_stream(context: &Context) -> Stream {
@@ -48,18 +47,16 @@ fn a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture()
             drop(builder.end());
         }
     });
-    let done = Arc::new(AtomicBool::new(false));
-    std::thread::spawn({
-        let (done, context) = (Arc::clone(&done), context.clone());
+    let returned = returns_within(Duration::from_secs(5), {
+        let context = context.clone();
         move || {
             let legacy = Stream::legacy(&context);
             controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
             let launched = host_launch(&legacy, || {});
             assert!(launched.is_err(), "the launch was refused");
-            done.store(true, Ordering::SeqCst);
         }
-    });
-    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    })
+    .is_some();
     gate.open();
     assert!(
         returned,
@@ -104,17 +101,15 @@ fn a_logger_called_while_a_capture_waits_for_a_held_launch_may_launch_on_the_leg
             host_launch(&legacy, || {}).expect("launched on the legacy stream");
         }
     });
-    let done = Arc::new(AtomicBool::new(false));
-    std::thread::spawn({
-        let (done, stream) = (Arc::clone(&done), Arc::clone(&stream));
+    let returned = returns_within(Duration::from_secs(5), {
+        let stream = Arc::clone(&stream);
         move || {
             if let Ok(builder) = GraphBuilder::begin(&stream, CaptureMode::Relaxed) {
                 drop(builder.end());
             }
-            done.store(true, Ordering::SeqCst);
         }
-    });
-    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    })
+    .is_some();
     assert!(
         returned,
         "the capture never began: it logged that the driver holds a launch of its group while \
@@ -155,9 +150,8 @@ fn a_logger_called_when_a_launchs_fence_cannot_be_recorded_may_launch_the_execut
         }
     });
     let context = context();
-    let done = Arc::new(AtomicBool::new(false));
-    std::thread::spawn({
-        let (done, context) = (Arc::clone(&done), context.clone());
+    let returned = returns_within(Duration::from_secs(5), {
+        let context = context.clone();
         move || {
             let stream = Arc::new(new_stream(&context));
             let graph = cuda_host::Graph::new(&context).expect("graph");
@@ -172,10 +166,9 @@ fn a_logger_called_when_a_launchs_fence_cannot_be_recorded_may_launch_the_execut
             controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
             exec.launch(&stream).expect("launched");
             stream.synchronize().expect("synchronized");
-            done.store(true, Ordering::SeqCst);
         }
-    });
-    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    })
+    .is_some();
     assert!(
         returned,
         "the executable's launch never returned: it warned that its fence could not be recorded \
@@ -221,9 +214,8 @@ fn a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_st
             drop(builder.end());
         }
     });
-    let done = Arc::new(AtomicBool::new(false));
-    std::thread::spawn({
-        let (done, stream) = (Arc::clone(&done), Arc::clone(&stream));
+    let returned = returns_within(Duration::from_secs(5), {
+        let stream = Arc::clone(&stream);
         move || {
             controls.fail_next_calls(c"cuLaunchHostFunc", 1, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
             // SAFETY: `nothing` may be called with any pointer, on any thread.
@@ -235,10 +227,9 @@ fn a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_st
                 )
             };
             assert!(launched.is_err(), "the launch was refused");
-            done.store(true, Ordering::SeqCst);
         }
-    });
-    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    })
+    .is_some();
     gate.open();
     assert!(
         returned,

@@ -12,7 +12,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Duration;
-use suite::wait::holds_within;
+use suite::wait::returns_within;
 use suite::{Gate, Tally, calling_back_logger, context, wait_until};
 
 /// How long a test waits for a call that returns in microseconds when nothing is wedged.
@@ -20,16 +20,6 @@ const WEDGED_AFTER: Duration = Duration::from_secs(10);
 
 fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
-}
-
-/// Runs `call` on a thread of its own and waits for it at most [`WEDGED_AFTER`]: `None` when it
-/// did not return (it is wedged; the thread is left behind).
-fn returns_in_time<T: Send + 'static>(call: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    let (sender, done) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = sender.send(call());
-    });
-    done.recv_timeout(WEDGED_AFTER).ok()
 }
 
 /// A value an exited thread released on `stream`: every drain of every thread looks at the
@@ -115,7 +105,7 @@ fn is_passed_returns_when_its_look_first_sees_a_failure_and_the_logger_reclaims(
     // Never polled: the watcher does not look at the track.
     let point: StreamPoint = stream_point(&stream).expect("a point");
     let seen = Arc::new(AtomicUsize::new(0));
-    let outcome = returns_in_time({
+    let outcome = returns_within(WEDGED_AFTER, {
         let stream = Arc::clone(&stream);
         let seen = Arc::clone(&seen);
         move || {
@@ -244,7 +234,7 @@ fn marking_a_point_returns_when_a_lent_tracks_look_logs_and_the_logger_synchroni
     // watcher does not look at it.
     let pending = stream_point(&first).expect("a point");
     calling_back_logger::on_every_record(call_back);
-    let marked = returns_in_time({
+    let marked = returns_within(WEDGED_AFTER, {
         let second = Arc::clone(&second);
         move || {
             // `second` has no track: the lent one is looked at, and its query fails and logs.
@@ -480,7 +470,7 @@ fn polling_with_a_waker_whose_clone_asks_for_the_counts_returns() {
             .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()))
             .is_pending()
     );
-    let polled = returns_in_time({
+    let polled = returns_within(WEDGED_AFTER, {
         let stream = Arc::clone(&stream);
         move || {
             let mut second = Box::pin(stream_point(&stream).expect("a point"));
@@ -538,18 +528,16 @@ fn a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_beg
             drop(builder.end());
         }
     });
-    let done = Arc::new(AtomicBool::new(false));
-    std::thread::spawn({
-        let (done, context) = (Arc::clone(&done), context.clone());
+    let returned = returns_within(Duration::from_secs(5), {
+        let context = context.clone();
         move || {
             let legacy = Stream::legacy(&context);
             // The look taking the first stream's track back fails its query, and logs.
             controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
             let _ = cuda_host::release_in_stream_order(&legacy, vec![0_u8; 8]);
-            done.store(true, Ordering::SeqCst);
         }
-    });
-    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    })
+    .is_some();
     gate.open();
     assert!(
         returned,

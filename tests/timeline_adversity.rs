@@ -9,10 +9,9 @@ use cuda_host::{
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use suite::wait::holds_within;
+use suite::wait::{holds_within, returns_within};
 use suite::{Gate, calling_back_logger, context, wait_until};
 
 fn new_stream(context: &Context) -> Stream {
@@ -328,9 +327,7 @@ fn a_logger_called_when_a_timeline_operation_fails_may_mark_a_point_of_the_same_
             let _ = other.enqueue_signal(&stream, 1);
         }
     });
-    let done = std::sync::Arc::new(AtomicBool::new(false));
-    std::thread::spawn({
-        let done = std::sync::Arc::clone(&done);
+    let returned = returns_within(Duration::from_secs(5), {
         let stream = Arc::clone(&stream);
         move || {
             controls.fail_next_calls(
@@ -339,10 +336,9 @@ fn a_logger_called_when_a_timeline_operation_fails_may_mark_a_point_of_the_same_
                 CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
             );
             let _ = timeline.enqueue_signal(&stream, 2);
-            done.store(true, Ordering::SeqCst);
         }
-    });
-    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    })
+    .is_some();
     gate.open();
     assert!(
         returned,
@@ -389,18 +385,16 @@ fn a_logger_called_by_a_look_that_takes_a_track_back_may_mark_a_point_of_another
             let _ = other.enqueue_signal(&third, 1);
         }
     });
-    let done = Arc::new(AtomicBool::new(false));
     // On a thread that holds nothing, so that its drains look at no track: the look that fails
     // is the one taking the first stream's track back.
-    std::thread::spawn({
-        let (done, second, timeline) = (Arc::clone(&done), Arc::clone(&second), timeline.clone());
+    let returned = returns_within(Duration::from_secs(5), {
+        let (second, timeline) = (Arc::clone(&second), timeline.clone());
         move || {
             controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
             let _ = timeline.enqueue_signal(&second, 2);
-            done.store(true, Ordering::SeqCst);
         }
-    });
-    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    })
+    .is_some();
     gate.open();
     assert!(
         returned,
@@ -505,17 +499,15 @@ fn a_logger_called_by_a_take_back_look_may_enqueue_on_the_same_timeline() {
             let _ = timeline.enqueue_wait(&third, 1);
         }
     });
-    let done = Arc::new(AtomicBool::new(false));
-    std::thread::spawn({
-        let (done, second, timeline) = (Arc::clone(&done), Arc::clone(&second), timeline.clone());
+    let returned = returns_within(Duration::from_secs(5), {
+        let (second, timeline) = (Arc::clone(&second), timeline.clone());
         move || {
             // The look taking the first stream's track back fails its query, and logs.
             controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
             let _ = timeline.enqueue_signal(&second, 2);
-            done.store(true, Ordering::SeqCst);
         }
-    });
-    let returned = holds_within(Duration::from_secs(5), || done.load(Ordering::SeqCst));
+    })
+    .is_some();
     gate.open();
     if !returned {
         // The wedged thread holds the timeline's lock for good.

@@ -41,6 +41,20 @@ pub fn holds_within(bound: Duration, mut condition: impl FnMut() -> bool) -> boo
     }
 }
 
+/// Runs `call` on a thread of its own and waits for it at most `bound`: its result, or `None`
+/// when it did not return (it may be wedged: the thread is left behind). For a test that fails
+/// with its own message when a cuda-host call never returns.
+pub fn returns_within<T: Send + 'static>(
+    bound: Duration,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
+    let (sender, returned) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(call());
+    });
+    returned.recv_timeout(bound).ok()
+}
+
 /// Waits until `stream` has finished its work, through a raw `cuStreamQuery` that drains
 /// nothing: a host function on it has returned, so its record is finished and waits for its
 /// home's drain (a host function counts its run a moment before it returns; cuda-host's own
