@@ -5,6 +5,7 @@
 
 use cuda_host::{CaptureMode, Context, GraphBuilder, Stream, StreamFlags, host_launch};
 use cuda_host_sys::CUresult;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 use suite::wait::returns_within;
@@ -174,6 +175,69 @@ fn a_logger_called_when_a_launchs_fence_cannot_be_recorded_may_launch_the_execut
         "the executable's launch never returned: it warned that its fence could not be recorded \
          while it held the executable's callables, and the logger's launch of the same \
          executable waits for that lock (called back: {:?})",
+        calling_back_logger::outcome()
+    );
+}
+
+thread_local! {
+    /// The graph and executable a logger's call back replaces a callable of, on the thread they
+    /// live on.
+    static REPLACE: std::cell::RefCell<Option<(Rc<cuda_host::Graph>, Rc<cuda_host::GraphExec>)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Replacing an executable's callable lets go of the fences of launches that passed, under the
+/// executable's lock of its callables; a fence whose event cannot be destroyed records the error,
+/// which logs. Were that logged under the lock, a logger that replaces a callable of the same
+/// executable again would wait for the lock its own thread holds.
+#[test]
+fn a_logger_called_when_a_replaced_callables_fence_cannot_be_destroyed_may_replace_it_again() {
+    let test =
+        "a_logger_called_when_a_replaced_callables_fence_cannot_be_destroyed_may_replace_it_again";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_logger_called_when_a_replaced_callables_fence_cannot_be_destroyed_may_replace_it_again
+    );
+    calling_back_logger::install();
+    calling_back_logger::on_every_record(|| {
+        if let Some((graph, exec)) = REPLACE.with(|replace| replace.borrow_mut().take()) {
+            let nodes = graph.host_nodes().expect("the graph's nodes");
+            exec.set_host_node_callable(&nodes[0], || {})
+                .expect("replaced again");
+        }
+    });
+    let context = context();
+    let returned = returns_within(Duration::from_secs(5), {
+        let context = context.clone();
+        move || {
+            let stream = new_stream(&context);
+            let graph = Rc::new(cuda_host::Graph::new(&context).expect("graph"));
+            let node = graph.add_host_node(&[], || {}).expect("node");
+            let exec = Rc::new(graph.instantiate().expect("executable"));
+            // A callable of the executable's own: its launches record fences.
+            exec.set_host_node_callable(&node, || {})
+                .expect("replaced in the executable");
+            exec.launch(&stream).expect("launched");
+            stream.synchronize().expect("synchronized");
+            REPLACE.with(|replace| {
+                *replace.borrow_mut() = Some((Rc::clone(&graph), Rc::clone(&exec)));
+            });
+            // The passed launch's fence is let go by the next replacement, and its destroy fails.
+            controls.fail_next_calls(c"cuEventDestroy_v2", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+            exec.set_host_node_callable(&node, || {}).expect("replaced");
+        }
+    })
+    .is_some();
+    assert!(
+        returned,
+        "replacing the executable's callable never returned: a fence it let go failed to be \
+         destroyed, which logged under the executable's callables, and the logger's replacement \
+         waits for that lock (called back: {:?})",
         calling_back_logger::outcome()
     );
 }

@@ -399,8 +399,19 @@ impl GraphExec {
     }
 
     /// As [`set_host_node_callable_shared`](Self::set_host_node_callable_shared); profilers show
-    /// its runs as `name`.
+    /// its runs as `name`. What logs under the callables' lock (a fence the replaced callable
+    /// let go, whose destroy failed) is made once it is released, as in `launch`.
     fn set_host_node_callable_named(
+        &self,
+        node: &HostNode<'_>,
+        callable: HostCallable,
+        name: &'static str,
+    ) -> Result<()> {
+        holding_logs(|| self.set_host_node_callable_holding(node, callable, name))
+    }
+
+    /// [`set_host_node_callable_named`](Self::set_host_node_callable_named) inside its hold.
+    fn set_host_node_callable_holding(
         &self,
         node: &HostNode<'_>,
         callable: HostCallable,
