@@ -6,6 +6,7 @@
 //! runs inside [`holding_logs`], which keeps the thread's [`logged!`] calls until it returns.
 
 use std::cell::{Cell, RefCell};
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 /// Makes a `log` call, e.g. `logged!(warn!("a look waits: {error}"))`, catching a panic of the
@@ -56,8 +57,11 @@ thread_local! {
     /// How deep in [`holding_logs`] this thread runs: calls are held while it is above 0. A
     /// `Cell` of its own, so that a hold that holds nothing (most) touches nothing else.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// The log calls held on this thread.
-    static HELD: RefCell<Vec<Held>> = const { RefCell::new(Vec::new()) };
+    /// The log calls held on this thread. Never dropped, so that a hold in another
+    /// thread-local's `Drop` during the thread's exit still holds; empty, with nothing
+    /// allocated, whenever no hold is open (the outermost takes the calls when it ends).
+    static HELD: ManuallyDrop<RefCell<Vec<Held>>> =
+        const { ManuallyDrop::new(RefCell::new(Vec::new())) };
     /// Whether `HELD` may hold calls, so that the end of a hold that held none looks no further.
     static ANY_HELD: Cell<bool> = const { Cell::new(false) };
 }
