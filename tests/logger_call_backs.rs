@@ -1,12 +1,15 @@
-//! A logger that calls cuda-host back while a launch, a capture or an executable's launch holds
-//! a window or a lock its call back needs: every log call is made once they are let go. Each test
-//! names a behaviour that holds. Every wait is bounded; a test that finds cuda-host wedged leaves
-//! the wedged thread behind and fails.
+//! A logger that calls cuda-host back while a launch, a capture, an executable's launch or the
+//! polled engine's table of lanes holds a window or a lock its call back needs: every log call is
+//! made once they are let go, also in a thread-local's `Drop` as the thread exits. Each test names
+//! a behaviour that holds. Every wait is bounded; a test that finds cuda-host wedged leaves the
+//! wedged thread behind and fails.
 
-use cuda_host::{CaptureMode, Context, GraphBuilder, Stream, StreamFlags, host_launch};
+use cuda_host::{CaptureMode, Context, GraphBuilder, GraphExec, Stream, StreamFlags, host_launch};
 use cuda_host_sys::CUresult;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::Duration;
 use suite::wait::returns_within;
 use suite::{Gate, calling_back_logger, context};
@@ -300,6 +303,182 @@ fn a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_st
         "the failed pass-through launch never returned: the failure it noted logged while its \
          window held the stream's group, and the capture the logger began waits for that group \
          (called back: {:?})",
+        calling_back_logger::outcome()
+    );
+}
+
+/// An executable with a callable of its own (its launches record fences), on `context`.
+fn executable_with_fences(context: &Context) -> GraphExec {
+    let graph = cuda_host::Graph::new(context).expect("graph");
+    let node = graph.add_host_node(&[], || {}).expect("node");
+    let exec = graph.instantiate().expect("executable");
+    exec.set_host_node_callable(&node, || {})
+        .expect("replaced in the executable");
+    exec
+}
+
+thread_local! {
+    /// The executable and stream the logger launches again: raw pointers, so that the slot has
+    /// no destructor and is still readable while the thread's other thread-locals are dropped.
+    static TEARDOWN_RELAUNCH: Cell<Option<(*const GraphExec, *const Stream)>> = const { Cell::new(None) };
+    /// What the thread's teardown does: registered before cuda-host's own thread-locals, so
+    /// dropped after them.
+    static TEARDOWN: RefCell<Option<Teardown>> = const { RefCell::new(None) };
+}
+
+/// Launches its executable, whose fence's record fails, when the thread's thread-locals are
+/// dropped; then says it returned.
+struct Teardown {
+    exec: GraphExec,
+    stream: Stream,
+    returned: mpsc::Sender<()>,
+}
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        TEARDOWN_RELAUNCH.set(Some((&raw const self.exec, &raw const self.stream)));
+        let controls = suite::software::controls().expect("the software driver");
+        controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+        let _ = self.exec.launch(&self.stream);
+        let _ = self.returned.send(());
+    }
+}
+
+/// `holding_logs` keeps a log call made under a lock in the thread-local `HELD` until the lock
+/// is let go; once that thread-local was dropped (a thread's teardown, where a user's
+/// thread-local registered before it is dropped after it), `hold_log_call` cannot reach it and
+/// the call is made at once, under the lock. Here: an executable's launch in a thread-local's
+/// `Drop` warns that its fence could not be recorded while it holds the executable's callables,
+/// and the logger's launch of the same executable waits for that lock on its own thread.
+#[test]
+fn a_log_call_held_during_a_threads_teardown_is_not_made_under_the_lock() {
+    let test = "a_log_call_held_during_a_threads_teardown_is_not_made_under_the_lock";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(a_log_call_held_during_a_threads_teardown_is_not_made_under_the_lock);
+    calling_back_logger::install();
+    calling_back_logger::on_every_record(|| {
+        if let Some((exec, stream)) = TEARDOWN_RELAUNCH.take() {
+            // SAFETY: both live in the `Teardown` whose `Drop` runs on this thread now.
+            let _ = unsafe { (*exec).launch(&*stream) };
+        }
+    });
+    let context = context();
+    let (returned, teardown_returned) = mpsc::channel();
+    let (ready, armed) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Registered first, so dropped last.
+        TEARDOWN.with(|_| ());
+        let stream = new_stream(&context);
+        // A held log call on this thread (another executable's fence that cannot be recorded):
+        // cuda-host's `HELD` is registered now, after `TEARDOWN`.
+        let warm = executable_with_fences(&context);
+        controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+        warm.launch(&stream).expect("launched");
+        stream.synchronize().expect("synchronized");
+        let exec = executable_with_fences(&context);
+        TEARDOWN.with(|teardown| {
+            *teardown.borrow_mut() = Some(Teardown {
+                exec,
+                stream,
+                returned,
+            });
+        });
+        let _ = ready.send(());
+    });
+    armed.recv().expect("the thread set its teardown up");
+    let launched = teardown_returned
+        .recv_timeout(Duration::from_secs(5))
+        .is_ok();
+    assert!(
+        launched,
+        "the launch in a thread-local's Drop never returned: cuda-host's held log calls were \
+         gone, so its fence warning was logged at once under the executable's callables, and \
+         the logger's launch of the same executable waits for that lock (called back: {:?})",
+        calling_back_logger::outcome()
+    );
+}
+
+/// The thread whose log records the logger of
+/// `a_logger_called_when_a_context_cannot_be_made_current_again_may_make_a_polled_stream` acts
+/// on: the one that makes the first polled stream.
+static POLLED_MAKER: std::sync::Mutex<Option<std::thread::ThreadId>> = std::sync::Mutex::new(None);
+
+/// `with_context_current` (`launch/context_shared.rs`) logs through `logged!` when it cannot make
+/// the previous context current again. `ContextLanes::lane_of` (`polled/lanes.rs`) allocates the
+/// context's first page of lanes with the context made current, under the lanes' table lock,
+/// and `Stream::with_host_engine` calls it outside any `holding_logs`: the error is logged under
+/// that lock, and a logger that makes another polled stream of the context (which takes the
+/// same lock) waits for its own thread. The previous context here is a fresh context, destroyed
+/// by another thread while the page's allocation is held by the driver.
+#[test]
+fn a_logger_called_when_a_context_cannot_be_made_current_again_may_make_a_polled_stream() {
+    let test =
+        "a_logger_called_when_a_context_cannot_be_made_current_again_may_make_a_polled_stream";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "delayed calls are a control of the software driver");
+    };
+    suite::alone_in_child!(
+        a_logger_called_when_a_context_cannot_be_made_current_again_may_make_a_polled_stream
+    );
+    calling_back_logger::install();
+    let context = context();
+    calling_back_logger::on_every_record({
+        let context = context.clone();
+        move || {
+            let maker = POLLED_MAKER.lock().expect("the maker").take();
+            if maker == Some(std::thread::current().id()) {
+                let other = new_stream(&context)
+                    .with_host_engine(cuda_host::HostEngine::Polled)
+                    .expect("a second polled stream");
+                drop(other);
+            }
+        }
+    });
+    let device = cuda_host::Device::get(context.driver(), 0).expect("device");
+    let fresh = controls.fresh_context(&device);
+    let context_of_fresh = fresh.clone();
+    let (bound, bound_here) = mpsc::channel::<()>();
+    // Meanwhile the fresh context goes: the allocation's `with_current` cannot make it current
+    // again.
+    let dropper = std::thread::spawn({
+        let fresh = fresh.clone();
+        move || {
+            bound_here
+                .recv()
+                .expect("the thread bound the fresh context");
+            std::thread::sleep(Duration::from_millis(200));
+            drop(fresh);
+        }
+    });
+    drop(fresh);
+    let returned = suite::wait::returns_within(Duration::from_secs(5), {
+        let context = context.clone();
+        let fresh = context_of_fresh;
+        move || {
+            // The fresh context is the thread's current one: what the allocation's
+            // `with_current` makes current again afterwards.
+            fresh.bind_to_thread().expect("bound");
+            drop(fresh);
+            let stream = new_stream(&context);
+            *POLLED_MAKER.lock().expect("the maker") = Some(std::thread::current().id());
+            controls.delay_next_calls(c"cuMemHostAlloc", 1, Duration::from_millis(600));
+            let _ = bound.send(());
+            // The context's first polled stream: its page of lanes is allocated now.
+            let polled = stream.with_host_engine(cuda_host::HostEngine::Polled);
+            polled.is_ok()
+        }
+    });
+    let _ = dropper.join();
+    assert!(
+        returned.is_some(),
+        "making a polled stream never returned: the lanes' page was allocated under the lanes' \
+         table lock, the previous context could not be made current again, which logged under \
+         that lock, and the logger's polled stream waits for it (called back: {:?})",
         calling_back_logger::outcome()
     );
 }

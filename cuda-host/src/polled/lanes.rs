@@ -35,7 +35,7 @@
 //! number above it, so the server never takes an old write for a new function.
 
 use crate::error::{Error, Result};
-use crate::launch::{ContextShared, PAGE_BYTES, PinnedPage, unless_capture_forbids};
+use crate::launch::{ContextShared, PAGE_BYTES, PinnedPage, holding_logs, unless_capture_forbids};
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use cuda_host_sys::CUdeviceptr;
@@ -186,17 +186,21 @@ impl ContextLanes {
     /// [`Error::AllocationInCapture`] when a new page is needed while a capture begun through
     /// cuda-host forbids the allocation; the driver's error from allocating it.
     pub(super) fn lane_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Lane>> {
-        let state = &mut *lock(&self.state);
-        let pages = &mut state.pages;
-        state.leases.of(stream_id, || {
-            let index = pages.len();
-            let page = unless_capture_forbids(|| shared.allocate_pinned_page()).ok_or(
-                Error::AllocationInCapture {
-                    what: "a page of the polled engine's lanes",
-                },
-            )??;
-            pages.push(page);
-            Ok(lanes_of_page(page, index))
+        // The allocation may log (a context it cannot make current again) under the table's
+        // lock, which a logger's polled launch would take.
+        holding_logs(|| {
+            let state = &mut *lock(&self.state);
+            let pages = &mut state.pages;
+            state.leases.of(stream_id, || {
+                let index = pages.len();
+                let page = unless_capture_forbids(|| shared.allocate_pinned_page()).ok_or(
+                    Error::AllocationInCapture {
+                        what: "a page of the polled engine's lanes",
+                    },
+                )??;
+                pages.push(page);
+                Ok(lanes_of_page(page, index))
+            })
         })
     }
 
