@@ -18,9 +18,8 @@ use crate::error::{Error, Result};
 use crate::handle::SendHandle;
 use crate::launch::{
     ContextShared, GraphRecord, HostCallable, capture_state, ensure_outside_host_function,
-    outside_host_function, reclaim,
+    holding_logs, logged, outside_host_function, reclaim,
 };
-use crate::launch::{holding_logs, logged};
 use crate::objects::{Context, Stream, destroy_later};
 use crate::polled::{self, NodeCallable};
 use cuda_host_sys::{

@@ -30,8 +30,9 @@
 use super::lanes::{KEPT_PAGES, Lane, RETIRED_LANES, Words};
 use super::nodes::{NodeSlot, RETIRED_NODES};
 use crate::error::{Error, Result};
-use crate::launch::logged;
-use crate::launch::{ContextShared, InHostFunction, dispose_panic, drop_when_allowed, has_failed};
+use crate::launch::{
+    ContextShared, InHostFunction, dispose_panic, drop_when_allowed, has_failed, logged,
+};
 use crate::observe;
 use crate::own_thread::OwnThreads;
 use crate::sync::lock;

@@ -33,9 +33,8 @@ use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::{
     EnqueueWindow, Progress, abandon_if_failed, capture_state, ensure_outside_host_function,
-    hold_or_extend, reclaim_on_launch,
+    hold_or_extend, holding_logs, logged, reclaim_on_launch,
 };
-use crate::launch::{holding_logs, logged};
 use crate::objects::Stream;
 use crate::sync::lock;
 use crate::timeline::{MAX, Shared};

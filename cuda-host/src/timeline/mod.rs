@@ -42,9 +42,8 @@ pub use reached::Reached;
 
 use crate::checked::checked;
 use crate::error::{Error, Result};
-use crate::launch::logged;
 use crate::launch::{
-    ContextShared, drop_when_allowed, ensure_outside_host_function, in_host_function,
+    ContextShared, drop_when_allowed, ensure_outside_host_function, in_host_function, logged,
 };
 use crate::objects::{Context, Stream};
 use crate::sync::lock;

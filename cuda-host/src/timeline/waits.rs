@@ -25,8 +25,7 @@
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.
 //! Nothing here owns driver objects, so the watcher may drop its references to this value.
 
-use crate::launch::logged;
-use crate::launch::{Look, Progress, dispose_panic, has_failed};
+use crate::launch::{Look, Progress, dispose_panic, has_failed, logged};
 use crate::sync::lock;
 use crate::tracks::{Registration, Waiters, Watched, watch};
 use std::panic::{AssertUnwindSafe, catch_unwind};

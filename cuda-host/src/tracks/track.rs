@@ -80,9 +80,8 @@ use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::{
     ContextShared, Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed,
-    capture_state,
+    capture_state, holding_logs, logged,
 };
-use crate::launch::{holding_logs, logged};
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use crate::tracks::waiters::Waiters;
@@ -298,14 +297,14 @@ impl Track {
         let looking = match look {
             Look::Fresh => Looking::begin(&self.looking),
             // 0: no look yet (a stamp is never 0 but at the epoch's first instant).
-            Look::Paced
-                if paced_by.load(Ordering::Relaxed) != 0
-                    && now.saturating_sub(paced_by.load(Ordering::Relaxed))
-                        < PACED_LOOK.as_nanos() as u64 =>
-            {
-                None
+            Look::Paced => {
+                let stamp = paced_by.load(Ordering::Relaxed);
+                if stamp != 0 && now.saturating_sub(stamp) < PACED_LOOK.as_nanos() as u64 {
+                    None
+                } else {
+                    Looking::try_begin(&self.looking)
+                }
             }
-            Look::Paced => Looking::try_begin(&self.looking),
         };
         let Some(looking) = looking else {
             return high;

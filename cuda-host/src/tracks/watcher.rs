@@ -38,8 +38,7 @@
 //! context is released here and no event is queried after its destruction.
 
 use crate::error::Result;
-use crate::launch::logged;
-use crate::launch::{Look, dispose_panic, seen_failed};
+use crate::launch::{Look, dispose_panic, logged, seen_failed};
 use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;
 use crate::sync::lock;
