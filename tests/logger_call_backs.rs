@@ -43,14 +43,7 @@ fn a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture()
     gate.hold(&first);
     // A host function pending behind the gate: the failure abandons it, and logs that.
     host_launch(&first, || {}).expect("launched");
-    calling_back_logger::on_next_record({
-        let third = Arc::clone(&third);
-        move || {
-            let builder =
-                GraphBuilder::begin(&third, CaptureMode::ThreadLocal).expect("capture begun");
-            drop(builder.end());
-        }
-    });
+    calling_back_logger::on_next_record_capture(&third);
     let returned = returns_within(Duration::from_secs(5), {
         let context = context.clone();
         move || {
@@ -273,14 +266,7 @@ fn a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_st
     gate.hold(&first);
     // A host function pending behind the gate: the failure abandons it, and logs that.
     host_launch(&first, || {}).expect("launched");
-    calling_back_logger::on_next_record({
-        let stream = Arc::clone(&stream);
-        move || {
-            let builder =
-                GraphBuilder::begin(&stream, CaptureMode::ThreadLocal).expect("capture begun");
-            drop(builder.end());
-        }
-    });
+    calling_back_logger::on_next_record_capture(&stream);
     let returned = returns_within(Duration::from_secs(5), {
         let stream = Arc::clone(&stream);
         move || {

@@ -519,15 +519,7 @@ fn a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_beg
     gate.hold(&first);
     // The context's one track serves the first stream, with a point pending behind the gate.
     let _pending = stream_point(&first).expect("point");
-    calling_back_logger::on_next_record({
-        let third = Arc::clone(&third);
-        move || {
-            let builder =
-                cuda_host::GraphBuilder::begin(&third, cuda_host::CaptureMode::ThreadLocal)
-                    .expect("capture begun");
-            drop(builder.end());
-        }
-    });
+    calling_back_logger::on_next_record_capture(&third);
     let returned = returns_within(Duration::from_secs(5), {
         let context = context.clone();
         move || {

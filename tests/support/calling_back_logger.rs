@@ -89,6 +89,17 @@ pub fn on_next_record(call: impl FnOnce() + Send + 'static) {
     *CALL_BACK.lock().expect("the call back") = Some(CallBack::Once(Box::new(call)));
 }
 
+/// On the next record, begins a thread-local capture of `stream` through cuda-host and ends it:
+/// a call back that waits for the launches in flight on the stream's group.
+pub fn on_next_record_capture(stream: &Arc<cuda_host::Stream>) {
+    let stream = Arc::clone(stream);
+    on_next_record(move || {
+        let builder = cuda_host::GraphBuilder::begin(&stream, cuda_host::CaptureMode::ThreadLocal)
+            .expect("capture begun");
+        drop(builder.end());
+    });
+}
+
 /// Runs `call` on every record from now on (but those logged inside a call back).
 pub fn on_every_record(call: impl Fn() + Send + Sync + 'static) {
     *CALL_BACK.lock().expect("the call back") = Some(CallBack::Every(Arc::new(call)));
