@@ -29,7 +29,8 @@
 //! them: a host function's observations are made while its thread is marked as inside one, so a
 //! cuda-host call they make is refused there rather than reach the driver); a subscriber's panic
 //! is caught and its payload disposed of as the trampolines do (the `launch::contained_log` pattern,
-//! which is also why this module, below the launch machinery, names `dispose_panic` above it);
+//! which is also why this module, below the launch machinery, names `dispose_panic` and `logged`
+//! above it);
 //! and an observation made while one is under way on the same thread (a subscriber that calls
 //! cuda-host back) is skipped, so a subscriber cannot recurse into itself through cuda-host. An
 //! NVTX injection library is C and does not unwind.
