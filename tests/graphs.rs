@@ -608,3 +608,313 @@ fn a_logger_run_when_a_callbacks_node_cannot_be_added_may_end_a_capture_through_
     assert!(result.is_err(), "the node was added: {result:?}");
     assert!(ENDED.load(Ordering::SeqCst), "the logger ran");
 }
+
+/// A thread of other code capturing a stream of `context` in global mode until the result is
+/// dropped; [`OtherCapture::end`] tells whether the capture stayed valid.
+struct OtherCapture {
+    end: std::sync::mpsc::Sender<()>,
+    ended: std::thread::JoinHandle<Result<(), CUresult>>,
+}
+
+impl OtherCapture {
+    fn begin(context: &Context) -> OtherCapture {
+        let (begun_tx, begun) = std::sync::mpsc::channel();
+        let (end, end_rx) = std::sync::mpsc::channel::<()>();
+        let context = context.clone();
+        let ended = std::thread::spawn(move || {
+            let stream = new_stream(&context);
+            let capture = suite::capture::Capture::begin(
+                stream.as_raw(),
+                cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            );
+            begun_tx.send(()).unwrap();
+            let _ = end_rx.recv();
+            capture.end().map(drop).map_err(|(result, _)| result)
+        });
+        begun.recv().expect("the other thread begins its capture");
+        OtherCapture { end, ended }
+    }
+
+    /// Ends the capture: `Err` with the driver's answer when it was invalidated.
+    fn end(self) -> Result<(), CUresult> {
+        self.end.send(()).unwrap();
+        self.ended.join().expect("the capturing thread")
+    }
+}
+
+#[test]
+fn a_replaced_callable_lives_while_its_pending_launch_can_run_it_though_another_thread_captures() {
+    // Alone in a process: another test's allocation would invalidate the global capture.
+    suite::alone_in_child!(
+        a_replaced_callable_lives_while_its_pending_launch_can_run_it_though_another_thread_captures
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let graph = Graph::new(&context).expect("graph");
+    let node = graph.add_host_node(&[], || {}).expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let pending = Tally::new();
+    let probe = pending.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("set");
+    let gate = suite::Gate::new(&context);
+    gate.hold(&stream);
+    executable.launch(&stream).expect("launch");
+    // Replaced while the launch that runs it waits at the gate: it waits for that launch's fence.
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced");
+    // Other code captures in global mode: a fence query in the default capture interaction mode
+    // would be refused (and would invalidate that capture).
+    let other = OtherCapture::begin(&context);
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced again");
+    executable
+        .launch(&new_stream(&context))
+        .expect("launch on another stream");
+    cuda_host::reclaim();
+    assert_eq!(
+        pending.drops(),
+        0,
+        "the callable a pending launch runs was released while it waits"
+    );
+    assert_eq!(
+        other.end(),
+        Ok(()),
+        "the executable's calls invalidated another thread's global capture"
+    );
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        pending.runs(),
+        1,
+        "the pending launch ran the callable it was launched with"
+    );
+    // The next call of the executable sees that launch finished.
+    executable.launch(&stream).expect("launch");
+    pending.reclaim_until_dropped(
+        1,
+        "the replaced callable to be released once its launch ran",
+    );
+    drop((executable, graph));
+}
+
+#[test]
+fn replacing_and_launching_leave_another_threads_global_capture_intact() {
+    // Alone in a process: another test's allocation would invalidate the global capture.
+    suite::alone_in_child!(replacing_and_launching_leave_another_threads_global_capture_intact);
+    let context = context();
+    let stream = new_stream(&context);
+    let graph = Graph::new(&context).expect("graph");
+    let node = graph.add_host_node(&[], || {}).expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let tally = Tally::new();
+    let probe = tally.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("set");
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    let other = OtherCapture::begin(&context);
+    // Each looks at the fences of the launches before: none may break the capture.
+    let probe = tally.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("replaced");
+    executable.launch(&stream).expect("launch");
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced again");
+    assert_eq!(
+        other.end(),
+        Ok(()),
+        "the executable's calls invalidated another thread's global capture"
+    );
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 2);
+    // The next call of the executable sees the launches before the replacements finished.
+    executable.launch(&stream).expect("launch");
+    tally.reclaim_until_dropped(2, "both replaced callables to be released");
+    drop((executable, graph));
+}
+
+#[test]
+fn a_replaced_callable_lives_while_a_launch_queued_before_its_context_failed_can_run_it() {
+    let test =
+        "a_replaced_callable_lives_while_a_launch_queued_before_its_context_failed_can_run_it";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a sticky error on demand is a control of the software driver",
+        );
+    };
+    let context =
+        controls.fresh_context(&cuda_host::Device::get(&suite::test_driver().driver, 0).unwrap());
+    let stream = new_stream(&context);
+    let graph = Graph::new(&context).expect("graph");
+    let node = graph.add_host_node(&[], || {}).expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let pending = Tally::new();
+    let probe = pending.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("set");
+    let gate = suite::Gate::new(&context);
+    gate.hold(&stream);
+    executable.launch(&stream).expect("launch");
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced");
+    // The context fails while the launch waits: the driver still calls the host nodes queued
+    // before the failure, and a fence query answers the failure.
+    controls.set_sticky_error(&context, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    let _ = executable.set_host_node_callable(&node, || {});
+    let _ = executable.launch(&stream);
+    cuda_host::reclaim();
+    assert_eq!(
+        pending.drops(),
+        0,
+        "the callable a pending launch runs was released when its fence's query failed"
+    );
+    gate.open();
+    let _ = stream.synchronize();
+    wait_until("the pending launch to be called", || {
+        controls.live_objects().pending_host_functions == 0
+    });
+    assert_eq!(pending.drops(), 0, "released while the executable lives");
+    drop((executable, graph));
+    pending.reclaim_until_dropped(
+        1,
+        "the replaced callable to be released with the executable",
+    );
+}
+
+#[test]
+fn a_fence_other_codes_capture_took_is_never_queried() {
+    let test = "a_fence_other_codes_capture_took_is_never_queried";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    // Alone in a process: another test's allocation would invalidate the global capture.
+    suite::alone_in_child!(a_fence_other_codes_capture_took_is_never_queried);
+    let context = context();
+    let stream = new_stream(&context);
+    let graph = Graph::new(&context).expect("graph");
+    let node = graph.add_host_node(&[], || {}).expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let tally = Tally::new();
+    let probe = tally.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("set");
+    // Other code begins capturing the stream between the launch and its fence's record.
+    controls.begin_capture_at_next_call(
+        c"cuEventRecord",
+        &stream,
+        cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    executable
+        .launch(&stream)
+        .expect("launched before the capture began");
+    assert_eq!(
+        suite::capture::is_capturing(stream.as_raw()).1,
+        cuda_host_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE,
+        "the capture began at the fence's record"
+    );
+    // A replacement looks at the fences: querying the one the capture took would invalidate it.
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced");
+    let mut captured = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let ended = unsafe {
+        suite::test_driver()
+            .driver
+            .cuStreamEndCapture(stream.as_raw(), &mut captured)
+    };
+    assert_eq!(ended, CUresult::CUDA_SUCCESS, "the capture was invalidated");
+    drop(suite::capture::Graph(captured));
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1);
+    assert_still_held(
+        &tally,
+        "a callable whose launch's fence a capture took was released",
+    );
+    drop((executable, graph));
+    tally.reclaim_until_dropped(1, "the callable to be released with the executable");
+}
+
+#[test]
+fn a_replaced_callable_is_dropped_on_the_thread_that_set_it() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let graph = Graph::new(&context).expect("graph");
+    graph.add_host_node(&[], || {}).expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let tally = Tally::new();
+    let (set_tx, set) = std::sync::mpsc::channel();
+    let (reclaim_tx, reclaim_rx) = std::sync::mpsc::channel::<()>();
+    let probe = tally.probe();
+    let setter = std::thread::spawn(move || {
+        let node = graph.host_nodes().expect("host nodes")[0];
+        executable
+            .set_host_node_callable(&node, move || probe.ran())
+            .expect("set on another thread");
+        set_tx.send((graph, executable)).unwrap();
+        reclaim_rx.recv().unwrap();
+        cuda_host::reclaim();
+    });
+    let (graph, executable) = set.recv().unwrap();
+    let node = graph.host_nodes().expect("host nodes")[0];
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    // Replaced here once its launch finished: its Drop is the setting thread's, which lives.
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced");
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1);
+    assert_still_held(&tally, "dropped on a thread that did not set it");
+    let setter_id = setter.thread().id();
+    reclaim_tx.send(()).unwrap();
+    setter.join().expect("the setting thread");
+    assert_eq!(tally.drops(), 1, "the setting thread's reclaim dropped it");
+    assert_eq!(tally.drop_threads(), vec![setter_id]);
+    drop((executable, graph));
+}
+
+#[test]
+fn a_callable_replaced_while_its_thread_captures_through_a_builder_is_dropped_after_the_capture() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let graph = Graph::new(&context).expect("graph");
+    let node = graph.add_host_node(&[], || {}).expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let tally = Tally::new();
+    let probe = tally.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("set");
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    let captured = new_stream(&context);
+    let builder = GraphBuilder::begin(&captured, CaptureMode::Relaxed).expect("capture begins");
+    // Its launch finished: the replaced callable is unreachable at once, but a Drop that frees
+    // memory would invalidate this thread's capture.
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced");
+    executable.launch(&stream).expect("launch");
+    assert_eq!(tally.drops(), 0, "dropped while its thread captures");
+    builder.end().expect("the capture ends in a graph");
+    tally.reclaim_until_dropped(1, "the replaced callable to be dropped after the capture");
+    drop((executable, graph));
+}

@@ -9,6 +9,16 @@
 //! (an event) on its stream once the executable has callables of its own, and a replaced callable
 //! waits for the fences of the launches before its replacement, one per stream (a stream's
 //! launches finish in order). So replacing before every launch keeps a bounded number alive.
+//!
+//! Only a fence's query that succeeds tells that its launch finished. One that fails tells
+//! nothing: refused while another thread captures (a query in the default capture interaction
+//! mode is, and it invalidates that capture: fences are queried in the relaxed mode, where it is
+//! neither), or answering the context's failure, after which the driver still calls the host
+//! nodes queued before it. The callables waiting for it then stay until the executable is gone. A
+//! fence a capture took (other code began capturing the stream during the launch) is never
+//! queried: the query would invalidate that capture, and could answer "complete" once it ended
+//! before the launch ran; the executable's replaced callables then stay until it is gone too.
+//! Replaced callables go to the threads that set them, by the reclaim rule, like every record.
 
 use super::engine_node::{self, ExecNode};
 use super::graph::{Graph, HostNode};
@@ -17,14 +27,14 @@ use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::handle::SendHandle;
 use crate::launch::{
-    ContextShared, GraphRecord, HostCallable, capture_state, ensure_outside_host_function,
-    holding_logs, logged, outside_host_function, reclaim,
+    ContextShared, GraphRecord, HostCallable, RelaxedCaptureMode, capture_state,
+    ensure_outside_host_function, holding_logs, logged, outside_host_function, reclaim,
 };
 use crate::objects::{Context, Stream, destroy_later};
 use crate::polled::{self, NodeCallable};
 use cuda_host_sys::{
     CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
-    CUgraphNode_st, CUresult, CUstream, CUstream_st,
+    CUgraphNode_st, CUstream, CUstream_st,
 };
 use std::marker::PhantomData;
 use std::ptr;
@@ -56,8 +66,8 @@ struct ExecutableCallables {
     fences: Vec<Arc<Fence>>,
     /// Replaced callables, with the fences of the launches that may still run them.
     replaced: Vec<(GraphRecord, Vec<Arc<Fence>>)>,
-    /// A launch whose fence could not be recorded: replaced callables then stay until the
-    /// executable is gone.
+    /// A launch whose fence could not be recorded, or that a capture took: replaced callables
+    /// then stay until the executable is gone, and no fence is queried again.
     unfenced: bool,
     /// The executable's engine nodes (`engine_node`): each launch queues their callables.
     engine: Vec<ExecNode>,
@@ -84,11 +94,15 @@ struct Fence {
 }
 
 impl Fence {
-    /// Whether the launch it was recorded after has finished (or never will: an error).
+    /// Whether the launch it was recorded after has finished: only a query that succeeds says
+    /// so (see the module's documentation).
     fn passed(&self) -> bool {
+        let driver = self.context.driver();
+        let Ok(_relaxed) = RelaxedCaptureMode::enter(driver) else {
+            return false;
+        };
         // SAFETY: the event is this fence's own, destroyed only when the fence is dropped.
-        let queried = unsafe { checked!(self.context.driver(), cuEventQuery(self.event.get())) };
-        !matches!(queried, Err(error) if error.result() == CUresult::CUDA_ERROR_NOT_READY)
+        unsafe { checked!(driver, cuEventQuery(self.event.get())) }.is_ok()
     }
 }
 
@@ -107,14 +121,25 @@ impl Drop for Fence {
 }
 
 impl ExecutableCallables {
-    /// Records the fence of a launch on `stream`, when the executable has callables of its own.
+    /// Records the fence of a launch on `stream`, when the executable has callables of its own,
+    /// then asks whether a capture took it (other code began capturing the stream during the
+    /// launch): such a fence must never be queried.
     fn fence(&mut self, stream: &Stream) {
         if self.current.is_empty() || self.unfenced {
             return;
         }
         let raw = stream.as_raw();
-        if let Err(error) = self.record_fence(raw) {
-            logged!(warn!("a launch's fence could not be recorded: {error}"));
+        let fenced = self.record_fence(raw).and_then(|()| {
+            match capture_state(self.context.driver(), raw)? {
+                None => Ok(()),
+                Some(status) => Err(Error::StreamCapturing { status }),
+            }
+        });
+        if let Err(error) = fenced {
+            logged!(warn!(
+                "a launch's fence could not be recorded, or a capture took it ({error}): the \
+                 callables this executable replaces stay until it is gone"
+            ));
             self.unfenced = true;
         }
     }
@@ -163,29 +188,22 @@ impl ExecutableCallables {
             return;
         };
         // Fences already passed need no waiting.
-        self.fences.retain(|fence| !fence.passed());
+        if !self.unfenced {
+            self.fences.retain(|fence| !fence.passed());
+        }
         for fence in &self.fences {
             fence.sealed.store(true, Ordering::Relaxed);
         }
         self.replaced.push((previous, self.fences.clone()));
     }
 
-    /// Takes out the replaced callables no launch in flight can run any more, for the caller to
-    /// drop with no lock held.
-    fn take_unreachable(&mut self) -> Vec<GraphRecord> {
-        if self.unfenced {
-            return Vec::new();
+    /// Lets go of the replaced callables no launch in flight can run any more: each goes to the
+    /// thread that set it.
+    fn let_go_unreachable(&mut self) {
+        if !self.unfenced {
+            self.replaced
+                .retain(|(_, fences)| !fences.iter().all(|fence| fence.passed()));
         }
-        let mut unreachable = Vec::new();
-        let mut index = 0;
-        while index < self.replaced.len() {
-            if self.replaced[index].1.iter().all(|fence| fence.passed()) {
-                unreachable.push(self.replaced.swap_remove(index).0);
-            } else {
-                index += 1;
-            }
-        }
-        unreachable
     }
 }
 
@@ -306,7 +324,7 @@ impl GraphExec {
         reclaim();
         // What logs under the callables' lock (a fence that cannot be recorded, one dropped) is
         // made once it is released: a logger may launch this executable again.
-        let unreachable = holding_logs(|| {
+        holding_logs(|| {
             stream.with_stream_context(|| {
                 let driver = self.context.driver();
                 let mut callables = self.callables();
@@ -317,11 +335,10 @@ impl GraphExec {
                     self.launch_with_engine(&mut callables, stream)?;
                 }
                 callables.fence(stream);
-                Ok(callables.take_unreachable())
+                callables.let_go_unreachable();
+                Ok(())
             })
-        })?;
-        drop(unreachable);
-        Ok(())
+        })
     }
 
     /// `cuGraphLaunch` of an executable with engine nodes: refused on a capturing stream; then
@@ -462,9 +479,7 @@ impl GraphExec {
             return Err(error.into());
         }
         callables.set(node.as_raw(), owned);
-        let unreachable = callables.take_unreachable();
-        drop(callables);
-        drop(unreachable);
+        callables.let_go_unreachable();
         Ok(())
     }
 }

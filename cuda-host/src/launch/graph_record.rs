@@ -59,7 +59,10 @@ unsafe fn run_graph_callable(record: NonNull<RecordHeader>) {
 }
 
 /// A graph's record, owned by whoever holds this (a user object takes it over with
-/// [`into_user_data`](Self::into_user_data)); dropped with it, on a caller's thread.
+/// [`into_user_data`](Self::into_user_data)). Letting go of it hands the record to its home
+/// thread, which drops it by the reclaim rule (`crate::launch`'s rules 1, 2 and 5): whoever lets go
+/// (an executable replacing a callable, a drain dropping the executable's own state, the engine
+/// after a node's last launch) never runs the callable's `Drop` itself.
 pub(crate) struct GraphRecord(NonNull<RecordHeader>);
 
 // SAFETY: records own only `Send` payloads, and a `GraphRecord` is their only owner.
@@ -152,8 +155,9 @@ impl GraphRecord {
 
 impl Drop for GraphRecord {
     fn drop(&mut self) {
-        // SAFETY: owned exclusively, dropped once; holders drop it on callers' threads.
-        unsafe { RecordHeader::drop(self.0) };
+        // SAFETY: owned exclusively; ownership passes to its home's list, whose drain drops it
+        // once.
+        unsafe { inboxes::finish(self.0) };
     }
 }
 
