@@ -433,3 +433,162 @@ fn an_executable_with_engine_nodes_is_refused_when_the_engines_thread_cannot_sta
     tally.reclaim_until_dropped(1, "the callable with its graph");
     assert_eq!(tally.runs(), 0);
 }
+
+/// Queues a launch of an executable of a one-engine-node graph behind `gate` on `stream`, with a
+/// callable this thread set on the executable and then replaced, so that the launch's queue
+/// holds the callable's last reference: the engine lets go of it once it served the launch (or
+/// abandoned it). Answers the executable (and its graph, which it needs to keep its node).
+fn launch_holding_the_last_reference(
+    context: &cuda_host::Context,
+    stream: &Stream,
+    gate: &Gate,
+    tally: &Arc<Tally>,
+    before: impl FnOnce(),
+) -> (Graph, GraphExec) {
+    let graph = Graph::new(context).expect("graph");
+    let node = graph.add_engine_host_node(&[], || {}).expect("engine node");
+    let executable = graph.instantiate().expect("instantiates");
+    let probe = tally.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("its own callable");
+    gate.hold(stream);
+    before();
+    executable.launch(stream).expect("launch");
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced: the pending launch keeps the callable it queued");
+    reclaim();
+    assert_eq!(tally.drops(), 0, "dropped while a launch holds it");
+    (graph, executable)
+}
+
+/// Has another thread, which lives on, drain once (`reclaim`), then reclaims on this thread until
+/// `tally`'s probe was dropped: it must be dropped here, by this thread, which made it.
+#[track_caller]
+fn assert_dropped_here_not_by_another_threads_drain(tally: &Tally) {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                reclaim();
+            })
+            .join()
+            .expect("the other thread's drain");
+    });
+    tally.reclaim_until_dropped(1, "the callable");
+    assert_eq!(
+        tally.drop_threads(),
+        [std::thread::current().id()],
+        "the callable was dropped off the thread that made it"
+    );
+}
+
+#[test]
+fn a_callable_the_engine_lets_go_of_after_its_last_run_is_dropped_on_the_thread_that_made_it() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let tally = Tally::new();
+    let (_graph, _executable) =
+        launch_holding_the_last_reference(&context, &stream, &gate, &tally, || {});
+    let served = polled_engine_counts().functions;
+    gate.open();
+    // The server counts a request once it ran it and let go of its callable.
+    wait_until(
+        "the engine to serve the launch and let go of its callable",
+        || tally.runs() == 1 && polled_engine_counts().functions > served,
+    );
+    assert_dropped_here_not_by_another_threads_drain(&tally);
+}
+
+#[test]
+fn a_callable_the_engine_lets_go_of_unrun_after_a_failure_is_dropped_on_the_thread_that_made_it() {
+    // A sticky error fails the primary context for the rest of the process.
+    suite::alone_in_child!(
+        a_callable_the_engine_lets_go_of_unrun_after_a_failure_is_dropped_on_the_thread_that_made_it
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    let fault = suite::kernels::Fault::load(context.driver());
+    let tally = Tally::new();
+    let (_graph, _executable) =
+        launch_holding_the_last_reference(&context, &stream, &gate, &tally, || {
+            fault.launch(&stream);
+        });
+    let let_go = polled_engine_counts().functions;
+    gate.open();
+    assert!(stream.synchronize().is_err(), "the fault is answered");
+    // The server counts the launches it let go of unrun once it let go of their callables.
+    wait_until("the engine to let the failed launch go", || {
+        polled_engine_counts().functions > let_go
+    });
+    assert_eq!(tally.runs(), 0, "ran after the fault");
+    assert_dropped_here_not_by_another_threads_drain(&tally);
+}
+
+#[test]
+fn callables_another_thread_set_on_an_executable_are_dropped_on_that_thread_when_it_goes() {
+    let _alone = capture_lock();
+    let context = context();
+    let (here, there) = (Tally::new(), Tally::new());
+    let graph = Graph::new(&context).expect("graph");
+    graph.add_engine_host_node(&[], || {}).expect("engine node");
+    graph.add_host_node(&[], || {}).expect("driver host node");
+    graph.add_host_node(&[], || {}).expect("driver host node");
+    let executable = graph.instantiate().expect("instantiates");
+    // This thread sets the second driver node's callable; the other thread the engine node's
+    // and the first driver node's.
+    let drivers = |graph: &Graph| -> Vec<usize> {
+        let nodes = graph.host_nodes().expect("host nodes");
+        (0..nodes.len())
+            .filter(|&index| !nodes[index].runs_on_engine())
+            .collect()
+    };
+    {
+        let nodes = graph.host_nodes().expect("host nodes");
+        let probe = here.probe();
+        executable
+            .set_host_node_callable(&nodes[drivers(&graph)[1]], move || probe.ran())
+            .expect("this thread's callable");
+    }
+    let (to_here, from_there) = std::sync::mpsc::channel();
+    let (to_there, from_here) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let there = &there;
+        let other = scope.spawn(move || {
+            {
+                let nodes = graph.host_nodes().expect("host nodes");
+                let first_driver = drivers(&graph)[0];
+                let engine = nodes
+                    .iter()
+                    .position(|node| node.runs_on_engine())
+                    .expect("the engine node");
+                for node in [&nodes[engine], &nodes[first_driver]] {
+                    let probe = there.probe();
+                    executable
+                        .set_host_node_callable(node, move || probe.ran())
+                        .expect("the other thread's callable");
+                }
+            }
+            to_here.send((graph, executable)).expect("handed back");
+            // Lives on until this thread let go of the executable's callables.
+            from_here.recv().expect("told to drain");
+            there.reclaim_until_dropped(2, "the other thread's callables, on that thread");
+            std::thread::current().id()
+        });
+        let (graph, executable) = from_there.recv().expect("handed back");
+        drop((executable, graph));
+        // The executable's own callables go with it, on the thread that made it: this one.
+        here.reclaim_until_dropped(1, "this thread's callable");
+        let dropped_here = there.drops();
+        to_there.send(()).expect("the other thread waits");
+        let other = other.join().expect("the other thread");
+        assert_eq!(
+            dropped_here, 0,
+            "the other thread's callables were dropped by this thread"
+        );
+        assert_eq!(there.drop_threads(), [other, other]);
+    });
+}

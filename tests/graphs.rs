@@ -917,4 +917,93 @@ fn a_callable_replaced_while_its_thread_captures_through_a_builder_is_dropped_af
     builder.end().expect("the capture ends in a graph");
     tally.reclaim_until_dropped(1, "the replaced callable to be dropped after the capture");
     drop((executable, graph));
+
+#[test]
+fn a_replaced_callable_another_threads_launch_finds_unreachable_is_dropped_on_the_thread_that_set_it()
+ {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = Graph::new(&context).expect("graph");
+    let node = graph.add_host_node(&[], || {}).expect("host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let probe = tally.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("replaced in the executable");
+    executable.launch(&stream).expect("launch");
+    // Replaced while the launch before may run it: it waits for that launch's fence.
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced again");
+    drop(graph);
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                stream.synchronize().expect("synchronize");
+                // This launch finds the replaced callable unreachable and lets it go.
+                executable.launch(&stream).expect("launch");
+                stream.synchronize().expect("synchronize");
+                drop(executable);
+                cuda_host::reclaim();
+            })
+            .join()
+            .expect("the other thread");
+    });
+    assert_eq!(tally.runs(), 1);
+    tally.reclaim_until_dropped(1, "the replaced callable");
+    assert_eq!(
+        tally.drop_threads(),
+        [std::thread::current().id()],
+        "the replaced callable was dropped off the thread that set it"
+    );
+}
+
+#[test]
+fn callables_set_on_an_executable_whose_drops_panic_are_each_reported_when_it_goes() {
+    // Alone in a process: the hook is process-wide, and a panic during another's unwinding
+    // aborts the process.
+    suite::alone_in_child!(
+        callables_set_on_an_executable_whose_drops_panic_are_each_reported_when_it_goes
+    );
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("deliberate panic in an executable's callable's Drop");
+        }
+    }
+    let reports = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&reports);
+    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+        if panic.message == "deliberate panic in an executable's callable's Drop" {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let context = context();
+    let tally = Tally::new();
+    let graph = Graph::new(&context).expect("graph");
+    let nodes = [
+        graph.add_host_node(&[], || {}).expect("host node"),
+        graph.add_host_node(&[], || {}).expect("host node"),
+    ];
+    let executable = graph.instantiate().expect("instantiates");
+    for node in &nodes {
+        let (probe, value) = (tally.probe(), PanicsOnDrop);
+        executable
+            .set_host_node_callable(node, move || {
+                let _ = &value;
+                probe.ran();
+            })
+            .expect("the executable's callable");
+    }
+    drop((executable, graph));
+    // The executable's callables are held side by side: a drop that unwound through the others'
+    // would panic again during the unwinding, and abort.
+    wait_until("both callables' panicking Drops to be reported", || {
+        let reclaimed = std::panic::catch_unwind(cuda_host::reclaim);
+        assert!(reclaimed.is_ok(), "reclaim unwound");
+        reports.load(Ordering::SeqCst) == 2
+    });
+    tally.reclaim_until_dropped(2, "the callables' other values");
 }

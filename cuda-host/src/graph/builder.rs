@@ -165,7 +165,7 @@ impl<'stream> GraphBuilder<'stream> {
 
     /// Adds a host node that runs `callable` on every launch of the graph, in stream order. The
     /// graph owns it through a CUDA user object: it lives while any graph, clone, executable or
-    /// launch in flight can run it, and is dropped afterwards on a caller's thread.
+    /// launch in flight can run it, and is dropped afterwards on the thread that added it.
     ///
     /// # Errors
     /// [`Error::CaptureNotActive`] when the capture was invalidated or ended; the driver's error

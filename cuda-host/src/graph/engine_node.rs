@@ -12,10 +12,10 @@
 //!
 //! **Ownership.** The callable and the template word belong to the graph through a CUDA user
 //! object, as a driver host node's record does (`user_object`): they live while any graph, clone
-//! or executable holds the node, and go on a caller's thread afterwards. Each template word is
-//! listed, so that the node found in a graph (by instantiation, [`Graph::host_nodes`]) leads back
-//! to its callable; a word is listed while its template lives, and only a word cuda-host
-//! allocated is ever listed.
+//! or executable holds the node, and go afterwards, the callable's record to the thread that
+//! made it (`GraphRecord`). Each template word is listed, so that the node found in a graph (by
+//! instantiation, [`Graph::host_nodes`]) leads back to its callable; a word is listed while its
+//! template lives, and only a word cuda-host allocated is ever listed.
 //!
 //! [`Graph::host_nodes`]: super::Graph::host_nodes
 
@@ -468,7 +468,7 @@ impl Drop for ExecNode {
     fn drop(&mut self) {
         // The executable and its launches are gone: no launch will request a run, so callables
         // still queued (launches that never reached the node: an update gave it another graph's
-        // parameters) go now, on this caller's thread.
+        // parameters) go now, to the threads that made them.
         if !self.slot.is_retired() {
             self.slot.close();
         }

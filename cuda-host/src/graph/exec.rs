@@ -31,7 +31,7 @@ use crate::launch::{
     ensure_outside_host_function, holding_logs, logged, outside_host_function, reclaim,
 };
 use crate::objects::{Context, Stream, destroy_later};
-use crate::polled::{self, NodeCallable};
+use crate::polled::NodeCallable;
 use cuda_host_sys::{
     CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
     CUgraphNode_st, CUstream, CUstream_st,
@@ -378,8 +378,9 @@ impl GraphExec {
     /// this executable only; launches enqueued afterwards run it. This executable owns the new
     /// callable until it and its launches in flight are gone, or until it is replaced in turn
     /// and no launch in flight can run it any more (launches through [`launch`](Self::launch)
-    /// are tracked; so a callable replaced before every launch keeps a bounded number alive).
-    /// The graph's own callable stays with the graph and its executables.
+    /// are tracked; so a callable replaced before every launch keeps a bounded number alive),
+    /// then drops it on the thread that called this, whichever thread lets it go. The graph's own
+    /// callable stays with the graph and its executables.
     ///
     /// NVIDIA's reference: [`cuGraphExecHostNodeSetParams`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
     ///
@@ -455,7 +456,7 @@ impl GraphExec {
             // Launches queued before keep the callable they queued.
             let old = engine.set(NodeCallable::new(owned));
             drop(callables);
-            polled::let_go(old);
+            drop(old);
             return Ok(());
         }
         let params = CUDA_HOST_NODE_PARAMS {

@@ -22,8 +22,9 @@ use std::sync::Arc;
 /// instantiated into [`GraphExec`]s and launched many times.
 ///
 /// The graph owns its host nodes' callables through CUDA user objects: a callable lives while any
-/// graph, clone, executable or launch in flight can run it, and is dropped afterwards on a
-/// caller's thread. A `Graph` can move between threads but not be shared: the driver does not
+/// graph, clone, executable or launch in flight can run it, and is dropped afterwards on the
+/// thread that added it (at its next cuda-host call; once it exited, on any caller's thread). A
+/// `Graph` can move between threads but not be shared: the driver does not
 /// synchronise calls on one graph.
 #[derive(Debug)]
 pub struct Graph {
@@ -129,7 +130,7 @@ impl Graph {
     /// host-function thread: the node is a batch of two memory operations (a write and a wait on
     /// pinned, device-mapped memory) that one of the engine's threads answers, under the same
     /// rules as a driver host node (panics caught and reported, not run once the context
-    /// failed, dropped on a caller's thread; the graph owns it as it owns
+    /// failed, dropped on the thread that added it; the graph owns it as it owns
     /// [`add_host_node`](Self::add_host_node)'s).
     ///
     /// It runs on the launches of executables made through [`instantiate`](Self::instantiate),

@@ -1,7 +1,9 @@
 //! The records graphs run: a graph's host node runs its record on every launch of every
 //! executable made from the graph, so the record is owned by the graph (through a CUDA user
 //! object, `graph::user_object`) or by an executable, not by a launch. Once released, it goes to
-//! the inbox of the thread that made it, like a run-once record.
+//! the inbox of the thread that made it, like a run-once record, whoever releases it: a user
+//! object's destructor, or the Rust value that owns it (an executable's callables, the polled
+//! engine's queue of a node's pending launches) on whichever thread lets go of that (rule 5).
 
 use crate::launch::context_shared::ContextShared;
 use crate::launch::inboxes;
@@ -155,8 +157,12 @@ impl GraphRecord {
 
 impl Drop for GraphRecord {
     fn drop(&mut self) {
-        // SAFETY: owned exclusively; ownership passes to its home's list, whose drain drops it
-        // once.
+        // Its values are its home thread's to drop (rule 5), whoever lets go of it: another
+        // thread's drain of the value that held it, a launch of an executable sent to another
+        // thread, the polled engine's server (rule 1). Handing it on is one push, right on any
+        // thread, and each record is then dropped on its own in a drain, so one `Drop` that
+        // panics does not unwind through the drops of the records held beside it.
+        // SAFETY: owned exclusively; ownership passes to its home's list.
         unsafe { inboxes::finish(self.0) };
     }
 }

@@ -90,9 +90,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 pub(crate) use lanes::ContextLanes;
-pub(crate) use nodes::{
-    DONE, NodeCallable, NodeSlot, REQUESTED, let_go, node_params, operations, word_of,
-};
+pub(crate) use nodes::{DONE, NodeCallable, NodeSlot, REQUESTED, node_params, operations, word_of};
 pub use server::{
     MAX_POLLED_ENGINE_THREADS, PolledEngineCounts, polled_engine_counts, polled_engine_threads,
     set_polled_engine_threads,

@@ -18,13 +18,15 @@
 //! launch on) on every engine node of the executable, and the server takes one at each request.
 //! So an idle executable costs nothing, and a launch the engine was not told of (the driver's
 //! `cuGraphLaunch` on the raw handle) waits at the node until a later launch's request is served
-//! in its place. The queued callables are shared: the last reference the server lets go of is
-//! handed to a caller's thread, so no user `Drop` runs on the server.
+//! in its place. The queued callables are shared: whoever lets go of the last reference (the
+//! server after a run or an abandon, a caller's thread with the executable), the callable's record
+//! goes to the inbox of the thread that made it (`GraphRecord`'s drop, one push), so no user
+//! `Drop` runs on the server, nor on a thread that did not make the callable.
 //!
 //! **Failures.** Once the context's failure is seen, a pending launch never writes again: its
 //! queued callables are let go unrun, as a lane's functions are.
 
-use crate::launch::{ContextShared, GraphRecord, PinnedWord, drop_when_allowed};
+use crate::launch::{ContextShared, GraphRecord, PinnedWord};
 use crate::sync::lock;
 use cuda_host_sys::{
     CUDA_BATCH_MEM_OP_NODE_PARAMS, CUdeviceptr, CUstreamBatchMemOpParams, CUstreamBatchMemOpType,
@@ -95,7 +97,8 @@ pub(crate) unsafe fn word_of(params: &CUDA_BATCH_MEM_OP_NODE_PARAMS) -> Option<C
 }
 
 /// A callable an engine node runs: a graph's record, shared by the graph's node, the
-/// executables that hold it and their pending launches.
+/// executables that hold it and their pending launches. The last reference may go on any thread,
+/// the server's too: the record then goes to the thread that made it.
 pub(crate) struct NodeCallable(GraphRecord);
 
 // SAFETY: a callable's or copied bytes' record: runs share it only by reference, and its
@@ -118,14 +121,6 @@ impl NodeCallable {
         // SAFETY: the record is live while borrowed; graph records may run many times, on any
         // thread.
         unsafe { GraphRecord::host_fn()(self.0.user_data()) };
-    }
-}
-
-/// Lets go of a reference to `callable` on a thread where no user `Drop` may run: the last one
-/// is handed to a caller's thread.
-pub(crate) fn let_go(callable: Arc<NodeCallable>) {
-    if let Some(last) = Arc::into_inner(callable) {
-        drop_when_allowed(last);
     }
 }
 
@@ -198,12 +193,12 @@ impl NodeSlot {
         };
         callable.run();
         self.word().store(DONE, Ordering::Release);
-        let_go(callable);
+        // Perhaps the last reference: its record goes to the thread that made it.
+        drop(callable);
         true
     }
 
     /// Lets go of every pending callable unrun: its executable is gone, so no request comes.
-    /// Called on a caller's thread.
     pub(crate) fn close(&self) {
         let closed: Vec<_> = lock(&self.pending).drain(..).collect();
         drop(closed);
@@ -212,9 +207,7 @@ impl NodeSlot {
     /// Lets go of every pending callable unrun (the context failed). How many went.
     pub(super) fn abandon(&self) -> usize {
         let abandoned: Vec<_> = lock(&self.pending).drain(..).collect();
-        let count = abandoned.len();
-        abandoned.into_iter().for_each(let_go);
-        count
+        abandoned.len()
     }
 
     /// Retires the slot: a capture may have taken a launch that names its word, so a graph of
