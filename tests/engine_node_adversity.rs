@@ -1,14 +1,16 @@
 //! The polled engine's graph host nodes (`Graph::add_engine_host_node`,
 //! `GraphBuilder::begin_with_engine`, `GraphExec::launch`) under adversity: a callback refused
 //! during its capture, an executable updated through its raw handle, another thread taking words
-//! while a capture is open, a launch a capture took after the graph went. Every test holds
+//! while a capture is open, a launch a capture took after the graph went, a child graph node
+//! embedding the graph after it went. Every test holds
 //! [`suite::capture_lock`] or runs alone in a child process: captures and graph calls must not
 //! overlap a global-mode capture of another test.
 
 use cuda_host::{
-    CaptureMode, Context, Error, Graph, GraphBuilder, HostEngine, polled_engine_counts, reclaim,
+    CaptureMode, Context, Error, Graph, GraphBuilder, HostEngine, HostNode, polled_engine_counts,
+    reclaim,
 };
-use cuda_host_sys::{CUgraphExecUpdateResultInfo, CUresult};
+use cuda_host_sys::{CUdeviceptr, CUgraphExecUpdateResultInfo, CUresult};
 use std::sync::Arc;
 use suite::engine_graphs::{counting_graph, launch_taken_by_a_capture, new_stream};
 use suite::{Tally, capture_lock, context, wait_until, wait_until_done};
@@ -270,4 +272,96 @@ fn a_refused_engine_callback_that_owns_memory_leaves_its_capture_intact() {
         ended.err(),
         freed_during_capture
     );
+}
+
+/// The word an engine node's batch writes and waits on, as the driver reads its parameters back.
+fn word_of(node: &HostNode<'_>) -> CUdeviceptr {
+    let mut params = cuda_host_sys::CUDA_BATCH_MEM_OP_NODE_PARAMS::default();
+    // SAFETY: a node of a live graph; a valid out-pointer.
+    suite::ok("cuGraphBatchMemOpNodeGetParams", unsafe {
+        suite::test_driver()
+            .driver
+            .cuGraphBatchMemOpNodeGetParams(node.as_raw(), &mut params)
+    });
+    // SAFETY: an engine node's batch is two operations, the first a write to its word.
+    unsafe { (*params.paramArray).writeValue.address }
+}
+
+/// Reclaims on this thread a few times (a record a drain lets go of is dropped by the next), after
+/// giving a wrong early release a chance to show.
+fn reclaim_a_while() {
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    for _ in 0..3 {
+        reclaim();
+    }
+}
+
+/// A child graph node embeds a clone of its graph, whose batch keeps writing the engine node's
+/// template word on every launch of an executable of the parent. NVIDIA's programming guide
+/// ("CUDA User Objects") has the clone hold a copy of every user-object reference of the graph,
+/// and an executable of the parent those of its child graphs: the template (its word and its
+/// callable) is given back only once neither the parent graph nor its executable is left, so no
+/// other use takes the word while a launch may still write it.
+#[test]
+fn a_child_graph_node_keeps_an_embedded_engine_nodes_word_until_nothing_embeds_it() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = counting_graph(&context, &tally);
+    let template = word_of(&graph.host_nodes().expect("host nodes")[0]);
+    let parent = suite::capture::Graph::new();
+    let mut child = std::ptr::null_mut();
+    // SAFETY: two live graphs and a valid out-pointer; no dependencies.
+    let added = unsafe {
+        context.driver().cuGraphAddChildGraphNode(
+            &mut child,
+            parent.0,
+            std::ptr::null(),
+            0,
+            graph.as_raw(),
+        )
+    };
+    if added == CUresult::CUDA_ERROR_NOT_FOUND {
+        return suite::skip(
+            "a_child_graph_node_keeps_an_embedded_engine_nodes_word_until_nothing_embeds_it",
+            "the driver has no cuGraphAddChildGraphNode",
+        );
+    }
+    suite::ok("cuGraphAddChildGraphNode", added);
+    drop(graph);
+    reclaim_a_while();
+    assert_eq!(
+        tally.drops(),
+        0,
+        "the template went while a child graph node embeds it"
+    );
+    let executable = parent.instantiate();
+    drop(parent);
+    reclaim_a_while();
+    assert_eq!(
+        tally.drops(),
+        0,
+        "the template went while an executable of the parent embeds it"
+    );
+    // Engine nodes made meanwhile take other words than the one the executable writes.
+    let others: Vec<Graph> = (0..8)
+        .map(|_| {
+            let other = Graph::new(&context).expect("graph");
+            other.add_engine_host_node(&[], || {}).expect("engine node");
+            other
+        })
+        .collect();
+    for other in &others {
+        let word = word_of(&other.host_nodes().expect("host nodes")[0]);
+        assert_ne!(
+            word, template,
+            "a new engine node took the embedded template's word"
+        );
+    }
+    // The embedded batch writes its template word and waits for nothing; it runs nothing.
+    executable.run(&stream, 3);
+    assert_eq!(tally.runs(), 0);
+    drop(executable);
+    tally.reclaim_until_dropped(1, "the callable once nothing embeds the node");
 }

@@ -13,9 +13,13 @@
 //! **Ownership.** The callable and the template word belong to the graph through a CUDA user
 //! object, as a driver host node's record does (`user_object`): they live while any graph, clone
 //! or executable holds the node, and go afterwards, the callable's record to the thread that
-//! made it (`GraphRecord`). Each template word is listed, so that the node found in a graph (by
-//! instantiation, [`Graph::host_nodes`]) leads back to its callable; a word is listed while its
-//! template lives, and only a word cuda-host allocated is ever listed.
+//! made it (`GraphRecord`). A child graph node embedding the graph is one of those holders:
+//! NVIDIA's programming guide ("CUDA User Objects") has the embedded clone hold a copy of the
+//! graph's references, and an executable of the parent those of its child graphs, so the template
+//! word a parent's launch writes is never given back before both are gone. Each template word is
+//! listed, so that the node found in a graph (by instantiation, [`Graph::host_nodes`]) leads
+//! back to its callable; a word is listed while its template lives, and only a word cuda-host
+//! allocated is ever listed.
 //!
 //! [`Graph::host_nodes`]: super::Graph::host_nodes
 
