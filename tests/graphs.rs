@@ -917,6 +917,7 @@ fn a_callable_replaced_while_its_thread_captures_through_a_builder_is_dropped_af
     builder.end().expect("the capture ends in a graph");
     tally.reclaim_until_dropped(1, "the replaced callable to be dropped after the capture");
     drop((executable, graph));
+}
 
 #[test]
 fn a_replaced_callable_another_threads_launch_finds_unreachable_is_dropped_on_the_thread_that_set_it()
@@ -1006,4 +1007,32 @@ fn callables_set_on_an_executable_whose_drops_panic_are_each_reported_when_it_go
         reports.load(Ordering::SeqCst) == 2
     });
     tally.reclaim_until_dropped(2, "the callables' other values");
+}
+
+#[test]
+fn an_executable_launched_on_the_legacy_stream_while_a_blocking_stream_captures_is_refused_and_the_capture_kept()
+ {
+    let _alone = capture_lock();
+    let context = context();
+    let blocking = Stream::new(&context, StreamFlags::Blocking).expect("stream");
+    let tally = Tally::new();
+    let graph = counting_graph(&context, &tally);
+    let executable = graph.instantiate().expect("instantiates");
+    let builder = GraphBuilder::begin(&blocking, CaptureMode::Global).expect("capture begins");
+    // The driver would answer CUDA_ERROR_STREAM_CAPTURE_IMPLICIT and invalidate the capture.
+    let refused = executable
+        .launch(&Stream::legacy(&context))
+        .expect_err("refused while a blocking stream of its context captures");
+    assert_eq!(
+        refused,
+        Error::StreamCapturing {
+            status: cuda_host::CaptureState::Implicit
+        }
+    );
+    builder.end().expect("the capture ends in a graph");
+    executable
+        .launch(&Stream::legacy(&context))
+        .expect("launches once the capture ended");
+    Stream::legacy(&context).synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1);
 }

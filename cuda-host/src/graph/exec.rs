@@ -24,7 +24,7 @@ use super::engine_node::{self, ExecNode};
 use super::graph::{Graph, HostNode};
 use super::user_object;
 use crate::checked::checked;
-use crate::error::{Error, Result};
+use crate::error::{CaptureState, Error, Result};
 use crate::handle::SendHandle;
 use crate::launch::{
     ContextShared, GraphRecord, HostCallable, RelaxedCaptureMode, capture_state,
@@ -311,7 +311,10 @@ impl GraphExec {
     /// this thread launches on it for either.
     ///
     /// # Errors
-    /// For an executable with engine nodes, [`Error::StreamCapturing`]
+    /// [`Error::StreamCapturing`] with [`CaptureState::Implicit`] on the legacy stream while a
+    /// blocking stream of its context captures (the driver would refuse the launch and
+    /// invalidate that capture); nothing is enqueued. For an executable with engine nodes,
+    /// [`Error::StreamCapturing`]
     /// on a capturing stream (the capture would take the launch, which the engine could not
     /// tell from a live one) and nothing is enqueued, or as said above;
     /// [`Error::AllocationInCapture`] when retired nodes need
@@ -329,6 +332,13 @@ impl GraphExec {
                 let driver = self.context.driver();
                 let mut callables = self.callables();
                 if callables.engine.is_empty() {
+                    // On the legacy stream while a blocking stream of its context captures, the
+                    // driver would refuse the launch and invalidate that capture: asked first.
+                    if let Some(CaptureState::Implicit) = capture_state(driver, stream.as_raw())? {
+                        return Err(Error::StreamCapturing {
+                            status: CaptureState::Implicit,
+                        });
+                    }
                     // SAFETY: both handles are live while their owners exist.
                     unsafe { checked!(driver, cuGraphLaunch(self.raw, stream.as_raw())) }?;
                 } else {
