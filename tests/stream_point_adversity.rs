@@ -539,3 +539,38 @@ fn a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_beg
         calling_back_logger::outcome()
     );
 }
+
+// ---- a synchronize when the capture mode cannot be exchanged --------------------------------
+
+/// A synchronize that returned passed every point marked before it began: it needs no query,
+/// so no relaxed capture interaction mode either. Where the driver refuses the mode's exchange,
+/// the values the synchronize passed are still dropped by it, as documented.
+#[test]
+fn a_synchronize_drops_the_values_it_passed_though_the_capture_mode_cannot_be_exchanged() {
+    let test = "a_synchronize_drops_the_values_it_passed_though_the_capture_mode_cannot_be_exchanged";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failing a call on demand is a control of the software driver");
+    };
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let tally = Tally::new();
+    release_in_stream_order(&stream, tally.probe()).expect("released");
+    gate.open();
+    // This thread's next exchanges of the capture mode fail: a look's and the synchronize's.
+    controls.fail_next_calls(
+        c"cuThreadExchangeStreamCaptureMode",
+        4,
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+    );
+    stream.synchronize().expect("synchronize");
+    let left = controls.armed_failures(c"cuThreadExchangeStreamCaptureMode");
+    controls.fail_next_calls(c"cuThreadExchangeStreamCaptureMode", 0, CUresult::CUDA_SUCCESS);
+    assert!(left < 4, "no exchange was tried");
+    assert_eq!(
+        tally.drops(),
+        1,
+        "the value the synchronize passed was not dropped by it"
+    );
+}

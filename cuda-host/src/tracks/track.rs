@@ -231,6 +231,14 @@ struct AfterLook {
     destroyed: Vec<CUevent>,
 }
 
+/// Whether the part of a look that holds a track queries events (and so needs the relaxed
+/// capture interaction mode, in which a query breaks no capture).
+#[derive(Clone, Copy)]
+enum Queries {
+    Yes,
+    No,
+}
+
 /// What a query of a pending point's event answered.
 enum Answer {
     Passed,
@@ -316,7 +324,7 @@ impl Track {
         // Every log call of the look, its own and those of what it calls (a failure its query
         // is the first to see, which logs as it abandons the context's launches), is made once
         // it ended: a logger may call cuda-host back, even to look at this track.
-        holding_logs(|| self.holding(looking, |after| self.search(point, after)))
+        holding_logs(|| self.holding(looking, Queries::Yes, |after| self.search(point, after)))
     }
 
     /// Records that the stream passed every point up to `point`, without a query: a synchronize
@@ -329,22 +337,32 @@ impl Track {
         let Some(looking) = Looking::begin(&self.looking) else {
             return;
         };
-        holding_logs(|| self.holding(looking, |after| self.pass(point, after)));
+        holding_logs(|| self.holding(looking, Queries::No, |after| self.pass(point, after)));
     }
 
     /// Runs `body`, the part of a look that holds the track (`looking`), in the relaxed capture
     /// interaction mode, then ends the look, then makes its log calls; `body`'s answer, the
-    /// highest point seen passed.
-    fn holding(&self, looking: Looking<'_>, body: impl FnOnce(&mut AfterLook) -> u64) -> u64 {
+    /// highest point seen passed. Where the mode cannot be entered, a body that `queries` waits
+    /// for the next look; one that does not (a synchronize's pass) runs, and the events it gives
+    /// back are kept rather than destroyed.
+    fn holding(
+        &self,
+        looking: Looking<'_>,
+        queries: Queries,
+        body: impl FnOnce(&mut AfterLook) -> u64,
+    ) -> u64 {
         // In the relaxed capture interaction mode, cuda-host's looks never break a capture, its
         // own or other code's, as long as the events they query hold no capture's record
         // (`ContextTracks::mark`).
         let relaxed = RelaxedCaptureMode::enter(&self.driver);
         let mut after = AfterLook::default();
-        let seen = match relaxed {
-            Ok(_) => body(&mut after),
-            Err(_) => self.high.load(Ordering::Acquire),
+        let seen = match (&relaxed, queries) {
+            (Ok(_), _) | (Err(_), Queries::No) => body(&mut after),
+            (Err(_), Queries::Yes) => self.high.load(Ordering::Acquire),
         };
+        if relaxed.is_err() {
+            lock(&self.events).free.append(&mut after.destroyed);
+        }
         // Destroyed while the look holds the track, so before the context's tracks can be
         // dropped (which waits for it), and in the relaxed capture interaction mode, in which
         // destroying an event breaks no capture.
