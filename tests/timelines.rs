@@ -1008,3 +1008,47 @@ fn a_streams_operations_and_their_points_are_one_call_each_and_hold_the_word_onc
         timeline_counts().words == 0
     });
 }
+
+/// A context value per request (as a library that retains the primary context per call makes
+/// them), over a context that outlives them all: each request makes a timeline and signals it
+/// from a stream of its value, whose track takes a word of the context's pinned pages for its
+/// points. Once the stream passed its signal and the value went, that word goes back to the
+/// pages, for the next value's timeline or track: the pages do not grow with the values.
+#[test]
+fn context_values_made_per_request_give_their_streams_point_words_back() {
+    let test = "context_values_made_per_request_give_their_streams_point_words_back";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "counting host allocations needs the software driver");
+    };
+    // Alone in a process: the count of host allocations is process-wide.
+    suite::alone_in_child!(context_values_made_per_request_give_their_streams_point_words_back);
+    let owner = context();
+    let allocations = || controls.live_objects().host_allocations;
+    let request = |round: usize| {
+        let gone = suite::Tally::new();
+        // SAFETY: the suite's context stays retained for the life of the process.
+        let value =
+            unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
+                .expect("a context value");
+        let stream = new_stream(&value);
+        let timeline = Timeline::new(&value, 0).expect("timeline");
+        timeline
+            .enqueue_signal(&stream, 1)
+            .expect("signal enqueued");
+        stream.synchronize().expect("synchronize");
+        drop((timeline, stream, value));
+        gone.reclaim_until_dropped(1, &format!("the context value of request {round}"));
+    };
+    request(0);
+    let before = allocations();
+    // A page holds 512 words: more requests than that would each leave one behind.
+    for round in 1..=600 {
+        request(round);
+    }
+    assert_eq!(
+        allocations(),
+        before,
+        "the context's pinned pages grew with context values that went"
+    );
+    assert_eq!(timeline_counts().words, 0);
+}

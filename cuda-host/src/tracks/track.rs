@@ -23,10 +23,14 @@
 //! takes them as the newest number not after the last written point (`written_passed`), so a word
 //! older than the points seen passed since says nothing, however many passed. The word is one
 //! the context had free (a timeline leaves one), never allocated for the track: an allocation
-//! would break another thread's global capture. A write a capture may have taken would write an
-//! old number whenever the graph runs: the word is then taken from the track, never read again,
-//! and its written points are *unread*: they pass with a later point recorded on an event, with a
-//! synchronize of the stream (`Synchronizing`), or with the point the stream marks when dropped
+//! would break another thread's global capture. It goes back to the context's pinned pages, for
+//! a timeline or a track of another value of the context, when this value's tracks go, if the
+//! stream passed the last point written into it (`ContextTracks`' drop): every value of a
+//! context shares one pool, which a value made per request would otherwise drain by a word each.
+//! A write a capture may have taken would write an old number whenever the graph runs: the word
+//! is then taken from the track, never read again, and its written points are *unread*: they
+//! pass with a later point recorded on an event, with a synchronize of the stream
+//! (`Synchronizing`), or with the point the stream marks when dropped
 //! (`ContextTracks::mark_after_unread`).
 //!
 //! **Looks.** Events, not memory writes (see `crate::points`): recording an event costs the
@@ -452,6 +456,21 @@ impl Track {
         Some(device)
     }
 
+    /// Whether the stream passed the last point written into `word`, the track's, so that it
+    /// never writes it again: seen passed, or the word holds its number (it holds the low 32 bits
+    /// of a number of the track's not after it, and fewer than 2^32 are pending). The caller is
+    /// the one look, or the track is closed: nobody reads the word meanwhile but the caller.
+    fn passed_its_last_write(&self, word: PinnedWord) -> bool {
+        let last = self.last_written.load(Ordering::Acquire);
+        if self.high.load(Ordering::Acquire) >= last {
+            return true;
+        }
+        // SAFETY: the track's word, pinned memory of the context, which lives while the context's
+        // tracks do (the caller's).
+        let value = unsafe { &*word.host.cast::<AtomicU32>() }.load(Ordering::Acquire);
+        value == last as u32
+    }
+
     /// Takes the track's word away for good: a capture may have taken a write of it (see
     /// [`ContextTracks::mark_written`]).
     fn take_word(&self, shared: &ContextShared, state: &mut TrackState) {
@@ -677,6 +696,9 @@ impl Track {
 pub(crate) struct ContextTracks {
     driver: Arc<Driver>,
     context: CUcontext,
+    /// The context's shared state, whose pinned pages the tracks' words go back to when these
+    /// are dropped (the public context's state holds it until after).
+    shared: Weak<ContextShared>,
     state: Mutex<State>,
 }
 
@@ -715,10 +737,11 @@ thread_local! {
 }
 
 impl ContextTracks {
-    pub(crate) fn new(context: &ContextShared) -> ContextTracks {
+    pub(crate) fn new(context: &Arc<ContextShared>) -> ContextTracks {
         ContextTracks {
             driver: Arc::clone(context.driver_arc()),
             context: context.raw(),
+            shared: Arc::downgrade(context),
             state: Mutex::new(State::default()),
         }
     }
@@ -1053,6 +1076,8 @@ unsafe fn destroy_events(driver: &Driver, events: impl Iterator<Item = CUevent>)
 impl Drop for ContextTracks {
     fn drop(&mut self) {
         let tracks = std::mem::take(&mut lock(&self.state).tracks);
+        // Held by the public context's state until after this drop: never the last reference.
+        let shared = self.shared.upgrade();
         for track in tracks {
             // Waits for a look under way (the watcher's may be), and keeps later ones out.
             while track
@@ -1077,8 +1102,18 @@ impl Drop for ContextTracks {
                     probe: std::ptr::null_mut(),
                 },
             );
-            // The word goes with the context's pinned memory: a stream may still write it.
             track.written.store(std::ptr::null_mut(), Ordering::Release);
+            // Given back to the context's pinned pages once the stream passed the last point
+            // written into it, for a timeline or a track of another value of the context; else
+            // it goes with the pages, as the stream may still write it.
+            if let Some(word) = lock(&track.state).word.take() {
+                match &shared {
+                    Some(shared) if track.passed_its_last_write(word) => {
+                        shared.release_pinned_word(word);
+                    }
+                    _ => {}
+                }
+            }
             let events = pending
                 .into_iter()
                 .chain(free)

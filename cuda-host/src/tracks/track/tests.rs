@@ -712,3 +712,40 @@ fn points_after_written_points_left_unread_are_seen_passed_without_the_newest() 
     complete(stream, 4);
     assert_eq!(track.look(Look::Fresh), 3);
 }
+
+/// The host addresses of the context's free pinned words, taken.
+fn take_free_words(shared: &ContextShared) -> Vec<usize> {
+    std::iter::from_fn(|| shared.take_free_pinned_word())
+        .map(|word| word.host.addr())
+        .collect()
+}
+
+#[test]
+fn a_tracks_word_goes_back_with_its_contexts_tracks_once_the_stream_passed_its_last_write() {
+    let driver = fakes();
+    let shared = fake_driver::context(&driver);
+    let stream = 0x80_usize;
+    // Three values of the context in turn, each with a written point on its stream's track: the
+    // first's stream has yet to pass it when the value goes, the second's passed it with no
+    // look since, the third's was seen passed.
+    let mut given_back = Vec::new();
+    for (id, ran, looked) in [(35, false, false), (36, true, false), (37, true, true)] {
+        let tracks = ContextTracks::new(&shared);
+        let track = written(&tracks, &shared, stream, id).track;
+        let word = track.written.load(Ordering::Acquire).addr();
+        take_free_words(&shared);
+        if ran {
+            complete(stream, with_streams(|fake| fake.streams[&stream].0));
+        }
+        if looked {
+            assert_eq!(track.look(Look::Fresh), 1);
+        }
+        drop(tracks);
+        given_back.push(take_free_words(&shared) == [word]);
+    }
+    assert_eq!(
+        given_back,
+        [false, true, true],
+        "given back while the stream may still write it, or never once it passed"
+    );
+}
