@@ -1052,3 +1052,35 @@ fn context_values_made_per_request_give_their_streams_point_words_back() {
     );
     assert_eq!(timeline_counts().words, 0);
 }
+
+/// A timeline that outlives many context values, each running an operation on it from a stream
+/// of its own, notes each stream as perhaps still reading its word; once the stream passed the
+/// operation and its value went, nothing is left of it in the timeline.
+#[test]
+fn a_long_lived_timeline_forgets_the_streams_of_context_values_that_went() {
+    // Alone in a process: the counts are process-wide.
+    suite::alone_in_child!(a_long_lived_timeline_forgets_the_streams_of_context_values_that_went);
+    let owner = context();
+    let timeline = Timeline::new(&owner, 0).expect("timeline");
+    const VALUES: u64 = 200;
+    for round in 1..=VALUES {
+        let gone = suite::Tally::new();
+        // SAFETY: the suite's context stays retained for the life of the process.
+        let value =
+            unsafe { Context::borrow_raw_with_owner(owner.driver(), owner.as_raw(), gone.probe()) }
+                .expect("a context value");
+        let stream = new_stream(&value);
+        timeline
+            .enqueue_signal(&stream, round)
+            .expect("signal enqueued");
+        stream.synchronize().expect("synchronize");
+        drop((stream, value));
+        gone.reclaim_until_dropped(1, &format!("context value {round}"));
+    }
+    let noted = timeline_counts().streams;
+    assert!(
+        noted <= 1,
+        "the timeline still notes {noted} streams of {VALUES} context values that went"
+    );
+    assert_eq!(timeline.value(), VALUES);
+}

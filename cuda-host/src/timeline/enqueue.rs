@@ -211,9 +211,12 @@ fn enqueue_locked(
             }
         }
     };
+    word.waits().note_stream(
+        Arc::clone(&marked.track),
+        marked.point,
+        context.raw().addr(),
+    );
     let progress = Arc::clone(&marked.track) as Arc<dyn Progress>;
-    word.waits()
-        .note_stream(Arc::clone(&progress), marked.point, context.raw().addr());
     // The word, and the context whose tracks its drains look at, stay until the stream passed
     // the operation: this thread's hold of the word after its last operation on the stream, if
     // that hold is still its newest there, now lasts until this one.

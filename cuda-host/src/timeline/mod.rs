@@ -355,6 +355,10 @@ pub struct TimelineCounts {
     /// Words kept for the life of the process because a capture may have taken an operation on
     /// them.
     pub kept: u64,
+    /// Streams noted as perhaps still reading a timeline's word (their last operation on it not
+    /// seen passed yet), over every timeline: what a dropped timeline keeps raising its value
+    /// for.
+    pub streams: u64,
 }
 
 /// What timelines hold now (see [`TimelineCounts`]).
@@ -362,5 +366,6 @@ pub fn timeline_counts() -> TimelineCounts {
     TimelineCounts {
         words: word::LIVE_WORDS.load(Ordering::Relaxed),
         kept: word::KEPT_WORDS.load(Ordering::Relaxed),
+        streams: waits::NOTED_STREAMS.load(Ordering::Relaxed),
     }
 }

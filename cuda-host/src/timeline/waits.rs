@@ -21,13 +21,19 @@
 //! stream passed its last operation on it (or that stream's own context failed: a failure of the
 //! timeline's context stops none of another context's streams).
 //!
+//! **Streams noted.** Each stream operation notes its stream's track and the point marked after
+//! it; a stream seen past its last operation (by the drain that let go of the word's hold, a
+//! synchronize, the watcher) is forgotten at the next note, so that a timeline that outlives
+//! streams, and the context values whose tracks served them, holds only those that may still
+//! read it (counted in `timeline_counts()`).
+//!
 //! The word's memory belongs to [`Word`](super::word::Word), which closes this value before it
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.
 //! Nothing here owns driver objects, so the watcher may drop its references to this value.
 
-use crate::launch::{Look, Progress, dispose_panic, has_failed, logged};
+use crate::launch::{Look, dispose_panic, has_failed, logged};
 use crate::sync::lock;
-use crate::tracks::{Registration, Waiters, Watched, watch};
+use crate::tracks::{Registration, Track, Waiters, Watched, watch};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,7 +41,11 @@ use std::task::Waker;
 
 /// A stream's last operation on the timeline: its track, the point marked after it, and the
 /// stream's context (`CUcontext` address), which may be another than the timeline's.
-pub(super) type StreamUse = (Arc<dyn Progress>, u64, usize);
+pub(super) type StreamUse = (Arc<Track>, u64, usize);
+
+/// Streams noted over every timeline (`State::streams`), for [`timeline_counts`](
+/// super::timeline_counts).
+pub(super) static NOTED_STREAMS: AtomicU64 = AtomicU64::new(0);
 
 pub(super) struct Waits {
     /// The context (`CUcontext` address).
@@ -58,6 +68,30 @@ struct State {
 // SAFETY: the word is pinned memory any thread may access atomically, read only under the lock
 // while the memory lives (`close`).
 unsafe impl Send for State {}
+
+impl State {
+    /// Forgets the streams seen past their last operation on the word, or whose context failed,
+    /// without looking: what looks at their tracks saw (a drain's, which lets go of the word's
+    /// hold, a synchronize's, the watcher's).
+    fn forget_streams_done(&mut self) {
+        let noted = self.streams.len();
+        self.streams
+            .retain(|(track, point, context)| !is_done(track, *point, *context));
+        NOTED_STREAMS.fetch_sub((noted - self.streams.len()) as u64, Ordering::Relaxed);
+    }
+}
+
+/// Whether the stream of `track` is done with the word: seen past `point`, its last operation on
+/// it, or its context (`CUcontext` address) failed.
+fn is_done(track: &Track, point: u64, context: usize) -> bool {
+    track.seen_passed() >= point || has_failed(context)
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        NOTED_STREAMS.fetch_sub(self.streams.len() as u64, Ordering::Relaxed);
+    }
+}
 
 impl Waits {
     pub(super) fn new(context: usize, word: *const AtomicU64) -> Waits {
@@ -145,22 +179,31 @@ impl Waits {
     }
 
     /// Notes the last operation of a stream of `context` (`CUcontext` address): its track and
-    /// the point after it; for the abandoned timeline and for learning a failure.
-    pub(super) fn note_stream(&self, progress: Arc<dyn Progress>, point: u64, context: usize) {
+    /// the point after it; for the abandoned timeline and for learning a failure. Streams seen
+    /// done with the word since they were noted are forgotten first: a timeline that outlives
+    /// streams, and context values whose tracks serve them, would otherwise note each for ever.
+    pub(super) fn note_stream(&self, track: Arc<Track>, point: u64, context: usize) {
         let mut state = lock(&self.state);
-        let same = |(known, _, _): &StreamUse| {
-            std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(&progress))
-        };
-        match state.streams.iter_mut().find(|known| same(known)) {
+        state.forget_streams_done();
+        match state
+            .streams
+            .iter_mut()
+            .find(|(known, _, _)| Arc::ptr_eq(known, &track))
+        {
             Some(known) => known.1 = known.1.max(point),
-            None => state.streams.push((progress, point, context)),
+            None => {
+                state.streams.push((track, point, context));
+                NOTED_STREAMS.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
     /// Whether any stream used the timeline and may not have passed its last operation yet (as
     /// far as seen).
     pub(super) fn streams_may_read(&self) -> bool {
-        !lock(&self.state).streams.is_empty()
+        let mut state = lock(&self.state);
+        state.forget_streams_done();
+        !state.streams.is_empty()
     }
 
     /// The last handle is gone: keeps the word at `release` while streams may read it.
@@ -222,21 +265,21 @@ impl Watched for Waits {
         // after the look too: the look itself may be what found it.
         let passed: Vec<bool> = streams
             .iter()
-            .map(|(progress, point, context)| {
-                has_failed(*context)
-                    || progress.passed(Look::Paced) >= *point
-                    || has_failed(*context)
+            .map(|(track, point, context)| {
+                has_failed(*context) || track.look(Look::Paced) >= *point || has_failed(*context)
             })
             .collect();
         let failed = has_failed(self.context);
         let mut state = lock(&self.state);
-        state.streams.retain(|(progress, point, _)| {
-            let index = streams.iter().position(|(known, _, _)| {
-                std::ptr::addr_eq(Arc::as_ptr(known), Arc::as_ptr(progress))
-            });
+        let noted = state.streams.len();
+        state.streams.retain(|(track, point, _)| {
+            let index = streams
+                .iter()
+                .position(|(known, _, _)| Arc::ptr_eq(known, track));
             // Passed, unless another operation was noted on the stream since.
             !index.is_some_and(|index| passed[index] && streams[index].1 >= *point)
         });
+        NOTED_STREAMS.fetch_sub((noted - state.streams.len()) as u64, Ordering::Relaxed);
         if failed {
             let before = state.waiters.len();
             state.waiters.take_up_to(value, true, woken);
