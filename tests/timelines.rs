@@ -123,6 +123,141 @@ fn on_a_device_without_64_bit_memory_operations_waits_and_signals_use_the_low_wo
     waiter.synchronize().expect("synchronize");
 }
 
+/// A timeline whose streams compare only the low 32 bits, as on a device without 64-bit stream
+/// memory operations (the attribute is overridden while it is made; it is read then).
+fn narrow_timeline(
+    controls: &suite::software::Controls,
+    context: &Context,
+    initial: u64,
+) -> Timeline {
+    let attribute =
+        cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
+    controls.override_device_attribute(attribute, Some(0));
+    let timeline = Timeline::new(context, initial).expect("timeline");
+    controls.override_device_attribute(attribute, None);
+    assert!(!timeline.uses_64_bit_operations());
+    timeline
+}
+
+/// A 32-bit wait compares cyclically: a value more than 2^31 above the timeline's counts as one
+/// below it, and the stream would go on at once. Such a wait is refused, naming the window; the
+/// highest value within it holds the stream until it is reached.
+#[test]
+fn on_a_narrow_device_a_wait_beyond_the_32_bit_window_is_refused() {
+    let test = "on_a_narrow_device_a_wait_beyond_the_32_bit_window_is_refused";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "playing an older device is a control of the software driver",
+        );
+    };
+    // Alone in a process: the device's answer is process-wide.
+    suite::alone_in_child!(on_a_narrow_device_a_wait_beyond_the_32_bit_window_is_refused);
+    let context = context();
+    let stream = new_stream(&context);
+    let words = MappedWords::new(&context, 1);
+    let reached = 5;
+    let timeline = narrow_timeline(controls, &context, reached);
+    let highest = reached + (1 << 31);
+    let refused = timeline.enqueue_wait(&stream, highest + 1);
+    if refused.is_ok() {
+        words.write_in_stream(&stream, 0, 1);
+        let_work_run();
+    }
+    assert_eq!(
+        refused,
+        Err(Error::OutsideNarrowWindow {
+            value: highest + 1,
+            reached
+        }),
+        "a wait 2^31 + 1 above the value was accepted; the work after it ran before any \
+         signal: {}",
+        words.get(0) == 1
+    );
+    timeline
+        .enqueue_wait(&stream, highest)
+        .expect("the highest wait within the window");
+    words.write_in_stream(&stream, 0, 2);
+    let_work_run();
+    assert_eq!(words.get(0), 0, "ran before the value was reached");
+    timeline.signal(highest - 1).expect("signal");
+    let_work_run();
+    assert_eq!(words.get(0), 0, "ran one below the value waited for");
+    timeline.signal(highest).expect("signal");
+    wait_until("the work after the wait", || words.get(0) == 2);
+    stream.synchronize().expect("synchronize");
+}
+
+/// A wait for a value the timeline passed 2^31 or more ago compares, in 32 bits, as one above
+/// it: it would hold the stream until the value wraps. It holds nothing, as a wait for a value
+/// reached does on any device.
+#[test]
+fn on_a_narrow_device_a_wait_for_a_value_passed_long_ago_holds_nothing() {
+    let test = "on_a_narrow_device_a_wait_for_a_value_passed_long_ago_holds_nothing";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "playing an older device is a control of the software driver",
+        );
+    };
+    // Alone in a process: the device's answer is process-wide.
+    suite::alone_in_child!(on_a_narrow_device_a_wait_for_a_value_passed_long_ago_holds_nothing);
+    let context = context();
+    let stream = new_stream(&context);
+    let words = MappedWords::new(&context, 1);
+    let timeline = narrow_timeline(controls, &context, 0);
+    timeline.signal((1 << 31) + 10).expect("signal");
+    timeline.enqueue_wait(&stream, 5).expect("wait enqueued");
+    words.write_in_stream(&stream, 0, 1);
+    wait_until("the work after a wait for a value long passed", || {
+        words.get(0) == 1
+    });
+    stream.synchronize().expect("synchronize");
+}
+
+/// Two streams wait on a narrow timeline: the first for 10, held back by a gate while the host
+/// raises the value to 2^31 - 1 past it (still within its window), the second for a value
+/// 2^31 - 1 above that. No value releases both: one that releases the second is 2^31 or more
+/// past the first. The last handle's drop must not raise the value past the first while its
+/// stream has yet to pass its wait; once it did, the second is released too.
+#[test]
+fn on_a_narrow_device_the_last_handles_drop_strands_no_pending_wait() {
+    let test = "on_a_narrow_device_the_last_handles_drop_strands_no_pending_wait";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "playing an older device is a control of the software driver",
+        );
+    };
+    // Alone in a process: the device's answer is process-wide.
+    suite::alone_in_child!(on_a_narrow_device_the_last_handles_drop_strands_no_pending_wait);
+    let context = context();
+    let (first, second) = (new_stream(&context), new_stream(&context));
+    let words = MappedWords::new(&context, 2);
+    let gate = Gate::new(&context);
+    let timeline = narrow_timeline(controls, &context, 0);
+    gate.hold(&first);
+    timeline.enqueue_wait(&first, 10).expect("wait enqueued");
+    words.write_in_stream(&first, 0, 1);
+    let reached = 10 + (1 << 31) - 1;
+    timeline.signal(reached).expect("signal");
+    timeline
+        .enqueue_wait(&second, reached + (1 << 31) - 1)
+        .expect("wait enqueued");
+    words.write_in_stream(&second, 1, 1);
+    let_work_run();
+    assert_eq!(words.get(1), 0, "the second stream passed its wait early");
+    drop(timeline);
+    gate.open();
+    wait_until(
+        "the first stream, whose wait the value had reached before the drop",
+        || words.get(0) == 1,
+    );
+    wait_until("the second stream", || words.get(1) == 1);
+    first.synchronize().expect("synchronize");
+    second.synchronize().expect("synchronize");
+}
+
 #[test]
 fn a_wait_for_a_value_already_reached_holds_nothing() {
     let context = context();

@@ -147,6 +147,23 @@ pub enum Error {
         what: &'static str,
     },
 
+    /// A stream wait on a timeline whose streams compare only the low 32 bits of its value (see
+    /// [`Timeline::uses_64_bit_operations`](crate::Timeline::uses_64_bit_operations)) for a value
+    /// more than 2^31 above the value now: the cyclic comparison would take it for one below,
+    /// and let the stream go at once. Nothing was enqueued.
+    #[error(
+        "a stream of a device without 64-bit stream memory operations compares the low 32 bits \
+         of a timeline's value, cyclically: it can wait only for values up to {} (2^31 above the \
+         value now, {reached}), not {value}",
+        reached.saturating_add(1 << 31)
+    )]
+    OutsideNarrowWindow {
+        /// The value the wait was for.
+        value: u64,
+        /// The timeline's value when the wait was asked.
+        reached: u64,
+    },
+
     /// A host copy whose source and destination overlap.
     #[error(
         "a host copy's buffers overlap: source {:#x}..{:#x}, destination {:#x}..{:#x}",

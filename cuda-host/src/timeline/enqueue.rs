@@ -27,7 +27,10 @@
 //! (`CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS` is 0, or the driver lacks the entry
 //! points), a wait compares the word's low 32 bits (a 32-bit wait), which the driver does
 //! cyclically, and a signal writes the low half, then the high half, in one batch
-//! (`cuStreamBatchMemOp`): see [`Timeline`](super::Timeline) for the window that holds in.
+//! (`cuStreamBatchMemOp`): see [`Timeline`](super::Timeline) for the window that holds in. A
+//! wait beyond the window is refused; one for a value reached compares the value now; each is
+//! noted with its value, so that the last handle's drop raises the value past no wait a stream
+//! has yet to pass by 2^31 or more (`super::waits`).
 
 use crate::checked::checked;
 use crate::error::{Error, Result};
@@ -37,7 +40,7 @@ use crate::launch::{
 };
 use crate::objects::Stream;
 use crate::sync::lock;
-use crate::timeline::{MAX, Shared};
+use crate::timeline::{MAX, NARROW_WINDOW, Shared};
 use crate::tracks::PointWrite;
 use cuda_host_sys::{
     CUdeviceptr, CUstream, CUstreamBatchMemOpParams, CUstreamBatchMemOpType,
@@ -146,6 +149,20 @@ fn enqueue_locked(
             });
         }
     }
+    // The value a wait compares: on a narrow timeline, the low 32 bits, cyclically, which tell
+    // values up to 2^31 above the timeline's value from those below it. One more than 2^31
+    // above would let the stream go at once; one 2^31 or more below, reached long ago, would
+    // hold it: waiting for the value now instead holds nothing, as a wait for a value reached.
+    let compared = match operation {
+        Operation::Wait if !shared.wide => {
+            let reached = word.atomic().load(Ordering::Acquire);
+            if value > reached + NARROW_WINDOW {
+                return Err(Error::OutsideNarrowWindow { value, reached });
+            }
+            value.max(reached)
+        }
+        _ => value,
+    };
     // Held until the operation is enqueued: a capture begun through cuda-host waits for it.
     let window = EnqueueWindow::open(driver, stream.as_raw()).map_err(|error| match error {
         Error::StreamCapturing { status } => Error::TimelineInCapture { status },
@@ -163,13 +180,13 @@ fn enqueue_locked(
         // pinned, portable, device-mapped memory), 8-byte aligned, kept until the stream passed
         // the point marked after it (or for the life of the process); the point's address is
         // its track's word, of the same memory.
-        unsafe { operate(driver, raw, device, shared.wide, operation, value, point) }?;
+        unsafe { operate(driver, raw, device, shared.wide, operation, compared, point) }?;
         operated = true;
         Ok(())
     });
     if operated {
         match operation {
-            Operation::Wait => enqueued.waited = enqueued.waited.max(value),
+            Operation::Wait => enqueued.waited = enqueued.waited.max(compared),
             Operation::Signal => enqueued.signalled = value,
         }
     }
@@ -211,10 +228,12 @@ fn enqueue_locked(
             }
         }
     };
+    let narrow_wait = (operation == Operation::Wait && !shared.wide).then_some(compared);
     word.waits().note_stream(
         Arc::clone(&marked.track),
         marked.point,
         context.raw().addr(),
+        narrow_wait,
     );
     let progress = Arc::clone(&marked.track) as Arc<dyn Progress>;
     // The word, and the context whose tracks its drains look at, stay until the stream passed

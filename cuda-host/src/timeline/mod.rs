@@ -60,6 +60,10 @@ use word::Word;
 /// The largest value of a timeline.
 const MAX: u64 = i64::MAX as u64;
 
+/// How far a 32-bit wait's cyclic comparison reaches: a wait for `v` holds the stream while the
+/// value is in `v - 2^31 .. v`, and lets it go while it is in `v ..= v + 2^31 - 1`.
+const NARROW_WINDOW: u64 = 1 << 31;
+
 /// A monotonic 64-bit counter that the host and streams signal and wait on: the host signals, a
 /// stream's later work waits until the value reaches a number; a stream signals, the host waits
 /// or awaits. Cheap to clone: clones share the counter.
@@ -80,11 +84,12 @@ const MAX: u64 = i64::MAX as u64;
 /// **Never leaves a stream waiting.** When the last handle (clones and [`Reached`] futures
 /// included) is dropped while streams may still read the counter, its value is raised to
 /// [`MAX`](Self::MAX) (on a device without 64-bit memory operations, to the highest value a wait
-/// was enqueued for), with one warning logged if an enqueued wait was not satisfied yet; a stream
-/// signal enqueued earlier that lands afterwards is raised over again by the watcher. The memory
-/// is freed only once no handle is left and every stream that enqueued an operation on it passed
-/// that operation (a stream point after each, as [`release_in_stream_order`](
-/// crate::points::release_in_stream_order) does), never while a stream may read it.
+/// was enqueued for, in steps that strand no wait: see below), with one warning logged if an
+/// enqueued wait was not satisfied yet; a stream signal enqueued earlier that lands afterwards
+/// is raised over again by the watcher. The memory is freed only once no handle is left and
+/// every stream that enqueued an operation on it passed that operation (a stream point after
+/// each, as [`release_in_stream_order`](crate::points::release_in_stream_order) does), never
+/// while a stream may read it.
 ///
 /// **Stream signals are stores.** A write cannot take a maximum: a stream's signal sets the
 /// value it carries when the stream gets there, and lowers it if the host or another stream
@@ -107,8 +112,13 @@ const MAX: u64 = i64::MAX as u64;
 /// (`CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS` is 0; see
 /// [`uses_64_bit_operations`](Self::uses_64_bit_operations)), a stream's wait compares the low 32
 /// bits of the value, cyclically: a wait for `v` is released while the value is in
-/// `v ..= v + 2^31 - 1`, and held while it is in `v - 2^31 .. v`. It is exact as long as the
-/// value never moves 2^31 or more past a wait still pending.
+/// `v ..= v + 2^31 - 1`, and held while it is in `v - 2^31 .. v`. So a wait for more than 2^31
+/// above the value is refused ([`Error::OutsideNarrowWindow`]), and a wait for a value reached
+/// compares the value now (one 2^31 or more below it would hold the stream). It is exact as long
+/// as the value never moves 2^31 or more past a wait still pending. The last handle's drop
+/// keeps to that: while a stream has yet to pass a wait, it raises the value at most
+/// 2^31 − 1 past it, and further once the stream passed it (two waits 2^31 or more apart are
+/// released one after the other).
 ///
 /// ```no_run
 /// # fn demo(context: &cuda_host::Context, stream: &cuda_host::Stream) -> cuda_host::Result<()> {
@@ -222,6 +232,8 @@ impl Timeline {
     /// # Errors
     /// [`Error::InvalidArgument`] when `value` is above [`MAX`](Self::MAX), or for a stream of a
     /// device without 64-bit stream memory operations when the timeline uses them;
+    /// [`Error::OutsideNarrowWindow`] when the timeline's streams compare 32 bits and `value` is
+    /// more than 2^31 above its value;
     /// [`Error::ContextMismatch`] for a stream of another driver library's context;
     /// [`Error::TimelineInCapture`] on a stream that is being captured;
     /// [`Error::InHostFunction`] inside a host function; the driver's error from
@@ -329,15 +341,20 @@ impl Drop for Shared {
         if waits.streams_may_read() || word.is_kept() {
             let waited = lock(&self.enqueued).waited;
             let release = if self.wide { MAX } else { waited };
-            let before = word.atomic().fetch_max(release, Ordering::SeqCst);
-            if waited > before {
+            let (before, raised) = waits.abandon(release);
+            if waited > raised {
                 logged!(warn!(
                     "a timeline was dropped while streams may wait on it for values up to \
-                     {waited} (its value was {before}): raised to {} so that none waits",
-                    release.max(before)
+                     {waited} (its value was {before}): raised to {raised}, and on to {release} \
+                     once the streams waiting for values 2^31 or more below passed their waits \
+                     (their device compares 32 bits), so that none waits"
+                ));
+            } else if waited > before {
+                logged!(warn!(
+                    "a timeline was dropped while streams may wait on it for values up to \
+                     {waited} (its value was {before}): raised to {raised} so that none waits"
                 ));
             }
-            waits.abandon(release);
         }
         // Its memory may be freed here: a driver call, made where the rules allow.
         drop_when_allowed(word);

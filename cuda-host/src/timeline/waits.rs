@@ -19,7 +19,10 @@
 //! may land later and lower it again, under a wait that no handle can release any more. So the
 //! timeline stays listed, and each round raises the value back to the release value, until every
 //! stream passed its last operation on it (or that stream's own context failed: a failure of the
-//! timeline's context stops none of another context's streams).
+//! timeline's context stops none of another context's streams). On a narrow timeline (32-bit
+//! waits, which compare cyclically) the value goes up in steps: while a stream has yet to pass a
+//! wait, at most 2^31 − 1 past that wait's value, which a higher value would hold again
+//! (`State::raise_abandoned`).
 //!
 //! **Streams noted.** Each stream operation notes its stream's track and the point marked after
 //! it; a stream seen past its last operation (by the drain that let go of the word's hold, a
@@ -31,8 +34,9 @@
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.
 //! Nothing here owns driver objects, so the watcher may drop its references to this value.
 
-use crate::launch::{Look, dispose_panic, has_failed, logged};
+use crate::launch::{Look, dispose_panic, has_failed, logged, seen_failed};
 use crate::sync::lock;
+use crate::timeline::NARROW_WINDOW;
 use crate::tracks::{Registration, Track, Waiters, Watched, watch};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -42,6 +46,24 @@ use std::task::Waker;
 /// A stream's last operation on the timeline: its track, the point marked after it, and the
 /// stream's context (`CUcontext` address), which may be another than the timeline's.
 pub(super) type StreamUse = (Arc<Track>, u64, usize);
+
+/// A wait of a narrow timeline's stream not seen passed: as [`StreamUse`], with the value its
+/// 32 bits compare.
+struct NarrowWait {
+    track: Arc<Track>,
+    point: u64,
+    context: usize,
+    value: u64,
+}
+
+/// What the last handle's drop left the watcher to keep.
+struct Abandoned {
+    /// The value the word is kept at: [`MAX`](super::MAX), or, on a narrow timeline, the highest
+    /// a wait was enqueued for.
+    release: u64,
+    /// The highest value the word was raised to: found lower, a stream's signal lowered it.
+    raised: u64,
+}
 
 /// Streams noted over every timeline (`State::streams`), for [`timeline_counts`](
 /// super::timeline_counts).
@@ -61,8 +83,10 @@ struct State {
     word: *const AtomicU64,
     /// Each stream's last operation on the timeline, as far as not seen passed.
     streams: Vec<StreamUse>,
-    /// The value the word is kept at once the last handle is gone, while streams may read it.
-    abandoned: Option<u64>,
+    /// The waits of a narrow timeline not seen passed (none on a wide one).
+    narrow_waits: Vec<NarrowWait>,
+    /// Once the last handle is gone, while streams may read the word: what it is kept at.
+    abandoned: Option<Abandoned>,
 }
 
 // SAFETY: the word is pinned memory any thread may access atomically, read only under the lock
@@ -78,13 +102,46 @@ impl State {
         self.streams
             .retain(|(track, point, context)| !is_done(track, *point, *context));
         NOTED_STREAMS.fetch_sub((noted - self.streams.len()) as u64, Ordering::Relaxed);
+        self.narrow_waits
+            .retain(|wait| !is_done(&wait.track, wait.point, wait.context));
+    }
+
+    /// Raises the word of an abandoned timeline as far as strands no wait: to the release value,
+    /// or, while a narrow timeline's stream has yet to pass a wait, at most 2^31 − 1 above the
+    /// lowest such wait the value has not left behind already. A 32-bit wait compares cyclically:
+    /// a value 2^31 or more past it holds the stream again, and no value releases two waits 2^31
+    /// or more apart; the higher is released once the stream of the lower passed it. Returns the
+    /// value before, if a stream's signal had lowered it under the last raise. Nothing once the
+    /// memory went.
+    fn raise_abandoned(&mut self) -> Option<u64> {
+        let abandoned = self.abandoned.as_mut()?;
+        if self.word.is_null() {
+            return None;
+        }
+        // SAFETY: the memory lives until `close`, which takes the lock the caller holds.
+        let word = unsafe { &*self.word };
+        let value = word.load(Ordering::Acquire);
+        let lowest = self
+            .narrow_waits
+            .iter()
+            .map(|wait| wait.value)
+            .filter(|&wait| wait + NARROW_WINDOW > value)
+            .min();
+        let release = lowest.map_or(abandoned.release, |lowest| {
+            abandoned.release.min(lowest + NARROW_WINDOW - 1)
+        });
+        let before = word.fetch_max(release, Ordering::AcqRel);
+        let lowered = before < abandoned.raised;
+        abandoned.raised = abandoned.raised.max(release);
+        lowered.then_some(before)
     }
 }
 
-/// Whether the stream of `track` is done with the word: seen past `point`, its last operation on
-/// it, or its context (`CUcontext` address) failed.
+/// Whether the stream of `track` is done with the word, as far as seen: past `point`, its last
+/// operation on it, or its context (`CUcontext` address) failed. Without the fence of
+/// `has_failed`: every operation asks, and a failure not seen yet is seen at a later look.
 fn is_done(track: &Track, point: u64, context: usize) -> bool {
-    track.seen_passed() >= point || has_failed(context)
+    track.seen_passed() >= point || seen_failed(context)
 }
 
 impl Drop for State {
@@ -101,6 +158,7 @@ impl Waits {
                 waiters: Waiters::default(),
                 word,
                 streams: Vec::new(),
+                narrow_waits: Vec::new(),
                 abandoned: None,
             }),
             waiting: AtomicUsize::new(0),
@@ -182,9 +240,24 @@ impl Waits {
     /// the point after it; for the abandoned timeline and for learning a failure. Streams seen
     /// done with the word since they were noted are forgotten first: a timeline that outlives
     /// streams, and context values whose tracks serve them, would otherwise note each for ever.
-    pub(super) fn note_stream(&self, track: Arc<Track>, point: u64, context: usize) {
+    /// `narrow_wait`: the value a narrow timeline's wait compares, for a wait.
+    pub(super) fn note_stream(
+        &self,
+        track: Arc<Track>,
+        point: u64,
+        context: usize,
+        narrow_wait: Option<u64>,
+    ) {
         let mut state = lock(&self.state);
         state.forget_streams_done();
+        if let Some(value) = narrow_wait {
+            state.narrow_waits.push(NarrowWait {
+                track: Arc::clone(&track),
+                point,
+                context,
+                value,
+            });
+        }
         match state
             .streams
             .iter_mut()
@@ -206,10 +279,20 @@ impl Waits {
         !state.streams.is_empty()
     }
 
-    /// The last handle is gone: keeps the word at `release` while streams may read it.
-    pub(super) fn abandon(self: &Arc<Self>, release: u64) {
+    /// The last handle is gone: keeps the word at `release` while streams may read it, raised
+    /// now as far as strands no wait (`State::raise_abandoned`). Returns the value before and the
+    /// value raised to.
+    pub(super) fn abandon(self: &Arc<Self>, release: u64) -> (u64, u64) {
         let mut state = lock(&self.state);
-        state.abandoned = Some(release);
+        state.forget_streams_done();
+        state.abandoned = Some(Abandoned { release, raised: 0 });
+        // SAFETY: the memory lives until `close`, which takes this lock.
+        let before = unsafe { &*state.word }.load(Ordering::Acquire);
+        state.raise_abandoned();
+        let raised = state
+            .abandoned
+            .as_ref()
+            .map_or(before, |abandoned| abandoned.raised.max(before));
         let unlisted = !std::mem::replace(&mut state.waiters.listed, true);
         drop(state);
         if unlisted && let Err(error) = watch(Arc::clone(self) as Arc<dyn Watched>) {
@@ -218,6 +301,7 @@ impl Waits {
                  a wait on it: {error}"
             ));
         }
+        (before, raised)
     }
 
     /// The memory goes: no look reads the word after this.
@@ -233,16 +317,9 @@ impl Watched for Waits {
             if state.word.is_null() {
                 return;
             }
+            let raised = state.raise_abandoned();
             // SAFETY: the memory lives until `close`, which takes this lock.
-            let word = unsafe { &*state.word };
-            let mut raised = None;
-            if let Some(release) = state.abandoned {
-                let before = word.fetch_max(release, Ordering::AcqRel);
-                if before < release {
-                    raised = Some(before);
-                }
-            }
-            let value = word.load(Ordering::Acquire);
+            let value = unsafe { &*state.word }.load(Ordering::Acquire);
             let before = state.waiters.len();
             state.waiters.take_up_to(value, false, woken);
             self.waiting
@@ -250,12 +327,7 @@ impl Watched for Waits {
             let looks = !state.waiters.is_empty() || state.abandoned.is_some();
             (value, looks.then(|| state.streams.clone()), raised)
         };
-        if let Some(before) = raised {
-            logged!(warn!(
-                "a stream lowered an abandoned timeline's value to {before}; raised again so \
-                 that no stream waits on it"
-            ));
-        }
+        warn_if_lowered(raised);
         let Some(streams) = streams else {
             return;
         };
@@ -280,12 +352,20 @@ impl Watched for Waits {
             !index.is_some_and(|index| passed[index] && streams[index].1 >= *point)
         });
         NOTED_STREAMS.fetch_sub((noted - state.streams.len()) as u64, Ordering::Relaxed);
+        // The looks moved the tracks on: the waits of a narrow timeline they saw passed hold the
+        // raise back no longer, and the last raise comes before the watcher lets it go.
+        state
+            .narrow_waits
+            .retain(|wait| !is_done(&wait.track, wait.point, wait.context));
+        let raised = state.raise_abandoned();
         if failed {
             let before = state.waiters.len();
             state.waiters.take_up_to(value, true, woken);
             self.waiting
                 .fetch_sub(before - state.waiters.len(), Ordering::SeqCst);
         }
+        drop(state);
+        warn_if_lowered(raised);
     }
 
     fn unlist_if_idle(&self) -> bool {
@@ -300,6 +380,17 @@ impl Watched for Waits {
 
     fn waiting(&self) -> usize {
         lock(&self.state).waiters.len()
+    }
+}
+
+/// Warns that a stream's signal lowered an abandoned timeline's value to `before`, if it did
+/// (`State::raise_abandoned`).
+fn warn_if_lowered(before: Option<u64>) {
+    if let Some(before) = before {
+        logged!(warn!(
+            "a stream lowered an abandoned timeline's value to {before}; raised again so that no \
+             stream waits on it"
+        ));
     }
 }
 
