@@ -683,10 +683,12 @@ fn an_operation_a_capture_other_code_began_took_is_refused_and_its_word_kept() {
     let stream = new_stream(&context);
     // The operation and its point are one batch; once a capture took a write of the stream's
     // track's word, the track offers none, and the point is an event's record after the batch.
-    for (kept, entry) in [
-        (1, c"cuStreamBatchMemOp"),
-        (2, c"cuStreamBatchMemOp"),
-        (3, c"cuEventRecord"),
+    // A capture that takes that record leaves the operation on the stream, outside the graph: its
+    // word is held, not kept, until the stream passed it.
+    for (kept, words, entry) in [
+        (1, 1, c"cuStreamBatchMemOp"),
+        (2, 2, c"cuStreamBatchMemOp"),
+        (2, 3, c"cuEventRecord"),
     ] {
         let timeline = Timeline::new(&context, 0).expect("timeline");
         controls.begin_capture_at_next_call(
@@ -718,10 +720,16 @@ fn an_operation_a_capture_other_code_began_took_is_refused_and_its_word_kept() {
         // The graph reads or writes the word whenever it runs: the word outlives the timeline.
         drop(timeline);
         reclaim();
-        assert_eq!(timeline_counts().kept, kept);
-        assert_eq!(timeline_counts().words, kept);
+        assert_eq!(timeline_counts().kept, kept, "{entry:?}");
+        assert_eq!(timeline_counts().words, words, "{entry:?}");
         drop(graph);
     }
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        (timeline_counts().kept, timeline_counts().words),
+        (2, 2),
+        "the word of the operation whose point a capture took is held once the stream passed it"
+    );
 }
 
 #[test]
@@ -1218,4 +1226,56 @@ fn a_long_lived_timeline_forgets_the_streams_of_context_values_that_went() {
         "the timeline still notes {noted} streams of {VALUES} context values that went"
     );
     assert_eq!(timeline.value(), VALUES);
+}
+
+/// A stream signal whose stream point could not be marked (the track offers no word, and the
+/// event's record fails), behind a gate, and a wait likewise on another stream: the last
+/// handle's drop raises the value, and the signal, landing after it, lowers it again under the
+/// wait. The watcher must raise it again, as it does after a signal whose point was marked.
+#[test]
+fn a_signal_left_without_its_stream_point_landing_after_the_drop_does_not_hold_a_wait() {
+    let test = "a_signal_left_without_its_stream_point_landing_after_the_drop_does_not_hold_a_wait";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a failed event record is a control of the software driver",
+        );
+    };
+    // Alone in a process: the counts are process-wide.
+    suite::alone_in_child!(
+        a_signal_left_without_its_stream_point_landing_after_the_drop_does_not_hold_a_wait
+    );
+    let context = context();
+    let (signaller, waiter) = (new_stream(&context), new_stream(&context));
+    let words = MappedWords::new(&context, 1);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let (first, second) = (Gate::new(&context), Gate::new(&context));
+    // Each stream's track cannot make its word's probe, so it offers no word: the point after
+    // the operation is an event's record, which fails.
+    let fail_the_point = || {
+        controls.fail_next_calls(c"cuEventCreate", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    };
+    first.hold(&signaller);
+    fail_the_point();
+    timeline
+        .enqueue_signal(&signaller, 1)
+        .expect("the signal is enqueued without its point");
+    second.hold(&waiter);
+    fail_the_point();
+    timeline
+        .enqueue_wait(&waiter, 2)
+        .expect("the wait is enqueued without its point");
+    words.write_in_stream(&waiter, 0, 1);
+    drop(timeline);
+    // The signal of 1 lands after the drop raised the value; the wait for 2 comes after it.
+    first.open();
+    signaller.synchronize().expect("synchronize");
+    second.open();
+    wait_until("the waiting stream to be released", || words.get(0) == 1);
+    waiter.synchronize().expect("synchronize");
+    wait_until("the word to be let go once both streams passed", || {
+        reclaim();
+        timeline_counts().words == 0
+    });
 }

@@ -20,8 +20,11 @@
 //! taken from the track and kept too). Not seen: a capture that other code begins and also ends
 //! between the operation and that question. Where the point is an event's record, a capture
 //! begun after the operation, before the record, leaves the operation on the stream with no
-//! point after it (so does a record that fails): its word is kept too, and the last handle's drop releases it as it
-//! releases the streams it sees (`super::Shared`'s drop).
+//! point after it (so does a record that fails): a point nothing records stands after it
+//! instead (`ContextTracks::mark_unread`), which a later point of the stream, a synchronize or
+//! the stream's drop shows passed; it holds the word, and notes the stream with the timeline, as
+//! any point after an operation does, so that the last handle's drop raises the value again
+//! after a signal of it that lands late (`super::waits`).
 //!
 //! **Narrow devices.** Where the device cannot use 64-bit memory operations
 //! (`CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS` is 0, or the driver lacks the entry
@@ -94,9 +97,10 @@ pub(super) fn enqueue(
     let outcome = holding_logs(|| {
         stream.with_stream_context(|| enqueue_locked(shared, stream, operation, value, device))
     });
-    let unmarked = match outcome {
+    let (unmarked, kept) = match outcome {
         Ok(Enqueued::Marked) => return Ok(()),
-        Ok(Enqueued::Unmarked(error)) => error,
+        Ok(Enqueued::Unread(error)) => (error, false),
+        Ok(Enqueued::Unmarked(error)) => (error, true),
         Err(error) => {
             if let Some(result) = error.driver_result() {
                 abandon_if_failed(context, result);
@@ -107,10 +111,17 @@ pub(super) fn enqueue(
     if let Some(result) = unmarked.driver_result() {
         abandon_if_failed(context, result);
     }
-    logged!(warn!(
-        "no stream point after a timeline's operation; its word is kept for the life of the \
-         process: {unmarked}"
-    ));
+    if kept {
+        logged!(warn!(
+            "no stream point after a timeline's operation; its word is kept for the life of the \
+             process: {unmarked}"
+        ));
+    } else {
+        logged!(warn!(
+            "the stream point after a timeline's operation could not be marked ({unmarked}); the \
+             stream's next point, a synchronize of it or its drop shows the operation passed"
+        ));
+    }
     Ok(())
 }
 
@@ -118,6 +129,10 @@ pub(super) fn enqueue(
 enum Enqueued {
     /// With a point after it that holds the word until the stream passed it.
     Marked,
+    /// With a point after it that nothing records or writes (marking one failed with this
+    /// error), which holds the word until a later point of the stream passed, or a synchronize
+    /// or the stream's drop shows it passed (`ContextTracks::mark_unread`).
+    Unread(Error),
     /// With no point after it (marking failed with this error): the word is kept.
     Unmarked(Error),
 }
@@ -194,8 +209,8 @@ fn enqueue_locked(
         Error::PointInCapture { status } => Error::TimelineInCapture { status },
         other => other,
     };
-    let marked = match written {
-        Ok(Some(marked)) => marked,
+    let (marked, unread) = match written {
+        Ok(Some(marked)) => (marked, None),
         Err(error) => {
             // After the operation: a capture may have taken it with its point.
             if operated {
@@ -215,16 +230,22 @@ fn enqueue_locked(
                 return Err(refusal);
             }
             match tracks.mark(context, raw, stream_id) {
-                Ok(marked) => marked,
-                Err(error) => {
-                    // The operation is on the stream, live: nothing tells when the stream
-                    // passed it.
-                    word.keep();
-                    if let Error::PointInCapture { .. } = error {
-                        return Err(in_capture(error));
+                Ok(marked) => (marked, None),
+                // The operation is on the stream, live (asked just above), with no point after
+                // it: a point nothing records stands there instead, which a later point of the
+                // stream, a synchronize or its drop shows passed. Noted, so that a dropped
+                // timeline is raised again while the stream may still read or write the word.
+                Err(error) => match tracks.mark_unread(context, stream_id) {
+                    Ok(marked) => (marked, Some(error)),
+                    Err(_) => {
+                        // Nothing tells when the stream passed it.
+                        word.keep();
+                        if let Error::PointInCapture { .. } = error {
+                            return Err(in_capture(error));
+                        }
+                        return Ok(Enqueued::Unmarked(error));
                     }
-                    return Ok(Enqueued::Unmarked(error));
-                }
+                },
             }
         }
     };
@@ -246,7 +267,13 @@ fn enqueue_locked(
         Arc::as_ptr(word).addr(),
         || (Arc::clone(word), stream.context().clone()),
     );
-    Ok(Enqueued::Marked)
+    match unread {
+        None => Ok(Enqueued::Marked),
+        // The capture took the point's record, not the operation: refused all the same, as the
+        // stream captures.
+        Some(error @ Error::PointInCapture { .. }) => Err(in_capture(error)),
+        Some(error) => Ok(Enqueued::Unread(error)),
+    }
 }
 
 /// Enqueues the operation on `stream`, in one `cuStreamBatchMemOp` with the write of `point`

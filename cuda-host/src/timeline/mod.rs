@@ -336,8 +336,8 @@ impl Drop for Shared {
             return;
         };
         let waits = word.waits();
-        // A kept word may be read by an operation no stream point follows (a capture began, or
-        // the point's record failed, after it), which no look sees passed: released too.
+        // A kept word may be read by an operation no look sees passed (a graph's, or one no
+        // point could follow at all): released too.
         if waits.streams_may_read() || word.is_kept() {
             let waited = lock(&self.enqueued).waited;
             let release = if self.wide { MAX } else { waited };

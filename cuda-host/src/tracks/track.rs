@@ -31,7 +31,10 @@
 //! is then taken from the track, never read again, and its written points are *unread*: they
 //! pass with a later point recorded on an event, with a synchronize of the stream
 //! (`Synchronizing`), or with the point the stream marks when dropped
-//! (`ContextTracks::mark_after_unread`).
+//! (`ContextTracks::mark_after_unread`). So does a point nothing records or writes, which stands
+//! after an operation whose own point could not be marked (`ContextTracks::mark_unread`); the
+//! track reads its word no more from then on, as after a capture took a write of it, but the
+//! word stays the track's, to go back with the tracks.
 //!
 //! **Looks.** Events, not memory writes (see `crate::points`): recording an event costs the
 //! enqueuing thread 0.13 µs on an H200, a 32-bit stream memory write 0.8 µs; a look costs a
@@ -148,17 +151,18 @@ struct TrackState {
     /// Events retired because a capture took their last record: never queried or recorded
     /// again, destroyed with the context's tracks.
     retired: Vec<CUevent>,
-    /// The track's word, once a written point asked for one.
+    /// The track's word, once a written point asked for one; read no more once withdrawn.
     word: Option<PinnedWord>,
-    /// Whether a capture may have taken a write of the track's word: it is never read or written
-    /// again, and the track offers no word any more.
-    word_taken: bool,
+    /// Whether the track offers no word any more, and reads none: a capture may have taken a
+    /// write of its word ([`Track::take_word`]), or a point nothing writes is among its points
+    /// ([`ContextTracks::mark_unread`]).
+    word_withdrawn: bool,
 }
 
 /// The events of a track.
 struct Events {
     /// The events of the points not seen passed, in order: `pending[i]` holds point `first + i`;
-    /// null for a written point, which has none.
+    /// null for a written point, or an unread one, which have none.
     pending: VecDeque<CUevent>,
     /// The point of `pending[0]`: the one after `high`.
     first: u64,
@@ -260,7 +264,7 @@ impl Track {
                 owner: None,
                 retired: Vec::new(),
                 word: None,
-                word_taken: false,
+                word_withdrawn: false,
             }),
             events: Mutex::new(Events {
                 pending: VecDeque::new(),
@@ -429,7 +433,7 @@ impl Track {
     /// capturing leaves intact (a timeline leaves a word free for it, `crate::timeline`).
     /// `None` where the track has none to offer (see [`ContextTracks::mark_written`]).
     fn word_for(&self, shared: &ContextShared, state: &mut TrackState) -> Option<CUdeviceptr> {
-        if state.word_taken {
+        if state.word_withdrawn {
             return None;
         }
         if let Some(word) = &state.word {
@@ -474,11 +478,18 @@ impl Track {
     /// Takes the track's word away for good: a capture may have taken a write of it (see
     /// [`ContextTracks::mark_written`]).
     fn take_word(&self, shared: &ContextShared, state: &mut TrackState) {
-        self.written.store(std::ptr::null_mut(), Ordering::Release);
-        state.word_taken = true;
+        self.withdraw_word(state);
         if let Some(word) = state.word.take() {
             shared.keep_pinned_word(word);
         }
+    }
+
+    /// Reads the track's word no more, and offers none from now on: its written points are
+    /// *unread* (see the module's documentation). A word it has stays its, for the context's
+    /// tracks' drop to give back once the stream passed the last point written into it.
+    fn withdraw_word(&self, state: &mut TrackState) {
+        self.written.store(std::ptr::null_mut(), Ordering::Release);
+        state.word_withdrawn = true;
     }
 
     /// Queries the events, the caller being the one look: `wanted`'s (or the first pending
@@ -828,6 +839,35 @@ impl ContextTracks {
             Ok(Some(point))
         })?;
         Ok(point.map(|point| Marked { track, point }))
+    }
+
+    /// Marks the next point of the stream `stream_id` as one nothing records or writes: for an
+    /// operation the stream got with no point after it (the point's record failed, or a capture
+    /// other code began took it), so that what the operation keeps (a timeline's word) is held
+    /// until the stream passed it rather than for ever. Such a point is *unread*, as the written
+    /// points of a word a capture took: it passes with a later point recorded on an event, a
+    /// synchronize of the stream, or the point the stream marks when dropped
+    /// ([`mark_after_unread`](Self::mark_after_unread)), and keeps the track from being taken
+    /// back meanwhile. The track reads its word no more from then on (else a look would take the
+    /// point for a written one, which the word shows passed only once a later write lands): its
+    /// written points pass the same way. No driver call; the caller holds the stream's window,
+    /// as for [`mark`](Self::mark), and the operation was enqueued after every point marked on
+    /// the stream before this one.
+    ///
+    /// # Errors
+    /// None in practice: as [`mark`](Self::mark) where the stream needs a track.
+    pub(crate) fn mark_unread(
+        &self,
+        shared: &Arc<ContextShared>,
+        stream_id: u64,
+    ) -> Result<Marked> {
+        let (track, point) = self.on_track(shared, stream_id, |track, state, point| {
+            track.withdraw_word(state);
+            lock(&track.events).pending.push_back(std::ptr::null_mut());
+            track.issued.store(point, Ordering::Release);
+            Ok(point)
+        })?;
+        Ok(Marked { track, point })
     }
 
     /// Runs `mark` under the lock of the track of `stream_id` (given one if it has none) with the

@@ -749,3 +749,49 @@ fn a_tracks_word_goes_back_with_its_contexts_tracks_once_the_stream_passed_its_l
         "given back while the stream may still write it, or never once it passed"
     );
 }
+
+#[test]
+fn a_point_nothing_records_passes_with_a_later_point_and_the_track_reads_its_word_no_more() {
+    let driver = fakes();
+    let shared = fake_driver::context(&driver);
+    let tracks = ContextTracks::new(&shared);
+    let stream = 0x81_usize;
+    // Written point 1 (record 0), then an operation whose point could not be marked: point 2,
+    // which nothing records.
+    let track = written(&tracks, &shared, stream, 39).track;
+    let word = track.written.load(Ordering::Acquire).addr();
+    let unread = tracks.mark_unread(&shared, 39).expect("marked");
+    assert!(Arc::ptr_eq(&unread.track, &track));
+    assert_eq!(unread.point, 2);
+    // The stream writes point 1: the word is read no more, and tells nothing of point 2.
+    complete(stream, 1);
+    assert_eq!(track.look(Look::Fresh), 0, "read the withdrawn word");
+    let mut offered = None;
+    let marked = tracks
+        .mark_written(&shared, stream as CUstream, 39, |point| {
+            offered = Some(point.is_some());
+            enqueue_on(stream)(point)
+        })
+        .expect("enqueued");
+    assert!(marked.is_none());
+    assert_eq!(offered, Some(false), "the track offers its word again");
+    // Point 3 on an event (record 2, after the operation of record 1).
+    let next = tracks
+        .mark(&shared, stream as CUstream, 39)
+        .expect("marked");
+    assert_eq!(next.point, 3);
+    assert_eq!(track.look(Look::Fresh), 0);
+    complete(stream, 3);
+    assert_eq!(
+        track.look(Look::Fresh),
+        3,
+        "points 1 and 2 passed with point 3"
+    );
+    take_free_words(&shared);
+    drop(tracks);
+    assert_eq!(
+        take_free_words(&shared),
+        [word],
+        "the withdrawn word, whose last write passed, is given back with the tracks"
+    );
+}
