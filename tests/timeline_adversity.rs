@@ -348,6 +348,69 @@ fn a_logger_called_when_a_timeline_operation_fails_may_mark_a_point_of_the_same_
     );
 }
 
+/// An operation whose point's record fails gets a point nothing records after it, and logs a
+/// warning once the timeline's and the track's locks and the stream's window are let go: a
+/// logger may call cuda-host back to enqueue on the same timeline and stream. That signal's point
+/// shows the first operation passed too, and the word goes once the stream passed both.
+#[test]
+fn a_logger_called_when_an_operations_point_cannot_be_marked_may_enqueue_on_the_same_stream() {
+    let test =
+        "a_logger_called_when_an_operations_point_cannot_be_marked_may_enqueue_on_the_same_stream";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "injected failures are a control of the software driver",
+        );
+    };
+    // Alone in a process: a logger is set once per process, and the counts are process-wide.
+    suite::alone_in_child!(
+        a_logger_called_when_an_operations_point_cannot_be_marked_may_enqueue_on_the_same_stream
+    );
+    calling_back_logger::install();
+    let context = context();
+    let stream = Arc::new(new_stream(&context));
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    calling_back_logger::on_next_record({
+        let (timeline, stream) = (timeline.clone(), Arc::clone(&stream));
+        move || {
+            timeline
+                .enqueue_signal(&stream, 2)
+                .expect("the logger's signal enqueued");
+        }
+    });
+    let returned = returns_within(Duration::from_secs(5), {
+        let (timeline, stream) = (timeline.clone(), Arc::clone(&stream));
+        move || {
+            // The track cannot make its word's probe, so it offers no word: the point after the
+            // signal is an event's record, which fails.
+            controls.fail_next_calls(c"cuEventCreate", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+            controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+            timeline.enqueue_signal(&stream, 1)
+        }
+    });
+    gate.open();
+    assert_eq!(
+        returned,
+        Some(Ok(())),
+        "the signal whose point could not be marked never returned, or failed (called back: \
+         {:?})",
+        calling_back_logger::outcome()
+    );
+    assert_eq!(calling_back_logger::outcome(), Some(Ok(())));
+    assert_eq!(timeline.wait(2, suite::TIMEOUT), Ok(true));
+    drop(timeline);
+    wait_until(
+        "the word to be let go once the stream passed both signals",
+        || {
+            reclaim();
+            timeline_counts().words == 0
+        },
+    );
+    stream.synchronize().expect("synchronize");
+}
+
 /// A timeline operation on a stream with no track takes back a quiet track of another stream,
 /// under the context's tracks' lock, after a look at that track, which may log (a failed query):
 /// a logger calling cuda-host back to mark a point on a third stream must not wait for the lock
