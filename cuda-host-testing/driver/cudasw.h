@@ -424,7 +424,8 @@ CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigned long long 
 /* The next call of `entry`, from any thread, first begins a capture of `stream` in `mode`, as
  * cuStreamBeginCapture_v2 on the calling thread would (its answer is not reported), then does its
  * work: other code's capture begun between two calls of an operation, on purpose. Arming again
- * replaces the armed capture. CUDA_ERROR_NOT_FOUND for an unknown entry name. */
+ * replaces the armed capture; a NULL `entry` disarms it. CUDA_ERROR_NOT_FOUND for an unknown entry
+ * name. */
 CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stream, CUstreamCaptureMode mode);
 
 /* A context of device `dev` beside its primary context, with its own legacy and per-thread

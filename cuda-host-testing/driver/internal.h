@@ -201,6 +201,7 @@ unsigned int cusw_fault_armed(const char *entry, uint64_t thread);
 CUresult cusw_delay_arm(const char *entry, unsigned int count, unsigned int usec);
 void cusw_delay_injected(const char *base, const char *symbol); /* sleeps when one is armed */
 CUresult cusw_capture_arm(const char *entry, CUstream stream, CUstreamCaptureMode mode);
+CUresult cusw_capture_disarm(void);
 /* Whether a capture is armed for this call: then it is disarmed and named. */
 bool cusw_capture_injected(const char *base, const char *symbol, CUstream *stream,
                            CUstreamCaptureMode *mode);

@@ -415,6 +415,25 @@ impl Controls {
     }
 }
 
+impl Controls {
+    /// Disarms the capture [`begin_capture_at_next_call`](Self::begin_capture_at_next_call)
+    /// armed, if no call began it yet.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver refuses (it does not).
+    #[doc(alias = "cuswBeginCaptureAtNextCall")]
+    pub fn disarm_capture_at_next_call(&self) -> Result<(), Error> {
+        // SAFETY: a null entry is the documented way to disarm; the other arguments are unused.
+        check("cuswBeginCaptureAtNextCall", unsafe {
+            (self.begin_capture_at_next_call)(
+                std::ptr::null(),
+                std::ptr::null_mut(),
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            )
+        })
+    }
+}
+
 /// A duration in the controls' unit, whole microseconds.
 fn microseconds(delay: Duration) -> Result<c_uint, Error> {
     c_uint::try_from(delay.as_micros()).map_err(|_| Error::DelayTooLong { delay })

@@ -777,6 +777,25 @@ fn a_capture_armed_at_an_entry_begins_when_that_entry_is_next_called_and_takes_i
 }
 
 #[test]
+fn a_disarmed_capture_begins_at_no_call() {
+    let controls = controls_or_skip!(a_disarmed_capture_begins_at_no_call);
+    // Alone in a process: an armed capture would begin at another test's call too.
+    suite::alone_in_child!(a_disarmed_capture_begins_at_no_call);
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    let relaxed = cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    controls.begin_capture_at_next_call(c"cuEventRecord", &stream, relaxed);
+    controls.disarm_capture_at_next_call();
+    record(&event, stream.as_raw());
+    assert_eq!(suite::capture::is_capturing(stream.as_raw()).1, NONE);
+    // Disarming with nothing armed does nothing.
+    controls.disarm_capture_at_next_call();
+    record(&event, stream.as_raw());
+    assert_eq!(suite::capture::is_capturing(stream.as_raw()).1, NONE);
+}
+
+#[test]
 fn an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_one_is_refused() {
     let controls = controls_or_skip!(
         an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_one_is_refused

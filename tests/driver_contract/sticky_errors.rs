@@ -122,3 +122,30 @@ fn after_a_fault_a_query_of_an_event_never_recorded_answers_the_error() {
         "what tracks query to learn a failure for points written into a word"
     );
 }
+
+#[test]
+fn a_capture_of_a_failed_context_forbids_no_call_of_another_context() {
+    let controls =
+        controls_or_skip!(a_capture_of_a_failed_context_forbids_no_call_of_another_context);
+    suite::alone_in_child!(a_capture_of_a_failed_context_forbids_no_call_of_another_context);
+    let device = cuda_host::Device::get(&suite::test_driver().driver, 0).expect("device 0");
+    let failing = controls.fresh_context(&device);
+    let captured = non_blocking(&failing);
+    failing.bind_to_thread().expect("binds");
+    let thread_local = cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    // SAFETY: a live stream that is not capturing.
+    suite::ok("cuStreamBeginCapture_v2", unsafe {
+        driver().cuStreamBeginCapture_v2(captured.as_raw(), thread_local)
+    });
+    controls.set_sticky_error(&failing, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    let mut graph = ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let ended = unsafe { driver().cuStreamEndCapture(captured.as_raw(), &mut graph) };
+    assert_eq!(ended, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, "the end answers the failure");
+    // A call the capture would forbid on this thread, in another context: the context's
+    // synchronize.
+    let other = current_context();
+    other.bind_to_thread().expect("binds");
+    // SAFETY: no arguments; the context is current.
+    assert_eq!(unsafe { driver().cuCtxSynchronize() }, CUresult::CUDA_SUCCESS);
+}

@@ -118,6 +118,12 @@ impl Controls {
         ok(self.0.begin_capture_at_next_call(entry, stream, mode));
     }
 
+    /// [`cuda_host_testing::Controls::disarm_capture_at_next_call`].
+    #[track_caller]
+    pub fn disarm_capture_at_next_call(&self) {
+        ok(self.0.disarm_capture_at_next_call());
+    }
+
     /// [`cuda_host_testing::Controls::delay_next_calls`].
     #[track_caller]
     pub fn delay_next_calls(&self, entry: &CStr, count: u32, delay: Duration) {

@@ -57,7 +57,9 @@ CUSW_EXPORT CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stre
                                                 CUstreamCaptureMode mode)
 {
     CUSW_ENTRY();
-    if (entry == NULL || !valid_capture_mode(mode))
+    if (entry == NULL)
+        return cusw_capture_disarm();
+    if (!valid_capture_mode(mode))
         return CUDA_ERROR_INVALID_VALUE;
     if (!cusw_entry_name_known(entry))
         return CUDA_ERROR_NOT_FOUND;

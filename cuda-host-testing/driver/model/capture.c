@@ -18,7 +18,8 @@
  *    make them while it has a non-relaxed capture of its own or any thread has a GLOBAL capture;
  *    in THREAD_LOCAL mode only its own captures count; in RELAXED mode none does. A prohibited
  *    call answers CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the captures that
- *    prohibited it.
+ *    prohibited it. A capture of a failed context prohibits nothing (not measured: its end
+ *    answers the sticky error, so it never ends).
  * An invalidated capture stays until cuStreamEndCapture, which then answers
  * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph.
  */
@@ -105,6 +106,10 @@ CUresult cusw_capture_check_unsafe(void)
     uint64_t self = cusw_thread_serial();
     bool prohibited = false;
     for (struct cusw_capture *c = captures; c != NULL; c = c->next) {
+        /* A capture of a failed context can never end in a graph, and its end answers the
+         * sticky error: it polices no other context's calls (not measured). */
+        if (cusw_ctx_sticky(c->origin->ctx) != CUDA_SUCCESS)
+            continue;
         bool own = c->thread_serial == self && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
         bool global = thread_mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
                       c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL;

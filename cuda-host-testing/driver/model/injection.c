@@ -188,6 +188,16 @@ CUresult cusw_capture_arm(const char *entry, CUstream stream, CUstreamCaptureMod
     return CUDA_SUCCESS;
 }
 
+CUresult cusw_capture_disarm(void)
+{
+    pthread_mutex_lock(&capture_lock);
+    free(capture_entry);
+    capture_entry = NULL;
+    atomic_store(&capture_armed, false);
+    pthread_mutex_unlock(&capture_lock);
+    return CUDA_SUCCESS;
+}
+
 bool cusw_capture_injected(const char *base, const char *symbol, CUstream *stream,
                            CUstreamCaptureMode *mode)
 {
