@@ -580,9 +580,9 @@ fn a_held_launch_the_capture_took_is_refused_though_a_node_followed_it_before_th
 
 #[test]
 fn a_legacy_launch_the_driver_holds_past_a_blocking_capture_begin_leaves_the_capture_intact() {
-    // GraphBuilder::begin waits for launches of the legacy stream's group too, since a blocking
-    // stream's capture draws the legacy stream in, but at most 10 ms. A legacy-stream launch the
-    // driver holds longer reaches it during the capture: the driver refuses it and invalidates
+    // GraphBuilder::begin waits for launches of the legacy stream too, since a blocking stream's
+    // capture draws the legacy stream in, however long: a legacy-stream launch the driver held
+    // past the beginning would reach the capture, and the driver would refuse it and invalidate
     // the capture (README: refused, "the capture left intact").
     let Some(controls) = controls_to_hold_a_launch(
         "a_legacy_launch_the_driver_holds_past_a_blocking_capture_begin_leaves_the_capture_intact",
@@ -610,4 +610,187 @@ fn a_legacy_launch_the_driver_holds_past_a_blocking_capture_begin_leaves_the_cap
         ended.is_ok(),
         "the capture was broken by a launch begun before it: {ended:?} (the launch: {launched:?})"
     );
+}
+
+/// Streams enough that, whatever stream a capture begins on, some of them share its hash group,
+/// and the legacy stream's, as one stream in 64 does (`capture_check.rs` hashes streams into 64
+/// groups): 640 streams miss a given group with odds of 4 in 100,000.
+const STREAMS_ENOUGH_TO_SHARE_A_GROUP: usize = 640;
+
+/// How long the driver holds the launches of the tests that hold one on each of many streams:
+/// longer than starting those launches takes, and than the bound their captures are held to.
+const HOLD_OF_MANY: Duration = Duration::from_secs(4);
+
+/// Makes `launch` on each of `streams`, each on a thread of its own and held by the driver past
+/// its capture check for [`HOLD_OF_MANY`], and runs `meanwhile` once every launch is held.
+fn hold_a_launch_on_each<T>(
+    controls: &Controls,
+    streams: &[Stream],
+    launch: impl Fn(&Stream) -> cuda_host::Result<()> + Sync,
+    meanwhile: impl FnOnce() -> T,
+) -> T {
+    let count = u32::try_from(streams.len()).expect("a count of streams");
+    let checks_before = controls.call_count(c"cuStreamIsCapturing");
+    controls.delay_next_calls(c"cuLaunchHostFunc", count, HOLD_OF_MANY);
+    std::thread::scope(|scope| {
+        let launchers: Vec<_> = streams
+            .iter()
+            .map(|stream| scope.spawn(|| launch(stream)))
+            .collect();
+        // Each launch's capture check is made inside its window, which it holds until the
+        // driver answers its held `cuLaunchHostFunc`.
+        suite::wait_until("every launch past its capture check", || {
+            controls.call_count(c"cuStreamIsCapturing") >= checks_before + u64::from(count)
+        });
+        let during = meanwhile();
+        for launcher in launchers {
+            launcher
+                .join()
+                .unwrap()
+                .expect("a launch on a stream not capturing");
+        }
+        during
+    })
+}
+
+/// How long beginning a capture of `stream` took, in relaxed mode (its end is not timed).
+fn time_a_capture_begin(stream: &Stream) -> Duration {
+    let began = std::time::Instant::now();
+    let builder = GraphBuilder::begin(stream, CaptureMode::Relaxed).expect("capture begins");
+    let waited = began.elapsed();
+    builder.end().expect("the capture ends");
+    waited
+}
+
+#[test]
+fn a_capture_begins_within_the_bound_whatever_other_streams_the_driver_holds_launches_of() {
+    // A capture waits for launches of the special streams however long (a blocking stream's
+    // capture draws the legacy stream in, where a launch would invalidate it rather than join
+    // it), and for those of its own stream at most 10 ms. A launch the driver holds on any other
+    // stream, whatever its handle, must not hold a capture longer: perhaps only the capturing
+    // thread would release it.
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_capture_begins_within_the_bound_whatever_other_streams_the_driver_holds_launches_of",
+    ) else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let capturing = new_stream(&context);
+    let others: Vec<Stream> = (0..STREAMS_ENOUGH_TO_SHARE_A_GROUP)
+        .map(|_| new_stream(&context))
+        .collect();
+    let tally = Tally::new();
+    let launch = |stream: &Stream| {
+        let probe = tally.probe();
+        host_launch(stream, move || probe.ran())
+    };
+    let waited = hold_a_launch_on_each(controls, &others, launch, || {
+        time_a_capture_begin(&capturing)
+    });
+    assert!(
+        waited < Duration::from_secs(1),
+        "the capture waited {waited:?} for launches the driver held on other streams"
+    );
+    others
+        .iter()
+        .for_each(|stream| stream.synchronize().unwrap());
+    assert_eq!(tally.runs(), STREAMS_ENOUGH_TO_SHARE_A_GROUP);
+}
+
+#[test]
+fn a_capture_begins_within_the_bound_whatever_other_streams_the_driver_holds_pass_throughs_of() {
+    // A capture waits for a pass-through launch of its own stream however long: with no record
+    // to abandon, a graph that took it would call the caller's function on every launch. One on
+    // another stream, whatever its handle, must not hold the capture past the bound.
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_capture_begins_within_the_bound_whatever_other_streams_the_driver_holds_pass_throughs_of",
+    ) else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let capturing = new_stream(&context);
+    let others: Vec<Stream> = (0..STREAMS_ENOUGH_TO_SHARE_A_GROUP)
+        .map(|_| new_stream(&context))
+        .collect();
+    let counter = AtomicUsize::new(0);
+    let launch = |stream: &Stream| {
+        let pointer = (&raw const counter).cast_mut().cast::<c_void>();
+        // SAFETY: `counter` outlives the streams' work, which is synchronized below.
+        unsafe { host_launch_raw(stream, add_one, UserData::PassThrough(pointer)) }
+    };
+    let waited = hold_a_launch_on_each(controls, &others, launch, || {
+        time_a_capture_begin(&capturing)
+    });
+    others
+        .iter()
+        .for_each(|stream| stream.synchronize().unwrap());
+    assert!(
+        waited < Duration::from_secs(1),
+        "the capture waited {waited:?} for pass-through launches the driver held on other \
+         streams"
+    );
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        STREAMS_ENOUGH_TO_SHARE_A_GROUP
+    );
+}
+
+#[test]
+fn a_launch_does_not_wait_for_a_capture_of_another_stream_held_by_a_legacy_launch() {
+    // A capture that begins keeps launches of its own stream (and of the special streams) out
+    // until it began, and waits for a launch of the legacy stream however long. A launch on any
+    // other stream, whatever its handle, must not wait for it: perhaps it is what would release
+    // the held launch.
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_launch_does_not_wait_for_a_capture_of_another_stream_held_by_a_legacy_launch",
+    ) else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let capturing = Stream::new(&context, StreamFlags::Blocking).expect("stream");
+    let legacy = Stream::legacy(&context);
+    let others: Vec<Stream> = (0..STREAMS_ENOUGH_TO_SHARE_A_GROUP)
+        .map(|_| new_stream(&context))
+        .collect();
+    let tally = Tally::new();
+    let (slowest, began_after) = hold_a_launch_on_each(
+        controls,
+        std::slice::from_ref(&legacy),
+        |legacy| {
+            let probe = tally.probe();
+            host_launch(legacy, move || probe.ran())
+        },
+        || {
+            std::thread::scope(|scope| {
+                let beginning = scope.spawn(|| time_a_capture_begin(&capturing));
+                // Launches on every other stream, round after round, until the capture began:
+                // the later rounds run while it waits for the held launch.
+                let mut slowest = Duration::ZERO;
+                while !beginning.is_finished() {
+                    for stream in &others {
+                        let probe = tally.probe();
+                        let launched = std::time::Instant::now();
+                        host_launch(stream, move || probe.ran()).expect("launched");
+                        slowest = slowest.max(launched.elapsed());
+                    }
+                }
+                (slowest, beginning.join().unwrap())
+            })
+        },
+    );
+    assert!(
+        began_after > Duration::from_secs(1),
+        "the capture began after {began_after:?}, without waiting for the held legacy launch"
+    );
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a launch on another stream waited {slowest:?} for the capture to begin"
+    );
+    legacy.synchronize().unwrap();
+    others
+        .iter()
+        .for_each(|stream| stream.synchronize().unwrap());
 }

@@ -18,11 +18,11 @@ fn new_stream(context: &Context) -> Stream {
     Stream::new(context, StreamFlags::NonBlocking).expect("stream")
 }
 
-/// A host function launched on the legacy stream holds the legacy stream's launch group (its
+/// A host function launched on the legacy stream holds the special streams' launch group (its
 /// `EnqueueWindow`) until the driver answered. When the driver answers a sticky error, the
 /// context's failure is noted, which abandons its pending host functions and logs their count:
 /// were that logged while the window is held, a logger that begins a capture through cuda-host
-/// (which waits for the legacy stream's group however long) would wait for its own thread.
+/// (which waits for the special streams' launches however long) would wait for its own thread.
 #[test]
 fn a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture() {
     let test = "a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture";
@@ -58,17 +58,16 @@ fn a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture()
     assert!(
         returned,
         "the failed launch on the legacy stream never returned: the failure it noted logged \
-         while its window held the legacy stream's launch group, and the capture the logger \
+         while its window held the special streams' launch group, and the capture the logger \
          began waits for that group (called back: {:?})",
         calling_back_logger::outcome()
     );
 }
 
-/// A capture begun through cuda-host holds its stream's launch group and the legacy stream's
-/// closed ("beginning") while it waits for the launches in flight there; past `LAUNCH_WAIT` it
-/// logs that the driver holds one. Were that logged while the groups are closed, a logger that
-/// launches a host function on the legacy stream would wait for its own thread's capture to
-/// begin.
+/// A capture begun through cuda-host keeps launches of its stream and of the special streams out
+/// ("beginning") while it waits for the launches in flight there; past `LAUNCH_WAIT` it logs that
+/// the driver holds one. Were that logged while they are kept out, a logger that launches a host
+/// function on the legacy stream would wait for its own thread's capture to begin.
 #[test]
 fn a_logger_called_while_a_capture_waits_for_a_held_launch_may_launch_on_the_legacy_stream() {
     let test =
@@ -110,8 +109,8 @@ fn a_logger_called_while_a_capture_waits_for_a_held_launch_may_launch_on_the_leg
     assert!(
         returned,
         "the capture never began: it logged that the driver holds a launch of its group while \
-         it kept the legacy stream's group closed, and the logger's launch on the legacy stream \
-         waits for that group to open (called back: {:?})",
+         it kept the special streams' launches out, and the logger's launch on the legacy stream \
+         waits for them to be let in (called back: {:?})",
         calling_back_logger::outcome()
     );
     let _ = launcher.join();
@@ -241,11 +240,11 @@ fn a_logger_called_when_a_replaced_callables_fence_cannot_be_destroyed_may_repla
 /// A function of nothing, for raw launches.
 unsafe extern "C" fn nothing(_: *mut std::ffi::c_void) {}
 
-/// A raw pass-through launch holds its stream's group for pass-through launches, which a capture
-/// begun through cuda-host waits for however long (whatever the stream). When the driver answers
-/// a sticky error, the context's failure is noted, which logs the count of host functions it
-/// abandons: were that logged while the window is held, a logger that begins a capture of the
-/// same stream through cuda-host would wait for its own thread.
+/// A raw pass-through launch holds a seat with its stream's handle, which a capture of that
+/// stream begun through cuda-host waits for however long. When the driver answers a sticky
+/// error, the context's failure is noted, which logs the count of host functions it abandons:
+/// were that logged while the window is held, a logger that begins a capture of the same stream
+/// through cuda-host would wait for its own thread.
 #[test]
 fn a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_stream() {
     let test = "a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_stream";
@@ -287,7 +286,7 @@ fn a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_st
     assert!(
         returned,
         "the failed pass-through launch never returned: the failure it noted logged while its \
-         window held the stream's group, and the capture the logger began waits for that group \
+         window held the stream, and the capture the logger began waits for that window \
          (called back: {:?})",
         calling_back_logger::outcome()
     );

@@ -494,10 +494,10 @@ fn polling_with_a_waker_whose_clone_asks_for_the_counts_returns() {
     gate.open();
 }
 
-/// A release on the legacy stream holds the legacy stream's launch group while it marks its
+/// A release on the legacy stream holds the special streams' launch group while it marks its
 /// point, and may take a quiet track back after a look that logs: the log calls are made once the
 /// group is let go, so a logger that begins a capture through cuda-host (which waits for the
-/// legacy stream's group) does not wait for the release its own thread is making.
+/// special streams' launches) does not wait for the release its own thread is making.
 #[test]
 fn a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_begin_a_capture() {
     let test =

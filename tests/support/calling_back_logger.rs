@@ -90,7 +90,7 @@ pub fn on_next_record(call: impl FnOnce() + Send + 'static) {
 }
 
 /// On the next record, begins a thread-local capture of `stream` through cuda-host and ends it:
-/// a call back that waits for the launches in flight on the stream's group.
+/// a call back that waits for the launches in flight on the stream and the special streams.
 pub fn on_next_record_capture(stream: &Arc<cuda_host::Stream>) {
     let stream = Arc::clone(stream);
     on_next_record(move || {

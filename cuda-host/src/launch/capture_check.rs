@@ -9,11 +9,13 @@
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::launch::contained_log::logged;
+use crate::sync::lock;
 use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphNode,
     CUgraphNodeType, CUresult, CUstream, CUstreamCaptureMode, CUstreamCaptureStatus, Driver,
 };
 use std::ffi::c_void;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -88,64 +90,191 @@ impl Drop for RelaxedCaptureMode<'_> {
 
 // ---- Launches and captures of one stream exclude each other ------------------------------------
 
-/// Launches in flight and captures beginning, per group of streams. A launch holds its group
-/// from before its capture check until the driver accepted it; a capture begun through
-/// cuda-host first waits until no launch holds the group of its stream (or of the legacy
-/// stream, which a blocking stream's capture draws in). So the check's answer still holds when
-/// the driver takes the launch: a run-once record does not become a node of such a capture.
+/// Launches in flight and captures beginning, by stream. A launch holds its stream from before
+/// its capture check until the driver accepted it; a capture begun through cuda-host first
+/// waits until no launch holds its stream or a special stream (the legacy stream, which a
+/// blocking stream's capture draws in, and the per-thread one), and the launches of those
+/// streams wait until it began. So the check's answer still holds when the driver takes the
+/// launch: a run-once record does not become a node of such a capture.
 ///
 /// For a launch its look can refuse (`launching`), the wait is bounded (`LAUNCH_WAIT`): a launch
 /// takes microseconds, and one still in flight after that is held by the driver, such as an
 /// enqueue blocked behind a stream wait that only the capturing thread may release. The capture
 /// then begins; if it takes the launch, the launch's look afterwards finds it there, abandons it
 /// and refuses it, as for a capture other code began, and its node does nothing. A pass-through
-/// launch of the driver's path (`launching_pass_through`) cannot be refused so: its node would
-/// call the caller's function on every launch of the graph. A capture waits for it however long.
+/// launch of the driver's path (`passing`) cannot be refused so: its node would call the
+/// caller's function on every launch of the graph. A capture waits for it however long, and for
+/// every launch of a special stream, which would not join the capture but invalidate it.
+///
+/// Every other stream is hashed into one of 64 groups, so that a launch costs one atomic add on
+/// a line few streams share; the special streams have a group of their own, which no other
+/// stream shares. A group's count may be another stream's, so it bounds a wait at most: what is
+/// waited for without bound is named by its stream. A pass-through launch takes a seat with its
+/// stream's handle, and a beginning capture lists its stream in [`BEGINNING`]: a capture waits
+/// however long only for its own stream's pass-through launches and the special streams', and
+/// a launch only for a capture of its own stream (of any stream, on a special stream).
 const LAUNCH_WAIT: Duration = Duration::from_millis(10);
+
+/// Seats for pass-through launches in flight per group; those that find them taken list their
+/// stream in [`UNSEATED`].
+const SEATS: usize = 4;
 
 #[repr(align(128))]
 struct StreamGroup {
-    /// Launches in flight that a capture taking them leaves refused.
+    /// Launches in flight that a capture taking them leaves refused; in the special streams'
+    /// group, every launch in flight.
     launching: AtomicUsize,
-    /// Pass-through launches in flight that a capture taking them would run.
-    launching_pass_through: AtomicUsize,
+    /// The handles of the streams of pass-through launches in flight, a seat each; 0 when free.
+    passing: [AtomicUsize; SEATS],
+    /// Pass-through launches in flight that found every seat taken: their streams are in
+    /// [`UNSEATED`].
+    unseated: AtomicUsize,
+    /// Captures beginning on the group's streams, which [`BEGINNING`] names; in the special
+    /// streams' group, every capture beginning.
     beginning: AtomicUsize,
+}
+
+impl StreamGroup {
+    const fn new() -> Self {
+        StreamGroup {
+            launching: AtomicUsize::new(0),
+            passing: [const { AtomicUsize::new(0) }; SEATS],
+            unseated: AtomicUsize::new(0),
+            beginning: AtomicUsize::new(0),
+        }
+    }
 }
 
 const GROUPS: usize = 64;
 
-static GROUPS_OF_STREAMS: [StreamGroup; GROUPS] = [const {
-    StreamGroup {
-        launching: AtomicUsize::new(0),
-        launching_pass_through: AtomicUsize::new(0),
-        beginning: AtomicUsize::new(0),
-    }
-}; GROUPS];
+static GROUPS_OF_STREAMS: [StreamGroup; GROUPS] = [const { StreamGroup::new() }; GROUPS];
 
-fn group_of(stream: CUstream) -> &'static StreamGroup {
-    // The null stream means the legacy stream unless the per-thread default stream is on; both
-    // special streams share the legacy stream's group, which costs at most some waiting.
-    let key = if stream.is_null() || stream == CU_STREAM_PER_THREAD {
-        CU_STREAM_LEGACY.addr()
-    } else {
-        stream.addr()
-    };
-    let hash = (key as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
-    &GROUPS_OF_STREAMS[hash as usize % GROUPS]
+/// The special streams' group: the null handle (the legacy stream, or the per-thread one where
+/// the per-thread default stream is on), `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
+static SPECIAL_STREAMS: StreamGroup = StreamGroup::new();
+
+/// The streams (not special) whose capture is beginning, once per capture.
+static BEGINNING: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// The streams of pass-through launches in flight that found their group's seats taken, once
+/// per launch.
+static UNSEATED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
+/// What a launch or a capture of a stream holds.
+#[derive(Clone, Copy)]
+enum StreamKey {
+    /// A special stream: their own group.
+    Special,
+    /// Any other stream: its handle (never 0), in the group it is hashed into.
+    Ordinary {
+        group: &'static StreamGroup,
+        handle: usize,
+    },
+}
+
+impl StreamKey {
+    fn of(stream: CUstream) -> StreamKey {
+        if stream.is_null() || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD {
+            return StreamKey::Special;
+        }
+        let handle = stream.addr();
+        let hash = (handle as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58;
+        StreamKey::Ordinary {
+            group: &GROUPS_OF_STREAMS[hash as usize % GROUPS],
+            handle,
+        }
+    }
+
+    /// Whether a capture of this stream (of any stream, for a special one) is beginning.
+    fn capture_beginning(self) -> bool {
+        match self {
+            StreamKey::Special => SPECIAL_STREAMS.beginning.load(Ordering::SeqCst) != 0,
+            StreamKey::Ordinary { group, handle } => {
+                // A capture lists its stream before it counts itself: the list names every
+                // capture whose count was seen.
+                group.beginning.load(Ordering::SeqCst) != 0 && lock(&BEGINNING).contains(&handle)
+            }
+        }
+    }
+}
+
+/// What an open window holds, let go on drop.
+enum WindowHold {
+    /// A count of a group, taken one.
+    Count(&'static AtomicUsize),
+    /// A pass-through launch's seat, holding its stream's handle.
+    Seat(&'static AtomicUsize),
+    /// A pass-through launch that found the seats of its group taken: its stream in
+    /// [`UNSEATED`], counted in the group.
+    Unseated {
+        group: &'static StreamGroup,
+        handle: usize,
+    },
+}
+
+impl WindowHold {
+    /// Holds `key` for a launch, a pass-through launch of the driver's path if `pass_through`.
+    /// Sequentially consistent with `CaptureBeginning::wait_for_launches`: either the capture
+    /// sees this hold and waits, or the launch, looking after it, sees the capture and waits.
+    fn take(key: StreamKey, pass_through: bool) -> WindowHold {
+        let (group, handle) = match key {
+            StreamKey::Special => {
+                SPECIAL_STREAMS.launching.fetch_add(1, Ordering::SeqCst);
+                return WindowHold::Count(&SPECIAL_STREAMS.launching);
+            }
+            StreamKey::Ordinary { group, handle } if pass_through => (group, handle),
+            StreamKey::Ordinary { group, .. } => {
+                group.launching.fetch_add(1, Ordering::SeqCst);
+                return WindowHold::Count(&group.launching);
+            }
+        };
+        for seat in &group.passing {
+            if seat
+                .compare_exchange(0, handle, Ordering::SeqCst, Ordering::Relaxed)
+                .is_ok()
+            {
+                return WindowHold::Seat(seat);
+            }
+        }
+        // Counted before listed: a capture that sees the count looks at the list, which names
+        // the stream unless the launch is yet to look at the capture.
+        group.unseated.fetch_add(1, Ordering::SeqCst);
+        lock(&UNSEATED).push(handle);
+        WindowHold::Unseated { group, handle }
+    }
+}
+
+impl Drop for WindowHold {
+    fn drop(&mut self) {
+        match *self {
+            WindowHold::Count(count) => {
+                count.fetch_sub(1, Ordering::SeqCst);
+            }
+            WindowHold::Seat(seat) => seat.store(0, Ordering::SeqCst),
+            WindowHold::Unseated { group, handle } => {
+                let mut unseated = lock(&UNSEATED);
+                if let Some(index) = unseated.iter().position(|&listed| listed == handle) {
+                    unseated.swap_remove(index);
+                }
+                drop(unseated);
+                group.unseated.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
 }
 
 /// An enqueue's window on its stream (a host function's launch, a stream point's record, a host
 /// copy): opened before the capture check, which it makes, and held until the driver accepted or
 /// refused the work; it then looks whether other code's capture took it.
 pub(crate) struct EnqueueWindow<'driver> {
-    /// The count of its stream's group this window holds.
-    count: &'static AtomicUsize,
+    /// What this window holds of its stream.
+    _hold: WindowHold,
     driver: &'driver Driver,
     stream: CUstream,
 }
 
 impl<'driver> EnqueueWindow<'driver> {
-    /// Waits while a capture of `stream`'s group is beginning, holds the group, and checks that
+    /// Waits while a capture of `stream` is beginning, holds the stream, and checks that
     /// `stream` is not capturing: for a launch whose look afterwards refuses it if a capture
     /// took it after all.
     ///
@@ -153,42 +282,34 @@ impl<'driver> EnqueueWindow<'driver> {
     /// [`Error::StreamCapturing`] when it is, or the driver's error from `cuStreamIsCapturing`.
     #[inline]
     pub(crate) fn open(driver: &'driver Driver, stream: CUstream) -> Result<Self> {
-        let group = group_of(stream);
-        Self::open_holding(driver, stream, group, &group.launching)
+        Self::open_holding(driver, stream, false)
     }
 
     /// [`open`](Self::open) for a pass-through launch of the driver's path, which a capture must
-    /// never take: a capture waits for it without bound.
+    /// never take: a capture of its stream waits for it without bound.
     ///
     /// # Errors
     /// As [`open`](Self::open).
     #[inline]
     pub(crate) fn open_for_pass_through(driver: &'driver Driver, stream: CUstream) -> Result<Self> {
-        let group = group_of(stream);
-        Self::open_holding(driver, stream, group, &group.launching_pass_through)
+        Self::open_holding(driver, stream, true)
     }
 
     #[inline]
-    fn open_holding(
-        driver: &'driver Driver,
-        stream: CUstream,
-        group: &'static StreamGroup,
-        count: &'static AtomicUsize,
-    ) -> Result<Self> {
-        loop {
-            // Sequentially consistent with `CaptureBeginning::wait_for_launches`: either the
-            // capture sees this launch and waits, or the launch sees the capture and waits.
-            count.fetch_add(1, Ordering::SeqCst);
-            if group.beginning.load(Ordering::SeqCst) == 0 {
-                break;
+    fn open_holding(driver: &'driver Driver, stream: CUstream, pass_through: bool) -> Result<Self> {
+        let key = StreamKey::of(stream);
+        let hold = loop {
+            let hold = WindowHold::take(key, pass_through);
+            if !key.capture_beginning() {
+                break hold;
             }
-            count.fetch_sub(1, Ordering::SeqCst);
-            while group.beginning.load(Ordering::SeqCst) != 0 {
+            drop(hold);
+            while key.capture_beginning() {
                 std::thread::yield_now();
             }
-        }
+        };
         let window = EnqueueWindow {
-            count,
+            _hold: hold,
             driver,
             stream,
         };
@@ -213,60 +334,64 @@ impl<'driver> EnqueueWindow<'driver> {
     }
 }
 
-impl Drop for EnqueueWindow<'_> {
-    fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Held while a capture of a stream begins: launches of its group (and of the legacy stream's)
-/// wait, and those in flight were waited for.
+/// Held while a capture of a stream begins: launches of that stream (and of the special
+/// streams) wait, and those in flight were waited for.
 pub(crate) struct CaptureBeginning {
-    groups: [&'static StreamGroup; 2],
+    key: StreamKey,
 }
 
 impl CaptureBeginning {
-    /// Stops new launches on `stream`'s group and the legacy stream's, and waits until the
-    /// launches in flight there were accepted or refused, for at most `LAUNCH_WAIT`.
+    /// Stops new launches on `stream` and the special streams, and waits until the launches in
+    /// flight there were accepted or refused: those of the special streams and pass-through
+    /// launches of `stream` however long, the others of `stream`'s group at most `LAUNCH_WAIT`.
     pub(crate) fn wait_for_launches(stream: CUstream) -> CaptureBeginning {
-        let groups = [group_of(stream), group_of(CU_STREAM_LEGACY)];
-        for (index, group) in groups.iter().enumerate() {
-            if index == 1 && std::ptr::eq(groups[0], groups[1]) {
-                continue;
-            }
+        let key = StreamKey::of(stream);
+        if let StreamKey::Ordinary { group, handle } = key {
+            // Listed before counted (`StreamKey::capture_beginning`).
+            lock(&BEGINNING).push(handle);
             group.beginning.fetch_add(1, Ordering::SeqCst);
         }
+        SPECIAL_STREAMS.beginning.fetch_add(1, Ordering::SeqCst);
         let began = Instant::now();
-        let legacy = group_of(CU_STREAM_LEGACY);
         let mut held = false;
-        for group in groups {
-            // A launch on a special stream the capture would take would not join it but
-            // invalidate it (a blocking stream's capture draws in the legacy stream): the
-            // legacy stream's group is waited for however long.
-            let bounded = !std::ptr::eq(group, legacy);
-            while group.launching_pass_through.load(Ordering::SeqCst) != 0
-                || !(held && bounded) && group.launching.load(Ordering::SeqCst) != 0
-            {
-                if bounded && !held && began.elapsed() > LAUNCH_WAIT {
-                    held = true;
-                    logged!(debug!(
-                        "a capture begins while the driver holds a launch of its stream's group"
-                    ));
-                }
-                std::thread::yield_now();
+        loop {
+            let special = SPECIAL_STREAMS.launching.load(Ordering::SeqCst) != 0;
+            let (passing, launching) = match key {
+                StreamKey::Special => (false, false),
+                StreamKey::Ordinary { group, handle } => (
+                    group
+                        .passing
+                        .iter()
+                        .any(|seat| seat.load(Ordering::SeqCst) == handle)
+                        || group.unseated.load(Ordering::SeqCst) != 0
+                            && lock(&UNSEATED).contains(&handle),
+                    !held && group.launching.load(Ordering::SeqCst) != 0,
+                ),
+            };
+            if !(special || passing || launching) {
+                break;
             }
+            if launching && began.elapsed() > LAUNCH_WAIT {
+                held = true;
+                logged!(debug!(
+                    "a capture begins while the driver holds a launch of its stream's group"
+                ));
+            }
+            std::thread::yield_now();
         }
-        CaptureBeginning { groups }
+        CaptureBeginning { key }
     }
 }
 
 impl Drop for CaptureBeginning {
     fn drop(&mut self) {
-        for (index, group) in self.groups.iter().enumerate() {
-            if index == 1 && std::ptr::eq(self.groups[0], self.groups[1]) {
-                continue;
-            }
+        SPECIAL_STREAMS.beginning.fetch_sub(1, Ordering::SeqCst);
+        if let StreamKey::Ordinary { group, handle } = self.key {
             group.beginning.fetch_sub(1, Ordering::SeqCst);
+            let mut beginning = lock(&BEGINNING);
+            if let Some(index) = beginning.iter().position(|&listed| listed == handle) {
+                beginning.swap_remove(index);
+            }
         }
     }
 }
@@ -447,8 +572,105 @@ mod tests {
                 status: CaptureState::Active
             })
         );
-        // The refused window let go of its stream's group: a capture can begin at once.
+        // The refused window let go of its stream: a capture can begin at once.
         let beginning = CaptureBeginning::wait_for_launches(stream);
         drop(beginning);
+    }
+
+    /// A driver whose `cuStreamIsCapturing` answers this thread's [`ANSWER`], by default that
+    /// no stream is capturing.
+    fn driver() -> std::sync::Arc<Driver> {
+        // SAFETY: `is_capturing` has `cuStreamIsCapturing`'s signature.
+        unsafe { fake_driver::driver(&[(c"cuStreamIsCapturing", is_capturing as *mut c_void)]) }
+    }
+
+    /// Begins a capture of `stream` on a thread of its own: a receiver that answers once it
+    /// began (and the beginning was let go).
+    fn begin_elsewhere(stream: CUstream) -> std::sync::mpsc::Receiver<()> {
+        let handle = stream.addr();
+        let (began, beginning) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(CaptureBeginning::wait_for_launches(handle as CUstream));
+            let _ = began.send(());
+        });
+        beginning
+    }
+
+    /// How long a wrong beginning is given to show.
+    const A_WRONG_BEGINNING_SHOWS: Duration = Duration::from_millis(100);
+    /// How long a capture that should begin is waited for.
+    const BEGINS_WITHIN: Duration = Duration::from_secs(5);
+
+    /// Handles of ordinary streams, 2,048 of them, each group holding many (under Miri, 128).
+    fn ordinary_handles() -> impl Iterator<Item = CUstream> {
+        let count = if cfg!(miri) { 128 } else { 2048 };
+        (1..=count).map(|index: usize| (index * 0x40 + 0x1_0000) as CUstream)
+    }
+
+    #[test]
+    fn no_window_on_another_stream_holds_a_capture_beginning_past_the_bound() {
+        let driver = driver();
+        let capturing = 0x7_0000_usize as CUstream;
+        for (index, stream) in ordinary_handles().enumerate() {
+            let window = if index % 2 == 0 {
+                EnqueueWindow::open(&driver, stream)
+            } else {
+                EnqueueWindow::open_for_pass_through(&driver, stream)
+            }
+            .expect("a window");
+            let began = begin_elsewhere(capturing).recv_timeout(BEGINS_WITHIN);
+            drop(window);
+            assert!(
+                began.is_ok(),
+                "a capture of {capturing:?} waited for a window on {stream:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_window_on_a_special_stream_holds_every_capture_beginning_until_it_closes() {
+        let driver = driver();
+        for special in [std::ptr::null_mut(), CU_STREAM_LEGACY, CU_STREAM_PER_THREAD] {
+            for pass_through in [false, true] {
+                let window = if pass_through {
+                    EnqueueWindow::open_for_pass_through(&driver, special)
+                } else {
+                    EnqueueWindow::open(&driver, special)
+                }
+                .expect("a window");
+                let beginning = begin_elsewhere(0x7_1000_usize as CUstream);
+                assert!(
+                    beginning.recv_timeout(A_WRONG_BEGINNING_SHOWS).is_err(),
+                    "a capture began while a window on {special:?} was open"
+                );
+                drop(window);
+                assert!(beginning.recv_timeout(BEGINS_WITHIN).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn pass_through_windows_hold_a_capture_of_their_stream_until_the_last_closes() {
+        let driver = driver();
+        let stream = 0x7_2000_usize as CUstream;
+        // More than a group's seats: the last windows find them taken.
+        let mut windows: Vec<_> = (0..SEATS + 2)
+            .map(|_| EnqueueWindow::open_for_pass_through(&driver, stream).expect("a window"))
+            .collect();
+        assert!(
+            windows
+                .iter()
+                .any(|window| matches!(window._hold, WindowHold::Unseated { .. }))
+        );
+        let beginning = begin_elsewhere(stream);
+        while let Some(window) = windows.pop() {
+            assert!(
+                beginning.recv_timeout(A_WRONG_BEGINNING_SHOWS).is_err(),
+                "a capture began while {} pass-through windows on its stream were open",
+                windows.len() + 1
+            );
+            drop(window);
+        }
+        assert!(beginning.recv_timeout(BEGINS_WITHIN).is_ok());
     }
 }
