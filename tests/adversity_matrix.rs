@@ -101,6 +101,7 @@ const OPERATIONS: &[(&str, &[&str])] = &[
         "host_launch_replayable",
         &[
             "a panic",
+            "a logger that calls cuda-host",
             "capture before",
             "capture between",
             "context failure",
@@ -112,7 +113,15 @@ const OPERATIONS: &[(&str, &[&str])] = &[
         &["a logger that calls cuda-host", "capture between"],
     ),
     ("GraphExec::launch", &["a logger that calls cuda-host"]),
-    ("GraphBuilder::callback", &["a panic", "capture before"]),
+    (
+        "GraphBuilder::callback",
+        &["a panic", "a logger that calls cuda-host", "capture before"],
+    ),
+    (
+        "GraphBuilder::callback_raw",
+        &["a logger that calls cuda-host"],
+    ),
+    ("GraphBuilder::end", &["a logger that calls cuda-host"]),
     (
         "Graph::add_engine_host_node",
         &["a panic", "capture before"],

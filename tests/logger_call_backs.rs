@@ -467,3 +467,193 @@ fn a_logger_called_when_a_context_cannot_be_made_current_again_may_make_a_polled
         calling_back_logger::outcome()
     );
 }
+
+thread_local! {
+    /// The stream a logger's call back launches a replayable host function on, once, set on the
+    /// thread whose log record it acts on.
+    static REPLAYABLE_ON: RefCell<Option<Arc<Stream>>> = const { RefCell::new(None) };
+}
+
+/// Where a holder of the process-wide capture-node lock is made to log under it: what
+/// [`a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function`] does while
+/// the thread's current context can no longer be made current.
+#[derive(Clone, Copy)]
+enum CaptureNodeHolder {
+    /// `host_launch_replayable` on the legacy stream, which looks up its capture.
+    ReplayableLaunch,
+    /// `GraphBuilder::callback` on a capture of the per-thread stream, on the driver's host nodes.
+    Callback,
+    /// The same, the builder's nodes served by the polled engine.
+    EngineCallback,
+    /// `GraphBuilder::callback_raw` with a pass-through pointer.
+    RawCallback,
+    /// `GraphBuilder::end` of a capture of the per-thread stream.
+    End,
+}
+
+/// Every look-up of a stream's capture, every node's addition to it and the end of a capture
+/// begun through cuda-host hold one process-wide lock (`graph/capture_lock.rs`). For the legacy
+/// and per-thread streams, each makes the stream's context current and the previous one current
+/// again; when that fails (the previous context was destroyed meanwhile), it logs. Were that
+/// logged under the lock, a logger that launches a replayable host function (which takes the
+/// same lock) would wait for its own thread.
+fn a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
+    holder: CaptureNodeHolder,
+) {
+    let controls = suite::software::expect_controls();
+    calling_back_logger::install();
+    calling_back_logger::on_every_record(|| {
+        if let Some(stream) = REPLAYABLE_ON.with(|on| on.borrow_mut().take()) {
+            // SAFETY: no other thread captures the stream.
+            unsafe { cuda_host::host_launch_replayable(&stream, || {}) }
+                .expect("a replayable host function launched from the logger");
+        }
+    });
+    let context = context();
+    let returned = returns_within(Duration::from_secs(5), {
+        let context = context.clone();
+        move || {
+            let other = Arc::new(new_stream(&context));
+            let per_thread = Stream::per_thread(&context);
+            let engine = match holder {
+                CaptureNodeHolder::EngineCallback => cuda_host::HostEngine::Polled,
+                _ => cuda_host::HostEngine::Driver,
+            };
+            let builder = match holder {
+                CaptureNodeHolder::ReplayableLaunch => None,
+                _ => Some(
+                    GraphBuilder::begin_with_engine(&per_thread, CaptureMode::Relaxed, engine)
+                        .expect("capture begun"),
+                ),
+            };
+            // Current on this thread, then destroyed by another (a destroy on this thread would
+            // pop it): a call that makes another context current cannot make it current again.
+            let device = cuda_host::Device::get(context.driver(), 0).expect("device");
+            let fresh = controls.fresh_context(&device);
+            fresh.bind_to_thread().expect("bound");
+            std::thread::spawn(move || drop(fresh))
+                .join()
+                .expect("the fresh context destroyed");
+            REPLAYABLE_ON.with(|on| *on.borrow_mut() = Some(Arc::clone(&other)));
+            match (holder, builder) {
+                (CaptureNodeHolder::ReplayableLaunch, _) => {
+                    let legacy = Stream::legacy(&context);
+                    // SAFETY: no other thread captures the legacy stream.
+                    unsafe { cuda_host::host_launch_replayable(&legacy, || {}) }.expect("launched");
+                    legacy.synchronize().expect("synchronized");
+                }
+                (CaptureNodeHolder::End, Some(builder)) => {
+                    builder.end().expect("the capture ends");
+                }
+                (CaptureNodeHolder::RawCallback, Some(builder)) => {
+                    // SAFETY: `nothing` ignores its pointer.
+                    unsafe {
+                        builder.callback_raw(
+                            nothing,
+                            cuda_host::UserData::PassThrough(std::ptr::null_mut()),
+                        )
+                    }
+                    .expect("a node added");
+                    builder.end().expect("the capture ends");
+                }
+                (_, Some(builder)) => {
+                    builder.callback(|| {}).expect("a node added");
+                    builder.end().expect("the capture ends");
+                }
+                (_, None) => unreachable!("a builder for every holder but the launch"),
+            }
+            other.synchronize().expect("synchronized");
+        }
+    })
+    .is_some();
+    assert!(
+        returned,
+        "the call never returned: it logged that it could not make the previous context \
+         current again while it held the capture-node lock, and the logger's replayable launch \
+         waits for that lock (called back: {:?})",
+        calling_back_logger::outcome()
+    );
+    assert_eq!(
+        calling_back_logger::outcome(),
+        Some(Ok(())),
+        "the logger launched nothing"
+    );
+}
+
+#[test]
+fn a_logger_called_by_a_replayable_launchs_capture_look_up_may_launch_a_replayable_one() {
+    if suite::software::controls().is_none() {
+        return suite::skip(
+            "a_logger_called_by_a_replayable_launchs_capture_look_up_may_launch_a_replayable_one",
+            "fresh contexts are a control of the software driver",
+        );
+    }
+    suite::alone_in_child!(
+        a_logger_called_by_a_replayable_launchs_capture_look_up_may_launch_a_replayable_one
+    );
+    a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
+        CaptureNodeHolder::ReplayableLaunch,
+    );
+}
+
+#[test]
+fn a_logger_called_by_a_callbacks_capture_look_up_may_launch_a_replayable_one() {
+    if suite::software::controls().is_none() {
+        return suite::skip(
+            "a_logger_called_by_a_callbacks_capture_look_up_may_launch_a_replayable_one",
+            "fresh contexts are a control of the software driver",
+        );
+    }
+    suite::alone_in_child!(
+        a_logger_called_by_a_callbacks_capture_look_up_may_launch_a_replayable_one
+    );
+    a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
+        CaptureNodeHolder::Callback,
+    );
+}
+
+#[test]
+fn a_logger_called_by_an_engine_callbacks_capture_look_up_may_launch_a_replayable_one() {
+    if suite::software::controls().is_none() {
+        return suite::skip(
+            "a_logger_called_by_an_engine_callbacks_capture_look_up_may_launch_a_replayable_one",
+            "fresh contexts are a control of the software driver",
+        );
+    }
+    suite::alone_in_child!(
+        a_logger_called_by_an_engine_callbacks_capture_look_up_may_launch_a_replayable_one
+    );
+    a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
+        CaptureNodeHolder::EngineCallback,
+    );
+}
+
+#[test]
+fn a_logger_called_by_a_raw_callbacks_capture_look_up_may_launch_a_replayable_one() {
+    if suite::software::controls().is_none() {
+        return suite::skip(
+            "a_logger_called_by_a_raw_callbacks_capture_look_up_may_launch_a_replayable_one",
+            "fresh contexts are a control of the software driver",
+        );
+    }
+    suite::alone_in_child!(
+        a_logger_called_by_a_raw_callbacks_capture_look_up_may_launch_a_replayable_one
+    );
+    a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
+        CaptureNodeHolder::RawCallback,
+    );
+}
+
+#[test]
+fn a_logger_called_when_a_capture_ends_may_launch_a_replayable_one() {
+    if suite::software::controls().is_none() {
+        return suite::skip(
+            "a_logger_called_when_a_capture_ends_may_launch_a_replayable_one",
+            "fresh contexts are a control of the software driver",
+        );
+    }
+    suite::alone_in_child!(a_logger_called_when_a_capture_ends_may_launch_a_replayable_one);
+    a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
+        CaptureNodeHolder::End,
+    );
+}

@@ -7,10 +7,9 @@
 //! The destructor runs on a driver thread, so it only hands the record to its home thread's
 //! inbox; the record is dropped on that thread.
 
-use super::capture_lock;
 use crate::checked::checked;
 use crate::error::Result;
-use crate::launch::{GraphCallable, GraphRecord};
+use crate::launch::{GraphCallable, GraphRecord, logged};
 use cuda_host_sys::{CUgraph, CUuserObject, CUuserObject_flags, CUuserObjectRetain_flags, Driver};
 use std::ffi::c_void;
 use std::ptr;
@@ -80,7 +79,8 @@ pub(crate) unsafe fn move_into_graph(
     if let Err(error) = moved {
         // SAFETY: the reference is still the caller's; releasing it runs the destructor.
         if let Err(error) = unsafe { checked!(driver, cuUserObjectRelease(object, 1)) } {
-            capture_lock::log_error(format_args!("a user object could not be released: {error}"));
+            // Held until the capture-node lock is released, where the caller holds it.
+            logged!(error!("a user object could not be released: {error}"));
         }
         return Err(error.into());
     }
@@ -94,7 +94,8 @@ pub(crate) unsafe fn move_into_graph(
 pub(crate) unsafe fn release_from_graph(driver: &Driver, graph: CUgraph, object: CUuserObject) {
     // SAFETY: per the caller.
     if let Err(error) = unsafe { checked!(driver, cuGraphReleaseUserObject(graph, object, 1)) } {
-        capture_lock::log_error(format_args!(
+        // Held until the capture-node lock is released, where the caller holds it.
+        logged!(error!(
             "a graph's reference to a host callable could not be released: {error}"
         ));
     }

@@ -3,7 +3,8 @@
 //! inside a `Drop`, or in a call documented never to panic goes through [`logged!`], which
 //! catches the panic and disposes of its payload as the trampolines do (dropped later on a
 //! caller's thread when caught on the driver's). Code that holds a lock a call back would take
-//! runs inside [`holding_logs`], which keeps the thread's [`logged!`] calls until it returns.
+//! runs inside [`holding_logs`], which keeps the thread's [`logged!`] calls until it returns, or
+//! holds a [`LogHold`] beside the lock's guard.
 
 use std::cell::{Cell, RefCell};
 use std::mem::ManuallyDrop;
@@ -71,25 +72,48 @@ thread_local! {
 /// calls make theirs when the outermost returns.
 #[inline]
 pub(crate) fn holding_logs<T>(call: impl FnOnce() -> T) -> T {
-    /// Ends the hold when dropped, also on unwind; the outermost makes the held calls.
-    struct Release;
-    impl Drop for Release {
-        #[inline]
-        fn drop(&mut self) {
-            let outermost = DEPTH
-                .try_with(|depth| {
-                    depth.set(depth.get() - 1);
-                    depth.get() == 0
-                })
-                .unwrap_or(false);
-            if outermost {
-                make_held();
-            }
+    let _hold = LogHold::begin();
+    call()
+}
+
+/// Holds the thread's [`logged!`] calls while it lives, as [`holding_logs`] does during a call:
+/// for a lock held by a guard, which keeps one beside the lock's guard and lets go of the lock
+/// first. Dropped (also on unwind), the outermost hold makes the held calls. Stays on the
+/// thread whose calls it holds.
+pub(crate) struct LogHold {
+    /// Whether this hold counted itself (not during the thread's exit, once the count is gone).
+    entered: bool,
+    _on_this_thread: std::marker::PhantomData<*const ()>,
+}
+
+impl LogHold {
+    /// Holds the thread's log calls until the returned hold is dropped.
+    #[inline]
+    pub(crate) fn begin() -> LogHold {
+        let entered = DEPTH.try_with(|depth| depth.set(depth.get() + 1)).is_ok();
+        LogHold {
+            entered,
+            _on_this_thread: std::marker::PhantomData,
         }
     }
-    let entered = DEPTH.try_with(|depth| depth.set(depth.get() + 1)).is_ok();
-    let _release = entered.then_some(Release);
-    call()
+}
+
+impl Drop for LogHold {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.entered {
+            return;
+        }
+        let outermost = DEPTH
+            .try_with(|depth| {
+                depth.set(depth.get() - 1);
+                depth.get() == 0
+            })
+            .unwrap_or(false);
+        if outermost {
+            make_held();
+        }
+    }
 }
 
 /// Makes the calls held on this thread, if any.

@@ -116,7 +116,7 @@ outside_loom_models! {
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
         is_sticky, seen_failed, watch_stream,
     };
-    pub(crate) use contained_log::{LogSite, hold_log_call, holding_logs, logged};
+    pub(crate) use contained_log::{LogHold, LogSite, hold_log_call, holding_logs, logged};
     pub(crate) use context_shared::ContextShared;
     pub(crate) use enqueue::{
         HostFuncEntry, PolledEngine, pass_through, run_once,
