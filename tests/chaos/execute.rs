@@ -1,0 +1,754 @@
+//! What each operation does on its worker, and the documented answers it checks on the spot:
+//! a refusal needs a reason (an armed failure, a capture, a failed context), a refused closure
+//! is dropped at once on the calling thread, a synchronize leaves its thread's values on that
+//! stream run and dropped, a future completes only once its stream passed its point.
+
+use crate::plan::{CAPTURE_ENTRIES, ENTRIES, Mode, Op};
+use crate::witness::{self, Passed, Witness, violated};
+use crate::workers::{ForeignCapture, Local, OpenBuilder};
+use crate::world::{ContextEntry, ContextKind, PendingPoint, StreamEntry, StreamKind, World};
+use cuda_host::{CaptureMode, Context, Device, Error, HostEngine, Stream, StreamFlags};
+use cuda_host_sys::{CUresult, CUstreamCaptureMode};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+
+/// What a step needs besides its worker's own state.
+#[derive(Clone)]
+pub struct Env {
+    pub world: Arc<World>,
+    pub controls: &'static suite::software::Controls,
+    /// Whether cuda-host's own threads cannot start in this process (an impossible
+    /// RUST_MIN_STACK): refusals naming a thread start are then the answer.
+    pub spawns_fail: bool,
+    /// Every value handed over on a stream, for the steps that fail a context and the
+    /// synchronize check.
+    pub handed: Arc<Mutex<Vec<Handed>>>,
+}
+
+/// A value handed to cuda-host on a stream.
+pub struct Handed {
+    /// The stream's and its context's ids.
+    pub stream: u64,
+    pub context: u64,
+    pub witness: Arc<Witness>,
+    /// Whether a synchronize of the stream on its home worker must find it dropped (a launch or
+    /// a release, not a graph's callable).
+    pub for_synchronize: bool,
+}
+
+impl Env {
+    fn note(&self, stream: &StreamEntry, witness: &Arc<Witness>, for_synchronize: bool) {
+        self.handed.lock().unwrap().push(Handed {
+            stream: stream.id,
+            context: stream.context.id,
+            witness: Arc::clone(witness),
+            for_synchronize,
+        });
+    }
+
+    /// Whether a refusal of an operation in `context` has a reason the harness knows of.
+    fn excused_in(&self, context: Option<&ContextEntry>, error: &Error) -> bool {
+        let world = &self.world;
+        if matches!(error, Error::ThreadStart { .. }) {
+            return self.spawns_fail;
+        }
+        world.faults_armed.load(Ordering::SeqCst)
+            || world.capture_armed.load(Ordering::SeqCst)
+            || world.captures_open.load(Ordering::SeqCst) != 0
+            || context.is_some_and(|context| context.failed.load(Ordering::SeqCst))
+    }
+
+    fn check_refusal(&self, what: &str, stream: Option<&StreamEntry>, error: &Error) {
+        self.check_refusal_in(what, stream.map(|stream| &*stream.context), error);
+    }
+
+    fn check_refusal_in(&self, what: &str, context: Option<&ContextEntry>, error: &Error) {
+        if !self.excused_in(context, error) {
+            violated(format!(
+                "{what} refused with no reason the harness knows of: {error}"
+            ));
+        }
+    }
+}
+
+/// Whether a `Drop` may run on this worker now (no capture through a builder forbids it).
+fn drops_allowed() -> bool {
+    witness::drops_allowed_here()
+}
+
+/// Runs `op` on the calling worker: its outcome, for the operation log.
+pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
+    let world = &env.world;
+    match *op {
+        Op::NewContext { kind } => new_context(env, kind),
+        Op::DropContext { index } => match world.remove_context(index) {
+            Some((context, streams)) => {
+                let names = streams.len();
+                drop(streams);
+                format!("dropped {} and its {names} streams", context.name)
+            }
+            None => "no context to drop".to_owned(),
+        },
+        Op::NewStream {
+            context,
+            blocking,
+            polled,
+        } => {
+            let context = world.context(context);
+            let flags = if blocking {
+                StreamFlags::Blocking
+            } else {
+                StreamFlags::NonBlocking
+            };
+            let stream = match Stream::new(&context.context, flags) {
+                Ok(stream) => stream,
+                Err(error) => {
+                    env.check_refusal_in("Stream::new", Some(&context), &error);
+                    return format!("refused: {error}");
+                }
+            };
+            let stream = if polled {
+                match stream.with_host_engine(HostEngine::Polled) {
+                    Ok(stream) => stream,
+                    Err(refused) => {
+                        env.check_refusal_in(
+                            "Stream::with_host_engine",
+                            Some(&context),
+                            &refused.error,
+                        );
+                        return format!("polled engine refused: {}", refused.error);
+                    }
+                }
+            } else {
+                stream
+            };
+            let kind = if blocking {
+                StreamKind::Blocking
+            } else {
+                StreamKind::NonBlocking
+            };
+            world
+                .add_stream(stream, &context, kind, polled)
+                .name
+                .clone()
+        }
+        Op::SpecialStream { context, legacy } => {
+            let context = world.context(context);
+            let (stream, kind) = if legacy {
+                (Stream::legacy(&context.context), StreamKind::Legacy)
+            } else {
+                (Stream::per_thread(&context.context), StreamKind::PerThread)
+            };
+            world.add_stream(stream, &context, kind, false).name.clone()
+        }
+        Op::DropStream { index } => match world.remove_stream(index) {
+            Some(stream) => format!("dropped {}", stream.name),
+            None => "no stream".to_owned(),
+        },
+        Op::Launch {
+            stream,
+            panic_in_run,
+            panic_in_drop,
+        } => launch(env, stream, panic_in_run, panic_in_drop),
+        Op::Replayable { stream } => replayable(env, local, stream),
+        Op::Release {
+            stream,
+            panic_in_drop,
+        } => release(env, stream, panic_in_drop),
+        Op::Point { stream } => point(env, stream),
+        Op::Poll { point } => poll(env, point),
+        Op::DropPoint { point } => {
+            let mut points = world.points.lock().unwrap();
+            if points.is_empty() {
+                return "no point".to_owned();
+            }
+            let at = usize::from(point) % points.len();
+            let dropped = points.remove(at);
+            drop(points);
+            let name = dropped.name.clone();
+            drop(dropped);
+            format!("dropped {name}")
+        }
+        Op::Hold { stream } => {
+            let Some(stream) = world.stream(stream) else {
+                return "no stream".to_owned();
+            };
+            if !matches!(stream.stream.capture_state(), Ok(None)) {
+                return format!("{} captures: not held", stream.name);
+            }
+            match world.hold(&stream) {
+                Some(gate) => format!("gate {gate} closed on {}", stream.name),
+                None => format!("{}: the driver refused the gate's wait", stream.name),
+            }
+        }
+        Op::Open { gate } => {
+            if world.open(gate) {
+                "a gate opened".to_owned()
+            } else {
+                "no closed gate".to_owned()
+            }
+        }
+        Op::Synchronize { stream } => synchronize(env, local, stream),
+        Op::Reclaim => format!("reclaimed {}", cuda_host::reclaim()),
+        Op::BuilderBegin { stream, mode } => builder_begin(env, local, stream, mode),
+        Op::BuilderCallback {
+            builder,
+            panic_in_run,
+        } => {
+            if local.builders.is_empty() {
+                return "no builder on this worker".to_owned();
+            }
+            let at = usize::from(builder) % local.builders.len();
+            let open = &mut local.builders[at];
+            let witness = Witness::new(
+                format!(
+                    "GraphBuilder::callback {} on {}",
+                    world.number(),
+                    open.stream.name
+                ),
+                panic_in_run,
+                false,
+                false,
+            );
+            env.note(&open.stream, &witness, false);
+            let probe = witness.probe();
+            match open.builder().callback(move || probe.ran()) {
+                Ok(()) => {
+                    open.callbacks.push(witness);
+                    "callback added".to_owned()
+                }
+                Err(error) => {
+                    env.check_refusal("GraphBuilder::callback", Some(&open.stream), &error);
+                    format!("refused: {error}")
+                }
+            }
+        }
+        Op::BuilderEnd { builder, launch_on } => builder_end(env, local, builder, launch_on),
+        Op::Fail { context } => fail(env, context),
+        Op::FailNext { entry, count } => {
+            let entry = ENTRIES[usize::from(entry) % ENTRIES.len()];
+            world.faults_armed.store(true, Ordering::SeqCst);
+            env.controls.fail_next_calls_any_thread(
+                entry,
+                u32::from(count),
+                CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+            );
+            format!("the next {count} calls of {entry:?} fail")
+        }
+        Op::DelayNext { entry, micros } => {
+            let entry = ENTRIES[usize::from(entry) % ENTRIES.len()];
+            let delay = std::time::Duration::from_micros(u64::from(micros));
+            env.controls.delay_next_calls(entry, 1, delay);
+            format!("the next call of {entry:?} waits {delay:?}")
+        }
+        Op::ForeignBegin { stream, mode } => foreign_begin(env, local, stream, mode),
+        Op::ForeignEnd { capture } => {
+            if local.foreign.is_empty() {
+                return "no capture of other code on this worker".to_owned();
+            }
+            let at = usize::from(capture) % local.foreign.len();
+            let capture = local.foreign.remove(at);
+            end_foreign(env, capture)
+        }
+        Op::CaptureAtNextCall {
+            entry,
+            stream,
+            mode,
+        } => {
+            let Some(stream) = world.stream(stream) else {
+                return "no stream".to_owned();
+            };
+            if !matches!(stream.kind, StreamKind::NonBlocking | StreamKind::Blocking)
+                || !matches!(stream.stream.capture_state(), Ok(None))
+                || world.armed.lock().unwrap().is_some()
+            {
+                return "not armed".to_owned();
+            }
+            let entry = CAPTURE_ENTRIES[usize::from(entry) % CAPTURE_ENTRIES.len()];
+            world.capture_armed.store(true, Ordering::SeqCst);
+            *world.armed.lock().unwrap() = Some(Arc::clone(&stream));
+            env.controls
+                .begin_capture_at_next_call(entry, &stream.stream, raw_mode(mode));
+            format!(
+                "the next call of {entry:?} begins a {mode:?} capture of {}",
+                stream.name
+            )
+        }
+        Op::Logger { mode } => {
+            crate::observers::set_logger(mode);
+            format!("logger {mode:?}")
+        }
+        Op::Hook { panicking } => {
+            crate::observers::set_hook_panicking(panicking);
+            format!("hook panicking: {panicking}")
+        }
+        Op::Retire => unreachable!("the runner retires workers itself"),
+    }
+}
+
+pub fn raw_mode(mode: Mode) -> CUstreamCaptureMode {
+    match mode {
+        Mode::Global => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+        Mode::ThreadLocal => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        Mode::Relaxed => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    }
+}
+
+fn new_context(env: &Env, kind: ContextKind) -> String {
+    let world = &env.world;
+    let device = match Device::get(world.base.driver(), 0) {
+        Ok(device) => device,
+        Err(error) => return format!("no device: {error}"),
+    };
+    let made = match kind {
+        ContextKind::Primary => Context::primary(&device),
+        // SAFETY: the primary context stays retained by the base value for the whole run, and
+        // its handle is of this driver.
+        ContextKind::Borrowed => unsafe {
+            Context::borrow_raw(world.base.driver(), world.base.as_raw())
+        },
+        ContextKind::Fresh => env
+            .controls
+            .inner()
+            .fresh_context(&device)
+            .map_err(|error| Error::InvalidArgument {
+                what: error.to_string(),
+            }),
+    };
+    match made {
+        Ok(context) => world.add_context(context, kind).name.clone(),
+        Err(error) => {
+            env.check_refusal("a context value", None, &error);
+            format!("refused: {error}")
+        }
+    }
+}
+
+fn launch(env: &Env, stream: u8, panic_in_run: bool, panic_in_drop: bool) -> String {
+    let world = &env.world;
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    let witness = Witness::new(
+        format!("host_launch {} on {}", world.number(), stream.name),
+        panic_in_run,
+        panic_in_drop,
+        true,
+    );
+    env.note(&stream, &witness, true);
+    let probe = witness.probe();
+    match cuda_host::host_launch(&stream.stream, move || probe.ran()) {
+        Ok(()) => {
+            if !stream.context_failed() {
+                witness.must_run.store(true, Ordering::SeqCst);
+            }
+            format!("{} launched", witness.what)
+        }
+        Err(error) => {
+            env.check_refusal("host_launch", Some(&stream), &error);
+            if drops_allowed() && witness.drops() == 0 {
+                violated(format!(
+                    "{}: refused ({error}), its closure was not dropped at once",
+                    witness.what
+                ));
+            }
+            format!("{} refused: {error}", witness.what)
+        }
+    }
+}
+
+fn replayable(env: &Env, local: &mut Local, stream: u8) -> String {
+    let world = &env.world;
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    let witness = Witness::new(
+        format!(
+            "host_launch_replayable {} on {}",
+            world.number(),
+            stream.name
+        ),
+        false,
+        false,
+        false,
+    );
+    env.note(&stream, &witness, false);
+    let probe = witness.probe();
+    // SAFETY: steps run one at a time but for synchronizes started without waiting, and no step
+    // ends another thread's capture, nor calls the driver on a capture's graph, meanwhile.
+    match unsafe { cuda_host::host_launch_replayable(&stream.stream, move || probe.ran()) } {
+        Ok(()) => {
+            // A node of this worker's builder capture runs on the graph's launches.
+            if let Some(open) = local
+                .builders
+                .iter_mut()
+                .find(|open| Arc::ptr_eq(&open.stream, &stream))
+            {
+                open.callbacks.push(witness);
+            }
+            "launched (a node where the stream captures)".to_owned()
+        }
+        Err(error) => {
+            env.check_refusal("host_launch_replayable", Some(&stream), &error);
+            format!("refused: {error}")
+        }
+    }
+}
+
+fn release(env: &Env, stream: u8, panic_in_drop: bool) -> String {
+    let world = &env.world;
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    let witness = Witness::new(
+        format!("release {} on {}", world.number(), stream.name),
+        false,
+        panic_in_drop,
+        true,
+    );
+    if let Some(marker) = mark(&stream) {
+        witness.not_before(Passed {
+            progress: Arc::clone(&stream.progress),
+            marker,
+        });
+    }
+    env.note(&stream, &witness, true);
+    match cuda_host::release_in_stream_order(&stream.stream, witness.probe()) {
+        Ok(()) => format!("{} held", witness.what),
+        Err(refused) => {
+            env.check_refusal("release_in_stream_order", Some(&stream), &refused.error);
+            witness.handed_back.store(true, Ordering::SeqCst);
+            witness.not_before.lock().unwrap().clear();
+            let error = refused.error.to_string();
+            let value = refused.into_value();
+            // The value's own Drop may panic (the step asked for it): the harness's drop.
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(value)));
+            format!("{} refused, handed back: {error}", witness.what)
+        }
+    }
+}
+
+/// The next marker on `stream`, where markers mean something: not on a per-thread stream, whose
+/// handle is another stream on each worker.
+fn mark(stream: &StreamEntry) -> Option<u32> {
+    if stream.kind == StreamKind::PerThread {
+        return None;
+    }
+    stream.progress.mark(&stream.stream)
+}
+
+fn point(env: &Env, stream: u8) -> String {
+    let world = &env.world;
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    let marker = mark(&stream);
+    let name = format!("point {} on {}", world.number(), stream.name);
+    match cuda_host::stream_point(&stream.stream) {
+        Ok(point) => {
+            world.points.lock().unwrap().push(PendingPoint {
+                name: name.clone(),
+                point,
+                stream,
+                marker,
+            });
+            format!("{name} made")
+        }
+        Err(error) => {
+            env.check_refusal("stream_point", Some(&stream), &error);
+            format!("{name} refused: {error}")
+        }
+    }
+}
+
+/// Polls a pending point once; checks that a completed one completed only once its stream
+/// passed it (or its context failed).
+pub fn poll_point(point: &mut PendingPoint) -> Poll<cuda_host::Result<()>> {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    let polled = std::pin::Pin::new(&mut point.point).poll(&mut context);
+    match &polled {
+        Poll::Ready(Ok(())) => {
+            if let Some(marker) = point.marker {
+                let seen = point.stream.progress.seen();
+                if seen < marker && !point.stream.context_failed() {
+                    violated(format!(
+                        "{} completed before its stream passed it (marker {marker}, at {seen})",
+                        point.name
+                    ));
+                }
+            }
+        }
+        Poll::Ready(Err(Error::ContextFailed)) if point.stream.context_failed() => {}
+        Poll::Ready(Err(error)) => violated(format!("{} completed with {error}", point.name)),
+        Poll::Pending => {}
+    }
+    polled
+}
+
+use std::future::Future as _;
+
+fn poll(env: &Env, point: u8) -> String {
+    let mut points = env.world.points.lock().unwrap();
+    if points.is_empty() {
+        return "no point".to_owned();
+    }
+    let at = usize::from(point) % points.len();
+    let polled = poll_point(&mut points[at]);
+    let name = points[at].name.clone();
+    match polled {
+        Poll::Pending => format!("{name} pending"),
+        Poll::Ready(answer) => {
+            let done = points.remove(at);
+            drop(points);
+            drop(done);
+            format!("{name} completed: {answer:?}")
+        }
+    }
+}
+
+fn synchronize(env: &Env, local: &Local, stream: u8) -> String {
+    let world = &env.world;
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    if stream.held(world) {
+        return format!("{} is held by a gate: not synchronized", stream.name);
+    }
+    if !matches!(stream.kind, StreamKind::NonBlocking | StreamKind::Blocking) {
+        return format!("{} is special: not synchronized", stream.name);
+    }
+    if !matches!(stream.stream.capture_state(), Ok(None)) {
+        // Synchronizing a stream another thread captures invalidates that capture: the
+        // driver's rule, for its callers to keep.
+        return format!("{} captures: not synchronized", stream.name);
+    }
+    let _ = local;
+    match stream.stream.synchronize() {
+        Ok(()) => {
+            if drops_allowed() {
+                check_synchronized(env, &stream);
+            }
+            format!("{} synchronized", stream.name)
+        }
+        Err(error) => {
+            env.check_refusal("Stream::synchronize", Some(&stream), &error);
+            format!("{} synchronize: {error}", stream.name)
+        }
+    }
+}
+
+/// After a synchronize of `stream` returned on this worker: the values this worker's host
+/// functions on it captured, and those it released on it, have been dropped here.
+fn check_synchronized(env: &Env, stream: &StreamEntry) {
+    let home = witness::current_worker().expect("a worker");
+    let handed = env.handed.lock().unwrap();
+    for witness in handed
+        .iter()
+        .filter(|handed| {
+            handed.for_synchronize && handed.stream == stream.id && handed.witness.home == home
+        })
+        .map(|handed| &handed.witness)
+    {
+        if witness.handed_back.load(Ordering::SeqCst) || stream.context_failed() {
+            continue;
+        }
+        let launched = witness.must_run.load(Ordering::SeqCst);
+        let released = !witness.not_before.lock().unwrap().is_empty();
+        if (launched || released) && witness.drops() == 0 {
+            violated(format!(
+                "{} not dropped after its stream's synchronize returned on its thread",
+                witness.what
+            ));
+        }
+    }
+}
+
+/// Ends every capture this worker began (through builders and as other code): before its thread
+/// exits, and at the end of a sequence.
+pub fn end_local_captures(env: &Env, local: &mut Local) -> String {
+    let mut ended = Vec::new();
+    while !local.builders.is_empty() {
+        ended.push(builder_end(env, local, 0, None));
+    }
+    for capture in std::mem::take(&mut local.foreign) {
+        ended.push(end_foreign(env, capture));
+    }
+    ended.join("; ")
+}
+
+fn builder_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String {
+    let world = &env.world;
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    if !matches!(stream.kind, StreamKind::NonBlocking | StreamKind::Blocking) {
+        return format!("{} is special: no capture", stream.name);
+    }
+    let capture_mode = match mode {
+        Mode::Global => CaptureMode::Global,
+        Mode::ThreadLocal => CaptureMode::ThreadLocal,
+        Mode::Relaxed => CaptureMode::Relaxed,
+    };
+    let global = mode == Mode::Global;
+    match OpenBuilder::begin(Arc::clone(&stream), capture_mode, global) {
+        Ok(open) => {
+            stream.captures.fetch_add(1, Ordering::SeqCst);
+            witness::building(true, global);
+            world.captures_open.fetch_add(1, Ordering::SeqCst);
+            local.builders.push(open);
+            format!("a {mode:?} capture of {} begins", stream.name)
+        }
+        Err(error) => {
+            env.check_refusal("GraphBuilder::begin", Some(&stream), &error);
+            format!("refused: {error}")
+        }
+    }
+}
+
+/// Ends a builder capture of this worker; launches its graph on `launch_on` if given.
+pub fn builder_end(env: &Env, local: &mut Local, builder: u8, launch_on: Option<u8>) -> String {
+    let world = &env.world;
+    if local.builders.is_empty() {
+        return "no builder on this worker".to_owned();
+    }
+    let at = usize::from(builder) % local.builders.len();
+    let open = local.builders.remove(at);
+    open.stream.captures.fetch_sub(1, Ordering::SeqCst);
+    witness::building(false, open.global);
+    world.captures_open.fetch_sub(1, Ordering::SeqCst);
+    let callbacks = open.callbacks.clone();
+    let captured = Arc::clone(&open.stream);
+    let name = captured.name.clone();
+    let graph = match open.end() {
+        Ok(graph) => graph,
+        Err(error) => {
+            env.check_refusal("GraphBuilder::end", Some(&captured), &error);
+            return format!("the capture of {name} ended with {error}");
+        }
+    };
+    let Some(on) = launch_on.and_then(|index| world.stream(index)) else {
+        return format!("the capture of {name} ended in a graph, dropped");
+    };
+    let executable = match graph.instantiate() {
+        Ok(executable) => executable,
+        Err(error) => {
+            env.check_refusal("Graph::instantiate", Some(&captured), &error);
+            return format!("instantiate refused: {error}");
+        }
+    };
+    match executable.launch(&on.stream) {
+        Ok(()) => {
+            if let Some(marker) = mark(&on) {
+                for witness in &callbacks {
+                    witness.not_before(Passed {
+                        progress: Arc::clone(&on.progress),
+                        marker,
+                    });
+                }
+            }
+            format!(
+                "the capture of {name} ended; its graph launched on {}",
+                on.name
+            )
+        }
+        Err(error) => {
+            env.check_refusal("GraphExec::launch", Some(&on), &error);
+            format!("the graph's launch on {} refused: {error}", on.name)
+        }
+    }
+}
+
+fn fail(env: &Env, context: u8) -> String {
+    let world = &env.world;
+    let fresh: Vec<_> = world
+        .contexts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|entry| entry.kind == ContextKind::Fresh && !entry.failed.load(Ordering::SeqCst))
+        .cloned()
+        .collect();
+    if fresh.is_empty() {
+        return "no fresh context to fail".to_owned();
+    }
+    let entry = &fresh[usize::from(context) % fresh.len()];
+    // What may now go unrun, or be dropped before its stream passed it, is noted first.
+    entry.failed.store(true, Ordering::SeqCst);
+    for witness in env
+        .handed
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|handed| handed.context == entry.id)
+        .map(|handed| &handed.witness)
+    {
+        witness.must_run.store(false, Ordering::SeqCst);
+        witness.not_before.lock().unwrap().clear();
+    }
+    env.controls
+        .set_sticky_error(&entry.context, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    format!("{} failed", entry.name)
+}
+
+fn foreign_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String {
+    let world = &env.world;
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    if !matches!(stream.kind, StreamKind::NonBlocking | StreamKind::Blocking)
+        || !matches!(stream.stream.capture_state(), Ok(None))
+    {
+        return format!("{}: no capture begun", stream.name);
+    }
+    let driver = stream.stream.context().driver();
+    if stream.stream.context().bind_to_thread().is_err() {
+        return format!("{}: its context does not bind", stream.name);
+    }
+    // SAFETY: a live stream that is not capturing.
+    let begun = unsafe { driver.cuStreamBeginCapture_v2(stream.stream.as_raw(), raw_mode(mode)) };
+    if begun != CUresult::CUDA_SUCCESS {
+        return format!("{}: other code's capture refused: {begun}", stream.name);
+    }
+    stream.captures.fetch_add(1, Ordering::SeqCst);
+    let capture = ForeignCapture {
+        stream: Arc::clone(&stream),
+        mode: raw_mode(mode),
+        worker: local.id,
+        breakers: Arc::new(Mutex::new(Vec::new())),
+    };
+    world.foreign.lock().unwrap().push(capture.watch());
+    world.captures_open.fetch_add(1, Ordering::SeqCst);
+    local.foreign.push(capture);
+    format!("other code begins a {mode:?} capture of {}", stream.name)
+}
+
+/// Ends a capture other code began: it must end valid unless a step made a call that
+/// documentedly breaks it (an allocation or a free of memory, a context synchronize) while it
+/// was open.
+pub fn end_foreign(env: &Env, capture: ForeignCapture) -> String {
+    let world = &env.world;
+    world.captures_open.fetch_sub(1, Ordering::SeqCst);
+    world
+        .foreign
+        .lock()
+        .unwrap()
+        .retain(|watched| !Arc::ptr_eq(&watched.breakers, &capture.breakers));
+    capture.stream.captures.fetch_sub(1, Ordering::SeqCst);
+    let name = capture.stream.name.clone();
+    let breakers = capture.breakers.lock().unwrap().clone();
+    match capture.end() {
+        Ok(()) => format!("other code's capture of {name} ended in a graph"),
+        Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) if breakers.is_empty() => {
+            violated(format!(
+                "other code's capture of {name} was invalidated, and no step made a call that \
+                 documentedly breaks it"
+            ));
+            format!("other code's capture of {name} was invalidated")
+        }
+        Err(result) => format!(
+            "other code's capture of {name} ended with {result} (breaking calls: {breakers:?})"
+        ),
+    }
+}

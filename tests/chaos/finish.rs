@@ -1,0 +1,272 @@
+//! The end of a sequence: every capture ended and every gate opened, every wait let finish, every
+//! object dropped, every worker's values reclaimed; then the invariants that hold once nothing is
+//! left: each value dropped exactly once, each run-once launch run once, each injected panic
+//! reported once, and every count back at its baseline.
+
+use crate::execute::{self, Env};
+use crate::plan::ENTRIES;
+use crate::witness::{self, violated};
+use crate::workers::{Stuck, Workers};
+use cuda_host_sys::CUresult;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// What cuda-host and the software driver hold, for the comparison with the baseline.
+#[derive(Debug, Clone, Copy)]
+pub struct Counts {
+    in_flight: usize,
+    finished: usize,
+    held: usize,
+    waiting: usize,
+    timeline_words: u64,
+    live: cuda_host_testing::LiveObjects,
+}
+
+impl Counts {
+    pub fn now(controls: &suite::software::Controls) -> Counts {
+        let slots = cuda_host::launch_slot_counts();
+        let points = cuda_host::stream_point_counts();
+        let timelines = cuda_host::timeline_counts();
+        Counts {
+            in_flight: slots.in_flight,
+            finished: slots.finished,
+            held: points.held,
+            waiting: points.waiting,
+            timeline_words: timelines.words - timelines.kept,
+            live: controls.live_objects(),
+        }
+    }
+}
+
+/// How long the end waits for what must finish once every gate is open.
+const SETTLE: Duration = Duration::from_secs(20);
+
+/// Ends the sequence and checks what must hold once nothing is left.
+///
+/// # Errors
+/// [`Stuck`] when a worker does not finish its part within the bound.
+pub fn finish(
+    env: &Env,
+    mut workers: Workers,
+    baseline: &Counts,
+    log: &mut Vec<String>,
+) -> Result<(), Stuck> {
+    let world = &env.world;
+    // No more injected failures, delays or captures; the logger and hook quiet.
+    for entry in ENTRIES {
+        env.controls
+            .fail_next_calls_any_thread(entry, 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    env.controls.disarm_capture_at_next_call();
+    *world.armed.lock().unwrap() = None;
+    world.capture_armed.store(false, Ordering::SeqCst);
+    crate::observers::set_logger(crate::plan::LoggerMode::Quiet);
+    crate::observers::set_hook_panicking(false);
+    // Each worker ends the captures it began.
+    for index in 0..workers.len() {
+        let env = env.clone();
+        let outcome = workers.run(
+            index,
+            "end this worker's captures".to_owned(),
+            Box::new(move |local| execute::end_local_captures(&env, local)),
+        )?;
+        log.push(format!("end: worker {index}: {outcome}"));
+    }
+    // A capture armed at a driver call that began after the runner's last look: ended here,
+    // on the thread that ends it anyway (its end answers "wrong thread" then, and ends it).
+    for stream in world.streams.lock().unwrap().iter() {
+        let (answer, status) = suite::capture::is_capturing(stream.stream.as_raw());
+        if answer == CUresult::CUDA_SUCCESS
+            && status != cuda_host_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        {
+            let mut graph = std::ptr::null_mut();
+            let driver = stream.stream.context().driver();
+            // SAFETY: a live stream, capturing; a valid out-pointer.
+            let ended = unsafe { driver.cuStreamEndCapture(stream.stream.as_raw(), &mut graph) };
+            if !graph.is_null() {
+                // SAFETY: the capture's graph, destroyed once.
+                let _ = unsafe { driver.cuGraphDestroy(graph) };
+            }
+            log.push(format!(
+                "end: a capture of {} begun at a call ended: {ended}",
+                stream.name
+            ));
+        }
+    }
+    world.open_all();
+    for (what, outcome) in workers.finish_pending()? {
+        log.push(format!("end: `{what}` returned: {outcome}"));
+    }
+    let env_job = env.clone();
+    let outcome = workers.run(
+        0,
+        "let every stream finish, every point complete, every object go".to_owned(),
+        Box::new(move |_| settle(&env_job)),
+    )?;
+    log.push(format!("end: {outcome}"));
+    // Each worker drops what is its own.
+    for index in 0..workers.len() {
+        let id = workers.id(index);
+        let outcome = workers.run(
+            index,
+            "reclaim this worker's values".to_owned(),
+            Box::new(move |_| reclaim_own(id)),
+        )?;
+        log.push(format!("end: worker {index}: {outcome}"));
+    }
+    workers.stop()?;
+    check_witnesses();
+    check_counts(env, baseline);
+    Ok(())
+}
+
+/// On a worker: every stream synchronized, every point completed, then every object dropped.
+fn settle(env: &Env) -> String {
+    let world = &env.world;
+    let streams: Vec<_> = world.streams.lock().unwrap().clone();
+    let mut failed = 0;
+    for stream in &streams {
+        let result = stream.stream.synchronize();
+        if let Err(error) = result {
+            if !stream.context_failed() {
+                violated(format!(
+                    "{} synchronize at the end, with every gate open: {error}",
+                    stream.name
+                ));
+            }
+            failed += 1;
+        }
+    }
+    let deadline = Instant::now() + SETTLE;
+    let mut points = std::mem::take(&mut *world.points.lock().unwrap());
+    while !points.is_empty() {
+        points.retain_mut(|point| execute::poll_point(point).is_pending());
+        if Instant::now() > deadline {
+            for point in &points {
+                violated(format!(
+                    "{} never completed once its stream was synchronized",
+                    point.name
+                ));
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    drop(points);
+    // Every stream passed its gates: their words go back, and the gates let go of the streams.
+    world.forget_gates();
+    let streams_count = streams.len();
+    drop(streams);
+    world.streams.lock().unwrap().clear();
+    world.contexts.lock().unwrap().truncate(1);
+    format!("{streams_count} streams synchronized ({failed} failed contexts'), points completed")
+}
+
+/// On a worker: reclaims until every witness homed here, or homed on a worker that exited
+/// (whose records any thread drops), was dropped (or the bound passed).
+fn reclaim_own(id: usize) -> String {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        cuda_host::reclaim();
+        let left = witness::all()
+            .iter()
+            .filter(|witness| {
+                (witness.home == id || witness::has_exited(witness.home)) && witness.drops() == 0
+            })
+            .count();
+        if left == 0 {
+            return "every value of its own dropped".to_owned();
+        }
+        if Instant::now() > deadline {
+            return format!("{left} values of its own never dropped");
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// Once nothing is left: each value dropped exactly once; each accepted run-once launch of a
+/// context that did not fail run exactly once; each injected panic reported exactly once.
+fn check_witnesses() {
+    let mut injected_runs = 0;
+    let mut injected_drops = 0;
+    for witness in witness::all() {
+        let (runs, drops) = (witness.runs(), witness.drops());
+        if drops != 1 {
+            violated(format!("{} dropped {drops} times", witness.what));
+        }
+        if witness.must_run.load(Ordering::SeqCst) && runs != 1 {
+            violated(format!(
+                "{} ran {runs} times, where it had to run once",
+                witness.what
+            ));
+        }
+        if witness.panic_in_run {
+            injected_runs += u64::from(runs);
+        }
+        if witness.panic_in_drop && drops == 1 && !witness.handed_back.load(Ordering::SeqCst) {
+            injected_drops += 1;
+        }
+    }
+    let reported_runs = crate::observers::REPORTED_RUN_PANICS.load(Ordering::SeqCst);
+    let reported_drops = crate::observers::REPORTED_DROP_PANICS.load(Ordering::SeqCst);
+    if reported_runs != injected_runs {
+        violated(format!(
+            "{injected_runs} panics in runs, {reported_runs} reported to the hook"
+        ));
+    }
+    if reported_drops != injected_drops {
+        violated(format!(
+            "{injected_drops} panics in the Drops of handed values, {reported_drops} reported"
+        ));
+    }
+}
+
+/// Every count back at its baseline, once every value and object of the sequence is gone.
+fn check_counts(env: &Env, baseline: &Counts) {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let now = Counts::now(env.controls);
+        let differences = differences(baseline, &now);
+        if differences.is_empty() {
+            return;
+        }
+        if Instant::now() > deadline {
+            violated(format!(
+                "counts not back at their baseline: {}",
+                differences.join(", ")
+            ));
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn differences(baseline: &Counts, now: &Counts) -> Vec<String> {
+    let mut differences = Vec::new();
+    let mut compare = |what: &str, before: u64, after: u64| {
+        if before != after {
+            differences.push(format!("{what} {before} -> {after}"));
+        }
+    };
+    compare("launches in flight", 0, now.in_flight as u64);
+    compare("finished records not dropped", 0, now.finished as u64);
+    compare("released values held", 0, now.held as u64);
+    compare("futures waiting", 0, now.waiting as u64);
+    compare(
+        "timeline words",
+        baseline.timeline_words,
+        now.timeline_words,
+    );
+    let (before, after) = (&baseline.live, &now.live);
+    compare("streams", before.streams, after.streams);
+    compare("graphs", before.graphs, after.graphs);
+    compare("executables", before.graph_execs, after.graph_execs);
+    compare("user objects", before.user_objects, after.user_objects);
+    compare(
+        "device allocations",
+        before.device_allocations,
+        after.device_allocations,
+    );
+    compare("host functions pending", 0, after.pending_host_functions);
+    differences
+}

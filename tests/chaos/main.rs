@@ -1,0 +1,482 @@
+//! The chaos harness: seeded random sequences of cuda-host's operations over several threads on
+//! the software driver, interleaved with driver failures and delays, sticky errors, captures
+//! other code begins, panics everywhere user code runs and loggers that call cuda-host back;
+//! after every step and at the end of each sequence, the documented promises are checked
+//! (`docs/RELIABILITY.md`, "The chaos harness").
+//!
+//! - `plan`: the operations and the proptest strategies that make sequences of them;
+//! - `world`: what a sequence made (contexts, streams and their progress words, gates, futures);
+//! - `workers`: the threads steps run on, what only each may hold, the watchdog;
+//! - `witness`: the values handed to cuda-host, which see their runs and drops;
+//! - `execute`: each operation, with the answers it checks on the spot;
+//! - `observers`: the logger and panic hook, whose behaviour steps change;
+//! - `finish`: the end of a sequence and the invariants of "nothing left".
+//!
+//! Environment: `CHAOS_SEED` replays one sequence (the seed a failure prints); `CHAOS_SECONDS`
+//! (default 20) is the time budget, `CHAOS_STEPS` (default 48) the longest sequence,
+//! `CHAOS_WORKERS` (default 3) the threads; `CHAOS_LOG=1` prints cuda-host's log records.
+
+mod execute;
+mod finish;
+mod observers;
+mod plan;
+mod witness;
+mod workers;
+mod world;
+
+use execute::Env;
+use plan::{Op, Step};
+use proptest::strategy::{Strategy, ValueTree};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use workers::Workers;
+use world::World;
+
+/// How long one step may take before the watchdog stops the run.
+const STEP_BOUND: Duration = Duration::from_secs(60);
+
+struct Settings {
+    seed: Option<u64>,
+    seconds: f64,
+    steps: usize,
+    workers: usize,
+    spawns_fail: bool,
+}
+
+impl Settings {
+    fn from_env() -> Settings {
+        let number = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<f64>().ok());
+        Settings {
+            seed: std::env::var("CHAOS_SEED").ok().map(|seed| {
+                seed.parse()
+                    .unwrap_or_else(|_| panic!("CHAOS_SEED is a number, not {seed:?}"))
+            }),
+            seconds: number("CHAOS_SECONDS").unwrap_or(20.0),
+            steps: number("CHAOS_STEPS").map_or(48, |steps| steps as usize),
+            workers: number("CHAOS_WORKERS")
+                .map_or(3, |workers| workers as usize)
+                .max(1),
+            spawns_fail: std::env::var_os("CHAOS_SPAWNS_FAIL").is_some(),
+        }
+    }
+}
+
+/// What the runs did, for the figures printed at the end.
+#[derive(Default)]
+struct Figures {
+    sequences: u64,
+    steps: u64,
+    by_op: BTreeMap<&'static str, u64>,
+    /// Steps that asked for a panic (in a run, a drop, the hook or the logger).
+    panics: u64,
+}
+
+/// A sequence that broke a promise: the violations and its operation log.
+struct Failure {
+    violations: Vec<String>,
+    log: Vec<String>,
+}
+
+fn main() {
+    let settings = Settings::from_env();
+    let driver = suite::test_driver();
+    if !driver.is_software() {
+        println!(
+            "chaos: skipped: it injects faults through the software driver's controls \
+             (CUDA_TEST_DRIVER=software runs it)"
+        );
+        return;
+    }
+    observers::install();
+    // The runner is a thread of the application too: what it lets go of may drain there.
+    witness::become_worker(usize::MAX);
+    let controls = suite::software::expect_controls();
+    let base = suite::context();
+    let started = Instant::now();
+    let budget = Duration::from_secs_f64(settings.seconds);
+    let base_seed = settings.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64)
+    });
+    println!(
+        "chaos: seed {base_seed}, {} s, sequences of up to {} steps on {} workers{}",
+        settings.seconds,
+        settings.steps,
+        settings.workers,
+        if settings.spawns_fail {
+            ", cuda-host's threads cannot start"
+        } else {
+            ""
+        }
+    );
+    let mut figures = Figures::default();
+    let mut case = 0u64;
+    loop {
+        let seed = match settings.seed {
+            Some(seed) => seed,
+            None => split_mix(base_seed.wrapping_add(case)),
+        };
+        let mut runner = TestRunner::new_with_rng(Config::default(), rng(seed));
+        let mut tree = plan::sequence(settings.steps)
+            .new_tree(&mut runner)
+            .expect("a sequence");
+        let steps = tree.current();
+        if let Err(failure) = run_sequence(&settings, controls, &base, seed, &steps, &mut figures) {
+            report(&settings, controls, &base, seed, &mut tree, failure);
+        }
+        case += 1;
+        if settings.seed.is_some() || started.elapsed() > budget {
+            break;
+        }
+    }
+    println!(
+        "chaos: {} sequences, {} steps in {:.1} s, 0 violations",
+        figures.sequences,
+        figures.steps,
+        started.elapsed().as_secs_f64()
+    );
+    print_figures(&figures);
+    if settings.seed.is_none() && !settings.spawns_fail {
+        run_where_spawns_fail(&settings);
+    }
+}
+
+/// The same harness in a child process where cuda-host's own threads cannot start (an
+/// impossible `RUST_MIN_STACK`; the workers ask for their stack size themselves), for a sixth of
+/// the budget: every operation that needs one is refused with a typed error, and nothing hangs.
+fn run_where_spawns_fail(settings: &Settings) {
+    let seconds = (settings.seconds / 6.0).max(1.0);
+    println!(
+        "chaos: {seconds:.0} s more in a child process where cuda-host's threads cannot start"
+    );
+    // The argument names the child for tools that trace children (valgrind skips it by it: its
+    // threads fail to start there with another error).
+    let status = std::process::Command::new(std::env::current_exe().expect("this executable"))
+        .arg("--where-cuda-hosts-threads-cannot-start")
+        .env("CHAOS_SPAWNS_FAIL", "1")
+        .env("CHAOS_SECONDS", seconds.to_string())
+        .env("RUST_MIN_STACK", "1125899906842624")
+        .status()
+        .expect("the child process starts");
+    assert!(status.success(), "the child process failed: {status}");
+}
+
+fn print_figures(figures: &Figures) {
+    let ops: Vec<String> = figures
+        .by_op
+        .iter()
+        .map(|(op, count)| format!("{op} {count}"))
+        .collect();
+    println!("chaos: steps by operation: {}", ops.join(", "));
+    let faults: u64 = [
+        "Fail",
+        "FailNext",
+        "DelayNext",
+        "ForeignBegin",
+        "CaptureAtNextCall",
+    ]
+    .iter()
+    .filter_map(|op| figures.by_op.get(op))
+    .sum();
+    let panics = figures.panics;
+    println!(
+        "chaos: faults injected: {faults} (failed contexts, failed and delayed driver calls, \
+         captures of other code); panics injected in runs, drops, hooks and loggers: {panics}"
+    );
+}
+
+/// Shrinks a failing sequence as far as it keeps failing, prints it with its seed, and exits.
+fn report(
+    settings: &Settings,
+    controls: &'static suite::software::Controls,
+    base: &cuda_host::Context,
+    seed: u64,
+    tree: &mut impl ValueTree<Value = Vec<Step>>,
+    mut failure: Failure,
+) -> ! {
+    println!("chaos: seed {seed} broke a promise; shrinking");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut scratch = Figures::default();
+    let trace = std::env::var_os("CHAOS_SHRINK_TRACE").is_some();
+    while Instant::now() < deadline && tree.simplify() {
+        let candidate = tree.current();
+        let outcome = run_sequence(settings, controls, base, seed, &candidate, &mut scratch);
+        if trace {
+            println!(
+                "chaos: shrinking: {} steps: {}",
+                candidate.len(),
+                if outcome.is_err() { "fails" } else { "passes" }
+            );
+        }
+        match outcome {
+            Err(smaller) => failure = smaller,
+            Ok(()) => {
+                if !tree.complicate() {
+                    break;
+                }
+            }
+        }
+    }
+    println!("chaos: violations:");
+    for violation in &failure.violations {
+        println!("  {violation}");
+    }
+    println!("chaos: operation log of the smallest failing sequence found:");
+    for line in &failure.log {
+        println!("  {line}");
+    }
+    println!(
+        "chaos: replay the whole sequence with CHAOS_SEED={seed} cargo test --test chaos \
+         (CHAOS_STEPS={}, CHAOS_WORKERS={})",
+        settings.steps, settings.workers
+    );
+    std::process::exit(1);
+}
+
+fn rng(seed: u64) -> TestRng {
+    let mut bytes = [0u8; 32];
+    for (index, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&split_mix(seed.wrapping_add(index as u64)).to_le_bytes());
+    }
+    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
+}
+
+fn split_mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^ (x >> 31)
+}
+
+fn op_name(op: &Op) -> &'static str {
+    let debug = format!("{op:?}");
+    let name = debug
+        .split([' ', '{', '('])
+        .next()
+        .unwrap_or("?")
+        .to_owned();
+    Box::leak(name.into_boxed_str())
+}
+
+/// Runs one sequence from a clean state, then ends it: `Err` with what it broke.
+fn run_sequence(
+    settings: &Settings,
+    controls: &'static suite::software::Controls,
+    base: &cuda_host::Context,
+    seed: u64,
+    steps: &[Step],
+    figures: &mut Figures,
+) -> Result<(), Failure> {
+    witness::reset();
+    observers::reset();
+    let _ = witness::take_violations();
+    let world = Arc::new(World::new(base));
+    let env = Env {
+        world: Arc::clone(&world),
+        controls,
+        spawns_fail: settings.spawns_fail,
+        handed: Arc::new(Mutex::new(Vec::new())),
+    };
+    let mut workers = Workers::start(settings.workers, STEP_BOUND);
+    // Everything before the first step is the baseline: what the process holds between
+    // sequences (the base context and what it keeps).
+    let baseline = finish::Counts::now(controls);
+    let mut log = Vec::new();
+    let outcome = run_steps(&env, &mut workers, steps, &mut log, figures);
+    let stuck = match outcome {
+        Ok(()) => finish::finish(&env, workers, &baseline, &mut log).err(),
+        Err(stuck) => Some(stuck),
+    };
+    if let Some(stuck) = stuck {
+        // A wedged thread cannot be given back: nothing after this can run.
+        println!("chaos: a step never returned:\n{}", stuck.0);
+        println!("chaos: the streams, as the driver answers a query of each now:");
+        for stream in world.streams.lock().unwrap().iter() {
+            println!(
+                "  {}: complete {:?}, capturing {:?}, gates closed {:?}",
+                stream.name,
+                stream.stream.is_complete(),
+                stream.stream.capture_state(),
+                stream.gates.lock().unwrap()
+            );
+        }
+        println!(
+            "chaos: the driver's live objects: {:?}",
+            controls.live_objects()
+        );
+        println!("chaos: operation log:");
+        for line in &log {
+            println!("  {line}");
+        }
+        println!("chaos: replay with CHAOS_SEED={seed} cargo test --test chaos");
+        std::process::exit(1);
+    }
+    let violations: Vec<String> = witness::take_violations()
+        .into_iter()
+        .map(|violation| violation.0)
+        .collect();
+    figures.sequences += 1;
+    if violations.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure { violations, log })
+    }
+}
+
+fn run_steps(
+    env: &Env,
+    workers: &mut Workers,
+    steps: &[Step],
+    log: &mut Vec<String>,
+    figures: &mut Figures,
+) -> Result<(), workers::Stuck> {
+    for (number, step) in steps.iter().enumerate() {
+        let worker = usize::from(step.worker) % workers.len();
+        figures.steps += 1;
+        *figures.by_op.entry(op_name(&step.op)).or_default() += 1;
+        figures.panics += u64::from(step.op.asks_for_a_panic());
+        let what = format!("{number}: worker {worker}: {:?}", step.op);
+        let calls_before = breaking_calls(env.controls);
+        let outcome = match step.op {
+            Op::Retire => {
+                let env_job = env.clone();
+                workers.run(
+                    worker,
+                    what.clone(),
+                    Box::new(move |local| execute::end_local_captures(&env_job, local)),
+                )?;
+                workers.retire(worker)?;
+                "retired".to_owned()
+            }
+            _ => {
+                let env_job = env.clone();
+                let op = step.op.clone();
+                workers.run(
+                    worker,
+                    what.clone(),
+                    Box::new(move |local| execute::execute(&env_job, local, &op)),
+                )?
+            }
+        };
+        note_breakers(env, &what, calls_before, workers.id(worker));
+        log.push(format!("{what} -> {outcome}"));
+        end_triggered_capture(env, workers, worker, &step.op, log)?;
+        let violations = witness::take_violations();
+        if !violations.is_empty() {
+            // Put back for the runner, which ends the sequence on them.
+            for violation in violations {
+                witness::violated(violation.0);
+            }
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// The driver calls that documentedly break a capture other code began (an allocation or free
+/// of memory, a context synchronize), counted process-wide.
+fn breaking_calls(controls: &suite::software::Controls) -> u64 {
+    [
+        c"cuMemHostAlloc",
+        c"cuMemFreeHost",
+        c"cuMemAlloc",
+        c"cuMemFree",
+        c"cuMemAllocHost",
+        c"cuMemAllocAsync",
+        c"cuMemFreeAsync",
+        c"cuMemAllocManaged",
+        c"cuCtxSynchronize",
+    ]
+    .into_iter()
+    // An entry the double does not have is never called.
+    .map(|entry| controls.inner().call_count(entry).unwrap_or(0))
+    .sum()
+}
+
+/// Notes the step as a breaker of the captures other code began that it may break: when it
+/// made a breaking call while a global-mode one was open, or on the thread of a thread-local one.
+fn note_breakers(env: &Env, what: &str, calls_before: u64, worker_id: usize) {
+    if breaking_calls(env.controls) == calls_before {
+        return;
+    }
+    use cuda_host_sys::CUstreamCaptureMode as Mode;
+    for watch in env.world.foreign.lock().unwrap().iter() {
+        let breaks = match watch.mode {
+            Mode::CU_STREAM_CAPTURE_MODE_GLOBAL => true,
+            Mode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL => watch.worker == worker_id,
+            _ => false,
+        };
+        if breaks {
+            watch.breakers.lock().unwrap().push(what.to_owned());
+        }
+    }
+}
+
+/// A capture armed at a driver call that began during the step: the worker that ran the step
+/// (whose call began it) ends it, and it must end valid.
+fn end_triggered_capture(
+    env: &Env,
+    workers: &mut Workers,
+    worker: usize,
+    op: &Op,
+    log: &mut Vec<String>,
+) -> Result<(), workers::Stuck> {
+    let world = &env.world;
+    let Some(stream) = world.armed.lock().unwrap().clone() else {
+        return Ok(());
+    };
+    // An injected failure may answer this look too: then it tells nothing, and the next
+    // step's look asks again.
+    let (answer, status) = suite::capture::is_capturing(stream.stream.as_raw());
+    if answer != cuda_host_sys::CUresult::CUDA_SUCCESS
+        || status == cuda_host_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+        || stream.captures.load(Ordering::SeqCst) != 0
+    {
+        // Not begun, or a worker's own capture (which began first: the armed one cannot).
+        return Ok(());
+    }
+    *world.armed.lock().unwrap() = None;
+    world.capture_armed.store(false, Ordering::SeqCst);
+    // A blocking stream's capture begun between cuda-host's check of the legacy stream and its
+    // enqueue there is broken by the enqueue, as documented ("Launches and captures").
+    let documented = stream.kind == world::StreamKind::Blocking
+        && op
+            .stream()
+            .and_then(|index| world.stream(index))
+            .is_some_and(|used| {
+                used.kind == world::StreamKind::Legacy
+                    && used.context.context.as_raw() == stream.context.context.as_raw()
+            });
+    let outcome = workers.run(
+        worker,
+        format!("end the capture of {} begun at a call", stream.name),
+        Box::new(move |_| {
+            let driver = stream.stream.context().driver();
+            let mut graph = std::ptr::null_mut();
+            // SAFETY: a live stream, capturing; a valid out-pointer.
+            let ended = unsafe { driver.cuStreamEndCapture(stream.stream.as_raw(), &mut graph) };
+            if !graph.is_null() {
+                // SAFETY: the capture's graph, destroyed once.
+                let _ = unsafe { driver.cuGraphDestroy(graph) };
+            }
+            if ended == cuda_host_sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                && !documented
+            {
+                witness::violated(format!(
+                    "a capture other code began at a driver call on {} was invalidated",
+                    stream.name
+                ));
+            }
+            format!(
+                "the capture of {} begun at a call ended: {ended}",
+                stream.name
+            )
+        }),
+    )?;
+    log.push(format!("   {outcome}"));
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! The process-wide logger and panic hook, whose behaviour a step changes: quiet, panicking, or
+//! calling cuda-host back from wherever cuda-host logs (its threads, its locks, its drains); and
+//! the counts of what they were given, which the end of a sequence checks against what the
+//! harness injected.
+
+use crate::plan::LoggerMode;
+use crate::witness::{PANIC_IN_DROP, PANIC_IN_RUN};
+use cuda_host::{HostFunctionPanic, PanicOrigin};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+static LOGGER_MODE: AtomicU8 = AtomicU8::new(0);
+static HOOK_PANICS: AtomicBool = AtomicBool::new(false);
+/// Panics the hook was told of, by what the harness injected.
+pub static REPORTED_RUN_PANICS: AtomicU64 = AtomicU64::new(0);
+pub static REPORTED_DROP_PANICS: AtomicU64 = AtomicU64::new(0);
+/// Records the logger was given, and call backs it made.
+pub static RECORDS: AtomicU64 = AtomicU64::new(0);
+pub static CALL_BACKS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// Whether this thread's logger call is calling cuda-host back now: a record logged
+    /// meanwhile calls nothing more.
+    static CALLING_BACK: Cell<bool> = const { Cell::new(false) };
+}
+
+struct ChaosLogger;
+
+impl log::Log for ChaosLogger {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, record: &log::Record<'_>) {
+        RECORDS.fetch_add(1, Ordering::Relaxed);
+        if std::env::var_os("CHAOS_LOG").is_some() {
+            eprintln!("[{}] {}", record.level(), record.args());
+        }
+        match logger_mode() {
+            LoggerMode::Quiet => {}
+            LoggerMode::Panicking => panic!("deliberate chaos panic in a logger"),
+            LoggerMode::CallingBack => {
+                if CALLING_BACK.with(|calling| calling.replace(true)) {
+                    return;
+                }
+                CALL_BACKS.fetch_add(1, Ordering::Relaxed);
+                // What a user's logger may do: reclaim, ask for the counts. Inside a host
+                // function these return or refuse at once.
+                cuda_host::reclaim();
+                let _ = cuda_host::launch_slot_counts();
+                let _ = cuda_host::stream_point_counts();
+                let _ = cuda_host::timeline_counts();
+                let _ = cuda_host::polled_engine_counts();
+                CALLING_BACK.with(|calling| calling.set(false));
+            }
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+fn logger_mode() -> LoggerMode {
+    match LOGGER_MODE.load(Ordering::Relaxed) {
+        1 => LoggerMode::Panicking,
+        2 => LoggerMode::CallingBack,
+        _ => LoggerMode::Quiet,
+    }
+}
+
+/// Installs the logger and the hook, once per process.
+pub fn install() {
+    static LOGGER: ChaosLogger = ChaosLogger;
+    log::set_logger(&LOGGER).expect("the chaos harness's logger is the process's first");
+    log::set_max_level(log::LevelFilter::Trace);
+    cuda_host::set_host_panic_hook(hook);
+}
+
+fn hook(report: &HostFunctionPanic<'_>) {
+    match (report.origin, report.message) {
+        (PanicOrigin::HostFunction, PANIC_IN_RUN) => {
+            REPORTED_RUN_PANICS.fetch_add(1, Ordering::SeqCst);
+        }
+        (PanicOrigin::Drop, PANIC_IN_DROP) => {
+            REPORTED_DROP_PANICS.fetch_add(1, Ordering::SeqCst);
+        }
+        (origin, message) => crate::witness::violated(format!(
+            "the panic hook was told of a panic the harness did not inject: {message} ({origin:?})"
+        )),
+    }
+    if HOOK_PANICS.load(Ordering::Relaxed) {
+        panic!("deliberate chaos panic in the panic hook");
+    }
+}
+
+pub fn set_logger(mode: LoggerMode) {
+    let value = match mode {
+        LoggerMode::Quiet => 0,
+        LoggerMode::Panicking => 1,
+        LoggerMode::CallingBack => 2,
+    };
+    LOGGER_MODE.store(value, Ordering::Relaxed);
+}
+
+pub fn set_hook_panicking(panicking: bool) {
+    HOOK_PANICS.store(panicking, Ordering::Relaxed);
+}
+
+/// Resets the counts for the next sequence, the logger and hook quiet.
+pub fn reset() {
+    set_logger(LoggerMode::Quiet);
+    set_hook_panicking(false);
+    REPORTED_RUN_PANICS.store(0, Ordering::SeqCst);
+    REPORTED_DROP_PANICS.store(0, Ordering::SeqCst);
+}

@@ -1,0 +1,264 @@
+//! What a sequence does: its steps, each an operation on a worker, and the proptest strategies
+//! that make them. Objects are named by small numbers taken modulo how many exist when the step
+//! runs, so that every sequence (and every sequence proptest shrinks it to) is valid.
+
+use crate::world::ContextKind;
+use proptest::prelude::*;
+
+/// One step: `op` on worker `worker` (modulo the workers).
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub worker: u8,
+    pub op: Op,
+}
+
+/// A driver entry point cuda-host calls, for failures, delays and captures begun at a call.
+pub const ENTRIES: [&std::ffi::CStr; 14] = [
+    c"cuLaunchHostFunc",
+    c"cuEventRecord",
+    c"cuEventQuery",
+    c"cuEventCreate",
+    c"cuStreamIsCapturing",
+    c"cuStreamQuery",
+    c"cuStreamSynchronize",
+    c"cuStreamBatchMemOp",
+    c"cuStreamAddCallback",
+    c"cuThreadExchangeStreamCaptureMode",
+    c"cuCtxPushCurrent",
+    c"cuCtxPopCurrent",
+    c"cuMemHostAlloc",
+    c"cuStreamCreate",
+];
+
+/// Entry points whose next call a capture may begin at: those a worker's own step makes on the
+/// stream it names (a capture begun there belongs to that worker's thread).
+pub const CAPTURE_ENTRIES: [&std::ffi::CStr; 4] = [
+    c"cuLaunchHostFunc",
+    c"cuEventRecord",
+    c"cuStreamBatchMemOp",
+    c"cuStreamIsCapturing",
+];
+
+/// How a capture interacts with other threads' calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Global,
+    ThreadLocal,
+    Relaxed,
+}
+
+/// What the process-wide logger does with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoggerMode {
+    /// Counts it.
+    Quiet,
+    /// Panics.
+    Panicking,
+    /// Calls cuda-host back: reclaims, asks for the counts, launches on the base context.
+    CallingBack,
+}
+
+/// An operation.
+#[derive(Debug, Clone)]
+pub enum Op {
+    // ---- Objects ----
+    NewContext {
+        kind: ContextKind,
+    },
+    DropContext {
+        index: u8,
+    },
+    NewStream {
+        context: u8,
+        blocking: bool,
+        polled: bool,
+    },
+    SpecialStream {
+        context: u8,
+        legacy: bool,
+    },
+    DropStream {
+        index: u8,
+    },
+    // ---- Run-once work ----
+    Launch {
+        stream: u8,
+        panic_in_run: bool,
+        panic_in_drop: bool,
+    },
+    Replayable {
+        stream: u8,
+    },
+    Release {
+        stream: u8,
+        panic_in_drop: bool,
+    },
+    Point {
+        stream: u8,
+    },
+    Poll {
+        point: u8,
+    },
+    DropPoint {
+        point: u8,
+    },
+    // ---- Ordering and waiting ----
+    Hold {
+        stream: u8,
+    },
+    Open {
+        gate: u8,
+    },
+    Synchronize {
+        stream: u8,
+    },
+    Reclaim,
+    // ---- Captures through cuda-host ----
+    BuilderBegin {
+        stream: u8,
+        mode: Mode,
+    },
+    BuilderCallback {
+        builder: u8,
+        panic_in_run: bool,
+    },
+    BuilderEnd {
+        builder: u8,
+        launch_on: Option<u8>,
+    },
+    // ---- Adversity ----
+    Fail {
+        context: u8,
+    },
+    FailNext {
+        entry: u8,
+        count: u8,
+    },
+    DelayNext {
+        entry: u8,
+        micros: u16,
+    },
+    ForeignBegin {
+        stream: u8,
+        mode: Mode,
+    },
+    ForeignEnd {
+        capture: u8,
+    },
+    CaptureAtNextCall {
+        entry: u8,
+        stream: u8,
+        mode: Mode,
+    },
+    Logger {
+        mode: LoggerMode,
+    },
+    Hook {
+        panicking: bool,
+    },
+    /// The worker's thread exits (a fresh one takes its place): its records pass to any thread.
+    Retire,
+}
+
+impl Op {
+    /// Whether the step makes something panic: a run, a `Drop`, the hook or the logger.
+    pub fn asks_for_a_panic(&self) -> bool {
+        match *self {
+            Op::Launch {
+                panic_in_run,
+                panic_in_drop,
+                ..
+            } => panic_in_run || panic_in_drop,
+            Op::Release { panic_in_drop, .. } => panic_in_drop,
+            Op::BuilderCallback { panic_in_run, .. } => panic_in_run,
+            Op::Logger { mode } => mode == LoggerMode::Panicking,
+            Op::Hook { panicking } => panicking,
+            _ => false,
+        }
+    }
+
+    /// The stream the operation enqueues work on, when it names one.
+    pub fn stream(&self) -> Option<u8> {
+        match *self {
+            Op::Launch { stream, .. }
+            | Op::Replayable { stream }
+            | Op::Release { stream, .. }
+            | Op::Point { stream }
+            | Op::Hold { stream }
+            | Op::Synchronize { stream } => Some(stream),
+            _ => None,
+        }
+    }
+}
+
+fn mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![
+        Just(Mode::Global),
+        Just(Mode::ThreadLocal),
+        Just(Mode::Relaxed)
+    ]
+}
+
+fn rarely() -> impl Strategy<Value = bool> {
+    prop::bool::weighted(0.1)
+}
+
+/// Any operation, weighted towards the common ones.
+pub fn op() -> impl Strategy<Value = Op> {
+    let index = any::<u8>;
+    prop_oneof![
+        2 => prop_oneof![
+            Just(ContextKind::Primary),
+            Just(ContextKind::Borrowed),
+            Just(ContextKind::Fresh)
+        ]
+        .prop_map(|kind| Op::NewContext { kind }),
+        1 => index().prop_map(|index| Op::DropContext { index }),
+        4 => (index(), any::<bool>(), prop::bool::weighted(0.3))
+            .prop_map(|(context, blocking, polled)| Op::NewStream { context, blocking, polled }),
+        1 => (index(), any::<bool>())
+            .prop_map(|(context, legacy)| Op::SpecialStream { context, legacy }),
+        1 => index().prop_map(|index| Op::DropStream { index }),
+        12 => (index(), rarely(), rarely()).prop_map(|(stream, panic_in_run, panic_in_drop)| {
+            Op::Launch { stream, panic_in_run, panic_in_drop }
+        }),
+        2 => index().prop_map(|stream| Op::Replayable { stream }),
+        6 => (index(), rarely())
+            .prop_map(|(stream, panic_in_drop)| Op::Release { stream, panic_in_drop }),
+        4 => index().prop_map(|stream| Op::Point { stream }),
+        3 => index().prop_map(|point| Op::Poll { point }),
+        1 => index().prop_map(|point| Op::DropPoint { point }),
+        4 => index().prop_map(|stream| Op::Hold { stream }),
+        4 => index().prop_map(|gate| Op::Open { gate }),
+        3 => index().prop_map(|stream| Op::Synchronize { stream }),
+        2 => Just(Op::Reclaim),
+        2 => (index(), mode()).prop_map(|(stream, mode)| Op::BuilderBegin { stream, mode }),
+        3 => (index(), rarely())
+            .prop_map(|(builder, panic_in_run)| Op::BuilderCallback { builder, panic_in_run }),
+        2 => (index(), prop::option::of(index()))
+            .prop_map(|(builder, launch_on)| Op::BuilderEnd { builder, launch_on }),
+        1 => index().prop_map(|context| Op::Fail { context }),
+        1 => (index(), 1..3u8).prop_map(|(entry, count)| Op::FailNext { entry, count }),
+        1 => (index(), 1..2000u16).prop_map(|(entry, micros)| Op::DelayNext { entry, micros }),
+        2 => (index(), mode()).prop_map(|(stream, mode)| Op::ForeignBegin { stream, mode }),
+        2 => index().prop_map(|capture| Op::ForeignEnd { capture }),
+        1 => (index(), index(), mode())
+            .prop_map(|(entry, stream, mode)| Op::CaptureAtNextCall { entry, stream, mode }),
+        1 => prop_oneof![
+            Just(LoggerMode::Quiet),
+            Just(LoggerMode::Panicking),
+            Just(LoggerMode::CallingBack)
+        ]
+        .prop_map(|mode| Op::Logger { mode }),
+        1 => any::<bool>().prop_map(|panicking| Op::Hook { panicking }),
+        1 => Just(Op::Retire),
+    ]
+}
+
+/// A sequence of `1..=steps` steps over the workers.
+pub fn sequence(steps: usize) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (any::<u8>(), op()).prop_map(|(worker, op)| Step { worker, op }),
+        1..=steps,
+    )
+}
