@@ -9,6 +9,7 @@ use crate::workers::{ForeignCapture, Local, OpenBuilder};
 use crate::world::{ContextEntry, ContextKind, PendingPoint, StreamEntry, StreamKind, World};
 use cuda_host::{CaptureMode, Context, Device, Error, HostEngine, Stream, StreamFlags};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
+use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -54,9 +55,11 @@ impl Env {
         if matches!(error, Error::ThreadStart { .. }) {
             return self.spawns_fail;
         }
+        let (changes, at_start) = STEP_START.with(Cell::get);
         world.faults_armed.load(Ordering::SeqCst)
-            || world.capture_armed.load(Ordering::SeqCst)
-            || world.captures_open.load(Ordering::SeqCst) != 0
+            || at_start
+            || world.any_capture()
+            || world.capture_changes.load(Ordering::SeqCst) != changes
             || context.is_some_and(|context| context.failed.load(Ordering::SeqCst))
     }
 
@@ -73,14 +76,17 @@ impl Env {
     }
 }
 
-/// Whether a `Drop` may run on this worker now (no capture through a builder forbids it).
-fn drops_allowed() -> bool {
-    witness::drops_allowed_here()
+thread_local! {
+    /// The captures as the running step began: how many had changed, and whether one was open
+    /// or armed. A step beside another may meet a capture that is gone by the time it looks.
+    static STEP_START: Cell<(u64, bool)> = const { Cell::new((0, false)) };
 }
 
 /// Runs `op` on the calling worker: its outcome, for the operation log.
 pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
     let world = &env.world;
+    let changes = world.capture_changes.load(Ordering::SeqCst);
+    STEP_START.with(|start| start.set((changes, world.any_capture())));
     match *op {
         Op::NewContext { kind } => new_context(env, kind),
         Op::DropContext { index } => match world.remove_context(index) {
@@ -267,7 +273,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
                 return "not armed".to_owned();
             }
             let entry = CAPTURE_ENTRIES[usize::from(entry) % CAPTURE_ENTRIES.len()];
-            world.capture_armed.store(true, Ordering::SeqCst);
+            world.arm_capture(true);
             *world.armed.lock().unwrap() = Some(Arc::clone(&stream));
             env.controls
                 .begin_capture_at_next_call(entry, &stream.stream, raw_mode(mode));
@@ -339,16 +345,21 @@ fn launch(env: &Env, stream: u8, panic_in_run: bool, panic_in_drop: bool) -> Str
     );
     env.note(&stream, &witness, true);
     let probe = witness.probe();
+    let globals = witness::global_changes();
     match cuda_host::host_launch(&stream.stream, move || probe.ran()) {
         Ok(()) => {
             if !stream.context_failed() {
                 witness.must_run.store(true, Ordering::SeqCst);
             }
+            witness.accepted_at.store(witness::tick(), Ordering::SeqCst);
             format!("{} launched", witness.what)
         }
         Err(error) => {
             env.check_refusal("host_launch", Some(&stream), &error);
-            if drops_allowed() && witness.drops() == 0 {
+            // Dropped at once, unless a capture through a builder held drops back meanwhile.
+            let allowed = witness::drops_allowed_here()
+                && globals.is_some_and(witness::no_global_capture_since);
+            if allowed && witness.drops() == 0 {
                 violated(format!(
                     "{}: refused ({error}), its closure was not dropped at once",
                     witness.what
@@ -416,7 +427,10 @@ fn release(env: &Env, stream: u8, panic_in_drop: bool) -> String {
     }
     env.note(&stream, &witness, true);
     match cuda_host::release_in_stream_order(&stream.stream, witness.probe()) {
-        Ok(()) => format!("{} held", witness.what),
+        Ok(()) => {
+            witness.accepted_at.store(witness::tick(), Ordering::SeqCst);
+            format!("{} held", witness.what)
+        }
         Err(refused) => {
             env.check_refusal("release_in_stream_order", Some(&stream), &refused.error);
             witness.handed_back.store(true, Ordering::SeqCst);
@@ -525,10 +539,15 @@ fn synchronize(env: &Env, local: &Local, stream: u8) -> String {
         return format!("{} captures: not synchronized", stream.name);
     }
     let _ = local;
+    let began = witness::tick();
+    let globals = witness::global_changes();
     match stream.stream.synchronize() {
         Ok(()) => {
-            if drops_allowed() {
-                check_synchronized(env, &stream);
+            // Its drain dropped them, unless a capture through a builder held drops back.
+            if witness::drops_allowed_here()
+                && globals.is_some_and(witness::no_global_capture_since)
+            {
+                check_synchronized(env, &stream, began);
             }
             format!("{} synchronized", stream.name)
         }
@@ -539,9 +558,10 @@ fn synchronize(env: &Env, local: &Local, stream: u8) -> String {
     }
 }
 
-/// After a synchronize of `stream` returned on this worker: the values this worker's host
-/// functions on it captured, and those it released on it, have been dropped here.
-fn check_synchronized(env: &Env, stream: &StreamEntry) {
+/// After a synchronize of `stream` that began at `began` returned on this worker: the values
+/// this worker's host functions on it captured, and those it released on it, accepted before,
+/// have been dropped here.
+fn check_synchronized(env: &Env, stream: &StreamEntry, began: u64) {
     let home = witness::current_worker().expect("a worker");
     let handed = env.handed.lock().unwrap();
     for witness in handed
@@ -551,7 +571,12 @@ fn check_synchronized(env: &Env, stream: &StreamEntry) {
         })
         .map(|handed| &handed.witness)
     {
-        if witness.handed_back.load(Ordering::SeqCst) || stream.context_failed() {
+        let accepted = witness.accepted_at.load(Ordering::SeqCst);
+        if witness.handed_back.load(Ordering::SeqCst)
+            || stream.context_failed()
+            || accepted == 0
+            || accepted > began
+        {
             continue;
         }
         let launched = witness.must_run.load(Ordering::SeqCst);
@@ -592,15 +617,27 @@ fn builder_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String
         Mode::Relaxed => CaptureMode::Relaxed,
     };
     let global = mode == Mode::Global;
-    match OpenBuilder::begin(Arc::clone(&stream), capture_mode, global) {
+    // Counted open from before it begins: a step beside this one may meet it as soon as it does.
+    stream.captures.fetch_add(1, Ordering::SeqCst);
+    world.capture_opens(true);
+    if global {
+        witness::beginning_global(true);
+    }
+    let begun = OpenBuilder::begin(Arc::clone(&stream), capture_mode, global);
+    if begun.is_ok() {
+        witness::building(true, global);
+    }
+    if global {
+        witness::beginning_global(false);
+    }
+    match begun {
         Ok(open) => {
-            stream.captures.fetch_add(1, Ordering::SeqCst);
-            witness::building(true, global);
-            world.captures_open.fetch_add(1, Ordering::SeqCst);
             local.builders.push(open);
             format!("a {mode:?} capture of {} begins", stream.name)
         }
         Err(error) => {
+            stream.captures.fetch_sub(1, Ordering::SeqCst);
+            world.capture_opens(false);
             env.check_refusal("GraphBuilder::begin", Some(&stream), &error);
             format!("refused: {error}")
         }
@@ -615,13 +652,15 @@ pub fn builder_end(env: &Env, local: &mut Local, builder: u8, launch_on: Option<
     }
     let at = usize::from(builder) % local.builders.len();
     let open = local.builders.remove(at);
-    open.stream.captures.fetch_sub(1, Ordering::SeqCst);
     witness::building(false, open.global);
-    world.captures_open.fetch_sub(1, Ordering::SeqCst);
     let callbacks = open.callbacks.clone();
     let captured = Arc::clone(&open.stream);
     let name = captured.name.clone();
-    let graph = match open.end() {
+    let ended = open.end();
+    // Counted open until its end returned: a step beside this one may meet it still open.
+    captured.captures.fetch_sub(1, Ordering::SeqCst);
+    world.capture_opens(false);
+    let graph = match ended {
         Ok(graph) => graph,
         Err(error) => {
             env.check_refusal("GraphBuilder::end", Some(&captured), &error);
@@ -706,20 +745,29 @@ fn foreign_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String
     if stream.stream.context().bind_to_thread().is_err() {
         return format!("{}: its context does not bind", stream.name);
     }
-    // SAFETY: a live stream that is not capturing.
-    let begun = unsafe { driver.cuStreamBeginCapture_v2(stream.stream.as_raw(), raw_mode(mode)) };
-    if begun != CUresult::CUDA_SUCCESS {
-        return format!("{}: other code's capture refused: {begun}", stream.name);
-    }
-    stream.captures.fetch_add(1, Ordering::SeqCst);
+    // Counted and watched from before it begins: a step beside this one may meet it, or break
+    // it, as soon as it does.
     let capture = ForeignCapture {
         stream: Arc::clone(&stream),
         mode: raw_mode(mode),
         worker: local.id,
         breakers: Arc::new(Mutex::new(Vec::new())),
     };
+    stream.captures.fetch_add(1, Ordering::SeqCst);
+    world.capture_opens(true);
     world.foreign.lock().unwrap().push(capture.watch());
-    world.captures_open.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: a live stream that is not capturing.
+    let begun = unsafe { driver.cuStreamBeginCapture_v2(stream.stream.as_raw(), raw_mode(mode)) };
+    if begun != CUresult::CUDA_SUCCESS {
+        world
+            .foreign
+            .lock()
+            .unwrap()
+            .retain(|watched| !Arc::ptr_eq(&watched.breakers, &capture.breakers));
+        stream.captures.fetch_sub(1, Ordering::SeqCst);
+        world.capture_opens(false);
+        return format!("{}: other code's capture refused: {begun}", stream.name);
+    }
     local.foreign.push(capture);
     format!("other code begins a {mode:?} capture of {}", stream.name)
 }
@@ -729,16 +777,19 @@ fn foreign_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String
 /// was open.
 pub fn end_foreign(env: &Env, capture: ForeignCapture) -> String {
     let world = &env.world;
-    world.captures_open.fetch_sub(1, Ordering::SeqCst);
     world
         .foreign
         .lock()
         .unwrap()
         .retain(|watched| !Arc::ptr_eq(&watched.breakers, &capture.breakers));
-    capture.stream.captures.fetch_sub(1, Ordering::SeqCst);
-    let name = capture.stream.name.clone();
+    let stream = Arc::clone(&capture.stream);
+    let name = stream.name.clone();
     let breakers = capture.breakers.lock().unwrap().clone();
-    match capture.end() {
+    let ended = capture.end();
+    // Counted open until its end returned: a step beside this one may meet it still open.
+    stream.captures.fetch_sub(1, Ordering::SeqCst);
+    world.capture_opens(false);
+    match ended {
         Ok(()) => format!("other code's capture of {name} ended in a graph"),
         Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) if breakers.is_empty() => {
             violated(format!(

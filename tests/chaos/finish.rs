@@ -52,6 +52,10 @@ pub fn finish(
     log: &mut Vec<String>,
 ) -> Result<(), Stuck> {
     let world = &env.world;
+    // The last steps, if they ran beside each other, are done first: one may arm a failure.
+    for (what, outcome) in workers.finish_pending()? {
+        log.push(format!("{what} -> {outcome}"));
+    }
     // No more injected failures, delays or captures; the logger and hook quiet.
     for entry in ENTRIES {
         env.controls
@@ -59,7 +63,7 @@ pub fn finish(
     }
     env.controls.disarm_capture_at_next_call();
     *world.armed.lock().unwrap() = None;
-    world.capture_armed.store(false, Ordering::SeqCst);
+    world.arm_capture(false);
     crate::observers::set_logger(crate::plan::LoggerMode::Quiet);
     crate::observers::set_hook_panicking(false);
     // Each worker ends the captures it began.
@@ -153,8 +157,19 @@ fn settle(env: &Env) -> String {
         std::thread::sleep(Duration::from_micros(200));
     }
     drop(points);
-    // Every stream passed its gates: their words go back, and the gates let go of the streams.
+    // The streams no step names any more (dropped, or lent to another stream) and the special
+    // ones of other threads: a synchronize of each context the run used covers them.
+    let contexts: Vec<_> = world.contexts.lock().unwrap().clone();
+    for context in &contexts {
+        if let Err(error) = context.context.synchronize()
+            && !context.failed.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            violated(format!("{} synchronize at the end: {error}", context.name));
+        }
+    }
+    drop(contexts);
     world.forget_gates();
+    world.words.recycle();
     let streams_count = streams.len();
     drop(streams);
     world.streams.lock().unwrap().clear();

@@ -334,13 +334,21 @@ fn run_steps(
     log: &mut Vec<String>,
     figures: &mut Figures,
 ) -> Result<(), workers::Stuck> {
+    // The steps since the last that ran alone (what each is, its worker's id): a capture armed
+    // at a driver call may have begun in any of them, and any may have broken another's.
+    let mut together_at: Vec<(String, usize)> = Vec::new();
+    let mut calls_before = breaking_calls(env.controls);
     for (number, step) in steps.iter().enumerate() {
         let worker = usize::from(step.worker) % workers.len();
         figures.steps += 1;
         *figures.by_op.entry(op_name(&step.op)).or_default() += 1;
         figures.panics += u64::from(step.op.asks_for_a_panic());
-        let what = format!("{number}: worker {worker}: {:?}", step.op);
-        let calls_before = breaking_calls(env.controls);
+        let what = format!(
+            "{number}: worker {worker} (id {}){}: {:?}",
+            workers.id(worker),
+            if step.beside { ", beside the next" } else { "" },
+            step.op
+        );
         let outcome = match step.op {
             Op::Retire => {
                 let env_job = env.clone();
@@ -350,21 +358,39 @@ fn run_steps(
                     Box::new(move |local| execute::end_local_captures(&env_job, local)),
                 )?;
                 workers.retire(worker)?;
+                for (what, outcome) in workers.finish_pending()? {
+                    log.push(format!("{what} -> {outcome}"));
+                }
                 "retired".to_owned()
             }
             _ => {
                 let env_job = env.clone();
                 let op = step.op.clone();
-                workers.run(
-                    worker,
-                    what.clone(),
-                    Box::new(move |local| execute::execute(&env_job, local, &op)),
-                )?
+                let job: workers::Job =
+                    Box::new(move |local| execute::execute(&env_job, local, &op));
+                if step.beside {
+                    workers.run_beside(worker, what.clone(), job);
+                    "(started)".to_owned()
+                } else {
+                    let outcome = workers.run(worker, what.clone(), job)?;
+                    for (what, outcome) in workers.finish_pending()? {
+                        log.push(format!("{what} -> {outcome}"));
+                    }
+                    outcome
+                }
             }
         };
-        note_breakers(env, &what, calls_before, workers.id(worker));
         log.push(format!("{what} -> {outcome}"));
-        end_triggered_capture(env, workers, worker, &step.op, log)?;
+        together_at.push((what, workers.id(worker)));
+        if step.beside {
+            continue;
+        }
+        let used = env.world.take_used();
+        let broke = breaking_calls(env.controls) != calls_before;
+        note_breakers(env, &together_at, &used, calls_before);
+        end_triggered_capture(env, workers, worker, &used, broke, log)?;
+        together_at.clear();
+        calls_before = breaking_calls(env.controls);
         let violations = witness::take_violations();
         if !violations.is_empty() {
             // Put back for the runner, which ends the sequence on them.
@@ -373,6 +399,17 @@ fn run_steps(
             }
             return Ok(());
         }
+    }
+    // The last steps ran beside each other: done before their calls are counted.
+    if !together_at.is_empty() {
+        for (what, outcome) in workers.finish_pending()? {
+            log.push(format!("{what} -> {outcome}"));
+        }
+        let used = env.world.take_used();
+        let broke = breaking_calls(env.controls) != calls_before;
+        note_breakers(env, &together_at, &used, calls_before);
+        let last = usize::from(steps[steps.len() - 1].worker) % workers.len();
+        end_triggered_capture(env, workers, last, &used, broke, log)?;
     }
     Ok(())
 }
@@ -397,21 +434,42 @@ fn breaking_calls(controls: &suite::software::Controls) -> u64 {
     .sum()
 }
 
-/// Notes the step as a breaker of the captures other code began that it may break: when it
-/// made a breaking call while a global-mode one was open, or on the thread of a thread-local one.
-fn note_breakers(env: &Env, what: &str, calls_before: u64, worker_id: usize) {
+/// Notes the steps that ran together (each with its worker's id), which used `used`, as
+/// breakers of the captures other code began that they may break, as documented: when a
+/// breaking call was made while a global-mode one was open, or on the thread of a thread-local
+/// one; or when they used the legacy stream of the context of a blocking stream's capture
+/// ("Launches and captures": a capture begun between cuda-host's check and its enqueue there).
+fn note_breakers(
+    env: &Env,
+    steps: &[(String, usize)],
+    used: &[Arc<world::StreamEntry>],
+    calls_before: u64,
+) {
+    use cuda_host_sys::CUstreamCaptureMode as Mode;
+    for watch in env.world.foreign.lock().unwrap().iter() {
+        let legacy = watch.stream.kind == world::StreamKind::Blocking
+            && used.iter().any(|used| {
+                used.kind == world::StreamKind::Legacy
+                    && used.context.context.as_raw() == watch.stream.context.context.as_raw()
+            });
+        if legacy {
+            let what = "a step used the legacy stream of its context".to_owned();
+            watch.breakers.lock().unwrap().push(what);
+        }
+    }
     if breaking_calls(env.controls) == calls_before {
         return;
     }
-    use cuda_host_sys::CUstreamCaptureMode as Mode;
     for watch in env.world.foreign.lock().unwrap().iter() {
-        let breaks = match watch.mode {
-            Mode::CU_STREAM_CAPTURE_MODE_GLOBAL => true,
-            Mode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL => watch.worker == worker_id,
-            _ => false,
-        };
-        if breaks {
-            watch.breakers.lock().unwrap().push(what.to_owned());
+        for (what, worker_id) in steps {
+            let breaks = match watch.mode {
+                Mode::CU_STREAM_CAPTURE_MODE_GLOBAL => true,
+                Mode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL => watch.worker == *worker_id,
+                _ => false,
+            };
+            if breaks {
+                watch.breakers.lock().unwrap().push(what.clone());
+            }
         }
     }
 }
@@ -422,7 +480,8 @@ fn end_triggered_capture(
     env: &Env,
     workers: &mut Workers,
     worker: usize,
-    op: &Op,
+    used: &[Arc<world::StreamEntry>],
+    broke: bool,
     log: &mut Vec<String>,
 ) -> Result<(), workers::Stuck> {
     let world = &env.world;
@@ -440,14 +499,13 @@ fn end_triggered_capture(
         return Ok(());
     }
     *world.armed.lock().unwrap() = None;
-    world.capture_armed.store(false, Ordering::SeqCst);
-    // A blocking stream's capture begun between cuda-host's check of the legacy stream and its
-    // enqueue there is broken by the enqueue, as documented ("Launches and captures").
-    let documented = stream.kind == world::StreamKind::Blocking
-        && op
-            .stream()
-            .and_then(|index| world.stream(index))
-            .is_some_and(|used| {
+    world.arm_capture(false);
+    // A call that documentedly breaks a capture (an allocation, a free, a context synchronize)
+    // may have broken it; and a blocking stream's capture begun between cuda-host's check of the
+    // legacy stream and its enqueue there is broken by the enqueue ("Launches and captures").
+    let documented = broke
+        || stream.kind == world::StreamKind::Blocking
+            && used.iter().any(|used| {
                 used.kind == world::StreamKind::Legacy
                     && used.context.context.as_raw() == stream.context.context.as_raw()
             });

@@ -5,11 +5,13 @@
 use crate::world::ContextKind;
 use proptest::prelude::*;
 
-/// One step: `op` on worker `worker` (modulo the workers).
+/// One step: `op` on worker `worker` (modulo the workers); with `beside`, the next step starts
+/// without waiting for this one, so that the two run at once.
 #[derive(Debug, Clone)]
 pub struct Step {
     pub worker: u8,
     pub op: Op,
+    pub beside: bool,
 }
 
 /// A driver entry point cuda-host calls, for failures, delays and captures begun at a call.
@@ -161,6 +163,24 @@ pub enum Op {
 }
 
 impl Op {
+    /// Whether the step may run beside the next one. Not those whose outcome the harness's own
+    /// bookkeeping must see complete before the next step plans (gates, synchronizes, failures,
+    /// captures of other code, exiting workers), nor a replayable launch, whose safety contract
+    /// forbids another thread to end a capture of its stream meanwhile.
+    pub fn may_run_beside(&self) -> bool {
+        !matches!(
+            self,
+            Op::Replayable { .. }
+                | Op::Hold { .. }
+                | Op::Synchronize { .. }
+                | Op::Fail { .. }
+                | Op::ForeignBegin { .. }
+                | Op::ForeignEnd { .. }
+                | Op::CaptureAtNextCall { .. }
+                | Op::Retire
+        )
+    }
+
     /// Whether the step makes something panic: a run, a `Drop`, the hook or the logger.
     pub fn asks_for_a_panic(&self) -> bool {
         match *self {
@@ -174,19 +194,6 @@ impl Op {
             Op::Logger { mode } => mode == LoggerMode::Panicking,
             Op::Hook { panicking } => panicking,
             _ => false,
-        }
-    }
-
-    /// The stream the operation enqueues work on, when it names one.
-    pub fn stream(&self) -> Option<u8> {
-        match *self {
-            Op::Launch { stream, .. }
-            | Op::Replayable { stream }
-            | Op::Release { stream, .. }
-            | Op::Point { stream }
-            | Op::Hold { stream }
-            | Op::Synchronize { stream } => Some(stream),
-            _ => None,
         }
     }
 }
@@ -258,7 +265,10 @@ pub fn op() -> impl Strategy<Value = Op> {
 /// A sequence of `1..=steps` steps over the workers.
 pub fn sequence(steps: usize) -> impl Strategy<Value = Vec<Step>> {
     prop::collection::vec(
-        (any::<u8>(), op()).prop_map(|(worker, op)| Step { worker, op }),
+        (any::<u8>(), op(), prop::bool::weighted(0.25)).prop_map(|(worker, op, beside)| {
+            let beside = beside && op.may_run_beside();
+            Step { worker, op, beside }
+        }),
         1..=steps,
     )
 }

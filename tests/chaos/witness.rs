@@ -5,7 +5,7 @@
 //! after every step.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A rule broken, as a witness or a check saw it.
@@ -43,6 +43,38 @@ thread_local! {
 /// Global-mode captures begun through a `GraphBuilder` (by any worker) and not ended: while one
 /// is open, no `Drop` of a witness may run anywhere.
 static GLOBAL_BUILDS: AtomicUsize = AtomicUsize::new(0);
+/// Global-mode `GraphBuilder::begin` calls under way: cuda-host holds drops back from before the
+/// capture begins (and until the call returns, if it fails).
+static GLOBAL_BEGINNINGS: AtomicUsize = AtomicUsize::new(0);
+
+/// Changes of the two counts above: a call during which it moved may have met a global capture.
+static GLOBAL_CHANGES: AtomicUsize = AtomicUsize::new(0);
+
+/// Notes a global-mode `GraphBuilder::begin` call under way (`true`) or returned (`false`).
+pub fn beginning_global(under_way: bool) {
+    GLOBAL_CHANGES.fetch_add(1, Ordering::SeqCst);
+    if under_way {
+        GLOBAL_BEGINNINGS.fetch_add(1, Ordering::SeqCst);
+    } else {
+        GLOBAL_BEGINNINGS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Whether no global-mode builder capture was open or beginning at any instant since
+/// `changes` was read from [`global_changes`] (the calling thread's own captures aside).
+pub fn no_global_capture_since(changes: usize) -> bool {
+    GLOBAL_BUILDS.load(Ordering::SeqCst) == 0
+        && GLOBAL_BEGINNINGS.load(Ordering::SeqCst) == 0
+        && GLOBAL_CHANGES.load(Ordering::SeqCst) == changes
+}
+
+/// The count of changes, to read before a call and pass to [`no_global_capture_since`] after.
+pub fn global_changes() -> Option<usize> {
+    let changes = GLOBAL_CHANGES.load(Ordering::SeqCst);
+    let none =
+        GLOBAL_BUILDS.load(Ordering::SeqCst) == 0 && GLOBAL_BEGINNINGS.load(Ordering::SeqCst) == 0;
+    none.then_some(changes)
+}
 
 /// Marks the calling thread as the worker of id `id` for its life.
 pub fn become_worker(id: usize) {
@@ -65,6 +97,7 @@ pub fn building(begun: bool, global: bool) {
         })
     });
     if global {
+        GLOBAL_CHANGES.fetch_add(1, Ordering::SeqCst);
         if begun {
             GLOBAL_BUILDS.fetch_add(1, Ordering::SeqCst);
         } else {
@@ -74,9 +107,11 @@ pub fn building(begun: bool, global: bool) {
 }
 
 /// Whether a witness's `Drop` may run on the calling thread now: it captures through no
-/// builder, and no global-mode builder capture is open anywhere.
+/// builder, and no global-mode builder capture is open or beginning anywhere.
 pub fn drops_allowed_here() -> bool {
-    BUILDING.with(Cell::get) == 0 && GLOBAL_BUILDS.load(Ordering::SeqCst) == 0
+    BUILDING.with(Cell::get) == 0
+        && GLOBAL_BUILDS.load(Ordering::SeqCst) == 0
+        && GLOBAL_BEGINNINGS.load(Ordering::SeqCst) == 0
 }
 
 /// A condition a witness's drop must find true: the stream of `progress` passed its marker
@@ -85,6 +120,15 @@ pub fn drops_allowed_here() -> bool {
 pub struct Passed {
     pub progress: Arc<crate::world::Progress>,
     pub marker: u32,
+}
+
+/// The order of the harness's events across workers: a step that runs beside another tells what
+/// happened before it by this.
+static CLOCK: AtomicU64 = AtomicU64::new(1);
+
+/// The next instant of [`CLOCK`].
+pub fn tick() -> u64 {
+    CLOCK.fetch_add(1, Ordering::SeqCst)
 }
 
 /// What happens to one value handed to cuda-host.
@@ -109,6 +153,8 @@ pub struct Witness {
     /// Whether the harness took it back (a refused release hands the value back): dropped by
     /// the harness, not by cuda-host.
     pub handed_back: AtomicBool,
+    /// When the call that handed it over returned accepted ([`tick`]; 0 before).
+    pub accepted_at: AtomicU64,
 }
 
 /// Every witness of the sequence under way.
@@ -130,6 +176,7 @@ impl Witness {
             once,
             not_before: Mutex::new(Vec::new()),
             handed_back: AtomicBool::new(false),
+            accepted_at: AtomicU64::new(0),
         });
         WITNESSES.lock().unwrap().push(Arc::clone(&witness));
         witness

@@ -71,6 +71,7 @@ pub struct ForeignCapture {
 
 /// What the runner watches of a capture other code began: which steps may break it.
 pub struct ForeignWatch {
+    pub stream: Arc<StreamEntry>,
     pub mode: CUstreamCaptureMode,
     pub worker: usize,
     pub breakers: Arc<Mutex<Vec<String>>>,
@@ -79,6 +80,7 @@ pub struct ForeignWatch {
 impl ForeignCapture {
     pub fn watch(&self) -> ForeignWatch {
         ForeignWatch {
+            stream: Arc::clone(&self.stream),
             mode: self.mode,
             worker: self.worker,
             breakers: Arc::clone(&self.breakers),
@@ -173,7 +175,7 @@ pub struct Stuck(pub String);
 pub struct Workers {
     workers: Vec<Worker>,
     bound: Duration,
-    /// Steps sent to a worker without waiting for them (waits a later step releases).
+    /// Steps sent to a worker without waiting for them, which run beside the next.
     pending: Vec<(usize, String, Receiver<String>)>,
 }
 
@@ -202,6 +204,13 @@ impl Workers {
     pub fn run(&mut self, index: usize, what: String, job: Job) -> Result<String, Stuck> {
         let reply = self.send(index, what.clone(), job);
         self.wait(index, &what, &reply)
+    }
+
+    /// Sends `job` to worker `index` without waiting for it: the next steps run meanwhile, on
+    /// their workers, and [`finish_pending`](Self::finish_pending) waits for it.
+    pub fn run_beside(&mut self, index: usize, what: String, job: Job) {
+        let reply = self.send(index, what.clone(), job);
+        self.pending.push((index, what, reply));
     }
 
     /// Waits for every step started without waiting.
@@ -286,6 +295,9 @@ impl Workers {
     /// Lets `worker` exit, and waits for its thread (its thread-locals' destructors included).
     fn exit(&self, index: usize, mut worker: Worker) -> Result<(), Stuck> {
         let id = worker.id;
+        // Noted before it exits: as it exits, its records pass to the shared list, which any
+        // thread drains at once (a step beside this one may).
+        crate::witness::worker_exited(id);
         drop(worker.jobs);
         let thread = worker.thread.take().expect("joined once");
         let deadline = Instant::now() + self.bound;
@@ -296,7 +308,6 @@ impl Workers {
             std::thread::sleep(Duration::from_millis(1));
         }
         thread.join().expect("a worker's thread");
-        crate::witness::worker_exited(id);
         Ok(())
     }
 }

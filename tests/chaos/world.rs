@@ -12,6 +12,8 @@ use suite::MappedWords;
 pub struct Words {
     words: MappedWords,
     free: Mutex<Vec<usize>>,
+    /// Given back, but a stream may still have to read or write them.
+    retired: Mutex<Vec<usize>>,
 }
 
 const WORDS: usize = 1 << 16;
@@ -23,6 +25,7 @@ impl Words {
         WORDS_OF_PROCESS.get_or_init(|| Words {
             words: MappedWords::new(context, WORDS),
             free: Mutex::new((0..WORDS).rev().collect()),
+            retired: Mutex::new(Vec::new()),
         })
     }
 
@@ -37,8 +40,17 @@ impl Words {
         index
     }
 
+    /// Gives a word back for reuse once every stream of the run passed what it enqueued
+    /// reading or writing it: at the next [`recycle`](Self::recycle).
     fn give_back(&self, index: usize) {
-        self.free.lock().unwrap().push(index);
+        self.retired.lock().unwrap().push(index);
+    }
+
+    /// Makes the words given back since the last call free again. Only once no stream can still
+    /// read or write them: after a synchronize of every context the run used.
+    pub fn recycle(&self) {
+        let retired = std::mem::take(&mut *self.retired.lock().unwrap());
+        self.free.lock().unwrap().extend(retired);
     }
 }
 
@@ -49,7 +61,9 @@ pub struct Progress {
     pub name: String,
     words: &'static Words,
     word: usize,
-    next: AtomicU32,
+    /// The last marker enqueued; locked from taking a number to enqueueing it, so that markers
+    /// reach the stream in increasing order whichever workers enqueue them.
+    next: Mutex<u32>,
     /// Whether a marker may still be written (a failed context's stream may not write, but it
     /// may still read the word: it is not given back).
     keep: AtomicBool,
@@ -61,7 +75,7 @@ impl Progress {
             name,
             words,
             word: words.take(),
-            next: AtomicU32::new(0),
+            next: Mutex::new(0),
             keep: AtomicBool::new(false),
         }
     }
@@ -74,7 +88,8 @@ impl Progress {
         if !matches!(stream.capture_state(), Ok(None)) {
             return None;
         }
-        let marker = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let mut next = self.next.lock().unwrap();
+        let marker = *next + 1;
         let driver = stream.context().driver();
         // The special streams' handles name the current context's.
         stream.context().bind_to_thread().ok()?;
@@ -90,6 +105,8 @@ impl Progress {
         if driver.check("cuMemsetD32Async", result).is_err() {
             return None;
         }
+        *next = marker;
+        drop(next);
         match stream.capture_state() {
             Ok(None) => Some(marker),
             _ => None,
@@ -209,6 +226,11 @@ pub struct World {
     pub armed: Mutex<Option<Arc<StreamEntry>>>,
     /// Captures open: through builders and by other code.
     pub captures_open: AtomicUsize,
+    /// Changes of `captures_open` and `capture_armed`: a step during which they moved may have
+    /// met a capture, though none is open before or after it.
+    pub capture_changes: AtomicU64,
+    /// The streams steps used, for the runner to tell what they touched.
+    used: Mutex<Vec<Arc<StreamEntry>>>,
     /// Captures other code began, for the runner to note the steps that may break them.
     pub foreign: Mutex<Vec<crate::workers::ForeignWatch>>,
 }
@@ -227,7 +249,9 @@ impl World {
             capture_armed: AtomicBool::new(false),
             armed: Mutex::new(None),
             captures_open: AtomicUsize::new(0),
+            capture_changes: AtomicU64::new(0),
             foreign: Mutex::new(Vec::new()),
+            used: Mutex::new(Vec::new()),
         };
         world.contexts.lock().unwrap().push(Arc::new(ContextEntry {
             id: u64::MAX,
@@ -237,6 +261,27 @@ impl World {
             failed: AtomicBool::new(false),
         }));
         world
+    }
+
+    /// Notes a capture opening (`true`) or closed (`false`).
+    pub fn capture_opens(&self, opens: bool) {
+        self.capture_changes.fetch_add(1, Ordering::SeqCst);
+        if opens {
+            self.captures_open.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.captures_open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Arms (`true`) or forgets (`false`) a capture at a driver call.
+    pub fn arm_capture(&self, armed: bool) {
+        self.capture_changes.fetch_add(1, Ordering::SeqCst);
+        self.capture_armed.store(armed, Ordering::SeqCst);
+    }
+
+    /// Whether a capture is open or armed now.
+    pub fn any_capture(&self) -> bool {
+        self.captures_open.load(Ordering::SeqCst) != 0 || self.capture_armed.load(Ordering::SeqCst)
     }
 
     /// A fresh number for an object's name.
@@ -279,9 +324,21 @@ impl World {
         Some((context, gone))
     }
 
+    /// The `index`-th stream (modulo how many there are), noted as used by the step.
     pub fn stream(&self, index: u8) -> Option<Arc<StreamEntry>> {
         let streams = self.streams.lock().unwrap();
-        (!streams.is_empty()).then(|| Arc::clone(&streams[usize::from(index) % streams.len()]))
+        let stream =
+            (!streams.is_empty()).then(|| Arc::clone(&streams[usize::from(index) % streams.len()]));
+        drop(streams);
+        if let Some(stream) = &stream {
+            self.used.lock().unwrap().push(Arc::clone(stream));
+        }
+        stream
+    }
+
+    /// The streams steps used since the last call.
+    pub fn take_used(&self) -> Vec<Arc<StreamEntry>> {
+        std::mem::take(&mut *self.used.lock().unwrap())
     }
 
     pub fn add_stream(
@@ -394,8 +451,8 @@ impl World {
         })
     }
 
-    /// Gives back the gates' words once every stream passed them (at the end of a sequence);
-    /// a failed context's stream may still wait on its gate: that word is kept.
+    /// Gives back the gates' words (at the end of a sequence); a failed context's stream may
+    /// still wait on its gate: that word is kept.
     pub fn forget_gates(&self) {
         for gate in self.gates.lock().unwrap().drain(..) {
             if gate.stream.context_failed() {
