@@ -416,6 +416,11 @@ CUresult cuswArmedFailures(const char *entry, unsigned int *remaining);
  * CUDA_ERROR_NOT_FOUND for an unknown entry name. */
 CUresult cuswCallCount(const char *entry, unsigned long long *count);
 
+/* How many calls, since the library was loaded, by any thread, of the entry points this driver
+ * exports without modelling them (each answers CUDA_ERROR_NOT_SUPPORTED and is named in the
+ * driver's log the first time), calls an injected failure answered included. */
+CUresult cuswUnmodelledCalls(unsigned long long *count);
+
 /* How many host functions were launched through cuLaunchHostFunc_v2 (and its _ptsz form) with
  * `syncMode` (CU_HOST_TASK_BLOCKING or CU_HOST_TASK_SPINWAIT) since load, by any thread, calls an
  * injected failure answered excluded. CUDA_ERROR_INVALID_VALUE for another mode. */

@@ -93,6 +93,23 @@
         return call;                                                                             \
     }
 
+/* Defines the exported function `name` and its twin name##_ptds (entries.def's PTDS_TWIN), both
+ * answering `call`, an expression of the parameters and of `per_thread`: false in `name`, true in
+ * the twin, which works on the calling thread's per-thread stream instead of the legacy one. */
+#define CUSW_PTDS_TWINS(name, params, call)                                                      \
+    CUSW_EXPORT CUresult name params                                                             \
+    {                                                                                            \
+        const bool per_thread = false;                                                           \
+        CUSW_INIT_ENTRY();                                                                       \
+        return call;                                                                             \
+    }                                                                                            \
+    CUSW_EXPORT CUresult name##_ptds params                                                      \
+    {                                                                                            \
+        const bool per_thread = true;                                                            \
+        CUSW_INIT_ENTRY();                                                                       \
+        return call;                                                                             \
+    }
+
 /* ---- Limits and defaults --------------------------------------------------------------------- */
 
 #define CUSW_MAX_DEVICES 8
@@ -132,6 +149,11 @@ void cusw_defer_until_unlocked(struct cusw_deferred *d, void (*run)(struct cusw_
 /* Configuration read from the environment when the library is loaded. */
 int cusw_config_device_count(void);
 int cusw_config_driver_version(void);
+
+/* Writes one line to the driver's log: standard error, or where CUSW_LOG names (a file, or "off"
+ * for nowhere). For what a user should know once: an entry point or a kernel the driver does not
+ * model. Takes a lock of its own, never cusw_lock. */
+void cusw_log(const char *format, ...) __attribute__((format(printf, 1, 2)));
 
 /* Creates a detached internal thread (pins the library in memory first, so that a dlclose by
  * the application cannot unmap code that driver threads are still running). */
@@ -701,16 +723,32 @@ bool cusw_enter(struct cusw_call_site *site, CUresult *injected);
 /* Calls of the sites whose exported name, or with `by_base` also whose base name, is `entry`. */
 unsigned long long cusw_calls_of(const char *entry, bool by_base);
 void cusw_count_host_task_sync_mode(unsigned int syncMode); /* cuLaunchHostFunc_v2's */
+/* An unmodelled entry point's answer (api/unmodelled.c): counts the call, names `symbol` in the
+ * log the first time (`*logged` is its function's own flag), and answers
+ * CUDA_ERROR_NOT_SUPPORTED. */
+CUresult cusw_unmodelled_call(const char *symbol, atomic_bool *logged);
+unsigned long long cusw_unmodelled_calls(void); /* since load, every unmodelled entry point's */
 unsigned long long cusw_host_task_sync_mode_launches(unsigned int syncMode);
 
 /* ---- The exported functions (entries.def; api/) ---------------------------------------------- */
 
 #define ENTRY(base, version, name, params) CUresult name params;
 #define TWIN(base, version, name, params) CUresult name params; CUresult name##_ptsz params;
+#define PTDS_TWIN(base, version, name, params) CUresult name params; CUresult name##_ptds params;
 #define CONTROL(name)
 #include "entries.def"
 #undef ENTRY
 #undef TWIN
+#undef PTDS_TWIN
 #undef CONTROL
+
+/* The functions the driver exports without modelling them (unmodelled.def, which the build writes
+ * from exports.txt less entries.def): declared without parameters, which they never read
+ * (api/unmodelled.c says why that is sound). */
+#define UNMODELLED(base, version, name) CUresult name(void);
+#define UNMODELLED_TWIN(base, version, name, twin) CUresult name(void); CUresult twin(void);
+#include "unmodelled.def"
+#undef UNMODELLED
+#undef UNMODELLED_TWIN
 
 #endif /* CUSW_INTERNAL_H */

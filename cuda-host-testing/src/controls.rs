@@ -30,6 +30,7 @@ pub struct Controls {
     user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
     delay_next_calls: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> CUresult,
     stale_handle_uses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
+    unmodelled_calls: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
     live_objects: LiveObjectsFn,
     armed_failures: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
     call_count: unsafe extern "C" fn(*const c_char, *mut c_ulonglong) -> CUresult,
@@ -121,6 +122,7 @@ impl Controls {
             user_object_stats: control!(c"cuswUserObjectStats"),
             delay_next_calls: control!(c"cuswDelayNextCalls"),
             stale_handle_uses: control!(c"cuswStaleHandleUses"),
+            unmodelled_calls: control!(c"cuswUnmodelledCalls"),
             live_objects: control!(c"cuswLiveObjects"),
             armed_failures: control!(c"cuswArmedFailures"),
             call_count: control!(c"cuswCallCount"),
@@ -300,6 +302,23 @@ impl Controls {
         // SAFETY: a valid out-pointer.
         check("cuswStaleHandleUses", unsafe {
             (self.stale_handle_uses)(&mut count)
+        })?;
+        Ok(count)
+    }
+
+    /// How many calls so far, from any thread, of the entry points the driver exports without
+    /// modelling them ([`UNMODELLED_ENTRY_POINTS`](crate::UNMODELLED_ENTRY_POINTS)): each answers
+    /// `CUDA_ERROR_NOT_SUPPORTED` and is named in the driver's log the first time. A test that
+    /// expects code to stay within what the driver models checks that this does not grow.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers an error.
+    #[doc(alias = "cuswUnmodelledCalls")]
+    pub fn unmodelled_calls(&self) -> Result<u64, Error> {
+        let mut count = 0;
+        // SAFETY: a valid out-pointer.
+        check("cuswUnmodelledCalls", unsafe {
+            (self.unmodelled_calls)(&mut count)
         })?;
         Ok(count)
     }

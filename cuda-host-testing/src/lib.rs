@@ -43,11 +43,14 @@
 //!
 //! # Entry points
 //!
-//! [`ENTRY_POINTS`] lists what it implements, generated from the list the driver is built from
-//! (`driver/entries.def`); [`entry_points`] has the table. An entry point it lacks is missing as
-//! on a real driver that lacks it: `cuGetProcAddress_v2` answers success with a null pointer and
-//! `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`, and cuda-host-sys's table answers
-//! `CUDA_ERROR_NOT_FOUND` (`Error::EntryPointUnavailable`) when it is called; nothing crashes.
+//! [`ENTRY_POINTS`] lists what it models, generated from the list the driver is built from
+//! (`driver/entries.def`); [`entry_points`] has the table. No symbol is missing: every other
+//! function a CUDA 13.5 driver exports ([`UNMODELLED_ENTRY_POINTS`], generated from the headers)
+//! is exported too, under every name, and found by `cuGetProcAddress_v2`; called, it answers
+//! `CUDA_ERROR_NOT_SUPPORTED`, is counted ([`Controls::unmodelled_calls`]) and is named once in
+//! the driver's log (standard error; `CUSW_LOG=FILE` appends to a file, `CUSW_LOG=off` silences
+//! it). A name no driver has is answered as a real driver answers it: `cuGetProcAddress_v2`
+//! answers success with a null pointer and `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`.
 //!
 //! # Where the libraries are
 //!
@@ -74,7 +77,7 @@ mod libcuda_dir;
 mod selection;
 
 pub use controls::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
-pub use entry_points::{CONTROLS, ENTRY_POINTS, EntryPoint};
+pub use entry_points::{CONTROLS, ENTRY_POINTS, EntryPoint, UNMODELLED_ENTRY_POINTS};
 pub use error::Error;
 pub use libcuda_dir::LibcudaDir;
 pub use selection::{

@@ -18,6 +18,7 @@ mod controls;
 mod copies;
 mod coverage;
 mod devices;
+mod entry_points;
 mod errors;
 mod exec_updates;
 mod fresh_contexts;

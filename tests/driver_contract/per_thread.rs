@@ -1,6 +1,7 @@
-//! The per-thread-default-stream forms (`_ptsz`), which a table loaded for the per-thread default
-//! stream resolves: given the null stream, each acts on the calling thread's per-thread stream,
-//! where the plain forms act on the legacy stream.
+//! The per-thread-default-stream forms (`_ptsz`, and `_ptds` of the calls that take no stream),
+//! which a table loaded for the per-thread default stream resolves: given the null stream, or
+//! none, each acts on the calling thread's per-thread stream, where the plain forms act on the
+//! legacy stream.
 
 use crate::contexts::{stream_flags, stream_priority};
 use crate::harness::*;
@@ -29,6 +30,19 @@ fn per_thread_table() -> &'static Driver {
         // SAFETY: the library the suite already runs on as its driver.
         let options = unsafe { LoadOptions::library(driver().library_name()) }
             .per_thread_default_stream(true);
+        // SAFETY: as above.
+        unsafe { Driver::load(&options) }.expect("the driver loads again")
+    })
+}
+
+/// A table of the test driver's library loaded for the legacy default stream, whatever the
+/// process-wide one is loaded for.
+fn legacy_table() -> &'static Driver {
+    static TABLE: OnceLock<Driver> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        // SAFETY: the library the suite already runs on as its driver.
+        let options = unsafe { LoadOptions::library(driver().library_name()) }
+            .per_thread_default_stream(false);
         // SAFETY: as above.
         unsafe { Driver::load(&options) }.expect("the driver loads again")
     })
@@ -270,6 +284,104 @@ fn the_per_thread_copy_and_set_forms_given_the_null_stream_enqueue_on_the_callin
         (0..7).map(|index| words.get(index)).collect::<Vec<_>>(),
         [9, 0x1234_1234, 0x7f7f_7f7f, 1, 2, 3, 4]
     );
+}
+
+/// The synchronous copies and sets of a per-thread table (`_ptds`) work on the calling thread's
+/// per-thread stream, which waits for the legacy stream only, not for other blocking streams as
+/// the legacy stream the plain forms work on does: with a blocking stream held, they all do their
+/// work, and the per-thread stream is done, while the plain form waits.
+#[test]
+fn the_per_thread_synchronous_copy_and_set_forms_work_on_the_calling_threads_stream() {
+    let _alone = alone();
+    let context = current_context();
+    let (first, second, third) = (
+        DeviceMemory::new(16),
+        DeviceMemory::new(16),
+        DeviceMemory::new(16),
+    );
+    let gate = suite::Gate::new(&context);
+    let held = blocking(&context);
+    gate.hold(&held);
+    let memory = SendHandle((first.0, second.0, third.0));
+    let bound = context.clone();
+    let copied = returns_while_held("the per-thread forms, a blocking stream held", move || {
+        bound.bind_to_thread().expect("the context binds");
+        let (first, second, third) = memory.get();
+        let table = per_thread_table();
+        let mut back = [0u32; 4];
+        // SAFETY: device allocations of 16 bytes and live host arrays; aligned addresses.
+        unsafe {
+            ok(
+                "cuMemcpyHtoD_v2_ptds",
+                table.cuMemcpyHtoD_v2(first, [1u32, 2, 3, 4].as_ptr().cast(), 16),
+            );
+            ok(
+                "cuMemcpyDtoD_v2_ptds",
+                table.cuMemcpyDtoD_v2(second, first, 16),
+            );
+            ok("cuMemsetD32_v2_ptds", table.cuMemsetD32_v2(third, 9, 1));
+            ok(
+                "cuMemsetD16_v2_ptds",
+                table.cuMemsetD16_v2(third + 4, 0x1234, 2),
+            );
+            ok(
+                "cuMemsetD8_v2_ptds",
+                table.cuMemsetD8_v2(third + 8, 0x7f, 4),
+            );
+            ok("cuStreamSynchronize", table.cuStreamSynchronize(NULL));
+            ok(
+                "cuMemcpyDtoH_v2_ptds",
+                table.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), second, 16),
+            );
+        }
+        back
+    });
+    assert_eq!(copied, [1, 2, 3, 4]);
+    let (set_memory, bound) = (SendHandle(third.0), context.clone());
+    let set = returns_while_held(
+        "the per-thread copy back, a blocking stream held",
+        move || {
+            bound.bind_to_thread().expect("the context binds");
+            let table = per_thread_table();
+            let mut back = [0u32; 4];
+            // SAFETY: 16 bytes of a device allocation into a live host array.
+            ok("cuMemcpyDtoH_v2_ptds", unsafe {
+                table.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), set_memory.get(), 16)
+            });
+            back
+        },
+    );
+    assert_eq!(set[..3], [9, 0x1234_1234, 0x7f7f_7f7f]);
+    gate.open();
+    ok("cuStreamSynchronize", synchronize(held.as_raw()));
+    // The plain form, on the legacy stream, waits for the held blocking stream.
+    let gate = suite::Gate::new(&context);
+    gate.hold(&held);
+    let third = third.0;
+    let (result, waited) = enqueue_then_open(&context, &gate, move || {
+        let mut back = [0u32; 4];
+        // SAFETY: 16 bytes of a device allocation into a live host array.
+        unsafe { legacy_table().cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), third, 16) }
+    });
+    assert_eq!(result, SUCCESS);
+    assert!(
+        waited,
+        "the legacy stream's copy went ahead of a held blocking stream"
+    );
+    ok("cuStreamSynchronize", synchronize(held.as_raw()));
+}
+
+#[test]
+fn the_per_thread_context_form_given_the_null_stream_names_the_current_context() {
+    let _alone = alone();
+    let context = current_context();
+    let table = per_thread_table();
+    let mut owner = ptr::null_mut();
+    // SAFETY: the calling thread's per-thread stream and a valid out-pointer.
+    ok("cuStreamGetCtx_ptsz", unsafe {
+        table.cuStreamGetCtx(NULL, &mut owner)
+    });
+    assert_eq!(owner, context.as_raw());
 }
 
 #[test]

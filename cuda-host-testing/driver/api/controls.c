@@ -156,6 +156,15 @@ CUSW_EXPORT CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigne
     return CUDA_SUCCESS;
 }
 
+CUSW_EXPORT CUresult cuswUnmodelledCalls(unsigned long long *count)
+{
+    CUSW_ENTRY();
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = cusw_unmodelled_calls();
+    return CUDA_SUCCESS;
+}
+
 CUSW_EXPORT CUresult cuswStaleHandleUses(unsigned long long *count)
 {
     CUSW_ENTRY();

@@ -100,11 +100,8 @@ static CUresult get_ctx(CUstream hStream, bool per_thread, CUcontext *pCtx, CUgr
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
-{
-    CUSW_INIT_ENTRY();
-    return get_ctx(hStream, false, pctx, NULL);
-}
+CUSW_TWINS(cuStreamGetCtx, (CUstream hStream, CUcontext *pctx),
+           get_ctx(hStream, per_thread, pctx, NULL))
 
 CUSW_TWINS(cuStreamGetCtx_v2, (CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx),
            get_ctx(hStream, per_thread, pCtx, pGreenCtx))
