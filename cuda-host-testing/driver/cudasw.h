@@ -169,11 +169,14 @@ typedef enum CUdevice_attribute_enum {
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED = 78,
+    CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+    CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID = 85,
     CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1 = 94,
     CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES = 98,
+    CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE = 108,
     CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR = 123
@@ -192,6 +195,26 @@ typedef enum CUctx_flags_enum {
     CU_CTX_SYNC_MEMOPS          = 0x80,
     CU_CTX_FLAGS_MASK           = 0xFF
 } CUctx_flags;
+
+typedef enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE                       = 0x00,
+    CU_LIMIT_PRINTF_FIFO_SIZE                 = 0x01,
+    CU_LIMIT_MALLOC_HEAP_SIZE                 = 0x02,
+    CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH           = 0x03,
+    CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04,
+    CU_LIMIT_MAX_L2_FETCH_GRANULARITY         = 0x05,
+    CU_LIMIT_PERSISTING_L2_CACHE_SIZE         = 0x06,
+    CU_LIMIT_SHMEM_SIZE                       = 0x07,
+    CU_LIMIT_CIG_ENABLED                      = 0x08,
+    CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED       = 0x09,
+} CUlimit;
+
+typedef enum CUfunc_cache_enum {
+    CU_FUNC_CACHE_PREFER_NONE    = 0x00,
+    CU_FUNC_CACHE_PREFER_SHARED  = 0x01,
+    CU_FUNC_CACHE_PREFER_L1      = 0x02,
+    CU_FUNC_CACHE_PREFER_EQUAL   = 0x03
+} CUfunc_cache;
 
 typedef enum CUstream_flags_enum {
     CU_STREAM_NON_BLOCKING        = 0x1
@@ -372,9 +395,11 @@ CUresult cuswSetWaitPollInterval(unsigned int microseconds);
 /* Report `version` from cuDriverGetVersion and hide from cuGetProcAddress every ABI newer than
  * it; 0 restores the default. */
 CUresult cuswSetDriverVersion(int version);
-/* Make every device answer `*value` (at least 0) from cuDeviceGetAttribute for `attribute`, one
- * the double models; NULL restores its own value. A test plays an older device with it (no 64-bit
- * stream memory operations). */
+/* Make every device answer `*value` from cuDeviceGetAttribute for `attribute` (any
+ * CUdevice_attribute; CUDA_ERROR_INVALID_VALUE for another number); NULL restores its own value
+ * (an H200's, or what CUSW_DEVICE_ATTRIBUTES set). A test plays another device with it: an older
+ * one, a narrow one without 64-bit stream memory operations, one without memory pools; where the
+ * driver models what the attribute says, it follows (h200.def). */
 CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, const int *value);
 /* How many user-object destructors have run, and how many user objects are alive. */
 CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive);

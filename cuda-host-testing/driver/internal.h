@@ -118,6 +118,10 @@
 /* cuCtxGetStreamPriorityRange's answer: lower numbers are greater priorities. */
 #define CUSW_LEAST_STREAM_PRIORITY 0
 #define CUSW_GREATEST_STREAM_PRIORITY (-5)
+/* The context limits the driver models: CU_LIMIT_STACK_SIZE to
+ * CU_LIMIT_PERSISTING_L2_CACHE_SIZE (cuCtxGetLimit answers the others CUDA_ERROR_UNSUPPORTED_LIMIT,
+ * as a device without them does). */
+#define CUSW_LIMIT_COUNT 7
 /* Fresh contexts alive at once, at most (api/fresh_contexts.c). */
 #define CUSW_MAX_FRESH_CONTEXTS 64
 
@@ -198,6 +202,18 @@ size_t cusw_handle_count(enum cusw_kind kind);                  /* [locked] live
 /* Lookups of a handle the registry issued and has since removed, since load. */
 unsigned long long cusw_stale_handle_uses(void);
 
+/* ---- What the device reports of itself (model/device.c) -------------------------------------- */
+
+/* What device `dev` answers for `attribute` (an H200's value, unless replaced); false for a value
+ * that is no CUdevice_attribute. */
+bool cusw_device_attribute(int dev, CUdevice_attribute attribute, int *value);
+/* Whether the devices answer `attribute` with other than 0: for the attributes that say whether a
+ * feature the driver models is there (memory pools, 64-bit stream memory operations, ...). */
+bool cusw_device_supports(CUdevice_attribute attribute);
+/* Makes every device answer `*value` for `attribute` (NULL: its own value again); false for a
+ * value that is no CUdevice_attribute. */
+bool cusw_override_device_attribute(CUdevice_attribute attribute, const int *value);
+
 /* ---- Entry points by name, and the reported version (model/entries.c) ------------------------ */
 
 bool cusw_entry_name_known(const char *name); /* base or exported name of an entry or control */
@@ -246,18 +262,19 @@ struct cusw_ctx {
     struct cusw_stream *streams; /* every stream of the context, also destroyed ones still draining */
     struct cusw_event *events;
     struct cusw_ctx *next_created; /* every context cuCtxCreate made, process-wide */
+    /* [locked] cuCtxSetLimit's and cuCtxSetCacheConfig's, an H200's by default. */
+    size_t limits[CUSW_LIMIT_COUNT];
+    CUfunc_cache cache_config;
 };
+
+/* What a context's limits (CUlimit) are until cuCtxSetLimit changes them: an H200's. */
+extern const size_t cusw_default_limits[CUSW_LIMIT_COUNT];
 
 bool cusw_initialized(void); /* whether cuInit has succeeded */
 void cusw_initialize(void);  /* cuInit's work: the devices' primary contexts */
 int cusw_device_count(void);
 CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
 struct cusw_ctx *cusw_primary_ctx(CUdevice dev); /* of a checked device */
-/* What every device answers for `attribute`; false for one the double does not model. */
-bool cusw_device_attribute(CUdevice_attribute attribute, int *value);
-/* Makes every device answer `*value` for `attribute` (NULL: its own value again); false for one
- * the double does not model. */
-bool cusw_override_device_attribute(CUdevice_attribute attribute, const int *value);
 /* [locked] A context of a checked device, registered and inactive (cuCtxCreate's), or NULL. */
 struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags);
 /* [locked] CUDA_ERROR_INVALID_CONTEXT unless `handle` names a context. */
@@ -499,7 +516,9 @@ struct cusw_batch {
 #define CUSW_BATCH_MAX 256
 
 /* CUDA_SUCCESS when `ops` are 1 to CUSW_BATCH_MAX operations this driver takes, each a write or a
- * wait as cusw_mem_op_action takes it; CUDA_ERROR_INVALID_VALUE otherwise. */
+ * wait as cusw_mem_op_action takes it; CUDA_ERROR_NOT_SUPPORTED for a 64-bit one or a NOR wait
+ * where the device reports them unsupported (CAN_USE_64_BIT_STREAM_MEM_OPS,
+ * CAN_USE_STREAM_WAIT_VALUE_NOR); CUDA_ERROR_INVALID_VALUE otherwise. */
 CUresult cusw_batch_check(unsigned int count, const CUstreamBatchMemOpParams *ops);
 /* The write or wait `op` describes, or false for one this driver does not take: a null or
  * misaligned address; a wait's flags other than a comparison (FLUSH needs

@@ -241,13 +241,15 @@ impl Controls {
     }
 
     /// Makes every device answer `value` from `cuDeviceGetAttribute` for `attribute` (`None`:
-    /// its own value again), process-wide, to play an older device: for example 0 for
-    /// `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS`. Only for what code asks after the
-    /// call: a value read before stays as it was read.
+    /// its own value again, an H200's unless [`DEVICE_ATTRIBUTES_VARIABLE`](crate::DEVICE_ATTRIBUTES_VARIABLE)
+    /// set another), process-wide, to play another device: for example 0 for
+    /// `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS`, which the driver then follows by
+    /// refusing 64-bit stream memory operations (`CUDA_ERROR_NOT_SUPPORTED`). Only for what code
+    /// asks after the call: a value read before stays as it was read.
     ///
     /// # Errors
-    /// [`Error::Control`] with `CUDA_ERROR_INVALID_VALUE` for an attribute the software driver
-    /// does not model, or a negative value.
+    /// [`Error::Control`] with `CUDA_ERROR_INVALID_VALUE` for a value that is no
+    /// `CUdevice_attribute`.
     #[doc(alias = "cuswOverrideDeviceAttribute")]
     pub fn override_device_attribute(
         &self,

@@ -26,4 +26,18 @@ pub struct EntryPoint {
     pub per_thread: Option<&'static str>,
 }
 
+use cuda_host_sys::CUdevice_attribute;
+
 include!(concat!(env!("OUT_DIR"), "/entry_points.rs"));
+
+/// What the software device answers for one `CUdevice_attribute` by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DeviceAttribute {
+    /// The attribute.
+    pub attribute: CUdevice_attribute,
+    /// Its name in `cuda.h`, without the `CU_DEVICE_ATTRIBUTE_` prefix.
+    pub name: &'static str,
+    /// An H200's value (device 0's, for the PCI bus and the board group, which go up with the
+    /// device's ordinal).
+    pub value: i64,
+}

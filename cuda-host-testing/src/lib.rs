@@ -77,7 +77,9 @@ mod libcuda_dir;
 mod selection;
 
 pub use controls::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
-pub use entry_points::{CONTROLS, ENTRY_POINTS, EntryPoint, UNMODELLED_ENTRY_POINTS};
+pub use entry_points::{
+    CONTROLS, DeviceAttribute, ENTRY_POINTS, EntryPoint, H200_ATTRIBUTES, UNMODELLED_ENTRY_POINTS,
+};
 pub use error::Error;
 pub use libcuda_dir::LibcudaDir;
 pub use selection::{
@@ -91,6 +93,15 @@ use std::sync::{Arc, OnceLock};
 /// The variable that overrides the folder holding the libraries (for executables moved to
 /// another machine than the one that built them).
 pub const DRIVER_DIR_VARIABLE: &str = "CUDA_SOFTWARE_DRIVER_DIR";
+
+/// The variable, read when the software driver is loaded, that makes its devices answer other
+/// attributes than an H200's ([`H200_ATTRIBUTES`]): `NAME=VALUE` pairs separated by commas, each
+/// name a `CUdevice_attribute`'s with or without its `CU_DEVICE_ATTRIBUTE_` prefix (or its number),
+/// e.g. `COMPUTE_CAPABILITY_MAJOR=8,COMPUTE_CAPABILITY_MINOR=0` for another compute capability,
+/// `CAN_USE_64_BIT_STREAM_MEM_OPS=0` for a narrow device, `MEMORY_POOLS_SUPPORTED=0` for one
+/// without memory pools. Where the driver models what an attribute says, it follows the value.
+/// A pair it cannot read is named in its log and left out.
+pub const DEVICE_ATTRIBUTES_VARIABLE: &str = "CUSW_DEVICE_ATTRIBUTES";
 
 /// One of the three libraries built from the driver's sources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,7 +6,6 @@
  */
 #include "internal.h"
 
-#include <limits.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -117,8 +116,6 @@ CUSW_EXPORT CUresult cuswSetDriverVersion(int version)
 CUSW_EXPORT CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, const int *value)
 {
     CUSW_ENTRY();
-    if (value != NULL && (*value < 0 || *value == INT_MAX))
-        return CUDA_ERROR_INVALID_VALUE;
     return cusw_override_device_attribute(attribute, value) ? CUDA_SUCCESS
                                                             : CUDA_ERROR_INVALID_VALUE;
 }

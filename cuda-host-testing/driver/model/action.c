@@ -258,6 +258,15 @@ bool cusw_mem_op_action(const CUstreamBatchMemOpParams *op, struct cusw_action *
                       is64 ? p->value64 : p->value, p->flags, is64, a);
 }
 
+/* Whether the device reports what `a` needs: 64-bit operations, the NOR comparison. */
+static bool device_supports(const struct cusw_action *a)
+{
+    if (a->u.mem.is64 && !cusw_device_supports(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS))
+        return false;
+    return a->kind != CUSW_ACT_WAIT_VALUE || a->u.mem.flags != CU_STREAM_WAIT_VALUE_NOR ||
+           cusw_device_supports(CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR);
+}
+
 CUresult cusw_batch_check(unsigned int count, const CUstreamBatchMemOpParams *ops)
 {
     if (count == 0 || count > CUSW_BATCH_MAX || ops == NULL)
@@ -266,6 +275,8 @@ CUresult cusw_batch_check(unsigned int count, const CUstreamBatchMemOpParams *op
         struct cusw_action a;
         if (!cusw_mem_op_action(&ops[i], &a))
             return CUDA_ERROR_INVALID_VALUE;
+        if (!device_supports(&a))
+            return CUDA_ERROR_NOT_SUPPORTED;
     }
     return CUDA_SUCCESS;
 }
