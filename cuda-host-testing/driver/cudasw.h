@@ -294,6 +294,8 @@ typedef enum CUgraphNodeType_enum {
     CU_GRAPH_NODE_TYPE_GRAPH            = 4,
     CU_GRAPH_NODE_TYPE_EMPTY            = 5,
     CU_GRAPH_NODE_TYPE_EVENT_RECORD     = 7,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC        = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE         = 11,
     CU_GRAPH_NODE_TYPE_BATCH_MEM_OP     = 12,
 } CUgraphNodeType;
 
@@ -329,6 +331,86 @@ typedef enum CUdriverProcAddress_flags_enum {
 #define CU_MEMHOSTALLOC_PORTABLE        0x01
 #define CU_MEMHOSTALLOC_DEVICEMAP       0x02
 #define CU_MEMHOSTALLOC_WRITECOMBINED   0x04
+
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+
+typedef enum CUmemPool_attribute_enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+    CU_MEMPOOL_ATTR_ALLOCATION_TYPE,
+    CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES,
+    CU_MEMPOOL_ATTR_LOCATION_ID,
+    CU_MEMPOOL_ATTR_LOCATION_TYPE,
+    CU_MEMPOOL_ATTR_MAX_POOL_SIZE,
+    CU_MEMPOOL_ATTR_HW_DECOMPRESS_ENABLED,
+    CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID,
+} CUmemPool_attribute;
+
+typedef enum CUmemLocationType_enum {
+    CU_MEM_LOCATION_TYPE_INVALID                = 0x0,
+    CU_MEM_LOCATION_TYPE_DEVICE                 = 0x1,
+    CU_MEM_LOCATION_TYPE_HOST                   = 0x2,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA              = 0x3,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT      = 0x4,
+    CU_MEM_LOCATION_TYPE_MAX                    = 0x7FFFFFFF
+} CUmemLocationType;
+
+typedef enum CUmemAllocationType_enum {
+    CU_MEM_ALLOCATION_TYPE_INVALID = 0x0,
+    CU_MEM_ALLOCATION_TYPE_PINNED  = 0x1,
+    CU_MEM_ALLOCATION_TYPE_MANAGED = 0x2,
+    CU_MEM_ALLOCATION_TYPE_MAX     = 0x7FFFFFFF
+} CUmemAllocationType;
+
+typedef enum CUmemAllocationHandleType_enum {
+    CU_MEM_HANDLE_TYPE_NONE = 0x0,
+    CU_MEM_HANDLE_TYPE_MAX  = 0x7FFFFFFF
+} CUmemAllocationHandleType;
+
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    union {
+        int id;
+        struct {
+            unsigned char deviceId;
+            unsigned char localityDomainId;
+        } localized;
+    };
+} CUmemLocation_v1;
+typedef CUmemLocation_v1 CUmemLocation;
+
+typedef struct CUmemPoolProps_st {
+    CUmemAllocationType allocType;
+    CUmemAllocationHandleType handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char gpuDirectRDMACapable;
+    unsigned char reserved[53];
+} CUmemPoolProps_v1;
+typedef CUmemPoolProps_v1 CUmemPoolProps;
+
+typedef enum CUmemAttach_flags_enum {
+    CU_MEM_ATTACH_GLOBAL = 0x1,
+    CU_MEM_ATTACH_HOST   = 0x2,
+    CU_MEM_ATTACH_SINGLE = 0x4
+} CUmemAttach_flags;
+
+typedef enum CUmem_advise_enum {
+    CU_MEM_ADVISE_SET_READ_MOSTLY          = 1,
+    CU_MEM_ADVISE_UNSET_READ_MOSTLY        = 2,
+    CU_MEM_ADVISE_SET_PREFERRED_LOCATION   = 3,
+    CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
+    CU_MEM_ADVISE_SET_ACCESSED_BY          = 5,
+    CU_MEM_ADVISE_UNSET_ACCESSED_BY        = 6
+} CUmem_advise;
 
 typedef void (*CUhostFn)(void *userData);
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
@@ -409,6 +491,11 @@ CUresult cuswDelayNextCalls(const char *entry, unsigned int count, unsigned int 
 /* How many calls named a stream, event, graph or other handle after it was destroyed (the real
  * driver may crash on those; this one answers an error and counts them). */
 CUresult cuswStaleHandleUses(unsigned long long *count);
+
+/* How many times stream work (a copy, a set, a stream memory operation) touched memory of the
+ * stream-ordered allocator before the point of its allocation or after the point of its free
+ * (each failed its context with CUDA_ERROR_ILLEGAL_ADDRESS), since load. */
+CUresult cuswStreamOrderedMemoryMisuses(unsigned long long *count);
 
 /* What is alive in the driver now, process-wide, for leak checks. The caller sets `size` to
  * sizeof(struct cuswLiveCounts) as it was compiled; the driver fills only the members that fit

@@ -182,6 +182,7 @@ enum cusw_kind {
     CUSW_KIND_NODE,
     CUSW_KIND_EXEC,
     CUSW_KIND_USER_OBJECT,
+    CUSW_KIND_POOL,
 };
 
 /* Open-addressing hash map from non-zero keys (> 1) to pointers. */
@@ -213,6 +214,45 @@ bool cusw_device_supports(CUdevice_attribute attribute);
 /* Makes every device answer `*value` for `attribute` (NULL: its own value again); false for a
  * value that is no CUdevice_attribute. */
 bool cusw_override_device_attribute(CUdevice_attribute attribute, const int *value);
+
+/* ---- The stream-ordered allocator (model/pool.c) --------------------------------------------- */
+
+struct cusw_pool;
+struct cusw_block;
+
+struct cusw_pool *cusw_pool_default(int device);  /* [locked] NULL when out of memory */
+struct cusw_pool *cusw_pool_current(int device);  /* [locked] cuDeviceGetMemPool's */
+void cusw_pool_set_current(int device, struct cusw_pool *pool); /* [locked] */
+struct cusw_pool *cusw_pool_create(int device);   /* [locked] registered; NULL when out of memory */
+/* [locked] CUDA_ERROR_INVALID_VALUE unless `handle` names a pool. */
+CUresult cusw_pool_from_handle(CUmemoryPool handle, struct cusw_pool **out);
+/* [locked] Invalidates its handle; it goes once what was allocated from it is freed.
+ * CUDA_ERROR_INVALID_VALUE for a device's default pool. */
+CUresult cusw_pool_destroy(struct cusw_pool *pool);
+uintptr_t cusw_pool_handle(const struct cusw_pool *pool);
+int cusw_pool_device(const struct cusw_pool *pool);
+/* [locked] CUDA_ERROR_INVALID_VALUE for an attribute it does not have, or cannot set. */
+CUresult cusw_pool_get_attribute(const struct cusw_pool *pool, CUmemPool_attribute attribute,
+                                 void *value);
+CUresult cusw_pool_set_attribute(struct cusw_pool *pool, CUmemPool_attribute attribute,
+                                 const void *value);
+void cusw_pool_trim(struct cusw_pool *pool, size_t keep); /* [locked] cuMemPoolTrimTo's */
+uint64_t cusw_pool_reserved_bytes(int device); /* [locked] what the device's pools reserve */
+/* [locked] `size` bytes from `pool`, usable once its stream reaches the allocation. */
+CUresult cusw_block_allocate(struct cusw_pool *pool, size_t size, struct cusw_block **out);
+void *cusw_block_memory(const struct cusw_block *block);
+/* [locked] The block allocated at `memory`, if it is neither freed nor to be freed: then it is
+ * to be freed (a second free of it finds none). */
+struct cusw_block *cusw_block_to_free(const void *memory);
+void cusw_block_reached(struct cusw_block *block); /* [locked] its allocation's point is reached */
+void cusw_block_freed(struct cusw_block *block);   /* [locked] its free's point is reached */
+/* Whether stream work touching [memory, memory + bytes) misuses a block: before its allocation's
+ * point or after its free's (counted, logged once). Takes the lock. */
+bool cusw_pool_misused(const void *memory, size_t bytes);
+unsigned long long cusw_pool_misuses(void);
+/* [locked] Whether `memory` is in a block's memory (freed ones kept to catch misuse included):
+ * device memory, to the copy rules. */
+bool cusw_pool_holds(const void *memory);
 
 /* ---- Entry points by name, and the reported version (model/entries.c) ------------------------ */
 
@@ -453,6 +493,8 @@ enum cusw_action_kind {
     CUSW_ACT_SLEEP,        /* cuswLaunchSleep: the stand-in for a long kernel */
     CUSW_ACT_EVENT_RECORD, /* stream only */
     CUSW_ACT_GRAPH,        /* stream only: one launch of an executable graph */
+    CUSW_ACT_ALLOCATE,     /* stream only: a stream-ordered allocation's point */
+    CUSW_ACT_FREE,         /* stream only: a stream-ordered free's point */
 };
 
 struct cusw_action {
@@ -471,6 +513,7 @@ struct cusw_action {
         struct { struct cusw_event *event; uint64_t generation; } record;
         struct cusw_launch *launch;
         struct cusw_batch *batch; /* shared: counted by the actions that hold it */
+        struct cusw_block *block;
     } u;
 };
 
@@ -676,11 +719,17 @@ CUresult cusw_exec_update(struct cusw_exec *x, struct cusw_graph *g,
 
 /* ---- Memory (model/memory.c) ----------------------------------------------------------------- */
 
-/* [locked] Device (or, `host`, page-locked host) memory in the current context. */
-CUresult cusw_memory_allocate(size_t size, bool host, void **out);
-/* [locked] Frees an allocation of that kind once its context has drained. */
+enum cusw_memory_kind { CUSW_MEMORY_DEVICE, CUSW_MEMORY_HOST, CUSW_MEMORY_MANAGED };
+
+/* [locked] Device, page-locked host (cuMemHostAlloc) or managed (cuMemAllocManaged) memory in the
+ * current context. */
+CUresult cusw_memory_allocate(size_t size, enum cusw_memory_kind kind, void **out);
+/* [locked] Frees an allocation, of page-locked host memory (`host`) or else of device or managed
+ * memory or a stream-ordered allocation, once its context has drained. */
 CUresult cusw_memory_free(void *p, bool host);
 bool cusw_memory_is_page_locked(const void *p); /* [locked] inside a cuMemHostAlloc allocation */
+/* [locked] Whether [p, p + bytes) is inside one cuMemAllocManaged allocation. */
+bool cusw_memory_is_managed(const void *p, size_t bytes);
 size_t cusw_device_memory_free(int device); /* [locked] */
 void cusw_memory_release_context(struct cusw_ctx *ctx); /* [locked] frees its allocations */
 void cusw_memory_counts(size_t *host, size_t *device); /* [locked] live allocations */
@@ -710,6 +759,15 @@ CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cus
  * the stream's context: one operation of the stream, or one node of its capture. */
 CUresult cusw_submit_batch(CUstream stream, bool per_thread, unsigned int count,
                            const CUstreamBatchMemOpParams *ops);
+
+/* A stream-ordered allocation of `size` bytes from `pool` (NULL: the current pool of the stream's
+ * device) at this point of the stream, its address to *out; CUDA_ERROR_NOT_SUPPORTED while the
+ * stream captures (graph memory nodes are not modelled). */
+CUresult cusw_submit_allocation(CUstream stream, bool per_thread, CUmemoryPool pool, size_t size,
+                                CUdeviceptr *out);
+/* A stream-ordered free of the allocation at `memory`, at this point of the stream;
+ * CUDA_ERROR_INVALID_VALUE unless it is one that is neither freed nor to be freed. */
+CUresult cusw_submit_free(CUstream stream, bool per_thread, CUdeviceptr memory);
 
 /* ---- Activation and deactivation of contexts (model/activation.c) ---------------------------- */
 

@@ -31,6 +31,7 @@ pub struct Controls {
     delay_next_calls: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> CUresult,
     stale_handle_uses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
     unmodelled_calls: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
+    stream_ordered_memory_misuses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
     live_objects: LiveObjectsFn,
     armed_failures: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
     call_count: unsafe extern "C" fn(*const c_char, *mut c_ulonglong) -> CUresult,
@@ -123,6 +124,7 @@ impl Controls {
             delay_next_calls: control!(c"cuswDelayNextCalls"),
             stale_handle_uses: control!(c"cuswStaleHandleUses"),
             unmodelled_calls: control!(c"cuswUnmodelledCalls"),
+            stream_ordered_memory_misuses: control!(c"cuswStreamOrderedMemoryMisuses"),
             live_objects: control!(c"cuswLiveObjects"),
             armed_failures: control!(c"cuswArmedFailures"),
             call_count: control!(c"cuswCallCount"),
@@ -321,6 +323,24 @@ impl Controls {
         // SAFETY: a valid out-pointer.
         check("cuswUnmodelledCalls", unsafe {
             (self.unmodelled_calls)(&mut count)
+        })?;
+        Ok(count)
+    }
+
+    /// How many times so far stream work (a copy, a set, a stream memory operation) touched
+    /// memory of the stream-ordered allocator (`cuMemAllocAsync`) before the point of its
+    /// allocation in its stream or after the point of its free: each such use failed its context
+    /// with `CUDA_ERROR_ILLEGAL_ADDRESS`, as a fault would, and the first is named in the driver's
+    /// log. The real driver keeps freed memory in its pool, where such a use goes unnoticed.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers an error.
+    #[doc(alias = "cuswStreamOrderedMemoryMisuses")]
+    pub fn stream_ordered_memory_misuses(&self) -> Result<u64, Error> {
+        let mut count = 0;
+        // SAFETY: a valid out-pointer.
+        check("cuswStreamOrderedMemoryMisuses", unsafe {
+            (self.stream_ordered_memory_misuses)(&mut count)
         })?;
         Ok(count)
     }

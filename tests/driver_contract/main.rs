@@ -24,6 +24,7 @@ mod exec_updates;
 mod fresh_contexts;
 mod graphs;
 mod harness;
+mod memory;
 mod ordering;
 mod per_thread;
 mod sticky_errors;

@@ -371,6 +371,111 @@ fn the_per_thread_synchronous_copy_and_set_forms_work_on_the_calling_threads_str
     ok("cuStreamSynchronize", synchronize(held.as_raw()));
 }
 
+/// The stream-ordered allocator's and managed memory's stream forms of a per-thread table, given
+/// the null stream, act in the calling thread's per-thread stream: held at a gate, it has done none
+/// of them.
+#[test]
+fn the_per_thread_allocation_forms_given_the_null_stream_act_in_the_calling_threads_stream() {
+    const TEST: &str =
+        "the_per_thread_allocation_forms_given_the_null_stream_act_in_the_calling_threads_stream";
+    let _alone = alone();
+    let context = current_context();
+    let mut pools = 0;
+    // SAFETY: a valid out-pointer and device 0.
+    ok("cuDeviceGetAttribute", unsafe {
+        driver().cuDeviceGetAttribute(
+            &mut pools,
+            cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+            0,
+        )
+    });
+    if pools == 0 {
+        return suite::skip(TEST, "the device reports no memory pools");
+    }
+    let table = per_thread_table();
+    let words = MappedWords::new(&context, 4);
+    let mut pool = ptr::null_mut();
+    // SAFETY: a valid out-pointer and device 0.
+    ok("cuDeviceGetDefaultMemPool", unsafe {
+        driver().cuDeviceGetDefaultMemPool(&mut pool, 0)
+    });
+    let mut managed = 0;
+    // SAFETY: a valid out-pointer; the context is current.
+    ok("cuMemAllocManaged", unsafe {
+        driver().cuMemAllocManaged(
+            &mut managed,
+            64,
+            cuda_host_sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0,
+        )
+    });
+    let mut location = cuda_host_sys::CUmemLocation {
+        type_: cuda_host_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        ..Default::default()
+    };
+    location.__bindgen_anon_1.id = 0;
+    let synchronized = hold_and_release(
+        &Stream::per_thread(&context),
+        || {
+            let (mut first, mut second) = (0, 0);
+            // SAFETY: valid out-pointers, the default pool, managed memory of the context and
+            // mapped words, all outliving the stream's work.
+            unsafe {
+                ok(
+                    "cuMemAllocAsync_ptsz",
+                    table.cuMemAllocAsync(&mut first, 16, NULL),
+                );
+                ok(
+                    "cuMemAllocFromPoolAsync_ptsz",
+                    table.cuMemAllocFromPoolAsync(&mut second, 16, pool, NULL),
+                );
+                ok(
+                    "cuMemsetD32Async",
+                    table.cuMemsetD32Async(first, 5, 4, NULL),
+                );
+                ok(
+                    "cuMemcpyDtoDAsync_v2",
+                    table.cuMemcpyDtoDAsync_v2(second, first, 16, NULL),
+                );
+                ok(
+                    "cuMemcpyDtoHAsync_v2",
+                    table.cuMemcpyDtoHAsync_v2(words.host_address(0), second, 16, NULL),
+                );
+                ok("cuMemFreeAsync_ptsz", table.cuMemFreeAsync(first, NULL));
+                ok("cuMemFreeAsync_ptsz", table.cuMemFreeAsync(second, NULL));
+                ok(
+                    "cuStreamAttachMemAsync_ptsz",
+                    table.cuStreamAttachMemAsync(
+                        NULL,
+                        managed,
+                        0,
+                        cuda_host_sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0,
+                    ),
+                );
+                ok(
+                    "cuMemPrefetchAsync_v2_ptsz",
+                    table.cuMemPrefetchAsync_v2(managed, 64, location, 0, NULL),
+                );
+            }
+        },
+        || {
+            assert_eq!(
+                (0..4).map(|index| words.get(index)).collect::<Vec<_>>(),
+                [0; 4],
+                "copied while the calling thread's per-thread stream was held"
+            );
+        },
+        // SAFETY: the calling thread's per-thread stream.
+        |_| unsafe { table.cuStreamSynchronize(NULL) },
+    );
+    ok("cuStreamSynchronize", synchronized);
+    assert_eq!(
+        (0..4).map(|index| words.get(index)).collect::<Vec<_>>(),
+        [5; 4]
+    );
+    // SAFETY: allocated above, freed once.
+    ok("cuMemFree_v2", unsafe { driver().cuMemFree_v2(managed) });
+}
+
 #[test]
 fn the_per_thread_context_form_given_the_null_stream_names_the_current_context() {
     let _alone = alone();

@@ -162,6 +162,15 @@ CUSW_EXPORT CUresult cuswUnmodelledCalls(unsigned long long *count)
     return CUDA_SUCCESS;
 }
 
+CUSW_EXPORT CUresult cuswStreamOrderedMemoryMisuses(unsigned long long *count)
+{
+    CUSW_ENTRY();
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = cusw_pool_misuses();
+    return CUDA_SUCCESS;
+}
+
 CUSW_EXPORT CUresult cuswStaleHandleUses(unsigned long long *count)
 {
     CUSW_ENTRY();

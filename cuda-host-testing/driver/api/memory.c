@@ -1,6 +1,6 @@
 /*
- * memory.c - Memory Management: allocation and free of device and page-locked host memory, its
- * mapping, the memory left, copies (async, peer, synchronous) and sets (of 8, 16 and 32 bits,
+ * memory.c - Memory Management: allocation and free of device, managed and page-locked host
+ * memory, its mapping, the memory left, copies (async, peer, synchronous) and sets (of 8, 16 and 32 bits,
  * async and synchronous). Where the memory is, and which calls return only once done, is
  * model/memory.c's.
  *
@@ -22,7 +22,7 @@ CUSW_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
         return CUDA_ERROR_INVALID_VALUE;
     void *p = NULL;
     cusw_lock_acquire();
-    CUresult rc = cusw_memory_allocate(bytesize, false, &p);
+    CUresult rc = cusw_memory_allocate(bytesize, CUSW_MEMORY_DEVICE, &p);
     cusw_lock_release();
     if (rc == CUDA_SUCCESS)
         *dptr = (CUdeviceptr)(uintptr_t)p;
@@ -40,6 +40,26 @@ CUSW_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     return rc;
 }
 
+/* Managed memory is host memory, as all of this driver's device memory is: the host and every
+ * stream reach it alike, whatever it is attached to. A device without managed memory
+ * (MANAGED_MEMORY 0) refuses it. */
+CUSW_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    CUSW_INIT_ENTRY();
+    if (!cusw_device_supports(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (dptr == NULL || bytesize == 0 ||
+        (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = NULL;
+    cusw_lock_acquire();
+    CUresult rc = cusw_memory_allocate(bytesize, CUSW_MEMORY_MANAGED, &p);
+    cusw_lock_release();
+    if (rc == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)(uintptr_t)p;
+    return rc;
+}
+
 CUSW_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     CUSW_INIT_ENTRY();
@@ -48,7 +68,7 @@ CUSW_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Fla
     if (pp == NULL || bytesize == 0 || (Flags & ~known_flags) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
-    CUresult rc = cusw_memory_allocate(bytesize, true, pp);
+    CUresult rc = cusw_memory_allocate(bytesize, CUSW_MEMORY_HOST, pp);
     cusw_lock_release();
     return rc;
 }

@@ -110,9 +110,33 @@ void cusw_action_enqueued(const struct cusw_action *a)
 
 unsigned long long cusw_pending_host_functions(void) { return atomic_load(&pending_host_functions); }
 
+/* Whether the memory `a` touches is stream-ordered memory outside its span, which fails the
+ * context as a device's fault would (pool.c). */
+static bool misuses_memory(const struct cusw_action *a, struct cusw_ctx *ctx)
+{
+    bool misused = false;
+    switch (a->kind) {
+    case CUSW_ACT_COPY:
+        misused = cusw_pool_misused(a->u.copy.dst, a->u.copy.bytes) ||
+                  (!a->u.copy.staged && cusw_pool_misused(a->u.copy.src, a->u.copy.bytes));
+        break;
+    case CUSW_ACT_SET:
+        misused = cusw_pool_misused(a->u.set.dst, a->u.set.count * a->u.set.width);
+        break;
+    case CUSW_ACT_WRITE_VALUE:
+    case CUSW_ACT_WAIT_VALUE:
+        misused = cusw_pool_misused((const void *)(uintptr_t)a->u.mem.addr, a->u.mem.is64 ? 8 : 4);
+        break;
+    default: break;
+    }
+    if (misused)
+        cusw_ctx_set_sticky(ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
+    return misused;
+}
+
 void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
 {
-    bool sticky = cusw_ctx_sticky(ctx) != CUDA_SUCCESS;
+    bool sticky = cusw_ctx_sticky(ctx) != CUDA_SUCCESS || misuses_memory(a, ctx);
     switch (a->kind) {
     case CUSW_ACT_NOP:
         break;
@@ -166,6 +190,17 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
     case CUSW_ACT_GRAPH:
         for (size_t i = 0; i < a->u.launch->n; i++)
             cusw_action_run(&a->u.launch->actions[i], ctx);
+        break;
+    /* Run whatever the context's state: memory is taken and given back in any case. */
+    case CUSW_ACT_ALLOCATE:
+        cusw_lock_acquire();
+        cusw_block_reached(a->u.block);
+        cusw_lock_release();
+        break;
+    case CUSW_ACT_FREE:
+        cusw_lock_acquire();
+        cusw_block_freed(a->u.block);
+        cusw_lock_release();
         break;
     }
 }
@@ -224,6 +259,8 @@ CUgraphNodeType cusw_action_node_type(const struct cusw_action *a)
     case CUSW_ACT_SLEEP: return CU_GRAPH_NODE_TYPE_KERNEL; /* stand-ins for kernels */
     case CUSW_ACT_EVENT_RECORD: return CU_GRAPH_NODE_TYPE_EVENT_RECORD;
     case CUSW_ACT_GRAPH: return CU_GRAPH_NODE_TYPE_GRAPH;
+    case CUSW_ACT_ALLOCATE: return CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    case CUSW_ACT_FREE: return CU_GRAPH_NODE_TYPE_MEM_FREE;
     case CUSW_ACT_NOP: break;
     }
     return CU_GRAPH_NODE_TYPE_EMPTY;

@@ -181,3 +181,63 @@ CUresult cusw_submit_batch(CUstream stream, bool per_thread, unsigned int count,
     cusw_lock_release();
     return rc;
 }
+
+/* ---- The stream-ordered allocator ------------------------------------------------------------ */
+
+/* Graph memory nodes (an allocation or a free captured) are not modelled: a capturing stream
+ * refuses them, and the capture goes on. */
+CUresult cusw_submit_allocation(CUstream stream, bool per_thread, CUmemoryPool pool, size_t size,
+                                CUdeviceptr *out)
+{
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    CUresult rc = target(stream, per_thread, &s, &capturing);
+    if (rc == CUDA_SUCCESS && capturing)
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    struct cusw_pool *from = NULL;
+    if (rc == CUDA_SUCCESS && pool != NULL)
+        rc = cusw_pool_from_handle(pool, &from);
+    else if (rc == CUDA_SUCCESS && (from = cusw_pool_current(s->ctx->device)) == NULL)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS && cusw_pool_device(from) != s->ctx->device)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && size > cusw_device_memory_free(s->ctx->device))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    struct cusw_block *b = NULL;
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_block_allocate(from, size, &b);
+    if (rc == CUDA_SUCCESS) {
+        struct cusw_action a = { .kind = CUSW_ACT_ALLOCATE, .u.block = b };
+        rc = cusw_stream_enqueue(s, &a, NULL, 0);
+        if (rc != CUDA_SUCCESS) {
+            cusw_block_to_free(cusw_block_memory(b));
+            cusw_block_freed(b);
+        } else {
+            *out = (CUdeviceptr)(uintptr_t)cusw_block_memory(b);
+        }
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUresult cusw_submit_free(CUstream stream, bool per_thread, CUdeviceptr memory)
+{
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    CUresult rc = target(stream, per_thread, &s, &capturing);
+    if (rc == CUDA_SUCCESS && capturing)
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    struct cusw_block *b = NULL;
+    if (rc == CUDA_SUCCESS && (b = cusw_block_to_free((void *)(uintptr_t)memory)) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        struct cusw_action a = { .kind = CUSW_ACT_FREE, .u.block = b };
+        rc = cusw_stream_enqueue(s, &a, NULL, 0);
+        if (rc != CUDA_SUCCESS)
+            cusw_block_freed(b); /* given back at once: the stream cannot take it */
+    }
+    cusw_lock_release();
+    return rc;
+}
