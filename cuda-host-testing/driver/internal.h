@@ -183,6 +183,11 @@ enum cusw_kind {
     CUSW_KIND_EXEC,
     CUSW_KIND_USER_OBJECT,
     CUSW_KIND_POOL,
+    CUSW_KIND_MODULE,
+    CUSW_KIND_FUNCTION,
+    CUSW_KIND_LIBRARY,
+    CUSW_KIND_KERNEL,
+    CUSW_KIND_COUNT
 };
 
 /* Open-addressing hash map from non-zero keys (> 1) to pointers. */
@@ -202,6 +207,54 @@ void cusw_handle_remove(uintptr_t handle);                      /* [locked] */
 size_t cusw_handle_count(enum cusw_kind kind);                  /* [locked] live handles */
 /* Lookups of a handle the registry issued and has since removed, since load. */
 unsigned long long cusw_stale_handle_uses(void);
+
+/* ---- What a module image says (model/ptx.c) -------------------------------------------------- */
+
+struct cusw_ptx_param {
+    size_t size, align;
+    char type[16]; /* of its elements: ".u64", ".b8" */
+};
+
+struct cusw_ptx_entry {
+    char *name;
+    struct cusw_ptx_param *params;
+    size_t n_params;
+    size_t shared_bytes, local_bytes; /* what its body declares */
+    int max_threads;                  /* .maxntid or .reqntid, 0 without */
+};
+
+struct cusw_ptx_global {
+    char *name;
+    size_t size, align;
+    unsigned char *init; /* size bytes: its initial value */
+};
+
+struct cusw_ptx {
+    int version; /* .version 9.0 as 90 */
+    int target;  /* .target sm_75 as 75 */
+    struct cusw_ptx_entry *entries;
+    size_t n_entries;
+    struct cusw_ptx_global *globals;
+    size_t n_globals;
+};
+
+/* The PTX text of a module image: the image itself, or a fat binary's uncompressed PTX entry
+ * (also through its wrapper). CUDA_ERROR_NOT_SUPPORTED (and a log line) for machine code, or
+ * compressed PTX, which this driver does not read. */
+CUresult cusw_image_ptx(const void *image, const char **text, size_t *length);
+/* CUDA_ERROR_INVALID_PTX for text that is no PTX. */
+CUresult cusw_ptx_parse(const char *text, size_t length, struct cusw_ptx **out);
+void cusw_ptx_free(struct cusw_ptx *ptx);
+long cusw_ptx_entry_index(const struct cusw_ptx *ptx, const char *name); /* -1 when none */
+
+/* ---- Kernels' stand-ins (model/stand_in.c) --------------------------------------------------- */
+
+CUresult cusw_stand_in_register(const char *kernel, cuswStandIn stand_in, void *user_data);
+/* The stand-in of kernels named `kernel` (loading CUSW_STAND_INS's libraries the first time). */
+bool cusw_stand_in_find(const char *kernel, cuswStandIn *stand_in, void **user_data);
+/* A launch of `kernel` found none: counted, and named in the log the first time. */
+void cusw_stand_in_missing(const char *kernel);
+unsigned long long cusw_stand_in_missing_launches(void);
 
 /* ---- What the device reports of itself (model/device.c) -------------------------------------- */
 
@@ -253,6 +306,70 @@ unsigned long long cusw_pool_misuses(void);
 /* [locked] Whether `memory` is in a block's memory (freed ones kept to catch misuse included):
  * device memory, to the copy rules. */
 bool cusw_pool_holds(const void *memory);
+
+/* ---- Modules, functions, libraries and kernels (model/module.c) ------------------------------ */
+
+struct cusw_module;
+struct cusw_library;
+
+/* The attributes cuFuncSetAttribute sets (CUfunction_attribute's values below this). */
+#define CUSW_FUNCTION_ATTRIBUTES 18
+
+struct cusw_function {
+    uintptr_t handle;
+    struct cusw_module *module;
+    const struct cusw_ptx_entry *entry;
+    int set[CUSW_FUNCTION_ATTRIBUTES]; /* values cuFuncSetAttribute set */
+    bool is_set[CUSW_FUNCTION_ATTRIBUTES];
+    CUfunc_cache cache_config;
+};
+
+struct cusw_module {
+    uintptr_t handle;
+    struct cusw_ctx *ctx;
+    struct cusw_ptx *ptx;
+    struct cusw_function *functions; /* one per entry of ptx */
+    size_t n_functions;
+    void **globals;                  /* one per variable of ptx */
+    struct cusw_library *library;    /* loaded for a library's kernels, or NULL */
+    struct cusw_module *next, *next_of_library;
+};
+
+/* [locked] The PTX of `image` (cusw_image_ptx) as a module of `ctx`, registered. */
+CUresult cusw_module_load(struct cusw_ctx *ctx, const void *image, struct cusw_module **out);
+CUresult cusw_module_from_handle(CUmodule handle, struct cusw_module **out); /* [locked] */
+void cusw_module_unload(struct cusw_module *m);                              /* [locked] */
+void cusw_modules_release_context(struct cusw_ctx *ctx); /* [locked] unloads its modules */
+size_t cusw_module_count(void); /* [locked] loaded by cuModuleLoad*, not unloaded */
+/* [locked] CUDA_ERROR_NOT_FOUND when the module has no such kernel or variable. */
+CUresult cusw_module_function(struct cusw_module *m, const char *name, struct cusw_function **out);
+CUresult cusw_module_global(const struct cusw_module *m, const char *name, void **memory,
+                            size_t *bytes);
+CUresult cusw_library_load(const void *image, struct cusw_library **out); /* [locked] */
+uintptr_t cusw_library_handle(const struct cusw_library *l);
+CUresult cusw_library_from_handle(CUlibrary handle, struct cusw_library **out); /* [locked] */
+void cusw_library_unload(struct cusw_library *l); /* [locked] with its modules */
+CUresult cusw_library_kernel(const struct cusw_library *l, const char *name, CUkernel *out);
+/* [locked] A kernel's function in `ctx`: the library is loaded there the first time. */
+CUresult cusw_kernel_function(CUkernel handle, struct cusw_ctx *ctx, struct cusw_function **out);
+/* [locked] A function, or a library's kernel standing for its function in `ctx` (may be NULL). */
+CUresult cusw_function_from_handle(CUfunction handle, struct cusw_ctx *ctx,
+                                   struct cusw_function **out);
+/* [locked] What cuFuncGetAttribute answers for `f`; CUDA_ERROR_INVALID_VALUE for a value that is
+ * no attribute. Registers and constant memory are not known from PTX: a function is said to use
+ * 32 registers a thread and no constant memory. */
+CUresult cusw_function_attribute(const struct cusw_function *f, CUfunction_attribute attribute,
+                                 int *value);
+/* [locked] cuFuncSetAttribute's work: CUDA_ERROR_INVALID_VALUE for an attribute that is read only,
+ * or a value out of its range. */
+CUresult cusw_function_set_attribute(struct cusw_function *f, CUfunction_attribute attribute,
+                                     int value);
+/* [locked] How many blocks of `block_size` threads, each with `dynamic_shared` bytes of dynamic
+ * shared memory, fit on one multiprocessor of the device at once, by its limits of threads,
+ * blocks, registers and shared memory. */
+int cusw_function_occupancy(const struct cusw_function *f, int block_size, size_t dynamic_shared);
+/* [locked] The most dynamic shared memory a block may ask for at launch. */
+size_t cusw_function_max_dynamic_shared(const struct cusw_function *f);
 
 /* ---- Entry points by name, and the reported version (model/entries.c) ------------------------ */
 
@@ -493,6 +610,7 @@ enum cusw_action_kind {
     CUSW_ACT_SLEEP,        /* cuswLaunchSleep: the stand-in for a long kernel */
     CUSW_ACT_EVENT_RECORD, /* stream only */
     CUSW_ACT_GRAPH,        /* stream only: one launch of an executable graph */
+    CUSW_ACT_KERNEL,       /* a kernel's launch: its stand-in runs */
     CUSW_ACT_ALLOCATE,     /* stream only: a stream-ordered allocation's point */
     CUSW_ACT_FREE,         /* stream only: a stream-ordered free's point */
 };
@@ -514,6 +632,7 @@ struct cusw_action {
         struct cusw_launch *launch;
         struct cusw_batch *batch; /* shared: counted by the actions that hold it */
         struct cusw_block *block;
+        struct cusw_kernel_call *kernel; /* shared: counted by the actions that hold it */
     } u;
 };
 
@@ -525,6 +644,25 @@ struct cusw_launch {
     size_t n;
     struct cusw_uref_list urefs;
 };
+
+/* A kernel's launch: what its stand-in gets (stand_in.h), copied at the launch, so that it
+ * outlives the module; unchanged once made, shared by the copies of its action. */
+struct cusw_kernel_call {
+    unsigned int refs; /* [locked] */
+    cuswKernelLaunch launch;
+    char *name;
+    cuswKernelParam *params;
+    char (*types)[16];        /* the parameters' types */
+    unsigned char *arguments; /* the parameters' bytes, laid out as the PTX declares them */
+};
+
+/* [locked] A kernel action of `f` with the launch's geometry and arguments, holding the one
+ * reference (the caller's): `kernel_params` (cuLaunchKernel's, a pointer to each argument) or
+ * else `extra`'s buffer. CUDA_ERROR_INVALID_VALUE when neither gives the kernel's parameters. */
+CUresult cusw_kernel_action(const struct cusw_function *f, const unsigned int grid[3],
+                            const unsigned int block[3], unsigned int shared_bytes,
+                            CUstream stream, void **kernel_params, void **extra,
+                            struct cusw_action *out);
 
 /* Every stream wait on memory reads its word once every `usec` from now on; 0 restores the
  * backoff (cuswSetWaitPollInterval). */
@@ -768,6 +906,16 @@ CUresult cusw_submit_allocation(CUstream stream, bool per_thread, CUmemoryPool p
 /* A stream-ordered free of the allocation at `memory`, at this point of the stream;
  * CUDA_ERROR_INVALID_VALUE unless it is one that is neither freed nor to be freed. */
 CUresult cusw_submit_free(CUstream stream, bool per_thread, CUdeviceptr memory);
+
+/* A launch of `function` (a function, or a library's kernel standing for its function in the
+ * stream's context) on `stream`: checked against the device's limits and the function's
+ * (CUDA_ERROR_INVALID_VALUE; a `cooperative` grid larger than the blocks that fit on the device at
+ * once, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), then one operation of the stream, or one node
+ * of its capture, that runs the kernel's stand-in. */
+CUresult cusw_submit_kernel(CUstream stream, bool per_thread, CUfunction function,
+                            const unsigned int grid[3], const unsigned int block[3],
+                            unsigned int shared_bytes, void **kernel_params, void **extra,
+                            bool cooperative);
 
 /* ---- Activation and deactivation of contexts (model/activation.c) ---------------------------- */
 

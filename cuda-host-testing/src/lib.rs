@@ -1,7 +1,9 @@
-//! A software CUDA driver for tests without a GPU: a test double of `libcuda` that implements
-//! the driver entry points cuda-host and cudarc's stream API call, with real threads, stream
-//! ordering, events, stream capture, graphs, user objects, sticky errors and fault injection. It
-//! runs no device code (`cuModuleLoadData` answers `CUDA_ERROR_NOT_SUPPORTED`).
+//! A software CUDA driver for tests without a GPU: a test double of `libcuda` that exports every
+//! entry point of the CUDA 13.5 driver API and models those cuda-host and cudarc's safe API call,
+//! with real threads, stream ordering, events, stream capture, graphs, user objects, sticky
+//! errors and fault injection, a device that reports itself as an H200, stream-ordered and managed
+//! memory, and modules of PTX whose kernels run by stand-in ([`stand_in`]): it runs no device
+//! code.
 //!
 //! Add it as a dev-dependency; its build script compiles the driver's C sources with the C
 //! compiler `cc` finds. Then, in a test:
@@ -75,6 +77,7 @@ pub mod entry_points;
 mod error;
 mod libcuda_dir;
 mod selection;
+pub mod stand_in;
 
 pub use controls::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
 pub use entry_points::{
@@ -85,6 +88,7 @@ pub use libcuda_dir::LibcudaDir;
 pub use selection::{
     DRIVER_CHOICE_VARIABLE, DriverChoice, DriverKind, SelectedDriver, select_driver,
 };
+pub use stand_in::{KernelLaunch, KernelParam, STAND_INS_VARIABLE};
 
 use cuda_host_sys::{Driver, LoadOptions};
 use std::path::{Path, PathBuf};

@@ -25,6 +25,7 @@ mod fresh_contexts;
 mod graphs;
 mod harness;
 mod memory;
+mod modules;
 mod ordering;
 mod per_thread;
 mod sticky_errors;

@@ -476,6 +476,85 @@ fn the_per_thread_allocation_forms_given_the_null_stream_act_in_the_calling_thre
     ok("cuMemFree_v2", unsafe { driver().cuMemFree_v2(managed) });
 }
 
+/// The launches of a per-thread table, given the null stream, run in the calling thread's
+/// per-thread stream: held at a gate, it has run none of them.
+#[test]
+fn the_per_thread_launch_forms_given_the_null_stream_run_in_the_calling_threads_stream() {
+    let _alone = alone();
+    let context = current_context();
+    suite::kernels::register_stand_ins();
+    let kernels = suite::kernels::Kernels::load(driver()).expect("the kernels load");
+    let table = per_thread_table();
+    let words = MappedWords::new(&context, 3 * 4);
+    let synchronized = hold_and_release(
+        &Stream::per_thread(&context),
+        || {
+            for form in 0..3usize {
+                let (mut out, mut n, mut mul) =
+                    (words.device_address(form * 4), 4u32, form as u32 + 1);
+                let mut arguments = [
+                    (&raw mut out).cast::<std::ffi::c_void>(),
+                    (&raw mut n).cast(),
+                    (&raw mut mul).cast(),
+                ];
+                let config = cuda_host_sys::CUlaunchConfig {
+                    gridDimX: 1,
+                    gridDimY: 1,
+                    gridDimZ: 1,
+                    blockDimX: 32,
+                    blockDimY: 1,
+                    blockDimZ: 1,
+                    sharedMemBytes: 0,
+                    hStream: NULL,
+                    attrs: ptr::null_mut(),
+                    numAttrs: 0,
+                };
+                let (f, args) = (kernels.fill_iota, arguments.as_mut_ptr());
+                // SAFETY: the arguments match fill_iota; the mapped words outlive the stream's
+                // work.
+                let result = unsafe {
+                    match form {
+                        0 => table.cuLaunchKernel(
+                            f,
+                            1,
+                            1,
+                            1,
+                            32,
+                            1,
+                            1,
+                            0,
+                            NULL,
+                            args,
+                            ptr::null_mut(),
+                        ),
+                        1 => table.cuLaunchKernelEx(&config, f, args, ptr::null_mut()),
+                        _ => table.cuLaunchCooperativeKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, args),
+                    }
+                };
+                ok("a per-thread launch", result);
+            }
+        },
+        || {
+            assert_eq!(
+                (0..12)
+                    .map(|index| words.get(index))
+                    .filter(|&w| w != 0)
+                    .count(),
+                0,
+                "launched while the calling thread's per-thread stream was held"
+            );
+        },
+        // SAFETY: the calling thread's per-thread stream.
+        |_| unsafe { table.cuStreamSynchronize(NULL) },
+    );
+    ok("cuStreamSynchronize", synchronized);
+    for form in 0..3u32 {
+        let found: Vec<u32> = (0..4).map(|i| words.get((form * 4 + i) as usize)).collect();
+        let expected: Vec<u32> = (0..4).map(|i| i * (form + 1)).collect();
+        assert_eq!(found, expected, "form {form}");
+    }
+}
+
 #[test]
 fn the_per_thread_context_form_given_the_null_stream_names_the_current_context() {
     let _alone = alone();

@@ -219,3 +219,22 @@ CUSW_EXPORT CUresult cuswLiveObjects(struct cuswLiveCounts *counts)
     memcpy(counts, &now, filled);
     return CUDA_SUCCESS;
 }
+
+/* ---- Kernels' stand-ins ---------------------------------------------------------------------- */
+
+CUSW_EXPORT CUresult cuswRegisterStandIn(const char *kernel, cuswStandIn stand_in, void *user_data)
+{
+    CUSW_ENTRY();
+    if (kernel == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cusw_stand_in_register(kernel, stand_in, user_data);
+}
+
+CUSW_EXPORT CUresult cuswKernelsWithoutStandIn(unsigned long long *count)
+{
+    CUSW_ENTRY();
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = cusw_stand_in_missing_launches();
+    return CUDA_SUCCESS;
+}

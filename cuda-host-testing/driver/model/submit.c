@@ -241,3 +241,72 @@ CUresult cusw_submit_free(CUstream stream, bool per_thread, CUdeviceptr memory)
     cusw_lock_release();
     return rc;
 }
+
+/* ---- Kernels' launches ----------------------------------------------------------------------- */
+
+/* [locked] Whether a launch's geometry is one the device takes, for `f`. */
+static CUresult launch_checked(const struct cusw_function *f, const unsigned int grid[3],
+                               const unsigned int block[3], unsigned int shared_bytes,
+                               bool cooperative)
+{
+    static const CUdevice_attribute block_limits[3] = { CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+                                                        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+                                                        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z };
+    static const CUdevice_attribute grid_limits[3] = { CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+                                                       CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+                                                       CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z };
+    unsigned long long threads = 1, blocks = 1;
+    for (int i = 0; i < 3; i++) {
+        int block_limit = 0, grid_limit = 0;
+        cusw_device_attribute(0, block_limits[i], &block_limit);
+        cusw_device_attribute(0, grid_limits[i], &grid_limit);
+        if (grid[i] == 0 || block[i] == 0 || block[i] > (unsigned int)block_limit ||
+            grid[i] > (unsigned int)grid_limit)
+            return CUDA_ERROR_INVALID_VALUE;
+        threads *= block[i];
+        blocks *= grid[i];
+    }
+    int max_threads = 0;
+    cusw_function_attribute(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &max_threads);
+    if (threads > (unsigned long long)max_threads ||
+        shared_bytes > cusw_function_max_dynamic_shared(f))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (cooperative) {
+        int processors = 0;
+        cusw_device_attribute(0, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &processors);
+        unsigned long long resident =
+            (unsigned long long)cusw_function_occupancy(f, (int)threads, shared_bytes) *
+            (unsigned long long)processors;
+        if (blocks > resident)
+            return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cusw_submit_kernel(CUstream stream, bool per_thread, CUfunction function,
+                            const unsigned int grid[3], const unsigned int block[3],
+                            unsigned int shared_bytes, void **kernel_params, void **extra,
+                            bool cooperative)
+{
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    struct cusw_function *f = NULL;
+    CUresult rc = function == NULL ? CUDA_ERROR_INVALID_HANDLE
+                                   : target(stream, per_thread, &s, &capturing);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_function_from_handle(function, s->ctx, &f);
+    /* A module's functions are its context's. */
+    if (rc == CUDA_SUCCESS && f->module->ctx != s->ctx)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS)
+        rc = launch_checked(f, grid, block, shared_bytes, cooperative);
+    struct cusw_action a;
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_kernel_action(f, grid, block, shared_bytes, (CUstream)s->handle, kernel_params,
+                                extra, &a);
+    if (rc == CUDA_SUCCESS)
+        rc = give(s, capturing, &a);
+    cusw_lock_release();
+    return rc;
+}
