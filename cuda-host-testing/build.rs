@@ -227,7 +227,8 @@ fn modelled_entries() -> (Vec<Entry>, Vec<String>) {
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", def.display()));
     let mut entries = Vec::new();
     let mut controls = Vec::new();
-    for line in text.lines() {
+    let lines: Vec<&str> = text.lines().collect();
+    for (index, line) in lines.iter().enumerate() {
         let (suffix, rest) = if let Some(rest) = line.strip_prefix("ENTRY(") {
             (None, rest)
         } else if let Some(rest) = line.strip_prefix("TWIN(") {
@@ -241,8 +242,9 @@ fn modelled_entries() -> (Vec<Entry>, Vec<String>) {
         } else {
             continue;
         };
-        // `"base", version, exported_name, (params` on the first line of every entry.
-        let mut fields = rest.splitn(4, ',').map(str::trim);
+        // `"base", version, exported_name, (params`, on the entry's first two lines.
+        let head = format!("{rest} {}", lines.get(index + 1).copied().unwrap_or(""));
+        let mut fields = head.splitn(4, ',').map(str::trim);
         let mut field = || {
             fields
                 .next()

@@ -649,3 +649,65 @@ fn a_kernel_without_a_stand_in_does_nothing_and_a_stand_ins_error_fails_the_cont
         .expect_err("the assertion fails the context");
     assert_eq!(error.driver_result(), Some(CUresult::CUDA_ERROR_ASSERT));
 }
+
+/// A launch captured into a graph is a kernel node, which each launch of the executable runs.
+#[test]
+fn a_captured_launch_is_a_kernel_node_each_graph_launch_runs() {
+    let _alone = alone();
+    let context = current_context();
+    let kernels = kernels();
+    let stream = non_blocking(&context);
+    let (data, scalar) = (DeviceMemory::new(16), DeviceMemory::new(4));
+    let (zeros, one) = ([0u32; 4], 1u32);
+    // SAFETY: the allocations' bytes from live host values.
+    unsafe {
+        ok(
+            "cuMemcpyHtoD_v2",
+            driver().cuMemcpyHtoD_v2(data.0, zeros.as_ptr().cast(), 16),
+        );
+        ok(
+            "cuMemcpyHtoD_v2",
+            driver().cuMemcpyHtoD_v2(scalar.0, (&raw const one).cast(), 4),
+        );
+    }
+    // SAFETY: a stream of the current context, not capturing.
+    ok("cuStreamBeginCapture_v2", unsafe {
+        driver().cuStreamBeginCapture_v2(stream.as_raw(), GLOBAL)
+    });
+    let (mut data_address, mut scalar_address, mut n) = (data.0, scalar.0, 4u32);
+    let mut arguments = [
+        (&raw mut data_address).cast::<c_void>(),
+        (&raw mut scalar_address).cast(),
+        (&raw mut n).cast(),
+    ];
+    // SAFETY: the arguments match add_scalar; the memory outlives the graph's launches.
+    unsafe { kernels.launch(kernels.add_scalar, 1, 32, stream.as_raw(), &mut arguments) }
+        .expect("captured");
+    let mut graph = ptr::null_mut();
+    // SAFETY: the capture begun above.
+    ok("cuStreamEndCapture", unsafe {
+        driver().cuStreamEndCapture(stream.as_raw(), &mut graph)
+    });
+    let mut exec = ptr::null_mut();
+    // SAFETY: a live graph and a valid out-pointer.
+    ok("cuGraphInstantiateWithFlags", unsafe {
+        driver().cuGraphInstantiateWithFlags(&mut exec, graph, 0)
+    });
+    for _ in 0..2 {
+        // SAFETY: a live executable and stream.
+        ok("cuGraphLaunch", unsafe {
+            driver().cuGraphLaunch(exec, stream.as_raw())
+        });
+    }
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    assert_eq!(
+        data.words(),
+        [2; 4],
+        "the captured launch ran once a graph launch"
+    );
+    // SAFETY: live, destroyed once, their launches done.
+    unsafe {
+        ok("cuGraphExecDestroy", driver().cuGraphExecDestroy(exec));
+        ok("cuGraphDestroy", driver().cuGraphDestroy(graph));
+    }
+}
