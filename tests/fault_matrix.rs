@@ -585,7 +585,7 @@ fn armed_name(entry: &CStr) -> CString {
     let exported = entry.to_str().expect("ASCII");
     let base = cuda_host_testing::ENTRY_POINTS
         .iter()
-        .find(|point| point.exported == exported && point.per_thread_twin)
+        .find(|point| point.exported == exported && point.per_thread.is_some())
         .map_or(exported, |point| point.base);
     CString::new(base).expect("no NUL")
 }

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stand_in.h"
+
 #define CUDA_VERSION 13050
 
 typedef uint32_t cuuint32_t;
@@ -26,6 +28,9 @@ typedef int CUdevice_v1;
 typedef CUdevice_v1 CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUkern_st *CUkernel;
 typedef struct CUevent_st *CUevent;
 typedef struct CUstream_st *CUstream;
 typedef struct CUgraph_st *CUgraph;
@@ -161,19 +166,38 @@ typedef enum cudaError_enum {
 } CUresult;
 
 typedef enum CUdevice_attribute_enum {
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 1,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X = 2,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y = 3,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z = 4,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X = 5,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y = 6,
+    CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z = 7,
+    CU_DEVICE_ATTRIBUTE_WARP_SIZE = 10,
+    CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
     CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY = 19,
     CU_DEVICE_ATTRIBUTE_PCI_BUS_ID = 33,
     CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID = 34,
+    CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR = 39,
     CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING = 41,
     CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID = 50,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
     CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
     CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED = 78,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81,
+    CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR = 82,
+    CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY = 83,
+    CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID = 85,
     CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS = 89,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1 = 92,
     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1 = 93,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1 = 94,
+    CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH = 95,
+    CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
     CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES = 98,
+    CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR = 106,
+    CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE = 108,
+    CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK = 111,
     CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
     CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS = 122,
     CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR = 123
@@ -192,6 +216,76 @@ typedef enum CUctx_flags_enum {
     CU_CTX_SYNC_MEMOPS          = 0x80,
     CU_CTX_FLAGS_MASK           = 0xFF
 } CUctx_flags;
+
+typedef enum CUlimit_enum {
+    CU_LIMIT_STACK_SIZE                       = 0x00,
+    CU_LIMIT_PRINTF_FIFO_SIZE                 = 0x01,
+    CU_LIMIT_MALLOC_HEAP_SIZE                 = 0x02,
+    CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH           = 0x03,
+    CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT = 0x04,
+    CU_LIMIT_MAX_L2_FETCH_GRANULARITY         = 0x05,
+    CU_LIMIT_PERSISTING_L2_CACHE_SIZE         = 0x06,
+    CU_LIMIT_SHMEM_SIZE                       = 0x07,
+    CU_LIMIT_CIG_ENABLED                      = 0x08,
+    CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED       = 0x09,
+} CUlimit;
+
+typedef enum CUfunc_cache_enum {
+    CU_FUNC_CACHE_PREFER_NONE    = 0x00,
+    CU_FUNC_CACHE_PREFER_SHARED  = 0x01,
+    CU_FUNC_CACHE_PREFER_L1      = 0x02,
+    CU_FUNC_CACHE_PREFER_EQUAL   = 0x03
+} CUfunc_cache;
+
+typedef enum CUfunction_attribute_enum {
+    CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0,
+    CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1,
+    CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES = 2,
+    CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES = 3,
+    CU_FUNC_ATTRIBUTE_NUM_REGS = 4,
+    CU_FUNC_ATTRIBUTE_PTX_VERSION = 5,
+    CU_FUNC_ATTRIBUTE_BINARY_VERSION = 6,
+    CU_FUNC_ATTRIBUTE_CACHE_MODE_CA = 7,
+    CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+    CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9,
+    CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET = 10,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH = 11,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT = 12,
+    CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH = 13,
+    CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14,
+    CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 15,
+    CU_FUNC_ATTRIBUTE_DEVICE_NODE_UPDATE_SUPPORTED = 16,
+    CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE = 17,
+} CUfunction_attribute;
+
+typedef enum CUjit_option_enum {
+    CU_JIT_INFO_LOG_BUFFER = 3,
+    CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+    CU_JIT_ERROR_LOG_BUFFER = 5,
+    CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+} CUjit_option;
+
+typedef enum CUlibraryOption_enum {
+    CU_LIBRARY_HOST_UNIVERSAL_FUNCTION_AND_DATA_TABLE = 0,
+    CU_LIBRARY_BINARY_IS_PRESERVED = 1,
+} CUlibraryOption;
+
+typedef size_t (*CUoccupancyB2DSize)(int blockSize);
+
+/* cuLaunchKernelEx's configuration; its attributes are taken and not read (declared only). */
+typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX;
+    unsigned int gridDimY;
+    unsigned int gridDimZ;
+    unsigned int blockDimX;
+    unsigned int blockDimY;
+    unsigned int blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
 
 typedef enum CUstream_flags_enum {
     CU_STREAM_NON_BLOCKING        = 0x1
@@ -271,6 +365,8 @@ typedef enum CUgraphNodeType_enum {
     CU_GRAPH_NODE_TYPE_GRAPH            = 4,
     CU_GRAPH_NODE_TYPE_EMPTY            = 5,
     CU_GRAPH_NODE_TYPE_EVENT_RECORD     = 7,
+    CU_GRAPH_NODE_TYPE_MEM_ALLOC        = 10,
+    CU_GRAPH_NODE_TYPE_MEM_FREE         = 11,
     CU_GRAPH_NODE_TYPE_BATCH_MEM_OP     = 12,
 } CUgraphNodeType;
 
@@ -306,6 +402,86 @@ typedef enum CUdriverProcAddress_flags_enum {
 #define CU_MEMHOSTALLOC_PORTABLE        0x01
 #define CU_MEMHOSTALLOC_DEVICEMAP       0x02
 #define CU_MEMHOSTALLOC_WRITECOMBINED   0x04
+
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
+
+typedef enum CUmemPool_attribute_enum {
+    CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC,
+    CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+    CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+    CU_MEMPOOL_ATTR_USED_MEM_CURRENT,
+    CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+    CU_MEMPOOL_ATTR_ALLOCATION_TYPE,
+    CU_MEMPOOL_ATTR_EXPORT_HANDLE_TYPES,
+    CU_MEMPOOL_ATTR_LOCATION_ID,
+    CU_MEMPOOL_ATTR_LOCATION_TYPE,
+    CU_MEMPOOL_ATTR_MAX_POOL_SIZE,
+    CU_MEMPOOL_ATTR_HW_DECOMPRESS_ENABLED,
+    CU_MEMPOOL_ATTR_LOCALITY_DOMAIN_ID,
+} CUmemPool_attribute;
+
+typedef enum CUmemLocationType_enum {
+    CU_MEM_LOCATION_TYPE_INVALID                = 0x0,
+    CU_MEM_LOCATION_TYPE_DEVICE                 = 0x1,
+    CU_MEM_LOCATION_TYPE_HOST                   = 0x2,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA              = 0x3,
+    CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT      = 0x4,
+    CU_MEM_LOCATION_TYPE_MAX                    = 0x7FFFFFFF
+} CUmemLocationType;
+
+typedef enum CUmemAllocationType_enum {
+    CU_MEM_ALLOCATION_TYPE_INVALID = 0x0,
+    CU_MEM_ALLOCATION_TYPE_PINNED  = 0x1,
+    CU_MEM_ALLOCATION_TYPE_MANAGED = 0x2,
+    CU_MEM_ALLOCATION_TYPE_MAX     = 0x7FFFFFFF
+} CUmemAllocationType;
+
+typedef enum CUmemAllocationHandleType_enum {
+    CU_MEM_HANDLE_TYPE_NONE = 0x0,
+    CU_MEM_HANDLE_TYPE_MAX  = 0x7FFFFFFF
+} CUmemAllocationHandleType;
+
+typedef struct CUmemLocation_st {
+    CUmemLocationType type;
+    union {
+        int id;
+        struct {
+            unsigned char deviceId;
+            unsigned char localityDomainId;
+        } localized;
+    };
+} CUmemLocation_v1;
+typedef CUmemLocation_v1 CUmemLocation;
+
+typedef struct CUmemPoolProps_st {
+    CUmemAllocationType allocType;
+    CUmemAllocationHandleType handleTypes;
+    CUmemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char gpuDirectRDMACapable;
+    unsigned char reserved[53];
+} CUmemPoolProps_v1;
+typedef CUmemPoolProps_v1 CUmemPoolProps;
+
+typedef enum CUmemAttach_flags_enum {
+    CU_MEM_ATTACH_GLOBAL = 0x1,
+    CU_MEM_ATTACH_HOST   = 0x2,
+    CU_MEM_ATTACH_SINGLE = 0x4
+} CUmemAttach_flags;
+
+typedef enum CUmem_advise_enum {
+    CU_MEM_ADVISE_SET_READ_MOSTLY          = 1,
+    CU_MEM_ADVISE_UNSET_READ_MOSTLY        = 2,
+    CU_MEM_ADVISE_SET_PREFERRED_LOCATION   = 3,
+    CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION = 4,
+    CU_MEM_ADVISE_SET_ACCESSED_BY          = 5,
+    CU_MEM_ADVISE_UNSET_ACCESSED_BY        = 6
+} CUmem_advise;
 
 typedef void (*CUhostFn)(void *userData);
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
@@ -372,9 +548,11 @@ CUresult cuswSetWaitPollInterval(unsigned int microseconds);
 /* Report `version` from cuDriverGetVersion and hide from cuGetProcAddress every ABI newer than
  * it; 0 restores the default. */
 CUresult cuswSetDriverVersion(int version);
-/* Make every device answer `*value` (at least 0) from cuDeviceGetAttribute for `attribute`, one
- * the double models; NULL restores its own value. A test plays an older device with it (no 64-bit
- * stream memory operations). */
+/* Make every device answer `*value` from cuDeviceGetAttribute for `attribute` (any
+ * CUdevice_attribute; CUDA_ERROR_INVALID_VALUE for another number); NULL restores its own value
+ * (an H200's, or what CUSW_DEVICE_ATTRIBUTES set). A test plays another device with it: an older
+ * one, a narrow one without 64-bit stream memory operations, one without memory pools; where the
+ * driver models what the attribute says, it follows (h200.def). */
 CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, const int *value);
 /* How many user-object destructors have run, and how many user objects are alive. */
 CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive);
@@ -384,6 +562,11 @@ CUresult cuswDelayNextCalls(const char *entry, unsigned int count, unsigned int 
 /* How many calls named a stream, event, graph or other handle after it was destroyed (the real
  * driver may crash on those; this one answers an error and counts them). */
 CUresult cuswStaleHandleUses(unsigned long long *count);
+
+/* How many times stream work (a copy, a set, a stream memory operation) touched memory of the
+ * stream-ordered allocator before the point of its allocation or after the point of its free
+ * (each failed its context with CUDA_ERROR_ILLEGAL_ADDRESS), since load. */
+CUresult cuswStreamOrderedMemoryMisuses(unsigned long long *count);
 
 /* What is alive in the driver now, process-wide, for leak checks. The caller sets `size` to
  * sizeof(struct cuswLiveCounts) as it was compiled; the driver fills only the members that fit
@@ -404,7 +587,7 @@ struct cuswLiveCounts {
                                                   not finished running, or been skipped because
                                                   of a sticky error */
 };
-/* Modules are not counted: this driver loads none (cuModuleLoadData answers not supported). */
+/* Modules are not counted. */
 CUresult cuswLiveObjects(struct cuswLiveCounts *counts);
 /* How many injected failures of `entry`, spelt as it was armed, are still to come for calls from
  * the calling thread: those cuswFailNextCalls armed on this thread plus those
@@ -415,6 +598,11 @@ CUresult cuswArmedFailures(const char *entry, unsigned int *remaining);
  * twin of it; an exported name ("cuLaunchHostFunc_ptsz") only that function.
  * CUDA_ERROR_NOT_FOUND for an unknown entry name. */
 CUresult cuswCallCount(const char *entry, unsigned long long *count);
+
+/* How many calls, since the library was loaded, by any thread, of the entry points this driver
+ * exports without modelling them (each answers CUDA_ERROR_NOT_SUPPORTED and is named in the
+ * driver's log the first time), calls an injected failure answered included. */
+CUresult cuswUnmodelledCalls(unsigned long long *count);
 
 /* How many host functions were launched through cuLaunchHostFunc_v2 (and its _ptsz form) with
  * `syncMode` (CU_HOST_TASK_BLOCKING or CU_HOST_TASK_SPINWAIT) since load, by any thread, calls an
@@ -427,6 +615,15 @@ CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigned long long 
  * replaces the armed capture; a NULL `entry` disarms it. CUDA_ERROR_NOT_FOUND for an unknown entry
  * name. */
 CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stream, CUstreamCaptureMode mode);
+
+/* Registers `stand_in` for launches of kernels named `kernel`, as their PTX names them (NULL
+ * removes it; a second registration replaces the first): from then on a launch runs it, in its
+ * stream's order on the stream's worker, with `user_data` (stand_in.h). A library named in
+ * CUSW_STAND_INS registers its own through the same function. */
+CUresult cuswRegisterStandIn(const char *kernel, cuswStandIn stand_in, void *user_data);
+/* How many launches, since load, found no stand-in for their kernel (each did nothing; the first
+ * of each kernel is named in the log). */
+CUresult cuswKernelsWithoutStandIn(unsigned long long *count);
 
 /* A context of device `dev` beside its primary context, with its own legacy and per-thread
  * streams, events, allocations and sticky error: a test fails it on purpose while others go on on

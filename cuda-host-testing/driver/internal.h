@@ -93,6 +93,23 @@
         return call;                                                                             \
     }
 
+/* Defines the exported function `name` and its twin name##_ptds (entries.def's PTDS_TWIN), both
+ * answering `call`, an expression of the parameters and of `per_thread`: false in `name`, true in
+ * the twin, which works on the calling thread's per-thread stream instead of the legacy one. */
+#define CUSW_PTDS_TWINS(name, params, call)                                                      \
+    CUSW_EXPORT CUresult name params                                                             \
+    {                                                                                            \
+        const bool per_thread = false;                                                           \
+        CUSW_INIT_ENTRY();                                                                       \
+        return call;                                                                             \
+    }                                                                                            \
+    CUSW_EXPORT CUresult name##_ptds params                                                      \
+    {                                                                                            \
+        const bool per_thread = true;                                                            \
+        CUSW_INIT_ENTRY();                                                                       \
+        return call;                                                                             \
+    }
+
 /* ---- Limits and defaults --------------------------------------------------------------------- */
 
 #define CUSW_MAX_DEVICES 8
@@ -101,6 +118,10 @@
 /* cuCtxGetStreamPriorityRange's answer: lower numbers are greater priorities. */
 #define CUSW_LEAST_STREAM_PRIORITY 0
 #define CUSW_GREATEST_STREAM_PRIORITY (-5)
+/* The context limits the driver models: CU_LIMIT_STACK_SIZE to
+ * CU_LIMIT_PERSISTING_L2_CACHE_SIZE (cuCtxGetLimit answers the others CUDA_ERROR_UNSUPPORTED_LIMIT,
+ * as a device without them does). */
+#define CUSW_LIMIT_COUNT 7
 /* Fresh contexts alive at once, at most (api/fresh_contexts.c). */
 #define CUSW_MAX_FRESH_CONTEXTS 64
 
@@ -133,6 +154,11 @@ void cusw_defer_until_unlocked(struct cusw_deferred *d, void (*run)(struct cusw_
 int cusw_config_device_count(void);
 int cusw_config_driver_version(void);
 
+/* Writes one line to the driver's log: standard error, or where CUSW_LOG names (a file, or "off"
+ * for nowhere). For what a user should know once: an entry point or a kernel the driver does not
+ * model. Takes a lock of its own, never cusw_lock. */
+void cusw_log(const char *format, ...) __attribute__((format(printf, 1, 2)));
+
 /* Creates a detached internal thread (pins the library in memory first, so that a dlclose by
  * the application cannot unmap code that driver threads are still running). */
 bool cusw_spawn_thread(void *(*fn)(void *), void *arg);
@@ -156,6 +182,12 @@ enum cusw_kind {
     CUSW_KIND_NODE,
     CUSW_KIND_EXEC,
     CUSW_KIND_USER_OBJECT,
+    CUSW_KIND_POOL,
+    CUSW_KIND_MODULE,
+    CUSW_KIND_FUNCTION,
+    CUSW_KIND_LIBRARY,
+    CUSW_KIND_KERNEL,
+    CUSW_KIND_COUNT
 };
 
 /* Open-addressing hash map from non-zero keys (> 1) to pointers. */
@@ -175,6 +207,169 @@ void cusw_handle_remove(uintptr_t handle);                      /* [locked] */
 size_t cusw_handle_count(enum cusw_kind kind);                  /* [locked] live handles */
 /* Lookups of a handle the registry issued and has since removed, since load. */
 unsigned long long cusw_stale_handle_uses(void);
+
+/* ---- What a module image says (model/ptx.c) -------------------------------------------------- */
+
+struct cusw_ptx_param {
+    size_t size, align;
+    char type[16]; /* of its elements: ".u64", ".b8" */
+};
+
+struct cusw_ptx_entry {
+    char *name;
+    struct cusw_ptx_param *params;
+    size_t n_params;
+    size_t shared_bytes, local_bytes; /* what its body declares */
+    int max_threads;                  /* .maxntid or .reqntid, 0 without */
+};
+
+struct cusw_ptx_global {
+    char *name;
+    size_t size, align;
+    unsigned char *init; /* size bytes: its initial value */
+};
+
+struct cusw_ptx {
+    int version; /* .version 9.0 as 90 */
+    int target;  /* .target sm_75 as 75 */
+    struct cusw_ptx_entry *entries;
+    size_t n_entries;
+    struct cusw_ptx_global *globals;
+    size_t n_globals;
+};
+
+/* The PTX text of a module image: the image itself, or a fat binary's uncompressed PTX entry
+ * (also through its wrapper). CUDA_ERROR_NOT_SUPPORTED (and a log line) for machine code, or
+ * compressed PTX, which this driver does not read. */
+CUresult cusw_image_ptx(const void *image, const char **text, size_t *length);
+/* CUDA_ERROR_INVALID_PTX for text that is no PTX. */
+CUresult cusw_ptx_parse(const char *text, size_t length, struct cusw_ptx **out);
+void cusw_ptx_free(struct cusw_ptx *ptx);
+long cusw_ptx_entry_index(const struct cusw_ptx *ptx, const char *name); /* -1 when none */
+
+/* ---- Kernels' stand-ins (model/stand_in.c) --------------------------------------------------- */
+
+CUresult cusw_stand_in_register(const char *kernel, cuswStandIn stand_in, void *user_data);
+/* The stand-in of kernels named `kernel` (loading CUSW_STAND_INS's libraries the first time). */
+bool cusw_stand_in_find(const char *kernel, cuswStandIn *stand_in, void **user_data);
+/* A launch of `kernel` found none: counted, and named in the log the first time. */
+void cusw_stand_in_missing(const char *kernel);
+unsigned long long cusw_stand_in_missing_launches(void);
+
+/* ---- What the device reports of itself (model/device.c) -------------------------------------- */
+
+/* What device `dev` answers for `attribute` (an H200's value, unless replaced); false for a value
+ * that is no CUdevice_attribute. */
+bool cusw_device_attribute(int dev, CUdevice_attribute attribute, int *value);
+/* Whether the devices answer `attribute` with other than 0: for the attributes that say whether a
+ * feature the driver models is there (memory pools, 64-bit stream memory operations, ...). */
+bool cusw_device_supports(CUdevice_attribute attribute);
+/* Makes every device answer `*value` for `attribute` (NULL: its own value again); false for a
+ * value that is no CUdevice_attribute. */
+bool cusw_override_device_attribute(CUdevice_attribute attribute, const int *value);
+
+/* ---- The stream-ordered allocator (model/pool.c) --------------------------------------------- */
+
+struct cusw_pool;
+struct cusw_block;
+
+struct cusw_pool *cusw_pool_default(int device);  /* [locked] NULL when out of memory */
+struct cusw_pool *cusw_pool_current(int device);  /* [locked] cuDeviceGetMemPool's */
+void cusw_pool_set_current(int device, struct cusw_pool *pool); /* [locked] */
+struct cusw_pool *cusw_pool_create(int device);   /* [locked] registered; NULL when out of memory */
+/* [locked] CUDA_ERROR_INVALID_VALUE unless `handle` names a pool. */
+CUresult cusw_pool_from_handle(CUmemoryPool handle, struct cusw_pool **out);
+/* [locked] Invalidates its handle; it goes once what was allocated from it is freed.
+ * CUDA_ERROR_INVALID_VALUE for a device's default pool. */
+CUresult cusw_pool_destroy(struct cusw_pool *pool);
+uintptr_t cusw_pool_handle(const struct cusw_pool *pool);
+int cusw_pool_device(const struct cusw_pool *pool);
+/* [locked] CUDA_ERROR_INVALID_VALUE for an attribute it does not have, or cannot set. */
+CUresult cusw_pool_get_attribute(const struct cusw_pool *pool, CUmemPool_attribute attribute,
+                                 void *value);
+CUresult cusw_pool_set_attribute(struct cusw_pool *pool, CUmemPool_attribute attribute,
+                                 const void *value);
+void cusw_pool_trim(struct cusw_pool *pool, size_t keep); /* [locked] cuMemPoolTrimTo's */
+uint64_t cusw_pool_reserved_bytes(int device); /* [locked] what the device's pools reserve */
+/* [locked] `size` bytes from `pool`, usable once its stream reaches the allocation. */
+CUresult cusw_block_allocate(struct cusw_pool *pool, size_t size, struct cusw_block **out);
+void *cusw_block_memory(const struct cusw_block *block);
+/* [locked] The block allocated at `memory`, if it is neither freed nor to be freed: then it is
+ * to be freed (a second free of it finds none). */
+struct cusw_block *cusw_block_to_free(const void *memory);
+void cusw_block_reached(struct cusw_block *block); /* [locked] its allocation's point is reached */
+void cusw_block_freed(struct cusw_block *block);   /* [locked] its free's point is reached */
+/* Whether stream work touching [memory, memory + bytes) misuses a block: before its allocation's
+ * point or after its free's (counted, logged once). Takes the lock. */
+bool cusw_pool_misused(const void *memory, size_t bytes);
+unsigned long long cusw_pool_misuses(void);
+/* [locked] Whether `memory` is in a block's memory (freed ones kept to catch misuse included):
+ * device memory, to the copy rules. */
+bool cusw_pool_holds(const void *memory);
+
+/* ---- Modules, functions, libraries and kernels (model/module.c) ------------------------------ */
+
+struct cusw_module;
+struct cusw_library;
+
+/* The attributes cuFuncSetAttribute sets (CUfunction_attribute's values below this). */
+#define CUSW_FUNCTION_ATTRIBUTES 18
+
+struct cusw_function {
+    uintptr_t handle;
+    struct cusw_module *module;
+    const struct cusw_ptx_entry *entry;
+    int set[CUSW_FUNCTION_ATTRIBUTES]; /* values cuFuncSetAttribute set */
+    bool is_set[CUSW_FUNCTION_ATTRIBUTES];
+    CUfunc_cache cache_config;
+};
+
+struct cusw_module {
+    uintptr_t handle;
+    struct cusw_ctx *ctx;
+    struct cusw_ptx *ptx;
+    struct cusw_function *functions; /* one per entry of ptx */
+    size_t n_functions;
+    void **globals;                  /* one per variable of ptx */
+    struct cusw_library *library;    /* loaded for a library's kernels, or NULL */
+    struct cusw_module *next, *next_of_library;
+};
+
+/* [locked] The PTX of `image` (cusw_image_ptx) as a module of `ctx`, registered. */
+CUresult cusw_module_load(struct cusw_ctx *ctx, const void *image, struct cusw_module **out);
+CUresult cusw_module_from_handle(CUmodule handle, struct cusw_module **out); /* [locked] */
+void cusw_module_unload(struct cusw_module *m);                              /* [locked] */
+void cusw_modules_release_context(struct cusw_ctx *ctx); /* [locked] unloads its modules */
+size_t cusw_module_count(void); /* [locked] loaded by cuModuleLoad*, not unloaded */
+/* [locked] CUDA_ERROR_NOT_FOUND when the module has no such kernel or variable. */
+CUresult cusw_module_function(struct cusw_module *m, const char *name, struct cusw_function **out);
+CUresult cusw_module_global(const struct cusw_module *m, const char *name, void **memory,
+                            size_t *bytes);
+CUresult cusw_library_load(const void *image, struct cusw_library **out); /* [locked] */
+uintptr_t cusw_library_handle(const struct cusw_library *l);
+CUresult cusw_library_from_handle(CUlibrary handle, struct cusw_library **out); /* [locked] */
+void cusw_library_unload(struct cusw_library *l); /* [locked] with its modules */
+CUresult cusw_library_kernel(const struct cusw_library *l, const char *name, CUkernel *out);
+/* [locked] A kernel's function in `ctx`: the library is loaded there the first time. */
+CUresult cusw_kernel_function(CUkernel handle, struct cusw_ctx *ctx, struct cusw_function **out);
+/* [locked] A function, or a library's kernel standing for its function in `ctx` (may be NULL). */
+CUresult cusw_function_from_handle(CUfunction handle, struct cusw_ctx *ctx,
+                                   struct cusw_function **out);
+/* [locked] What cuFuncGetAttribute answers for `f`; CUDA_ERROR_INVALID_VALUE for a value that is
+ * no attribute. Registers and constant memory are not known from PTX: a function is said to use
+ * 32 registers a thread and no constant memory. */
+CUresult cusw_function_attribute(const struct cusw_function *f, CUfunction_attribute attribute,
+                                 int *value);
+/* [locked] cuFuncSetAttribute's work: CUDA_ERROR_INVALID_VALUE for an attribute that is read only,
+ * or a value out of its range. */
+CUresult cusw_function_set_attribute(struct cusw_function *f, CUfunction_attribute attribute,
+                                     int value);
+/* [locked] How many blocks of `block_size` threads, each with `dynamic_shared` bytes of dynamic
+ * shared memory, fit on one multiprocessor of the device at once, by its limits of threads,
+ * blocks, registers and shared memory. */
+int cusw_function_occupancy(const struct cusw_function *f, int block_size, size_t dynamic_shared);
+/* [locked] The most dynamic shared memory a block may ask for at launch. */
+size_t cusw_function_max_dynamic_shared(const struct cusw_function *f);
 
 /* ---- Entry points by name, and the reported version (model/entries.c) ------------------------ */
 
@@ -225,18 +420,19 @@ struct cusw_ctx {
     struct cusw_stream *streams; /* every stream of the context, also destroyed ones still draining */
     struct cusw_event *events;
     struct cusw_ctx *next_created; /* every context cuCtxCreate made, process-wide */
+    /* [locked] cuCtxSetLimit's and cuCtxSetCacheConfig's, an H200's by default. */
+    size_t limits[CUSW_LIMIT_COUNT];
+    CUfunc_cache cache_config;
 };
+
+/* What a context's limits (CUlimit) are until cuCtxSetLimit changes them: an H200's. */
+extern const size_t cusw_default_limits[CUSW_LIMIT_COUNT];
 
 bool cusw_initialized(void); /* whether cuInit has succeeded */
 void cusw_initialize(void);  /* cuInit's work: the devices' primary contexts */
 int cusw_device_count(void);
 CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
 struct cusw_ctx *cusw_primary_ctx(CUdevice dev); /* of a checked device */
-/* What every device answers for `attribute`; false for one the double does not model. */
-bool cusw_device_attribute(CUdevice_attribute attribute, int *value);
-/* Makes every device answer `*value` for `attribute` (NULL: its own value again); false for one
- * the double does not model. */
-bool cusw_override_device_attribute(CUdevice_attribute attribute, const int *value);
 /* [locked] A context of a checked device, registered and inactive (cuCtxCreate's), or NULL. */
 struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags);
 /* [locked] CUDA_ERROR_INVALID_CONTEXT unless `handle` names a context. */
@@ -415,6 +611,9 @@ enum cusw_action_kind {
     CUSW_ACT_SLEEP,        /* cuswLaunchSleep: the stand-in for a long kernel */
     CUSW_ACT_EVENT_RECORD, /* stream only */
     CUSW_ACT_GRAPH,        /* stream only: one launch of an executable graph */
+    CUSW_ACT_KERNEL,       /* a kernel's launch: its stand-in runs */
+    CUSW_ACT_ALLOCATE,     /* stream only: a stream-ordered allocation's point */
+    CUSW_ACT_FREE,         /* stream only: a stream-ordered free's point */
 };
 
 struct cusw_action {
@@ -433,6 +632,8 @@ struct cusw_action {
         struct { struct cusw_event *event; uint64_t generation; } record;
         struct cusw_launch *launch;
         struct cusw_batch *batch; /* shared: counted by the actions that hold it */
+        struct cusw_block *block;
+        struct cusw_kernel_call *kernel; /* shared: counted by the actions that hold it */
     } u;
 };
 
@@ -444,6 +645,25 @@ struct cusw_launch {
     size_t n;
     struct cusw_uref_list urefs;
 };
+
+/* A kernel's launch: what its stand-in gets (stand_in.h), copied at the launch, so that it
+ * outlives the module; unchanged once made, shared by the copies of its action. */
+struct cusw_kernel_call {
+    unsigned int refs; /* [locked] */
+    cuswKernelLaunch launch;
+    char *name;
+    cuswKernelParam *params;
+    char (*types)[16];        /* the parameters' types */
+    unsigned char *arguments; /* the parameters' bytes, laid out as the PTX declares them */
+};
+
+/* [locked] A kernel action of `f` with the launch's geometry and arguments, holding the one
+ * reference (the caller's): `kernel_params` (cuLaunchKernel's, a pointer to each argument) or
+ * else `extra`'s buffer. CUDA_ERROR_INVALID_VALUE when neither gives the kernel's parameters. */
+CUresult cusw_kernel_action(const struct cusw_function *f, const unsigned int grid[3],
+                            const unsigned int block[3], unsigned int shared_bytes,
+                            CUstream stream, void **kernel_params, void **extra,
+                            struct cusw_action *out);
 
 /* Every stream wait on memory reads its word once every `usec` from now on; 0 restores the
  * backoff (cuswSetWaitPollInterval). */
@@ -478,7 +698,9 @@ struct cusw_batch {
 #define CUSW_BATCH_MAX 256
 
 /* CUDA_SUCCESS when `ops` are 1 to CUSW_BATCH_MAX operations this driver takes, each a write or a
- * wait as cusw_mem_op_action takes it; CUDA_ERROR_INVALID_VALUE otherwise. */
+ * wait as cusw_mem_op_action takes it; CUDA_ERROR_NOT_SUPPORTED for a 64-bit one or a NOR wait
+ * where the device reports them unsupported (CAN_USE_64_BIT_STREAM_MEM_OPS,
+ * CAN_USE_STREAM_WAIT_VALUE_NOR); CUDA_ERROR_INVALID_VALUE otherwise. */
 CUresult cusw_batch_check(unsigned int count, const CUstreamBatchMemOpParams *ops);
 /* The write or wait `op` describes, or false for one this driver does not take: a null or
  * misaligned address; a wait's flags other than a comparison (FLUSH needs
@@ -636,11 +858,17 @@ CUresult cusw_exec_update(struct cusw_exec *x, struct cusw_graph *g,
 
 /* ---- Memory (model/memory.c) ----------------------------------------------------------------- */
 
-/* [locked] Device (or, `host`, page-locked host) memory in the current context. */
-CUresult cusw_memory_allocate(size_t size, bool host, void **out);
-/* [locked] Frees an allocation of that kind once its context has drained. */
+enum cusw_memory_kind { CUSW_MEMORY_DEVICE, CUSW_MEMORY_HOST, CUSW_MEMORY_MANAGED };
+
+/* [locked] Device, page-locked host (cuMemHostAlloc) or managed (cuMemAllocManaged) memory in the
+ * current context. */
+CUresult cusw_memory_allocate(size_t size, enum cusw_memory_kind kind, void **out);
+/* [locked] Frees an allocation, of page-locked host memory (`host`) or else of device or managed
+ * memory or a stream-ordered allocation, once its context has drained. */
 CUresult cusw_memory_free(void *p, bool host);
 bool cusw_memory_is_page_locked(const void *p); /* [locked] inside a cuMemHostAlloc allocation */
+/* [locked] Whether [p, p + bytes) is inside one cuMemAllocManaged allocation. */
+bool cusw_memory_is_managed(const void *p, size_t bytes);
 size_t cusw_device_memory_free(int device); /* [locked] */
 void cusw_memory_release_context(struct cusw_ctx *ctx); /* [locked] frees its allocations */
 void cusw_memory_counts(size_t *host, size_t *device); /* [locked] live allocations */
@@ -670,6 +898,25 @@ CUresult cusw_submit_and_wait(CUstream stream, bool per_thread, const struct cus
  * the stream's context: one operation of the stream, or one node of its capture. */
 CUresult cusw_submit_batch(CUstream stream, bool per_thread, unsigned int count,
                            const CUstreamBatchMemOpParams *ops);
+
+/* A stream-ordered allocation of `size` bytes from `pool` (NULL: the current pool of the stream's
+ * device) at this point of the stream, its address to *out; CUDA_ERROR_NOT_SUPPORTED while the
+ * stream captures (graph memory nodes are not modelled). */
+CUresult cusw_submit_allocation(CUstream stream, bool per_thread, CUmemoryPool pool, size_t size,
+                                CUdeviceptr *out);
+/* A stream-ordered free of the allocation at `memory`, at this point of the stream;
+ * CUDA_ERROR_INVALID_VALUE unless it is one that is neither freed nor to be freed. */
+CUresult cusw_submit_free(CUstream stream, bool per_thread, CUdeviceptr memory);
+
+/* A launch of `function` (a function, or a library's kernel standing for its function in the
+ * stream's context) on `stream`: checked against the device's limits and the function's
+ * (CUDA_ERROR_INVALID_VALUE; a `cooperative` grid larger than the blocks that fit on the device at
+ * once, CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE), then one operation of the stream, or one node
+ * of its capture, that runs the kernel's stand-in. */
+CUresult cusw_submit_kernel(CUstream stream, bool per_thread, CUfunction function,
+                            const unsigned int grid[3], const unsigned int block[3],
+                            unsigned int shared_bytes, void **kernel_params, void **extra,
+                            bool cooperative);
 
 /* ---- Activation and deactivation of contexts (model/activation.c) ---------------------------- */
 
@@ -702,16 +949,32 @@ bool cusw_enter(struct cusw_call_site *site, CUresult *injected);
 /* Calls of the sites whose exported name, or with `by_base` also whose base name, is `entry`. */
 unsigned long long cusw_calls_of(const char *entry, bool by_base);
 void cusw_count_host_task_sync_mode(unsigned int syncMode); /* cuLaunchHostFunc_v2's */
+/* An unmodelled entry point's answer (api/unmodelled.c): counts the call, names `symbol` in the
+ * log the first time (`*logged` is its function's own flag), and answers
+ * CUDA_ERROR_NOT_SUPPORTED. */
+CUresult cusw_unmodelled_call(const char *symbol, atomic_bool *logged);
+unsigned long long cusw_unmodelled_calls(void); /* since load, every unmodelled entry point's */
 unsigned long long cusw_host_task_sync_mode_launches(unsigned int syncMode);
 
 /* ---- The exported functions (entries.def; api/) ---------------------------------------------- */
 
 #define ENTRY(base, version, name, params) CUresult name params;
 #define TWIN(base, version, name, params) CUresult name params; CUresult name##_ptsz params;
+#define PTDS_TWIN(base, version, name, params) CUresult name params; CUresult name##_ptds params;
 #define CONTROL(name)
 #include "entries.def"
 #undef ENTRY
 #undef TWIN
+#undef PTDS_TWIN
 #undef CONTROL
+
+/* The functions the driver exports without modelling them (unmodelled.def, which the build writes
+ * from exports.txt less entries.def): declared without parameters, which they never read
+ * (api/unmodelled.c says why that is sound). */
+#define UNMODELLED(base, version, name) CUresult name(void);
+#define UNMODELLED_TWIN(base, version, name, twin) CUresult name(void); CUresult twin(void);
+#include "unmodelled.def"
+#undef UNMODELLED
+#undef UNMODELLED_TWIN
 
 #endif /* CUSW_INTERNAL_H */

@@ -1,6 +1,7 @@
 //! The software driver's test controls (`cusw*`, declared in `driver/cudasw.h`) as a typed API.
 
 use crate::Error;
+use crate::stand_in::KernelLaunch;
 use cuda_host::{Context, Device, Stream};
 use cuda_host_sys::{
     CUcontext, CUdevice, CUdevice_attribute, CUresult, CUstream, CUstreamCaptureMode, Driver,
@@ -30,6 +31,8 @@ pub struct Controls {
     user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
     delay_next_calls: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> CUresult,
     stale_handle_uses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
+    unmodelled_calls: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
+    stream_ordered_memory_misuses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
     live_objects: LiveObjectsFn,
     armed_failures: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
     call_count: unsafe extern "C" fn(*const c_char, *mut c_ulonglong) -> CUresult,
@@ -38,6 +41,37 @@ pub struct Controls {
         unsafe extern "C" fn(*const c_char, CUstream, CUstreamCaptureMode) -> CUresult,
     fresh_context_create: unsafe extern "C" fn(*mut CUcontext, CUdevice) -> CUresult,
     fresh_context_destroy: FreshContextDestroyFn,
+    register_stand_in: RegisterStandInFn,
+    kernels_without_stand_in: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
+}
+
+/// `cuswStandIn` of `stand_in.h`.
+type StandInFn = unsafe extern "C" fn(*const KernelLaunch, *mut c_void) -> c_int;
+/// `cuswRegisterStandIn`, as `cudasw.h` declares it.
+type RegisterStandInFn =
+    unsafe extern "C" fn(*const c_char, Option<StandInFn>, *mut c_void) -> CUresult;
+
+/// A stand-in registered from Rust: what [`Controls::register_stand_in`] boxes.
+type BoxedStandIn = Box<dyn Fn(&KernelLaunch) -> Result<(), CUresult> + Send + Sync>;
+
+/// Runs a stand-in registered from Rust, on a stream's worker thread: a panic is an error of the
+/// launch, never an unwind into the driver, and its payload is not dropped there.
+unsafe extern "C" fn run_stand_in(launch: *const KernelLaunch, data: *mut c_void) -> c_int {
+    // SAFETY: registered with a leaked `BoxedStandIn` (register_stand_in), and the driver hands a
+    // launch alive during this call.
+    let (stand_in, launch) = unsafe { (&*data.cast::<BoxedStandIn>(), &*launch) };
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| stand_in(launch))) {
+        Ok(Ok(())) => 0,
+        Ok(Err(error)) => error.0 as c_int,
+        Err(payload) => {
+            log::error!(
+                "the stand-in of kernel {:?} panicked: its launch fails",
+                launch.name()
+            );
+            std::mem::forget(payload);
+            CUresult::CUDA_ERROR_LAUNCH_FAILED.0 as c_int
+        }
+    }
 }
 
 /// `cuswFreshContextDestroy`, as `cudasw.h` declares it.
@@ -121,6 +155,8 @@ impl Controls {
             user_object_stats: control!(c"cuswUserObjectStats"),
             delay_next_calls: control!(c"cuswDelayNextCalls"),
             stale_handle_uses: control!(c"cuswStaleHandleUses"),
+            unmodelled_calls: control!(c"cuswUnmodelledCalls"),
+            stream_ordered_memory_misuses: control!(c"cuswStreamOrderedMemoryMisuses"),
             live_objects: control!(c"cuswLiveObjects"),
             armed_failures: control!(c"cuswArmedFailures"),
             call_count: control!(c"cuswCallCount"),
@@ -128,6 +164,8 @@ impl Controls {
             begin_capture_at_next_call: control!(c"cuswBeginCaptureAtNextCall"),
             fresh_context_create: control!(c"cuswFreshContextCreate"),
             fresh_context_destroy: control!(c"cuswFreshContextDestroy"),
+            register_stand_in: control!(c"cuswRegisterStandIn"),
+            kernels_without_stand_in: control!(c"cuswKernelsWithoutStandIn"),
             _library: library,
         })
     }
@@ -239,13 +277,15 @@ impl Controls {
     }
 
     /// Makes every device answer `value` from `cuDeviceGetAttribute` for `attribute` (`None`:
-    /// its own value again), process-wide, to play an older device: for example 0 for
-    /// `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS`. Only for what code asks after the
-    /// call: a value read before stays as it was read.
+    /// its own value again, an H200's unless [`DEVICE_ATTRIBUTES_VARIABLE`](crate::DEVICE_ATTRIBUTES_VARIABLE)
+    /// set another), process-wide, to play another device: for example 0 for
+    /// `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS`, which the driver then follows by
+    /// refusing 64-bit stream memory operations (`CUDA_ERROR_NOT_SUPPORTED`). Only for what code
+    /// asks after the call: a value read before stays as it was read.
     ///
     /// # Errors
-    /// [`Error::Control`] with `CUDA_ERROR_INVALID_VALUE` for an attribute the software driver
-    /// does not model, or a negative value.
+    /// [`Error::Control`] with `CUDA_ERROR_INVALID_VALUE` for a value that is no
+    /// `CUdevice_attribute`.
     #[doc(alias = "cuswOverrideDeviceAttribute")]
     pub fn override_device_attribute(
         &self,
@@ -300,6 +340,83 @@ impl Controls {
         // SAFETY: a valid out-pointer.
         check("cuswStaleHandleUses", unsafe {
             (self.stale_handle_uses)(&mut count)
+        })?;
+        Ok(count)
+    }
+
+    /// Registers `stand_in` for launches of the kernels named `kernel` (as their PTX names them),
+    /// replacing the one registered before, process-wide: from then on each launch runs it once
+    /// for the whole grid, in its stream's order on the stream's worker thread (see
+    /// [`stand_in`](crate::stand_in)). Its error fails the launch's context with that code, as a
+    /// fault in the kernel would (`CUDA_ERROR_ASSERT` for a failed assertion); a panic fails it
+    /// with `CUDA_ERROR_LAUNCH_FAILED`, and is logged.
+    ///
+    /// The stand-in lives for the rest of the process, as launches in flight may still run it.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers an error.
+    #[doc(alias = "cuswRegisterStandIn")]
+    pub fn register_stand_in(
+        &self,
+        kernel: &CStr,
+        stand_in: impl Fn(&KernelLaunch) -> Result<(), CUresult> + Send + Sync + 'static,
+    ) -> Result<(), Error> {
+        let boxed: BoxedStandIn = Box::new(stand_in);
+        let boxed: &'static BoxedStandIn = Box::leak(Box::new(boxed));
+        let data = std::ptr::from_ref(boxed).cast_mut().cast();
+        // SAFETY: `kernel` is NUL-terminated and copied by the driver; `run_stand_in` reads `data`,
+        // a leaked `BoxedStandIn` that outlives every launch, on any thread (it is Send + Sync).
+        check("cuswRegisterStandIn", unsafe {
+            (self.register_stand_in)(kernel.as_ptr(), Some(run_stand_in), data)
+        })
+    }
+
+    /// How many launches so far found no stand-in for their kernel: each did nothing, and the
+    /// first of each kernel is named in the driver's log.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers an error.
+    #[doc(alias = "cuswKernelsWithoutStandIn")]
+    pub fn kernels_without_stand_in(&self) -> Result<u64, Error> {
+        let mut count = 0;
+        // SAFETY: a valid out-pointer.
+        check("cuswKernelsWithoutStandIn", unsafe {
+            (self.kernels_without_stand_in)(&mut count)
+        })?;
+        Ok(count)
+    }
+
+    /// How many calls so far, from any thread, of the entry points the driver exports without
+    /// modelling them ([`UNMODELLED_ENTRY_POINTS`](crate::UNMODELLED_ENTRY_POINTS)): each answers
+    /// `CUDA_ERROR_NOT_SUPPORTED` and is named in the driver's log the first time. A test that
+    /// expects code to stay within what the driver models checks that this does not grow.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers an error.
+    #[doc(alias = "cuswUnmodelledCalls")]
+    pub fn unmodelled_calls(&self) -> Result<u64, Error> {
+        let mut count = 0;
+        // SAFETY: a valid out-pointer.
+        check("cuswUnmodelledCalls", unsafe {
+            (self.unmodelled_calls)(&mut count)
+        })?;
+        Ok(count)
+    }
+
+    /// How many times so far stream work (a copy, a set, a stream memory operation) touched
+    /// memory of the stream-ordered allocator (`cuMemAllocAsync`) before the point of its
+    /// allocation in its stream or after the point of its free: each such use failed its context
+    /// with `CUDA_ERROR_ILLEGAL_ADDRESS`, as a fault would, and the first is named in the driver's
+    /// log. The real driver keeps freed memory in its pool, where such a use goes unnoticed.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers an error.
+    #[doc(alias = "cuswStreamOrderedMemoryMisuses")]
+    pub fn stream_ordered_memory_misuses(&self) -> Result<u64, Error> {
+        let mut count = 0;
+        // SAFETY: a valid out-pointer.
+        check("cuswStreamOrderedMemoryMisuses", unsafe {
+            (self.stream_ordered_memory_misuses)(&mut count)
         })?;
         Ok(count)
     }

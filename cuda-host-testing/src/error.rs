@@ -57,6 +57,20 @@ pub enum Error {
         /// Why not: it does not load, initialise or have a device (the driver's error).
         reason: String,
     },
+    /// `CUDA_SYS_LIBCUDA` names a driver library that cannot be used, and `CUDA_TEST_DRIVER` is
+    /// `auto`: a driver the user named is never silently replaced by the software driver.
+    #[error(
+        "{variable}={library}, but that driver {reason}; unset {variable} to run on the driver \
+         found by name, or set {choice}=software for the software driver",
+        variable = cuda_host_sys::LIBCUDA_VARIABLE,
+        choice = crate::DRIVER_CHOICE_VARIABLE
+    )]
+    NamedDriverUnusable {
+        /// The library `CUDA_SYS_LIBCUDA` names.
+        library: String,
+        /// Why not: it does not load, initialise or have a device (the driver's error).
+        reason: String,
+    },
     /// The platform loader could not open the library for its controls.
     #[error("the software driver {} does not open: {reason}", path.display())]
     Open {

@@ -1,7 +1,9 @@
-//! A software CUDA driver for tests without a GPU: a test double of `libcuda` that implements
-//! the driver entry points cuda-host and cudarc's stream API call, with real threads, stream
-//! ordering, events, stream capture, graphs, user objects, sticky errors and fault injection. It
-//! runs no device code (`cuModuleLoadData` answers `CUDA_ERROR_NOT_SUPPORTED`).
+//! A software CUDA driver for tests without a GPU: a test double of `libcuda` that exports every
+//! entry point of the CUDA 13.5 driver API and models those cuda-host and cudarc's safe API call,
+//! with real threads, stream ordering, events, stream capture, graphs, user objects, sticky
+//! errors and fault injection, a device that reports itself as an H200, stream-ordered and managed
+//! memory, and modules of PTX whose kernels run by stand-in ([`stand_in`]): it runs no device
+//! code.
 //!
 //! Add it as a dev-dependency; its build script compiles the driver's C sources with the C
 //! compiler `cc` finds. Then, in a test:
@@ -43,11 +45,14 @@
 //!
 //! # Entry points
 //!
-//! [`ENTRY_POINTS`] lists what it implements, generated from the list the driver is built from
-//! (`driver/entries.def`); [`entry_points`] has the table. An entry point it lacks is missing as
-//! on a real driver that lacks it: `cuGetProcAddress_v2` answers success with a null pointer and
-//! `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`, and cuda-host-sys's table answers
-//! `CUDA_ERROR_NOT_FOUND` (`Error::EntryPointUnavailable`) when it is called; nothing crashes.
+//! [`ENTRY_POINTS`] lists what it models, generated from the list the driver is built from
+//! (`driver/entries.def`); [`entry_points`] has the table. No symbol is missing: every other
+//! function a CUDA 13.5 driver exports ([`UNMODELLED_ENTRY_POINTS`], generated from the headers)
+//! is exported too, under every name, and found by `cuGetProcAddress_v2`; called, it answers
+//! `CUDA_ERROR_NOT_SUPPORTED`, is counted ([`Controls::unmodelled_calls`]) and is named once in
+//! the driver's log (standard error; `CUSW_LOG=FILE` appends to a file, `CUSW_LOG=off` silences
+//! it). A name no driver has is answered as a real driver answers it: `cuGetProcAddress_v2`
+//! answers success with a null pointer and `CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND`.
 //!
 //! # Where the libraries are
 //!
@@ -72,14 +77,18 @@ pub mod entry_points;
 mod error;
 mod libcuda_dir;
 mod selection;
+pub mod stand_in;
 
 pub use controls::{Controls, LiveCounts, LiveObjects, LiveObjectsFn};
-pub use entry_points::{CONTROLS, ENTRY_POINTS, EntryPoint};
+pub use entry_points::{
+    CONTROLS, DeviceAttribute, ENTRY_POINTS, EntryPoint, H200_ATTRIBUTES, UNMODELLED_ENTRY_POINTS,
+};
 pub use error::Error;
 pub use libcuda_dir::LibcudaDir;
 pub use selection::{
     DRIVER_CHOICE_VARIABLE, DriverChoice, DriverKind, SelectedDriver, select_driver,
 };
+pub use stand_in::{KernelLaunch, KernelParam, STAND_INS_VARIABLE};
 
 use cuda_host_sys::{Driver, LoadOptions};
 use std::path::{Path, PathBuf};
@@ -88,6 +97,15 @@ use std::sync::{Arc, OnceLock};
 /// The variable that overrides the folder holding the libraries (for executables moved to
 /// another machine than the one that built them).
 pub const DRIVER_DIR_VARIABLE: &str = "CUDA_SOFTWARE_DRIVER_DIR";
+
+/// The variable, read when the software driver is loaded, that makes its devices answer other
+/// attributes than an H200's ([`H200_ATTRIBUTES`]): `NAME=VALUE` pairs separated by commas, each
+/// name a `CUdevice_attribute`'s with or without its `CU_DEVICE_ATTRIBUTE_` prefix (or its number),
+/// e.g. `COMPUTE_CAPABILITY_MAJOR=8,COMPUTE_CAPABILITY_MINOR=0` for another compute capability,
+/// `CAN_USE_64_BIT_STREAM_MEM_OPS=0` for a narrow device, `MEMORY_POOLS_SUPPORTED=0` for one
+/// without memory pools. Where the driver models what an attribute says, it follows the value.
+/// A pair it cannot read is named in its log and left out.
+pub const DEVICE_ATTRIBUTES_VARIABLE: &str = "CUSW_DEVICE_ATTRIBUTES";
 
 /// One of the three libraries built from the driver's sources.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

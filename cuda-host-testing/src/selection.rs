@@ -110,8 +110,11 @@ impl SelectedDriver {
 
 /// Chooses, once per process, the driver tests run on, as `CUDA_TEST_DRIVER` asks
 /// ([`DriverChoice`]): by default NVIDIA's driver when it loads, initialises and has a device,
-/// else the software driver ([`install`](crate::install)ed). The chosen driver becomes the
-/// process-wide driver of cuda-host. Every call answers as the first did, errors included.
+/// else the software driver ([`install`](crate::install)ed). A library `CUDA_SYS_LIBCUDA` names
+/// is what the user asked for: where it cannot be used, the answer is an error naming it, never
+/// the software driver in its place (unless `CUDA_TEST_DRIVER=software` asks for that). The
+/// chosen driver becomes the process-wide driver of cuda-host. Every call answers as the first
+/// did, errors included.
 ///
 /// A library found under the driver's own names (`libcuda.so.1` on `LD_LIBRARY_PATH`, or
 /// `CUDA_SYS_LIBCUDA`) that is this package's software driver counts as the software driver:
@@ -122,6 +125,8 @@ impl SelectedDriver {
 ///   [`DriverChoice::NAMES`];
 /// - [`Error::RealDriverUnusable`] for `real` when NVIDIA's driver does not load, initialise or
 ///   have a device, or when the library found is the software driver;
+/// - [`Error::NamedDriverUnusable`] for `auto` when `CUDA_SYS_LIBCUDA` names a library that does
+///   not load, initialise or have a device;
 /// - the errors of [`install`](crate::install) when it installs the software driver.
 ///
 /// # Safety
@@ -149,7 +154,13 @@ unsafe fn select(choice: DriverChoice) -> Result<SelectedDriver, Error> {
             }
             Err(reason) => return Err(Error::RealDriverUnusable { reason }),
         },
-        DriverChoice::Auto => real_driver_kind().ok().map(|(kind, _)| kind),
+        DriverChoice::Auto => match real_driver_kind() {
+            Ok((kind, _)) => Some(kind),
+            Err(reason) => match named_library() {
+                Some(library) => return Err(Error::NamedDriverUnusable { library, reason }),
+                None => None,
+            },
+        },
     };
     let (kind, driver) = match real {
         Some(_) => {
@@ -218,6 +229,13 @@ fn real_driver_kind() -> Result<(DriverKind, String), String> {
         DriverKind::Real
     };
     Ok((kind, driver.library_name().to_owned()))
+}
+
+/// The library `CUDA_SYS_LIBCUDA` names, when it is set and not empty.
+fn named_library() -> Option<String> {
+    std::env::var_os(cuda_host_sys::LIBCUDA_VARIABLE)
+        .filter(|library| !library.is_empty())
+        .map(|library| library.to_string_lossy().into_owned())
 }
 
 /// Whether the loaded library exports the software driver's controls: no NVIDIA driver does.

@@ -4,7 +4,9 @@
 use cuda_host::cuda_host_sys::{
     Availability, CUdriverProcAddressQueryResult, CUresult, Error as DriverError,
 };
-use cuda_host_testing::{CONTROLS, ENTRY_POINTS, Error, LibcudaDir, Variant};
+use cuda_host_testing::{
+    CONTROLS, ENTRY_POINTS, Error, LibcudaDir, UNMODELLED_ENTRY_POINTS, Variant,
+};
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::sync::Arc;
 
@@ -83,17 +85,18 @@ fn every_documented_entry_point_is_resolved_through_get_proc_address() {
 #[test]
 fn every_documented_entry_point_and_control_is_exported() {
     let library = library();
+    assert!(
+        UNMODELLED_ENTRY_POINTS.len() > 400,
+        "exports.txt was read: {} unmodelled",
+        UNMODELLED_ENTRY_POINTS.len()
+    );
     let exported = ENTRY_POINTS
         .iter()
-        .flat_map(|entry| {
-            let twin = entry
-                .per_thread_twin
-                .then(|| format!("{}_ptsz", entry.exported));
-            std::iter::once(entry.exported.to_owned()).chain(twin)
-        })
-        .chain(CONTROLS.iter().map(|&control| control.to_owned()));
+        .chain(UNMODELLED_ENTRY_POINTS)
+        .flat_map(|entry| std::iter::once(entry.exported).chain(entry.per_thread))
+        .chain(CONTROLS.iter().copied());
     for name in exported {
-        let symbol = CString::new(name.as_str()).expect("no NUL in a name");
+        let symbol = CString::new(name).expect("no NUL in a name");
         // SAFETY: only the symbol's presence is checked; it is never called.
         let found = unsafe { library.get::<*mut c_void>(symbol.as_bytes_with_nul()) };
         assert!(found.is_ok(), "{name} is documented but not exported");
@@ -101,35 +104,84 @@ fn every_documented_entry_point_and_control_is_exported() {
 }
 
 #[test]
-fn an_entry_point_the_driver_lacks_is_answered_as_missing_never_a_crash() {
-    // Real driver entry points the software driver does not implement, and a name no driver has.
-    for name in ["cuMemPoolCreate", "cuMemAllocManaged", "cuNotAnEntryPoint"] {
-        assert!(ENTRY_POINTS.iter().all(|entry| entry.base != name));
-        let (result, function, status) = proc_address(name);
-        assert_eq!(result, CUresult::CUDA_SUCCESS, "{name}");
-        assert!(function.is_null(), "{name} has a function");
-        assert_eq!(
-            status,
-            CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
-            "{name}"
-        );
-    }
-    // Called through cuda-host-sys's table: a typed error, without reaching the library.
+fn an_entry_point_the_driver_does_not_model_answers_not_supported_and_is_counted() {
+    const TEST: &str =
+        "an_entry_point_the_driver_does_not_model_answers_not_supported_and_is_counted";
+    let Some(log) = std::env::var_os(IN_CHILD).and(std::env::var_os("CUSW_LOG")) else {
+        // A process of its own: the count is process-wide, and its log goes to a file.
+        let log = std::env::temp_dir().join(format!("cusw-log-{}", std::process::id()));
+        let _ = std::fs::remove_file(&log);
+        run_in_child(TEST, &[("CUSW_LOG", log.to_str().expect("a UTF-8 path"))]);
+        let _ = std::fs::remove_file(&log);
+        return;
+    };
+    let name = "cuArrayCreate_v2";
+    let entry = UNMODELLED_ENTRY_POINTS
+        .iter()
+        .find(|entry| entry.exported == name)
+        .expect("cuArrayCreate_v2 is not modelled");
+    let (result, function, status) = proc_address(entry.base);
+    assert_eq!(result, CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        status,
+        CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS
+    );
+    let library = library();
+    // SAFETY: only the address is compared.
+    let exported = unsafe { library.get::<*mut c_void>(c"cuArrayCreate_v2") }.expect("exported");
+    assert_eq!(
+        function, *exported,
+        "cuGetProcAddress finds the exported function"
+    );
+    // Called through cuda-host-sys's table, as a user's code calls it.
     let driver = installed();
     assert_eq!(
-        driver.availability("cuMemPoolCreate"),
-        Some(Availability::NotInDriver)
+        driver.availability("cuArrayCreate_v2"),
+        Some(Availability::Available)
     );
-    // SAFETY: the entry point is unavailable, so nothing reaches the driver.
-    let result = unsafe { driver.cuMemPoolCreate(std::ptr::null_mut(), std::ptr::null()) };
-    assert_eq!(result, CUresult::CUDA_ERROR_NOT_FOUND);
-    assert!(matches!(
-        driver.check("cuMemPoolCreate", result),
-        Err(DriverError::EntryPointUnavailable {
-            entry_point: "cuMemPoolCreate",
-            ..
-        })
-    ));
+    // SAFETY: the library is this package's software driver.
+    let controls = unsafe { cuda_host_testing::controls() }.expect("controls");
+    let before = controls.unmodelled_calls().expect("a count");
+    for _ in 0..2 {
+        // SAFETY: the driver reads neither argument of an entry point it does not model.
+        let result = unsafe { driver.cuArrayCreate_v2(std::ptr::null_mut(), std::ptr::null()) };
+        assert_eq!(result, CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    }
+    assert_eq!(controls.unmodelled_calls(), Ok(before + 2));
+    assert_eq!(controls.call_count(c"cuArrayCreate"), Ok(2));
+    let logged = std::fs::read_to_string(&log).expect("the driver's log");
+    assert_eq!(
+        logged
+            .lines()
+            .filter(|line| line.contains("cuArrayCreate_v2 is not modelled"))
+            .count(),
+        1,
+        "named once: {logged}"
+    );
+}
+
+#[test]
+fn a_name_no_driver_has_is_answered_as_missing_never_a_crash() {
+    let name = "cuNotAnEntryPoint";
+    let (result, function, status) = proc_address(name);
+    assert_eq!(result, CUresult::CUDA_SUCCESS, "{name}");
+    assert!(function.is_null(), "{name} has a function");
+    assert_eq!(
+        status,
+        CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND,
+        "{name}"
+    );
+}
+
+#[test]
+fn every_entry_point_of_the_headers_resolves_in_a_table_on_the_software_driver() {
+    let driver = installed();
+    let missing: Vec<_> = driver
+        .entry_points()
+        .filter(|(_, availability, _)| *availability != Availability::Available)
+        .map(|(entry_point, availability, _)| format!("{} ({availability:?})", entry_point.name()))
+        .collect();
+    assert!(missing.is_empty(), "missing: {missing:?}");
 }
 
 #[test]
@@ -316,23 +368,53 @@ fn select_driver_installs_the_software_driver_when_asked() {
 }
 
 #[test]
-fn select_driver_falls_back_to_the_software_driver_where_no_driver_loads() {
-    const TEST: &str = "select_driver_falls_back_to_the_software_driver_where_no_driver_loads";
+fn select_driver_falls_back_to_the_software_driver_where_no_driver_is_found_by_name() {
+    const TEST: &str =
+        "select_driver_falls_back_to_the_software_driver_where_no_driver_is_found_by_name";
     if std::env::var_os(IN_CHILD).is_none() {
         for choice in ["auto", ""] {
-            run_in_child(
-                TEST,
-                &[
-                    ("CUDA_TEST_DRIVER", choice),
-                    ("CUDA_SYS_LIBCUDA", "/nonexistent/libcuda.so.1"),
-                ],
-            );
+            run_in_child(TEST, &[("CUDA_TEST_DRIVER", choice)]);
         }
+        return;
+    }
+    // SAFETY: only whether it opens is looked at; a driver library's initialisation is sound.
+    if unsafe { libloading::Library::new("libcuda.so.1") }.is_ok() {
+        eprintln!("skipped {TEST}: this machine has a libcuda.so.1 to find by name");
         return;
     }
     let selected = selected().expect("the software driver");
     assert!(selected.is_software());
     assert!(Arc::ptr_eq(selected.driver(), installed()));
+}
+
+#[test]
+fn select_driver_refuses_a_named_driver_library_that_does_not_load() {
+    const TEST: &str = "select_driver_refuses_a_named_driver_library_that_does_not_load";
+    let named = "/nonexistent/libcuda.so.1";
+    if std::env::var_os(IN_CHILD).is_none() {
+        for choice in ["auto", ""] {
+            run_in_child(
+                TEST,
+                &[("CUDA_TEST_DRIVER", choice), ("CUDA_SYS_LIBCUDA", named)],
+            );
+        }
+        return;
+    }
+    let error = selected().expect_err("the named library does not load");
+    let Error::NamedDriverUnusable { library, reason } = &error else {
+        panic!("not the named library's error: {error}");
+    };
+    assert_eq!(library, named);
+    assert!(reason.starts_with("does not load"), "{reason}");
+    let message = error.to_string();
+    assert!(
+        message.starts_with("CUDA_SYS_LIBCUDA=/nonexistent/libcuda.so.1, but that driver"),
+        "{message}"
+    );
+    assert!(
+        cuda_host::driver().is_err(),
+        "the software driver was installed in its place"
+    );
 }
 
 #[test]

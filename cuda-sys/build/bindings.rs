@@ -134,7 +134,7 @@ pub fn generate(headers: &Headers, provenance: &str) -> Result<String, String> {
 
 /// Loads libclang for this thread, so that a missing libclang is an error instead of a panic
 /// inside bindgen.
-fn load_libclang() -> Result<(), String> {
+pub fn load_libclang() -> Result<(), String> {
     if clang_sys::is_loaded() {
         return Ok(());
     }
@@ -161,7 +161,7 @@ pub fn extra_clang_args_variables(target: Option<&str>) -> Vec<String> {
 /// The extra clang arguments bindgen adds to its own parse of `cuda.h`. The declaration walks
 /// of this module add the same, so that both parses see the headers alike (a libclang without
 /// its own `stddef.h`, such as PyPI's, needs an `-isystem` there too).
-fn extra_clang_args() -> Vec<String> {
+pub fn extra_clang_args() -> Vec<String> {
     extra_clang_args_from(|name| std::env::var(name).ok())
 }
 
@@ -542,32 +542,54 @@ unsafe fn owned_string(string: clang_sys::CXString) -> String {
     }
 }
 
-/// Maps each declared function to the base name and version to ask `cuGetProcAddress_v2` for.
-///
-/// `cudaTypedefs.h` lists each ABI of an entry point as `PFN_<base>_v<N>`, `N` being the CUDA
-/// version that introduced it; the driver answers a request for `(base, version)` with the newest
-/// ABI not newer than `version`. A declared `<base>_v<K>` is the K-th ABI of `<base>` and a plain
-/// `<base>` the first, counting every listed version (those inside the header's
-/// `__CUDA_API_VERSION_INTERNAL` section too). The version found that way must have the
-/// declaration's exact canonical signature; where it does not, or the count does not reach, the
-/// smallest version with that signature is used. Counting matters where a new ABI kept the old
-/// signature: `cuEventElapsedTime_v2` has the signature of `PFN_cuEventElapsedTime_v2000` but is
-/// `PFN_cuEventElapsedTime_v12080`, and asking for 2000 would return the old function.
+/// Maps each declared function to the base name and version to ask `cuGetProcAddress_v2` for
+/// ([`abi_version_of`]).
 fn abi_versions(
     headers: &Headers,
     extra_args: &[String],
 ) -> Result<BTreeMap<String, (String, u32)>, String> {
     let listed = listed_versions(headers, Form::Plain)?;
-    let mut declared = BTreeMap::new();
-    let mut signatures: BTreeMap<(String, u32), String> = BTreeMap::new();
-    visit_declarations(headers, "cudaTypedefs.h", &[], extra_args, |cursor| {
+    let declared = typedef_declarations(headers, &[], extra_args)?;
+    let mut versions = BTreeMap::new();
+    for (name, signature) in &declared.functions {
+        if let Some(abi) = abi_version_of(name, signature, &listed, &declared.typedefs) {
+            versions.insert(name.clone(), abi);
+        }
+    }
+    Ok(versions)
+}
+
+/// What a parse of `cudaTypedefs.h` (which includes `cuda.h`) declares.
+pub struct Declarations {
+    /// Every function whose name starts with `cu`, but those defined `static` in the header,
+    /// with its canonical signature.
+    pub functions: BTreeMap<String, String>,
+    /// Every `PFN_<base>_v<N>` typedef, by `(base, N)`, with the canonical signature of the
+    /// function it points to.
+    pub typedefs: BTreeMap<(String, u32), String>,
+}
+
+/// The declarations of `cudaTypedefs.h` parsed with `-D` for each of `defines`.
+pub fn typedef_declarations(
+    headers: &Headers,
+    defines: &[&str],
+    extra_args: &[String],
+) -> Result<Declarations, String> {
+    let mut functions = BTreeMap::new();
+    let mut typedefs: BTreeMap<(String, u32), String> = BTreeMap::new();
+    visit_declarations(headers, "cudaTypedefs.h", defines, extra_args, |cursor| {
         // SAFETY: the cursor is live for the duration of the visit.
         let kind = unsafe { clang_sys::clang_getCursorKind(cursor) };
         let name = cursor_name(cursor);
-        if kind == clang_sys::CXCursor_FunctionDecl && name.starts_with("cu") {
+        // A `static inline` function (the per-thread form of cuGetProcAddress_v2) is the
+        // header's own code, no function of the library.
+        // SAFETY: as above.
+        let is_static =
+            unsafe { clang_sys::clang_Cursor_getStorageClass(cursor) } == clang_sys::CX_SC_Static;
+        if kind == clang_sys::CXCursor_FunctionDecl && name.starts_with("cu") && !is_static {
             // SAFETY: as above.
             let ty = unsafe { clang_sys::clang_getCursorType(cursor) };
-            declared.insert(name, canonical_spelling(ty));
+            functions.insert(name, canonical_spelling(ty));
         } else if kind == clang_sys::CXCursor_TypedefDecl {
             let Some((base, version)) = parse_pfn_name(&name) else {
                 return;
@@ -579,31 +601,53 @@ fn abi_versions(
                 );
                 canonical_spelling(clang_sys::clang_getPointeeType(pointer))
             };
-            signatures.insert((base.to_owned(), version), signature);
+            typedefs.insert((base.to_owned(), version), signature);
         }
     })?;
+    Ok(Declarations {
+        functions,
+        typedefs,
+    })
+}
 
-    let mut versions = BTreeMap::new();
-    for (name, signature) in &declared {
-        let (base, ordinal) = match split_version_suffix(name) {
-            Some((base, ordinal)) if listed.contains_key(base) => (base, ordinal),
-            _ => (name.as_str(), 1),
-        };
-        let matches =
-            |version: &u32| signatures.get(&(base.to_owned(), *version)) == Some(signature);
-        let Some(abi) = listed.get(base) else {
-            continue;
-        };
-        let counted = abi.get(ordinal - 1).copied().filter(matches);
-        if let Some(version) = counted.or_else(|| abi.iter().copied().find(matches)) {
-            versions.insert(name.clone(), (base.to_owned(), version));
-        }
-    }
-    Ok(versions)
+/// The base name and ABI version to ask `cuGetProcAddress_v2` for the function `name` of
+/// canonical signature `signature`; `None` when `cudaTypedefs.h` lists no ABI of it.
+///
+/// `cudaTypedefs.h` lists each ABI of an entry point as `PFN_<base>_v<N>`, `N` being the CUDA
+/// version that introduced it (`listed`, with their signatures in `typedefs`); the driver answers
+/// a request for `(base, version)` with the newest ABI not newer than `version`. A declared
+/// `<base>_v<K>` is the K-th ABI of `<base>` and a plain `<base>` the first, counting every
+/// listed version (those inside the header's `__CUDA_API_VERSION_INTERNAL` section too). The
+/// version found that way must have the declaration's exact canonical signature; where it does
+/// not, or the count does not reach, the smallest version with that signature is used. Counting
+/// matters where a new ABI kept the old signature: `cuEventElapsedTime_v2` has the signature of
+/// `PFN_cuEventElapsedTime_v2000` but is `PFN_cuEventElapsedTime_v12080`, and asking for 2000
+/// would return the old function.
+pub fn abi_version_of(
+    name: &str,
+    signature: &str,
+    listed: &BTreeMap<String, Vec<u32>>,
+    typedefs: &BTreeMap<(String, u32), String>,
+) -> Option<(String, u32)> {
+    let (base, ordinal) = match split_version_suffix(name) {
+        Some((base, ordinal)) if listed.contains_key(base) => (base, ordinal),
+        _ => (name, 1),
+    };
+    let matches = |version: &u32| {
+        typedefs
+            .get(&(base.to_owned(), *version))
+            .map(String::as_str)
+            == Some(signature)
+    };
+    let abi = listed.get(base)?;
+    let counted = abi.get(ordinal - 1).copied().filter(matches);
+    counted
+        .or_else(|| abi.iter().copied().find(matches))
+        .map(|version| (base.to_owned(), version))
 }
 
 /// `PFN_cuMemAlloc_v3020` as `("cuMemAlloc", 3020)`; `None` for `_ptsz`/`_ptds` and other names.
-fn parse_pfn_name(name: &str) -> Option<(&str, u32)> {
+pub fn parse_pfn_name(name: &str) -> Option<(&str, u32)> {
     let rest = name.strip_prefix("PFN_")?;
     let (base, version) = rest.rsplit_once("_v")?;
     if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
@@ -615,13 +659,18 @@ fn parse_pfn_name(name: &str) -> Option<(&str, u32)> {
 /// Which of an entry point's typedefs in `cudaTypedefs.h`: `PFN_<base>_v<N>` or
 /// `PFN_<base>_v<N>_ptsz` (or `_ptds`), the form for the per-thread default stream.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Form {
+pub enum Form {
+    /// `PFN_<base>_v<N>`.
     Plain,
+    /// `PFN_<base>_v<N>_ptsz` or `_ptds`.
     PerThread,
 }
 
 /// The versions `cudaTypedefs.h` lists for each base name in `form`, sorted.
-fn listed_versions(headers: &Headers, form: Form) -> Result<BTreeMap<String, Vec<u32>>, String> {
+pub fn listed_versions(
+    headers: &Headers,
+    form: Form,
+) -> Result<BTreeMap<String, Vec<u32>>, String> {
     let typedefs_h = headers.include_dir.join("cudaTypedefs.h");
     let text = std::fs::read_to_string(&typedefs_h)
         .map_err(|e| format!("cannot read {}: {e}", typedefs_h.display()))?;

@@ -50,9 +50,10 @@ pub fn open(
 }
 
 /// The device work the examples enqueue: the kernels on a GPU, stand-ins for them on the
-/// software driver, which loads no PTX. A stand-in does what its kernel does, in stream order,
-/// as a host function enqueued with the driver's `cuLaunchHostFunc` (so a capture takes it as a
-/// node, as it takes a kernel), on device memory that the software driver keeps in host memory.
+/// software driver, which runs no device code. A stand-in does what its kernel does, in stream
+/// order, as a host function enqueued with the driver's `cuLaunchHostFunc` (so a capture takes it
+/// as a node, as it takes a kernel), on device memory that the software driver keeps in host
+/// memory.
 pub enum Work<'driver> {
     /// The PTX kernels, loaded into the current context.
     Kernels(Kernels<'driver>),

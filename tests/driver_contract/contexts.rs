@@ -1,10 +1,13 @@
 //! The calling thread's stack of current contexts (`cuCtxPushCurrent_v2`, `cuCtxPopCurrent_v2`,
 //! `cuCtxSetCurrent`), contexts made and destroyed (`cuCtxCreate_v4`, `cuCtxDestroy_v2`), a
-//! context's flags, and the stream priorities it offers, with what a stream tells of its priority
-//! and flags.
+//! context's flags, limits and cache preference, the profiler's start and stop, and the stream
+//! priorities a context offers, with what a stream tells of its priority and flags.
 
 use crate::harness::*;
-use cuda_host_sys::{CUcontext, CUctx_flags, CUdevice, CUresult, CUstream, CUstream_flags};
+use cuda_host_sys::{
+    CUcontext, CUctx_flags, CUdevice, CUdriverProcAddressQueryResult, CUfunc_cache, CUlimit,
+    CUresult, CUstream, CUstream_flags,
+};
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
@@ -306,4 +309,98 @@ fn a_stream_tells_whether_it_was_made_non_blocking() {
         stream_flags(driver(), with_priority.0) & NON_BLOCKING,
         NON_BLOCKING
     );
+}
+
+/// `cuCtxGetLimit` of the current context.
+fn limit(which: CUlimit) -> (CUresult, usize) {
+    let mut value = usize::MAX;
+    // SAFETY: a valid out-pointer; the context is current.
+    let result = unsafe { driver().cuCtxGetLimit(&mut value, which) };
+    (result, value)
+}
+
+#[test]
+fn a_context_limit_set_is_read_back_and_a_value_no_limit_has_is_refused() {
+    let _shared = shared();
+    let _context = current_context();
+    let stack = CUlimit::CU_LIMIT_STACK_SIZE;
+    let (result, before) = limit(stack);
+    assert_eq!(result, SUCCESS);
+    assert!(before > 0, "a thread has a stack");
+    for value in [4096, before] {
+        // SAFETY: the context is current.
+        ok("cuCtxSetLimit", unsafe {
+            driver().cuCtxSetLimit(stack, value)
+        });
+        assert_eq!(limit(stack), (SUCCESS, value));
+    }
+    for which in [
+        CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE,
+        CUlimit::CU_LIMIT_MALLOC_HEAP_SIZE,
+    ] {
+        let (result, value) = limit(which);
+        assert_eq!(result, SUCCESS, "{which:?}");
+        assert!(value > 0, "{which:?} is {value}");
+    }
+    let (result, _) = limit(CUlimit(0x1000));
+    assert_ne!(result, SUCCESS, "a value that is no limit");
+}
+
+#[test]
+fn a_cache_preference_set_is_read_back() {
+    let _shared = shared();
+    let _context = current_context();
+    let get = || {
+        let mut config = CUfunc_cache(77);
+        // SAFETY: a valid out-pointer; the context is current.
+        ok("cuCtxGetCacheConfig", unsafe {
+            driver().cuCtxGetCacheConfig(&mut config)
+        });
+        config
+    };
+    let before = get();
+    for config in [CUfunc_cache::CU_FUNC_CACHE_PREFER_L1, before] {
+        // SAFETY: the context is current.
+        ok("cuCtxSetCacheConfig", unsafe {
+            driver().cuCtxSetCacheConfig(config)
+        });
+        assert_eq!(get(), config);
+    }
+}
+
+/// `cuProfilerStart` or `cuProfilerStop`, which `cudaProfiler.h` declares (not `cuda.h`, so not
+/// cuda-host-sys's table): found by `cuGetProcAddress_v2` at CUDA 4.0, as cudaProfilerTypedefs.h
+/// lists them.
+fn profiler_call(name: &std::ffi::CStr) -> unsafe extern "C" fn() -> CUresult {
+    let (mut address, mut status) = (ptr::null_mut(), CUdriverProcAddressQueryResult(77));
+    // SAFETY: a NUL-terminated name and valid out-pointers.
+    ok("cuGetProcAddress_v2", unsafe {
+        driver().cuGetProcAddress_v2(name.as_ptr(), &mut address, 4000, 0, &mut status)
+    });
+    assert_eq!(
+        status,
+        CUdriverProcAddressQueryResult::CU_GET_PROC_ADDRESS_SUCCESS,
+        "{name:?}"
+    );
+    assert!(!address.is_null(), "{name:?}");
+    // SAFETY: both take no argument (PFN_cuProfilerStart_v4000, PFN_cuProfilerStop_v4000).
+    unsafe {
+        std::mem::transmute::<*mut std::ffi::c_void, unsafe extern "C" fn() -> CUresult>(address)
+    }
+}
+
+#[test]
+fn the_profiler_starts_and_stops_with_a_context_current_also_twice() {
+    let _shared = shared();
+    let _context = current_context();
+    for name in [
+        c"cuProfilerStart",
+        c"cuProfilerStart",
+        c"cuProfilerStop",
+        c"cuProfilerStop",
+    ] {
+        let call = profiler_call(name);
+        // SAFETY: no arguments; the context is current.
+        assert_eq!(unsafe { call() }, SUCCESS, "{name:?}");
+    }
 }

@@ -796,13 +796,11 @@ fn a_disarmed_capture_begins_at_no_call() {
 }
 
 #[test]
-fn an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_one_is_refused() {
-    let controls = controls_or_skip!(
-        an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_one_is_refused
-    );
-    suite::alone_in_child!(
-        an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_one_is_refused
-    );
+fn an_overridden_device_attribute_is_answered_and_followed_until_restored() {
+    let controls =
+        controls_or_skip!(an_overridden_device_attribute_is_answered_and_followed_until_restored);
+    suite::alone_in_child!(an_overridden_device_attribute_is_answered_and_followed_until_restored);
+    let context = current_context();
     let device = cuda_host::Device::get(&suite::test_driver().driver, 0).expect("device 0");
     let read = || {
         let mut value = -1;
@@ -816,28 +814,39 @@ fn an_overridden_device_attribute_is_answered_until_restored_and_an_unmodelled_o
         });
         value
     };
+    let words = MemOpWords::new(&context);
+    let stream = non_blocking(&context);
+    let write_wide = || {
+        // SAFETY: a mapped, aligned word of the context.
+        unsafe { driver().cuStreamWriteValue64_v2(stream.as_raw(), words.wide_address(), 5, 0) }
+    };
     let attribute =
         cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
     assert_eq!(read(), 1, "an H200 has 64-bit stream memory operations");
     controls.override_device_attribute(attribute, Some(0));
     assert_eq!(read(), 0, "the override is answered");
+    assert_eq!(
+        write_wide(),
+        CUresult::CUDA_ERROR_NOT_SUPPORTED,
+        "and followed: a narrow device refuses a 64-bit write"
+    );
     controls.override_device_attribute(attribute, None);
     assert_eq!(read(), 1, "restored");
-    let unmodelled = controls
+    ok("cuStreamWriteValue64_v2", write_wide());
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    assert_eq!(words.wide(), 5);
+    let no_attribute = controls
         .inner()
-        .override_device_attribute(
-            cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-            Some(1024),
-        )
+        .override_device_attribute(cuda_host_sys::CUdevice_attribute(100_000), Some(1))
         .unwrap_err();
     assert!(
         matches!(
-            unmodelled,
+            no_attribute,
             cuda_host_testing::Error::Control {
                 result: CUresult::CUDA_ERROR_INVALID_VALUE,
                 ..
             }
         ),
-        "{unmodelled}"
+        "{no_attribute}"
     );
 }

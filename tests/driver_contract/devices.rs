@@ -284,3 +284,125 @@ fn context_synchronize_of_a_named_context_waits_for_it_without_it_current() {
         }
     });
 }
+
+/// Attributes that describe the machine a device is in rather than the device: the comparison
+/// with an H200's values leaves them out.
+const OF_THE_MACHINE: [&str; 12] = [
+    "PCI_BUS_ID",
+    "PCI_DEVICE_ID",
+    "PCI_DOMAIN_ID",
+    "MULTI_GPU_BOARD",
+    "MULTI_GPU_BOARD_GROUP_ID",
+    "NUMA_CONFIG",
+    "NUMA_ID",
+    "HOST_NUMA_ID",
+    "GPU_PCI_SUBSYSTEM_ID",
+    "COMPUTE_MODE",
+    "MPS_ENABLED",
+    "MULTICAST_SUPPORTED",
+];
+
+/// `cuDeviceGetAttribute` of device 0: the driver's answer and the value.
+fn answer(attribute: CUdevice_attribute) -> (CUresult, i32) {
+    let mut value = i32::MIN;
+    // SAFETY: a valid out-pointer and a device of the driver.
+    let result = unsafe { driver().cuDeviceGetAttribute(&mut value, attribute, 0) };
+    (result, value)
+}
+
+/// Every attribute the headers define is answered, as an H200 answers it: on the software driver
+/// each is its documented default; on an H200 the real driver's answers are the defaults (but for
+/// what describes the machine, and the attributes newer than the driver).
+#[test]
+fn every_device_attribute_is_answered_as_an_h200_answers_it() {
+    const TEST: &str = "every_device_attribute_is_answered_as_an_h200_answers_it";
+    let _shared = shared();
+    let _context = current_context();
+    let device = cuda_host::Device::get(&test_driver().driver, 0).expect("device 0");
+    let software = test_driver().is_software();
+    if !software && !device.name().expect("a name").contains("H200") {
+        return suite::skip(TEST, "the real device is not an H200");
+    }
+    let mut differ = Vec::new();
+    for expected in cuda_host_testing::H200_ATTRIBUTES {
+        let (result, value) = answer(expected.attribute);
+        if software {
+            assert_eq!(result, SUCCESS, "{}", expected.name);
+        } else if result != SUCCESS || OF_THE_MACHINE.contains(&expected.name) {
+            continue;
+        }
+        if i64::from(value) != expected.value {
+            differ.push(format!(
+                "{} {value} (default {})",
+                expected.name, expected.value
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "differ from an H200's: {differ:?}");
+    let (result, _) = answer(CUdevice_attribute(100_000));
+    assert_eq!(result, CUresult::CUDA_ERROR_INVALID_VALUE, "no attribute");
+}
+
+/// `CUSW_DEVICE_ATTRIBUTES` plays another device for the whole process: an older compute
+/// capability, a narrow device without 64-bit stream memory operations (which it then refuses),
+/// no memory pools; a pair that names no attribute is named in the log and left out.
+#[test]
+fn device_attributes_from_the_environment_replace_the_h200s() {
+    const TEST: &str = "device_attributes_from_the_environment_replace_the_h200s";
+    if !test_driver().is_software() {
+        return suite::skip(TEST, "the environment variable is the software driver's");
+    }
+    let log = std::env::temp_dir().join(format!("{TEST}-{}", std::process::id()));
+    if !suite::in_child_process() {
+        let _ = std::fs::remove_file(&log);
+        suite::run_in_child(
+            module_path!(),
+            TEST,
+            &[
+                (
+                    "CUSW_DEVICE_ATTRIBUTES",
+                    "COMPUTE_CAPABILITY_MAJOR=8,CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR=6,\
+                     CAN_USE_64_BIT_STREAM_MEM_OPS=0,115=0,NOT_AN_ATTRIBUTE=1,WARP_SIZE=wide",
+                ),
+                ("CUSW_LOG", log.to_str().expect("a UTF-8 temporary folder")),
+            ],
+        );
+        let _ = std::fs::remove_file(&log);
+        return;
+    }
+    let _alone = alone();
+    let context = current_context();
+    let attribute = |name| {
+        let entry = cuda_host_testing::H200_ATTRIBUTES
+            .iter()
+            .find(|entry| entry.name == name)
+            .expect("an attribute");
+        answer(entry.attribute)
+    };
+    assert_eq!(attribute("COMPUTE_CAPABILITY_MAJOR"), (SUCCESS, 8));
+    assert_eq!(attribute("COMPUTE_CAPABILITY_MINOR"), (SUCCESS, 6));
+    assert_eq!(attribute("CAN_USE_64_BIT_STREAM_MEM_OPS"), (SUCCESS, 0));
+    assert_eq!(attribute("MEMORY_POOLS_SUPPORTED"), (SUCCESS, 0));
+    assert_eq!(
+        attribute("WARP_SIZE"),
+        (SUCCESS, 32),
+        "an invalid value is left out"
+    );
+    let words = MemOpWords::new(&context);
+    let stream = non_blocking(&context);
+    // SAFETY: a mapped, aligned word of the context.
+    let wide =
+        unsafe { driver().cuStreamWriteValue64_v2(stream.as_raw(), words.wide_address(), 1, 0) };
+    assert_eq!(wide, CUresult::CUDA_ERROR_NOT_SUPPORTED);
+    // SAFETY: as above.
+    ok("cuStreamWriteValue32_v2", unsafe {
+        driver().cuStreamWriteValue32_v2(stream.as_raw(), words.narrow_address(), 1, 0)
+    });
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    assert_eq!(words.narrow(), 1);
+    let logged = std::fs::read_to_string(std::env::var_os("CUSW_LOG").expect("a log"))
+        .expect("the driver's log");
+    for pair in ["NOT_AN_ATTRIBUTE=1", "WARP_SIZE=wide"] {
+        assert!(logged.contains(pair), "{pair} is not named: {logged}");
+    }
+}

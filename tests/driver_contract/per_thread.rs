@@ -1,6 +1,7 @@
-//! The per-thread-default-stream forms (`_ptsz`), which a table loaded for the per-thread default
-//! stream resolves: given the null stream, each acts on the calling thread's per-thread stream,
-//! where the plain forms act on the legacy stream.
+//! The per-thread-default-stream forms (`_ptsz`, and `_ptds` of the calls that take no stream),
+//! which a table loaded for the per-thread default stream resolves: given the null stream, or
+//! none, each acts on the calling thread's per-thread stream, where the plain forms act on the
+//! legacy stream.
 
 use crate::contexts::{stream_flags, stream_priority};
 use crate::harness::*;
@@ -29,6 +30,19 @@ fn per_thread_table() -> &'static Driver {
         // SAFETY: the library the suite already runs on as its driver.
         let options = unsafe { LoadOptions::library(driver().library_name()) }
             .per_thread_default_stream(true);
+        // SAFETY: as above.
+        unsafe { Driver::load(&options) }.expect("the driver loads again")
+    })
+}
+
+/// A table of the test driver's library loaded for the legacy default stream, whatever the
+/// process-wide one is loaded for.
+fn legacy_table() -> &'static Driver {
+    static TABLE: OnceLock<Driver> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        // SAFETY: the library the suite already runs on as its driver.
+        let options = unsafe { LoadOptions::library(driver().library_name()) }
+            .per_thread_default_stream(false);
         // SAFETY: as above.
         unsafe { Driver::load(&options) }.expect("the driver loads again")
     })
@@ -270,6 +284,288 @@ fn the_per_thread_copy_and_set_forms_given_the_null_stream_enqueue_on_the_callin
         (0..7).map(|index| words.get(index)).collect::<Vec<_>>(),
         [9, 0x1234_1234, 0x7f7f_7f7f, 1, 2, 3, 4]
     );
+}
+
+/// The synchronous copies and sets of a per-thread table (`_ptds`) work on the calling thread's
+/// per-thread stream, which waits for the legacy stream only, not for other blocking streams as
+/// the legacy stream the plain forms work on does: with a blocking stream held, they all do their
+/// work, and the per-thread stream is done, while the plain form waits.
+#[test]
+fn the_per_thread_synchronous_copy_and_set_forms_work_on_the_calling_threads_stream() {
+    let _alone = alone();
+    let context = current_context();
+    let (first, second, third) = (
+        DeviceMemory::new(16),
+        DeviceMemory::new(16),
+        DeviceMemory::new(16),
+    );
+    let gate = suite::Gate::new(&context);
+    let held = blocking(&context);
+    gate.hold(&held);
+    let memory = SendHandle((first.0, second.0, third.0));
+    let bound = context.clone();
+    let copied = returns_while_held("the per-thread forms, a blocking stream held", move || {
+        bound.bind_to_thread().expect("the context binds");
+        let (first, second, third) = memory.get();
+        let table = per_thread_table();
+        let mut back = [0u32; 4];
+        // SAFETY: device allocations of 16 bytes and live host arrays; aligned addresses.
+        unsafe {
+            ok(
+                "cuMemcpyHtoD_v2_ptds",
+                table.cuMemcpyHtoD_v2(first, [1u32, 2, 3, 4].as_ptr().cast(), 16),
+            );
+            ok(
+                "cuMemcpyDtoD_v2_ptds",
+                table.cuMemcpyDtoD_v2(second, first, 16),
+            );
+            ok("cuMemsetD32_v2_ptds", table.cuMemsetD32_v2(third, 9, 1));
+            ok(
+                "cuMemsetD16_v2_ptds",
+                table.cuMemsetD16_v2(third + 4, 0x1234, 2),
+            );
+            ok(
+                "cuMemsetD8_v2_ptds",
+                table.cuMemsetD8_v2(third + 8, 0x7f, 4),
+            );
+            ok("cuStreamSynchronize", table.cuStreamSynchronize(NULL));
+            ok(
+                "cuMemcpyDtoH_v2_ptds",
+                table.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), second, 16),
+            );
+        }
+        back
+    });
+    assert_eq!(copied, [1, 2, 3, 4]);
+    let (set_memory, bound) = (SendHandle(third.0), context.clone());
+    let set = returns_while_held(
+        "the per-thread copy back, a blocking stream held",
+        move || {
+            bound.bind_to_thread().expect("the context binds");
+            let table = per_thread_table();
+            let mut back = [0u32; 4];
+            // SAFETY: 16 bytes of a device allocation into a live host array.
+            ok("cuMemcpyDtoH_v2_ptds", unsafe {
+                table.cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), set_memory.get(), 16)
+            });
+            back
+        },
+    );
+    assert_eq!(set[..3], [9, 0x1234_1234, 0x7f7f_7f7f]);
+    gate.open();
+    ok("cuStreamSynchronize", synchronize(held.as_raw()));
+    // The plain form, on the legacy stream, waits for the held blocking stream.
+    let gate = suite::Gate::new(&context);
+    gate.hold(&held);
+    let third = third.0;
+    let (result, waited) = enqueue_then_open(&context, &gate, move || {
+        let mut back = [0u32; 4];
+        // SAFETY: 16 bytes of a device allocation into a live host array.
+        unsafe { legacy_table().cuMemcpyDtoH_v2(back.as_mut_ptr().cast(), third, 16) }
+    });
+    assert_eq!(result, SUCCESS);
+    assert!(
+        waited,
+        "the legacy stream's copy went ahead of a held blocking stream"
+    );
+    ok("cuStreamSynchronize", synchronize(held.as_raw()));
+}
+
+/// The stream-ordered allocator's and managed memory's stream forms of a per-thread table, given
+/// the null stream, act in the calling thread's per-thread stream: held at a gate, it has done none
+/// of them.
+#[test]
+fn the_per_thread_allocation_forms_given_the_null_stream_act_in_the_calling_threads_stream() {
+    const TEST: &str =
+        "the_per_thread_allocation_forms_given_the_null_stream_act_in_the_calling_threads_stream";
+    let _alone = alone();
+    let context = current_context();
+    let mut pools = 0;
+    // SAFETY: a valid out-pointer and device 0.
+    ok("cuDeviceGetAttribute", unsafe {
+        driver().cuDeviceGetAttribute(
+            &mut pools,
+            cuda_host_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+            0,
+        )
+    });
+    if pools == 0 {
+        return suite::skip(TEST, "the device reports no memory pools");
+    }
+    let table = per_thread_table();
+    let words = MappedWords::new(&context, 4);
+    let mut pool = ptr::null_mut();
+    // SAFETY: a valid out-pointer and device 0.
+    ok("cuDeviceGetDefaultMemPool", unsafe {
+        driver().cuDeviceGetDefaultMemPool(&mut pool, 0)
+    });
+    let mut managed = 0;
+    // SAFETY: a valid out-pointer; the context is current.
+    ok("cuMemAllocManaged", unsafe {
+        driver().cuMemAllocManaged(
+            &mut managed,
+            64,
+            cuda_host_sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0,
+        )
+    });
+    let mut location = cuda_host_sys::CUmemLocation {
+        type_: cuda_host_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        ..Default::default()
+    };
+    location.__bindgen_anon_1.id = 0;
+    let synchronized = hold_and_release(
+        &Stream::per_thread(&context),
+        || {
+            let (mut first, mut second) = (0, 0);
+            // SAFETY: valid out-pointers, the default pool, managed memory of the context and
+            // mapped words, all outliving the stream's work.
+            unsafe {
+                ok(
+                    "cuMemAllocAsync_ptsz",
+                    table.cuMemAllocAsync(&mut first, 16, NULL),
+                );
+                ok(
+                    "cuMemAllocFromPoolAsync_ptsz",
+                    table.cuMemAllocFromPoolAsync(&mut second, 16, pool, NULL),
+                );
+                ok(
+                    "cuMemsetD32Async",
+                    table.cuMemsetD32Async(first, 5, 4, NULL),
+                );
+                ok(
+                    "cuMemcpyDtoDAsync_v2",
+                    table.cuMemcpyDtoDAsync_v2(second, first, 16, NULL),
+                );
+                ok(
+                    "cuMemcpyDtoHAsync_v2",
+                    table.cuMemcpyDtoHAsync_v2(words.host_address(0), second, 16, NULL),
+                );
+                ok("cuMemFreeAsync_ptsz", table.cuMemFreeAsync(first, NULL));
+                ok("cuMemFreeAsync_ptsz", table.cuMemFreeAsync(second, NULL));
+                ok(
+                    "cuStreamAttachMemAsync_ptsz",
+                    table.cuStreamAttachMemAsync(
+                        NULL,
+                        managed,
+                        0,
+                        cuda_host_sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL.0,
+                    ),
+                );
+                ok(
+                    "cuMemPrefetchAsync_v2_ptsz",
+                    table.cuMemPrefetchAsync_v2(managed, 64, location, 0, NULL),
+                );
+            }
+        },
+        || {
+            assert_eq!(
+                (0..4).map(|index| words.get(index)).collect::<Vec<_>>(),
+                [0; 4],
+                "copied while the calling thread's per-thread stream was held"
+            );
+        },
+        // SAFETY: the calling thread's per-thread stream.
+        |_| unsafe { table.cuStreamSynchronize(NULL) },
+    );
+    ok("cuStreamSynchronize", synchronized);
+    assert_eq!(
+        (0..4).map(|index| words.get(index)).collect::<Vec<_>>(),
+        [5; 4]
+    );
+    // SAFETY: allocated above, freed once.
+    ok("cuMemFree_v2", unsafe { driver().cuMemFree_v2(managed) });
+}
+
+/// The launches of a per-thread table, given the null stream, run in the calling thread's
+/// per-thread stream: held at a gate, it has run none of them.
+#[test]
+fn the_per_thread_launch_forms_given_the_null_stream_run_in_the_calling_threads_stream() {
+    let _alone = alone();
+    let context = current_context();
+    suite::kernels::register_stand_ins();
+    let kernels = suite::kernels::Kernels::load(driver()).expect("the kernels load");
+    let table = per_thread_table();
+    let words = MappedWords::new(&context, 3 * 4);
+    let synchronized = hold_and_release(
+        &Stream::per_thread(&context),
+        || {
+            for form in 0..3usize {
+                let (mut out, mut n, mut mul) =
+                    (words.device_address(form * 4), 4u32, form as u32 + 1);
+                let mut arguments = [
+                    (&raw mut out).cast::<std::ffi::c_void>(),
+                    (&raw mut n).cast(),
+                    (&raw mut mul).cast(),
+                ];
+                let config = cuda_host_sys::CUlaunchConfig {
+                    gridDimX: 1,
+                    gridDimY: 1,
+                    gridDimZ: 1,
+                    blockDimX: 32,
+                    blockDimY: 1,
+                    blockDimZ: 1,
+                    sharedMemBytes: 0,
+                    hStream: NULL,
+                    attrs: ptr::null_mut(),
+                    numAttrs: 0,
+                };
+                let (f, args) = (kernels.fill_iota, arguments.as_mut_ptr());
+                // SAFETY: the arguments match fill_iota; the mapped words outlive the stream's
+                // work.
+                let result = unsafe {
+                    match form {
+                        0 => table.cuLaunchKernel(
+                            f,
+                            1,
+                            1,
+                            1,
+                            32,
+                            1,
+                            1,
+                            0,
+                            NULL,
+                            args,
+                            ptr::null_mut(),
+                        ),
+                        1 => table.cuLaunchKernelEx(&config, f, args, ptr::null_mut()),
+                        _ => table.cuLaunchCooperativeKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, args),
+                    }
+                };
+                ok("a per-thread launch", result);
+            }
+        },
+        || {
+            assert_eq!(
+                (0..12)
+                    .map(|index| words.get(index))
+                    .filter(|&w| w != 0)
+                    .count(),
+                0,
+                "launched while the calling thread's per-thread stream was held"
+            );
+        },
+        // SAFETY: the calling thread's per-thread stream.
+        |_| unsafe { table.cuStreamSynchronize(NULL) },
+    );
+    ok("cuStreamSynchronize", synchronized);
+    for form in 0..3u32 {
+        let found: Vec<u32> = (0..4).map(|i| words.get((form * 4 + i) as usize)).collect();
+        let expected: Vec<u32> = (0..4).map(|i| i * (form + 1)).collect();
+        assert_eq!(found, expected, "form {form}");
+    }
+}
+
+#[test]
+fn the_per_thread_context_form_given_the_null_stream_names_the_current_context() {
+    let _alone = alone();
+    let context = current_context();
+    let table = per_thread_table();
+    let mut owner = ptr::null_mut();
+    // SAFETY: the calling thread's per-thread stream and a valid out-pointer.
+    ok("cuStreamGetCtx_ptsz", unsafe {
+        table.cuStreamGetCtx(NULL, &mut owner)
+    });
+    assert_eq!(owner, context.as_raw());
 }
 
 #[test]

@@ -1,12 +1,14 @@
 //! The PTX kernels of `kernels/` at the workspace root, for tests that run real device work,
-//! and the faulting launch that fails a context on either driver.
+//! their stand-ins on the software driver ([`register_stand_ins`]), and the faulting launch that
+//! fails a context on either driver.
 
 #[path = "../../kernels/load.rs"]
 mod load;
 
-use cuda_host_sys::Driver;
+use cuda_host_sys::{CUresult, Driver};
+use cuda_host_testing::{KernelLaunch, KernelParam};
 pub use load::{Kernels, PTX};
-use std::ffi::c_void;
+use std::ffi::{CStr, c_void};
 use std::mem::ManuallyDrop;
 
 /// The faulting launch that fails a stream's context as a kernel storing to address 0x10 does:
@@ -80,4 +82,104 @@ impl<'driver> Fault<'driver> {
             Some(cuda_host_sys::CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)
         );
     }
+}
+
+/// Registers, once per process on the software driver, stand-ins for the kernels of `kernels/`
+/// (`kernels.cu` says what each does), so that launches of them do there what they do on a GPU;
+/// does nothing on the real driver.
+///
+/// # Panics
+/// When the software driver refuses a registration.
+pub fn register_stand_ins() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    let Some(controls) = crate::software::controls() else {
+        return;
+    };
+    REGISTERED.call_once(|| {
+        let controls = controls.inner();
+        let register = |name: &CStr, stand_in: StandIn| {
+            controls
+                .register_stand_in(name, stand_in)
+                .unwrap_or_else(|e| panic!("{e}"));
+        };
+        register(c"fill_iota", fill_iota);
+        register(c"add_scalar", add_scalar);
+        register(c"store_to_address", store_to_address);
+        register(c"spin_ns", spin_ns);
+        register(c"empty_kernel", |_| Ok(()));
+    });
+}
+
+type StandIn = fn(&KernelLaunch) -> Result<(), CUresult>;
+
+/// The `index`th argument, as `T`: a launch the PTX declares otherwise is a failed launch.
+fn argument<T: cuda_host_testing::stand_in::ArgumentValue>(
+    launch: &KernelLaunch,
+    index: usize,
+) -> Result<T, CUresult> {
+    launch
+        .params()
+        .get(index)
+        .and_then(KernelParam::get)
+        .ok_or(CUresult::CUDA_ERROR_LAUNCH_FAILED)
+}
+
+fn pointer<T>(launch: &KernelLaunch, index: usize) -> Result<*mut T, CUresult> {
+    launch
+        .params()
+        .get(index)
+        .and_then(KernelParam::pointer)
+        .ok_or(CUresult::CUDA_ERROR_LAUNCH_FAILED)
+}
+
+/// `out[i] = i * mul` for each thread `i` below `n`.
+fn fill_iota(launch: &KernelLaunch) -> Result<(), CUresult> {
+    let (out, n, mul) = (
+        pointer::<u32>(launch, 0)?,
+        argument::<u32>(launch, 1)?,
+        argument::<u32>(launch, 2)?,
+    );
+    for i in 0..launch.threads().min(u64::from(n)) {
+        let i = i as u32;
+        // SAFETY: the kernel's contract: `out` holds `n` words of device memory, which the
+        // software driver keeps in host memory.
+        unsafe { out.add(i as usize).write_volatile(i.wrapping_mul(mul)) };
+    }
+    Ok(())
+}
+
+/// `data[i] += *scalar` for each thread `i` below `n`.
+fn add_scalar(launch: &KernelLaunch) -> Result<(), CUresult> {
+    let (data, scalar, n) = (
+        pointer::<u32>(launch, 0)?,
+        pointer::<u32>(launch, 1)?,
+        argument::<u32>(launch, 2)?,
+    );
+    // SAFETY: as in fill_iota: `scalar` is one word of device memory.
+    let scalar = unsafe { scalar.read_volatile() };
+    for i in 0..launch.threads().min(u64::from(n)) {
+        // SAFETY: as in fill_iota: `data` holds `n` words.
+        unsafe {
+            let word = data.add(i as usize);
+            word.write_volatile(word.read_volatile().wrapping_add(scalar));
+        }
+    }
+    Ok(())
+}
+
+/// A store to an address: below 64 KiB, the fault a GPU's store to an unmapped address is.
+fn store_to_address(launch: &KernelLaunch) -> Result<(), CUresult> {
+    let (address, value) = (argument::<u64>(launch, 0)?, argument::<u32>(launch, 1)?);
+    if address < 0x1_0000 {
+        return Err(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+    // SAFETY: the kernel's contract: a valid, aligned word of device memory.
+    unsafe { (address as usize as *mut u32).write_volatile(value) };
+    Ok(())
+}
+
+/// Keeps the stream busy for `ns` nanoseconds.
+fn spin_ns(launch: &KernelLaunch) -> Result<(), CUresult> {
+    std::thread::sleep(std::time::Duration::from_nanos(argument::<u64>(launch, 0)?));
+    Ok(())
 }

@@ -2,9 +2,10 @@
 //! NVIDIA driver but no Rust toolchain.
 //!
 //! DIR gets `tests/` (every test binary of the workspace, stripped), `examples/` (the release
-//! examples), `benches/` (the benchmarks), `lib/` (the software driver libraries, for the tests
-//! that use them, and the NVTX recorder of the tests and the benchmark of the `nvtx` and
-//! `tracing` features, which are built with those features on besides the rest) and
+//! examples), `benches/` (the benchmarks), `lib/` (the software driver libraries and the stand-ins
+//! of cudarc's test kernels, for the tests that use them, and the NVTX recorder of the tests and
+//! the benchmark of the `nvtx` and `tracing` features, which are built with those features on
+//! besides the rest) and
 //! `run-tests.sh`, which runs every test binary with `CUDA_TEST_DRIVER=real` unless told
 //! otherwise and passes its arguments on (e.g. `--test-threads=4`).
 
@@ -19,6 +20,7 @@ const RUNNER: &str = r#"#!/bin/sh
 here=$(cd "$(dirname "$0")" && pwd)
 export CUDA_SOFTWARE_DRIVER_DIR="$here/lib"
 export NVTX_RECORDER_LIBRARY="$here/lib/libnvtx_recorder.so"
+export CUDARC_STAND_INS_LIBRARY="$here/lib/libcudarc_stand_ins.so"
 export CUDA_TEST_DRIVER="${CUDA_TEST_DRIVER:-real}"
 status=0
 for test in "$here"/tests/*; do
@@ -106,9 +108,11 @@ pub(crate) fn run(root: &Path, dir: &Path) -> Result<(), String> {
             std::fs::copy(&library, &target).map_err(|e| format!("{}: {e}", target.display()))?;
         }
     }
-    let recorder = nvtx_recorder(&tests)?;
-    let target = dir.join("lib/libnvtx_recorder.so");
-    std::fs::copy(&recorder, &target).map_err(|e| format!("{}: {e}", target.display()))?;
+    for library in ["libnvtx_recorder.so", "libcudarc_stand_ins.so"] {
+        let built = suite_library(&tests, library)?;
+        let target = dir.join("lib").join(library);
+        std::fs::copy(&built, &target).map_err(|e| format!("{}: {e}", target.display()))?;
+    }
     let runner = dir.join("run-tests.sh");
     std::fs::write(&runner, RUNNER).map_err(|e| format!("{}: {e}", runner.display()))?;
     make_executable(&runner)?;
@@ -197,9 +201,9 @@ fn software_driver_dir(tests: &[(String, PathBuf)]) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("no built software driver under {}", build.display()))
 }
 
-/// The NVTX recorder the suite's build script made for the `nvtx` feature (the newest, should
-/// several builds have made one).
-fn nvtx_recorder(tests: &[(String, PathBuf)]) -> Result<PathBuf, String> {
+/// A library the suite's build script made (the NVTX recorder of the `nvtx` feature, the stand-ins
+/// of cudarc's test kernels): the newest, should several builds have made one.
+fn suite_library(tests: &[(String, PathBuf)], library: &str) -> Result<PathBuf, String> {
     let (_, any_test) = tests.first().ok_or("no test binaries")?;
     let build = any_test
         .parent()
@@ -213,10 +217,10 @@ fn nvtx_recorder(tests: &[(String, PathBuf)]) -> Result<PathBuf, String> {
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with("cuda-host-suite-"))
         })
-        .map(|dir| dir.join("out/libnvtx_recorder.so"))
-        .filter(|library| library.is_file())
-        .max_by_key(|library| library.metadata().and_then(|m| m.modified()).ok())
-        .ok_or_else(|| format!("no built NVTX recorder under {}", build.display()))
+        .map(|dir| dir.join("out").join(library))
+        .filter(|built| built.is_file())
+        .max_by_key(|built| built.metadata().and_then(|m| m.modified()).ok())
+        .ok_or_else(|| format!("no built {library} under {}", build.display()))
 }
 
 fn read_dir(dir: &Path) -> Result<Vec<PathBuf>, String> {

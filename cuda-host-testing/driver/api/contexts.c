@@ -3,7 +3,8 @@
  * cuDevicePrimaryCtxRelease_v2, cuDevicePrimaryCtxGetState, cuCtxCreate_v4, cuCtxDestroy_v2,
  * cuCtxSetCurrent, cuCtxGetCurrent,
  * cuCtxPushCurrent_v2, cuCtxPopCurrent_v2, cuCtxGetDevice (both ABIs), cuCtxGetFlags,
- * cuCtxSetFlags, cuCtxGetStreamPriorityRange, cuCtxSynchronize (both ABIs). What a context holds, and what its
+ * cuCtxSetFlags, cuCtxGetStreamPriorityRange, cuCtxSynchronize (both ABIs), cuCtxGetLimit,
+ * cuCtxSetLimit, cuCtxGetCacheConfig, cuCtxSetCacheConfig. What a context holds, and what its
  * activation and deactivation do, is model/context.c's and model/activation.c's.
  */
 #include "internal.h"
@@ -258,4 +259,85 @@ CUSW_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     CUSW_INIT_ENTRY();
     return synchronize(ctx);
+}
+
+/* ---- Limits and cache configuration ---------------------------------------------------------- */
+
+/* A context's limits are kept and read back; they limit nothing, since no device code runs.
+ * A limit of a feature the device lacks (compute instance graphics, CIG) is unsupported, as on a
+ * device without it; a value that is no limit is invalid. */
+static CUresult limit_checked(CUlimit limit)
+{
+    if ((unsigned int)limit < CUSW_LIMIT_COUNT)
+        return CUDA_SUCCESS;
+    if (limit <= CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED)
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUSW_EXPORT CUresult cuCtxGetLimit(size_t *pvalue, CUlimit limit)
+{
+    CUSW_INIT_ENTRY();
+    if (pvalue == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = limit_checked(limit);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    cusw_lock_acquire();
+    struct cusw_ctx *c = NULL;
+    rc = cusw_ctx_current(&c);
+    if (rc == CUDA_SUCCESS)
+        *pvalue = c->limits[limit];
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    CUSW_INIT_ENTRY();
+    CUresult rc = limit_checked(limit);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    int persisting_max = 0;
+    if (limit == CU_LIMIT_PERSISTING_L2_CACHE_SIZE &&
+        cusw_device_attribute(0, CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE,
+                              &persisting_max) &&
+        value > (size_t)persisting_max)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *c = NULL;
+    rc = cusw_ctx_current(&c);
+    if (rc == CUDA_SUCCESS)
+        c->limits[limit] = value;
+    cusw_lock_release();
+    return rc;
+}
+
+CUSW_EXPORT CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    CUSW_INIT_ENTRY();
+    if (pconfig == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *c = NULL;
+    CUresult rc = cusw_ctx_current(&c);
+    if (rc == CUDA_SUCCESS)
+        *pconfig = c->cache_config;
+    cusw_lock_release();
+    return rc;
+}
+
+/* Kept and read back: a preference the device may ignore, as the real one may. */
+CUSW_EXPORT CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    CUSW_INIT_ENTRY();
+    if ((unsigned int)config > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_ctx *c = NULL;
+    CUresult rc = cusw_ctx_current(&c);
+    if (rc == CUDA_SUCCESS)
+        c->cache_config = config;
+    cusw_lock_release();
+    return rc;
 }

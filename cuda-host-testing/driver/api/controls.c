@@ -6,7 +6,6 @@
  */
 #include "internal.h"
 
-#include <limits.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -119,8 +118,6 @@ CUSW_EXPORT CUresult cuswSetDriverVersion(int version)
 CUSW_EXPORT CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, const int *value)
 {
     CUSW_ENTRY();
-    if (value != NULL && (*value < 0 || *value == INT_MAX))
-        return CUDA_ERROR_INVALID_VALUE;
     return cusw_override_device_attribute(attribute, value) ? CUDA_SUCCESS
                                                             : CUDA_ERROR_INVALID_VALUE;
 }
@@ -155,6 +152,24 @@ CUSW_EXPORT CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigne
     if (syncMode >= 2 || count == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *count = cusw_host_task_sync_mode_launches(syncMode);
+    return CUDA_SUCCESS;
+}
+
+CUSW_EXPORT CUresult cuswUnmodelledCalls(unsigned long long *count)
+{
+    CUSW_ENTRY();
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = cusw_unmodelled_calls();
+    return CUDA_SUCCESS;
+}
+
+CUSW_EXPORT CUresult cuswStreamOrderedMemoryMisuses(unsigned long long *count)
+{
+    CUSW_ENTRY();
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = cusw_pool_misuses();
     return CUDA_SUCCESS;
 }
 
@@ -204,5 +219,24 @@ CUSW_EXPORT CUresult cuswLiveObjects(struct cuswLiveCounts *counts)
                                       : first + (counts->size - first) / member * member;
     now.size = filled;
     memcpy(counts, &now, filled);
+    return CUDA_SUCCESS;
+}
+
+/* ---- Kernels' stand-ins ---------------------------------------------------------------------- */
+
+CUSW_EXPORT CUresult cuswRegisterStandIn(const char *kernel, cuswStandIn stand_in, void *user_data)
+{
+    CUSW_ENTRY();
+    if (kernel == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cusw_stand_in_register(kernel, stand_in, user_data);
+}
+
+CUSW_EXPORT CUresult cuswKernelsWithoutStandIn(unsigned long long *count)
+{
+    CUSW_ENTRY();
+    if (count == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *count = cusw_stand_in_missing_launches();
     return CUDA_SUCCESS;
 }

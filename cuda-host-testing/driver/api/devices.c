@@ -1,9 +1,7 @@
 /*
  * devices.c - Initialization and Device Management: cuInit and the device queries. The software
- * devices are identical but for their PCI bus: compute capability 9.0, stream memory operations
- * supported, host memory mappable, unified addressing, no memory pools, no concurrent managed
- * access. Only the attributes that the suite and libraries run on the double (cudarc) ask for are
- * modelled.
+ * devices are identical but for their PCI bus: each answers every attribute as an H200 does
+ * (model/device.c), unless told otherwise.
  */
 #include "internal.h"
 
@@ -95,12 +93,5 @@ CUSW_EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CU
         return rc;
     if (pi == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Each device on a bus of its own, as separate GPUs are: libraries tell devices apart by
-     * their PCI address. */
-    if (attrib == CU_DEVICE_ATTRIBUTE_PCI_BUS_ID) {
-        *pi = 1 + dev;
-        return CUDA_SUCCESS;
-    }
-    /* An attribute this software device does not model is an error. */
-    return cusw_device_attribute(attrib, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    return cusw_device_attribute(dev, attrib, pi) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

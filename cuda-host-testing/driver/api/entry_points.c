@@ -1,6 +1,6 @@
 /*
- * entry_points.c - Version Management and Driver Entry Point Access: cuDriverGetVersion and
- * cuGetProcAddress_v2.
+ * entry_points.c - Version Management and Driver Entry Point Access: cuDriverGetVersion,
+ * cuGetProcAddress in both its ABIs, and cuGetExportTable, which has no table to give.
  */
 #include "internal.h"
 
@@ -17,29 +17,35 @@ CUSW_EXPORT CUresult cuDriverGetVersion(int *driverVersion)
  * the exported names. */
 #ifndef CUSW_VARIANT_NO_PROC_ADDRESS
 
-/* The functions of entries.def's rows, in the order of model/entries.c's table of their names,
- * which decides what a lookup finds. The pointers are the exported functions themselves, so they
- * equal what dlsym gives. */
+/* The functions of entries.def's and unmodelled.def's rows, in the order of model/entries.c's
+ * table of their names, which decides what a lookup finds. The pointers are the exported
+ * functions themselves, so they equal what dlsym gives. */
 struct functions {
     void *fn;
-    void *twin_fn; /* NULL when the entry has no _ptsz twin */
+    void *twin_fn; /* NULL when the entry has no per-thread form (_ptsz, _ptds) */
 };
 
 #define ENTRY(base, version, name, params) { (void *)name, NULL },
 #define TWIN(base, version, name, params) { (void *)name, (void *)name##_ptsz },
+#define PTDS_TWIN(base, version, name, params) { (void *)name, (void *)name##_ptds },
 #define CONTROL(name) { (void *)name, NULL },
+#define UNMODELLED(base, version, name) { (void *)name, NULL },
+#define UNMODELLED_TWIN(base, version, name, twin) { (void *)name, (void *)twin },
 static const struct functions functions[] = {
 #include "entries.def"
+#include "unmodelled.def"
 };
 #undef ENTRY
 #undef TWIN
+#undef PTDS_TWIN
 #undef CONTROL
+#undef UNMODELLED
+#undef UNMODELLED_TWIN
 
-CUSW_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
-                                         cuuint64_t flags,
-                                         CUdriverProcAddressQueryResult *symbolStatus)
+/* Both ABIs' work; the first ABI has no symbolStatus (NULL here). */
+static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult *symbolStatus)
 {
-    CUSW_ENTRY();
     if (symbol == NULL || pfn == NULL)
         return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
@@ -70,4 +76,31 @@ CUSW_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cud
     return CUDA_SUCCESS;
 }
 
+CUSW_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                      cuuint64_t flags)
+{
+    CUSW_ENTRY();
+    return proc_address(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+CUSW_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                         cuuint64_t flags,
+                                         CUdriverProcAddressQueryResult *symbolStatus)
+{
+    CUSW_ENTRY();
+    return proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
 #endif /* CUSW_VARIANT_NO_PROC_ADDRESS */
+
+/* The tables NVIDIA's own libraries (the runtime, NVRTC) ask for by UUID are the real driver's
+ * private interface: this driver has none, and answers as a driver without the one asked for does,
+ * so that such a library loaded beside it goes on without (NVRTC compiles without a driver). */
+CUSW_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+    CUSW_ENTRY();
+    if (ppExportTable == NULL || pExportTableId == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ppExportTable = NULL;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}

@@ -1,6 +1,6 @@
 /*
- * memory.c - Memory Management: allocation and free of device and page-locked host memory, its
- * mapping, the memory left, copies (async, peer, synchronous) and sets (of 8, 16 and 32 bits,
+ * memory.c - Memory Management: allocation and free of device, managed and page-locked host
+ * memory, its mapping, the memory left, copies (async, peer, synchronous) and sets (of 8, 16 and 32 bits,
  * async and synchronous). Where the memory is, and which calls return only once done, is
  * model/memory.c's.
  *
@@ -9,7 +9,7 @@
  * the stream has reached and done them (docs/REAL-DRIVER.md). An async copy from pageable host
  * memory to the device returns at once too, having read its source, as the real driver stages
  * it: the caller may use that memory again at once. The synchronous copies and sets
- * work on the legacy stream, and return at once only where the driver API's documented
+ * work on the legacy stream (their _ptds forms on the per-thread stream), and return at once only where the driver API's documented
  * synchronisation behaviour lets them (a copy between device allocations, a set of device
  * memory). The stream's worker does the copy or set, in order, while a caller that waits waits.
  */
@@ -22,7 +22,7 @@ CUSW_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
         return CUDA_ERROR_INVALID_VALUE;
     void *p = NULL;
     cusw_lock_acquire();
-    CUresult rc = cusw_memory_allocate(bytesize, false, &p);
+    CUresult rc = cusw_memory_allocate(bytesize, CUSW_MEMORY_DEVICE, &p);
     cusw_lock_release();
     if (rc == CUDA_SUCCESS)
         *dptr = (CUdeviceptr)(uintptr_t)p;
@@ -40,6 +40,26 @@ CUSW_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     return rc;
 }
 
+/* Managed memory is host memory, as all of this driver's device memory is: the host and every
+ * stream reach it alike, whatever it is attached to. A device without managed memory
+ * (MANAGED_MEMORY 0) refuses it. */
+CUSW_EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    CUSW_INIT_ENTRY();
+    if (!cusw_device_supports(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (dptr == NULL || bytesize == 0 ||
+        (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = NULL;
+    cusw_lock_acquire();
+    CUresult rc = cusw_memory_allocate(bytesize, CUSW_MEMORY_MANAGED, &p);
+    cusw_lock_release();
+    if (rc == CUDA_SUCCESS)
+        *dptr = (CUdeviceptr)(uintptr_t)p;
+    return rc;
+}
+
 CUSW_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
     CUSW_INIT_ENTRY();
@@ -48,7 +68,7 @@ CUSW_EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Fla
     if (pp == NULL || bytesize == 0 || (Flags & ~known_flags) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
-    CUresult rc = cusw_memory_allocate(bytesize, true, pp);
+    CUresult rc = cusw_memory_allocate(bytesize, CUSW_MEMORY_HOST, pp);
     cusw_lock_release();
     return rc;
 }
@@ -178,41 +198,18 @@ CUSW_TWINS(cuMemsetD16Async,
 CUSW_TWINS(cuMemsetD32Async, (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
            set(dstDevice, ui, N, 4, true, hStream, per_thread))
 
-/* The synchronous forms, on the legacy stream. Their per-thread forms (_ptds) are not exported:
- * a table loaded for the per-thread default stream finds these. */
-CUSW_EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{
-    CUSW_INIT_ENTRY();
-    return copy(HOST(dstDevice), srcHost, ByteCount, false, NULL, false);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{
-    CUSW_INIT_ENTRY();
-    return copy(dstHost, HOST(srcDevice), ByteCount, false, NULL, false);
-}
-
-CUSW_EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                                     size_t ByteCount)
-{
-    CUSW_INIT_ENTRY();
-    return copy(HOST(dstDevice), HOST(srcDevice), ByteCount, false, NULL, false);
-}
-
-CUSW_EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{
-    CUSW_INIT_ENTRY();
-    return set(dstDevice, uc, N, 1, false, NULL, false);
-}
-
-CUSW_EXPORT CUresult cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
-{
-    CUSW_INIT_ENTRY();
-    return set(dstDevice, us, N, 2, false, NULL, false);
-}
-
-CUSW_EXPORT CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{
-    CUSW_INIT_ENTRY();
-    return set(dstDevice, ui, N, 4, false, NULL, false);
-}
+/* The synchronous forms: on the legacy stream, and their per-thread forms (_ptds) on the calling
+ * thread's per-thread stream. */
+CUSW_PTDS_TWINS(cuMemcpyHtoD_v2, (CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
+                copy(HOST(dstDevice), srcHost, ByteCount, false, NULL, per_thread))
+CUSW_PTDS_TWINS(cuMemcpyDtoH_v2, (void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
+                copy(dstHost, HOST(srcDevice), ByteCount, false, NULL, per_thread))
+CUSW_PTDS_TWINS(cuMemcpyDtoD_v2,
+                (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
+                copy(HOST(dstDevice), HOST(srcDevice), ByteCount, false, NULL, per_thread))
+CUSW_PTDS_TWINS(cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N),
+                set(dstDevice, uc, N, 1, false, NULL, per_thread))
+CUSW_PTDS_TWINS(cuMemsetD16_v2, (CUdeviceptr dstDevice, unsigned short us, size_t N),
+                set(dstDevice, us, N, 2, false, NULL, per_thread))
+CUSW_PTDS_TWINS(cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N),
+                set(dstDevice, ui, N, 4, false, NULL, per_thread))

@@ -1,7 +1,7 @@
 /*
  * streams.c - Stream Management: cuStreamCreate, cuStreamCreateWithPriority, cuStreamDestroy_v2,
  * cuStreamSynchronize, cuStreamQuery, cuStreamGetCtx (both ABIs), cuStreamGetId,
- * cuStreamGetPriority, cuStreamGetFlags, cuStreamWaitEvent.
+ * cuStreamGetPriority, cuStreamGetFlags, cuStreamWaitEvent, cuStreamAttachMemAsync.
  */
 #include "internal.h"
 
@@ -100,11 +100,8 @@ static CUresult get_ctx(CUstream hStream, bool per_thread, CUcontext *pCtx, CUgr
     return rc;
 }
 
-CUSW_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
-{
-    CUSW_INIT_ENTRY();
-    return get_ctx(hStream, false, pctx, NULL);
-}
+CUSW_TWINS(cuStreamGetCtx, (CUstream hStream, CUcontext *pctx),
+           get_ctx(hStream, per_thread, pctx, NULL))
 
 CUSW_TWINS(cuStreamGetCtx_v2, (CUstream hStream, CUcontext *pCtx, CUgreenCtx *pGreenCtx),
            get_ctx(hStream, per_thread, pCtx, pGreenCtx))
@@ -197,3 +194,28 @@ static CUresult wait_event(CUstream hStream, bool per_thread, CUevent hEvent, un
 
 CUSW_TWINS(cuStreamWaitEvent, (CUstream hStream, CUevent hEvent, unsigned int Flags),
            wait_event(hStream, per_thread, hEvent, Flags))
+
+/* Attaching managed memory to a stream is an operation of the stream that changes nothing: every
+ * stream reaches managed memory here (api/memory.c). As documented, a single stream's attachment
+ * needs a stream of its own, not the null stream; a range that is not managed memory is refused. */
+static CUresult attach(CUstream hStream, bool per_thread, CUdeviceptr dptr, size_t length,
+                       unsigned int flags)
+{
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST &&
+        flags != CU_MEM_ATTACH_SINGLE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags == CU_MEM_ATTACH_SINGLE && (hStream == NULL || hStream == CU_STREAM_LEGACY))
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    /* A length of 0 attaches the whole allocation. */
+    bool managed = cusw_memory_is_managed((void *)(uintptr_t)dptr, length != 0 ? length : 1);
+    cusw_lock_release();
+    if (!managed)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cusw_action a = { .kind = CUSW_ACT_NOP };
+    return cusw_submit(hStream, per_thread, &a);
+}
+
+CUSW_TWINS(cuStreamAttachMemAsync,
+           (CUstream hStream, CUdeviceptr dptr, size_t length, unsigned int flags),
+           attach(hStream, per_thread, dptr, length, flags))

@@ -110,9 +110,47 @@ void cusw_action_enqueued(const struct cusw_action *a)
 
 unsigned long long cusw_pending_host_functions(void) { return atomic_load(&pending_host_functions); }
 
+/* Whether the memory `a` touches is stream-ordered memory outside its span, which fails the
+ * context as a device's fault would (pool.c). */
+static bool misuses_memory(const struct cusw_action *a, struct cusw_ctx *ctx)
+{
+    bool misused = false;
+    switch (a->kind) {
+    case CUSW_ACT_COPY:
+        misused = cusw_pool_misused(a->u.copy.dst, a->u.copy.bytes) ||
+                  (!a->u.copy.staged && cusw_pool_misused(a->u.copy.src, a->u.copy.bytes));
+        break;
+    case CUSW_ACT_SET:
+        misused = cusw_pool_misused(a->u.set.dst, a->u.set.count * a->u.set.width);
+        break;
+    case CUSW_ACT_WRITE_VALUE:
+    case CUSW_ACT_WAIT_VALUE:
+        misused = cusw_pool_misused((const void *)(uintptr_t)a->u.mem.addr, a->u.mem.is64 ? 8 : 4);
+        break;
+    default: break;
+    }
+    if (misused)
+        cusw_ctx_set_sticky(ctx, CUDA_ERROR_ILLEGAL_ADDRESS);
+    return misused;
+}
+
+/* A kernel's launch: its stand-in, once for the grid; a kernel without one does nothing. */
+static void run_kernel(const struct cusw_kernel_call *call, struct cusw_ctx *ctx)
+{
+    cuswStandIn stand_in = NULL;
+    void *user_data = NULL;
+    if (!cusw_stand_in_find(call->name, &stand_in, &user_data)) {
+        cusw_stand_in_missing(call->name);
+        return;
+    }
+    int result = stand_in(&call->launch, user_data);
+    if (result != CUDA_SUCCESS)
+        cusw_ctx_set_sticky(ctx, (CUresult)result);
+}
+
 void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
 {
-    bool sticky = cusw_ctx_sticky(ctx) != CUDA_SUCCESS;
+    bool sticky = cusw_ctx_sticky(ctx) != CUDA_SUCCESS || misuses_memory(a, ctx);
     switch (a->kind) {
     case CUSW_ACT_NOP:
         break;
@@ -167,6 +205,21 @@ void cusw_action_run(const struct cusw_action *a, struct cusw_ctx *ctx)
         for (size_t i = 0; i < a->u.launch->n; i++)
             cusw_action_run(&a->u.launch->actions[i], ctx);
         break;
+    case CUSW_ACT_KERNEL:
+        if (!sticky)
+            run_kernel(a->u.kernel, ctx);
+        break;
+    /* Run whatever the context's state: memory is taken and given back in any case. */
+    case CUSW_ACT_ALLOCATE:
+        cusw_lock_acquire();
+        cusw_block_reached(a->u.block);
+        cusw_lock_release();
+        break;
+    case CUSW_ACT_FREE:
+        cusw_lock_acquire();
+        cusw_block_freed(a->u.block);
+        cusw_lock_release();
+        break;
     }
 }
 
@@ -188,6 +241,8 @@ void cusw_action_copy(struct cusw_action *dst, const struct cusw_action *src)
     *dst = *src;
     if (src->kind == CUSW_ACT_BATCH)
         src->u.batch->refs++;
+    else if (src->kind == CUSW_ACT_KERNEL)
+        src->u.kernel->refs++;
 }
 
 void cusw_action_release(struct cusw_action *a)
@@ -206,6 +261,12 @@ void cusw_action_release(struct cusw_action *a)
         free(a->u.launch);
     } else if (a->kind == CUSW_ACT_BATCH && --a->u.batch->refs == 0) {
         free(a->u.batch);
+    } else if (a->kind == CUSW_ACT_KERNEL && --a->u.kernel->refs == 0) {
+        free(a->u.kernel->name);
+        free(a->u.kernel->params);
+        free(a->u.kernel->types);
+        free(a->u.kernel->arguments);
+        free(a->u.kernel);
     }
     a->kind = CUSW_ACT_NOP;
 }
@@ -220,10 +281,13 @@ CUgraphNodeType cusw_action_node_type(const struct cusw_action *a)
     case CUSW_ACT_WRITE_VALUE:
     case CUSW_ACT_WAIT_VALUE:
     case CUSW_ACT_BATCH: return CU_GRAPH_NODE_TYPE_BATCH_MEM_OP;
+    case CUSW_ACT_KERNEL:
     case CUSW_ACT_FAULT:
     case CUSW_ACT_SLEEP: return CU_GRAPH_NODE_TYPE_KERNEL; /* stand-ins for kernels */
     case CUSW_ACT_EVENT_RECORD: return CU_GRAPH_NODE_TYPE_EVENT_RECORD;
     case CUSW_ACT_GRAPH: return CU_GRAPH_NODE_TYPE_GRAPH;
+    case CUSW_ACT_ALLOCATE: return CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+    case CUSW_ACT_FREE: return CU_GRAPH_NODE_TYPE_MEM_FREE;
     case CUSW_ACT_NOP: break;
     }
     return CU_GRAPH_NODE_TYPE_EMPTY;
@@ -258,6 +322,15 @@ bool cusw_mem_op_action(const CUstreamBatchMemOpParams *op, struct cusw_action *
                       is64 ? p->value64 : p->value, p->flags, is64, a);
 }
 
+/* Whether the device reports what `a` needs: 64-bit operations, the NOR comparison. */
+static bool device_supports(const struct cusw_action *a)
+{
+    if (a->u.mem.is64 && !cusw_device_supports(CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS))
+        return false;
+    return a->kind != CUSW_ACT_WAIT_VALUE || a->u.mem.flags != CU_STREAM_WAIT_VALUE_NOR ||
+           cusw_device_supports(CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR);
+}
+
 CUresult cusw_batch_check(unsigned int count, const CUstreamBatchMemOpParams *ops)
 {
     if (count == 0 || count > CUSW_BATCH_MAX || ops == NULL)
@@ -266,6 +339,8 @@ CUresult cusw_batch_check(unsigned int count, const CUstreamBatchMemOpParams *op
         struct cusw_action a;
         if (!cusw_mem_op_action(&ops[i], &a))
             return CUDA_ERROR_INVALID_VALUE;
+        if (!device_supports(&a))
+            return CUDA_ERROR_NOT_SUPPORTED;
     }
     return CUDA_SUCCESS;
 }
@@ -315,4 +390,94 @@ bool cusw_batch_same_shape(const struct cusw_action *a, const struct cusw_action
         if (x->params[i].operation != y->params[i].operation)
             return false;
     return true;
+}
+
+/* ---- Kernels' launches ----------------------------------------------------------------------- */
+
+#define LAUNCH_PARAM_END ((void *)0x00)
+#define LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
+
+/* `extra`'s argument buffer and its size, or false when it gives none. */
+static bool extra_buffer(void **extra, const unsigned char **buffer, size_t *size)
+{
+    *buffer = NULL;
+    *size = 0;
+    for (size_t i = 0; extra != NULL && extra[i] != LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == LAUNCH_PARAM_BUFFER_POINTER)
+            *buffer = extra[i + 1];
+        else if (extra[i] == LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1] != NULL)
+            *size = *(const size_t *)extra[i + 1];
+        else
+            return false;
+    }
+    return *buffer != NULL;
+}
+
+CUresult cusw_kernel_action(const struct cusw_function *f, const unsigned int grid[3],
+                            const unsigned int block[3], unsigned int shared_bytes,
+                            CUstream stream, void **kernel_params, void **extra,
+                            struct cusw_action *out)
+{
+    const struct cusw_ptx_entry *e = f->entry;
+    /* The parameters' offsets, each aligned as declared, as the device lays them out. */
+    size_t total = 0;
+    size_t *offsets = calloc(e->n_params ? e->n_params : 1, sizeof *offsets);
+    if (offsets == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < e->n_params; i++) {
+        size_t align = e->params[i].align ? e->params[i].align : 1;
+        offsets[i] = (total + align - 1) / align * align;
+        total = offsets[i] + e->params[i].size;
+    }
+    const unsigned char *buffer = NULL;
+    size_t buffer_size = 0;
+    bool from_extra = kernel_params == NULL && extra_buffer(extra, &buffer, &buffer_size);
+    if (e->n_params > 0 && kernel_params == NULL && (!from_extra || buffer_size < total)) {
+        free(offsets);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct cusw_kernel_call *call = calloc(1, sizeof *call);
+    if (call != NULL) {
+        call->name = strdup(e->name);
+        call->params = calloc(e->n_params ? e->n_params : 1, sizeof *call->params);
+        call->types = calloc(e->n_params ? e->n_params : 1, sizeof *call->types);
+        call->arguments = calloc(total ? total : 1, 1);
+    }
+    if (call == NULL || call->name == NULL || call->params == NULL || call->types == NULL ||
+        call->arguments == NULL) {
+        if (call != NULL) {
+            free(call->name);
+            free(call->params);
+            free(call->types);
+            free(call->arguments);
+        }
+        free(call);
+        free(offsets);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < e->n_params; i++) {
+        const struct cusw_ptx_param *p = &e->params[i];
+        const void *value = from_extra ? buffer + offsets[i] : kernel_params[i];
+        memcpy(call->arguments + offsets[i], value, p->size);
+        memcpy(call->types[i], p->type, sizeof call->types[i]);
+        call->params[i] = (cuswKernelParam){ .value = call->arguments + offsets[i],
+                                             .size = p->size,
+                                             .align = p->align,
+                                             .type = call->types[i] };
+    }
+    free(offsets);
+    call->refs = 1;
+    call->launch = (cuswKernelLaunch){
+        .size = sizeof call->launch,
+        .name = call->name,
+        .grid = { grid[0], grid[1], grid[2] },
+        .block = { block[0], block[1], block[2] },
+        .shared_memory_bytes = shared_bytes,
+        .stream = stream,
+        .param_count = e->n_params,
+        .params = call->params,
+    };
+    *out = (struct cusw_action){ .kind = CUSW_ACT_KERNEL, .u.kernel = call };
+    return CUDA_SUCCESS;
 }

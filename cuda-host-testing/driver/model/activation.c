@@ -1,7 +1,7 @@
 /*
  * activation.c - a context's activation, which makes its legacy stream, and its deactivation,
  * which destroys its streams (once they have drained: pending work still runs to completion, as
- * on a device), its events and its allocations. A primary context is activated by its first
+ * on a device), its events, its allocations and its modules. A primary context is activated by its first
  * retain and deactivated by its last release; nothing may activate it again while a
  * deactivation, which lets go of the lock while streams drain, is under way. A context
  * cuCtxCreate made is activated as it is made and deactivated by cuCtxDestroy, for good.
@@ -31,6 +31,7 @@ static void deactivate(struct cusw_ctx *c)
     while (c->events != NULL)
         cusw_event_destroy(c->events);
     cusw_memory_release_context(c);
+    cusw_modules_release_context(c);
     atomic_store(&c->tearing_down, false);
     cusw_broadcast_progress();
 }

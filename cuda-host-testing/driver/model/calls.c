@@ -5,6 +5,9 @@
  * CUSW_CALL_LOG set, every entry point's count written at exit, so that a test can tell which
  * entry points a whole run called.
  *
+ * Calls of the entry points the driver does not model are counted together too, and each is
+ * named in the log the first time.
+ *
  * Call counting is lock-free, since every entry point does it: each exported function has its own
  * static call site (CUSW_ENTRY), which counts with one relaxed atomic add and puts itself on a
  * list the first time it is called. A site's `next` is written before the site is published
@@ -109,4 +112,21 @@ unsigned long long cusw_host_task_sync_mode_launches(unsigned int syncMode)
 {
     return syncMode < 2 ? atomic_load_explicit(&launches_in_mode[syncMode], memory_order_relaxed)
                         : 0;
+}
+
+/* ---- Entry points the driver does not model -------------------------------------------------- */
+
+static atomic_ullong unmodelled_calls;
+
+CUresult cusw_unmodelled_call(const char *symbol, atomic_bool *logged)
+{
+    atomic_fetch_add_explicit(&unmodelled_calls, 1, memory_order_relaxed);
+    if (!atomic_load_explicit(logged, memory_order_relaxed) && !atomic_exchange(logged, true))
+        cusw_log("%s is not modelled: it answers CUDA_ERROR_NOT_SUPPORTED", symbol);
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+unsigned long long cusw_unmodelled_calls(void)
+{
+    return atomic_load_explicit(&unmodelled_calls, memory_order_relaxed);
 }

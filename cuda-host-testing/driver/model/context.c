@@ -25,6 +25,24 @@ CUresult cusw_check_device(CUdevice dev)
     return (dev >= 0 && dev < cusw_device_count()) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
 }
 
+const size_t cusw_default_limits[CUSW_LIMIT_COUNT] = {
+    [CU_LIMIT_STACK_SIZE] = 1024,
+    [CU_LIMIT_PRINTF_FIFO_SIZE] = 1048576,
+    [CU_LIMIT_MALLOC_HEAP_SIZE] = 8388608,
+    [CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2,
+    [CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048,
+    [CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64,
+    [CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0,
+};
+
+/* A context's configuration as the device gives it. */
+static void configure(struct cusw_ctx *c)
+{
+    for (size_t i = 0; i < CUSW_LIMIT_COUNT; i++)
+        c->limits[i] = cusw_default_limits[i];
+    c->cache_config = CU_FUNC_CACHE_PREFER_NONE;
+}
+
 void cusw_initialize(void)
 {
     cusw_lock_acquire();
@@ -33,6 +51,7 @@ void cusw_initialize(void)
             contexts[i].device = i;
             contexts[i].flags = CU_CTX_SCHED_AUTO;
             contexts[i].primary = true;
+            configure(&contexts[i]);
             contexts[i].handle = cusw_handle_new(CUSW_KIND_CONTEXT, &contexts[i]);
         }
         atomic_store(&initialized, true);
@@ -41,55 +60,6 @@ void cusw_initialize(void)
 }
 
 struct cusw_ctx *cusw_primary_ctx(CUdevice dev) { return &contexts[dev]; }
-
-/* ---- Device attributes ----------------------------------------------------------------------- */
-
-/* What every device answers, as an H200 does where it matters to the suite; a test may override a
- * value (cuswOverrideDeviceAttribute) to play an older device. */
-static struct {
-    CUdevice_attribute attribute;
-    int value;
-    _Atomic int overridden; /* 0, or 1 + the value a test asked for */
-} attributes[] = {
-    { CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, 1, 0 },
-    { CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, 0, 0 },
-    { CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, 1, 0 },
-    { CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, 0, 0 },
-    { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 9, 0 },
-    { CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, 0, 0 },
-    { CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, 1, 0 },
-    { CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, 0, 0 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1, 1, 0 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1, 1, 0 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1, 1, 0 },
-    { CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, 0, 0 },
-    { CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 0, 0 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, 1, 0 },
-    { CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR, 1, 0 },
-};
-
-bool cusw_device_attribute(CUdevice_attribute attribute, int *value)
-{
-    for (size_t i = 0; i < sizeof attributes / sizeof attributes[0]; i++) {
-        if (attributes[i].attribute == attribute) {
-            int overridden = atomic_load(&attributes[i].overridden);
-            *value = overridden != 0 ? overridden - 1 : attributes[i].value;
-            return true;
-        }
-    }
-    return false;
-}
-
-bool cusw_override_device_attribute(CUdevice_attribute attribute, const int *value)
-{
-    for (size_t i = 0; i < sizeof attributes / sizeof attributes[0]; i++) {
-        if (attributes[i].attribute == attribute) {
-            atomic_store(&attributes[i].overridden, value != NULL ? *value + 1 : 0);
-            return true;
-        }
-    }
-    return false;
-}
 
 /* [locked] Contexts are never freed, so that a thread may keep a plain pointer to one, even after
  * cuCtxDestroy: kept here, they stay reachable. */
@@ -104,6 +74,7 @@ struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags)
     }
     c->device = dev;
     c->flags = flags;
+    configure(c);
     c->next_created = created;
     created = c;
     return c;

@@ -3,9 +3,10 @@
  * driver reports.
  *
  * One row per exported ABI: the base name a caller asks for, the CUDA version at which that ABI
- * appeared, the exported name, and its per-thread-default-stream twin's where it has one. The
- * functions themselves are in api/entry_points.c's table, made from the same list in the same
- * order, so a row found here is the index of its function there.
+ * appeared, the exported name, and its per-thread-default-stream twin's where it has one; the
+ * modelled ones (entries.def), then the others (unmodelled.def). The functions themselves are in
+ * api/entry_points.c's table, made from the same lists in the same order, so a row found here is
+ * the index of its function there.
  *
  * A lookup takes, among the rows of that base name whose version is at most both the requested
  * version and the reported driver version, the newest. A lookup for the per-thread default stream
@@ -26,13 +27,20 @@ struct entry {
 
 #define ENTRY(base, version, name, params) { base, version, #name, NULL },
 #define TWIN(base, version, name, params) { base, version, #name, #name "_ptsz" },
+#define PTDS_TWIN(base, version, name, params) { base, version, #name, #name "_ptds" },
 #define CONTROL(name) { #name, 0, #name, NULL },
+#define UNMODELLED(base, version, name) { base, version, #name, NULL },
+#define UNMODELLED_TWIN(base, version, name, twin) { base, version, #name, #twin },
 static const struct entry entries[] = {
 #include "entries.def"
+#include "unmodelled.def"
 };
 #undef ENTRY
 #undef TWIN
+#undef PTDS_TWIN
 #undef CONTROL
+#undef UNMODELLED
+#undef UNMODELLED_TWIN
 
 #define ENTRY_COUNT (sizeof entries / sizeof entries[0])
 

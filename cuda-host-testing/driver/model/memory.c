@@ -1,7 +1,10 @@
 /*
- * memory.c - allocations. Host memory stands in for device memory: a CUdeviceptr is a plain host
- * address, so device memory is as accessible from the host as from stream operations (which, like
- * the unified addressing of the real device, is what host-side tests want).
+ * memory.c - allocations: device memory, page-locked host memory and managed memory (which is
+ * device memory to the copy rules). Host memory stands in for device memory: a CUdeviceptr is a
+ * plain host address, so device memory is as accessible from the host as from stream operations
+ * (which, like the unified addressing of the real device, is what host-side tests want). The
+ * stream-ordered allocator's memory is pool.c's; cuMemFree frees it too, and the device's memory
+ * left counts what its pools reserve.
  *
  * Allocations are tracked per context (freed when the context is deactivated) and checked on
  * free. Frees synchronise the context first, as the real driver's implicit synchronisation does,
@@ -15,7 +18,7 @@
 struct allocation {
     size_t size;
     struct cusw_ctx *ctx;
-    bool host; /* cuMemHostAlloc */
+    enum cusw_memory_kind kind;
 };
 
 static struct cusw_map allocations; /* base address -> struct allocation */
@@ -30,7 +33,8 @@ void cusw_memory_counts(size_t *host, size_t *device)
 
 size_t cusw_device_memory_free(int device)
 {
-    return (size_t)CUSW_DEVICE_MEMORY_BYTES - device_bytes_in_use[device];
+    uint64_t used = device_bytes_in_use[device] + cusw_pool_reserved_bytes(device);
+    return used < CUSW_DEVICE_MEMORY_BYTES ? (size_t)(CUSW_DEVICE_MEMORY_BYTES - used) : 0;
 }
 
 #define ALLOCATION_ALIGNMENT 256 /* cudaMalloc guarantees at least 256 bytes */
@@ -43,12 +47,13 @@ static CUresult context_for_memory(struct cusw_ctx **ctx)
     return rc != CUDA_SUCCESS ? rc : cusw_capture_check_unsafe();
 }
 
-CUresult cusw_memory_allocate(size_t size, bool host, void **out)
+CUresult cusw_memory_allocate(size_t size, enum cusw_memory_kind kind, void **out)
 {
     struct cusw_ctx *ctx = NULL;
     CUresult rc = context_for_memory(&ctx);
     if (rc != CUDA_SUCCESS)
         return rc;
+    bool host = kind == CUSW_MEMORY_HOST;
     if (!host && size > cusw_device_memory_free(ctx->device))
         return CUDA_ERROR_OUT_OF_MEMORY;
     struct allocation *a = malloc(sizeof *a);
@@ -61,7 +66,7 @@ CUresult cusw_memory_allocate(size_t size, bool host, void **out)
     }
     a->size = size;
     a->ctx = ctx;
-    a->host = host;
+    a->kind = kind;
     if (host) {
         host_allocations++;
     } else {
@@ -76,7 +81,7 @@ CUresult cusw_memory_allocate(size_t size, bool host, void **out)
 static void release(void *p, struct allocation *a)
 {
     cusw_map_remove(&allocations, (uintptr_t)p);
-    if (a->host) {
+    if (a->kind == CUSW_MEMORY_HOST) {
         host_allocations--;
     } else {
         device_allocations--;
@@ -86,6 +91,19 @@ static void release(void *p, struct allocation *a)
     free(p);
 }
 
+/* cuMemFree of stream-ordered memory: it goes once the context's work is done, as cuMemFree of
+ * any device memory. */
+static CUresult free_block(void *p, struct cusw_ctx *ctx)
+{
+    struct cusw_block *b = cusw_block_to_free(p);
+    if (b == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_ctx_drain(ctx);
+    cusw_block_reached(b);
+    cusw_block_freed(b);
+    return cusw_ctx_sticky(ctx);
+}
+
 CUresult cusw_memory_free(void *p, bool host)
 {
     struct cusw_ctx *ctx = NULL;
@@ -93,12 +111,14 @@ CUresult cusw_memory_free(void *p, bool host)
     if (rc != CUDA_SUCCESS)
         return rc;
     struct allocation *a = cusw_map_get(&allocations, (uintptr_t)p);
-    if (a == NULL || a->host != host)
+    if (a == NULL && !host)
+        return free_block(p, ctx);
+    if (a == NULL || (a->kind == CUSW_MEMORY_HOST) != host)
         return CUDA_ERROR_INVALID_VALUE;
     cusw_ctx_drain(a->ctx);
     /* Another thread may have freed it while the lock was released for the drain. */
     a = cusw_map_get(&allocations, (uintptr_t)p);
-    if (a == NULL || a->host != host)
+    if (a == NULL || (a->kind == CUSW_MEMORY_HOST) != host)
         return CUDA_ERROR_INVALID_VALUE;
     release(p, a);
     return cusw_ctx_sticky(ctx);
@@ -121,7 +141,14 @@ static struct allocation *allocation_of(const void *p)
 bool cusw_memory_is_page_locked(const void *p)
 {
     const struct allocation *a = allocation_of(p);
-    return a != NULL && a->host;
+    return a != NULL && a->kind == CUSW_MEMORY_HOST;
+}
+
+bool cusw_memory_is_managed(const void *p, size_t bytes)
+{
+    const struct allocation *a = allocation_of(p);
+    const struct allocation *last = bytes > 0 ? allocation_of((const char *)p + bytes - 1) : a;
+    return a != NULL && a == last && a->kind == CUSW_MEMORY_MANAGED;
 }
 
 void cusw_memory_release_context(struct cusw_ctx *ctx)
@@ -144,11 +171,13 @@ enum cusw_copy_rule cusw_copy_rule(const void *dst, const void *src, bool async)
     cusw_lock_acquire();
     const struct allocation *to = allocation_of(dst);
     const struct allocation *from = allocation_of(src);
-    bool to_host = to == NULL || to->host, from_host = from == NULL || from->host;
+    bool to_host = to == NULL ? !cusw_pool_holds(dst) : to->kind == CUSW_MEMORY_HOST;
+    bool from_host = from == NULL ? !cusw_pool_holds(src) : from->kind == CUSW_MEMORY_HOST;
     enum cusw_copy_rule rule = CUSW_COPY_RETURNS_AT_ONCE;
-    if (async ? to == NULL || (to_host && from_host) : to_host || from_host)
+    bool to_pageable = to == NULL && to_host, from_pageable = from == NULL && from_host;
+    if (async ? to_pageable || (to_host && from_host) : to_host || from_host)
         rule = CUSW_COPY_WAITS;
-    else if (from == NULL)
+    else if (from_pageable)
         rule = CUSW_COPY_STAGES_SOURCE; /* pageable host memory to the device */
     cusw_lock_release();
     return rule;

@@ -132,7 +132,7 @@ struct registration {
 
 static struct cusw_map handles;
 static uintptr_t next_handle_number = 1;
-static size_t live_handles[CUSW_KIND_USER_OBJECT + 1]; /* by kind */
+static size_t live_handles[CUSW_KIND_COUNT]; /* by kind */
 static atomic_ullong stale_handle_uses; /* read without the lock */
 
 /* Handles look like aligned pointers (some callers print or hash them) but point nowhere. */

@@ -1,12 +1,16 @@
 /*
- * runtime.c - process-wide plumbing: configuration read from the environment at load time,
- * internal thread creation, per-thread serial numbers, the clock and sleeps, a growth helper.
+ * runtime.c - process-wide plumbing: configuration read from the environment at load time, the
+ * driver's log, internal thread creation, per-thread serial numbers, the clock and sleeps, a
+ * growth helper.
  */
 #include "internal.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* ---- Configuration --------------------------------------------------------------------------- */
@@ -36,6 +40,42 @@ __attribute__((constructor)) static void read_configuration(void)
 
 int cusw_config_device_count(void) { return config_device_count; }
 int cusw_config_driver_version(void) { return config_driver_version; }
+
+/* ---- The log --------------------------------------------------------------------------------- */
+
+/* CUSW_LOG, read at the first line: unset or empty, standard error; "off", nowhere; else a file,
+ * appended to. One line a call, written whole (a single write of a stdio stream of its own). */
+static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+static FILE *log_file;
+static bool log_opened;
+
+void cusw_log(const char *format, ...)
+{
+    char line[512];
+    va_list args;
+    va_start(args, format);
+    int length = vsnprintf(line, sizeof line - 1, format, args);
+    va_end(args);
+    if (length < 0)
+        return;
+    size_t size = (size_t)length < sizeof line - 1 ? (size_t)length : sizeof line - 2;
+    line[size] = '\n';
+    line[size + 1] = '\0';
+    pthread_mutex_lock(&log_lock);
+    if (!log_opened) {
+        log_opened = true;
+        const char *target = getenv("CUSW_LOG");
+        if (target == NULL || *target == '\0')
+            log_file = stderr;
+        else if (strcmp(target, "off") != 0)
+            log_file = fopen(target, "a");
+    }
+    if (log_file != NULL) {
+        fprintf(log_file, "cuda-host-testing software driver: %s", line);
+        fflush(log_file);
+    }
+    pthread_mutex_unlock(&log_lock);
+}
 
 /* ---- Threads --------------------------------------------------------------------------------- */
 

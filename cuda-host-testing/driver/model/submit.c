@@ -181,3 +181,132 @@ CUresult cusw_submit_batch(CUstream stream, bool per_thread, unsigned int count,
     cusw_lock_release();
     return rc;
 }
+
+/* ---- The stream-ordered allocator ------------------------------------------------------------ */
+
+/* Graph memory nodes (an allocation or a free captured) are not modelled: a capturing stream
+ * refuses them, and the capture goes on. */
+CUresult cusw_submit_allocation(CUstream stream, bool per_thread, CUmemoryPool pool, size_t size,
+                                CUdeviceptr *out)
+{
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    CUresult rc = target(stream, per_thread, &s, &capturing);
+    if (rc == CUDA_SUCCESS && capturing)
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    struct cusw_pool *from = NULL;
+    if (rc == CUDA_SUCCESS && pool != NULL)
+        rc = cusw_pool_from_handle(pool, &from);
+    else if (rc == CUDA_SUCCESS && (from = cusw_pool_current(s->ctx->device)) == NULL)
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS && cusw_pool_device(from) != s->ctx->device)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS && size > cusw_device_memory_free(s->ctx->device))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    struct cusw_block *b = NULL;
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_block_allocate(from, size, &b);
+    if (rc == CUDA_SUCCESS) {
+        struct cusw_action a = { .kind = CUSW_ACT_ALLOCATE, .u.block = b };
+        rc = cusw_stream_enqueue(s, &a, NULL, 0);
+        if (rc != CUDA_SUCCESS) {
+            cusw_block_to_free(cusw_block_memory(b));
+            cusw_block_freed(b);
+        } else {
+            *out = (CUdeviceptr)(uintptr_t)cusw_block_memory(b);
+        }
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+CUresult cusw_submit_free(CUstream stream, bool per_thread, CUdeviceptr memory)
+{
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    CUresult rc = target(stream, per_thread, &s, &capturing);
+    if (rc == CUDA_SUCCESS && capturing)
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+    struct cusw_block *b = NULL;
+    if (rc == CUDA_SUCCESS && (b = cusw_block_to_free((void *)(uintptr_t)memory)) == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS) {
+        struct cusw_action a = { .kind = CUSW_ACT_FREE, .u.block = b };
+        rc = cusw_stream_enqueue(s, &a, NULL, 0);
+        if (rc != CUDA_SUCCESS)
+            cusw_block_freed(b); /* given back at once: the stream cannot take it */
+    }
+    cusw_lock_release();
+    return rc;
+}
+
+/* ---- Kernels' launches ----------------------------------------------------------------------- */
+
+/* [locked] Whether a launch's geometry is one the device takes, for `f`. */
+static CUresult launch_checked(const struct cusw_function *f, const unsigned int grid[3],
+                               const unsigned int block[3], unsigned int shared_bytes,
+                               bool cooperative)
+{
+    static const CUdevice_attribute block_limits[3] = { CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X,
+                                                        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y,
+                                                        CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z };
+    static const CUdevice_attribute grid_limits[3] = { CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X,
+                                                       CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y,
+                                                       CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z };
+    unsigned long long threads = 1, blocks = 1;
+    for (int i = 0; i < 3; i++) {
+        int block_limit = 0, grid_limit = 0;
+        cusw_device_attribute(0, block_limits[i], &block_limit);
+        cusw_device_attribute(0, grid_limits[i], &grid_limit);
+        if (grid[i] == 0 || block[i] == 0 || block[i] > (unsigned int)block_limit ||
+            grid[i] > (unsigned int)grid_limit)
+            return CUDA_ERROR_INVALID_VALUE;
+        threads *= block[i];
+        blocks *= grid[i];
+    }
+    int max_threads = 0;
+    cusw_function_attribute(f, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &max_threads);
+    if (threads > (unsigned long long)max_threads ||
+        shared_bytes > cusw_function_max_dynamic_shared(f))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (cooperative) {
+        int processors = 0;
+        cusw_device_attribute(0, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, &processors);
+        unsigned long long resident =
+            (unsigned long long)cusw_function_occupancy(f, (int)threads, shared_bytes) *
+            (unsigned long long)processors;
+        if (blocks > resident)
+            return CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cusw_submit_kernel(CUstream stream, bool per_thread, CUfunction function,
+                            const unsigned int grid[3], const unsigned int block[3],
+                            unsigned int shared_bytes, void **kernel_params, void **extra,
+                            bool cooperative)
+{
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    bool capturing = false;
+    struct cusw_function *f = NULL;
+    CUresult rc = function == NULL ? CUDA_ERROR_INVALID_HANDLE
+                                   : target(stream, per_thread, &s, &capturing);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_function_from_handle(function, s->ctx, &f);
+    /* A module's functions are its context's. */
+    if (rc == CUDA_SUCCESS && f->module->ctx != s->ctx)
+        rc = CUDA_ERROR_INVALID_HANDLE;
+    if (rc == CUDA_SUCCESS)
+        rc = launch_checked(f, grid, block, shared_bytes, cooperative);
+    struct cusw_action a;
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_kernel_action(f, grid, block, shared_bytes, (CUstream)s->handle, kernel_params,
+                                extra, &a);
+    if (rc == CUDA_SUCCESS)
+        rc = give(s, capturing, &a);
+    cusw_lock_release();
+    return rc;
+}
