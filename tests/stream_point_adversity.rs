@@ -547,9 +547,13 @@ fn a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_beg
 /// the values the synchronize passed are still dropped by it, as documented.
 #[test]
 fn a_synchronize_drops_the_values_it_passed_though_the_capture_mode_cannot_be_exchanged() {
-    let test = "a_synchronize_drops_the_values_it_passed_though_the_capture_mode_cannot_be_exchanged";
+    let test =
+        "a_synchronize_drops_the_values_it_passed_though_the_capture_mode_cannot_be_exchanged";
     let Some(controls) = suite::software::controls() else {
-        return suite::skip(test, "failing a call on demand is a control of the software driver");
+        return suite::skip(
+            test,
+            "failing a call on demand is a control of the software driver",
+        );
     };
     let context = context();
     let stream = new_stream(&context);
@@ -566,7 +570,11 @@ fn a_synchronize_drops_the_values_it_passed_though_the_capture_mode_cannot_be_ex
     );
     stream.synchronize().expect("synchronize");
     let left = controls.armed_failures(c"cuThreadExchangeStreamCaptureMode");
-    controls.fail_next_calls(c"cuThreadExchangeStreamCaptureMode", 0, CUresult::CUDA_SUCCESS);
+    controls.fail_next_calls(
+        c"cuThreadExchangeStreamCaptureMode",
+        0,
+        CUresult::CUDA_SUCCESS,
+    );
     assert!(left < 4, "no exchange was tried");
     assert_eq!(
         tally.drops(),

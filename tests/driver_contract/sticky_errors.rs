@@ -141,11 +141,18 @@ fn a_capture_of_a_failed_context_forbids_no_call_of_another_context() {
     let mut graph = ptr::null_mut();
     // SAFETY: a live stream and a valid out-pointer.
     let ended = unsafe { driver().cuStreamEndCapture(captured.as_raw(), &mut graph) };
-    assert_eq!(ended, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, "the end answers the failure");
+    assert_eq!(
+        ended,
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+        "the end answers the failure"
+    );
     // A call the capture would forbid on this thread, in another context: the context's
     // synchronize.
     let other = current_context();
     other.bind_to_thread().expect("binds");
     // SAFETY: no arguments; the context is current.
-    assert_eq!(unsafe { driver().cuCtxSynchronize() }, CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        unsafe { driver().cuCtxSynchronize() },
+        CUresult::CUDA_SUCCESS
+    );
 }
