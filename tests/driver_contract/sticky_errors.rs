@@ -151,8 +151,6 @@ fn a_capture_of_a_failed_context_forbids_no_call_of_another_context() {
     let other = current_context();
     other.bind_to_thread().expect("binds");
     // SAFETY: no arguments; the context is current.
-    assert_eq!(
-        unsafe { driver().cuCtxSynchronize() },
-        CUresult::CUDA_SUCCESS
-    );
+    let synchronized = unsafe { driver().cuCtxSynchronize() };
+    assert_eq!(synchronized, CUresult::CUDA_SUCCESS);
 }
