@@ -128,6 +128,13 @@ pub fn finish(
 fn settle(env: &Env) -> String {
     let world = &env.world;
     let streams: Vec<_> = world.streams.lock().unwrap().clone();
+    if let Some(logger) = crate::observers::logger_stream()
+        && let Err(error) = logger.synchronize()
+    {
+        violated(format!(
+            "the logger's stream synchronize at the end: {error}"
+        ));
+    }
     let mut failed = 0;
     for stream in &streams {
         let result = stream.stream.synchronize();

@@ -90,11 +90,11 @@ fn main() {
         );
         return;
     }
-    observers::install();
-    // The runner is a thread of the application too: what it lets go of may drain there.
-    witness::become_worker(usize::MAX);
-    let controls = suite::software::expect_controls();
     let base = suite::context();
+    observers::install(&base);
+    // The runner is a thread of the application too: what it lets go of may drain there.
+    witness::become_worker(observers::RUNNER);
+    let controls = suite::software::expect_controls();
     let started = Instant::now();
     let budget = Duration::from_secs_f64(settings.seconds);
     let base_seed = settings.seed.unwrap_or_else(|| {

@@ -4,9 +4,10 @@
 //! harness injected.
 
 use crate::plan::LoggerMode;
-use crate::witness::{PANIC_IN_DROP, PANIC_IN_RUN};
-use cuda_host::{HostFunctionPanic, PanicOrigin};
+use crate::witness::{PANIC_IN_DROP, PANIC_IN_RUN, Witness};
+use cuda_host::{HostFunctionPanic, PanicOrigin, Stream};
 use std::cell::Cell;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 static LOGGER_MODE: AtomicU8 = AtomicU8::new(0);
@@ -43,20 +44,65 @@ impl log::Log for ChaosLogger {
                 if CALLING_BACK.with(|calling| calling.replace(true)) {
                     return;
                 }
-                CALL_BACKS.fetch_add(1, Ordering::Relaxed);
-                // What a user's logger may do: reclaim, ask for the counts. Inside a host
-                // function these return or refuse at once.
-                cuda_host::reclaim();
-                let _ = cuda_host::launch_slot_counts();
-                let _ = cuda_host::stream_point_counts();
-                let _ = cuda_host::timeline_counts();
-                let _ = cuda_host::polled_engine_counts();
-                CALLING_BACK.with(|calling| calling.set(false));
+                /// Ends the call back, also on unwind.
+                struct Ended;
+                impl Drop for Ended {
+                    fn drop(&mut self) {
+                        CALLING_BACK.with(|calling| calling.set(false));
+                    }
+                }
+                let _ended = Ended;
+                call_back();
             }
         }
     }
 
     fn flush(&self) {}
+}
+
+/// What a user's logger may do, on whichever thread logs and inside whichever call: reclaim and
+/// ask for the counts (inside a host function these return or refuse at once); on a worker also
+/// launch on the logger's own stream, a run-once function or a replayable one, each a witness
+/// of the worker's.
+fn call_back() {
+    let turn = CALL_BACKS.fetch_add(1, Ordering::Relaxed);
+    cuda_host::reclaim();
+    let _ = cuda_host::launch_slot_counts();
+    let _ = cuda_host::stream_point_counts();
+    let _ = cuda_host::timeline_counts();
+    let _ = cuda_host::polled_engine_counts();
+    let on_worker = crate::witness::current_worker().is_some_and(|worker| worker != RUNNER);
+    let Some(stream) = LOGGER_STREAM.get().filter(|_| on_worker) else {
+        return;
+    };
+    if turn.is_multiple_of(2) {
+        let witness = Witness::new("host_launch from a logger".to_owned(), false, false, true);
+        let probe = witness.probe();
+        if cuda_host::host_launch(stream, move || probe.ran()).is_ok() {
+            witness.must_run.store(true, Ordering::SeqCst);
+        }
+    } else {
+        let witness = Witness::new(
+            "host_launch_replayable from a logger".to_owned(),
+            false,
+            false,
+            false,
+        );
+        let probe = witness.probe();
+        // SAFETY: no capture of the logger's stream is ever begun.
+        let _ = unsafe { cuda_host::host_launch_replayable(stream, move || probe.ran()) };
+    }
+}
+
+/// The worker id of the runner's thread, which is no worker: the logger launches nothing there.
+pub const RUNNER: usize = usize::MAX;
+
+/// The stream the logger launches on, of the base context, never captured.
+static LOGGER_STREAM: OnceLock<Stream> = OnceLock::new();
+
+/// The stream the logger launches on: the end of a sequence synchronizes it.
+pub fn logger_stream() -> Option<&'static Stream> {
+    LOGGER_STREAM.get()
 }
 
 fn logger_mode() -> LoggerMode {
@@ -67,8 +113,12 @@ fn logger_mode() -> LoggerMode {
     }
 }
 
-/// Installs the logger and the hook, once per process.
-pub fn install() {
+/// Installs the logger and the hook, once per process; the logger launches on a stream of
+/// `base`.
+pub fn install(base: &cuda_host::Context) {
+    let stream =
+        Stream::new(base, cuda_host::StreamFlags::NonBlocking).expect("the logger's stream");
+    let _ = LOGGER_STREAM.set(stream);
     static LOGGER: ChaosLogger = ChaosLogger;
     log::set_logger(&LOGGER).expect("the chaos harness's logger is the process's first");
     log::set_max_level(log::LevelFilter::Trace);
