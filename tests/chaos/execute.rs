@@ -628,14 +628,13 @@ fn builder_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String
     stream.captures.fetch_add(1, Ordering::SeqCst);
     world.capture_opens(true);
     if global {
-        witness::beginning_global(true);
+        witness::global_span(true);
     }
     let begun = OpenBuilder::begin(Arc::clone(&stream), capture_mode, global);
     if begun.is_ok() {
         witness::building(true, global);
-    }
-    if global {
-        witness::beginning_global(false);
+    } else if global {
+        witness::global_span(false);
     }
     match begun {
         Ok(open) => {
@@ -663,10 +662,14 @@ pub fn builder_end(env: &Env, local: &mut Local, builder: u8, launch_on: Option<
     let callbacks = open.callbacks.clone();
     let captured = Arc::clone(&open.stream);
     let name = captured.name.clone();
+    let global = open.global;
     let ended = open.end();
     // Counted open until its end returned: a step beside this one may meet it still open.
     captured.captures.fetch_sub(1, Ordering::SeqCst);
     world.capture_opens(false);
+    if global {
+        witness::global_span(false);
+    }
     let graph = match ended {
         Ok(graph) => graph,
         Err(error) => {

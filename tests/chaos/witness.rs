@@ -43,20 +43,23 @@ thread_local! {
 /// Global-mode captures begun through a `GraphBuilder` (by any worker) and not ended: while one
 /// is open, no `Drop` of a witness may run anywhere.
 static GLOBAL_BUILDS: AtomicUsize = AtomicUsize::new(0);
-/// Global-mode `GraphBuilder::begin` calls under way: cuda-host holds drops back from before the
-/// capture begins (and until the call returns, if it fails).
-static GLOBAL_BEGINNINGS: AtomicUsize = AtomicUsize::new(0);
+/// Global-mode captures through a `GraphBuilder` from before their `begin` is called until
+/// after their `end` (or a failed `begin`) returned: cuda-host holds drops back within that span
+/// (from before the capture begins, until its end returned), so a drop it could not make at once
+/// is no violation then.
+static GLOBAL_SPANS: AtomicUsize = AtomicUsize::new(0);
 
 /// Changes of the two counts above: a call during which it moved may have met a global capture.
 static GLOBAL_CHANGES: AtomicUsize = AtomicUsize::new(0);
 
-/// Notes a global-mode `GraphBuilder::begin` call under way (`true`) or returned (`false`).
-pub fn beginning_global(under_way: bool) {
+/// Notes a global-mode builder capture's span opening (before its `begin`) or closed (after its
+/// `end`, or a failed `begin`, returned).
+pub fn global_span(open: bool) {
     GLOBAL_CHANGES.fetch_add(1, Ordering::SeqCst);
-    if under_way {
-        GLOBAL_BEGINNINGS.fetch_add(1, Ordering::SeqCst);
+    if open {
+        GLOBAL_SPANS.fetch_add(1, Ordering::SeqCst);
     } else {
-        GLOBAL_BEGINNINGS.fetch_sub(1, Ordering::SeqCst);
+        GLOBAL_SPANS.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -64,7 +67,7 @@ pub fn beginning_global(under_way: bool) {
 /// `changes` was read from [`global_changes`] (the calling thread's own captures aside).
 pub fn no_global_capture_since(changes: usize) -> bool {
     GLOBAL_BUILDS.load(Ordering::SeqCst) == 0
-        && GLOBAL_BEGINNINGS.load(Ordering::SeqCst) == 0
+        && GLOBAL_SPANS.load(Ordering::SeqCst) == 0
         && GLOBAL_CHANGES.load(Ordering::SeqCst) == changes
 }
 
@@ -72,7 +75,7 @@ pub fn no_global_capture_since(changes: usize) -> bool {
 pub fn global_changes() -> Option<usize> {
     let changes = GLOBAL_CHANGES.load(Ordering::SeqCst);
     let none =
-        GLOBAL_BUILDS.load(Ordering::SeqCst) == 0 && GLOBAL_BEGINNINGS.load(Ordering::SeqCst) == 0;
+        GLOBAL_BUILDS.load(Ordering::SeqCst) == 0 && GLOBAL_SPANS.load(Ordering::SeqCst) == 0;
     none.then_some(changes)
 }
 
@@ -111,7 +114,7 @@ pub fn building(begun: bool, global: bool) {
 pub fn drops_allowed_here() -> bool {
     BUILDING.with(Cell::get) == 0
         && GLOBAL_BUILDS.load(Ordering::SeqCst) == 0
-        && GLOBAL_BEGINNINGS.load(Ordering::SeqCst) == 0
+        && GLOBAL_SPANS.load(Ordering::SeqCst) == 0
 }
 
 /// A condition a witness's drop must find true: the stream of `progress` passed its marker
