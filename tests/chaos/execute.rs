@@ -97,6 +97,16 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
             }
             None => "no context to drop".to_owned(),
         },
+        Op::Bind { context } => {
+            let context = world.context(context);
+            match context.context.bind_to_thread() {
+                Ok(()) => format!("{} is current on this worker", context.name),
+                Err(error) => {
+                    env.check_refusal_in("Context::bind_to_thread", Some(&context), &error);
+                    format!("{} does not bind: {error}", context.name)
+                }
+            }
+        }
         Op::NewStream {
             context,
             blocking,

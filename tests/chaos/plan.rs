@@ -15,7 +15,7 @@ pub struct Step {
 }
 
 /// A driver entry point cuda-host calls, for failures, delays and captures begun at a call.
-pub const ENTRIES: [&std::ffi::CStr; 14] = [
+pub const ENTRIES: [&std::ffi::CStr; 16] = [
     c"cuLaunchHostFunc",
     c"cuEventRecord",
     c"cuEventQuery",
@@ -28,6 +28,8 @@ pub const ENTRIES: [&std::ffi::CStr; 14] = [
     c"cuThreadExchangeStreamCaptureMode",
     c"cuCtxPushCurrent",
     c"cuCtxPopCurrent",
+    c"cuCtxSetCurrent",
+    c"cuCtxGetCurrent",
     c"cuMemHostAlloc",
     c"cuStreamCreate",
 ];
@@ -69,6 +71,12 @@ pub enum Op {
     },
     DropContext {
         index: u8,
+    },
+    /// Makes a context value current on the worker's thread, as an application does; it stays
+    /// current there (also once the context is destroyed, as a fresh one is when its last value
+    /// goes).
+    Bind {
+        context: u8,
     },
     NewStream {
         context: u8,
@@ -221,6 +229,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         ]
         .prop_map(|kind| Op::NewContext { kind }),
         1 => index().prop_map(|index| Op::DropContext { index }),
+        2 => index().prop_map(|context| Op::Bind { context }),
         4 => (index(), any::<bool>(), prop::bool::weighted(0.3))
             .prop_map(|(context, blocking, polled)| Op::NewStream { context, blocking, polled }),
         1 => (index(), any::<bool>())
@@ -252,9 +261,9 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (index(), index(), mode())
             .prop_map(|(entry, stream, mode)| Op::CaptureAtNextCall { entry, stream, mode }),
         1 => prop_oneof![
-            Just(LoggerMode::Quiet),
-            Just(LoggerMode::Panicking),
-            Just(LoggerMode::CallingBack)
+            1 => Just(LoggerMode::Quiet),
+            1 => Just(LoggerMode::Panicking),
+            2 => Just(LoggerMode::CallingBack)
         ]
         .prop_map(|mode| Op::Logger { mode }),
         1 => any::<bool>().prop_map(|panicking| Op::Hook { panicking }),
