@@ -762,9 +762,6 @@ fn foreign_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String
         return format!("{}: no capture begun", stream.name);
     }
     let driver = stream.stream.context().driver();
-    if stream.stream.context().bind_to_thread().is_err() {
-        return format!("{}: its context does not bind", stream.name);
-    }
     // Counted and watched from before it begins: a step beside this one may meet it, or break
     // it, as soon as it does.
     let capture = ForeignCapture {

@@ -54,6 +54,35 @@ impl Words {
     }
 }
 
+/// Runs `call` (raw driver calls on `stream`) with the stream's context current where its
+/// handle needs it (the legacy and per-thread streams name the current context's), and the
+/// thread's own current context back afterwards: the harness's calls leave the context a step
+/// made current alone, as a library's would. `None` when the context cannot be made current.
+pub fn in_stream_context<T>(stream: &Stream, call: impl FnOnce() -> T) -> Option<T> {
+    let driver = stream.context().driver();
+    let special = stream.as_raw() == cuda_host_sys::CU_STREAM_LEGACY
+        || stream.as_raw() == cuda_host_sys::CU_STREAM_PER_THREAD;
+    if !special {
+        return Some(call());
+    }
+    let mut previous = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    let got = unsafe { driver.cuCtxGetCurrent(&mut previous) };
+    if got != cuda_host_sys::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    // SAFETY: a live context of this driver.
+    let set = unsafe { driver.cuCtxSetCurrent(stream.context().as_raw()) };
+    if set != cuda_host_sys::CUresult::CUDA_SUCCESS {
+        return None;
+    }
+    let answer = call();
+    // SAFETY: what was current a moment ago (it may have been destroyed since: then it stays
+    // unset, as a library's restore would fail too).
+    let _ = unsafe { driver.cuCtxSetCurrent(previous) };
+    Some(answer)
+}
+
 /// How far a stream got: the last marker its stream wrote. A marker is a 32-bit write in the
 /// stream (`cuMemsetD32Async` to a mapped word), enqueued right before work whose completion a
 /// check later needs to know about.
@@ -91,17 +120,17 @@ impl Progress {
         let mut next = self.next.lock().unwrap();
         let marker = *next + 1;
         let driver = stream.context().driver();
-        // The special streams' handles name the current context's.
-        stream.context().bind_to_thread().ok()?;
-        // SAFETY: the word is mapped memory of the stream's device, alive for the process.
-        let result = unsafe {
-            driver.cuMemsetD32Async(
-                self.words.words.device_address(self.word),
-                marker,
-                1,
-                stream.as_raw(),
-            )
-        };
+        let result = in_stream_context(stream, || {
+            // SAFETY: the word is mapped memory of the stream's device, alive for the process.
+            unsafe {
+                driver.cuMemsetD32Async(
+                    self.words.words.device_address(self.word),
+                    marker,
+                    1,
+                    stream.as_raw(),
+                )
+            }
+        })?;
         if driver.check("cuMemsetD32Async", result).is_err() {
             return None;
         }
@@ -383,18 +412,17 @@ impl World {
         let word = self.words.take();
         let id = self.number();
         let driver = stream.stream.context().driver();
-        // The special streams' handles name the current context's.
-        let bound = stream.stream.context().bind_to_thread();
-        // SAFETY: the word is mapped memory of the stream's device, alive for the process.
-        let waits = bound.is_ok()
-            && unsafe {
+        let waits = in_stream_context(&stream.stream, || {
+            // SAFETY: the word is mapped memory of the stream's device, alive for the process.
+            unsafe {
                 driver.cuStreamWaitValue32_v2(
                     stream.stream.as_raw(),
                     self.words.words.device_address(word),
                     1,
                     cuda_host_sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ.0,
                 )
-            } == cuda_host_sys::CUresult::CUDA_SUCCESS;
+            }
+        }) == Some(cuda_host_sys::CUresult::CUDA_SUCCESS);
         if !waits {
             self.words.give_back(word);
             return None;
