@@ -375,7 +375,8 @@ impl DrainingOrphans {
         DRAINING_ORPHANS
             .try_with(|draining| !draining.replace(true))
             .unwrap_or(true)
-            .then_some(DrainingOrphans)
+            // Lazily: a guard made and dropped on refusal would end the drain under way.
+            .then(|| DrainingOrphans)
     }
 }
 
@@ -422,6 +423,18 @@ mod tests {
             );
             self.0.fetch_add(1, Ordering::SeqCst);
         }
+    }
+
+    #[test]
+    fn a_refused_drain_of_the_orphans_leaves_the_drain_under_way_in_force() {
+        let draining = DrainingOrphans::begin().expect("no drain under way");
+        assert!(DrainingOrphans::begin().is_none(), "one drain at a time");
+        assert!(
+            DrainingOrphans::begin().is_none(),
+            "the refusal did not end the drain under way"
+        );
+        drop(draining);
+        assert!(DrainingOrphans::begin().is_some(), "the drain ended");
     }
 
     #[test]

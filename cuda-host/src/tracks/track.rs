@@ -203,7 +203,8 @@ impl<'track> Looking<'track> {
         state
             .compare_exchange(IDLE, LOOKING, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
-            .then_some(Looking(state))
+            // Lazily: a guard made and dropped on failure would end the look under way.
+            .then(|| Looking(state))
     }
 
     /// The look, once another under way ended (a few queries); `None` if the track closed.

@@ -795,3 +795,19 @@ fn a_point_nothing_records_passes_with_a_later_point_and_the_track_reads_its_wor
         "the withdrawn word, whose last write passed, is given back with the tracks"
     );
 }
+
+#[test]
+fn a_look_refused_while_another_is_under_way_leaves_that_look_in_force() {
+    let state = AtomicU8::new(IDLE);
+    let looking = Looking::try_begin(&state).expect("no look under way");
+    assert!(Looking::try_begin(&state).is_none(), "one look at a time");
+    assert_eq!(
+        state.load(Ordering::Relaxed),
+        LOOKING,
+        "the refused look did not end the one under way"
+    );
+    drop(looking);
+    state.store(CLOSED, Ordering::Relaxed);
+    assert!(Looking::try_begin(&state).is_none(), "a closed track");
+    assert_eq!(state.load(Ordering::Relaxed), CLOSED, "stays closed");
+}
