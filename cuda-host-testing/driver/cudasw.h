@@ -593,6 +593,10 @@ CUresult cuswLiveObjects(struct cuswLiveCounts *counts);
  * the calling thread: those cuswFailNextCalls armed on this thread plus those
  * cuswFailNextCallsAnyThread armed. CUDA_ERROR_NOT_FOUND for an unknown entry name. */
 CUresult cuswArmedFailures(const char *entry, unsigned int *remaining);
+/* How many delayed calls of `entry`, spelt as it was armed, are still to come: a call takes its
+ * delay (and leaves this count) as it enters, before it sleeps, so 0 after an arming means every
+ * delayed call is held or done. CUDA_ERROR_NOT_FOUND for an unknown entry name. */
+CUresult cuswArmedDelays(const char *entry, unsigned int *remaining);
 /* How many times `entry` was called since the library was loaded, by any thread, including calls
  * an injected failure answered. A base name ("cuLaunchHostFunc") counts every ABI and per-thread
  * twin of it; an exported name ("cuLaunchHostFunc_ptsz") only that function.

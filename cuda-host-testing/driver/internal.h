@@ -394,6 +394,7 @@ bool cusw_fault_injected(const char *base, const char *symbol, CUresult *code);
 /* Failures still armed for calls of `entry` (as it was armed) from the thread `thread`. */
 unsigned int cusw_fault_armed(const char *entry, uint64_t thread);
 CUresult cusw_delay_arm(const char *entry, unsigned int count, unsigned int usec);
+unsigned int cusw_delay_armed(const char *entry);
 void cusw_delay_injected(const char *base, const char *symbol); /* sleeps when one is armed */
 CUresult cusw_capture_arm(const char *entry, CUstream stream, CUstreamCaptureMode mode);
 CUresult cusw_capture_disarm(void);

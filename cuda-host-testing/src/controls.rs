@@ -35,6 +35,7 @@ pub struct Controls {
     stream_ordered_memory_misuses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
     live_objects: LiveObjectsFn,
     armed_failures: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
+    armed_delays: unsafe extern "C" fn(*const c_char, *mut c_uint) -> CUresult,
     call_count: unsafe extern "C" fn(*const c_char, *mut c_ulonglong) -> CUresult,
     host_task_sync_mode_launches: unsafe extern "C" fn(c_uint, *mut c_ulonglong) -> CUresult,
     begin_capture_at_next_call:
@@ -159,6 +160,7 @@ impl Controls {
             stream_ordered_memory_misuses: control!(c"cuswStreamOrderedMemoryMisuses"),
             live_objects: control!(c"cuswLiveObjects"),
             armed_failures: control!(c"cuswArmedFailures"),
+            armed_delays: control!(c"cuswArmedDelays"),
             call_count: control!(c"cuswCallCount"),
             host_task_sync_mode_launches: control!(c"cuswHostTaskSyncModeLaunches"),
             begin_capture_at_next_call: control!(c"cuswBeginCaptureAtNextCall"),
@@ -474,6 +476,22 @@ impl Controls {
         // SAFETY: `entry` is NUL-terminated; `remaining` is a valid out-pointer.
         check("cuswArmedFailures", unsafe {
             (self.armed_failures)(entry.as_ptr(), &mut remaining)
+        })?;
+        Ok(remaining)
+    }
+
+    /// How many delayed calls of `entry` (spelt as armed) are still to come, from any thread: a
+    /// call leaves the count as it enters, before its delay, so 0 after
+    /// [`delay_next_calls`](Self::delay_next_calls) means every delayed call is held or done.
+    ///
+    /// # Errors
+    /// [`Error::Control`] with `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
+    #[doc(alias = "cuswArmedDelays")]
+    pub fn armed_delays(&self, entry: &CStr) -> Result<u32, Error> {
+        let mut remaining = 0;
+        // SAFETY: `entry` is NUL-terminated; `remaining` is a valid out-pointer.
+        check("cuswArmedDelays", unsafe {
+            (self.armed_delays)(entry.as_ptr(), &mut remaining)
         })?;
         Ok(remaining)
     }

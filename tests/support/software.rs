@@ -154,6 +154,12 @@ impl Controls {
         ok(self.0.armed_failures(entry))
     }
 
+    /// [`cuda_host_testing::Controls::armed_delays`].
+    #[track_caller]
+    pub fn armed_delays(&self, entry: &CStr) -> u32 {
+        ok(self.0.armed_delays(entry))
+    }
+
     /// [`cuda_host_testing::Controls::call_count`].
     #[track_caller]
     pub fn call_count(&self, entry: &CStr) -> u64 {

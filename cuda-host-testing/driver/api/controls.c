@@ -135,6 +135,17 @@ CUSW_EXPORT CUresult cuswArmedFailures(const char *entry, unsigned int *remainin
     return CUDA_SUCCESS;
 }
 
+CUSW_EXPORT CUresult cuswArmedDelays(const char *entry, unsigned int *remaining)
+{
+    CUSW_ENTRY();
+    if (entry == NULL || remaining == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!cusw_entry_name_known(entry))
+        return CUDA_ERROR_NOT_FOUND;
+    *remaining = cusw_delay_armed(entry);
+    return CUDA_SUCCESS;
+}
+
 CUSW_EXPORT CUresult cuswCallCount(const char *entry, unsigned long long *count)
 {
     CUSW_ENTRY();

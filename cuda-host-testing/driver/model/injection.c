@@ -147,6 +147,17 @@ void cusw_delay_injected(const char *base, const char *symbol)
         cusw_sleep_us(usec);
 }
 
+unsigned int cusw_delay_armed(const char *entry)
+{
+    unsigned long long total = 0;
+    pthread_mutex_lock(&delay_lock);
+    for (const struct delay *d = delays; d != NULL; d = d->next)
+        if (strcmp(d->entry, entry) == 0)
+            total += d->remaining;
+    pthread_mutex_unlock(&delay_lock);
+    return total > UINT_MAX ? UINT_MAX : (unsigned int)total;
+}
+
 CUresult cusw_delay_arm(const char *entry, unsigned int count, unsigned int usec)
 {
     struct delay *d = calloc(1, sizeof *d);
