@@ -557,7 +557,8 @@ CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, const int *va
 /* How many user-object destructors have run, and how many user objects are alive. */
 CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive);
 /* The next `count` calls of `entry` (from any thread) sleep `microseconds` before doing anything,
- * injected failures included: a test holds a race's window open with it. */
+ * injected failures included: a test holds a race's window open with it. `count` 0 disarms the
+ * delays armed for `entry`. */
 CUresult cuswDelayNextCalls(const char *entry, unsigned int count, unsigned int microseconds);
 /* How many calls named a stream, event, graph or other handle after it was destroyed (the real
  * driver may crash on those; this one answers an error and counts them). */

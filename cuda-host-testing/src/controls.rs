@@ -317,7 +317,8 @@ impl Controls {
     }
 
     /// The next `count` calls of `entry`, from any thread, sleep `delay` before doing anything:
-    /// holds a race's window open (another thread acts while the call is held).
+    /// holds a race's window open (another thread acts while the call is held). `count` 0
+    /// disarms the delays armed for `entry` (spelt as armed).
     ///
     /// # Errors
     /// [`Error::DelayTooLong`] over `u32::MAX` microseconds; [`Error::Control`] with

@@ -634,6 +634,36 @@ fn a_delayed_entry_point_returns_only_after_its_delay_and_others_are_not_held() 
 }
 
 #[test]
+fn armed_delays_are_counted_until_calls_take_them_and_a_count_of_zero_disarms_them() {
+    let controls = controls_or_skip!(
+        armed_delays_are_counted_until_calls_take_them_and_a_count_of_zero_disarms_them
+    );
+    // Alone in a process: a delay armed for any thread would hold other tests' calls too.
+    suite::alone_in_child!(
+        armed_delays_are_counted_until_calls_take_them_and_a_count_of_zero_disarms_them
+    );
+    let context = current_context();
+    let stream = non_blocking(&context);
+    const DELAY: Duration = Duration::from_millis(100);
+    assert_eq!(controls.armed_delays(c"cuStreamQuery"), 0);
+    controls.delay_next_calls(c"cuStreamQuery", 3, DELAY);
+    assert_eq!(controls.armed_delays(c"cuStreamQuery"), 3);
+    let start = Instant::now();
+    assert_eq!(query(stream.as_raw()), CUresult::CUDA_SUCCESS);
+    assert!(start.elapsed() >= DELAY, "the delayed call returned early");
+    assert_eq!(
+        controls.armed_delays(c"cuStreamQuery"),
+        2,
+        "the call took one delay"
+    );
+    controls.delay_next_calls(c"cuStreamQuery", 0, Duration::ZERO);
+    assert_eq!(controls.armed_delays(c"cuStreamQuery"), 0, "disarmed");
+    let again = Instant::now();
+    assert_eq!(query(stream.as_raw()), CUresult::CUDA_SUCCESS);
+    assert!(again.elapsed() < DELAY, "a disarmed delay held a call");
+}
+
+#[test]
 fn calls_naming_a_destroyed_handle_are_counted() {
     let controls = controls_or_skip!(calls_naming_a_destroyed_handle_are_counted);
     // Alone in a process: the count is process-wide.

@@ -45,7 +45,7 @@ CUSW_EXPORT CUresult cuswDelayNextCalls(const char *entry, unsigned int count,
                                         unsigned int microseconds)
 {
     CUSW_ENTRY();
-    if (entry == NULL || count == 0 || microseconds == 0)
+    if (entry == NULL || (count != 0 && microseconds == 0))
         return CUDA_ERROR_INVALID_VALUE;
     if (!cusw_entry_name_known(entry))
         return CUDA_ERROR_NOT_FOUND;

@@ -160,6 +160,22 @@ unsigned int cusw_delay_armed(const char *entry)
 
 CUresult cusw_delay_arm(const char *entry, unsigned int count, unsigned int usec)
 {
+    if (count == 0) { /* disarms the delays armed for `entry` */
+        pthread_mutex_lock(&delay_lock);
+        for (struct delay **link = &delays; *link != NULL;) {
+            struct delay *d = *link;
+            if (strcmp(d->entry, entry) != 0) {
+                link = &d->next;
+                continue;
+            }
+            *link = d->next;
+            free(d->entry);
+            free(d);
+            atomic_fetch_sub(&armed_delays, 1);
+        }
+        pthread_mutex_unlock(&delay_lock);
+        return CUDA_SUCCESS;
+    }
     struct delay *d = calloc(1, sizeof *d);
     if (d == NULL || (d->entry = strdup(entry)) == NULL) {
         free(d);
