@@ -67,7 +67,7 @@ impl Env {
         self.check_refusal_in(what, stream.map(|stream| &*stream.context), error);
     }
 
-    fn check_refusal_in(&self, what: &str, context: Option<&ContextEntry>, error: &Error) {
+    pub fn check_refusal_in(&self, what: &str, context: Option<&ContextEntry>, error: &Error) {
         if !self.excused_in(context, error) {
             violated(format!(
                 "{what} refused with no reason the harness knows of: {error}"
@@ -82,8 +82,20 @@ thread_local! {
     static STEP_START: Cell<(u64, bool)> = const { Cell::new((0, false)) };
 }
 
+/// Steps running now, on any worker.
+pub static STEPS_RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Runs `op` on the calling worker: its outcome, for the operation log.
 pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
+    /// Counts the step out, also on unwind.
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            STEPS_RUNNING.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    STEPS_RUNNING.fetch_add(1, Ordering::SeqCst);
+    let _running = Running;
     let world = &env.world;
     let changes = world.capture_changes.load(Ordering::SeqCst);
     STEP_START.with(|start| start.set((changes, world.any_capture())));
@@ -292,6 +304,25 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
                 stream.name
             )
         }
+        Op::CaptureBesideHeldLaunches { context } => {
+            crate::held_launches::capture_beside_held_launches(env, context)
+        }
+        Op::StrandCurrent { replayable } => {
+            let stranded = strand_current(env);
+            let Some((context, legacy)) = replayable else {
+                return stranded;
+            };
+            let context = world.context(context);
+            let (stream, kind) = if legacy {
+                (Stream::legacy(&context.context), StreamKind::Legacy)
+            } else {
+                (Stream::per_thread(&context.context), StreamKind::PerThread)
+            };
+            let stream = world.add_stream(stream, &context, kind, false);
+            world.use_stream(&stream);
+            let launched = replayable_on(env, local, stream);
+            format!("{stranded}; {launched}")
+        }
         Op::Logger { mode } => {
             crate::observers::set_logger(mode);
             format!("logger {mode:?}")
@@ -342,6 +373,33 @@ fn new_context(env: &Env, kind: ContextKind) -> String {
     }
 }
 
+/// Makes a fresh context current on this worker and destroys it on another thread (a destroy
+/// on this thread would pop it): this thread's current context is then one that is gone.
+fn strand_current(env: &Env) -> String {
+    let device = match Device::get(env.world.base.driver(), 0) {
+        Ok(device) => device,
+        Err(error) => return format!("no device: {error}"),
+    };
+    let fresh = match env.controls.inner().fresh_context(&device) {
+        Ok(fresh) => fresh,
+        Err(error) => return format!("no fresh context: {error}"),
+    };
+    if let Err(error) = fresh.bind_to_thread() {
+        return format!("the fresh context does not bind: {error}");
+    }
+    let destroyed = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .stack_size(1 << 20)
+            .spawn_scoped(scope, move || drop(fresh))
+            .map(|thread| thread.join().is_ok())
+    });
+    match destroyed {
+        Ok(true) => "this worker's current context is a destroyed one".to_owned(),
+        Ok(false) => "the fresh context's drop panicked".to_owned(),
+        Err(error) => format!("no thread to destroy it on: {error}"),
+    }
+}
+
 fn launch(env: &Env, stream: u8, panic_in_run: bool, panic_in_drop: bool) -> String {
     let world = &env.world;
     let Some(stream) = world.stream(stream) else {
@@ -381,10 +439,14 @@ fn launch(env: &Env, stream: u8, panic_in_run: bool, panic_in_drop: bool) -> Str
 }
 
 fn replayable(env: &Env, local: &mut Local, stream: u8) -> String {
+    match env.world.stream(stream) {
+        Some(stream) => replayable_on(env, local, stream),
+        None => "no stream".to_owned(),
+    }
+}
+
+fn replayable_on(env: &Env, local: &mut Local, stream: Arc<StreamEntry>) -> String {
     let world = &env.world;
-    let Some(stream) = world.stream(stream) else {
-        return "no stream".to_owned();
-    };
     let witness = Witness::new(
         format!(
             "host_launch_replayable {} on {}",

@@ -15,9 +15,12 @@
 //! Environment: `CHAOS_SEED` replays one sequence (the seed a failure prints); `CHAOS_SECONDS`
 //! (default 20) is the time budget, `CHAOS_STEPS` (default 48) the longest sequence,
 //! `CHAOS_WORKERS` (default 3) the threads; `CHAOS_LOG=1` prints cuda-host's log records.
+//! `CHAOS_BASE_SEED` fixes the seed the budget's sequences are drawn from, and `CHAOS_HUNT=1`
+//! stops at the first broken promise without shrinking it (`cargo xtask mutations` uses both).
 
 mod execute;
 mod finish;
+mod held_launches;
 mod observers;
 mod plan;
 mod witness;
@@ -44,6 +47,10 @@ struct Settings {
     steps: usize,
     workers: usize,
     spawns_fail: bool,
+    /// The seed the budget's sequences are drawn from, when fixed.
+    base_seed: Option<u64>,
+    /// Stop at the first broken promise, unshrunk, and skip the child process.
+    hunt: bool,
 }
 
 impl Settings {
@@ -60,6 +67,11 @@ impl Settings {
                 .map_or(3, |workers| workers as usize)
                 .max(1),
             spawns_fail: std::env::var_os("CHAOS_SPAWNS_FAIL").is_some(),
+            base_seed: std::env::var("CHAOS_BASE_SEED").ok().map(|seed| {
+                seed.parse()
+                    .unwrap_or_else(|_| panic!("CHAOS_BASE_SEED is a number, not {seed:?}"))
+            }),
+            hunt: std::env::var_os("CHAOS_HUNT").is_some_and(|hunt| hunt == "1"),
         }
     }
 }
@@ -97,7 +109,7 @@ fn main() {
     let controls = suite::software::expect_controls();
     let started = Instant::now();
     let budget = Duration::from_secs_f64(settings.seconds);
-    let base_seed = settings.seed.unwrap_or_else(|| {
+    let base_seed = settings.seed.or(settings.base_seed).unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| since.as_nanos() as u64)
@@ -140,7 +152,7 @@ fn main() {
         started.elapsed().as_secs_f64()
     );
     print_figures(&figures);
-    if settings.seed.is_none() && !settings.spawns_fail {
+    if settings.seed.is_none() && !settings.spawns_fail && !settings.hunt {
         run_where_spawns_fail(&settings);
     }
 }
@@ -198,6 +210,14 @@ fn report(
     tree: &mut impl ValueTree<Value = Vec<Step>>,
     mut failure: Failure,
 ) -> ! {
+    if settings.hunt {
+        println!("chaos: seed {seed} broke a promise (not shrunk: CHAOS_HUNT)");
+        println!("chaos: violations:");
+        for violation in &failure.violations {
+            println!("  {violation}");
+        }
+        std::process::exit(1);
+    }
     println!("chaos: seed {seed} broke a promise; shrinking");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut scratch = Figures::default();

@@ -160,6 +160,17 @@ pub enum Op {
         stream: u8,
         mode: Mode,
     },
+    /// A capture of a fresh blocking stream of the context, begun while the driver holds a
+    /// launch on each of many other ordinary streams of it: it begins within its bound.
+    CaptureBesideHeldLaunches {
+        context: u8,
+    },
+    /// A fresh context becomes current on the worker, and another thread destroys it: the
+    /// worker's calls that switch contexts cannot switch back (and log so). Then perhaps a
+    /// replayable launch on a special stream of a context, whose capture look-up switches.
+    StrandCurrent {
+        replayable: Option<(u8, bool)>,
+    },
     Logger {
         mode: LoggerMode,
     },
@@ -179,6 +190,10 @@ impl Op {
         !matches!(
             self,
             Op::Replayable { .. }
+                | Op::StrandCurrent {
+                    replayable: Some(_)
+                }
+                | Op::CaptureBesideHeldLaunches { .. }
                 | Op::Hold { .. }
                 | Op::Synchronize { .. }
                 | Op::Fail { .. }
@@ -260,6 +275,12 @@ pub fn op() -> impl Strategy<Value = Op> {
         2 => index().prop_map(|capture| Op::ForeignEnd { capture }),
         1 => (index(), index(), mode())
             .prop_map(|(entry, stream, mode)| Op::CaptureAtNextCall { entry, stream, mode }),
+        // Holding launches costs wall time: a sequence in about two hundred has one.
+        1 => (index(), prop::bool::weighted(0.02)).prop_map(|(context, held)| {
+            if held { Op::CaptureBesideHeldLaunches { context } } else { Op::Reclaim }
+        }),
+        1 => prop::option::of((index(), any::<bool>()))
+            .prop_map(|replayable| Op::StrandCurrent { replayable }),
         1 => prop_oneof![
             1 => Just(LoggerMode::Quiet),
             1 => Just(LoggerMode::Panicking),

@@ -365,6 +365,11 @@ impl World {
         stream
     }
 
+    /// Notes `stream` as used by the step, as [`stream`](Self::stream) does.
+    pub fn use_stream(&self, stream: &Arc<StreamEntry>) {
+        self.used.lock().unwrap().push(Arc::clone(stream));
+    }
+
     /// The streams steps used since the last call.
     pub fn take_used(&self) -> Vec<Arc<StreamEntry>> {
         std::mem::take(&mut *self.used.lock().unwrap())
