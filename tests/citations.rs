@@ -131,7 +131,14 @@ fn every_path_a_file_of_the_repository_cites_exists() {
             if line.trim_start().starts_with("#include <") {
                 continue;
             }
-            for (citation, before) in citations(line) {
+            // A patch names its files `a/PATH` and `b/PATH`: the path is the citation.
+            let in_patch = file.ends_with(".patch");
+            for (mut citation, before) in citations(line) {
+                if in_patch
+                    && let Some(path) = citation.strip_prefix("a/").or(citation.strip_prefix("b/"))
+                {
+                    citation = path.to_owned();
+                }
                 let skipped = matches!(before, '$' | '{' | '<' | '@' | ':')
                     || citation.starts_with("target/")
                     || citation.starts_with('/')

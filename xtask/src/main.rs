@@ -9,7 +9,9 @@
 //! - `gpu-bundle DIR`: build the test binaries and release examples and gather them, with the
 //!   software driver and a runner script, into DIR, to run on a GPU machine without Rust;
 //! - `cold-build [--compare DIR]...`: time cold builds of cuda-host-sys and cuda-host in snapshot
-//!   mode against other Cargo projects.
+//!   mode against other Cargo projects;
+//! - `mutations [--seconds N] [NAME]...`: revert each fix of `tests/chaos/mutations/` in a
+//!   scratch tree and run the chaos harness until it finds the defect.
 
 #[path = "../../cuda-sys/build/bindings.rs"]
 #[allow(dead_code)]
@@ -17,6 +19,7 @@ mod bindings;
 mod cold_build;
 mod double_lists;
 mod gpu_bundle;
+mod mutations;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -43,6 +46,11 @@ tasks:
                                      time cold builds of cuda-host-sys alone and of cuda-host in
                                      snapshot mode against the Cargo projects in each DIR
                                      (median of N, default 3)
+  mutations [--seconds N] [--base-seed S] [NAME]...
+                                     apply each tests/chaos/mutations/NAME.patch (all by
+                                     default) to a scratch tree at HEAD and run the chaos harness
+                                     on it until a promise breaks, N s at most (default 300);
+                                     fails if one is not found
 ";
 
 fn main() -> ExitCode {
@@ -54,6 +62,7 @@ fn main() -> ExitCode {
             _ => Err(format!("gpu-bundle takes one directory\n\n{USAGE}")),
         },
         Some("cold-build") => cold_build::run(&workspace_root(), &args[1..]),
+        Some("mutations") => mutations::run(&workspace_root(), &args[1..]),
         Some("-h" | "--help") => {
             print!("{USAGE}");
             Ok(())
