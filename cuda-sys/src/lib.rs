@@ -32,7 +32,7 @@
 //! ```
 //!
 //! # Crate features
-//! - `bindgen` (on by default): the build script may run bindgen over the `cuda.h` it finds
+//! - `bindgen` (off by default): the build script may run bindgen over the `cuda.h` it finds
 //!   (`CUDA_SYS_BINDINGS=auto|generate`; needs libclang). Without it the committed snapshot of the
 //!   CUDA 13.5 headers is always used and bindgen is not compiled.
 //!
