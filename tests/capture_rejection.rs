@@ -524,7 +524,7 @@ fn a_held_launch_the_capture_took_is_refused_though_a_node_followed_it_before_th
     // The look after a launch refuses it only where its node is among the capture's last nodes
     // (capture_check.rs `captured_by_other_code`). The capture's own thread may add a node after
     // the taken launch and before the look: the launch then returns Ok, and its run-once record
-    // is a node of the graph, run when the graph runs (README: "never captured").
+    // is a node of the graph, run when the graph runs (docs/GUIDE.md: "never captured").
     let Some(controls) = controls_to_hold_a_launch(
         "a_held_launch_the_capture_took_is_refused_though_a_node_followed_it_before_the_look",
     ) else {
@@ -583,7 +583,7 @@ fn a_legacy_launch_the_driver_holds_past_a_blocking_capture_begin_leaves_the_cap
     // GraphBuilder::begin waits for launches of the legacy stream too, since a blocking stream's
     // capture draws the legacy stream in, however long: a legacy-stream launch the driver held
     // past the beginning would reach the capture, and the driver would refuse it and invalidate
-    // the capture (README: refused, "the capture left intact").
+    // the capture (docs/GUIDE.md: refused, "the capture is left intact").
     let Some(controls) = controls_to_hold_a_launch(
         "a_legacy_launch_the_driver_holds_past_a_blocking_capture_begin_leaves_the_capture_intact",
     ) else {

@@ -1577,7 +1577,7 @@ impl Straddle {
 
 #[test]
 fn an_event_synchronize_answering_a_failure_returns_only_once_no_host_function_before_it_runs() {
-    // README: "A call that answers the failure (`synchronize`, `is_complete`) returns only once
+    // docs/GUIDE.md: "A call that answers the failure (`synchronize`, `is_complete`) returns only once
     // no host function of its stream is still running"; RELIABILITY: "so what a closure or copy
     // uses may be freed when it returns". Event::synchronize and Event::is_complete answer the
     // failure at once (docs/REAL-DRIVER.md measured cuEventQuery so) and do not wait.
