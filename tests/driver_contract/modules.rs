@@ -567,9 +567,12 @@ fn a_stand_in_library_named_in_the_environment_runs_for_its_kernels() {
         )
     });
     ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    // The stand-in rounds as the device does, within an ulp of the host's sine.
     for (index, value) in [0.5f32, -1.0, 2.0].iter().enumerate() {
-        assert_eq!(f32::from_bits(words.get(index)), value.sin());
+        let sine = f32::from_bits(words.get(index));
+        assert!((sine - value.sin()).abs() <= 1e-6, "{value}: {sine}");
     }
+    assert_eq!(words.get(1), 0xBF57_6AA5, "sin(-1.0) as the device rounds it");
     assert_eq!(words.get(3), 0, "beyond numel");
     unload(module);
 }
