@@ -1,11 +1,21 @@
 //! The tracks' unit tests, on fakes of the event, capture and pinned-memory calls: a fake
 //! stream completes its records, and the word writes among them, in order, when told to.
 
+use super::context::Marked;
+use super::handshake::{CLOSED, IDLE, LOOKING, Looking};
+use super::look::{DESTROYED_PER_LOOK, KEPT_EVENTS, PACED_LOOK};
 use super::*;
+use crate::error::{Error, Result};
 use crate::fake_driver;
+use crate::launch::{ContextShared, Look};
+use crate::sync::lock;
+use cuda_host_sys::{CUcontext, CUdeviceptr, CUevent, CUresult, CUstream, Driver};
 use cuda_host_sys::{CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::collections::HashMap;
 use std::ffi::{c_uint, c_void};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 /// Fake streams, shared by the tests: events recorded in order, of which the first
 /// `completed` ran. Tests tell their events apart by the stream handle they record on.
@@ -76,7 +86,7 @@ fn enqueue_on(stream: usize) -> impl FnOnce(Option<PointWrite>) -> Result<()> {
 
 /// The queries of `track`'s probe (tests run at once: each counts its own).
 fn probe_queries(track: &Track) -> usize {
-    let probe = lock(&track.events).probe.addr();
+    let probe = track.core.probe().map_or(0, <*mut _>::addr);
     with_streams(|fake| fake.probe_queries.get(&probe).copied().unwrap_or(0))
 }
 
@@ -435,21 +445,21 @@ fn events_of_passed_points_are_reused_and_those_beyond_the_kept_ones_given_back(
     for _ in 1..KEPT_EVENTS + 100 {
         tracks.mark(&shared, stream, 13).expect("marked");
     }
-    assert_eq!(track.event_counts(), (KEPT_EVENTS + 100, 0));
+    assert_eq!(track.core.event_counts(), (KEPT_EVENTS + 100, 0));
     complete(0x75, KEPT_EVENTS + 100);
     assert_eq!(track.look(Look::Fresh), (KEPT_EVENTS + 100) as u64);
     // A look gives back at most so many, whatever the number beyond those kept.
     let kept = KEPT_EVENTS + 100 - DESTROYED_PER_LOOK;
-    assert_eq!(track.event_counts(), (0, kept));
+    assert_eq!(track.core.event_counts(), (0, kept));
     // The next points take the events kept.
     for _ in 0..10 {
         tracks.mark(&shared, stream, 13).expect("marked");
     }
-    assert_eq!(track.event_counts(), (10, kept - 10));
+    assert_eq!(track.core.event_counts(), (10, kept - 10));
     // Once they passed, the next look gives back so many more.
     complete(0x75, KEPT_EVENTS + 110);
     assert_eq!(track.look(Look::Fresh), (KEPT_EVENTS + 110) as u64);
-    assert_eq!(track.event_counts(), (0, kept - DESTROYED_PER_LOOK));
+    assert_eq!(track.core.event_counts(), (0, kept - DESTROYED_PER_LOOK));
 }
 
 #[test]
@@ -484,7 +494,7 @@ fn a_point_whose_record_a_capture_may_have_taken_is_refused_and_its_event_never_
     // The refused number goes to the next point, on another event.
     let next = tracks.mark(&shared, stream, 15).expect("marked");
     assert_eq!(next.point, 2);
-    assert_eq!(track.event_counts(), (2, 0));
+    assert_eq!(track.core.event_counts(), (2, 0));
     // The stream ran the three records (the refused one second): the looks see both points
     // passed by querying their own events, never the retired one's.
     complete(0x76, 3);
@@ -525,7 +535,11 @@ fn written_points_are_seen_passed_from_the_word_without_a_query_and_mix_with_eve
         3
     );
     assert_eq!(written(&tracks, &shared, stream, 21).point, 4);
-    assert_eq!(track.event_counts(), (4, 0), "written points hold no event");
+    assert_eq!(
+        track.core.event_counts(),
+        (4, 0),
+        "written points hold no event"
+    );
     assert_eq!(track.look(Look::Fresh), 0, "never early");
     for passed in [1, 2, 3, 4] {
         let before = queries(stream);
@@ -536,7 +550,7 @@ fn written_points_are_seen_passed_from_the_word_without_a_query_and_mix_with_eve
         }
     }
     assert_eq!(
-        track.event_counts(),
+        track.core.event_counts(),
         (0, 1),
         "the event's point's event is free"
     );
@@ -572,9 +586,7 @@ fn written_points_are_exact_across_the_words_32_bit_wrap() {
     assert_eq!(track.look(Look::Fresh), 1);
     // As if the track had marked up to just below 2^32.
     let start = (1u64 << 32) - 2;
-    lock(&track.events).first = start + 1;
-    track.issued.store(start, Ordering::Release);
-    track.high.store(start, Ordering::Release);
+    track.core.start_after(start);
     let points: Vec<u64> = (0..5)
         .map(|_| written(&tracks, &shared, stream, 25).point)
         .collect();
@@ -593,7 +605,7 @@ fn a_word_a_capture_may_have_written_is_never_read_again_and_later_points_carry_
     let tracks = ContextTracks::new(&shared);
     let stream = 0x7c_usize;
     let track = written(&tracks, &shared, stream, 27).track;
-    let word = track.written.load(Ordering::Acquire).expose_provenance();
+    let word = track.core.word().expose_provenance();
     with_streams(|fake| fake.capturing_once.push(stream));
     let refused = tracks
         .mark_written(&shared, stream as CUstream, 27, enqueue_on(stream))
@@ -646,9 +658,7 @@ fn a_stale_word_never_passes_a_point_after_two_to_the_31_points_recorded_on_even
     assert_eq!(track.look(Look::Fresh), 1, "the written point passed");
     // As if 2^31 + 10 points recorded on events had passed since: the word still holds 1.
     let high = 1 + (1u64 << 31) + 10;
-    lock(&track.events).first = high + 1;
-    track.issued.store(high, Ordering::Release);
-    track.high.store(high, Ordering::Release);
+    track.core.start_after(high);
     let next = tracks
         .mark(&shared, stream as CUstream, 29)
         .expect("marked");
@@ -732,7 +742,7 @@ fn a_tracks_word_goes_back_with_its_contexts_tracks_once_the_stream_passed_its_l
     for (id, ran, looked) in [(35, false, false), (36, true, false), (37, true, true)] {
         let tracks = ContextTracks::new(&shared);
         let track = written(&tracks, &shared, stream, id).track;
-        let word = track.written.load(Ordering::Acquire).addr();
+        let word = track.core.word().addr();
         take_free_words(&shared);
         if ran {
             complete(stream, with_streams(|fake| fake.streams[&stream].0));
@@ -759,7 +769,7 @@ fn a_point_nothing_records_passes_with_a_later_point_and_the_track_reads_its_wor
     // Written point 1 (record 0), then an operation whose point could not be marked: point 2,
     // which nothing records.
     let track = written(&tracks, &shared, stream, 39).track;
-    let word = track.written.load(Ordering::Acquire).addr();
+    let word = track.core.word().addr();
     let unread = tracks.mark_unread(&shared, 39).expect("marked");
     assert!(Arc::ptr_eq(&unread.track, &track));
     assert_eq!(unread.point, 2);
