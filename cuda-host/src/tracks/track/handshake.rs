@@ -1,6 +1,6 @@
 //! The lock-free core of a track: the handshake between the thread marking its points and the
 //! threads looking at them, free of driver calls (what a look asks the stream goes through
-//! [`Queries`]), so that loom can check it (`crate::models`).
+//! [`Queries`]), so that loom can check it (`models`, beside it).
 //!
 //! - **Who may look**: one thread at a time ([`Looking`]), never after [`close`](Handshake::close);
 //!   a [`Pace::Paced`] look only when no look asked after the same points for a while.
@@ -62,6 +62,26 @@ pub(crate) enum Pace {
     /// Only if no look asked after the same points for this many nanoseconds, and not while
     /// another look is under way.
     Paced(u64),
+}
+
+/// What a look is for.
+#[derive(Clone, Copy)]
+pub(crate) enum Wanted {
+    /// The newest point the stream passed: a look that reads the word goes on to the points
+    /// marked after the one it names.
+    Newest,
+    /// Whether this point passed: nothing more is queried once it is known passed.
+    Point(u64),
+}
+
+impl Wanted {
+    /// The first point the look asks after, `high` being the highest seen passed.
+    fn point(self, high: u64) -> u64 {
+        match self {
+            Wanted::Newest => high + 1,
+            Wanted::Point(point) => point,
+        }
+    }
 }
 
 /// What a query of a pending point answered.
@@ -262,12 +282,18 @@ impl<E: Copy> Handshake<E> {
                 .is_some_and(|event| event.is_none())
     }
 
-    /// A look for `point` as `pace` says, at `now` (nanoseconds on the caller's clock, never 0
+    /// A look for what is `wanted` as `pace` says, at `now` (nanoseconds on the caller's clock, never 0
     /// after the first instant): `Err` with the highest point seen passed where nothing is to be
-    /// queried (`point` known passed, nothing pending, paced out, another look under way, the
-    /// track closed).
-    pub(crate) fn begin_look(&self, point: u64, pace: Pace, now: u64) -> Result<Looking<'_>, u64> {
+    /// queried (the point wanted known passed, nothing pending, paced out, another look under
+    /// way, the track closed).
+    pub(crate) fn begin_look(
+        &self,
+        wanted: Wanted,
+        pace: Pace,
+        now: u64,
+    ) -> Result<Looking<'_>, u64> {
         let high = self.high.load(Ordering::Acquire);
+        let point = wanted.point(high);
         if high >= point.min(self.issued.load(Ordering::Acquire)) {
             return Err(high);
         }
@@ -320,8 +346,9 @@ impl<E: Copy> Handshake<E> {
         events
     }
 
-    /// Queries the events, the caller being the one look: `wanted`'s (or the first pending
-    /// one's, if that is later), then, if it passed, the newest, then from `wanted` by galloping
+    /// Reads the word, then queries the events, the caller being the one look: unless the word
+    /// showed the point `wanted` passed (for a [`Wanted::Point`]), that point's (or the first
+    /// pending one's, if that is later), then, if it passed, the newest, then from `wanted` by galloping
     /// and bisection the last passed; gives the passed points' events back (beyond `kept`, into
     /// `surplus`). Returns the highest point seen passed. When the last look found the stream
     /// past its newest point, the newest is queried first: a stream that keeps up with its
@@ -329,7 +356,7 @@ impl<E: Copy> Handshake<E> {
     pub(crate) fn search(
         &self,
         _looking: &Looking<'_>,
-        wanted: u64,
+        wanted: Wanted,
         queries: &mut impl Queries<Event = E>,
         surplus: &mut Vec<E>,
     ) -> u64 {
@@ -340,9 +367,12 @@ impl<E: Copy> Handshake<E> {
         }
         if let Some(written) = self.written_passed(high, issued) {
             high = self.pass_up_to(written, surplus);
-            if high >= wanted.min(issued) {
-                return high;
-            }
+        }
+        // A look for the newest goes on from the point after the one the word names: points
+        // marked on events after it may have passed too.
+        let wanted = wanted.point(high);
+        if high >= wanted.min(issued) {
+            return high;
         }
         let Some(wanted) = self.readable_from(wanted.clamp(high + 1, issued)) else {
             // Only written points left unread: nothing tells when the stream passed them but a

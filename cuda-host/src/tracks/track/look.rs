@@ -2,7 +2,7 @@
 //! it queries in, the driver's answers, and the log calls made once it ended.
 
 use super::events::destroy_event;
-use super::handshake::{Handshake, Looking, Pace, Queried, Queries};
+use super::handshake::{Handshake, Looking, Pace, Queried, Queries, Wanted};
 use crate::launch::{
     Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed, holding_logs, logged,
 };
@@ -146,18 +146,22 @@ impl Track {
     /// passed and `look` says so. A look [`Look::Fresh`] is this call's own (it waits for another
     /// thread's look to end), so it sees what the stream finished before it.
     pub(crate) fn look(&self, look: Look) -> u64 {
-        self.look_for(self.core.high() + 1, look)
+        self.look_at(Wanted::Newest, look)
     }
 
     /// [`look`](Self::look) for someone who needs `point` only: nothing is queried once it is
     /// known passed, and a look that finds it pending queries nothing else.
     pub(crate) fn look_for(&self, point: u64, look: Look) -> u64 {
+        self.look_at(Wanted::Point(point), look)
+    }
+
+    fn look_at(&self, wanted: Wanted, look: Look) -> u64 {
         let now = epoch().elapsed().as_nanos() as u64;
         let pace = match look {
             Look::Fresh => Pace::Fresh,
             Look::Paced => Pace::Paced(PACED_LOOK.as_nanos() as u64),
         };
-        let looking = match self.core.begin_look(point, pace, now) {
+        let looking = match self.core.begin_look(wanted, pace, now) {
             Ok(looking) => looking,
             Err(high) => return high,
         };
@@ -171,7 +175,7 @@ impl Track {
                     failed_query: &mut after.failed_query,
                 };
                 self.core
-                    .search(looking, point, &mut queries, &mut after.destroyed)
+                    .search(looking, wanted, &mut queries, &mut after.destroyed)
             })
         })
     }

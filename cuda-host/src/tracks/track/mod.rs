@@ -86,7 +86,7 @@
 //! **Map.**
 //! - `handshake`: the lock-free core, free of driver calls: who may look, the highest point
 //!   seen passed, the pending and free events, the word's reads and give-back (loom-checked,
-//!   `crate::models`).
+//!   `models`).
 //! - `look`: [`Track`], and its looks: pacing, the relaxed capture interaction mode, the event
 //!   queries, the log calls made after.
 //! - `word`: the written points' word: taken from the context's free words, withdrawn, given
@@ -98,6 +98,8 @@
 //! Imports run one way: `context` → `word` → `look` → `events`, `handshake`.
 
 pub(crate) mod handshake;
+#[cfg(all(test, loom))]
+mod models;
 
 outside_loom_models! {
     mod context;

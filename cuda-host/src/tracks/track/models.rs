@@ -1,0 +1,235 @@
+//! loom models of a track's look/mark handshake (`handshake`): a thread marking points on events
+//! and in the word, a stream passing them, looks fresh and paced, and the close. Run with
+//! `RUSTFLAGS="--cfg loom" cargo test -p cuda-host --lib --release`.
+
+use super::handshake::{Handshake, Pace, Queried, Queries, Wanted};
+use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use loom::thread;
+use std::mem::MaybeUninit;
+use std::sync::atomic::Ordering;
+
+/// The probe's stand-in: no event of the model has this id.
+const PROBE: usize = usize::MAX;
+
+/// What a model marks: a point recorded on an event, or written into the word.
+#[derive(Clone, Copy, PartialEq)]
+enum Point {
+    Recorded,
+    Written,
+}
+
+/// A stream and its events as the driver shows them to a look, with what the checks need.
+struct Stream {
+    /// The points to mark, in order: `points[n - 1]` is point `n`.
+    points: &'static [Point],
+    /// The last point the stream reached: an event recorded at or before it completed.
+    reached: AtomicU64,
+    /// The last point the stream passed, its write of the word included.
+    passed: AtomicU64,
+    /// Per event, the point its last record holds.
+    records: Vec<AtomicU64>,
+    /// Events made so far.
+    made: AtomicUsize,
+    /// The track's word.
+    word: *mut AtomicU32,
+    /// Whether the word was given back: the stream must not write it any more.
+    given_back: AtomicBool,
+    /// Threads in a look now.
+    lookers: AtomicUsize,
+}
+
+// SAFETY: `word` is written through atomics only, once adopted, and freed when the stream goes.
+unsafe impl Send for Stream {}
+// SAFETY: as above.
+unsafe impl Sync for Stream {}
+
+impl Stream {
+    fn new(points: &'static [Point]) -> Arc<Stream> {
+        let word = Box::into_raw(Box::new(MaybeUninit::<AtomicU32>::uninit())).cast();
+        Arc::new(Stream {
+            points,
+            reached: AtomicU64::new(0),
+            passed: AtomicU64::new(0),
+            records: (0..points.len()).map(|_| AtomicU64::new(0)).collect(),
+            made: AtomicUsize::new(0),
+            word,
+            given_back: AtomicBool::new(false),
+            lookers: AtomicUsize::new(0),
+        })
+    }
+
+    /// A track for the stream's points, its word adopted (as the first written point does),
+    /// keeping `kept` free events and giving back one a look.
+    fn track(&self, kept: usize) -> Arc<Handshake<usize>> {
+        let core = Handshake::new(kept, 1);
+        // SAFETY: the stream's word, valid until it goes, after the model's close; only the
+        // stream writes it; no word was adopted before.
+        unsafe { core.adopt_word(self.word, PROBE) };
+        Arc::new(core)
+    }
+
+    /// Marks the points from `from` on `core`, one after the other, as `ContextTracks` does: an
+    /// event recorded (a free one, or a new one), or a write of the word.
+    fn mark_from(&self, from: usize, core: &Handshake<usize>) {
+        for (index, &kind) in self.points.iter().enumerate().skip(from) {
+            let point = core.next_point();
+            assert_eq!(point, index as u64 + 1);
+            match kind {
+                Point::Recorded => {
+                    let event = core
+                        .take_free()
+                        .unwrap_or_else(|| self.made.fetch_add(1, Ordering::Relaxed));
+                    self.records[event].store(point, Ordering::Release);
+                    core.push_recorded(point, event);
+                }
+                Point::Written => core.push_written(point),
+            }
+        }
+    }
+
+    /// The stream's own thread: passes the points in order. It may get ahead of the marks: an
+    /// event recorded after the stream got there completes at once, and a write lands before the
+    /// track counts its point marked, as a write enqueued does before its call returned.
+    fn run(&self) {
+        for (index, &kind) in self.points.iter().enumerate() {
+            let point = index as u64 + 1;
+            self.reached.store(point, Ordering::Release);
+            if kind == Point::Written {
+                assert!(
+                    !self.given_back.load(Ordering::Acquire),
+                    "the word was given back before the stream's last write of it"
+                );
+                // SAFETY: adopted before the stream ran.
+                unsafe { &*self.word }.store(point as u32, Ordering::Release);
+            }
+            self.passed.store(point, Ordering::Release);
+        }
+    }
+
+    /// A look at `core` as `pace` says, checked: one looker at a time; never ahead of the
+    /// stream; a fresh look sees every point the stream passed before it that was marked.
+    /// Returns what it saw, and the events it gave back beyond those kept.
+    fn look(&self, core: &Handshake<usize>, pace: Pace, now: u64) -> (u64, Vec<usize>) {
+        let passed = self.passed.load(Ordering::Acquire);
+        let issued = core.issued();
+        let mut surplus = Vec::new();
+        let seen = match core.begin_look(Wanted::Newest, pace, now) {
+            Err(high) => high,
+            Ok(looking) => {
+                assert_eq!(
+                    self.lookers.fetch_add(1, Ordering::Relaxed),
+                    0,
+                    "two lookers at once"
+                );
+                let seen = core.search(&looking, Wanted::Newest, &mut Looker(self), &mut surplus);
+                self.lookers.fetch_sub(1, Ordering::Relaxed);
+                drop(looking);
+                if let Pace::Fresh = pace {
+                    assert!(
+                        seen >= passed.min(issued),
+                        "a fresh look saw {seen}, the stream had passed {passed} of {issued}"
+                    );
+                }
+                seen
+            }
+        };
+        let reached = self.reached.load(Ordering::Acquire);
+        assert!(seen <= reached, "saw {seen}, the stream reached {reached}");
+        (seen, surplus)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`, as a `MaybeUninit`, which needs no drop.
+        drop(unsafe { Box::from_raw(self.word.cast::<MaybeUninit<AtomicU32>>()) });
+    }
+}
+
+/// A look's queries of the model's events.
+struct Looker<'stream>(&'stream Stream);
+
+impl Queries for Looker<'_> {
+    type Event = usize;
+
+    fn query(&mut self, point: u64, event: usize) -> Queried {
+        assert_eq!(
+            self.0.records[event].load(Ordering::Acquire),
+            point,
+            "a look queried an event recorded again"
+        );
+        if self.0.reached.load(Ordering::Acquire) >= point {
+            Queried::Complete
+        } else {
+            Queried::NotReady
+        }
+    }
+
+    fn query_probe(&mut self, probe: usize) -> Queried {
+        assert_eq!(probe, PROBE);
+        Queried::Complete
+    }
+}
+
+/// A model checker bounded to `bound` preemptions per execution: unbounded, models of four
+/// threads with spin loops take hours.
+fn bounded(bound: usize) -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(bound);
+    builder
+}
+
+/// Closes `core` and checks that every event made is held exactly once: pending, free, or given
+/// back by a look (`surplus`).
+fn close_and_count(stream: &Stream, core: &Handshake<usize>, surplus: Vec<usize>) {
+    let closed = core.close();
+    let mut events: Vec<usize> = closed.pending.into_iter().flatten().collect();
+    events.extend(closed.free);
+    events.extend(surplus);
+    events.sort_unstable();
+    let made = stream.made.load(Ordering::Relaxed);
+    assert_eq!(
+        events,
+        (0..made).collect::<Vec<_>>(),
+        "an event lost or held twice"
+    );
+}
+
+/// Points marked on events and in the word while the stream passes them and a thread looks:
+/// the point seen never goes backwards nor ahead of the stream, a fresh look sees what the
+/// stream passed before it, an event is queried only for its own point, and each is held once.
+#[test]
+fn marks_looks_and_the_stream_agree_on_the_point_passed() {
+    bounded(2).check(|| {
+        let stream = Stream::new(&[Point::Written, Point::Recorded]);
+        let core = stream.track(1);
+        let runner = {
+            let stream = Arc::clone(&stream);
+            thread::spawn(move || stream.run())
+        };
+        let looker = {
+            let (stream, core) = (Arc::clone(&stream), Arc::clone(&core));
+            thread::spawn(move || {
+                let mut surplus = Vec::new();
+                let mut last = 0;
+                for _ in 0..1 {
+                    let (seen, given_back) = stream.look(&core, Pace::Fresh, 1);
+                    assert!(
+                        seen >= last,
+                        "the point seen went back from {last} to {seen}"
+                    );
+                    last = seen;
+                    surplus.extend(given_back);
+                }
+                surplus
+            })
+        };
+        stream.mark_from(0, &core);
+        let mut surplus = looker.join().unwrap();
+        runner.join().unwrap();
+        let (seen, given_back) = stream.look(&core, Pace::Fresh, 2);
+        surplus.extend(given_back);
+        assert_eq!(seen, 2, "a look after the stream passed every point");
+        close_and_count(&stream, &core, surplus);
+    });
+}
