@@ -2,7 +2,7 @@
 //! and in the word, a stream passing them, looks fresh and paced, and the close. Run with
 //! `RUSTFLAGS="--cfg loom" cargo test -p cuda-host --lib --release`.
 
-use super::handshake::{Handshake, Pace, Queried, Queries, Wanted};
+use super::handshake::{Events, Handshake, Pace, Queried, Queries, Wanted};
 use crate::sync::{Arc, AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use loom::thread;
 use std::mem::MaybeUninit;
@@ -11,11 +11,13 @@ use std::sync::atomic::Ordering;
 /// The probe's stand-in: no event of the model has this id.
 const PROBE: usize = usize::MAX;
 
-/// What a model marks: a point recorded on an event, or written into the word.
+/// What a model marks: a point recorded on an event, written into the word, or neither (an
+/// unread point, which withdraws the word).
 #[derive(Clone, Copy, PartialEq)]
 enum Point {
     Recorded,
     Written,
+    Unread,
 }
 
 /// A stream and its events as the driver shows them to a look, with what the checks need.
@@ -83,6 +85,10 @@ impl Stream {
                     core.push_recorded(point, event);
                 }
                 Point::Written => core.push_written(point),
+                Point::Unread => {
+                    core.withdraw_word();
+                    core.push_unread(point);
+                }
             }
         }
     }
@@ -124,7 +130,8 @@ impl Stream {
                 let seen = core.search(&looking, Wanted::Newest, &mut Looker(self), &mut surplus);
                 self.lookers.fetch_sub(1, Ordering::Relaxed);
                 drop(looking);
-                if let Pace::Fresh = pace {
+                let unread = self.points.contains(&Point::Unread);
+                if let (Pace::Fresh, false) = (pace, unread) {
                     assert!(
                         seen >= passed.min(issued),
                         "a fresh look saw {seen}, the stream had passed {passed} of {issued}"
@@ -182,7 +189,12 @@ fn bounded(bound: usize) -> loom::model::Builder {
 /// Closes `core` and checks that every event made is held exactly once: pending, free, or given
 /// back by a look (`surplus`).
 fn close_and_count(stream: &Stream, core: &Handshake<usize>, surplus: Vec<usize>) {
-    let closed = core.close();
+    count_events(stream, core.close(), surplus);
+}
+
+/// Checks that every event made is held exactly once: pending or free when the track `closed`,
+/// or given back by a look (`surplus`).
+fn count_events(stream: &Stream, closed: Events<usize>, surplus: Vec<usize>) {
     let mut events: Vec<usize> = closed.pending.into_iter().flatten().collect();
     events.extend(closed.free);
     events.extend(surplus);
@@ -230,6 +242,64 @@ fn marks_looks_and_the_stream_agree_on_the_point_passed() {
         let (seen, given_back) = stream.look(&core, Pace::Fresh, 2);
         surplus.extend(given_back);
         assert_eq!(seen, 2, "a look after the stream passed every point");
+        close_and_count(&stream, &core, surplus);
+    });
+}
+
+/// Looks, fresh and paced, racing the stream and the close: never two lookers at once, no look
+/// after the close, every event given back once (none is kept), and the word given back only
+/// once the stream wrote it for the last time.
+#[test]
+fn the_close_waits_for_the_look_and_gives_the_word_back_after_its_last_write() {
+    bounded(2).check(|| {
+        let stream = Stream::new(&[Point::Recorded, Point::Written]);
+        let core = stream.track(0);
+        stream.mark_from(0, &core);
+        let runner = {
+            let stream = Arc::clone(&stream);
+            thread::spawn(move || stream.run())
+        };
+        let paced = {
+            let (stream, core) = (Arc::clone(&stream), Arc::clone(&core));
+            thread::spawn(move || stream.look(&core, Pace::Paced(10), 5).1)
+        };
+        let (_, mut surplus) = stream.look(&core, Pace::Fresh, 1);
+        let closed = core.close();
+        // SAFETY: adopted when the track was made; the stream lives.
+        if core.passed_last_write(unsafe { &*stream.word }) {
+            stream.given_back.store(true, Ordering::Release);
+        }
+        assert!(
+            core.begin_look(Wanted::Newest, Pace::Fresh, 2).is_err(),
+            "a look after the close"
+        );
+        surplus.extend(paced.join().unwrap());
+        runner.join().unwrap();
+        count_events(&stream, closed, surplus);
+    });
+}
+
+/// A written point, then one nothing writes (which withdraws the word), then one recorded on an
+/// event: the first two pass only with the third, never before the stream passed them.
+#[test]
+fn unread_points_pass_with_the_next_recorded_point_and_never_early() {
+    bounded(2).check(|| {
+        let stream = Stream::new(&[Point::Written, Point::Unread, Point::Recorded]);
+        let core = stream.track(1);
+        let runner = {
+            let stream = Arc::clone(&stream);
+            thread::spawn(move || stream.run())
+        };
+        let looker = {
+            let (stream, core) = (Arc::clone(&stream), Arc::clone(&core));
+            thread::spawn(move || stream.look(&core, Pace::Fresh, 1).1)
+        };
+        stream.mark_from(0, &core);
+        let mut surplus = looker.join().unwrap();
+        runner.join().unwrap();
+        let (seen, given_back) = stream.look(&core, Pace::Fresh, 2);
+        surplus.extend(given_back);
+        assert_eq!(seen, 3, "a look after the stream passed every point");
         close_and_count(&stream, &core, surplus);
     });
 }
