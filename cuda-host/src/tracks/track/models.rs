@@ -207,13 +207,12 @@ fn count_events(stream: &Stream, closed: Events<usize>, surplus: Vec<usize>) {
     );
 }
 
-/// Points marked on events and in the word while the stream passes them and a thread looks:
-/// the point seen never goes backwards nor ahead of the stream, a fresh look sees what the
-/// stream passed before it, an event is queried only for its own point, and each is held once.
-#[test]
-fn marks_looks_and_the_stream_agree_on_the_point_passed() {
-    bounded(2).check(|| {
-        let stream = Stream::new(&[Point::Written, Point::Recorded]);
+/// `points` marked while the stream passes them and a thread looks: the point seen never goes
+/// backwards nor ahead of the stream, a fresh look sees what the stream passed before it, an
+/// event is queried only for its own point, and each is held once.
+fn marks_looks_and_the_stream_agree(points: &'static [Point]) {
+    bounded(2).check(move || {
+        let stream = Stream::new(points);
         let core = stream.track(1);
         let runner = {
             let stream = Arc::clone(&stream);
@@ -221,29 +220,39 @@ fn marks_looks_and_the_stream_agree_on_the_point_passed() {
         };
         let looker = {
             let (stream, core) = (Arc::clone(&stream), Arc::clone(&core));
-            thread::spawn(move || {
-                let mut surplus = Vec::new();
-                let mut last = 0;
-                for _ in 0..1 {
-                    let (seen, given_back) = stream.look(&core, Pace::Fresh, 1);
-                    assert!(
-                        seen >= last,
-                        "the point seen went back from {last} to {seen}"
-                    );
-                    last = seen;
-                    surplus.extend(given_back);
-                }
-                surplus
-            })
+            thread::spawn(move || stream.look(&core, Pace::Fresh, 1).1)
         };
         stream.mark_from(0, &core);
         let mut surplus = looker.join().unwrap();
         runner.join().unwrap();
         let (seen, given_back) = stream.look(&core, Pace::Fresh, 2);
         surplus.extend(given_back);
-        assert_eq!(seen, 2, "a look after the stream passed every point");
+        assert_eq!(
+            seen,
+            points.len() as u64,
+            "a look after the stream passed every point"
+        );
         close_and_count(&stream, &core, surplus);
     });
+}
+
+/// A look that reads the word goes on to the point recorded after the one it names.
+#[test]
+fn a_written_then_a_recorded_point_are_seen_as_the_stream_passes_them() {
+    marks_looks_and_the_stream_agree(&[Point::Written, Point::Recorded]);
+}
+
+/// A look that finds the recorded point passed goes on to the written one after it.
+#[test]
+fn a_recorded_then_a_written_point_are_seen_as_the_stream_passes_them() {
+    marks_looks_and_the_stream_agree(&[Point::Recorded, Point::Written]);
+}
+
+/// Two recorded points: the second reuses the first's event once a look saw it passed, and no
+/// look queries it for the first point after.
+#[test]
+fn an_event_reused_for_a_later_point_is_never_queried_for_the_earlier() {
+    marks_looks_and_the_stream_agree(&[Point::Recorded, Point::Recorded]);
 }
 
 /// Looks, fresh and paced, racing the stream and the close: never two lookers at once, no look
