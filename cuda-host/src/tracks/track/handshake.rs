@@ -10,7 +10,8 @@
 //!   capture's ([`push_recorded`](Handshake::push_recorded)); only a look takes it out, into
 //!   the free ones, beyond `kept` of them to be given back to the driver.
 //! - **The word** of written points: adopted once, read by looks until withdrawn, given back
-//!   only once the stream wrote it for the last time ([`passed_last_write`](Handshake::passed_last_write)).
+//!   only once the stream wrote it for the last time
+//!   ([`passed_last_write`](Handshake::passed_last_write)).
 //!
 //! Marks are made one at a time (the caller holds its track's lock), looks at any time.
 
@@ -282,10 +283,10 @@ impl<E: Copy> Handshake<E> {
                 .is_some_and(|event| event.is_none())
     }
 
-    /// A look for what is `wanted` as `pace` says, at `now` (nanoseconds on the caller's clock, never 0
-    /// after the first instant): `Err` with the highest point seen passed where nothing is to be
-    /// queried (the point wanted known passed, nothing pending, paced out, another look under
-    /// way, the track closed).
+    /// A look for what is `wanted` as `pace` says, at `now` (nanoseconds on the caller's clock,
+    /// never 0 after the first instant): `Err` with the highest point seen passed where nothing
+    /// is to be queried (the point wanted known passed, nothing pending, paced out, another look
+    /// under way, the track closed).
     pub(crate) fn begin_look(
         &self,
         wanted: Wanted,
@@ -348,11 +349,12 @@ impl<E: Copy> Handshake<E> {
 
     /// Reads the word, then queries the events, the caller being the one look: unless the word
     /// showed the point `wanted` passed (for a [`Wanted::Point`]), that point's (or the first
-    /// pending one's, if that is later), then, if it passed, the newest, then from `wanted` by galloping
-    /// and bisection the last passed; gives the passed points' events back (beyond `kept`, into
-    /// `surplus`). Returns the highest point seen passed. When the last look found the stream
-    /// past its newest point, the newest is queried first: a stream that keeps up with its
-    /// points then costs one query a look, not two.
+    /// pending one's, if that is later; for [`Wanted::Newest`], the one after the word's), then,
+    /// if it passed, the newest, then from there by galloping and bisection the last passed;
+    /// gives the passed points' events back (beyond `kept`, into `surplus`). Returns the highest
+    /// point seen passed. When the last look found the stream past its newest point, the newest
+    /// is queried first: a stream that keeps up with its points then costs one query a look,
+    /// not two.
     pub(crate) fn search(
         &self,
         _looking: &Looking<'_>,

@@ -16,12 +16,15 @@
 //! point's number into the track's word, pinned, device-mapped memory of the context
 //! (`ContextTracks::mark_written`). The stream writes a track's numbers in order, so the word
 //! holding `n` proves every point up to `n` passed, and a look reads it before it queries
-//! anything: a written point costs no query, and the stream no call of its own. A written point
-//! holds no event (null in `Events::pending`); a look that finds the word short of it queries the
-//! track's probe instead, an event never recorded, which answers only the context's sticky
-//! error, so that the failure is learnt as for other points. The word holds 32 bits: a look
-//! takes them as the newest number not after the last written point (`written_passed`), so a word
-//! older than the points seen passed since says nothing, however many passed. The word is one
+//! anything: a written point costs no query, and the stream no call of its own. A look for the
+//! newest point passed goes on from the point after the one the word names (points recorded on
+//! events after it may have passed too); one for a single point stops once the word shows it
+//! passed. A written point holds no event (none in `handshake::Events::pending`); a look that
+//! finds the word short of it queries the track's probe instead, an event never recorded, which
+//! answers only the context's sticky error, so that the failure is learnt as for other points.
+//! The word holds 32 bits: a look takes them as the newest number not after the last written
+//! point (`written_passed`), so a word older than the points seen passed since says nothing,
+//! however many passed. The word is one
 //! the context had free (a timeline leaves one), never allocated for the track: an allocation
 //! would break another thread's global capture. It goes back to the context's pinned pages, for
 //! a timeline or a track of another value of the context, when this value's tracks go, if the
@@ -43,15 +46,15 @@
 //! caught up; else it gallops from the point towards the newest, then bisects: about twice the
 //! logarithm of how far the stream got since the last look, and one query when it got nowhere.
 //! After a look that found the stream caught up, the next queries the newest point's event
-//! first: one query while the stream keeps up. A look [`Look::Fresh`] always queries (a
-//! synchronize, [`reclaim`](crate::reclaim),
+//! first: one query while the stream keeps up. A look [`Look::Fresh`](crate::launch::Look::Fresh)
+//! always queries (a synchronize, [`reclaim`](crate::reclaim),
 //! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher, which paces itself);
-//! a look [`Look::Paced`] (a launch's drain, when its thread's drains look at all,
-//! `crate::launch::held`; a future's poll while the watcher does not have its track on its
-//! list) only when no look was made for `PACED_LOOK` (50 µs), and for the track's first pending
-//! point only when no look asked after that point: a look for a later point that finds it
-//! pending says nothing of the points before. One thread
-//! looks at a track at a time (`Track::looking`); only looks take a point's event out of the
+//! a look [`Look::Paced`](crate::launch::Look::Paced) (a launch's drain, when its thread's drains
+//! look at all, `crate::launch::held`; a future's poll while the watcher does not have its track
+//! on its list) only when no look was made for `PACED_LOOK` (50 µs), and for the track's first
+//! pending point only when no look asked after that point: a look for a later point that finds
+//! it pending says nothing of the points before. One thread looks at a track at a time
+//! (`handshake::Looking`); only looks take a point's event out of the
 //! pending ones, so a look's query never meets an event that is recorded again; and the
 //! context's tracks, when dropped, wait for a look under way and close their tracks to later
 //! ones, so no look queries a destroyed event. Every look runs in the relaxed capture
