@@ -312,3 +312,40 @@ fn unread_points_pass_with_the_next_recorded_point_and_never_early() {
         close_and_count(&stream, &core, surplus);
     });
 }
+
+/// A synchronize that returned passes every point marked before it began, unread ones too,
+/// while a look may be under way: the two never hold the track at once, and the point seen
+/// never goes back.
+#[test]
+fn a_synchronize_passes_unread_points_while_a_look_runs() {
+    bounded(2).check(|| {
+        let stream = Stream::new(&[Point::Recorded, Point::Unread]);
+        let core = stream.track(1);
+        stream.mark_from(0, &core);
+        let before = core.issued();
+        let runner = {
+            let stream = Arc::clone(&stream);
+            thread::spawn(move || stream.run())
+        };
+        let looker = {
+            let (stream, core) = (Arc::clone(&stream), Arc::clone(&core));
+            thread::spawn(move || stream.look(&core, Pace::Fresh, 1).1)
+        };
+        // The synchronize returns once the stream passed every point.
+        runner.join().unwrap();
+        let mut surplus = Vec::new();
+        if let Some(looking) = core.begin() {
+            assert_eq!(
+                stream.lookers.fetch_add(1, Ordering::Relaxed),
+                0,
+                "a synchronize's pass while a look holds the track"
+            );
+            core.pass(&looking, before, &mut surplus);
+            stream.lookers.fetch_sub(1, Ordering::Relaxed);
+        }
+        assert_eq!(core.high(), 2, "the synchronize passed the unread point");
+        surplus.extend(looker.join().unwrap());
+        assert_eq!(core.high(), 2, "a look after never takes it back");
+        close_and_count(&stream, &core, surplus);
+    });
+}
