@@ -2,7 +2,10 @@
 //! stream completes its records, and the word writes among them, in order, when told to. The
 //! looks' tests are in `looks`, the written points' and their word's in `words`.
 
+// Test-only files, as the suite's source scans see them (`#[cfg(test)] mod`).
+#[cfg(test)]
 mod looks;
+#[cfg(test)]
 mod words;
 
 use super::context::Marked;
