@@ -123,6 +123,7 @@ mod launch;
 #[cfg(all(test, loom))]
 mod models;
 mod sync;
+mod tracks;
 
 outside_loom_models! {
     mod checked;
@@ -141,7 +142,6 @@ outside_loom_models! {
     mod polled;
     mod stream_leases;
     mod timeline;
-    mod tracks;
 
     pub use cuda_host_sys as sys;
     pub use cuda_host_sys;

@@ -1,5 +1,6 @@
 //! loom models of the lock-free cores: every interleaving of a few threads, within loom's bounds.
-//! Run with `RUSTFLAGS="--cfg loom" cargo test -p cuda-host --lib --release`.
+//! Run with `RUSTFLAGS="--cfg loom" cargo test -p cuda-host --lib --release`. The tracks'
+//! look/mark handshake has its models beside it (`tracks/track/models.rs`).
 
 use crate::launch::failed_contexts::FailedContexts;
 use crate::launch::hook_cell::HookCell;

@@ -1,14 +1,18 @@
 //! The synchronisation types of the lock-free cores (record lists, slot states, failed contexts,
-//! the panic hook), from `loom` when the crate is built for its models (`--cfg loom`), else from
-//! `std`; and locking that ignores poisoning.
+//! the panic hook, the tracks' handshake), from `loom` when the crate is built for its models
+//! (`--cfg loom`), else from `std`; and locking that ignores poisoning.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, fence};
+pub(crate) use loom::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, fence,
+};
 #[cfg(loom)]
 pub(crate) use loom::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, fence};
+pub(crate) use std::sync::atomic::{
+    AtomicBool, AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, fence,
+};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 

@@ -21,10 +21,13 @@
 //! during captures (measured on the 13.0 driver, `docs/probes/capture_event_calls.c`).
 //!
 
-mod track;
-mod waiters;
-pub(crate) mod watcher;
+pub(crate) mod track;
 
-pub(crate) use track::{ContextTracks, PointWrite, Synchronizing, Track};
-pub(crate) use waiters::{Registration, Waiters};
-pub(crate) use watcher::{Watched, watch};
+outside_loom_models! {
+    mod waiters;
+    pub(crate) mod watcher;
+
+    pub(crate) use track::{ContextTracks, PointWrite, Synchronizing, Track};
+    pub(crate) use waiters::{Registration, Waiters};
+    pub(crate) use watcher::{Watched, watch};
+}
