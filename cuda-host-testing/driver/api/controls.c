@@ -124,26 +124,30 @@ CUSW_EXPORT CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, c
 
 /* ---- What a test reads ----------------------------------------------------------------------- */
 
+/* What a count of what is armed for `entry` answers before counting. */
+static CUresult armed_count_refusal(const char *entry, const unsigned int *remaining)
+{
+    if (entry == NULL || remaining == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return cusw_entry_name_known(entry) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
 CUSW_EXPORT CUresult cuswArmedFailures(const char *entry, unsigned int *remaining)
 {
     CUSW_ENTRY();
-    if (entry == NULL || remaining == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!cusw_entry_name_known(entry))
-        return CUDA_ERROR_NOT_FOUND;
-    *remaining = cusw_fault_armed(entry, cusw_thread_serial());
-    return CUDA_SUCCESS;
+    CUresult refusal = armed_count_refusal(entry, remaining);
+    if (refusal == CUDA_SUCCESS)
+        *remaining = cusw_fault_armed(entry, cusw_thread_serial());
+    return refusal;
 }
 
 CUSW_EXPORT CUresult cuswArmedDelays(const char *entry, unsigned int *remaining)
 {
     CUSW_ENTRY();
-    if (entry == NULL || remaining == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!cusw_entry_name_known(entry))
-        return CUDA_ERROR_NOT_FOUND;
-    *remaining = cusw_delay_armed(entry);
-    return CUDA_SUCCESS;
+    CUresult refusal = armed_count_refusal(entry, remaining);
+    if (refusal == CUDA_SUCCESS)
+        *remaining = cusw_delay_armed(entry);
+    return refusal;
 }
 
 CUSW_EXPORT CUresult cuswCallCount(const char *entry, unsigned long long *count)
