@@ -63,7 +63,7 @@ impl Env {
             || context.is_some_and(|context| context.failed.load(Ordering::SeqCst))
     }
 
-    fn check_refusal(&self, what: &str, stream: Option<&StreamEntry>, error: &Error) {
+    pub fn check_refusal(&self, what: &str, stream: Option<&StreamEntry>, error: &Error) {
         self.check_refusal_in(what, stream.map(|stream| &*stream.context), error);
     }
 
@@ -307,6 +307,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
         Op::CaptureBesideHeldLaunches { context } => {
             crate::held_launches::capture_beside_held_launches(env, context)
         }
+        Op::ContendedLooks { stream } => crate::contended::contended_looks(env, stream),
         Op::StrandCurrent { replayable } => {
             let stranded = strand_current(env);
             let Some((context, legacy)) = replayable else {
@@ -518,7 +519,7 @@ fn release(env: &Env, stream: u8, panic_in_drop: bool) -> String {
 
 /// The next marker on `stream`, where markers mean something: not on a per-thread stream, whose
 /// handle is another stream on each worker.
-fn mark(stream: &StreamEntry) -> Option<u32> {
+pub fn mark(stream: &StreamEntry) -> Option<u32> {
     if stream.kind == StreamKind::PerThread {
         return None;
     }

@@ -18,6 +18,7 @@
 //! `CHAOS_BASE_SEED` fixes the seed the budget's sequences are drawn from, and `CHAOS_HUNT=1`
 //! stops at the first broken promise without shrinking it (`cargo xtask mutations` uses both).
 
+mod contended;
 mod execute;
 mod finish;
 mod held_launches;

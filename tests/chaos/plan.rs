@@ -165,6 +165,11 @@ pub enum Op {
     CaptureBesideHeldLaunches {
         context: u8,
     },
+    /// Several threads at one stream's points at once: one marks, three poll, synchronize and
+    /// reclaim.
+    ContendedLooks {
+        stream: u8,
+    },
     /// A fresh context becomes current on the worker, and another thread destroys it: the
     /// worker's calls that switch contexts cannot switch back (and log so). Then perhaps a
     /// replayable launch on a special stream of a context, whose capture look-up switches.
@@ -190,6 +195,7 @@ impl Op {
         !matches!(
             self,
             Op::Replayable { .. }
+                | Op::ContendedLooks { .. }
                 | Op::StrandCurrent {
                     replayable: Some(_)
                 }
@@ -279,6 +285,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (index(), prop::bool::weighted(0.02)).prop_map(|(context, held)| {
             if held { Op::CaptureBesideHeldLaunches { context } } else { Op::Reclaim }
         }),
+        1 => index().prop_map(|stream| Op::ContendedLooks { stream }),
         1 => prop::option::of((index(), any::<bool>()))
             .prop_map(|replayable| Op::StrandCurrent { replayable }),
         1 => prop_oneof![

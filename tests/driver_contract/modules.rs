@@ -572,7 +572,11 @@ fn a_stand_in_library_named_in_the_environment_runs_for_its_kernels() {
         let sine = f32::from_bits(words.get(index));
         assert!((sine - value.sin()).abs() <= 1e-6, "{value}: {sine}");
     }
-    assert_eq!(words.get(1), 0xBF57_6AA5, "sin(-1.0) as the device rounds it");
+    assert_eq!(
+        words.get(1),
+        0xBF57_6AA5,
+        "sin(-1.0) as the device rounds it"
+    );
     assert_eq!(words.get(3), 0, "beyond numel");
     unload(module);
 }
