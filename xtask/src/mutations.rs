@@ -24,6 +24,8 @@ struct Outcome {
     found_after: Option<Duration>,
     /// The first violation the harness printed, or why the mutation could not run.
     said: String,
+    /// The seed of the sequence that broke a promise.
+    seed: Option<String>,
 }
 
 pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
@@ -59,7 +61,12 @@ pub(crate) fn run(root: &Path, args: &[String]) -> Result<(), String> {
             "mutations: {}: {}",
             outcome.name,
             match outcome.found_after {
-                Some(after) => format!("found after {:.1} s", after.as_secs_f64()),
+                Some(after) => format!(
+                    "found after {:.1} s (CHAOS_SEED={}): {}",
+                    after.as_secs_f64(),
+                    outcome.seed.as_deref().unwrap_or("?"),
+                    outcome.said
+                ),
                 None => format!("NOT FOUND: {}", outcome.said),
             }
         );
@@ -167,6 +174,7 @@ fn hunt(
         reverts,
         found_after: None,
         said: String::new(),
+        seed: None,
     };
     let patch_path = patch.to_str().ok_or("a patch path that is not UTF-8")?;
     if let Err(error) = git(tree, &["apply", patch_path]) {
@@ -214,6 +222,11 @@ fn run_harness(
             && (line.contains("broke a promise") || line.contains("a step never returned"))
         {
             outcome.found_after = Some(started.elapsed());
+            outcome.seed = line
+                .split_whitespace()
+                .skip_while(|word| *word != "seed")
+                .nth(1)
+                .map(str::to_owned);
             if line.contains("a step never returned") {
                 outcome.said = "a step never returned".to_owned();
             }
@@ -221,6 +234,13 @@ fn run_harness(
             in_violations = true;
         } else if in_violations && outcome.said.is_empty() {
             outcome.said = line.trim().to_owned();
+        } else if outcome.seed.is_none() && line.contains("replay with CHAOS_SEED=") {
+            // The watchdog names the seed in its replay line.
+            outcome.seed = line
+                .split("CHAOS_SEED=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(str::to_owned);
         }
     }
     let status = child.wait().map_err(|error| format!("cargo: {error}"))?;
