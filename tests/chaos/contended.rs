@@ -29,6 +29,7 @@ pub fn contended_looks(env: &Env, stream: u8) -> String {
     let builder = || std::thread::Builder::new().stack_size(1 << 20);
     let made = std::thread::scope(|scope| {
         let marker = builder().spawn_scoped(scope, || {
+            let _step_thread = crate::workers::become_step_thread();
             let mut made = 0;
             for number in 0..POINTS {
                 let marker = mark(&stream);
@@ -51,6 +52,7 @@ pub fn contended_looks(env: &Env, stream: u8) -> String {
         let (stream, marking) = (&stream, &marking);
         for (looker, points) in polled.iter().enumerate() {
             let _ = builder().spawn_scoped(scope, move || {
+                let _step_thread = crate::workers::become_step_thread();
                 let mut turn = 0usize;
                 while marking.load(Ordering::SeqCst) || !points.lock().unwrap().is_empty() {
                     turn += 1;

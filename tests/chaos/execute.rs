@@ -391,7 +391,10 @@ fn strand_current(env: &Env) -> String {
     let destroyed = std::thread::scope(|scope| {
         std::thread::Builder::new()
             .stack_size(1 << 20)
-            .spawn_scoped(scope, move || drop(fresh))
+            .spawn_scoped(scope, move || {
+                let _step_thread = crate::workers::become_step_thread();
+                drop(fresh);
+            })
             .map(|thread| thread.join().is_ok())
     });
     match destroyed {

@@ -52,6 +52,7 @@ pub fn capture_beside_held_launches(env: &Env, context: u8) -> String {
                 std::thread::Builder::new()
                     .stack_size(1 << 20)
                     .spawn_scoped(scope, move || {
+                        let _step_thread = crate::workers::become_step_thread();
                         cuda_host::host_launch(stream, move || {
                             ran.fetch_add(1, Ordering::Relaxed);
                         })

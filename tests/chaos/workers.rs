@@ -124,6 +124,25 @@ struct Worker {
 
 static NEXT_WORKER_ID: AtomicUsize = AtomicUsize::new(0);
 
+/// Makes a thread a step starts a thread of the application's, as the witnesses see it: a
+/// worker of an id of its own (values are dropped there as on any worker, and what it handed
+/// over, a logger's launches say, anywhere once it ends). Ends with the guard.
+#[must_use]
+pub fn become_step_thread() -> StepThread {
+    let id = NEXT_WORKER_ID.fetch_add(1, Ordering::Relaxed);
+    crate::witness::become_worker(id);
+    StepThread(id)
+}
+
+/// A thread a step started, noted as exited when dropped (at the end of its work).
+pub struct StepThread(usize);
+
+impl Drop for StepThread {
+    fn drop(&mut self) {
+        crate::witness::worker_exited(self.0);
+    }
+}
+
 impl Worker {
     fn start() -> Worker {
         let id = NEXT_WORKER_ID.fetch_add(1, Ordering::Relaxed);
