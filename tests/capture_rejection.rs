@@ -406,6 +406,56 @@ fn a_launch_captured_by_a_capture_other_code_began_is_refused_and_its_closure_dr
     assert_eq!(tally.runs(), 0);
 }
 
+/// A pass-through launch that a capture other code began at the driver's launch call took is a
+/// node of that graph, which calls the function on each of its launches, and never at once:
+/// cuda-host has no record to abandon, but reports it captured, as a run-once launch.
+#[test]
+fn a_pass_through_launch_other_codes_capture_took_is_reported_captured() {
+    let test = "a_pass_through_launch_other_codes_capture_took_is_reported_captured";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a capture begun at a given call is a control of the software driver",
+        );
+    };
+    // Alone in a process: the capture begins at the next launch call of any thread.
+    suite::alone_in_child!(a_pass_through_launch_other_codes_capture_took_is_reported_captured);
+    let context = context();
+    let stream = new_stream(&context);
+    let counter = AtomicUsize::new(0);
+    let pointer = (&raw const counter).cast_mut().cast::<c_void>();
+    controls.begin_capture_at_next_call(
+        c"cuLaunchHostFunc",
+        &stream,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    // SAFETY: `add_one` gets a pointer to the counter, which outlives the graph's runs below.
+    let launched = unsafe { host_launch_raw(&stream, add_one, UserData::PassThrough(pointer)) };
+    let mut captured = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let ended = unsafe {
+        context
+            .driver()
+            .cuStreamEndCapture(stream.as_raw(), &mut captured)
+    };
+    assert_eq!(ended, CUresult::CUDA_SUCCESS, "the capture was invalidated");
+    assert_eq!(
+        launched,
+        Err(Error::StreamCapturing {
+            status: CaptureState::Active
+        }),
+        "a launch that became a graph node was reported as enqueued"
+    );
+    stream.synchronize().expect("synchronize");
+    assert_eq!(counter.load(Ordering::SeqCst), 0, "ran outside the graph");
+    run_graph(Graph(captured), &stream, 2);
+    assert_eq!(
+        counter.load(Ordering::SeqCst),
+        2,
+        "the node calls the function on each launch of the graph"
+    );
+}
+
 #[test]
 fn a_failed_end_leaves_the_stream_usable() {
     let Some(controls) = suite::software::controls() else {

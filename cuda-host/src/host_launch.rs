@@ -180,7 +180,11 @@ pub enum UserData<'a> {
 ///    cuda-host's between: after a context failure it may still call one queued before the
 ///    failure, also once a synchronize answered the failure (the real driver does), so keep the
 ///    pointer valid until the stream is destroyed, or use [`UserData::Copied`], whose record does
-///    not run once cuda-host has seen the failure.
+///    not run once cuda-host has seen the failure. A capture other code begins between the
+///    capture check and the launch takes the launch: where the driver shows that (the launch is
+///    the capture's last node) the call answers [`Error::StreamCapturing`](crate::Error), but
+///    with no record to abandon, the node calls `function` with the pointer on each launch of
+///    that graph, so keep it valid while the graph may run.
 /// 3. With [`UserData::Copied`], `function` must not keep the pointer after it returns.
 ///
 /// # Errors

@@ -40,7 +40,7 @@ pub struct Handed {
 }
 
 impl Env {
-    fn note(&self, stream: &StreamEntry, witness: &Arc<Witness>, for_synchronize: bool) {
+    pub fn note(&self, stream: &StreamEntry, witness: &Arc<Witness>, for_synchronize: bool) {
         self.handed.lock().unwrap().push(Handed {
             stream: stream.id,
             context: stream.context.id,
@@ -333,6 +333,8 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
             format!("hook panicking: {panicking}")
         }
         Op::Retire => unreachable!("the runner retires workers itself"),
+        Op::Timeline(ref op) => crate::timelines::execute(env, op),
+        Op::Copy(ref op) => crate::copies::execute(env, op),
     }
 }
 
@@ -603,8 +605,11 @@ fn synchronize(env: &Env, local: &Local, stream: u8) -> String {
     let Some(stream) = world.stream(stream) else {
         return "no stream".to_owned();
     };
-    if stream.held(world) {
-        return format!("{} is held by a gate: not synchronized", stream.name);
+    if stream.held(world) || crate::timelines::holds(&stream) {
+        return format!(
+            "{} is held by a gate or a timeline's wait: not synchronized",
+            stream.name
+        );
     }
     if !matches!(stream.kind, StreamKind::NonBlocking | StreamKind::Blocking) {
         return format!("{} is special: not synchronized", stream.name);

@@ -97,10 +97,23 @@ pub fn finish(
             ));
         }
     }
+    // Every timeline goes while gates may still hold streams in front of their waits.
+    let outcome = workers.run(
+        0,
+        "the timelines' futures reached, every handle dropped".to_owned(),
+        Box::new(|_| crate::timelines::drop_handles()),
+    )?;
+    log.push(format!("end: {outcome}"));
     world.open_all();
     for (what, outcome) in workers.finish_pending()? {
         log.push(format!("end: `{what}` returned: {outcome}"));
     }
+    let outcome = workers.run(
+        0,
+        "every stream's wait passed once the timelines went".to_owned(),
+        Box::new(|_| crate::timelines::check_no_wait_stranded()),
+    )?;
+    log.push(format!("end: {outcome}"));
     let env_job = env.clone();
     let outcome = workers.run(
         0,
@@ -108,6 +121,7 @@ pub fn finish(
         Box::new(move |_| settle(&env_job)),
     )?;
     log.push(format!("end: {outcome}"));
+    log.push(format!("end: {}", crate::copies::check_raw_launches()));
     // Each worker drops what is its own.
     for index in 0..workers.len() {
         let id = workers.id(index);

@@ -10,7 +10,9 @@
 //! - `witness`: the values handed to cuda-host, which see their runs and drops;
 //! - `execute`: each operation, with the answers it checks on the spot;
 //! - `observers`: the logger and panic hook, whose behaviour steps change;
-//! - `finish`: the end of a sequence and the invariants of "nothing left".
+//! - `finish`: the end of a sequence and the invariants of "nothing left";
+//! - `timelines`: the timeline family (its operations and checks);
+//! - `copies`: host copies, raw launches and launches in a sync mode.
 //!
 //! Environment: `CHAOS_SEED` replays one sequence (the seed a failure prints); `CHAOS_SECONDS`
 //! (default 20) is the time budget, `CHAOS_STEPS` (default 48) the longest sequence,
@@ -19,11 +21,13 @@
 //! stops at the first broken promise without shrinking it (`cargo xtask mutations` uses both).
 
 mod contended;
+mod copies;
 mod execute;
 mod finish;
 mod held_launches;
 mod observers;
 mod plan;
+mod timelines;
 mod witness;
 mod workers;
 mod world;
@@ -185,6 +189,8 @@ fn print_figures(figures: &Figures) {
         .map(|(op, count)| format!("{op} {count}"))
         .collect();
     println!("chaos: steps by operation: {}", ops.join(", "));
+    println!("chaos: timelines: {}", timelines::figures());
+    println!("chaos: copies and launch forms: {}", copies::figures());
     let faults: u64 = [
         "Fail",
         "FailNext",

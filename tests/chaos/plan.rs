@@ -184,6 +184,9 @@ pub enum Op {
     },
     /// The worker's thread exits (a fresh one takes its place): its records pass to any thread.
     Retire,
+    // ---- Families ----
+    Timeline(crate::timelines::TimelineOp),
+    Copy(crate::copies::CopyOp),
 }
 
 impl Op {
@@ -207,7 +210,16 @@ impl Op {
                 | Op::ForeignEnd { .. }
                 | Op::CaptureAtNextCall { .. }
                 | Op::Retire
-        )
+        ) && !self.runs_alone()
+    }
+
+    /// Whether the step must run with no other step beside it, before or after.
+    pub fn runs_alone(&self) -> bool {
+        match self {
+            Op::Timeline(op) => op.runs_alone(),
+            Op::Copy(op) => op.runs_alone(),
+            _ => false,
+        }
     }
 
     /// Whether the step makes something panic: a run, a `Drop`, the hook or the logger.
@@ -222,12 +234,13 @@ impl Op {
             Op::BuilderCallback { panic_in_run, .. } => panic_in_run,
             Op::Logger { mode } => mode == LoggerMode::Panicking,
             Op::Hook { panicking } => panicking,
+            Op::Copy(crate::copies::CopyOp::SyncMode { panic_in_run, .. }) => panic_in_run,
             _ => false,
         }
     }
 }
 
-fn mode() -> impl Strategy<Value = Mode> {
+pub fn mode() -> impl Strategy<Value = Mode> {
     prop_oneof![
         Just(Mode::Global),
         Just(Mode::ThreadLocal),
@@ -296,6 +309,8 @@ pub fn op() -> impl Strategy<Value = Op> {
         .prop_map(|mode| Op::Logger { mode }),
         1 => any::<bool>().prop_map(|panicking| Op::Hook { panicking }),
         1 => Just(Op::Retire),
+        20 => crate::timelines::op().prop_map(Op::Timeline),
+        6 => crate::copies::op().prop_map(Op::Copy),
     ]
 }
 
@@ -308,4 +323,13 @@ pub fn sequence(steps: usize) -> impl Strategy<Value = Vec<Step>> {
         }),
         1..=steps,
     )
+    .prop_map(|mut steps| {
+        // A step that runs alone starts once the one before it returned.
+        for at in 1..steps.len() {
+            if steps[at].op.runs_alone() {
+                steps[at - 1].beside = false;
+            }
+        }
+        steps
+    })
 }

@@ -189,6 +189,13 @@ pub(crate) unsafe fn pass_through(
     // SAFETY: the stream handle is valid (the caller's); the caller vouches for `function`
     // and `pointer`.
     let launched = unsafe { entry.enqueue(context, window.stream(), function, pointer) };
+    // A capture other code began between the check and the launch may have taken it: a node of
+    // that graph, which calls the function on each of its launches and never now. Nothing to
+    // abandon, but the caller is told, as for a run-once launch. (The engine answers a capture
+    // that took its batch as a refusal itself.)
+    let captured = launched.is_ok()
+        && !matches!(entry, HostFuncEntry::Polled { .. })
+        && window.launch_was_captured(function, pointer);
     // Let go before a failure is noted, which logs: a logger may begin a capture through
     // cuda-host, which waits for a pass-through launch's window however long.
     drop(window);
@@ -196,6 +203,11 @@ pub(crate) unsafe fn pass_through(
         && let Some(result) = error.driver_result()
     {
         context_failure::abandon_if_failed(context, result);
+    }
+    if captured {
+        return Err(Error::StreamCapturing {
+            status: CaptureState::Active,
+        });
     }
     launched
 }

@@ -1,0 +1,1075 @@
+//! The timeline family: timelines made on the sequence's contexts (some on a narrow device, whose
+//! streams compare 32 bits), handles cloned and dropped in any order on any worker, streams'
+//! waits and signals at values near and far above the value, host signals, reads, blocking waits
+//! and futures, and context values made per request whose streams ran a timeline's operation.
+//!
+//! What it checks: a stream passes a wait only once the value reached it, or once the last
+//! handle went (never early); a host wait or future completes as soon as the value reached its
+//! value (never late) and only then, or with `ContextFailed` once the context failed; the value
+//! never falls while a handle lives; a narrow timeline refuses a wait more than 2^31 above the
+//! value with `Error::OutsideNarrowWindow` and accepts every other; every stream's wait is
+//! passed once the last handle went (no stranded wait); context values made per request leave
+//! the context's pinned pages as they found them.
+
+use crate::execute::Env;
+use crate::plan::ENTRIES;
+use crate::witness::violated;
+use crate::world::{ContextEntry, ContextKind, Progress, StreamEntry, StreamKind};
+use cuda_host::{Context, Device, Error, Stream, StreamFlags, Timeline};
+use cuda_host_sys::CUdevice_attribute;
+use proptest::prelude::*;
+use std::future::Future as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+/// How far a narrow timeline's streams see: a wait for `v` lets its stream go while the value
+/// is in `v ..= v + 2^31 - 1`.
+const WINDOW: u64 = 1 << 31;
+
+/// The device attribute a narrow device answers 0 to.
+const NARROW: CUdevice_attribute =
+    CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
+
+/// How many context values a burst of requests makes: more than a page of pinned words holds,
+/// so that one word left behind by each grows the context's pages.
+const REQUESTS: usize = 600;
+
+/// An operation of the family.
+#[derive(Debug, Clone)]
+pub enum TimelineOp {
+    /// A timeline of a context of the sequence, narrow (its streams compare 32 bits) or not,
+    /// raised by the host or signalled by one stream.
+    New {
+        context: u8,
+        narrow: bool,
+        start: Start,
+        by_stream: bool,
+    },
+    Clone {
+        timeline: u8,
+    },
+    /// Drops a handle (a clone) of a timeline, on this worker, whichever made it.
+    DropHandle {
+        timeline: u8,
+        handle: u8,
+    },
+    /// A stream waits for a value; with `held`, behind a gate closed on it first.
+    Wait {
+        timeline: u8,
+        stream: u8,
+        ahead: Ahead,
+        held: bool,
+    },
+    /// A stream signals a value (a timeline signalled by streams: its one stream).
+    StreamSignal {
+        timeline: u8,
+        stream: u8,
+        ahead: Ahead,
+    },
+    /// The host raises the value (a timeline the host raises).
+    HostSignal {
+        timeline: u8,
+        ahead: Ahead,
+    },
+    /// Reads the value.
+    Read {
+        timeline: u8,
+    },
+    /// A blocking wait with a short timeout.
+    HostWait {
+        timeline: u8,
+        ahead: Ahead,
+        micros: u16,
+    },
+    /// A future of a value, kept for later polls.
+    Future {
+        timeline: u8,
+        ahead: Ahead,
+    },
+    PollFuture {
+        future: u8,
+    },
+    DropFuture {
+        future: u8,
+    },
+    /// Context values made per request, as libraries make them (a borrowed handle or the
+    /// primary context retained per call), each with a stream that signals a timeline of it.
+    Requests {
+        primary: bool,
+    },
+}
+
+/// Where a timeline starts.
+#[derive(Debug, Clone, Copy)]
+pub enum Start {
+    Zero,
+    /// Just below a carry into the high 32 bits.
+    BelowCarry,
+    /// 2^62.
+    High,
+}
+
+/// A value relative to the timeline's.
+#[derive(Debug, Clone, Copy)]
+pub enum Ahead {
+    /// This far below the value (a value reached).
+    Below(u8),
+    /// This far above it.
+    By(u8),
+    /// 2^31 − 1 above it.
+    WindowLess,
+    /// 2^31 above it: the highest a narrow timeline's wait may be for.
+    Window,
+    /// 2^31 + 1 above it: beyond a narrow timeline's window.
+    Beyond,
+    /// The highest value waited for (a signal), or the far end of the window (a wait).
+    Highest,
+}
+
+impl TimelineOp {
+    /// Whether it must run with no other step beside it (it measures the process's pinned
+    /// pages).
+    pub fn runs_alone(&self) -> bool {
+        matches!(self, TimelineOp::Requests { .. })
+    }
+}
+
+fn ahead() -> impl Strategy<Value = Ahead> {
+    prop_oneof![
+        2 => (0..3u8).prop_map(Ahead::Below),
+        5 => (1..4u8).prop_map(Ahead::By),
+        2 => Just(Ahead::WindowLess),
+        3 => Just(Ahead::Window),
+        2 => Just(Ahead::Beyond),
+        3 => Just(Ahead::Highest),
+    ]
+}
+
+/// Any operation of the family.
+pub fn op() -> impl Strategy<Value = TimelineOp> {
+    let index = any::<u8>;
+    let start = prop_oneof![
+        Just(Start::Zero),
+        Just(Start::BelowCarry),
+        Just(Start::High)
+    ];
+    prop_oneof![
+        8 => (index(), prop::bool::weighted(0.7), start, prop::bool::weighted(0.3)).prop_map(
+            |(context, narrow, start, by_stream)| TimelineOp::New { context, narrow, start, by_stream }
+        ),
+        2 => index().prop_map(|timeline| TimelineOp::Clone { timeline }),
+        2 => (index(), index())
+            .prop_map(|(timeline, handle)| TimelineOp::DropHandle { timeline, handle }),
+        8 => (index(), index(), ahead(), prop::bool::weighted(0.3)).prop_map(
+            |(timeline, stream, ahead, held)| TimelineOp::Wait { timeline, stream, ahead, held }
+        ),
+        3 => (index(), index(), ahead()).prop_map(|(timeline, stream, ahead)| {
+            TimelineOp::StreamSignal { timeline, stream, ahead }
+        }),
+        5 => (index(), ahead()).prop_map(|(timeline, ahead)| TimelineOp::HostSignal { timeline, ahead }),
+        1 => index().prop_map(|timeline| TimelineOp::Read { timeline }),
+        2 => (index(), ahead(), 0..2000u16).prop_map(|(timeline, ahead, micros)| {
+            TimelineOp::HostWait { timeline, ahead, micros }
+        }),
+        2 => (index(), ahead()).prop_map(|(timeline, ahead)| TimelineOp::Future { timeline, ahead }),
+        2 => index().prop_map(|future| TimelineOp::PollFuture { future }),
+        1 => index().prop_map(|future| TimelineOp::DropFuture { future }),
+        1 => any::<bool>().prop_map(|primary| TimelineOp::Requests { primary }),
+    ]
+}
+
+/// A stream's wait, with the marker enqueued right after it.
+struct StreamWait {
+    value: u64,
+    /// What the wait compares against in effect: its value, or the value when it was asked if
+    /// higher (a narrow wait for a value reached compares the value then).
+    effective: u64,
+    stream_name: String,
+    /// The stream's handle and kind, for what its wait holds back.
+    raw: usize,
+    kind: StreamKind,
+    context_raw: usize,
+    context: Weak<ContextEntry>,
+    /// Whether its stream's context may fail (a fresh one).
+    may_fail: bool,
+    progress: Arc<Progress>,
+    /// `None` when the stream has no marker after it (a capture took it, a per-thread stream):
+    /// then it counts as pending for good.
+    marker: Option<u32>,
+    passed: bool,
+}
+
+impl StreamWait {
+    /// Whether its stream's context failed: `None` when it is gone and may have.
+    fn failed(&self) -> Option<bool> {
+        failed(&self.context, self.may_fail)
+    }
+}
+
+/// Whether a context failed: `None` when its value is gone and it may have (a fresh one).
+fn failed(context: &Weak<ContextEntry>, may_fail: bool) -> Option<bool> {
+    match context.upgrade() {
+        Some(context) => Some(context.failed.load(Ordering::SeqCst)),
+        None => (!may_fail).then_some(false),
+    }
+}
+
+/// A future of a value, kept between steps.
+struct PendingFuture {
+    future: cuda_host::Reached,
+    value: u64,
+}
+
+/// A timeline of the sequence and what the harness knows of it.
+struct TimelineEntry {
+    name: String,
+    context: Weak<ContextEntry>,
+    may_fail: bool,
+    narrow: bool,
+    /// Signalled by a narrow device's stream: each signal writes the low half, then the high
+    /// one, so the host may see a value between two signals for a moment.
+    torn: bool,
+    by_stream: bool,
+    handles: Vec<Timeline>,
+    futures: Vec<PendingFuture>,
+    /// The last handle (futures included) went: its streams are released.
+    abandoned: bool,
+    /// The highest value anything may have set: the start, the host's signals, the streams'
+    /// signals enqueued (set before each is asked for).
+    ceiling: u64,
+    /// The highest value a read saw.
+    seen: u64,
+    /// The stream that signals it, for one signalled by a stream.
+    signaller: Option<Weak<StreamEntry>>,
+    waits: Vec<StreamWait>,
+    highest_waited: u64,
+}
+
+impl TimelineEntry {
+    /// Whether its context failed, or is gone and may have.
+    fn context_failed_or_gone(&self) -> bool {
+        failed(&self.context, self.may_fail) != Some(false)
+    }
+
+    /// A handle, while any lives (not counting futures).
+    fn handle(&self) -> Option<&Timeline> {
+        self.handles.first()
+    }
+
+    /// Marks the waits whose streams passed them; a wait passed before the value could have
+    /// reached it, with a handle alive, is a violation. Reads each marker before what is known
+    /// of the value, which only rises (the drop of the last handle sets `abandoned` first).
+    fn check_waits(&mut self) {
+        for wait in self.waits.iter_mut().filter(|wait| !wait.passed) {
+            let Some(marker) = wait.marker else { continue };
+            if wait.progress.seen() < marker {
+                continue;
+            }
+            wait.passed = true;
+            WAITS_PASSED.fetch_add(1, Ordering::Relaxed);
+            if !self.abandoned && self.ceiling < wait.value {
+                violated(format!(
+                    "{} passed its wait on {} for {} before the value reached it (nothing set \
+                     more than {})",
+                    wait.stream_name, self.name, wait.value, self.ceiling
+                ));
+            }
+        }
+    }
+
+    /// The highest value a signal may set without moving the value 2^31 or more past a wait
+    /// of a narrow timeline's stream that has yet to pass it (which would then hold it).
+    fn safe_ceiling(&self) -> u64 {
+        if !self.narrow {
+            return Timeline::MAX - WINDOW * 4;
+        }
+        self.waits
+            .iter()
+            .filter(|wait| !wait.passed && wait.failed() != Some(true))
+            .map(|wait| wait.effective + WINDOW - 1)
+            .min()
+            .unwrap_or(Timeline::MAX - WINDOW * 4)
+    }
+}
+
+/// What the family did over the run, for the figures printed at its end.
+static MADE_NARROW: AtomicU64 = AtomicU64::new(0);
+static MADE_WIDE: AtomicU64 = AtomicU64::new(0);
+static WAITS: AtomicU64 = AtomicU64::new(0);
+static WAITS_PASSED: AtomicU64 = AtomicU64::new(0);
+static REFUSED_BEYOND: AtomicU64 = AtomicU64::new(0);
+static BURSTS_MEASURED: AtomicU64 = AtomicU64::new(0);
+
+/// The family's figures over the run.
+pub fn figures() -> String {
+    let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
+    format!(
+        "{} narrow and {} wide timelines, {} stream waits ({} seen passed), {} waits beyond \
+         a narrow window refused, {} bursts of {REQUESTS} requests measured",
+        load(&MADE_NARROW),
+        load(&MADE_WIDE),
+        load(&WAITS),
+        load(&WAITS_PASSED),
+        load(&REFUSED_BEYOND),
+        load(&BURSTS_MEASURED)
+    )
+}
+
+/// The timelines of the sequence under way (emptied at its end).
+static TIMELINES: Mutex<Vec<Arc<Mutex<TimelineEntry>>>> = Mutex::new(Vec::new());
+
+/// Held to read while a step makes a timeline or enqueues a 64-bit operation, and to write while
+/// one plays a narrow device: the software driver's answer is process-wide, and refuses 64-bit
+/// operations meanwhile.
+static ATTRIBUTE: RwLock<()> = RwLock::new(());
+
+fn attribute_read() -> std::sync::RwLockReadGuard<'static, ()> {
+    ATTRIBUTE
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn timeline(index: u8) -> Option<Arc<Mutex<TimelineEntry>>> {
+    let timelines = TIMELINES.lock().unwrap();
+    (!timelines.is_empty()).then(|| Arc::clone(&timelines[usize::from(index) % timelines.len()]))
+}
+
+fn lock(entry: &Mutex<TimelineEntry>) -> std::sync::MutexGuard<'_, TimelineEntry> {
+    entry
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Checks every timeline's waits.
+fn check_all() {
+    let timelines: Vec<_> = TIMELINES.lock().unwrap().clone();
+    for entry in timelines {
+        lock(&entry).check_waits();
+    }
+}
+
+/// Whether the legacy stream orders streams of this kind with each other.
+fn orders_with_legacy(kind: StreamKind) -> bool {
+    matches!(
+        kind,
+        StreamKind::Blocking | StreamKind::Legacy | StreamKind::PerThread
+    )
+}
+
+/// Whether work enqueued on `stream` now may be ordered after `wait`: the same stream, or two
+/// the legacy stream orders in one context.
+fn ordered(wait: &StreamWait, stream: &StreamEntry) -> bool {
+    wait.raw == stream.stream.as_raw().addr()
+        || (orders_with_legacy(stream.kind)
+            && orders_with_legacy(wait.kind)
+            && wait.context_raw == stream.context.context.as_raw().addr())
+}
+
+/// Whether work enqueued on `stream` now may wait for a timeline's value nobody signalled yet:
+/// a wait on it its stream has not been seen passing, or, for the legacy stream and blocking
+/// streams, one on a blocking, legacy or per-thread stream of its context (the legacy stream
+/// orders them).
+pub fn holds(stream: &StreamEntry) -> bool {
+    check_all();
+    let timelines: Vec<_> = TIMELINES.lock().unwrap().clone();
+    timelines.iter().any(|entry| {
+        lock(entry)
+            .waits
+            .iter()
+            .any(|wait| !wait.passed && ordered(wait, stream))
+    })
+}
+
+/// A value `ahead` of `base`, for a wait or a future.
+fn target(entry: &TimelineEntry, base: u64, ahead: Ahead) -> u64 {
+    let value = match ahead {
+        Ahead::Below(by) => base.saturating_sub(u64::from(by)),
+        Ahead::By(by) => base + u64::from(by),
+        Ahead::WindowLess => base + WINDOW - 1,
+        Ahead::Window => base + WINDOW,
+        Ahead::Beyond => base + WINDOW + 1,
+        Ahead::Highest => entry.highest_waited.max(base + WINDOW),
+    };
+    value.min(Timeline::MAX)
+}
+
+/// Runs an operation of the family on the calling worker: its outcome, for the log.
+pub fn execute(env: &Env, op: &TimelineOp) -> String {
+    let outcome = match *op {
+        TimelineOp::New {
+            context,
+            narrow,
+            start,
+            by_stream,
+        } => new(env, context, narrow, start, by_stream),
+        TimelineOp::Clone { timeline: index } => {
+            let Some(entry) = timeline(index) else {
+                return "no timeline".to_owned();
+            };
+            let mut entry = lock(&entry);
+            match entry.handle().cloned() {
+                Some(clone) => {
+                    entry.handles.push(clone);
+                    format!("{} has {} handles", entry.name, entry.handles.len())
+                }
+                None => format!("{}: no handle left", entry.name),
+            }
+        }
+        TimelineOp::DropHandle {
+            timeline: index,
+            handle,
+        } => {
+            let Some(entry) = timeline(index) else {
+                return "no timeline".to_owned();
+            };
+            let mut locked = lock(&entry);
+            if locked.handles.is_empty() {
+                return format!("{}: no handle left", locked.name);
+            }
+            let at = usize::from(handle) % locked.handles.len();
+            let dropped = locked.handles.remove(at);
+            let last = locked.handles.is_empty() && locked.futures.is_empty();
+            if last {
+                locked.abandoned = true;
+            }
+            let name = locked.name.clone();
+            drop(locked);
+            drop(dropped);
+            format!(
+                "a handle of {name} dropped{}",
+                if last { ", the last" } else { "" }
+            )
+        }
+        TimelineOp::Wait {
+            timeline: index,
+            stream,
+            ahead,
+            held,
+        } => wait(env, index, stream, ahead, held),
+        TimelineOp::StreamSignal {
+            timeline: index,
+            stream,
+            ahead,
+        } => stream_signal(env, index, stream, ahead),
+        TimelineOp::HostSignal {
+            timeline: index,
+            ahead,
+        } => host_signal(index, ahead),
+        TimelineOp::Read { timeline: index } => {
+            let Some(entry) = timeline(index) else {
+                return "no timeline".to_owned();
+            };
+            let mut entry = lock(&entry);
+            let Some(value) = entry.handle().map(Timeline::value) else {
+                return format!("{}: no handle left", entry.name);
+            };
+            read(&mut entry, value);
+            format!("{} is at {value}", entry.name)
+        }
+        TimelineOp::HostWait {
+            timeline: index,
+            ahead,
+            micros,
+        } => host_wait(index, ahead, micros),
+        TimelineOp::Future {
+            timeline: index,
+            ahead,
+        } => {
+            let Some(entry) = timeline(index) else {
+                return "no timeline".to_owned();
+            };
+            let mut entry = lock(&entry);
+            let Some(handle) = entry.handle() else {
+                return format!("{}: no handle left", entry.name);
+            };
+            let value = target(&entry, handle.value(), ahead);
+            let future = handle.reached(value);
+            entry.futures.push(PendingFuture { future, value });
+            format!("a future of {} for {value}", entry.name)
+        }
+        TimelineOp::PollFuture { future } => poll_future(future),
+        TimelineOp::DropFuture { future } => {
+            let Some((entry, at)) = future_at(future) else {
+                return "no future".to_owned();
+            };
+            let mut locked = lock(&entry);
+            let dropped = locked.futures.remove(at);
+            let last = locked.handles.is_empty() && locked.futures.is_empty();
+            if last {
+                locked.abandoned = true;
+            }
+            let name = locked.name.clone();
+            drop(locked);
+            drop(dropped);
+            format!(
+                "a future of {name} dropped{}",
+                if last { ", the last handle" } else { "" }
+            )
+        }
+        TimelineOp::Requests { primary } => requests(env, primary),
+    };
+    check_all();
+    outcome
+}
+
+/// A read `value`: the value never falls while a handle lives, and never exceeds what was set.
+fn read(entry: &mut TimelineEntry, value: u64) {
+    if value < entry.seen && !entry.torn {
+        violated(format!(
+            "{} fell from {} to {value}",
+            entry.name, entry.seen
+        ));
+    }
+    if value > entry.ceiling {
+        violated(format!(
+            "{} is at {value}, above anything set ({})",
+            entry.name, entry.ceiling
+        ));
+    }
+    entry.seen = entry.seen.max(value);
+}
+
+fn new(env: &Env, context: u8, narrow: bool, start: Start, by_stream: bool) -> String {
+    let world = &env.world;
+    let context = world.context(context);
+    let initial = match start {
+        Start::Zero => 0,
+        Start::BelowCarry => (1 << 32) - 2,
+        Start::High => 1 << 62,
+    };
+    let made = if narrow {
+        // Playing a narrow device refuses every 64-bit operation meanwhile: only while no step
+        // makes one. A step that holds it long (a burst of requests) leaves this one wide.
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let guard = loop {
+            match ATTRIBUTE.try_write() {
+                Ok(guard) => break Some(guard),
+                Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                    break Some(poisoned.into_inner());
+                }
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => break None,
+            }
+        };
+        if guard.is_some() {
+            env.controls.override_device_attribute(NARROW, Some(0));
+        }
+        let made = Timeline::new(&context.context, initial);
+        if guard.is_some() {
+            env.controls.override_device_attribute(NARROW, None);
+        }
+        made
+    } else {
+        let _read = attribute_read();
+        Timeline::new(&context.context, initial)
+    };
+    let handle = match made {
+        Ok(handle) => handle,
+        Err(error) => {
+            env.check_refusal_in("Timeline::new", Some(&context), &error);
+            return format!("refused: {error}");
+        }
+    };
+    let narrow = !handle.uses_64_bit_operations();
+    if narrow { &MADE_NARROW } else { &MADE_WIDE }.fetch_add(1, Ordering::Relaxed);
+    let name = format!(
+        "timeline {} ({}, {}) of {}",
+        world.number(),
+        if narrow { "narrow" } else { "wide" },
+        if by_stream {
+            "signalled by a stream"
+        } else {
+            "raised by the host"
+        },
+        context.name
+    );
+    let entry = TimelineEntry {
+        name: name.clone(),
+        context: Arc::downgrade(&context),
+        may_fail: context.kind == ContextKind::Fresh,
+        narrow,
+        torn: narrow && by_stream,
+        by_stream,
+        handles: vec![handle],
+        futures: Vec::new(),
+        abandoned: false,
+        ceiling: initial,
+        seen: initial,
+        signaller: None,
+        waits: Vec::new(),
+        highest_waited: initial,
+    };
+    TIMELINES.lock().unwrap().push(Arc::new(Mutex::new(entry)));
+    format!("{name} made at {initial}")
+}
+
+/// Whether a refusal of a timeline's operation on `stream` has a reason the harness knows of.
+fn check_refused(
+    env: &Env,
+    what: &str,
+    entry: &TimelineEntry,
+    stream: &StreamEntry,
+    error: &Error,
+) {
+    if entry.context_failed_or_gone() {
+        return;
+    }
+    env.check_refusal(what, Some(stream), error);
+}
+
+fn wait(env: &Env, index: u8, stream: u8, ahead: Ahead, held: bool) -> String {
+    let Some(entry) = timeline(index) else {
+        return "no timeline".to_owned();
+    };
+    let Some(stream) = env.world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    // A gate in front: the stream meets the wait only once a later step opened it, the value
+    // moved on meanwhile, or the last handle went.
+    let gate = (held && matches!(stream.stream.capture_state(), Ok(None)))
+        .then(|| env.world.hold(&stream))
+        .flatten();
+    let mut entry = lock(&entry);
+    entry.check_waits();
+    let Some(handle) = entry.handle().cloned() else {
+        return format!("{}: no handle left", entry.name);
+    };
+    let before = handle.value();
+    let mut value = target(&entry, before, ahead);
+    if entry.narrow {
+        if matches!(ahead, Ahead::Highest) {
+            value = value.min(before + WINDOW);
+        }
+        // Not 2^31 or more below a signal a stream may still land: it would hold the stream.
+        value = value.max(entry.ceiling.saturating_sub(WINDOW - 1));
+        // Nor 2^31 or more below a wait its stream (or one the legacy stream orders it after)
+        // has yet to pass: no value releases the two in that order.
+        let effective = value.max(before);
+        if let Some(higher) = entry.waits.iter().find(|wait| {
+            !wait.passed && ordered(wait, &stream) && wait.effective >= effective + WINDOW
+        }) {
+            return format!(
+                "{}: no wait for {value}: {} waits for {} first",
+                entry.name, higher.stream_name, higher.value
+            );
+        }
+    }
+    let enqueued = {
+        let _read = (!entry.narrow).then(attribute_read);
+        handle.enqueue_wait(&stream.stream, value)
+    };
+    let after = handle.value();
+    match enqueued {
+        Ok(()) => {
+            if entry.narrow && value > after + WINDOW {
+                violated(format!(
+                    "{} accepted a wait for {value}, more than 2^31 above its value {after}",
+                    entry.name
+                ));
+            }
+            let marker = (stream.kind != StreamKind::PerThread)
+                .then(|| stream.progress.mark(&stream.stream))
+                .flatten();
+            entry.highest_waited = entry.highest_waited.max(value);
+            WAITS.fetch_add(1, Ordering::Relaxed);
+            entry.waits.push(StreamWait {
+                value,
+                effective: value.max(before),
+                stream_name: stream.name.clone(),
+                raw: stream.stream.as_raw().addr(),
+                kind: stream.kind,
+                context_raw: stream.context.context.as_raw().addr(),
+                context: Arc::downgrade(&stream.context),
+                may_fail: stream.context.kind == ContextKind::Fresh,
+                progress: Arc::clone(&stream.progress),
+                marker,
+                passed: false,
+            });
+            format!(
+                "{}{} waits on {} for {value} (at {before}), marker {marker:?}",
+                stream.name,
+                gate.map_or(String::new(), |gate| format!(" behind gate {gate}")),
+                entry.name
+            )
+        }
+        Err(Error::OutsideNarrowWindow { .. }) if entry.narrow && value > before + WINDOW => {
+            REFUSED_BEYOND.fetch_add(1, Ordering::Relaxed);
+            format!(
+                "{} refused a wait for {value} beyond its window (at {before})",
+                entry.name
+            )
+        }
+        Err(error @ Error::OutsideNarrowWindow { .. }) => {
+            violated(format!(
+                "{} refused a wait for {value} at {before} as beyond its window: {error}",
+                entry.name
+            ));
+            format!("refused: {error}")
+        }
+        Err(error) => {
+            check_refused(env, "Timeline::enqueue_wait", &entry, &stream, &error);
+            format!("refused: {error}")
+        }
+    }
+}
+
+fn stream_signal(env: &Env, index: u8, stream: u8, ahead: Ahead) -> String {
+    let Some(entry) = timeline(index) else {
+        return "no timeline".to_owned();
+    };
+    let mut entry = lock(&entry);
+    if !entry.by_stream {
+        return format!("{} is raised by the host", entry.name);
+    }
+    entry.check_waits();
+    // One stream signals it, so that its signals land in order and the value only rises.
+    let stream = match entry.signaller.as_ref().map(Weak::upgrade) {
+        Some(Some(stream)) => stream,
+        Some(None) => return format!("{}: its signalling stream is gone", entry.name),
+        None => match env.world.stream(stream) {
+            Some(stream) if stream.kind != StreamKind::PerThread => {
+                entry.signaller = Some(Arc::downgrade(&stream));
+                stream
+            }
+            _ => return "no stream to signal from".to_owned(),
+        },
+    };
+    let Some(handle) = entry.handle().cloned() else {
+        return format!("{}: no handle left", entry.name);
+    };
+    let value = signal_target(&entry, ahead);
+    if value <= entry.ceiling {
+        return format!("{}: no room for a signal", entry.name);
+    }
+    entry.ceiling = value;
+    let enqueued = {
+        let _read = (!entry.narrow).then(attribute_read);
+        handle.enqueue_signal(&stream.stream, value)
+    };
+    match enqueued {
+        Ok(()) => format!("{} signals {} to {value}", stream.name, entry.name),
+        Err(error) => {
+            check_refused(env, "Timeline::enqueue_signal", &entry, &stream, &error);
+            format!("refused: {error}")
+        }
+    }
+}
+
+/// The value a signal `ahead` sets: above everything set so far, within the narrow window of
+/// every wait pending.
+fn signal_target(entry: &TimelineEntry, ahead: Ahead) -> u64 {
+    let base = entry.ceiling;
+    let wanted = match ahead {
+        Ahead::Below(_) | Ahead::By(_) => base + 1 + u64::from(matches!(ahead, Ahead::By(2..))),
+        Ahead::WindowLess | Ahead::Window | Ahead::Beyond => base + WINDOW - 1,
+        Ahead::Highest => entry.highest_waited.max(base + 1),
+    };
+    wanted.min(entry.safe_ceiling())
+}
+
+fn host_signal(index: u8, ahead: Ahead) -> String {
+    let Some(entry) = timeline(index) else {
+        return "no timeline".to_owned();
+    };
+    let mut entry = lock(&entry);
+    if entry.by_stream {
+        return format!("{} is signalled by a stream", entry.name);
+    }
+    entry.check_waits();
+    let Some(handle) = entry.handle().cloned() else {
+        return format!("{}: no handle left", entry.name);
+    };
+    let value = signal_target(&entry, ahead).max(entry.ceiling);
+    entry.ceiling = value;
+    match handle.signal(value) {
+        Ok(()) => {
+            let now = handle.value();
+            if now < value {
+                violated(format!(
+                    "{} is at {now} after the host's signal of {value}",
+                    entry.name
+                ));
+            }
+            format!("{} raised to {value}", entry.name)
+        }
+        Err(error) => {
+            violated(format!("Timeline::signal({value}) refused: {error}"));
+            format!("refused: {error}")
+        }
+    }
+}
+
+fn host_wait(index: u8, ahead: Ahead, micros: u16) -> String {
+    let Some(entry) = timeline(index) else {
+        return "no timeline".to_owned();
+    };
+    let (handle, value, name, failed_before, torn) = {
+        let entry = lock(&entry);
+        let Some(handle) = entry.handle().cloned() else {
+            return format!("{}: no handle left", entry.name);
+        };
+        let value = target(&entry, handle.value(), ahead);
+        let failed = entry.context_failed_or_gone();
+        (handle, value, entry.name.clone(), failed, entry.torn)
+    };
+    let before = handle.value();
+    let answer = handle.wait(value, Duration::from_micros(u64::from(micros)));
+    let after = handle.value();
+    let failed = failed_before || lock(&entry).context_failed_or_gone();
+    match answer {
+        Ok(true) if after < value && !torn => violated(format!(
+            "{name}: a wait for {value} returned reached at {after}"
+        )),
+        Ok(false) if before >= value && !torn => violated(format!(
+            "{name}: a wait for {value} timed out, though the value was {before}"
+        )),
+        Err(Error::ContextFailed) if failed => {}
+        Err(ref error) => violated(format!("{name}: a wait for {value}: {error}")),
+        Ok(_) => {}
+    }
+    drop(handle);
+    format!("{name}: a wait for {value} (at {before}): {answer:?}")
+}
+
+/// The `index`-th future over every timeline: its timeline and its place there.
+fn future_at(index: u8) -> Option<(Arc<Mutex<TimelineEntry>>, usize)> {
+    let timelines: Vec<_> = TIMELINES.lock().unwrap().clone();
+    let counts: Vec<usize> = timelines
+        .iter()
+        .map(|entry| lock(entry).futures.len())
+        .collect();
+    let total: usize = counts.iter().sum();
+    if total == 0 {
+        return None;
+    }
+    let mut at = usize::from(index) % total;
+    for (entry, count) in timelines.into_iter().zip(counts) {
+        if at < count {
+            return Some((entry, at));
+        }
+        at -= count;
+    }
+    None
+}
+
+/// Polls a future once: `Some(outcome)` when it completed (and was checked).
+fn poll_once(entry: &mut TimelineEntry, at: usize) -> Option<cuda_host::Result<()>> {
+    let failed = entry.context_failed_or_gone();
+    let pending = &mut entry.futures[at];
+    let value = pending.value;
+    let before = entry.handles.first().map_or(0, Timeline::value);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    let polled = std::pin::Pin::new(&mut pending.future).poll(&mut context);
+    let after = entry.handles.first().map_or(u64::MAX, Timeline::value);
+    match polled {
+        Poll::Pending => {
+            if before >= value && !entry.handles.is_empty() && !entry.torn {
+                violated(format!(
+                    "a future of {} for {value} pending, though the value was {before}",
+                    entry.name
+                ));
+            }
+            None
+        }
+        Poll::Ready(outcome) => {
+            match &outcome {
+                Ok(()) if after < value && !entry.torn => violated(format!(
+                    "a future of {} for {value} completed at {after}",
+                    entry.name
+                )),
+                Ok(()) => {}
+                Err(Error::ContextFailed) if failed => {}
+                Err(error) => violated(format!(
+                    "a future of {} for {value} completed with {error}",
+                    entry.name
+                )),
+            }
+            Some(outcome)
+        }
+    }
+}
+
+fn poll_future(index: u8) -> String {
+    let Some((entry, at)) = future_at(index) else {
+        return "no future".to_owned();
+    };
+    let mut locked = lock(&entry);
+    let value = locked.futures[at].value;
+    match poll_once(&mut locked, at) {
+        None => format!("a future of {} for {value} pending", locked.name),
+        Some(outcome) => {
+            let done = locked.futures.remove(at);
+            let last = locked.handles.is_empty() && locked.futures.is_empty();
+            if last {
+                locked.abandoned = true;
+            }
+            let name = locked.name.clone();
+            drop(locked);
+            drop(done);
+            format!("a future of {name} for {value} completed: {outcome:?}")
+        }
+    }
+}
+
+/// A burst of context values made per request over the primary context, each with a stream
+/// that signals a timeline of it, synchronized, then dropped: once every request's stream passed
+/// its signal, each value gives its stream's point word back, and the context's pinned pages do
+/// not grow. Measured only where nothing else may take or keep pinned words meanwhile (no other
+/// step runs, no failure armed, no capture).
+fn requests(env: &Env, primary: bool) -> String {
+    let world = &env.world;
+    let device = match Device::get(world.base.driver(), 0) {
+        Ok(device) => device,
+        Err(error) => return format!("no device: {error}"),
+    };
+    let _read = attribute_read();
+    let quiet = || {
+        !world.any_capture()
+            && ENTRIES
+                .iter()
+                .chain([&c"cuMemsetD32Async"])
+                .all(|entry| env.controls.inner().armed_failures(entry).unwrap_or(1) == 0)
+    };
+    let request = || -> Result<(), Error> {
+        let value = if primary {
+            Context::primary(&device)?
+        } else {
+            // SAFETY: the base value keeps the primary context retained for the whole run, and
+            // its handle is of this driver.
+            unsafe { Context::borrow_raw(world.base.driver(), world.base.as_raw()) }?
+        };
+        let stream = Stream::new(&value, StreamFlags::NonBlocking)?;
+        let timeline = Timeline::new(&value, 0)?;
+        timeline.enqueue_signal(&stream, 1)?;
+        stream.synchronize()?;
+        drop((timeline, stream, value));
+        Ok(())
+    };
+    // The first request takes what a request needs from the pages, the others reuse it.
+    if let Err(error) = request() {
+        env.check_refusal_in("a request", None, &error);
+        return format!("the first request refused: {error}");
+    }
+    cuda_host::reclaim();
+    let quiet_before = quiet();
+    let before = env.controls.live_objects().host_allocations;
+    for round in 1..=REQUESTS {
+        if let Err(error) = request() {
+            env.check_refusal_in("a request", None, &error);
+            return format!("request {round} refused: {error}");
+        }
+    }
+    cuda_host::reclaim();
+    let after = env.controls.live_objects().host_allocations;
+    let measured = quiet_before && quiet();
+    BURSTS_MEASURED.fetch_add(u64::from(measured), Ordering::Relaxed);
+    if measured && after > before {
+        violated(format!(
+            "{REQUESTS} context values made per request, each synchronized before it went, grew \
+             the page-locked allocations from {before} to {after}"
+        ));
+    }
+    format!(
+        "{REQUESTS} requests over {} values: page-locked allocations {before} -> {after}",
+        if primary { "primary" } else { "borrowed" }
+    )
+}
+
+/// The timelines ended by [`drop_handles`], for [`check_no_wait_stranded`].
+static ENDED: Mutex<Vec<Arc<Mutex<TimelineEntry>>>> = Mutex::new(Vec::new());
+
+/// At the end of a sequence, before the gates open: raises the timelines the host raises
+/// towards the values their futures wait for (as far as strands no narrow wait a gate holds
+/// back), checks that each future whose value is reached completes, then drops every handle,
+/// while streams may still be held in front of their waits.
+pub fn drop_handles() -> String {
+    let timelines: Vec<_> = std::mem::take(&mut *TIMELINES.lock().unwrap());
+    let mut futures = 0;
+    for entry in &timelines {
+        let mut locked = lock(entry);
+        locked.check_waits();
+        let Some(handle) = locked.handles.first().cloned() else {
+            continue;
+        };
+        let wanted = locked.futures.iter().map(|future| future.value).max();
+        if let Some(wanted) = wanted
+            && !locked.by_stream
+        {
+            let value = wanted.min(locked.safe_ceiling()).max(locked.ceiling);
+            locked.ceiling = value;
+            let _ = handle.signal(value);
+        }
+        let now = handle.value();
+        let mut at = 0;
+        while at < locked.futures.len() {
+            if locked.futures[at].value <= now {
+                // A future pending once its value was reached is a violation there.
+                let _ = poll_once(&mut locked, at);
+                drop(locked.futures.remove(at));
+                futures += 1;
+            } else {
+                at += 1;
+            }
+        }
+    }
+    for entry in &timelines {
+        let mut locked = lock(entry);
+        locked.abandoned = true;
+        let handles = std::mem::take(&mut locked.handles);
+        let pending = std::mem::take(&mut locked.futures);
+        drop(locked);
+        drop(pending);
+        drop(handles);
+    }
+    let count = timelines.len();
+    ENDED.lock().unwrap().extend(timelines);
+    format!("{count} timelines' handles dropped, {futures} futures reached")
+}
+
+/// At the end of a sequence, once every gate is open and every handle went: every stream passes
+/// every wait it has (none stranded).
+pub fn check_no_wait_stranded() -> String {
+    let timelines: Vec<_> = std::mem::take(&mut *ENDED.lock().unwrap());
+    let waits: usize = timelines.iter().map(|entry| lock(entry).waits.len()).sum();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let mut stranded = Vec::new();
+        for entry in &timelines {
+            let mut locked = lock(entry);
+            locked.check_waits();
+            for wait in locked.waits.iter().filter(|wait| {
+                !wait.passed && wait.marker.is_some() && wait.failed() == Some(false)
+            }) {
+                stranded.push(format!(
+                    "{} never passed its wait on {} for {} (marker {:?}, at {}) once the last \
+                     handle went",
+                    wait.stream_name,
+                    locked.name,
+                    wait.value,
+                    wait.marker,
+                    wait.progress.seen()
+                ));
+            }
+        }
+        if stranded.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            for what in stranded {
+                // Printed now too: the synchronize at the end will not return.
+                println!("chaos: {what}");
+                violated(what);
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    format!(
+        "{} timelines ended, each of their {waits} waits passed",
+        timelines.len()
+    )
+}
