@@ -139,22 +139,39 @@ pub(crate) fn run_once<P: RunOnce>(
         return Err(error);
     }
     context_failure::mark_launched(context.raw().addr(), ticket);
-    let captured = match entry {
+    let taken = match entry {
         // The engine looked itself, while no later launch could take a number on the lane, and
         // answered a capture that took its batch as a refusal (handled above).
-        HostFuncEntry::Polled { .. } => false,
-        _ => window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data()),
+        HostFuncEntry::Polled { .. } => None,
+        _ => match window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data())
+        {
+            Ok(false) => None,
+            Ok(true) => Some(Error::StreamCapturing {
+                status: CaptureState::Active,
+            }),
+            // A look that fails cannot tell whether a graph may call the record: taken.
+            Err(error) => Some(error),
+        },
     };
-    if captured && let Some(record) = slot::abandon_ticket(ticket) {
-        // Other code began a capture of the stream between the check and the launch: the
-        // launch became a node of that graph. Abandoned, the node does nothing.
-        // SAFETY: abandoning claimed the record, which never ran: it is ours to drop.
-        unsafe { reclaim::drop_soon(record) };
-        return Err(Error::StreamCapturing {
-            status: CaptureState::Active,
-        });
+    let Some(error) = taken else {
+        return Ok(());
+    };
+    // Other code began a capture of the stream between the check and the launch, which may
+    // have made the launch a node of its graph. Abandoned, the record does nothing wherever it
+    // is called; one the trampoline claimed first ran live, and the launch stands.
+    let abandoned = slot::abandon_ticket(ticket);
+    // Let go before the closure's drop (user code, which may begin a capture through cuda-host,
+    // which waits for the window) and before the failure is noted (which logs).
+    drop(window);
+    let Some(record) = abandoned else {
+        return Ok(());
+    };
+    // SAFETY: abandoning claimed the record, which never ran: it is ours to drop.
+    unsafe { reclaim::drop_soon(record) };
+    if let Some(result) = error.driver_result() {
+        context_failure::abandon_if_failed(context, result);
     }
-    Ok(())
+    Err(error)
 }
 
 /// Launches `function` with `pointer` on `stream`, with the same capture check; nothing is
