@@ -63,11 +63,11 @@ impl Env {
             || context.is_some_and(|context| context.failed.load(Ordering::SeqCst))
     }
 
-    fn check_refusal(&self, what: &str, stream: Option<&StreamEntry>, error: &Error) {
+    pub fn check_refusal(&self, what: &str, stream: Option<&StreamEntry>, error: &Error) {
         self.check_refusal_in(what, stream.map(|stream| &*stream.context), error);
     }
 
-    fn check_refusal_in(&self, what: &str, context: Option<&ContextEntry>, error: &Error) {
+    pub fn check_refusal_in(&self, what: &str, context: Option<&ContextEntry>, error: &Error) {
         if !self.excused_in(context, error) {
             violated(format!(
                 "{what} refused with no reason the harness knows of: {error}"
@@ -301,6 +301,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
             format!("hook panicking: {panicking}")
         }
         Op::Retire => unreachable!("the runner retires workers itself"),
+        Op::Graph(ref op) => crate::graphs::execute(env, local, op),
     }
 }
 

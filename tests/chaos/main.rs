@@ -10,7 +10,8 @@
 //! - `witness`: the values handed to cuda-host, which see their runs and drops;
 //! - `execute`: each operation, with the answers it checks on the spot;
 //! - `observers`: the logger and panic hook, whose behaviour steps change;
-//! - `finish`: the end of a sequence and the invariants of "nothing left".
+//! - `finish`: the end of a sequence and the invariants of "nothing left";
+//! - `graphs`: the graph family (graphs, executables, their host nodes).
 //!
 //! Environment: `CHAOS_SEED` replays one sequence (the seed a failure prints); `CHAOS_SECONDS`
 //! (default 20) is the time budget, `CHAOS_STEPS` (default 48) the longest sequence,
@@ -18,6 +19,7 @@
 
 mod execute;
 mod finish;
+mod graphs;
 mod observers;
 mod plan;
 mod witness;
@@ -254,11 +256,12 @@ fn split_mix(mut x: u64) -> u64 {
 
 fn op_name(op: &Op) -> &'static str {
     let debug = format!("{op:?}");
-    let name = debug
-        .split([' ', '{', '('])
-        .next()
-        .unwrap_or("?")
-        .to_owned();
+    let mut words = debug.split([' ', '{', '(']);
+    let mut name = words.next().unwrap_or("?").to_owned();
+    // A family's operations by their own names.
+    if let Op::Graph(_) = op {
+        name = format!("{name}::{}", words.next().unwrap_or("?"));
+    }
     Box::leak(name.into_boxed_str())
 }
 

@@ -15,7 +15,7 @@ pub struct Step {
 }
 
 /// A driver entry point cuda-host calls, for failures, delays and captures begun at a call.
-pub const ENTRIES: [&std::ffi::CStr; 16] = [
+pub const ENTRIES: [&std::ffi::CStr; 19] = [
     c"cuLaunchHostFunc",
     c"cuEventRecord",
     c"cuEventQuery",
@@ -32,6 +32,9 @@ pub const ENTRIES: [&std::ffi::CStr; 16] = [
     c"cuCtxGetCurrent",
     c"cuMemHostAlloc",
     c"cuStreamCreate",
+    c"cuStreamGetCaptureInfo_v3",
+    c"cuGraphLaunch",
+    c"cuGraphExecHostNodeSetParams",
 ];
 
 /// Entry points whose next call a capture may begin at: those a worker's own step makes on the
@@ -168,6 +171,9 @@ pub enum Op {
     },
     /// The worker's thread exits (a fresh one takes its place): its records pass to any thread.
     Retire,
+    // ---- Families ----
+    /// Graphs, executables and their host nodes (`graphs`).
+    Graph(crate::graphs::GraphOp),
 }
 
 impl Op {
@@ -176,6 +182,9 @@ impl Op {
     /// captures of other code, exiting workers), nor a replayable launch, whose safety contract
     /// forbids another thread to end a capture of its stream meanwhile.
     pub fn may_run_beside(&self) -> bool {
+        if let Op::Graph(op) = self {
+            return op.may_run_beside();
+        }
         !matches!(
             self,
             Op::Replayable { .. }
@@ -201,6 +210,7 @@ impl Op {
             Op::BuilderCallback { panic_in_run, .. } => panic_in_run,
             Op::Logger { mode } => mode == LoggerMode::Panicking,
             Op::Hook { panicking } => panicking,
+            Op::Graph(ref op) => op.asks_for_a_panic(),
             _ => false,
         }
     }
@@ -268,6 +278,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         .prop_map(|mode| Op::Logger { mode }),
         1 => any::<bool>().prop_map(|panicking| Op::Hook { panicking }),
         1 => Just(Op::Retire),
+        12 => crate::graphs::op().prop_map(Op::Graph),
     ]
 }
 

@@ -1,0 +1,714 @@
+//! The graph family: graphs users keep (built by hand with the driver's and the polled engine's
+//! host nodes, or ended from a worker's builder), executables instantiated from them and
+//! launched on any stream (held behind a gate, special, captured by other code), callables
+//! replaced in a graph and in an executable (also while launches that run the old one wait),
+//! executables updated from another graph, clones, node listings, and drops of graphs,
+//! executables and builders in every order, on any worker.
+//!
+//! Every callable is a witness homed on the worker that handed it over. A launch accepted on a
+//! stream that did not fail adds, to every callable the executable may run, a marker its stream
+//! writes after the launch: the callable must not be dropped before its stream passed it.
+
+use crate::execute::{Env, Handed};
+use crate::witness::{self, Passed, Witness, violated};
+use crate::workers::Local;
+use crate::world::{ContextEntry, StreamEntry, StreamKind};
+use cuda_host::{Graph, GraphExec};
+use cuda_host_sys::{CUgraphExecUpdateResultInfo, CUresult};
+use proptest::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// An operation on graphs and executables. Indexes are taken modulo what exists when it runs.
+#[derive(Debug, Clone)]
+pub enum GraphOp {
+    /// A graph of one to three host nodes in a chain, each the driver's or the engine's (bit `i`
+    /// of `engines` for node `i`).
+    New {
+        context: u8,
+        nodes: u8,
+        engines: u8,
+        panic_in_run: bool,
+    },
+    /// Ends a builder capture of this worker and keeps its graph.
+    EndKeep {
+        builder: u8,
+    },
+    /// Drops a builder capture of this worker without ending it.
+    DropBuilder {
+        builder: u8,
+    },
+    Instantiate {
+        graph: u8,
+    },
+    Launch {
+        exec: u8,
+        stream: u8,
+    },
+    /// `HostNode::set_callable` in a graph.
+    SetGraphCallable {
+        graph: u8,
+        node: u8,
+        panic_in_run: bool,
+    },
+    /// `GraphExec::set_host_node_callable`.
+    SetExecCallable {
+        exec: u8,
+        node: u8,
+        panic_in_run: bool,
+    },
+    /// `cuGraphExecUpdate` of an executable from a graph of the same shape.
+    Update {
+        exec: u8,
+        graph: u8,
+    },
+    Clone {
+        graph: u8,
+    },
+    HostNodes {
+        graph: u8,
+    },
+    DropGraph {
+        graph: u8,
+    },
+    DropExec {
+        exec: u8,
+    },
+}
+
+impl GraphOp {
+    /// Every graph operation may run beside the next step: the family keeps no bookkeeping a
+    /// later step plans by.
+    pub fn may_run_beside(&self) -> bool {
+        true
+    }
+
+    /// Whether the step makes a callable that panics when it runs.
+    pub fn asks_for_a_panic(&self) -> bool {
+        match *self {
+            GraphOp::New { panic_in_run, .. }
+            | GraphOp::SetGraphCallable { panic_in_run, .. }
+            | GraphOp::SetExecCallable { panic_in_run, .. } => panic_in_run,
+            _ => false,
+        }
+    }
+}
+
+fn rarely() -> impl Strategy<Value = bool> {
+    prop::bool::weighted(0.1)
+}
+
+/// Any graph operation, weighted towards launches.
+pub fn op() -> impl Strategy<Value = GraphOp> {
+    let index = any::<u8>;
+    prop_oneof![
+        3 => (index(), index(), index(), rarely()).prop_map(|(context, nodes, engines, panic_in_run)| {
+            GraphOp::New { context, nodes, engines, panic_in_run }
+        }),
+        2 => index().prop_map(|builder| GraphOp::EndKeep { builder }),
+        1 => index().prop_map(|builder| GraphOp::DropBuilder { builder }),
+        3 => index().prop_map(|graph| GraphOp::Instantiate { graph }),
+        8 => (index(), index()).prop_map(|(exec, stream)| GraphOp::Launch { exec, stream }),
+        2 => (index(), index(), rarely()).prop_map(|(graph, node, panic_in_run)| {
+            GraphOp::SetGraphCallable { graph, node, panic_in_run }
+        }),
+        4 => (index(), index(), rarely()).prop_map(|(exec, node, panic_in_run)| {
+            GraphOp::SetExecCallable { exec, node, panic_in_run }
+        }),
+        1 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
+        1 => index().prop_map(|graph| GraphOp::Clone { graph }),
+        1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
+        2 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
+        2 => index().prop_map(|exec| GraphOp::DropExec { exec }),
+    ]
+}
+
+/// A host node as the harness knows it: who serves it, and the callable it runs (`None`: an
+/// executable's engine node that an update left running nothing).
+#[derive(Clone)]
+struct Node {
+    engine: bool,
+    callable: Option<Arc<Witness>>,
+}
+
+struct GraphEntry {
+    id: u64,
+    name: String,
+    graph: Graph,
+    context: Arc<ContextEntry>,
+    /// Its host nodes in the order `host_nodes` lists them; `None` when the harness cannot tell
+    /// them (a builder's capture holding a node it does not know of).
+    nodes: Option<Vec<Node>>,
+    /// Every callable it ever held, for an executable of a graph whose nodes are unknown.
+    every: Vec<Arc<Witness>>,
+}
+
+struct ExecEntry {
+    name: String,
+    exec: GraphExec,
+    /// The graph it was instantiated from (which names its nodes while it lives).
+    graph: u64,
+    context: Arc<ContextEntry>,
+    /// Its nodes as its graph's were at the instantiation, or `None` (see [`GraphEntry`]).
+    nodes: Option<Vec<Node>>,
+    every: Vec<Arc<Witness>>,
+}
+
+impl ExecEntry {
+    /// What a launch of it now may run.
+    fn may_run(&self) -> Vec<Arc<Witness>> {
+        match &self.nodes {
+            Some(nodes) => nodes
+                .iter()
+                .filter_map(|node| node.callable.clone())
+                .collect(),
+            None => self.every.clone(),
+        }
+    }
+}
+
+type Shared<T> = Arc<Mutex<T>>;
+
+static GRAPHS: Mutex<Vec<Shared<GraphEntry>>> = Mutex::new(Vec::new());
+static EXECS: Mutex<Vec<Shared<ExecEntry>>> = Mutex::new(Vec::new());
+static NUMBER: AtomicU64 = AtomicU64::new(1);
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn pick<T>(list: &Mutex<Vec<Shared<T>>>, index: u8) -> Option<Shared<T>> {
+    let list = lock(list);
+    (!list.is_empty()).then(|| Arc::clone(&list[usize::from(index) % list.len()]))
+}
+
+fn take<T>(list: &Mutex<Vec<Shared<T>>>, index: u8) -> Option<Shared<T>> {
+    let mut list = lock(list);
+    if list.is_empty() {
+        return None;
+    }
+    let at = usize::from(index) % list.len();
+    Some(list.remove(at))
+}
+
+fn graph_by_id(id: u64) -> Option<Shared<GraphEntry>> {
+    lock(&GRAPHS)
+        .iter()
+        .find(|entry| lock(entry).id == id)
+        .cloned()
+}
+
+/// Notes a callable handed over in `context`: a failure of that context excuses what it may
+/// then leave unrun or drop before its stream passed it.
+fn note(env: &Env, context: &ContextEntry, witness: &Arc<Witness>) {
+    env.handed.lock().unwrap().push(Handed {
+        stream: 0,
+        context: context.id,
+        witness: Arc::clone(witness),
+        for_synchronize: false,
+    });
+}
+
+fn callable(env: &Env, context: &ContextEntry, what: String, panic_in_run: bool) -> Arc<Witness> {
+    let witness = Witness::new(what, panic_in_run, false, false);
+    note(env, context, &witness);
+    witness
+}
+
+/// The next marker on `stream` where markers mean something (not on a per-thread stream, a
+/// different stream on each worker).
+fn mark(stream: &StreamEntry) -> Option<u32> {
+    if stream.kind == StreamKind::PerThread {
+        return None;
+    }
+    stream.progress.mark(&stream.stream)
+}
+
+/// Runs `op` on the calling worker: its outcome, for the operation log.
+pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
+    match *op {
+        GraphOp::New {
+            context,
+            nodes,
+            engines,
+            panic_in_run,
+        } => new_graph(env, context, nodes, engines, panic_in_run),
+        GraphOp::EndKeep { builder } => end_keep(env, local, builder),
+        GraphOp::DropBuilder { builder } => drop_builder(env, local, builder),
+        GraphOp::Instantiate { graph } => instantiate(env, graph),
+        GraphOp::Launch { exec, stream } => launch(env, exec, stream),
+        GraphOp::SetGraphCallable {
+            graph,
+            node,
+            panic_in_run,
+        } => set_graph_callable(env, graph, node, panic_in_run),
+        GraphOp::SetExecCallable {
+            exec,
+            node,
+            panic_in_run,
+        } => set_exec_callable(env, exec, node, panic_in_run),
+        GraphOp::Update { exec, graph } => update(env, exec, graph),
+        GraphOp::Clone { graph } => clone(env, graph),
+        GraphOp::HostNodes { graph } => host_nodes(env, graph),
+        GraphOp::DropGraph { graph } => match take(&GRAPHS, graph) {
+            Some(entry) => {
+                let name = lock(&entry).name.clone();
+                drop(entry);
+                format!("dropped {name}")
+            }
+            None => "no graph".to_owned(),
+        },
+        GraphOp::DropExec { exec } => match take(&EXECS, exec) {
+            Some(entry) => {
+                let name = lock(&entry).name.clone();
+                drop(entry);
+                format!("dropped {name}")
+            }
+            None => "no executable".to_owned(),
+        },
+    }
+}
+
+fn keep(entry: GraphEntry) -> String {
+    let name = entry.name.clone();
+    lock(&GRAPHS).push(Arc::new(Mutex::new(entry)));
+    name
+}
+
+fn new_graph(env: &Env, context: u8, nodes: u8, engines: u8, panic_in_run: bool) -> String {
+    let world = &env.world;
+    let context = world.context(context);
+    let graph = match Graph::new(&context.context) {
+        Ok(graph) => graph,
+        Err(error) => {
+            env.check_refusal_in("Graph::new", Some(&context), &error);
+            return format!("Graph::new refused: {error}");
+        }
+    };
+    let id = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let name = format!("graph {id} of {}", context.name);
+    let mut known = Vec::new();
+    let mut refused = Vec::new();
+    {
+        let mut previous = None;
+        for index in 0..1 + nodes % 3 {
+            let engine = engines >> index & 1 == 1;
+            let witness = callable(
+                env,
+                &context,
+                format!(
+                    "{} node {index} of {name}",
+                    if engine { "engine" } else { "host" }
+                ),
+                panic_in_run && index == 0,
+            );
+            let probe = witness.probe();
+            let run = move || probe.ran();
+            let dependencies: Vec<_> = previous.iter().collect();
+            let added = if engine {
+                graph.add_engine_host_node(&dependencies, run)
+            } else {
+                graph.add_host_node(&dependencies, run)
+            };
+            match added {
+                Ok(node) => {
+                    previous = Some(node);
+                    known.push(Node {
+                        engine,
+                        callable: Some(witness),
+                    });
+                }
+                Err(error) => {
+                    env.check_refusal_in("Graph::add_host_node", Some(&context), &error);
+                    refused.push(error.to_string());
+                }
+            }
+        }
+    }
+    let every = known
+        .iter()
+        .filter_map(|node| node.callable.clone())
+        .collect();
+    let shape: Vec<_> = known.iter().map(|node| node.engine).collect();
+    let name = keep(GraphEntry {
+        id,
+        name,
+        graph,
+        context,
+        nodes: Some(known),
+        every,
+    });
+    format!("{name} made, engine nodes {shape:?}; refused: {refused:?}")
+}
+
+/// Ends a builder capture of this worker (as `BuilderEnd` does) and keeps its graph.
+fn end_keep(env: &Env, local: &mut Local, builder: u8) -> String {
+    let world = &env.world;
+    if local.builders.is_empty() {
+        return "no builder on this worker".to_owned();
+    }
+    let at = usize::from(builder) % local.builders.len();
+    let open = local.builders.remove(at);
+    witness::building(false, open.global);
+    let callbacks = open.callbacks.clone();
+    let captured = Arc::clone(&open.stream);
+    let global = open.global;
+    let ended = open.end();
+    // Counted open until its end returned: a step beside this one may meet it still open.
+    captured.captures.fetch_sub(1, Ordering::SeqCst);
+    world.capture_opens(false);
+    if global {
+        witness::global_span(false);
+    }
+    let graph = match ended {
+        Ok(graph) => graph,
+        Err(error) => {
+            env.check_refusal("GraphBuilder::end", Some(&captured), &error);
+            return format!("the capture of {} ended with {error}", captured.name);
+        }
+    };
+    // The callbacks are its nodes in order, unless the capture holds one the harness does not
+    // know of (a run-once launch it took, whose node does nothing).
+    let nodes = match graph.host_nodes() {
+        Ok(listed) if listed.len() == callbacks.len() => Some(
+            listed
+                .iter()
+                .zip(&callbacks)
+                .map(|(node, witness)| Node {
+                    engine: node.runs_on_engine(),
+                    callable: Some(Arc::clone(witness)),
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
+    let id = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let name = keep(GraphEntry {
+        id,
+        name: format!("graph {id} (the capture of {})", captured.name),
+        graph,
+        context: Arc::clone(&captured.context),
+        nodes,
+        every: callbacks,
+    });
+    format!("{name} kept")
+}
+
+/// Drops a builder capture of this worker without ending it.
+fn drop_builder(env: &Env, local: &mut Local, builder: u8) -> String {
+    if local.builders.is_empty() {
+        return "no builder on this worker".to_owned();
+    }
+    let at = usize::from(builder) % local.builders.len();
+    let open = local.builders.remove(at);
+    witness::building(false, open.global);
+    let captured = Arc::clone(&open.stream);
+    let global = open.global;
+    drop(open);
+    captured.captures.fetch_sub(1, Ordering::SeqCst);
+    env.world.capture_opens(false);
+    if global {
+        witness::global_span(false);
+    }
+    format!("the capture of {} dropped unended", captured.name)
+}
+
+fn instantiate(env: &Env, graph: u8) -> String {
+    let Some(entry) = pick(&GRAPHS, graph) else {
+        return "no graph".to_owned();
+    };
+    let entry = lock(&entry);
+    match entry.graph.instantiate() {
+        Ok(exec) => {
+            let number = NUMBER.fetch_add(1, Ordering::SeqCst);
+            let name = format!("executable {number} of {}", entry.name);
+            lock(&EXECS).push(Arc::new(Mutex::new(ExecEntry {
+                name: name.clone(),
+                exec,
+                graph: entry.id,
+                context: Arc::clone(&entry.context),
+                nodes: entry.nodes.clone(),
+                every: entry.every.clone(),
+            })));
+            format!("{name} made")
+        }
+        Err(error) => {
+            env.check_refusal_in("Graph::instantiate", Some(&entry.context), &error);
+            format!("{} instantiate refused: {error}", entry.name)
+        }
+    }
+}
+
+fn launch(env: &Env, exec: u8, stream: u8) -> String {
+    let world = &env.world;
+    let Some(entry) = pick(&EXECS, exec) else {
+        return "no executable".to_owned();
+    };
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    let entry = lock(&entry);
+    if stream.context.context.as_raw() != entry.context.context.as_raw() {
+        return format!("{} is of another context than {}", stream.name, entry.name);
+    }
+    match entry.exec.launch(&stream.stream) {
+        Ok(()) => {
+            if !stream.context_failed()
+                && !entry.context.failed.load(Ordering::SeqCst)
+                && let Some(marker) = mark(&stream)
+            {
+                for witness in entry.may_run() {
+                    witness.not_before(Passed {
+                        progress: Arc::clone(&stream.progress),
+                        marker,
+                    });
+                }
+            }
+            format!("{} launched on {}", entry.name, stream.name)
+        }
+        Err(error) => {
+            env.check_refusal("GraphExec::launch", Some(&stream), &error);
+            format!("{} launch on {} refused: {error}", entry.name, stream.name)
+        }
+    }
+}
+
+fn set_graph_callable(env: &Env, graph: u8, node: u8, panic_in_run: bool) -> String {
+    let Some(entry) = pick(&GRAPHS, graph) else {
+        return "no graph".to_owned();
+    };
+    let mut entry = lock(&entry);
+    let entry = &mut *entry;
+    let Some(known) = entry.nodes.as_mut().filter(|nodes| !nodes.is_empty()) else {
+        return format!("{}: no node the harness knows", entry.name);
+    };
+    let listed = match entry.graph.host_nodes() {
+        Ok(listed) => listed,
+        Err(error) => {
+            env.check_refusal_in("Graph::host_nodes", Some(&entry.context), &error);
+            return format!("{} host_nodes refused: {error}", entry.name);
+        }
+    };
+    if listed.len() != known.len() {
+        violated(format!(
+            "{} lists {} host nodes, where it has {}",
+            entry.name,
+            listed.len(),
+            known.len()
+        ));
+        return "node count changed".to_owned();
+    }
+    let at = usize::from(node) % known.len();
+    let number = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let witness = callable(
+        env,
+        &entry.context,
+        format!("callable {number} set on node {at} of {}", entry.name),
+        panic_in_run,
+    );
+    let probe = witness.probe();
+    match listed[at].set_callable(move || probe.ran()) {
+        Ok(()) => {
+            known[at].callable = Some(Arc::clone(&witness));
+            entry.every.push(witness);
+            format!("node {at} of {} runs callable {number}", entry.name)
+        }
+        Err(error) => {
+            env.check_refusal_in("HostNode::set_callable", Some(&entry.context), &error);
+            format!("node {at} of {} refused a callable: {error}", entry.name)
+        }
+    }
+}
+
+fn set_exec_callable(env: &Env, exec: u8, node: u8, panic_in_run: bool) -> String {
+    let Some(exec) = pick(&EXECS, exec) else {
+        return "no executable".to_owned();
+    };
+    let graph_id = lock(&exec).graph;
+    let Some(graph) = graph_by_id(graph_id) else {
+        return format!("{}: its graph is gone", lock(&exec).name);
+    };
+    // Graph before executable, always.
+    let graph = lock(&graph);
+    let mut exec = lock(&exec);
+    let exec = &mut *exec;
+    let Some(known) = exec.nodes.as_mut().filter(|nodes| !nodes.is_empty()) else {
+        return format!("{}: no node the harness knows", exec.name);
+    };
+    let listed = match graph.graph.host_nodes() {
+        Ok(listed) => listed,
+        Err(error) => {
+            env.check_refusal_in("Graph::host_nodes", Some(&graph.context), &error);
+            return format!("{} host_nodes refused: {error}", graph.name);
+        }
+    };
+    if listed.len() != known.len() {
+        return format!("{}: its graph lists other nodes", exec.name);
+    }
+    let at = usize::from(node) % known.len();
+    let number = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let witness = callable(
+        env,
+        &exec.context,
+        format!("callable {number} set on node {at} of {}", exec.name),
+        panic_in_run,
+    );
+    let probe = witness.probe();
+    match exec
+        .exec
+        .set_host_node_callable(&listed[at], move || probe.ran())
+    {
+        Ok(()) => {
+            known[at].callable = Some(Arc::clone(&witness));
+            exec.every.push(witness);
+            format!("node {at} of {} runs callable {number}", exec.name)
+        }
+        Err(error) => {
+            env.check_refusal_in(
+                "GraphExec::set_host_node_callable",
+                Some(&exec.context),
+                &error,
+            );
+            format!("node {at} of {} refused a callable: {error}", exec.name)
+        }
+    }
+}
+
+fn update(env: &Env, exec: u8, graph: u8) -> String {
+    let _ = env;
+    let (Some(exec), Some(graph)) = (pick(&EXECS, exec), pick(&GRAPHS, graph)) else {
+        return "no executable or graph".to_owned();
+    };
+    let graph = lock(&graph);
+    let mut exec = lock(&exec);
+    let shape = |nodes: &Option<Vec<Node>>| {
+        nodes
+            .as_ref()
+            .map(|nodes| nodes.iter().map(|node| node.engine).collect::<Vec<_>>())
+    };
+    let (Some(to), Some(from)) = (shape(&graph.nodes), shape(&exec.nodes)) else {
+        return "nodes unknown: not updated".to_owned();
+    };
+    if to != from || graph.context.context.as_raw() != exec.context.context.as_raw() {
+        return format!(
+            "{} is not of {}'s shape: not updated",
+            graph.name, exec.name
+        );
+    }
+    let mut info = CUgraphExecUpdateResultInfo::default();
+    // SAFETY: a live executable and a live graph, neither used by another thread meanwhile (the
+    // harness holds both entries); a valid out-pointer.
+    let answer = unsafe {
+        graph.context.context.driver().cuGraphExecUpdate_v2(
+            exec.exec.as_raw(),
+            graph.graph.as_raw(),
+            &mut info,
+        )
+    };
+    if answer != CUresult::CUDA_SUCCESS {
+        return format!(
+            "{} update from {} answered {answer} ({:?})",
+            exec.name, graph.name, info.result
+        );
+    }
+    // The driver's nodes run the graph's callables from now on, which the executable keeps; the
+    // engine's nodes take the graph's batch, which waits for nothing: they run nothing.
+    let nodes: Vec<Node> = graph
+        .nodes
+        .iter()
+        .flatten()
+        .map(|node| Node {
+            engine: node.engine,
+            callable: if node.engine {
+                None
+            } else {
+                node.callable.clone()
+            },
+        })
+        .collect();
+    exec.every.extend(graph.every.iter().cloned());
+    exec.nodes = Some(nodes);
+    format!("{} updated from {}", exec.name, graph.name)
+}
+
+fn clone(env: &Env, graph: u8) -> String {
+    let Some(entry) = pick(&GRAPHS, graph) else {
+        return "no graph".to_owned();
+    };
+    let entry = lock(&entry);
+    match entry.graph.try_clone() {
+        Ok(copy) => {
+            let id = NUMBER.fetch_add(1, Ordering::SeqCst);
+            let made = GraphEntry {
+                id,
+                name: format!("graph {id} (a clone of {})", entry.name),
+                graph: copy,
+                context: Arc::clone(&entry.context),
+                nodes: entry.nodes.clone(),
+                every: entry.nodes.as_ref().map_or_else(
+                    || entry.every.clone(),
+                    |nodes| {
+                        nodes
+                            .iter()
+                            .filter_map(|node| node.callable.clone())
+                            .collect()
+                    },
+                ),
+            };
+            drop(entry);
+            format!("{} made", keep(made))
+        }
+        Err(error) => {
+            env.check_refusal_in("Graph::try_clone", Some(&entry.context), &error);
+            format!("{} clone refused: {error}", entry.name)
+        }
+    }
+}
+
+fn host_nodes(env: &Env, graph: u8) -> String {
+    let Some(entry) = pick(&GRAPHS, graph) else {
+        return "no graph".to_owned();
+    };
+    let entry = lock(&entry);
+    let listed = match entry.graph.host_nodes() {
+        Ok(listed) => listed,
+        Err(error) => {
+            env.check_refusal_in("Graph::host_nodes", Some(&entry.context), &error);
+            return format!("{} host_nodes refused: {error}", entry.name);
+        }
+    };
+    if let Some(known) = &entry.nodes {
+        let engines: Vec<_> = listed.iter().map(|node| node.runs_on_engine()).collect();
+        let expected: Vec<_> = known.iter().map(|node| node.engine).collect();
+        if engines != expected {
+            violated(format!(
+                "{} lists host nodes {engines:?} (engine or not), where it has {expected:?}",
+                entry.name
+            ));
+        }
+        for (at, node) in listed.iter().enumerate() {
+            match node.callable() {
+                // A clone of the callable's handle: the graph keeps the callable.
+                Ok(Some(callable)) => drop(callable),
+                Ok(None) => violated(format!(
+                    "node {at} of {} has no callable of cuda-host's",
+                    entry.name
+                )),
+                Err(error) => {
+                    env.check_refusal_in("HostNode::callable", Some(&entry.context), &error)
+                }
+            }
+        }
+    }
+    format!("{} has {} host nodes", entry.name, listed.len())
+}
+
+/// At the end of a sequence: every executable, then every graph, dropped on the calling worker.
+pub fn drop_all() -> String {
+    let execs = std::mem::take(&mut *lock(&EXECS));
+    let graphs = std::mem::take(&mut *lock(&GRAPHS));
+    let counts = (execs.len(), graphs.len());
+    drop(execs);
+    drop(graphs);
+    format!("{} executables and {} graphs dropped", counts.0, counts.1)
+}
