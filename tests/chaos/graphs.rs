@@ -51,11 +51,13 @@ pub enum GraphOp {
         node: u8,
         panic_in_run: bool,
     },
-    /// `GraphExec::set_host_node_callable`.
+    /// `GraphExec::set_host_node_callable`; with `fences_fail`, the queries of the fences of
+    /// the executable's launches this call makes fail (`cuEventQuery`, on this thread).
     SetExecCallable {
         exec: u8,
         node: u8,
         panic_in_run: bool,
+        fences_fail: bool,
     },
     /// `cuGraphExecUpdate` of an executable from a graph of the same shape.
     Update {
@@ -112,9 +114,14 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
         2 => (index(), index(), rarely()).prop_map(|(graph, node, panic_in_run)| {
             GraphOp::SetGraphCallable { graph, node, panic_in_run }
         }),
-        4 => (index(), index(), rarely()).prop_map(|(exec, node, panic_in_run)| {
-            GraphOp::SetExecCallable { exec, node, panic_in_run }
-        }),
+        4 => (index(), index(), rarely(), prop::bool::weighted(0.25)).prop_map(
+            |(exec, node, panic_in_run, fences_fail)| GraphOp::SetExecCallable {
+                exec,
+                node,
+                panic_in_run,
+                fences_fail,
+            }
+        ),
         1 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
         1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
@@ -246,7 +253,8 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             exec,
             node,
             panic_in_run,
-        } => set_exec_callable(env, exec, node, panic_in_run),
+            fences_fail,
+        } => set_exec_callable(env, exec, node, panic_in_run, fences_fail),
         GraphOp::Update { exec, graph } => update(env, exec, graph),
         GraphOp::Clone { graph } => clone(env, graph),
         GraphOp::HostNodes { graph } => host_nodes(env, graph),
@@ -520,7 +528,13 @@ fn set_graph_callable(env: &Env, graph: u8, node: u8, panic_in_run: bool) -> Str
     }
 }
 
-fn set_exec_callable(env: &Env, exec: u8, node: u8, panic_in_run: bool) -> String {
+fn set_exec_callable(
+    env: &Env,
+    exec: u8,
+    node: u8,
+    panic_in_run: bool,
+    fences_fail: bool,
+) -> String {
     let Some(exec) = pick(&EXECS, exec) else {
         return "no executable".to_owned();
     };
@@ -554,10 +568,19 @@ fn set_exec_callable(env: &Env, exec: u8, node: u8, panic_in_run: bool) -> Strin
         panic_in_run,
     );
     let probe = witness.probe();
-    match exec
+    if fences_fail {
+        env.world.faults_armed.store(true, Ordering::SeqCst);
+        env.controls
+            .fail_next_calls(c"cuEventQuery", 4, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let set = exec
         .exec
-        .set_host_node_callable(&listed[at], move || probe.ran())
-    {
+        .set_host_node_callable(&listed[at], move || probe.ran());
+    if fences_fail {
+        env.controls
+            .fail_next_calls(c"cuEventQuery", 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    match set {
         Ok(()) => {
             known[at].callable = Some(Arc::clone(&witness));
             exec.every.push(witness);

@@ -158,10 +158,13 @@ pub enum Op {
     ForeignEnd {
         capture: u8,
     },
+    /// With `look_fails`, the next look at a capture's nodes (`cuStreamGetCaptureInfo`, a
+    /// launch's look whether the capture took it) fails too.
     CaptureAtNextCall {
         entry: u8,
         stream: u8,
         mode: Mode,
+        look_fails: bool,
     },
     Logger {
         mode: LoggerMode,
@@ -268,8 +271,14 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (index(), 1..2000u16).prop_map(|(entry, micros)| Op::DelayNext { entry, micros }),
         2 => (index(), mode()).prop_map(|(stream, mode)| Op::ForeignBegin { stream, mode }),
         2 => index().prop_map(|capture| Op::ForeignEnd { capture }),
-        1 => (index(), index(), mode())
-            .prop_map(|(entry, stream, mode)| Op::CaptureAtNextCall { entry, stream, mode }),
+        1 => (index(), index(), mode(), prop::bool::weighted(0.3)).prop_map(
+            |(entry, stream, mode, look_fails)| Op::CaptureAtNextCall {
+                entry,
+                stream,
+                mode,
+                look_fails,
+            }
+        ),
         1 => prop_oneof![
             1 => Just(LoggerMode::Quiet),
             1 => Just(LoggerMode::Panicking),
