@@ -195,7 +195,7 @@ fn settle(env: &Env) -> String {
         }
     }
     drop(contexts);
-    let graphs = crate::graphs::drop_all();
+    let graphs = crate::graphs::drop_all(env.controls);
     world.forget_gates();
     world.words.recycle();
     let streams_count = streams.len();

@@ -23,12 +23,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 #[derive(Debug, Clone)]
 pub enum GraphOp {
     /// A graph of one to three host nodes in a chain, each the driver's or the engine's (bit `i`
-    /// of `engines` for node `i`).
+    /// of `engines` for node `i`); with `instantiate`, an executable of it too.
     New {
         context: u8,
         nodes: u8,
         engines: u8,
         panic_in_run: bool,
+        instantiate: bool,
     },
     /// Ends a builder capture of this worker and keeps its graph.
     EndKeep {
@@ -41,9 +42,11 @@ pub enum GraphOp {
     Instantiate {
         graph: u8,
     },
+    /// With `behind_gate`, the stream is held first, until a later step opens its gate.
     Launch {
         exec: u8,
         stream: u8,
+        behind_gate: bool,
     },
     /// `HostNode::set_callable` in a graph.
     SetGraphCallable {
@@ -76,13 +79,26 @@ pub enum GraphOp {
     DropExec {
         exec: u8,
     },
+    /// The device sees host writes late: stream memory waits read their word once every `micros`
+    /// µs (`None`: the driver's backoff), as on a time-sliced device. Holds open the window
+    /// between the engine's answer to a node's request and its stream's seeing it, where the
+    /// launch is still in flight.
+    SlowDevice {
+        micros: Option<u16>,
+    },
 }
 
 impl GraphOp {
-    /// Every graph operation may run beside the next step: the family keeps no bookkeeping a
-    /// later step plans by.
+    /// Whether the step may run beside the next: not a launch that closes a gate first (as
+    /// `Op::Hold`, whose gate a synchronize beside it would wait for).
     pub fn may_run_beside(&self) -> bool {
-        true
+        !matches!(
+            self,
+            GraphOp::Launch {
+                behind_gate: true,
+                ..
+            }
+        )
     }
 
     /// Whether the step makes a callable that panics when it runs.
@@ -104,17 +120,29 @@ fn rarely() -> impl Strategy<Value = bool> {
 pub fn op() -> impl Strategy<Value = GraphOp> {
     let index = any::<u8>;
     prop_oneof![
-        3 => (index(), index(), index(), rarely()).prop_map(|(context, nodes, engines, panic_in_run)| {
-            GraphOp::New { context, nodes, engines, panic_in_run }
-        }),
+        3 => (index(), index(), index(), rarely(), any::<bool>()).prop_map(
+            |(context, nodes, engines, panic_in_run, instantiate)| GraphOp::New {
+                context,
+                nodes,
+                engines,
+                panic_in_run,
+                instantiate,
+            }
+        ),
         2 => index().prop_map(|builder| GraphOp::EndKeep { builder }),
         1 => index().prop_map(|builder| GraphOp::DropBuilder { builder }),
         3 => index().prop_map(|graph| GraphOp::Instantiate { graph }),
-        8 => (index(), index()).prop_map(|(exec, stream)| GraphOp::Launch { exec, stream }),
+        10 => (index(), index(), prop::bool::weighted(0.3)).prop_map(
+            |(exec, stream, behind_gate)| GraphOp::Launch {
+                exec,
+                stream,
+                behind_gate,
+            }
+        ),
         2 => (index(), index(), rarely()).prop_map(|(graph, node, panic_in_run)| {
             GraphOp::SetGraphCallable { graph, node, panic_in_run }
         }),
-        4 => (index(), index(), rarely(), prop::bool::weighted(0.25)).prop_map(
+        6 => (index(), index(), rarely(), prop::bool::weighted(0.4)).prop_map(
             |(exec, node, panic_in_run, fences_fail)| GraphOp::SetExecCallable {
                 exec,
                 node,
@@ -125,8 +153,9 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
         1 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
         1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
-        2 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
-        2 => index().prop_map(|exec| GraphOp::DropExec { exec }),
+        1 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
+        1 => index().prop_map(|exec| GraphOp::DropExec { exec }),
+        1 => prop::option::of(100..3000u16).prop_map(|micros| GraphOp::SlowDevice { micros }),
     ]
 }
 
@@ -179,6 +208,28 @@ type Shared<T> = Arc<Mutex<T>>;
 static GRAPHS: Mutex<Vec<Shared<GraphEntry>>> = Mutex::new(Vec::new());
 static EXECS: Mutex<Vec<Shared<ExecEntry>>> = Mutex::new(Vec::new());
 static NUMBER: AtomicU64 = AtomicU64::new(1);
+
+/// Graph steps that took effect, by operation, for the figures at the end.
+static TOOK_EFFECT: Mutex<Vec<(&'static str, u64)>> = Mutex::new(Vec::new());
+
+fn took_effect(what: &'static str) {
+    let mut counts = lock(&TOOK_EFFECT);
+    match counts.iter_mut().find(|(name, _)| *name == what) {
+        Some((_, count)) => *count += 1,
+        None => counts.push((what, 1)),
+    }
+}
+
+/// The graph steps that took effect, by operation (`Launch 12, ...`).
+pub fn figures() -> String {
+    let mut counts = lock(&TOOK_EFFECT).clone();
+    counts.sort();
+    let counts: Vec<String> = counts
+        .iter()
+        .map(|(what, count)| format!("{what} {count}"))
+        .collect();
+    counts.join(", ")
+}
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
@@ -239,11 +290,24 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             nodes,
             engines,
             panic_in_run,
-        } => new_graph(env, context, nodes, engines, panic_in_run),
+            instantiate: and_instantiate,
+        } => {
+            let made = new_graph(env, context, nodes, engines, panic_in_run);
+            if !and_instantiate {
+                return made;
+            }
+            // The graph just kept is the last.
+            let last = lock(&GRAPHS).len().saturating_sub(1);
+            format!("{made}; {}", instantiate(env, last as u8))
+        }
         GraphOp::EndKeep { builder } => end_keep(env, local, builder),
         GraphOp::DropBuilder { builder } => drop_builder(env, local, builder),
         GraphOp::Instantiate { graph } => instantiate(env, graph),
-        GraphOp::Launch { exec, stream } => launch(env, exec, stream),
+        GraphOp::Launch {
+            exec,
+            stream,
+            behind_gate,
+        } => launch(env, exec, stream, behind_gate),
         GraphOp::SetGraphCallable {
             graph,
             node,
@@ -262,14 +326,21 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             Some(entry) => {
                 let name = lock(&entry).name.clone();
                 drop(entry);
+                took_effect("DropGraph");
                 format!("dropped {name}")
             }
             None => "no graph".to_owned(),
         },
+        GraphOp::SlowDevice { micros } => {
+            let interval = micros.map(|micros| std::time::Duration::from_micros(micros.into()));
+            env.controls.set_wait_poll_interval(interval);
+            format!("stream memory waits read their word every {interval:?}")
+        }
         GraphOp::DropExec { exec } => match take(&EXECS, exec) {
             Some(entry) => {
                 let name = lock(&entry).name.clone();
                 drop(entry);
+                took_effect("DropExec");
                 format!("dropped {name}")
             }
             None => "no executable".to_owned(),
@@ -338,6 +409,7 @@ fn new_graph(env: &Env, context: u8, nodes: u8, engines: u8, panic_in_run: bool)
         .filter_map(|node| node.callable.clone())
         .collect();
     let shape: Vec<_> = known.iter().map(|node| node.engine).collect();
+    took_effect("New");
     let name = keep(GraphEntry {
         id,
         name,
@@ -390,6 +462,7 @@ fn end_keep(env: &Env, local: &mut Local, builder: u8) -> String {
         ),
         _ => None,
     };
+    took_effect("EndKeep");
     let id = NUMBER.fetch_add(1, Ordering::SeqCst);
     let name = keep(GraphEntry {
         id,
@@ -418,6 +491,7 @@ fn drop_builder(env: &Env, local: &mut Local, builder: u8) -> String {
     if global {
         witness::global_span(false);
     }
+    took_effect("DropBuilder");
     format!("the capture of {} dropped unended", captured.name)
 }
 
@@ -438,6 +512,7 @@ fn instantiate(env: &Env, graph: u8) -> String {
                 nodes: entry.nodes.clone(),
                 every: entry.every.clone(),
             })));
+            took_effect("Instantiate");
             format!("{name} made")
         }
         Err(error) => {
@@ -447,7 +522,7 @@ fn instantiate(env: &Env, graph: u8) -> String {
     }
 }
 
-fn launch(env: &Env, exec: u8, stream: u8) -> String {
+fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
     let world = &env.world;
     let Some(entry) = pick(&EXECS, exec) else {
         return "no executable".to_owned();
@@ -459,8 +534,17 @@ fn launch(env: &Env, exec: u8, stream: u8) -> String {
     if stream.context.context.as_raw() != entry.context.context.as_raw() {
         return format!("{} is of another context than {}", stream.name, entry.name);
     }
+    if behind_gate && matches!(stream.stream.capture_state(), Ok(None)) {
+        // Until a later step opens the gate (`Op::Open`), or the sequence ends.
+        let _ = world.hold(&stream);
+    }
     match entry.exec.launch(&stream.stream) {
         Ok(()) => {
+            took_effect(if stream.held(world) {
+                "Launch (behind a gate)"
+            } else {
+                "Launch"
+            });
             if !stream.context_failed()
                 && !entry.context.failed.load(Ordering::SeqCst)
                 && let Some(marker) = mark(&stream)
@@ -517,6 +601,7 @@ fn set_graph_callable(env: &Env, graph: u8, node: u8, panic_in_run: bool) -> Str
     let probe = witness.probe();
     match listed[at].set_callable(move || probe.ran()) {
         Ok(()) => {
+            took_effect("SetGraphCallable");
             known[at].callable = Some(Arc::clone(&witness));
             entry.every.push(witness);
             format!("node {at} of {} runs callable {number}", entry.name)
@@ -571,7 +656,7 @@ fn set_exec_callable(
     if fences_fail {
         env.world.faults_armed.store(true, Ordering::SeqCst);
         env.controls
-            .fail_next_calls(c"cuEventQuery", 4, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+            .fail_next_calls(c"cuEventQuery", 64, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     }
     let set = exec
         .exec
@@ -582,6 +667,11 @@ fn set_exec_callable(
     }
     match set {
         Ok(()) => {
+            took_effect(match (known[at].engine, fences_fail) {
+                (true, _) => "SetExecCallable (engine)",
+                (false, true) => "SetExecCallable (fences fail)",
+                (false, false) => "SetExecCallable",
+            });
             known[at].callable = Some(Arc::clone(&witness));
             exec.every.push(witness);
             format!("node {at} of {} runs callable {number}", exec.name)
@@ -649,6 +739,7 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
             },
         })
         .collect();
+    took_effect("Update");
     exec.every.extend(graph.every.iter().cloned());
     exec.nodes = Some(nodes);
     format!("{} updated from {}", exec.name, graph.name)
@@ -679,6 +770,7 @@ fn clone(env: &Env, graph: u8) -> String {
                 ),
             };
             drop(entry);
+            took_effect("Clone");
             format!("{} made", keep(made))
         }
         Err(error) => {
@@ -723,11 +815,14 @@ fn host_nodes(env: &Env, graph: u8) -> String {
             }
         }
     }
+    took_effect("HostNodes");
     format!("{} has {} host nodes", entry.name, listed.len())
 }
 
-/// At the end of a sequence: every executable, then every graph, dropped on the calling worker.
-pub fn drop_all() -> String {
+/// At the end of a sequence: every executable, then every graph, dropped on the calling worker;
+/// the device as fast as ever.
+pub fn drop_all(controls: &suite::software::Controls) -> String {
+    controls.set_wait_poll_interval(None);
     let execs = std::mem::take(&mut *lock(&EXECS));
     let graphs = std::mem::take(&mut *lock(&GRAPHS));
     let counts = (execs.len(), graphs.len());

@@ -15,7 +15,8 @@
 //!
 //! Environment: `CHAOS_SEED` replays one sequence (the seed a failure prints); `CHAOS_SECONDS`
 //! (default 20) is the time budget, `CHAOS_STEPS` (default 48) the longest sequence,
-//! `CHAOS_WORKERS` (default 3) the threads; `CHAOS_LOG=1` prints cuda-host's log records.
+//! `CHAOS_WORKERS` (default 3) the threads; `CHAOS_LOG=1` prints cuda-host's log records;
+//! `CHAOS_PRINT_SEEDS=1` prints each sequence's seed before it runs (a crash is then replayable).
 
 mod execute;
 mod finish;
@@ -46,6 +47,7 @@ struct Settings {
     steps: usize,
     workers: usize,
     spawns_fail: bool,
+    print_seeds: bool,
 }
 
 impl Settings {
@@ -62,6 +64,7 @@ impl Settings {
                 .map_or(3, |workers| workers as usize)
                 .max(1),
             spawns_fail: std::env::var_os("CHAOS_SPAWNS_FAIL").is_some(),
+            print_seeds: std::env::var_os("CHAOS_PRINT_SEEDS").is_some(),
         }
     }
 }
@@ -122,6 +125,10 @@ fn main() {
             Some(seed) => seed,
             None => split_mix(base_seed.wrapping_add(case)),
         };
+        if settings.print_seeds {
+            // Before it runs: a sequence that crashes the process is named by the last line.
+            println!("chaos: sequence {seed}");
+        }
         let mut runner = TestRunner::new_with_rng(Config::default(), rng(seed));
         let mut tree = plan::sequence(settings.steps)
             .new_tree(&mut runner)
@@ -174,6 +181,7 @@ fn print_figures(figures: &Figures) {
         .map(|(op, count)| format!("{op} {count}"))
         .collect();
     println!("chaos: steps by operation: {}", ops.join(", "));
+    println!("chaos: graph steps that took effect: {}", graphs::figures());
     let faults: u64 = [
         "Fail",
         "FailNext",

@@ -287,7 +287,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         .prop_map(|mode| Op::Logger { mode }),
         1 => any::<bool>().prop_map(|panicking| Op::Hook { panicking }),
         1 => Just(Op::Retire),
-        12 => crate::graphs::op().prop_map(Op::Graph),
+        30 => crate::graphs::op().prop_map(Op::Graph),
     ]
 }
 
