@@ -476,8 +476,9 @@ fn captured_by_other_code(
         return Ok(false);
     }
     let mut nodes = 0usize;
+    let count_only = std::ptr::null_mut();
     // SAFETY: the capture's graph; a null array asks for the count.
-    unsafe { checked!(driver, cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes)) }?;
+    unsafe { checked!(driver, cuGraphGetNodes(graph, count_only, &mut nodes)) }?;
     let mut all = vec![std::ptr::null_mut(); nodes];
     // SAFETY: room for `nodes` nodes; the driver writes at most that many and says how many.
     unsafe { checked!(driver, cuGraphGetNodes(graph, all.as_mut_ptr(), &mut nodes)) }?;

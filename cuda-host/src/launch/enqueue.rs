@@ -139,19 +139,19 @@ pub(crate) fn run_once<P: RunOnce>(
         return Err(error);
     }
     context_failure::mark_launched(context.raw().addr(), ticket);
-    let taken = match entry {
+    let look = match entry {
         // The engine looked itself, while no later launch could take a number on the lane, and
         // answered a capture that took its batch as a refusal (handled above).
-        HostFuncEntry::Polled { .. } => None,
-        _ => match window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data())
-        {
-            Ok(false) => None,
-            Ok(true) => Some(Error::StreamCapturing {
-                status: CaptureState::Active,
-            }),
-            // A look that fails cannot tell whether a graph may call the record: taken.
-            Err(error) => Some(error),
-        },
+        HostFuncEntry::Polled { .. } => Ok(false),
+        _ => window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data()),
+    };
+    let taken = match look {
+        Ok(false) => None,
+        Ok(true) => Some(Error::StreamCapturing {
+            status: CaptureState::Active,
+        }),
+        // A look that fails cannot tell whether a graph may call the record: taken.
+        Err(error) => Some(error),
     };
     let Some(error) = taken else {
         return Ok(());
