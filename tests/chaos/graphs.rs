@@ -188,6 +188,9 @@ struct ExecEntry {
     /// Its nodes as its graph's were at the instantiation, or `None` (see [`GraphEntry`]).
     nodes: Option<Vec<Node>>,
     every: Vec<Arc<Witness>>,
+    /// The stream of its latest launch: the driver orders each launch behind the one before, on
+    /// whichever stream.
+    last_stream: Option<Arc<StreamEntry>>,
 }
 
 impl ExecEntry {
@@ -511,6 +514,7 @@ fn instantiate(env: &Env, graph: u8) -> String {
                 context: Arc::clone(&entry.context),
                 nodes: entry.nodes.clone(),
                 every: entry.every.clone(),
+                last_stream: None,
             })));
             took_effect("Instantiate");
             format!("{name} made")
@@ -530,9 +534,20 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
     let Some(stream) = world.stream(stream) else {
         return "no stream".to_owned();
     };
-    let entry = lock(&entry);
+    let mut entry = lock(&entry);
     if stream.context.context.as_raw() != entry.context.context.as_raw() {
         return format!("{} is of another context than {}", stream.name, entry.name);
+    }
+    // A launch on another stream would wait for the one behind the gate, and a synchronize of
+    // that stream for a step after it.
+    if let Some(last) = &entry.last_stream
+        && !Arc::ptr_eq(last, &stream)
+        && last.held(world)
+    {
+        return format!(
+            "{}'s latest launch waits behind a gate on {}: not launched on {}",
+            entry.name, last.name, stream.name
+        );
     }
     if behind_gate && matches!(stream.stream.capture_state(), Ok(None)) {
         // Until a later step opens the gate (`Op::Open`), or the sequence ends.
@@ -540,6 +555,7 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
     }
     match entry.exec.launch(&stream.stream) {
         Ok(()) => {
+            entry.last_stream = Some(Arc::clone(&stream));
             took_effect(if stream.held(world) {
                 "Launch (behind a gate)"
             } else {
