@@ -191,6 +191,9 @@ struct ExecEntry {
     /// The stream of its latest launch: the driver orders each launch behind the one before, on
     /// whichever stream.
     last_stream: Option<Arc<StreamEntry>>,
+    /// Whether it was given callables of its own, or was updated (see [`update`]).
+    own_callables: bool,
+    updated: bool,
 }
 
 impl ExecEntry {
@@ -515,6 +518,8 @@ fn instantiate(env: &Env, graph: u8) -> String {
                 nodes: entry.nodes.clone(),
                 every: entry.every.clone(),
                 last_stream: None,
+                own_callables: false,
+                updated: false,
             })));
             took_effect("Instantiate");
             format!("{name} made")
@@ -647,6 +652,12 @@ fn set_exec_callable(
     let graph = lock(&graph);
     let mut exec = lock(&exec);
     let exec = &mut *exec;
+    if exec.updated {
+        return format!(
+            "{} was updated: no callable of its own (see `update`)",
+            exec.name
+        );
+    }
     let Some(known) = exec.nodes.as_mut().filter(|nodes| !nodes.is_empty()) else {
         return format!("{}: no node the harness knows", exec.name);
     };
@@ -690,6 +701,7 @@ fn set_exec_callable(
             });
             known[at].callable = Some(Arc::clone(&witness));
             exec.every.push(witness);
+            exec.own_callables = true;
             format!("node {at} of {} runs callable {number}", exec.name)
         }
         Err(error) => {
@@ -722,6 +734,16 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
         return format!(
             "{} is not of {}'s shape: not updated",
             graph.name, exec.name
+        );
+    }
+    // An update gives the executable the graph's user objects in place of its own, among them
+    // the one that keeps the callables set on it and its engine nodes' slots alive while its
+    // launches run: those then go with the `GraphExec`, launches pending or not (the driver's
+    // update is outside cuda-host's promises so far). Only executables with neither are updated.
+    if exec.own_callables || from.iter().any(|&engine| engine) {
+        return format!(
+            "{} has callables of its own or engine nodes: not updated",
+            exec.name
         );
     }
     let mut info = CUgraphExecUpdateResultInfo::default();
@@ -758,6 +780,7 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
     took_effect("Update");
     exec.every.extend(graph.every.iter().cloned());
     exec.nodes = Some(nodes);
+    exec.updated = true;
     format!("{} updated from {}", exec.name, graph.name)
 }
 

@@ -16,7 +16,8 @@
 //! Environment: `CHAOS_SEED` replays one sequence (the seed a failure prints); `CHAOS_SECONDS`
 //! (default 20) is the time budget, `CHAOS_STEPS` (default 48) the longest sequence,
 //! `CHAOS_WORKERS` (default 3) the threads; `CHAOS_LOG=1` prints cuda-host's log records;
-//! `CHAOS_PRINT_SEEDS=1` prints each sequence's seed before it runs (a crash is then replayable).
+//! `CHAOS_PRINT_SEEDS=1` prints each sequence's seed before it runs, and each step as it starts
+//! (a crash is then replayable and readable).
 
 mod execute;
 mod finish;
@@ -37,6 +38,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use workers::Workers;
 use world::World;
+
+/// Whether each step is printed as it starts (`CHAOS_PRINT_SEEDS`): a crash is then replayable
+/// and readable.
+static PRINT_STEPS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// How long one step may take before the watchdog stops the run.
 const STEP_BOUND: Duration = Duration::from_secs(60);
@@ -87,6 +92,7 @@ struct Failure {
 
 fn main() {
     let settings = Settings::from_env();
+    PRINT_STEPS.store(settings.print_seeds, Ordering::Relaxed);
     let driver = suite::test_driver();
     if !driver.is_software() {
         println!(
@@ -209,6 +215,10 @@ fn report(
     mut failure: Failure,
 ) -> ! {
     println!("chaos: seed {seed} broke a promise; shrinking");
+    // Before shrinking, which replays smaller sequences: one of them may crash the process.
+    for violation in &failure.violations {
+        println!("chaos: broken: {violation}");
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut scratch = Figures::default();
     let trace = std::env::var_os("CHAOS_SHRINK_TRACE").is_some();
@@ -360,6 +370,9 @@ fn run_steps(
             if step.beside { ", beside the next" } else { "" },
             step.op
         );
+        if PRINT_STEPS.load(Ordering::Relaxed) {
+            println!("chaos: step {what}");
+        }
         let outcome = match step.op {
             Op::Retire => {
                 let env_job = env.clone();
