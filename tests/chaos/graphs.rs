@@ -558,7 +558,24 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
         // Until a later step opens the gate (`Op::Open`), or the sequence ends.
         let _ = world.hold(&stream);
     }
-    match entry.exec.launch(&stream.stream) {
+    // On the legacy stream while a blocking stream of its context captures (and no capture
+    // begins or ends meanwhile), the launch must be refused before the driver is called, which
+    // would invalidate that capture.
+    let changes = world.capture_changes.load(Ordering::SeqCst);
+    let blocking_capture = (stream.kind == StreamKind::Legacy)
+        .then(|| blocking_capture_of(world, &stream))
+        .flatten();
+    let launched = entry.exec.launch(&stream.stream);
+    if launched.is_ok()
+        && let Some(capturing) = blocking_capture
+        && world.capture_changes.load(Ordering::SeqCst) == changes
+    {
+        violated(format!(
+            "{} launched on {} while {} captured",
+            entry.name, stream.name, capturing
+        ));
+    }
+    match launched {
         Ok(()) => {
             entry.last_stream = Some(Arc::clone(&stream));
             took_effect(if stream.held(world) {
@@ -584,6 +601,29 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
             format!("{} launch on {} refused: {error}", entry.name, stream.name)
         }
     }
+}
+
+/// A blocking stream of `legacy`'s context that a worker's capture holds, by name.
+fn blocking_capture_of(world: &crate::world::World, legacy: &StreamEntry) -> Option<String> {
+    let raw = legacy.context.context.as_raw();
+    world
+        .streams
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|stream| {
+            stream.kind == StreamKind::Blocking
+                && stream.context.context.as_raw() == raw
+                && stream.captures.load(Ordering::SeqCst) != 0
+                && matches!(
+                    suite::capture::is_capturing(stream.stream.as_raw()),
+                    (
+                        CUresult::CUDA_SUCCESS,
+                        cuda_host_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+                    )
+                )
+        })
+        .map(|stream| stream.name.clone())
 }
 
 fn set_graph_callable(env: &Env, graph: u8, node: u8, panic_in_run: bool) -> String {
