@@ -359,6 +359,8 @@ fn run_steps(
     // at a driver call may have begun in any of them, and any may have broken another's.
     let mut together_at: Vec<(String, usize)> = Vec::new();
     let mut calls_before = breaking_calls(env.controls);
+    // Streams the steps of the group used, taken early (below).
+    let mut used_early = Vec::new();
     for (number, step) in steps.iter().enumerate() {
         let worker = usize::from(step.worker) % workers.len();
         figures.steps += 1;
@@ -372,6 +374,16 @@ fn run_steps(
         );
         if PRINT_STEPS.load(Ordering::Relaxed) {
             println!("chaos: step {what}");
+        }
+        if matches!(step.op, Op::ForeignEnd { .. }) && !together_at.is_empty() {
+            // Steps started beside the ones before may still run, and break the capture this one
+            // ends: they finish, and their breaking calls are noted, first.
+            for (what, outcome) in workers.finish_pending()? {
+                log.push(format!("{what} -> {outcome}"));
+            }
+            let used = env.world.take_used();
+            note_breakers(env, &together_at, &used, calls_before);
+            used_early.extend(used);
         }
         let outcome = match step.op {
             Op::Retire => {
@@ -409,7 +421,8 @@ fn run_steps(
         if step.beside {
             continue;
         }
-        let used = env.world.take_used();
+        let mut used = env.world.take_used();
+        used.append(&mut used_early);
         let broke = breaking_calls(env.controls) != calls_before;
         note_breakers(env, &together_at, &used, calls_before);
         end_triggered_capture(env, workers, worker, &used, broke, log)?;
@@ -429,7 +442,8 @@ fn run_steps(
         for (what, outcome) in workers.finish_pending()? {
             log.push(format!("{what} -> {outcome}"));
         }
-        let used = env.world.take_used();
+        let mut used = env.world.take_used();
+        used.append(&mut used_early);
         let broke = breaking_calls(env.controls) != calls_before;
         note_breakers(env, &together_at, &used, calls_before);
         let last = usize::from(steps[steps.len() - 1].worker) % workers.len();
