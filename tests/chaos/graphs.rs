@@ -559,20 +559,22 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
         let _ = world.hold(&stream);
     }
     // On the legacy stream while a blocking stream of its context captures (and no capture
-    // begins or ends meanwhile), the launch must be refused before the driver is called, which
-    // would invalidate that capture.
+    // begins or ends meanwhile), the launch must be refused with `StreamCapturing` before the
+    // driver is called, which would refuse it too, and invalidate that capture.
     let changes = world.capture_changes.load(Ordering::SeqCst);
     let blocking_capture = (stream.kind == StreamKind::Legacy)
         .then(|| blocking_capture_of(world, &stream))
         .flatten();
     let launched = entry.exec.launch(&stream.stream);
-    if launched.is_ok()
+    let refused_first = matches!(launched, Err(cuda_host::Error::StreamCapturing { .. }));
+    if !refused_first
         && let Some(capturing) = blocking_capture
         && world.capture_changes.load(Ordering::SeqCst) == changes
+        && !world.faults_armed.load(Ordering::SeqCst)
     {
         violated(format!(
-            "{} launched on {} while {} captured",
-            entry.name, stream.name, capturing
+            "{} on {} while {} captured was not refused before the driver was called: {:?}",
+            entry.name, stream.name, capturing, launched
         ));
     }
     match launched {
