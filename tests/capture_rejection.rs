@@ -867,3 +867,52 @@ fn a_launch_does_not_wait_for_a_capture_of_another_stream_held_by_a_legacy_launc
     }
     panic!("in 5 tries, the legacy launch was never held in the driver across the capture's begin");
 }
+
+#[test]
+fn a_launch_whose_look_at_the_capture_that_took_it_fails_counts_as_taken_and_its_node_does_nothing()
+{
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "a_launch_whose_look_at_the_capture_that_took_it_fails_counts_as_taken_and_its_node_does_nothing",
+            "beginning a capture inside a call and failing the look are software-driver controls",
+        );
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    // Other code begins capturing the stream inside the launch's cuLaunchHostFunc, past its
+    // check; the look afterwards at that capture's nodes fails.
+    controls.begin_capture_at_next_call(
+        c"cuLaunchHostFunc",
+        &stream,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    controls.fail_next_calls(
+        c"cuStreamGetCaptureInfo_v3",
+        1,
+        CUresult::CUDA_ERROR_UNKNOWN,
+    );
+    let probe = tally.probe();
+    let launched = host_launch(&stream, move || probe.ran());
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let ended = unsafe {
+        context
+            .driver()
+            .cuStreamEndCapture(stream.as_raw(), &mut raw)
+    };
+    assert_eq!(ended, CUresult::CUDA_SUCCESS, "the capture ends");
+    assert!(
+        launched.is_err(),
+        "a launch the look could not clear was reported as enqueued"
+    );
+    assert_eq!(
+        (tally.runs(), tally.drops()),
+        (0, 1),
+        "its closure is dropped at once, unrun"
+    );
+    // The node it left in the other code's graph does nothing, however often the graph runs.
+    run_graph(Graph(raw), &stream, 3);
+    assert_eq!(tally.runs(), 0);
+}

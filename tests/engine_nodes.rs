@@ -490,14 +490,16 @@ fn a_callable_the_engine_lets_go_of_after_its_last_run_is_dropped_on_the_thread_
     let stream = new_stream(&context);
     let gate = Gate::new(&context);
     let tally = Tally::new();
-    let (_graph, _executable) =
+    let (_graph, executable) =
         launch_holding_the_last_reference(&context, &stream, &gate, &tally, || {});
     let served = polled_engine_counts().functions;
     gate.open();
-    // The server counts a request once it ran it and let go of its callable.
+    // The engine keeps the callable until the node's next request, which the next launch makes
+    // once the first finished; the server counts a request once it ran it.
+    executable.launch(&stream).expect("the next launch");
     wait_until(
-        "the engine to serve the launch and let go of its callable",
-        || tally.runs() == 1 && polled_engine_counts().functions > served,
+        "the engine to serve both launches and let go of the first's callable",
+        || tally.runs() == 1 && polled_engine_counts().functions > served + 1,
     );
     assert_dropped_here_not_by_another_threads_drain(&tally);
 }
@@ -591,4 +593,52 @@ fn callables_another_thread_set_on_an_executable_are_dropped_on_that_thread_when
         );
         assert_eq!(there.drop_threads(), [other, other]);
     });
+}
+
+#[test]
+fn a_callable_the_engine_ran_is_kept_until_the_launch_that_ran_it_finished() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    // The engine node, then a driver host node that holds the launch until it is let through.
+    let graph = Graph::new(&context).expect("graph");
+    let node = graph.add_engine_host_node(&[], || {}).expect("engine node");
+    let through = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let waiting = Arc::clone(&through);
+    graph
+        .add_host_node(&[&node], move || {
+            while !waiting.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+        })
+        .expect("holding node");
+    let executable = graph.instantiate().expect("instantiates");
+    let probe = tally.probe();
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("its own callable");
+    executable.launch(&stream).expect("launch");
+    // Replaced: the pending launch holds the callable's last reference.
+    executable
+        .set_host_node_callable(&node, || {})
+        .expect("replaced");
+    let served = polled_engine_counts().functions;
+    wait_until("the engine to run the callable", || {
+        tally.runs() == 1 && polled_engine_counts().functions > served
+    });
+    // The launch has not finished: its callable stays, however often this thread drains.
+    for _ in 0..100 {
+        reclaim();
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+    assert_eq!(
+        tally.drops(),
+        0,
+        "dropped while the launch that ran it was in flight"
+    );
+    through.store(true, Ordering::SeqCst);
+    stream.synchronize().expect("synchronize");
+    drop((executable, graph));
+    tally.reclaim_until_dropped(1, "the callable once its executable went");
 }

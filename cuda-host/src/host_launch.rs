@@ -182,9 +182,10 @@ pub enum UserData<'a> {
 ///    pointer valid until the stream is destroyed, or use [`UserData::Copied`], whose record does
 ///    not run once cuda-host has seen the failure. A capture other code begins between the
 ///    capture check and the launch takes the launch: where the driver shows that (the launch is
-///    the capture's last node) the call answers [`Error::StreamCapturing`](crate::Error), but
-///    with no record to abandon, the node calls `function` with the pointer on each launch of
-///    that graph, so keep it valid while the graph may run.
+///    the capture's last node) the call answers [`Error::StreamCapturing`](crate::Error), and
+///    where the look at the capture fails, that failure; but with no record to abandon, the
+///    node calls `function` with the pointer on each launch of that graph (or, the launch not
+///    taken, the stream once), so keep it valid while the graph may run.
 /// 3. With [`UserData::Copied`], `function` must not keep the pointer after it returns.
 ///
 /// # Errors

@@ -284,6 +284,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
             entry,
             stream,
             mode,
+            look_fails,
         } => {
             let Some(stream) = world.stream(stream) else {
                 return "no stream".to_owned();
@@ -299,9 +300,22 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
             *world.armed.lock().unwrap() = Some(Arc::clone(&stream));
             env.controls
                 .begin_capture_at_next_call(entry, &stream.stream, raw_mode(mode));
+            if look_fails {
+                world.faults_armed.store(true, Ordering::SeqCst);
+                env.controls.fail_next_calls_any_thread(
+                    c"cuStreamGetCaptureInfo_v3",
+                    1,
+                    CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                );
+            }
             format!(
-                "the next call of {entry:?} begins a {mode:?} capture of {}",
-                stream.name
+                "the next call of {entry:?} begins a {mode:?} capture of {}{}",
+                stream.name,
+                if look_fails {
+                    ", and the next look at a capture fails"
+                } else {
+                    ""
+                }
             )
         }
         Op::CaptureBesideHeldLaunches { context } => {
@@ -335,6 +349,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
         Op::Retire => unreachable!("the runner retires workers itself"),
         Op::Timeline(ref op) => crate::timelines::execute(env, op),
         Op::Copy(ref op) => crate::copies::execute(env, op),
+        Op::Graph(ref op) => crate::graphs::execute(env, local, op),
     }
 }
 
@@ -816,6 +831,16 @@ fn fail(env: &Env, context: u8) -> String {
     {
         witness.must_run.store(false, Ordering::SeqCst);
         witness.not_before.lock().unwrap().clear();
+    }
+    // A value of another context may wait for a point of one of this context's streams (a
+    // graph launched there): that stream may never pass it now.
+    let streams_here = format!(" of {}", entry.name);
+    for witness in witness::all() {
+        witness
+            .not_before
+            .lock()
+            .unwrap()
+            .retain(|passed| !passed.progress.name.ends_with(&streams_here));
     }
     env.controls
         .set_sticky_error(&entry.context, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);

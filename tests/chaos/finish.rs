@@ -122,15 +122,35 @@ pub fn finish(
     )?;
     log.push(format!("end: {outcome}"));
     log.push(format!("end: {}", crate::copies::check_raw_launches()));
-    // Each worker drops what is its own.
-    for index in 0..workers.len() {
-        let id = workers.id(index);
-        let outcome = workers.run(
-            index,
-            "reclaim this worker's values".to_owned(),
-            Box::new(move |_| reclaim_own(id)),
-        )?;
-        log.push(format!("end: worker {index}: {outcome}"));
+    // Each worker drops what is its own, in rounds: a value one worker drops may hand another's
+    // to its home (an executable's state holding callables other workers set), so a worker
+    // whose own are all dropped may be handed more by a later worker's drain.
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let mut outcomes = Vec::new();
+        for index in 0..workers.len() {
+            let id = workers.id(index);
+            let outcome = workers.run(
+                index,
+                "reclaim this worker's values".to_owned(),
+                Box::new(move |_| reclaim_own(id)),
+            )?;
+            outcomes.push(outcome);
+        }
+        let ids: Vec<usize> = (0..workers.len()).map(|index| workers.id(index)).collect();
+        let left = witness::all()
+            .iter()
+            .filter(|witness| {
+                (ids.contains(&witness.home) || witness::has_exited(witness.home))
+                    && witness.drops() == 0
+            })
+            .count();
+        if left == 0 || Instant::now() > deadline {
+            for (index, outcome) in outcomes.iter().enumerate() {
+                log.push(format!("end: worker {index}: {outcome}"));
+            }
+            break;
+        }
     }
     workers.stop()?;
     check_witnesses();
@@ -189,19 +209,23 @@ fn settle(env: &Env) -> String {
         }
     }
     drop(contexts);
+    let graphs = crate::graphs::drop_all(env.controls);
     world.forget_gates();
     world.words.recycle();
     let streams_count = streams.len();
     drop(streams);
     world.streams.lock().unwrap().clear();
     world.contexts.lock().unwrap().truncate(1);
-    format!("{streams_count} streams synchronized ({failed} failed contexts'), points completed")
+    format!(
+        "{streams_count} streams synchronized ({failed} failed contexts'), points completed, \
+         {graphs}"
+    )
 }
 
-/// On a worker: reclaims until every witness homed here, or homed on a worker that exited
-/// (whose records any thread drops), was dropped (or the bound passed).
+/// On a worker: reclaims for a while (a round of [`finish`]'s), until every witness homed here,
+/// or homed on a worker that exited (whose records any thread drops), was dropped.
 fn reclaim_own(id: usize) -> String {
-    let deadline = Instant::now() + SETTLE;
+    let deadline = Instant::now() + Duration::from_millis(20);
     loop {
         cuda_host::reclaim();
         let left = witness::all()

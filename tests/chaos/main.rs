@@ -12,18 +12,24 @@
 //! - `observers`: the logger and panic hook, whose behaviour steps change;
 //! - `finish`: the end of a sequence and the invariants of "nothing left";
 //! - `timelines`: the timeline family (its operations and checks);
-//! - `copies`: host copies, raw launches and launches in a sync mode.
+//! - `copies`: host copies, raw launches and launches in a sync mode;
+//! - `graphs`: the graph family (graphs, executables, their host nodes);
+//! - `held_launches`: a capture begun beside launches the driver holds on many streams;
+//! - `contended`: threads racing their looks at one stream's points.
 //!
 //! Environment: `CHAOS_SEED` replays one sequence (the seed a failure prints); `CHAOS_SECONDS`
 //! (default 20) is the time budget, `CHAOS_STEPS` (default 48) the longest sequence,
-//! `CHAOS_WORKERS` (default 3) the threads; `CHAOS_LOG=1` prints cuda-host's log records.
-//! `CHAOS_BASE_SEED` fixes the seed the budget's sequences are drawn from, and `CHAOS_HUNT=1`
-//! stops at the first broken promise without shrinking it (`cargo xtask mutations` uses both).
+//! `CHAOS_WORKERS` (default 3) the threads; `CHAOS_LOG=1` prints cuda-host's log records;
+//! `CHAOS_PRINT_SEEDS=1` prints each sequence's seed before it runs, and each step as it starts
+//! (a crash is then replayable and readable). `CHAOS_BASE_SEED` fixes the seed the budget's
+//! sequences are drawn from, and `CHAOS_HUNT=1` stops at the first broken promise without
+//! shrinking it (`cargo xtask mutations` uses both).
 
 mod contended;
 mod copies;
 mod execute;
 mod finish;
+mod graphs;
 mod held_launches;
 mod observers;
 mod plan;
@@ -43,6 +49,10 @@ use std::time::{Duration, Instant};
 use workers::Workers;
 use world::World;
 
+/// Whether each step is printed as it starts (`CHAOS_PRINT_SEEDS`): a crash is then replayable
+/// and readable.
+static PRINT_STEPS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How long one step may take before the watchdog stops the run.
 const STEP_BOUND: Duration = Duration::from_secs(60);
 
@@ -56,6 +66,7 @@ struct Settings {
     base_seed: Option<u64>,
     /// Stop at the first broken promise, unshrunk, and skip the child process.
     hunt: bool,
+    print_seeds: bool,
 }
 
 impl Settings {
@@ -77,6 +88,7 @@ impl Settings {
                     .unwrap_or_else(|_| panic!("CHAOS_BASE_SEED is a number, not {seed:?}"))
             }),
             hunt: std::env::var_os("CHAOS_HUNT").is_some_and(|hunt| hunt == "1"),
+            print_seeds: std::env::var_os("CHAOS_PRINT_SEEDS").is_some(),
         }
     }
 }
@@ -99,6 +111,7 @@ struct Failure {
 
 fn main() {
     let settings = Settings::from_env();
+    PRINT_STEPS.store(settings.print_seeds, Ordering::Relaxed);
     let driver = suite::test_driver();
     if !driver.is_software() {
         println!(
@@ -137,6 +150,10 @@ fn main() {
             Some(seed) => seed,
             None => split_mix(base_seed.wrapping_add(case)),
         };
+        if settings.print_seeds {
+            // Before it runs: a sequence that crashes the process is named by the last line.
+            println!("chaos: sequence {seed}");
+        }
         let mut runner = TestRunner::new_with_rng(Config::default(), rng(seed));
         let mut tree = plan::sequence(settings.steps)
             .new_tree(&mut runner)
@@ -191,6 +208,7 @@ fn print_figures(figures: &Figures) {
     println!("chaos: steps by operation: {}", ops.join(", "));
     println!("chaos: timelines: {}", timelines::figures());
     println!("chaos: copies and launch forms: {}", copies::figures());
+    println!("chaos: graph steps that took effect: {}", graphs::figures());
     let faults: u64 = [
         "Fail",
         "FailNext",
@@ -226,6 +244,10 @@ fn report(
         std::process::exit(1);
     }
     println!("chaos: seed {seed} broke a promise; shrinking");
+    // Before shrinking, which replays smaller sequences: one of them may crash the process.
+    for violation in &failure.violations {
+        println!("chaos: broken: {violation}");
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut scratch = Figures::default();
     let trace = std::env::var_os("CHAOS_SHRINK_TRACE").is_some();
@@ -281,11 +303,12 @@ fn split_mix(mut x: u64) -> u64 {
 
 fn op_name(op: &Op) -> &'static str {
     let debug = format!("{op:?}");
-    let name = debug
-        .split([' ', '{', '('])
-        .next()
-        .unwrap_or("?")
-        .to_owned();
+    let mut words = debug.split([' ', '{', '(']);
+    let mut name = words.next().unwrap_or("?").to_owned();
+    // A family's operations by their own names.
+    if let Op::Graph(_) = op {
+        name = format!("{name}::{}", words.next().unwrap_or("?"));
+    }
     Box::leak(name.into_boxed_str())
 }
 
@@ -365,6 +388,8 @@ fn run_steps(
     // at a driver call may have begun in any of them, and any may have broken another's.
     let mut together_at: Vec<(String, usize)> = Vec::new();
     let mut calls_before = breaking_calls(env.controls);
+    // Streams the steps of the group used, taken early (below).
+    let mut used_early = Vec::new();
     for (number, step) in steps.iter().enumerate() {
         let worker = usize::from(step.worker) % workers.len();
         figures.steps += 1;
@@ -376,6 +401,19 @@ fn run_steps(
             if step.beside { ", beside the next" } else { "" },
             step.op
         );
+        if PRINT_STEPS.load(Ordering::Relaxed) {
+            println!("chaos: step {what}");
+        }
+        if matches!(step.op, Op::ForeignEnd { .. }) && !together_at.is_empty() {
+            // Steps started beside the ones before may still run, and break the capture this one
+            // ends: they finish, and their breaking calls are noted, first.
+            for (what, outcome) in workers.finish_pending()? {
+                log.push(format!("{what} -> {outcome}"));
+            }
+            let used = env.world.take_used();
+            note_breakers(env, &together_at, &used, calls_before);
+            used_early.extend(used);
+        }
         let outcome = match step.op {
             Op::Retire => {
                 let env_job = env.clone();
@@ -412,7 +450,8 @@ fn run_steps(
         if step.beside {
             continue;
         }
-        let used = env.world.take_used();
+        let mut used = env.world.take_used();
+        used.append(&mut used_early);
         let broke = breaking_calls(env.controls) != calls_before;
         note_breakers(env, &together_at, &used, calls_before);
         end_triggered_capture(env, workers, worker, &used, broke, log)?;
@@ -432,7 +471,8 @@ fn run_steps(
         for (what, outcome) in workers.finish_pending()? {
             log.push(format!("{what} -> {outcome}"));
         }
-        let used = env.world.take_used();
+        let mut used = env.world.take_used();
+        used.append(&mut used_early);
         let broke = breaking_calls(env.controls) != calls_before;
         note_breakers(env, &together_at, &used, calls_before);
         let last = usize::from(steps[steps.len() - 1].worker) % workers.len();

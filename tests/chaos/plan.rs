@@ -15,7 +15,7 @@ pub struct Step {
 }
 
 /// A driver entry point cuda-host calls, for failures, delays and captures begun at a call.
-pub const ENTRIES: [&std::ffi::CStr; 16] = [
+pub const ENTRIES: [&std::ffi::CStr; 19] = [
     c"cuLaunchHostFunc",
     c"cuEventRecord",
     c"cuEventQuery",
@@ -32,6 +32,9 @@ pub const ENTRIES: [&std::ffi::CStr; 16] = [
     c"cuCtxGetCurrent",
     c"cuMemHostAlloc",
     c"cuStreamCreate",
+    c"cuStreamGetCaptureInfo_v3",
+    c"cuGraphLaunch",
+    c"cuGraphExecHostNodeSetParams",
 ];
 
 /// Entry points whose next call a capture may begin at: those a worker's own step makes on the
@@ -155,10 +158,13 @@ pub enum Op {
     ForeignEnd {
         capture: u8,
     },
+    /// With `look_fails`, the next look at a capture's nodes (`cuStreamGetCaptureInfo`, a
+    /// launch's look whether the capture took it) fails too.
     CaptureAtNextCall {
         entry: u8,
         stream: u8,
         mode: Mode,
+        look_fails: bool,
     },
     /// A capture of a fresh blocking stream of the context, begun while the driver holds a
     /// launch on each of many other ordinary streams of it: it begins within its bound.
@@ -187,6 +193,8 @@ pub enum Op {
     // ---- Families ----
     Timeline(crate::timelines::TimelineOp),
     Copy(crate::copies::CopyOp),
+    /// Graphs, executables and their host nodes (`graphs`).
+    Graph(crate::graphs::GraphOp),
 }
 
 impl Op {
@@ -195,6 +203,9 @@ impl Op {
     /// captures of other code, exiting workers), nor a replayable launch, whose safety contract
     /// forbids another thread to end a capture of its stream meanwhile.
     pub fn may_run_beside(&self) -> bool {
+        if let Op::Graph(op) = self {
+            return op.may_run_beside();
+        }
         !matches!(
             self,
             Op::Replayable { .. }
@@ -235,6 +246,7 @@ impl Op {
             Op::Logger { mode } => mode == LoggerMode::Panicking,
             Op::Hook { panicking } => panicking,
             Op::Copy(crate::copies::CopyOp::SyncMode { panic_in_run, .. }) => panic_in_run,
+            Op::Graph(ref op) => op.asks_for_a_panic(),
             _ => false,
         }
     }
@@ -292,8 +304,6 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (index(), 1..2000u16).prop_map(|(entry, micros)| Op::DelayNext { entry, micros }),
         2 => (index(), mode()).prop_map(|(stream, mode)| Op::ForeignBegin { stream, mode }),
         2 => index().prop_map(|capture| Op::ForeignEnd { capture }),
-        1 => (index(), index(), mode())
-            .prop_map(|(entry, stream, mode)| Op::CaptureAtNextCall { entry, stream, mode }),
         // Holding launches costs wall time: a sequence in about two hundred has one.
         1 => (index(), prop::bool::weighted(0.02)).prop_map(|(context, held)| {
             if held { Op::CaptureBesideHeldLaunches { context } } else { Op::Reclaim }
@@ -301,6 +311,14 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => index().prop_map(|stream| Op::ContendedLooks { stream }),
         1 => prop::option::of((index(), any::<bool>()))
             .prop_map(|replayable| Op::StrandCurrent { replayable }),
+        1 => (index(), index(), mode(), prop::bool::weighted(0.3)).prop_map(
+            |(entry, stream, mode, look_fails)| Op::CaptureAtNextCall {
+                entry,
+                stream,
+                mode,
+                look_fails,
+            }
+        ),
         1 => prop_oneof![
             1 => Just(LoggerMode::Quiet),
             1 => Just(LoggerMode::Panicking),
@@ -311,6 +329,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Retire),
         20 => crate::timelines::op().prop_map(Op::Timeline),
         6 => crate::copies::op().prop_map(Op::Copy),
+        30 => crate::graphs::op().prop_map(Op::Graph),
     ]
 }
 

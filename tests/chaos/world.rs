@@ -146,6 +146,18 @@ impl Progress {
     pub fn seen(&self) -> u32 {
         self.words.words.get(self.word)
     }
+
+    /// The last marker the stream wrote, once it is `marker` or later or `lag` passed.
+    pub fn seen_within(&self, marker: u32, lag: std::time::Duration) -> u32 {
+        let deadline = std::time::Instant::now() + lag;
+        loop {
+            let seen = self.seen();
+            if seen >= marker || std::time::Instant::now() > deadline {
+                return seen;
+            }
+            std::hint::spin_loop();
+        }
+    }
 }
 
 impl Drop for Progress {

@@ -476,6 +476,8 @@ impl Drop for ExecNode {
         if !self.slot.is_retired() {
             self.slot.close();
         }
+        // The callable the last launch ran, which a retired slot keeps too: no launch runs on.
+        self.slot.let_go_of_ran();
     }
 }
 

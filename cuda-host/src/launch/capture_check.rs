@@ -325,11 +325,15 @@ impl<'driver> EnqueueWindow<'driver> {
     /// Whether the launch of `function` with `user_data` made through this window became a node
     /// of a capture that other code began between the check and the launch (see
     /// [`captured_by_other_code`]).
+    ///
+    /// # Errors
+    /// The driver's error when the look fails: it cannot tell, so the caller counts the launch as
+    /// taken.
     pub(crate) fn launch_was_captured(
         &self,
         function: unsafe extern "C" fn(*mut c_void),
         user_data: *mut c_void,
-    ) -> bool {
+    ) -> Result<bool> {
         captured_by_other_code(self.driver, self.stream, function, user_data)
     }
 }
@@ -403,40 +407,48 @@ impl Drop for CaptureBeginning {
 /// through cuda-host past a launch the driver held): the stream captures now, and a host node of
 /// the capture's graph is that launch. The capture's last nodes are looked at first; since the
 /// capturing thread may have added work after the launch, then every node. A capture that began
-/// and ended between the launch and this look is not seen (`docs/RELIABILITY.md`).
+/// and ended between the launch and this look is not seen (`docs/RELIABILITY.md`). A node whose
+/// type or parameters cannot be read may be the launch: it counts as found.
+///
+/// # Errors
+/// The driver's error from `cuStreamIsCapturing`, `cuStreamGetCaptureInfo` or `cuGraphGetNodes`:
+/// the look tells nothing then, and a graph may call the launch's record.
 fn captured_by_other_code(
     driver: &Driver,
     stream: CUstream,
     function: unsafe extern "C" fn(*mut c_void),
     user_data: *mut c_void,
-) -> bool {
-    if !matches!(capture_state(driver, stream), Ok(Some(_))) {
-        return false;
+) -> Result<bool> {
+    if capture_state(driver, stream)?.is_none() {
+        return Ok(false);
     }
     let mut status = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     let mut graph: CUgraph = std::ptr::null_mut();
     let mut last_nodes: *const CUgraphNode = std::ptr::null();
     let mut count = 0usize;
     // SAFETY: a valid stream; the out-pointers are valid or null where the driver allows it.
-    let result = unsafe {
-        driver.cuStreamGetCaptureInfo_v3(
-            stream,
-            &mut status,
-            std::ptr::null_mut(),
-            &mut graph,
-            &mut last_nodes,
-            std::ptr::null_mut(),
-            &mut count,
+    unsafe {
+        checked!(
+            driver,
+            cuStreamGetCaptureInfo_v3(
+                stream,
+                &mut status,
+                std::ptr::null_mut(),
+                &mut graph,
+                &mut last_nodes,
+                std::ptr::null_mut(),
+                &mut count,
+            )
         )
-    };
-    if result != CUresult::CUDA_SUCCESS {
-        return false;
-    }
+    }?;
     let is_the_launch = |node: CUgraphNode| {
         let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: a node of the capture's graph; `kind` is a valid out-pointer.
         let result = unsafe { driver.cuGraphNodeGetType(node, &mut kind) };
-        if result != CUresult::CUDA_SUCCESS || kind != CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
+        if result != CUresult::CUDA_SUCCESS {
+            return true;
+        }
+        if kind != CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST {
             return false;
         }
         let mut params = CUDA_HOST_NODE_PARAMS {
@@ -445,11 +457,11 @@ fn captured_by_other_code(
         };
         // SAFETY: a host node of the capture's graph; `params` is a valid out-pointer.
         let result = unsafe { driver.cuGraphHostNodeGetParams(node, &mut params) };
-        result == CUresult::CUDA_SUCCESS
-            && params.userData == user_data
-            && params
-                .fn_
-                .is_some_and(|found| std::ptr::fn_addr_eq(found, function))
+        result != CUresult::CUDA_SUCCESS
+            || params.userData == user_data
+                && params
+                    .fn_
+                    .is_some_and(|found| std::ptr::fn_addr_eq(found, function))
     };
     let last_nodes = if last_nodes.is_null() {
         Vec::new()
@@ -458,27 +470,20 @@ fn captured_by_other_code(
         unsafe { std::slice::from_raw_parts(last_nodes, count) }.to_vec()
     };
     if last_nodes.into_iter().any(is_the_launch) {
-        return true;
+        return Ok(true);
     }
     if graph.is_null() {
-        return false;
+        return Ok(false);
     }
     let mut nodes = 0usize;
+    let count_only = std::ptr::null_mut();
     // SAFETY: the capture's graph; a null array asks for the count.
-    if unsafe { driver.cuGraphGetNodes(graph, std::ptr::null_mut(), &mut nodes) }
-        != CUresult::CUDA_SUCCESS
-    {
-        return false;
-    }
+    unsafe { checked!(driver, cuGraphGetNodes(graph, count_only, &mut nodes)) }?;
     let mut all = vec![std::ptr::null_mut(); nodes];
     // SAFETY: room for `nodes` nodes; the driver writes at most that many and says how many.
-    if unsafe { driver.cuGraphGetNodes(graph, all.as_mut_ptr(), &mut nodes) }
-        != CUresult::CUDA_SUCCESS
-    {
-        return false;
-    }
+    unsafe { checked!(driver, cuGraphGetNodes(graph, all.as_mut_ptr(), &mut nodes)) }?;
     all.truncate(nodes);
-    all.into_iter().any(is_the_launch)
+    Ok(all.into_iter().any(is_the_launch))
 }
 
 #[cfg(test)]

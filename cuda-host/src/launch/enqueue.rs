@@ -139,22 +139,39 @@ pub(crate) fn run_once<P: RunOnce>(
         return Err(error);
     }
     context_failure::mark_launched(context.raw().addr(), ticket);
-    let captured = match entry {
+    let look = match entry {
         // The engine looked itself, while no later launch could take a number on the lane, and
         // answered a capture that took its batch as a refusal (handled above).
-        HostFuncEntry::Polled { .. } => false,
+        HostFuncEntry::Polled { .. } => Ok(false),
         _ => window.launch_was_captured(trampoline::run_once_host_fn, ticket.into_user_data()),
     };
-    if captured && let Some(record) = slot::abandon_ticket(ticket) {
-        // Other code began a capture of the stream between the check and the launch: the
-        // launch became a node of that graph. Abandoned, the node does nothing.
-        // SAFETY: abandoning claimed the record, which never ran: it is ours to drop.
-        unsafe { reclaim::drop_soon(record) };
-        return Err(Error::StreamCapturing {
+    let taken = match look {
+        Ok(false) => None,
+        Ok(true) => Some(Error::StreamCapturing {
             status: CaptureState::Active,
-        });
+        }),
+        // A look that fails cannot tell whether a graph may call the record: taken.
+        Err(error) => Some(error),
+    };
+    let Some(error) = taken else {
+        return Ok(());
+    };
+    // Other code began a capture of the stream between the check and the launch, which may
+    // have made the launch a node of its graph. Abandoned, the record does nothing wherever it
+    // is called; one the trampoline claimed first ran live, and the launch stands.
+    let abandoned = slot::abandon_ticket(ticket);
+    // Let go before the closure's drop (user code, which may begin a capture through cuda-host,
+    // which waits for the window) and before the failure is noted (which logs).
+    drop(window);
+    let Some(record) = abandoned else {
+        return Ok(());
+    };
+    // SAFETY: abandoning claimed the record, which never ran: it is ours to drop.
+    unsafe { reclaim::drop_soon(record) };
+    if let Some(result) = error.driver_result() {
+        context_failure::abandon_if_failed(context, result);
     }
-    Ok(())
+    Err(error)
 }
 
 /// Launches `function` with `pointer` on `stream`, with the same capture check; nothing is
@@ -191,11 +208,14 @@ pub(crate) unsafe fn pass_through(
     let launched = unsafe { entry.enqueue(context, window.stream(), function, pointer) };
     // A capture other code began between the check and the launch may have taken it: a node of
     // that graph, which calls the function on each of its launches and never now. Nothing to
-    // abandon, but the caller is told, as for a run-once launch. (The engine answers a capture
-    // that took its batch as a refusal itself.)
-    let captured = launched.is_ok()
-        && !matches!(entry, HostFuncEntry::Polled { .. })
-        && window.launch_was_captured(function, pointer);
+    // abandon, but the caller is told, as for a run-once launch; a look that fails cannot tell,
+    // and is told as taken. (The engine answers a capture that took its batch as a refusal
+    // itself.)
+    let look = if launched.is_ok() && !matches!(entry, HostFuncEntry::Polled { .. }) {
+        window.launch_was_captured(function, pointer)
+    } else {
+        Ok(false)
+    };
     // Let go before a failure is noted, which logs: a logger may begin a capture through
     // cuda-host, which waits for a pass-through launch's window however long.
     drop(window);
@@ -204,12 +224,13 @@ pub(crate) unsafe fn pass_through(
     {
         context_failure::abandon_if_failed(context, result);
     }
-    if captured {
-        return Err(Error::StreamCapturing {
+    match look {
+        Ok(false) => launched,
+        Ok(true) => Err(Error::StreamCapturing {
             status: CaptureState::Active,
-        });
+        }),
+        Err(error) => Err(error),
     }
-    launched
 }
 
 /// Opens the launch's window on `stream` (`capture_check`); a failure its check sees is noted.

@@ -18,10 +18,14 @@
 //! launch on) on every engine node of the executable, and the server takes one at each request.
 //! So an idle executable costs nothing, and a launch the engine was not told of (the driver's
 //! `cuGraphLaunch` on the raw handle) waits at the node until a later launch's request is served
-//! in its place. The queued callables are shared: whoever lets go of the last reference (the
-//! server after a run or an abandon, a caller's thread with the executable), the callable's record
-//! goes to the inbox of the thread that made it (`GraphRecord`'s drop, one push), so no user
-//! `Drop` runs on the server, nor on a thread that did not make the callable.
+//! in its place. A callable the server ran stays with the slot until the node's next request:
+//! the launch that ran it is still in flight after the run (the rest of its graph, and the wait
+//! for [`DONE`]), and only the next launch's request, which the driver orders behind it, tells
+//! that it finished; the executable's end (`close`) tells it too. The queued callables are
+//! shared: whoever lets go of the last reference (the server at the next request or an abandon,
+//! a caller's thread with the executable), the callable's record goes to the inbox of the thread
+//! that made it (`GraphRecord`'s drop, one push), so no user `Drop` runs on the server, nor on a
+//! thread that did not make the callable.
 //!
 //! **Failures.** Once the context's failure is seen, a pending launch never writes again: its
 //! queued callables are let go unrun, as a lane's functions are.
@@ -129,6 +133,8 @@ pub(crate) struct NodeSlot {
     word: PinnedWord,
     context: Arc<ContextShared>,
     pending: Mutex<VecDeque<Arc<NodeCallable>>>,
+    /// The callable the latest served request ran: its launch may still be in flight.
+    ran: Mutex<Option<Arc<NodeCallable>>>,
     /// Whether a server has it on its list.
     pub(super) served: AtomicBool,
     /// Whether a capture may have taken a launch naming its word: a graph of other code's may
@@ -149,6 +155,7 @@ impl NodeSlot {
             word,
             context,
             pending: Mutex::new(VecDeque::new()),
+            ran: Mutex::new(None),
             served: AtomicBool::new(false),
             retired: AtomicBool::new(false),
         };
@@ -182,6 +189,13 @@ impl NodeSlot {
         if self.word().load(Ordering::Acquire) != REQUESTED {
             return false;
         }
+        // A request: the launch before this one finished, so the callable it ran may go
+        // (perhaps its last reference: its record goes to the thread that made it). Not on a
+        // retired word, which a captured graph may request through at any time.
+        if !self.is_retired() {
+            let finished = lock(&self.ran).take();
+            drop(finished);
+        }
         let Some(callable) = lock(&self.pending).pop_front() else {
             if self.is_retired() {
                 // A graph a capture made: its node completes without running.
@@ -193,8 +207,8 @@ impl NodeSlot {
         };
         callable.run();
         self.word().store(DONE, Ordering::Release);
-        // Perhaps the last reference: its record goes to the thread that made it.
-        drop(callable);
+        // Kept while its launch may be in flight: until the next request, or the executable's end.
+        *lock(&self.ran) = Some(callable);
         true
     }
 
@@ -202,6 +216,12 @@ impl NodeSlot {
     pub(crate) fn close(&self) {
         let closed: Vec<_> = lock(&self.pending).drain(..).collect();
         drop(closed);
+    }
+
+    /// Lets go of the callable the latest request ran: its executable and its launches are gone.
+    pub(crate) fn let_go_of_ran(&self) {
+        let ran = lock(&self.ran).take();
+        drop(ran);
     }
 
     /// Lets go of every pending callable unrun (the context failed). How many went.

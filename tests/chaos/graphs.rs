@@ -1,0 +1,913 @@
+//! The graph family: graphs users keep (built by hand with the driver's and the polled engine's
+//! host nodes, or ended from a worker's builder), executables instantiated from them and
+//! launched on any stream (held behind a gate, special, captured by other code), callables
+//! replaced in a graph and in an executable (also while launches that run the old one wait),
+//! executables updated from another graph, clones, node listings, and drops of graphs,
+//! executables and builders in every order, on any worker.
+//!
+//! Every callable is a witness homed on the worker that handed it over. A launch accepted on a
+//! stream that did not fail adds, to every callable the executable may run, a marker its stream
+//! writes after the launch: the callable must not be dropped before its stream passed it.
+
+use crate::execute::{Env, Handed};
+use crate::witness::{self, Passed, Witness, violated};
+use crate::workers::Local;
+use crate::world::{ContextEntry, StreamEntry, StreamKind};
+use cuda_host::{Graph, GraphExec};
+use cuda_host_sys::{CUgraphExecUpdateResultInfo, CUresult};
+use proptest::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// An operation on graphs and executables. Indexes are taken modulo what exists when it runs.
+#[derive(Debug, Clone)]
+pub enum GraphOp {
+    /// A graph of one to three host nodes in a chain, each the driver's or the engine's (bit `i`
+    /// of `engines` for node `i`); with `instantiate`, an executable of it too.
+    New {
+        context: u8,
+        nodes: u8,
+        engines: u8,
+        panic_in_run: bool,
+        instantiate: bool,
+    },
+    /// Ends a builder capture of this worker and keeps its graph.
+    EndKeep {
+        builder: u8,
+    },
+    /// Drops a builder capture of this worker without ending it.
+    DropBuilder {
+        builder: u8,
+    },
+    Instantiate {
+        graph: u8,
+    },
+    /// With `behind_gate`, the stream is held first, until a later step opens its gate.
+    Launch {
+        exec: u8,
+        stream: u8,
+        behind_gate: bool,
+    },
+    /// `HostNode::set_callable` in a graph.
+    SetGraphCallable {
+        graph: u8,
+        node: u8,
+        panic_in_run: bool,
+    },
+    /// `GraphExec::set_host_node_callable`; with `fences_fail`, the queries of the fences of
+    /// the executable's launches this call makes fail (`cuEventQuery`, on this thread).
+    SetExecCallable {
+        exec: u8,
+        node: u8,
+        panic_in_run: bool,
+        fences_fail: bool,
+    },
+    /// `cuGraphExecUpdate` of an executable from a graph of the same shape.
+    Update {
+        exec: u8,
+        graph: u8,
+    },
+    Clone {
+        graph: u8,
+    },
+    HostNodes {
+        graph: u8,
+    },
+    DropGraph {
+        graph: u8,
+    },
+    DropExec {
+        exec: u8,
+    },
+    /// The device sees host writes late: stream memory waits read their word once every `micros`
+    /// µs (`None`: the driver's backoff), as on a time-sliced device. Holds open the window
+    /// between the engine's answer to a node's request and its stream's seeing it, where the
+    /// launch is still in flight.
+    SlowDevice {
+        micros: Option<u16>,
+    },
+}
+
+impl GraphOp {
+    /// Whether the step may run beside the next: not a launch that closes a gate first (as
+    /// `Op::Hold`, whose gate a synchronize beside it would wait for).
+    pub fn may_run_beside(&self) -> bool {
+        !matches!(
+            self,
+            GraphOp::Launch {
+                behind_gate: true,
+                ..
+            }
+        )
+    }
+
+    /// Whether the step makes a callable that panics when it runs.
+    pub fn asks_for_a_panic(&self) -> bool {
+        match *self {
+            GraphOp::New { panic_in_run, .. }
+            | GraphOp::SetGraphCallable { panic_in_run, .. }
+            | GraphOp::SetExecCallable { panic_in_run, .. } => panic_in_run,
+            _ => false,
+        }
+    }
+}
+
+fn rarely() -> impl Strategy<Value = bool> {
+    prop::bool::weighted(0.1)
+}
+
+/// Any graph operation, weighted towards launches.
+pub fn op() -> impl Strategy<Value = GraphOp> {
+    let index = any::<u8>;
+    prop_oneof![
+        3 => (index(), index(), index(), rarely(), any::<bool>()).prop_map(
+            |(context, nodes, engines, panic_in_run, instantiate)| GraphOp::New {
+                context,
+                nodes,
+                engines,
+                panic_in_run,
+                instantiate,
+            }
+        ),
+        2 => index().prop_map(|builder| GraphOp::EndKeep { builder }),
+        1 => index().prop_map(|builder| GraphOp::DropBuilder { builder }),
+        3 => index().prop_map(|graph| GraphOp::Instantiate { graph }),
+        10 => (index(), index(), prop::bool::weighted(0.3)).prop_map(
+            |(exec, stream, behind_gate)| GraphOp::Launch {
+                exec,
+                stream,
+                behind_gate,
+            }
+        ),
+        2 => (index(), index(), rarely()).prop_map(|(graph, node, panic_in_run)| {
+            GraphOp::SetGraphCallable { graph, node, panic_in_run }
+        }),
+        6 => (index(), index(), rarely(), prop::bool::weighted(0.4)).prop_map(
+            |(exec, node, panic_in_run, fences_fail)| GraphOp::SetExecCallable {
+                exec,
+                node,
+                panic_in_run,
+                fences_fail,
+            }
+        ),
+        1 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
+        1 => index().prop_map(|graph| GraphOp::Clone { graph }),
+        1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
+        1 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
+        1 => index().prop_map(|exec| GraphOp::DropExec { exec }),
+        1 => prop::option::of(100..3000u16).prop_map(|micros| GraphOp::SlowDevice { micros }),
+    ]
+}
+
+/// A host node as the harness knows it: who serves it, and the callable it runs (`None`: an
+/// executable's engine node that an update left running nothing).
+#[derive(Clone)]
+struct Node {
+    engine: bool,
+    callable: Option<Arc<Witness>>,
+}
+
+struct GraphEntry {
+    id: u64,
+    name: String,
+    graph: Graph,
+    context: Arc<ContextEntry>,
+    /// Its host nodes in the order `host_nodes` lists them; `None` when the harness cannot tell
+    /// them (a builder's capture holding a node it does not know of).
+    nodes: Option<Vec<Node>>,
+    /// Every callable it ever held, for an executable of a graph whose nodes are unknown.
+    every: Vec<Arc<Witness>>,
+}
+
+struct ExecEntry {
+    name: String,
+    exec: GraphExec,
+    /// The graph it was instantiated from (which names its nodes while it lives).
+    graph: u64,
+    context: Arc<ContextEntry>,
+    /// Its nodes as its graph's were at the instantiation, or `None` (see [`GraphEntry`]).
+    nodes: Option<Vec<Node>>,
+    every: Vec<Arc<Witness>>,
+    /// The stream of its latest launch: the driver orders each launch behind the one before, on
+    /// whichever stream.
+    last_stream: Option<Arc<StreamEntry>>,
+    /// Whether it was given callables of its own, or was updated (see [`update`]).
+    own_callables: bool,
+    updated: bool,
+}
+
+impl ExecEntry {
+    /// What a launch of it now may run.
+    fn may_run(&self) -> Vec<Arc<Witness>> {
+        match &self.nodes {
+            Some(nodes) => nodes
+                .iter()
+                .filter_map(|node| node.callable.clone())
+                .collect(),
+            None => self.every.clone(),
+        }
+    }
+}
+
+type Shared<T> = Arc<Mutex<T>>;
+
+static GRAPHS: Mutex<Vec<Shared<GraphEntry>>> = Mutex::new(Vec::new());
+static EXECS: Mutex<Vec<Shared<ExecEntry>>> = Mutex::new(Vec::new());
+static NUMBER: AtomicU64 = AtomicU64::new(1);
+
+/// Graph steps that took effect, by operation, for the figures at the end.
+static TOOK_EFFECT: Mutex<Vec<(&'static str, u64)>> = Mutex::new(Vec::new());
+
+fn took_effect(what: &'static str) {
+    let mut counts = lock(&TOOK_EFFECT);
+    match counts.iter_mut().find(|(name, _)| *name == what) {
+        Some((_, count)) => *count += 1,
+        None => counts.push((what, 1)),
+    }
+}
+
+/// The graph steps that took effect, by operation (`Launch 12, ...`).
+pub fn figures() -> String {
+    let mut counts = lock(&TOOK_EFFECT).clone();
+    counts.sort();
+    let counts: Vec<String> = counts
+        .iter()
+        .map(|(what, count)| format!("{what} {count}"))
+        .collect();
+    counts.join(", ")
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn pick<T>(list: &Mutex<Vec<Shared<T>>>, index: u8) -> Option<Shared<T>> {
+    let list = lock(list);
+    (!list.is_empty()).then(|| Arc::clone(&list[usize::from(index) % list.len()]))
+}
+
+fn take<T>(list: &Mutex<Vec<Shared<T>>>, index: u8) -> Option<Shared<T>> {
+    let mut list = lock(list);
+    if list.is_empty() {
+        return None;
+    }
+    let at = usize::from(index) % list.len();
+    Some(list.remove(at))
+}
+
+fn graph_by_id(id: u64) -> Option<Shared<GraphEntry>> {
+    lock(&GRAPHS)
+        .iter()
+        .find(|entry| lock(entry).id == id)
+        .cloned()
+}
+
+/// Notes a callable handed over in `context`: a failure of that context excuses what it may
+/// then leave unrun or drop before its stream passed it.
+fn note(env: &Env, context: &ContextEntry, witness: &Arc<Witness>) {
+    env.handed.lock().unwrap().push(Handed {
+        stream: 0,
+        context: context.id,
+        witness: Arc::clone(witness),
+        for_synchronize: false,
+    });
+}
+
+fn callable(env: &Env, context: &ContextEntry, what: String, panic_in_run: bool) -> Arc<Witness> {
+    let witness = Witness::new(what, panic_in_run, false, false);
+    note(env, context, &witness);
+    witness
+}
+
+/// The next marker on `stream` where markers mean something (not on a per-thread stream, a
+/// different stream on each worker).
+fn mark(stream: &StreamEntry) -> Option<u32> {
+    if stream.kind == StreamKind::PerThread {
+        return None;
+    }
+    stream.progress.mark(&stream.stream)
+}
+
+/// Runs `op` on the calling worker: its outcome, for the operation log.
+pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
+    match *op {
+        GraphOp::New {
+            context,
+            nodes,
+            engines,
+            panic_in_run,
+            instantiate: and_instantiate,
+        } => {
+            let made = new_graph(env, context, nodes, engines, panic_in_run);
+            if !and_instantiate {
+                return made;
+            }
+            // The graph just kept is the last.
+            let last = lock(&GRAPHS).len().saturating_sub(1);
+            format!("{made}; {}", instantiate(env, last as u8))
+        }
+        GraphOp::EndKeep { builder } => end_keep(env, local, builder),
+        GraphOp::DropBuilder { builder } => drop_builder(env, local, builder),
+        GraphOp::Instantiate { graph } => instantiate(env, graph),
+        GraphOp::Launch {
+            exec,
+            stream,
+            behind_gate,
+        } => launch(env, exec, stream, behind_gate),
+        GraphOp::SetGraphCallable {
+            graph,
+            node,
+            panic_in_run,
+        } => set_graph_callable(env, graph, node, panic_in_run),
+        GraphOp::SetExecCallable {
+            exec,
+            node,
+            panic_in_run,
+            fences_fail,
+        } => set_exec_callable(env, exec, node, panic_in_run, fences_fail),
+        GraphOp::Update { exec, graph } => update(env, exec, graph),
+        GraphOp::Clone { graph } => clone(env, graph),
+        GraphOp::HostNodes { graph } => host_nodes(env, graph),
+        GraphOp::DropGraph { graph } => match take(&GRAPHS, graph) {
+            Some(entry) => {
+                let name = lock(&entry).name.clone();
+                drop(entry);
+                took_effect("DropGraph");
+                format!("dropped {name}")
+            }
+            None => "no graph".to_owned(),
+        },
+        GraphOp::SlowDevice { micros } => {
+            let interval = micros.map(|micros| std::time::Duration::from_micros(micros.into()));
+            env.controls.set_wait_poll_interval(interval);
+            format!("stream memory waits read their word every {interval:?}")
+        }
+        GraphOp::DropExec { exec } => match take(&EXECS, exec) {
+            Some(entry) => {
+                let name = lock(&entry).name.clone();
+                drop(entry);
+                took_effect("DropExec");
+                format!("dropped {name}")
+            }
+            None => "no executable".to_owned(),
+        },
+    }
+}
+
+fn keep(entry: GraphEntry) -> String {
+    let name = entry.name.clone();
+    lock(&GRAPHS).push(Arc::new(Mutex::new(entry)));
+    name
+}
+
+fn new_graph(env: &Env, context: u8, nodes: u8, engines: u8, panic_in_run: bool) -> String {
+    let world = &env.world;
+    let context = world.context(context);
+    let graph = match Graph::new(&context.context) {
+        Ok(graph) => graph,
+        Err(error) => {
+            env.check_refusal_in("Graph::new", Some(&context), &error);
+            return format!("Graph::new refused: {error}");
+        }
+    };
+    let id = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let name = format!("graph {id} of {}", context.name);
+    let mut known = Vec::new();
+    let mut refused = Vec::new();
+    {
+        let mut previous = None;
+        for index in 0..1 + nodes % 3 {
+            let engine = engines >> index & 1 == 1;
+            let witness = callable(
+                env,
+                &context,
+                format!(
+                    "{} node {index} of {name}",
+                    if engine { "engine" } else { "host" }
+                ),
+                panic_in_run && index == 0,
+            );
+            let probe = witness.probe();
+            let run = move || probe.ran();
+            let dependencies: Vec<_> = previous.iter().collect();
+            let added = if engine {
+                graph.add_engine_host_node(&dependencies, run)
+            } else {
+                graph.add_host_node(&dependencies, run)
+            };
+            match added {
+                Ok(node) => {
+                    previous = Some(node);
+                    known.push(Node {
+                        engine,
+                        callable: Some(witness),
+                    });
+                }
+                Err(error) => {
+                    env.check_refusal_in("Graph::add_host_node", Some(&context), &error);
+                    refused.push(error.to_string());
+                }
+            }
+        }
+    }
+    let every = known
+        .iter()
+        .filter_map(|node| node.callable.clone())
+        .collect();
+    let shape: Vec<_> = known.iter().map(|node| node.engine).collect();
+    took_effect("New");
+    let name = keep(GraphEntry {
+        id,
+        name,
+        graph,
+        context,
+        nodes: Some(known),
+        every,
+    });
+    format!("{name} made, engine nodes {shape:?}; refused: {refused:?}")
+}
+
+/// Ends a builder capture of this worker (as `BuilderEnd` does) and keeps its graph.
+fn end_keep(env: &Env, local: &mut Local, builder: u8) -> String {
+    let world = &env.world;
+    if local.builders.is_empty() {
+        return "no builder on this worker".to_owned();
+    }
+    let at = usize::from(builder) % local.builders.len();
+    let open = local.builders.remove(at);
+    witness::building(false, open.global);
+    let callbacks = open.callbacks.clone();
+    let captured = Arc::clone(&open.stream);
+    let global = open.global;
+    let ended = open.end();
+    // Counted open until its end returned: a step beside this one may meet it still open.
+    captured.captures.fetch_sub(1, Ordering::SeqCst);
+    world.capture_opens(false);
+    if global {
+        witness::global_span(false);
+    }
+    let graph = match ended {
+        Ok(graph) => graph,
+        Err(error) => {
+            env.check_refusal("GraphBuilder::end", Some(&captured), &error);
+            return format!("the capture of {} ended with {error}", captured.name);
+        }
+    };
+    // The callbacks are its nodes in order, unless the capture holds one the harness does not
+    // know of (a run-once launch it took, whose node does nothing).
+    let nodes = match graph.host_nodes() {
+        Ok(listed) if listed.len() == callbacks.len() => Some(
+            listed
+                .iter()
+                .zip(&callbacks)
+                .map(|(node, witness)| Node {
+                    engine: node.runs_on_engine(),
+                    callable: Some(Arc::clone(witness)),
+                })
+                .collect(),
+        ),
+        _ => None,
+    };
+    took_effect("EndKeep");
+    let id = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let name = keep(GraphEntry {
+        id,
+        name: format!("graph {id} (the capture of {})", captured.name),
+        graph,
+        context: Arc::clone(&captured.context),
+        nodes,
+        every: callbacks,
+    });
+    format!("{name} kept")
+}
+
+/// Drops a builder capture of this worker without ending it.
+fn drop_builder(env: &Env, local: &mut Local, builder: u8) -> String {
+    if local.builders.is_empty() {
+        return "no builder on this worker".to_owned();
+    }
+    let at = usize::from(builder) % local.builders.len();
+    let open = local.builders.remove(at);
+    witness::building(false, open.global);
+    let captured = Arc::clone(&open.stream);
+    let global = open.global;
+    drop(open);
+    captured.captures.fetch_sub(1, Ordering::SeqCst);
+    env.world.capture_opens(false);
+    if global {
+        witness::global_span(false);
+    }
+    took_effect("DropBuilder");
+    format!("the capture of {} dropped unended", captured.name)
+}
+
+fn instantiate(env: &Env, graph: u8) -> String {
+    let Some(entry) = pick(&GRAPHS, graph) else {
+        return "no graph".to_owned();
+    };
+    let entry = lock(&entry);
+    match entry.graph.instantiate() {
+        Ok(exec) => {
+            let number = NUMBER.fetch_add(1, Ordering::SeqCst);
+            let name = format!("executable {number} of {}", entry.name);
+            lock(&EXECS).push(Arc::new(Mutex::new(ExecEntry {
+                name: name.clone(),
+                exec,
+                graph: entry.id,
+                context: Arc::clone(&entry.context),
+                nodes: entry.nodes.clone(),
+                every: entry.every.clone(),
+                last_stream: None,
+                own_callables: false,
+                updated: false,
+            })));
+            took_effect("Instantiate");
+            format!("{name} made")
+        }
+        Err(error) => {
+            env.check_refusal_in("Graph::instantiate", Some(&entry.context), &error);
+            format!("{} instantiate refused: {error}", entry.name)
+        }
+    }
+}
+
+fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
+    let world = &env.world;
+    let Some(entry) = pick(&EXECS, exec) else {
+        return "no executable".to_owned();
+    };
+    let Some(stream) = world.stream(stream) else {
+        return "no stream".to_owned();
+    };
+    let mut entry = lock(&entry);
+    if stream.context.context.as_raw() != entry.context.context.as_raw() {
+        return format!("{} is of another context than {}", stream.name, entry.name);
+    }
+    // A launch on another stream would wait for the one behind the gate, and a synchronize of
+    // that stream for a step after it.
+    if let Some(last) = &entry.last_stream
+        && !Arc::ptr_eq(last, &stream)
+        && last.held(world)
+    {
+        return format!(
+            "{}'s latest launch waits behind a gate on {}: not launched on {}",
+            entry.name, last.name, stream.name
+        );
+    }
+    if behind_gate && matches!(stream.stream.capture_state(), Ok(None)) {
+        // Until a later step opens the gate (`Op::Open`), or the sequence ends.
+        let _ = world.hold(&stream);
+    }
+    // On the legacy stream while a blocking stream of its context captures (and no capture
+    // begins or ends meanwhile), the launch must be refused with `StreamCapturing` before the
+    // driver is called, which would refuse it too, and invalidate that capture.
+    let changes = world.capture_changes.load(Ordering::SeqCst);
+    let blocking_capture = (stream.kind == StreamKind::Legacy)
+        .then(|| blocking_capture_of(world, &stream))
+        .flatten();
+    let launched = entry.exec.launch(&stream.stream);
+    let refused_first = matches!(launched, Err(cuda_host::Error::StreamCapturing { .. }));
+    if !refused_first
+        && let Some(capturing) = blocking_capture
+        && world.capture_changes.load(Ordering::SeqCst) == changes
+        && !world.faults_armed.load(Ordering::SeqCst)
+    {
+        violated(format!(
+            "{} on {} while {} captured was not refused before the driver was called: {:?}",
+            entry.name, stream.name, capturing, launched
+        ));
+    }
+    match launched {
+        Ok(()) => {
+            entry.last_stream = Some(Arc::clone(&stream));
+            took_effect(if stream.held(world) {
+                "Launch (behind a gate)"
+            } else {
+                "Launch"
+            });
+            if !stream.context_failed()
+                && !entry.context.failed.load(Ordering::SeqCst)
+                && let Some(marker) = mark(&stream)
+            {
+                for witness in entry.may_run() {
+                    witness.not_before(Passed {
+                        progress: Arc::clone(&stream.progress),
+                        marker,
+                    });
+                }
+            }
+            format!("{} launched on {}", entry.name, stream.name)
+        }
+        Err(error) => {
+            env.check_refusal("GraphExec::launch", Some(&stream), &error);
+            format!("{} launch on {} refused: {error}", entry.name, stream.name)
+        }
+    }
+}
+
+/// A blocking stream of `legacy`'s context that a worker's capture holds, by name.
+fn blocking_capture_of(world: &crate::world::World, legacy: &StreamEntry) -> Option<String> {
+    let raw = legacy.context.context.as_raw();
+    world
+        .streams
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|stream| {
+            stream.kind == StreamKind::Blocking
+                && stream.context.context.as_raw() == raw
+                && stream.captures.load(Ordering::SeqCst) != 0
+                && matches!(
+                    suite::capture::is_capturing(stream.stream.as_raw()),
+                    (
+                        CUresult::CUDA_SUCCESS,
+                        cuda_host_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+                    )
+                )
+        })
+        .map(|stream| stream.name.clone())
+}
+
+fn set_graph_callable(env: &Env, graph: u8, node: u8, panic_in_run: bool) -> String {
+    let Some(entry) = pick(&GRAPHS, graph) else {
+        return "no graph".to_owned();
+    };
+    let mut entry = lock(&entry);
+    let entry = &mut *entry;
+    let Some(known) = entry.nodes.as_mut().filter(|nodes| !nodes.is_empty()) else {
+        return format!("{}: no node the harness knows", entry.name);
+    };
+    let listed = match entry.graph.host_nodes() {
+        Ok(listed) => listed,
+        Err(error) => {
+            env.check_refusal_in("Graph::host_nodes", Some(&entry.context), &error);
+            return format!("{} host_nodes refused: {error}", entry.name);
+        }
+    };
+    if listed.len() != known.len() {
+        violated(format!(
+            "{} lists {} host nodes, where it has {}",
+            entry.name,
+            listed.len(),
+            known.len()
+        ));
+        return "node count changed".to_owned();
+    }
+    let at = usize::from(node) % known.len();
+    let number = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let witness = callable(
+        env,
+        &entry.context,
+        format!("callable {number} set on node {at} of {}", entry.name),
+        panic_in_run,
+    );
+    let probe = witness.probe();
+    match listed[at].set_callable(move || probe.ran()) {
+        Ok(()) => {
+            took_effect("SetGraphCallable");
+            known[at].callable = Some(Arc::clone(&witness));
+            entry.every.push(witness);
+            format!("node {at} of {} runs callable {number}", entry.name)
+        }
+        Err(error) => {
+            env.check_refusal_in("HostNode::set_callable", Some(&entry.context), &error);
+            format!("node {at} of {} refused a callable: {error}", entry.name)
+        }
+    }
+}
+
+fn set_exec_callable(
+    env: &Env,
+    exec: u8,
+    node: u8,
+    panic_in_run: bool,
+    fences_fail: bool,
+) -> String {
+    let Some(exec) = pick(&EXECS, exec) else {
+        return "no executable".to_owned();
+    };
+    let graph_id = lock(&exec).graph;
+    let Some(graph) = graph_by_id(graph_id) else {
+        return format!("{}: its graph is gone", lock(&exec).name);
+    };
+    // Graph before executable, always.
+    let graph = lock(&graph);
+    let mut exec = lock(&exec);
+    let exec = &mut *exec;
+    if exec.updated {
+        return format!(
+            "{} was updated: no callable of its own (see `update`)",
+            exec.name
+        );
+    }
+    let Some(known) = exec.nodes.as_mut().filter(|nodes| !nodes.is_empty()) else {
+        return format!("{}: no node the harness knows", exec.name);
+    };
+    let listed = match graph.graph.host_nodes() {
+        Ok(listed) => listed,
+        Err(error) => {
+            env.check_refusal_in("Graph::host_nodes", Some(&graph.context), &error);
+            return format!("{} host_nodes refused: {error}", graph.name);
+        }
+    };
+    if listed.len() != known.len() {
+        return format!("{}: its graph lists other nodes", exec.name);
+    }
+    let at = usize::from(node) % known.len();
+    let number = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let witness = callable(
+        env,
+        &exec.context,
+        format!("callable {number} set on node {at} of {}", exec.name),
+        panic_in_run,
+    );
+    let probe = witness.probe();
+    if fences_fail {
+        env.world.faults_armed.store(true, Ordering::SeqCst);
+        env.controls
+            .fail_next_calls(c"cuEventQuery", 64, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let set = exec
+        .exec
+        .set_host_node_callable(&listed[at], move || probe.ran());
+    if fences_fail {
+        env.controls
+            .fail_next_calls(c"cuEventQuery", 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    match set {
+        Ok(()) => {
+            took_effect(match (known[at].engine, fences_fail) {
+                (true, _) => "SetExecCallable (engine)",
+                (false, true) => "SetExecCallable (fences fail)",
+                (false, false) => "SetExecCallable",
+            });
+            known[at].callable = Some(Arc::clone(&witness));
+            exec.every.push(witness);
+            exec.own_callables = true;
+            format!("node {at} of {} runs callable {number}", exec.name)
+        }
+        Err(error) => {
+            env.check_refusal_in(
+                "GraphExec::set_host_node_callable",
+                Some(&exec.context),
+                &error,
+            );
+            format!("node {at} of {} refused a callable: {error}", exec.name)
+        }
+    }
+}
+
+fn update(env: &Env, exec: u8, graph: u8) -> String {
+    let _ = env;
+    let (Some(exec), Some(graph)) = (pick(&EXECS, exec), pick(&GRAPHS, graph)) else {
+        return "no executable or graph".to_owned();
+    };
+    let graph = lock(&graph);
+    let mut exec = lock(&exec);
+    let shape = |nodes: &Option<Vec<Node>>| {
+        nodes
+            .as_ref()
+            .map(|nodes| nodes.iter().map(|node| node.engine).collect::<Vec<_>>())
+    };
+    let (Some(to), Some(from)) = (shape(&graph.nodes), shape(&exec.nodes)) else {
+        return "nodes unknown: not updated".to_owned();
+    };
+    if to != from || graph.context.context.as_raw() != exec.context.context.as_raw() {
+        return format!(
+            "{} is not of {}'s shape: not updated",
+            graph.name, exec.name
+        );
+    }
+    // An update gives the executable the graph's user objects in place of its own, among them
+    // the one that keeps the callables set on it and its engine nodes' slots alive while its
+    // launches run: those then go with the `GraphExec`, launches pending or not (the driver's
+    // update is outside cuda-host's promises so far). Only executables with neither are updated.
+    if exec.own_callables || from.iter().any(|&engine| engine) {
+        return format!(
+            "{} has callables of its own or engine nodes: not updated",
+            exec.name
+        );
+    }
+    let mut info = CUgraphExecUpdateResultInfo::default();
+    // SAFETY: a live executable and a live graph, neither used by another thread meanwhile (the
+    // harness holds both entries); a valid out-pointer.
+    let answer = unsafe {
+        graph.context.context.driver().cuGraphExecUpdate_v2(
+            exec.exec.as_raw(),
+            graph.graph.as_raw(),
+            &mut info,
+        )
+    };
+    if answer != CUresult::CUDA_SUCCESS {
+        return format!(
+            "{} update from {} answered {answer} ({:?})",
+            exec.name, graph.name, info.result
+        );
+    }
+    // The driver's nodes run the graph's callables from now on, which the executable keeps; the
+    // engine's nodes take the graph's batch, which waits for nothing: they run nothing.
+    let nodes: Vec<Node> = graph
+        .nodes
+        .iter()
+        .flatten()
+        .map(|node| Node {
+            engine: node.engine,
+            callable: if node.engine {
+                None
+            } else {
+                node.callable.clone()
+            },
+        })
+        .collect();
+    took_effect("Update");
+    exec.every.extend(graph.every.iter().cloned());
+    exec.nodes = Some(nodes);
+    exec.updated = true;
+    format!("{} updated from {}", exec.name, graph.name)
+}
+
+fn clone(env: &Env, graph: u8) -> String {
+    let Some(entry) = pick(&GRAPHS, graph) else {
+        return "no graph".to_owned();
+    };
+    let entry = lock(&entry);
+    match entry.graph.try_clone() {
+        Ok(copy) => {
+            let id = NUMBER.fetch_add(1, Ordering::SeqCst);
+            let made = GraphEntry {
+                id,
+                name: format!("graph {id} (a clone of {})", entry.name),
+                graph: copy,
+                context: Arc::clone(&entry.context),
+                nodes: entry.nodes.clone(),
+                every: entry.nodes.as_ref().map_or_else(
+                    || entry.every.clone(),
+                    |nodes| {
+                        nodes
+                            .iter()
+                            .filter_map(|node| node.callable.clone())
+                            .collect()
+                    },
+                ),
+            };
+            drop(entry);
+            took_effect("Clone");
+            format!("{} made", keep(made))
+        }
+        Err(error) => {
+            env.check_refusal_in("Graph::try_clone", Some(&entry.context), &error);
+            format!("{} clone refused: {error}", entry.name)
+        }
+    }
+}
+
+fn host_nodes(env: &Env, graph: u8) -> String {
+    let Some(entry) = pick(&GRAPHS, graph) else {
+        return "no graph".to_owned();
+    };
+    let entry = lock(&entry);
+    let listed = match entry.graph.host_nodes() {
+        Ok(listed) => listed,
+        Err(error) => {
+            env.check_refusal_in("Graph::host_nodes", Some(&entry.context), &error);
+            return format!("{} host_nodes refused: {error}", entry.name);
+        }
+    };
+    if let Some(known) = &entry.nodes {
+        let engines: Vec<_> = listed.iter().map(|node| node.runs_on_engine()).collect();
+        let expected: Vec<_> = known.iter().map(|node| node.engine).collect();
+        if engines != expected {
+            violated(format!(
+                "{} lists host nodes {engines:?} (engine or not), where it has {expected:?}",
+                entry.name
+            ));
+        }
+        for (at, node) in listed.iter().enumerate() {
+            match node.callable() {
+                // A clone of the callable's handle: the graph keeps the callable.
+                Ok(Some(callable)) => drop(callable),
+                Ok(None) => violated(format!(
+                    "node {at} of {} has no callable of cuda-host's",
+                    entry.name
+                )),
+                Err(error) => {
+                    env.check_refusal_in("HostNode::callable", Some(&entry.context), &error)
+                }
+            }
+        }
+    }
+    took_effect("HostNodes");
+    format!("{} has {} host nodes", entry.name, listed.len())
+}
+
+/// At the end of a sequence: every executable, then every graph, dropped on the calling worker;
+/// the device as fast as ever.
+pub fn drop_all(controls: &suite::software::Controls) -> String {
+    controls.set_wait_poll_interval(None);
+    let execs = std::mem::take(&mut *lock(&EXECS));
+    let graphs = std::mem::take(&mut *lock(&GRAPHS));
+    let counts = (execs.len(), graphs.len());
+    drop(execs);
+    drop(graphs);
+    format!("{} executables and {} graphs dropped", counts.0, counts.1)
+}
