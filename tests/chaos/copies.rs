@@ -445,15 +445,7 @@ fn sync_mode(env: &Env, stream: u8, spin: bool, panic_in_run: bool) -> String {
             if !(polled(&stream) && matches!(error, Error::InvalidArgument { .. })) {
                 env.check_refusal("host_launch_with", Some(&stream), &error);
             }
-            // Dropped at once, unless a capture through a builder held drops back meanwhile.
-            let allowed = witness::drops_allowed_here()
-                && globals.is_some_and(witness::no_global_capture_since);
-            if allowed && witness.drops() == 0 {
-                violated(format!(
-                    "{}: refused ({error}), its closure was not dropped at once",
-                    witness.what
-                ));
-            }
+            crate::execute::check_dropped_at_once(&witness, globals, &error);
             format!("{} refused: {error}", witness.what)
         }
     }

@@ -445,17 +445,22 @@ fn launch(env: &Env, stream: u8, panic_in_run: bool, panic_in_drop: bool) -> Str
         }
         Err(error) => {
             env.check_refusal("host_launch", Some(&stream), &error);
-            // Dropped at once, unless a capture through a builder held drops back meanwhile.
-            let allowed = witness::drops_allowed_here()
-                && globals.is_some_and(witness::no_global_capture_since);
-            if allowed && witness.drops() == 0 {
-                violated(format!(
-                    "{}: refused ({error}), its closure was not dropped at once",
-                    witness.what
-                ));
-            }
+            check_dropped_at_once(&witness, globals, &error);
             format!("{} refused: {error}", witness.what)
         }
+    }
+}
+
+/// A refused launch's closure is dropped at once, unless a capture through a builder held drops
+/// back meanwhile (`globals`: the global captures' changes as the launch began).
+pub fn check_dropped_at_once(witness: &Witness, globals: Option<usize>, error: &Error) {
+    let allowed =
+        witness::drops_allowed_here() && globals.is_some_and(witness::no_global_capture_since);
+    if allowed && witness.drops() == 0 {
+        violated(format!(
+            "{}: refused ({error}), its closure was not dropped at once",
+            witness.what
+        ));
     }
 }
 
@@ -746,26 +751,51 @@ fn builder_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String
     }
 }
 
-/// Ends a builder capture of this worker; launches its graph on `launch_on` if given.
-pub fn builder_end(env: &Env, local: &mut Local, builder: u8, launch_on: Option<u8>) -> String {
-    let world = &env.world;
+/// A builder capture of this worker, ended: its stream, its callbacks' witnesses, and what the
+/// end answered.
+pub struct EndedBuilder {
+    pub captured: Arc<StreamEntry>,
+    pub callbacks: Vec<Arc<Witness>>,
+    pub ended: cuda_host::Result<cuda_host::Graph>,
+}
+
+/// Ends the `builder`-th builder capture of this worker, if it has one, counted closed once its
+/// end returned (a step beside this one may meet it still open).
+pub fn end_builder(world: &World, local: &mut Local, builder: u8) -> Option<EndedBuilder> {
     if local.builders.is_empty() {
-        return "no builder on this worker".to_owned();
+        return None;
     }
     let at = usize::from(builder) % local.builders.len();
     let open = local.builders.remove(at);
     witness::building(false, open.global);
     let callbacks = open.callbacks.clone();
     let captured = Arc::clone(&open.stream);
-    let name = captured.name.clone();
     let global = open.global;
     let ended = open.end();
-    // Counted open until its end returned: a step beside this one may meet it still open.
     captured.captures.fetch_sub(1, Ordering::SeqCst);
     world.capture_opens(false);
     if global {
         witness::global_span(false);
     }
+    Some(EndedBuilder {
+        captured,
+        callbacks,
+        ended,
+    })
+}
+
+/// Ends a builder capture of this worker; launches its graph on `launch_on` if given.
+pub fn builder_end(env: &Env, local: &mut Local, builder: u8, launch_on: Option<u8>) -> String {
+    let world = &env.world;
+    let Some(EndedBuilder {
+        captured,
+        callbacks,
+        ended,
+    }) = end_builder(world, local, builder)
+    else {
+        return "no builder on this worker".to_owned();
+    };
+    let name = captured.name.clone();
     let graph = match ended {
         Ok(graph) => graph,
         Err(error) => {

@@ -430,22 +430,14 @@ fn new_graph(env: &Env, context: u8, nodes: u8, engines: u8, panic_in_run: bool)
 /// Ends a builder capture of this worker (as `BuilderEnd` does) and keeps its graph.
 fn end_keep(env: &Env, local: &mut Local, builder: u8) -> String {
     let world = &env.world;
-    if local.builders.is_empty() {
+    let Some(crate::execute::EndedBuilder {
+        captured,
+        callbacks,
+        ended,
+    }) = crate::execute::end_builder(world, local, builder)
+    else {
         return "no builder on this worker".to_owned();
-    }
-    let at = usize::from(builder) % local.builders.len();
-    let open = local.builders.remove(at);
-    witness::building(false, open.global);
-    let callbacks = open.callbacks.clone();
-    let captured = Arc::clone(&open.stream);
-    let global = open.global;
-    let ended = open.end();
-    // Counted open until its end returned: a step beside this one may meet it still open.
-    captured.captures.fetch_sub(1, Ordering::SeqCst);
-    world.capture_opens(false);
-    if global {
-        witness::global_span(false);
-    }
+    };
     let graph = match ended {
         Ok(graph) => graph,
         Err(error) => {
