@@ -206,6 +206,11 @@ impl Op {
         if let Op::Graph(op) = self {
             return op.may_run_beside();
         }
+        if let Op::Timeline(op) = self
+            && !op.may_run_beside()
+        {
+            return false;
+        }
         !matches!(
             self,
             Op::Replayable { .. }

@@ -134,6 +134,14 @@ impl TimelineOp {
     pub fn runs_alone(&self) -> bool {
         matches!(self, TimelineOp::Requests { .. })
     }
+
+    /// Whether the step may run beside the next: not a stream's wait, which holds its stream
+    /// (behind a gate it closes first, or until a later step raises the value), so that a
+    /// synchronize beside it, which looked before the wait was there, would wait for good (as
+    /// beside `Op::Hold`).
+    pub fn may_run_beside(&self) -> bool {
+        !matches!(self, TimelineOp::Wait { .. })
+    }
 }
 
 fn ahead() -> impl Strategy<Value = Ahead> {
