@@ -156,9 +156,11 @@ fn scope(env: &Env, stream: u8, copies: u8, len: u16, panic_in_body: bool) -> St
         .map(|copy| vec![copy.wrapping_mul(37) | 1; len])
         .collect();
     let mut destinations: Vec<Vec<u8>> = vec![vec![0; len]; usize::from(copies)];
+    // Which copies were accepted, known also when the body panics.
+    let accepted = std::cell::RefCell::new(Vec::new());
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         cuda_host::host_copy_scope(&stream.stream, |scope| {
-            let mut accepted = Vec::new();
+            let mut accepted = accepted.borrow_mut();
             for (source, destination) in sources.iter().zip(destinations.iter_mut()) {
                 match scope.copy(source, destination) {
                     Ok(()) => accepted.push(true),
@@ -168,25 +170,26 @@ fn scope(env: &Env, stream: u8, copies: u8, len: u16, panic_in_body: bool) -> St
                     }
                 }
             }
+            drop(accepted);
             if panic_in_body {
                 panic!("{PANIC_IN_BODY}");
             }
-            accepted
         })
     }));
+    let accepted = accepted.into_inner();
     // Whatever the outcome, no copy writes once the scope ended.
     let ended: Vec<Vec<u8>> = destinations.clone();
     let name = format!(
         "a scope of {copies} copies of {len} bytes on {}",
         stream.name
     );
-    let (accepted, well) = match outcome {
-        Ok(Ok(accepted)) => (Some(accepted), true),
+    let well = match outcome {
+        Ok(Ok(())) => true,
         Ok(Err(failed)) => {
             env.check_refusal("host_copy_scope", Some(&stream), &failed.error);
-            (failed.output, false)
+            false
         }
-        Err(_) => (None, false),
+        Err(_) => false,
     };
     if well { &SCOPES_WELL } else { &SCOPES_NOT_WELL }.fetch_add(1, Ordering::Relaxed);
     let mut ran_after_one_did_not = false;
@@ -196,7 +199,7 @@ fn scope(env: &Env, stream: u8, copies: u8, len: u16, panic_in_body: bool) -> St
         if !copied && destination.iter().any(|&byte| byte != 0) {
             violated(format!("{name}: copy {at} wrote part of its source"));
         }
-        let was_accepted = accepted.as_ref().is_none_or(|accepted| accepted[at]);
+        let was_accepted = accepted.get(at).copied().unwrap_or(false);
         if copied && !was_accepted {
             violated(format!("{name}: copy {at} was refused, and wrote"));
         }
@@ -212,11 +215,7 @@ fn scope(env: &Env, stream: u8, copies: u8, len: u16, panic_in_body: bool) -> St
             }
         }
     }
-    if ran_after_one_did_not
-        && accepted
-            .as_ref()
-            .is_none_or(|accepted| accepted.iter().all(|&a| a))
-    {
+    if ran_after_one_did_not && accepted.iter().all(|&a| a) {
         violated(format!(
             "{name}: a copy ran after one launched before it never did"
         ));
