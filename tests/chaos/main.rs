@@ -98,7 +98,7 @@ impl Settings {
 struct Figures {
     sequences: u64,
     steps: u64,
-    by_op: BTreeMap<&'static str, u64>,
+    by_op: BTreeMap<String, u64>,
     /// Steps that asked for a panic (in a run, a drop, the hook or the logger).
     panics: u64,
 }
@@ -217,7 +217,7 @@ fn print_figures(figures: &Figures) {
         "CaptureAtNextCall",
     ]
     .iter()
-    .filter_map(|op| figures.by_op.get(op))
+    .filter_map(|op| figures.by_op.get(*op))
     .sum();
     let panics = figures.panics;
     println!(
@@ -301,15 +301,15 @@ fn split_mix(mut x: u64) -> u64 {
     x ^ (x >> 31)
 }
 
-fn op_name(op: &Op) -> &'static str {
+fn op_name(op: &Op) -> String {
     let debug = format!("{op:?}");
     let mut words = debug.split([' ', '{', '(']);
-    let mut name = words.next().unwrap_or("?").to_owned();
+    let name = words.next().unwrap_or("?").to_owned();
     // A family's operations by their own names.
     if let Op::Graph(_) = op {
-        name = format!("{name}::{}", words.next().unwrap_or("?"));
+        return format!("{name}::{}", words.next().unwrap_or("?"));
     }
-    Box::leak(name.into_boxed_str())
+    name
 }
 
 /// Runs one sequence from a clean state, then ends it: `Err` with what it broke.
