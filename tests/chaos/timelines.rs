@@ -344,6 +344,18 @@ fn timeline(index: u8) -> Option<Arc<Mutex<TimelineEntry>>> {
     (!timelines.is_empty()).then(|| Arc::clone(&timelines[usize::from(index) % timelines.len()]))
 }
 
+impl TimelineEntry {
+    /// Notes that a handle or future was taken out to be dropped: once none is left, the
+    /// timeline is abandoned (its last drop raises it). Whether that was the last.
+    fn note_let_go(&mut self) -> bool {
+        let last = self.handles.is_empty() && self.futures.is_empty();
+        if last {
+            self.abandoned = true;
+        }
+        last
+    }
+}
+
 fn lock(entry: &Mutex<TimelineEntry>) -> std::sync::MutexGuard<'_, TimelineEntry> {
     entry
         .lock()
@@ -438,10 +450,7 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
             }
             let at = usize::from(handle) % locked.handles.len();
             let dropped = locked.handles.remove(at);
-            let last = locked.handles.is_empty() && locked.futures.is_empty();
-            if last {
-                locked.abandoned = true;
-            }
+            let last = locked.note_let_go();
             let name = locked.name.clone();
             drop(locked);
             drop(dropped);
@@ -504,10 +513,7 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
             };
             let mut locked = lock(&entry);
             let dropped = locked.futures.remove(at);
-            let last = locked.handles.is_empty() && locked.futures.is_empty();
-            if last {
-                locked.abandoned = true;
-            }
+            let last = locked.note_let_go();
             let name = locked.name.clone();
             drop(locked);
             drop(dropped);
@@ -911,10 +917,7 @@ fn poll_future(index: u8) -> String {
         None => format!("a future of {} for {value} pending", locked.name),
         Some(outcome) => {
             let done = locked.futures.remove(at);
-            let last = locked.handles.is_empty() && locked.futures.is_empty();
-            if last {
-                locked.abandoned = true;
-            }
+            locked.note_let_go();
             let name = locked.name.clone();
             drop(locked);
             drop(done);
