@@ -1036,3 +1036,103 @@ fn an_executable_launched_on_the_legacy_stream_while_a_blocking_stream_captures_
     Stream::legacy(&context).synchronize().expect("synchronize");
     assert_eq!(tally.runs(), 1);
 }
+
+#[test]
+fn a_callable_set_on_an_updated_executable_lives_while_its_launch_pends_after_the_executable_went()
+{
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let (a, b) = (Tally::new(), Tally::new());
+    let graph_a = counting_graph(&context, &a);
+    let graph_b = counting_graph(&context, &b);
+    let executable = graph_a.instantiate().expect("instantiates");
+    executable
+        .update(&graph_b)
+        .expect("updated from a graph of the same shape");
+    drop(graph_b);
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        (a.runs(), b.runs()),
+        (0, 1),
+        "the updated executable runs the other graph's callable"
+    );
+    // Set after the update: only the executable's own user object keeps it for its launches.
+    let set = Tally::new();
+    let probe = set.probe();
+    let node = graph_a.host_nodes().expect("nodes").remove(0);
+    executable
+        .set_host_node_callable(&node, move || probe.ran())
+        .expect("set");
+    let gate = suite::Gate::new(&context);
+    gate.hold(&stream);
+    executable.launch(&stream).expect("launch");
+    drop(executable);
+    assert_still_held(
+        &set,
+        "the callable a pending launch runs went with the executable",
+    );
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        set.runs(),
+        1,
+        "the pending launch ran the callable set on it"
+    );
+    set.reclaim_until_dropped(1, "the callable to be released once its launch ran");
+    drop(graph_a);
+    b.reclaim_until_dropped(1, "the other graph's callable to go with the executable");
+}
+
+#[test]
+fn an_update_refuses_engine_nodes_another_context_and_another_shape_and_changes_nothing() {
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let a = Tally::new();
+    let graph = counting_graph(&context, &a);
+    let executable = graph.instantiate().expect("instantiates");
+
+    let engine = Graph::new(&context).expect("graph");
+    engine
+        .add_engine_host_node(&[], || {})
+        .expect("engine node");
+    assert!(matches!(
+        executable.update(&engine),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let two = Graph::new(&context).expect("graph");
+    let first = two.add_host_node(&[], || {}).expect("host node");
+    two.add_host_node(&[&first], || {}).expect("host node");
+    match executable.update(&two) {
+        Err(Error::Driver(error)) => assert_eq!(
+            error.result(),
+            CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+            "{error}"
+        ),
+        other => panic!("an update from another shape answered {other:?}"),
+    }
+    if let Some(controls) = suite::software::controls() {
+        let device = cuda_host::Device::get(context.driver(), 0).expect("device");
+        let fresh = controls.fresh_context(&device);
+        let elsewhere = counting_graph(&fresh, &Tally::new());
+        assert!(matches!(
+            executable.update(&elsewhere),
+            Err(Error::InvalidArgument { .. })
+        ));
+    }
+    executable.launch(&stream).expect("launch");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        a.runs(),
+        1,
+        "the refused updates left the executable as it was"
+    );
+
+    let engine_executable = engine.instantiate().expect("instantiates");
+    assert!(matches!(
+        engine_executable.update(&graph),
+        Err(Error::InvalidArgument { .. })
+    ));
+}

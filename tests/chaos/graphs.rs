@@ -13,8 +13,8 @@ use crate::execute::{Env, Handed};
 use crate::witness::{self, Passed, Witness, violated};
 use crate::workers::Local;
 use crate::world::{ContextEntry, StreamEntry, StreamKind};
-use cuda_host::{Graph, GraphExec};
-use cuda_host_sys::{CUgraphExecUpdateResultInfo, CUresult};
+use cuda_host::{Error, Graph, GraphExec};
+use cuda_host_sys::CUresult;
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -62,7 +62,7 @@ pub enum GraphOp {
         panic_in_run: bool,
         fences_fail: bool,
     },
-    /// `cuGraphExecUpdate` of an executable from a graph of the same shape.
+    /// `GraphExec::update` from a graph (of the same shape, or not: refused).
     Update {
         exec: u8,
         graph: u8,
@@ -159,8 +159,7 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
     ]
 }
 
-/// A host node as the harness knows it: who serves it, and the callable it runs (`None`: an
-/// executable's engine node that an update left running nothing).
+/// A host node as the harness knows it: who serves it, and the callable it runs.
 #[derive(Clone)]
 struct Node {
     engine: bool,
@@ -191,9 +190,6 @@ struct ExecEntry {
     /// The stream of its latest launch: the driver orders each launch behind the one before, on
     /// whichever stream.
     last_stream: Option<Arc<StreamEntry>>,
-    /// Whether it was given callables of its own, or was updated (see [`update`]).
-    own_callables: bool,
-    updated: bool,
 }
 
 impl ExecEntry {
@@ -510,8 +506,6 @@ fn instantiate(env: &Env, graph: u8) -> String {
                 nodes: entry.nodes.clone(),
                 every: entry.every.clone(),
                 last_stream: None,
-                own_callables: false,
-                updated: false,
             })));
             took_effect("Instantiate");
             format!("{name} made")
@@ -686,12 +680,6 @@ fn set_exec_callable(
     let graph = lock(&graph);
     let mut exec = lock(&exec);
     let exec = &mut *exec;
-    if exec.updated {
-        return format!(
-            "{} was updated: no callable of its own (see `update`)",
-            exec.name
-        );
-    }
     let Some(known) = exec.nodes.as_mut().filter(|nodes| !nodes.is_empty()) else {
         return format!("{}: no node the harness knows", exec.name);
     };
@@ -735,7 +723,6 @@ fn set_exec_callable(
             });
             known[at].callable = Some(Arc::clone(&witness));
             exec.every.push(witness);
-            exec.own_callables = true;
             format!("node {at} of {} runs callable {number}", exec.name)
         }
         Err(error) => {
@@ -750,7 +737,6 @@ fn set_exec_callable(
 }
 
 fn update(env: &Env, exec: u8, graph: u8) -> String {
-    let _ = env;
     let (Some(exec), Some(graph)) = (pick(&EXECS, exec), pick(&GRAPHS, graph)) else {
         return "no executable or graph".to_owned();
     };
@@ -761,60 +747,62 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
             .as_ref()
             .map(|nodes| nodes.iter().map(|node| node.engine).collect::<Vec<_>>())
     };
-    let (Some(to), Some(from)) = (shape(&graph.nodes), shape(&exec.nodes)) else {
-        return "nodes unknown: not updated".to_owned();
-    };
-    if to != from || graph.context.context.as_raw() != exec.context.context.as_raw() {
-        return format!(
-            "{} is not of {}'s shape: not updated",
-            graph.name, exec.name
-        );
-    }
-    // An update gives the executable the graph's user objects in place of its own, among them
-    // the one that keeps the callables set on it and its engine nodes' slots alive while its
-    // launches run: those then go with the `GraphExec`, launches pending or not (the driver's
-    // update is outside cuda-host's promises so far). Only executables with neither are updated.
-    if exec.own_callables || from.iter().any(|&engine| engine) {
-        return format!(
-            "{} has callables of its own or engine nodes: not updated",
-            exec.name
-        );
-    }
-    let mut info = CUgraphExecUpdateResultInfo::default();
-    // SAFETY: a live executable and a live graph, neither used by another thread meanwhile (the
-    // harness holds both entries); a valid out-pointer.
-    let answer = unsafe {
-        graph.context.context.driver().cuGraphExecUpdate_v2(
-            exec.exec.as_raw(),
-            graph.graph.as_raw(),
-            &mut info,
-        )
-    };
-    if answer != CUresult::CUDA_SUCCESS {
-        return format!(
-            "{} update from {} answered {answer} ({:?})",
-            exec.name, graph.name, info.result
-        );
-    }
-    // The driver's nodes run the graph's callables from now on, which the executable keeps; the
-    // engine's nodes take the graph's batch, which waits for nothing: they run nothing.
-    let nodes: Vec<Node> = graph
-        .nodes
+    let (to, from) = (shape(&graph.nodes), shape(&exec.nodes));
+    let elsewhere = graph.context.context.as_raw() != exec.context.context.as_raw();
+    let engine = [&to, &from]
         .iter()
-        .flatten()
-        .map(|node| Node {
-            engine: node.engine,
-            callable: if node.engine {
-                None
-            } else {
-                node.callable.clone()
-            },
-        })
-        .collect();
+        .any(|nodes| nodes.iter().flatten().any(|&engine| engine));
+    let answer = exec.exec.update(&graph.graph);
+    // What refuses before the driver is asked, whatever else happens.
+    if elsewhere || engine {
+        return match answer {
+            Err(Error::InvalidArgument { what }) => {
+                format!(
+                    "{} refused an update from {}: {what}",
+                    exec.name, graph.name
+                )
+            }
+            Err(error) => {
+                env.check_refusal_in("GraphExec::update", Some(&exec.context), &error);
+                format!("{} update from {} refused: {error}", exec.name, graph.name)
+            }
+            Ok(()) => {
+                violated(format!(
+                    "{} was updated from {}, though {}",
+                    exec.name,
+                    graph.name,
+                    if elsewhere {
+                        "of another context"
+                    } else {
+                        "one has engine nodes"
+                    }
+                ));
+                "updated".to_owned()
+            }
+        };
+    }
+    if let Err(error) = answer {
+        // The harness knows the nodes, not their edges: another shape is the driver's to tell.
+        let update_failed = matches!(&error, Error::Driver(driver)
+            if driver.result() == CUresult::CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+        if !update_failed {
+            env.check_refusal_in("GraphExec::update", Some(&exec.context), &error);
+        }
+        return format!("{} update from {} refused: {error}", exec.name, graph.name);
+    }
+    if let (Some(to), Some(from)) = (&to, &from)
+        && to != from
+    {
+        violated(format!(
+            "{} was updated from {}, of another shape ({from:?} to {to:?})",
+            exec.name, graph.name
+        ));
+    }
+    // The nodes run the graph's callables from now on, which the executable keeps as it keeps
+    // those set on it before, for its launches in flight.
     took_effect("Update");
     exec.every.extend(graph.every.iter().cloned());
-    exec.nodes = Some(nodes);
-    exec.updated = true;
+    exec.nodes = from.and(graph.nodes.clone());
     format!("{} updated from {}", exec.name, graph.name)
 }
 

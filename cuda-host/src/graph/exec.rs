@@ -33,7 +33,7 @@ use crate::launch::{
 use crate::objects::{Context, Stream, destroy_later};
 use crate::polled::NodeCallable;
 use cuda_host_sys::{
-    CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
+    CUDA_HOST_NODE_PARAMS, CUevent, CUgraphExecUpdateResultInfo, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
     CUgraphNode_st, CUstream, CUstream_st,
 };
 use std::marker::PhantomData;
@@ -222,12 +222,8 @@ impl GraphExec {
             unfenced: false,
             engine: Vec::new(),
         }));
-        let holder = GraphRecord::holding(Arc::clone(&callables));
-        let object = user_object::create(driver, holder)?;
-        // SAFETY: the graph is live and not shared; our fresh reference moves to it.
-        unsafe { user_object::move_into_graph(driver, graph.as_raw(), object)? };
         let mut raw = ptr::null_mut();
-        let instantiated = context.shared().with_current(|| {
+        with_own_object(graph, &callables, || {
             // SAFETY: a live graph; `raw` is a valid out-pointer; the context is current.
             Ok(unsafe {
                 checked!(
@@ -235,11 +231,7 @@ impl GraphExec {
                     cuGraphInstantiateWithFlags(&mut raw, graph.as_raw(), 0)
                 )
             }?)
-        });
-        // The executable (if any) holds its own reference now.
-        // SAFETY: the graph holds the reference moved to it above.
-        unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
-        instantiated?;
+        })?;
         // SAFETY: the live graph `raw` was just made from, not launched yet.
         match unsafe {
             engine_node::prepare_exec(
@@ -274,13 +266,68 @@ impl GraphExec {
         })
     }
 
-    /// The driver's handle, valid while this `GraphExec` exists. An update through it
-    /// (`cuGraphExecUpdate`) gives the engine's nodes ([`Graph::add_engine_host_node`]) the other
-    /// graph's batch, which waits for nothing: they run nothing from then on, and what each
-    /// [`launch`](Self::launch) queues for them stays queued (the engine awake) until the
-    /// executable is gone.
+    /// The driver's handle, valid while this `GraphExec` exists.
+    ///
+    /// Update the executable through [`update`](Self::update), not through this handle. A raw
+    /// `cuGraphExecUpdate` replaces the executable's user objects with the graph's, among them
+    /// the one that keeps the callables set on its nodes ([`set_host_node_callable`]
+    /// (Self::set_host_node_callable)) and its engine nodes' state alive while its launches run:
+    /// from then on they live only as long as this `GraphExec`, so the caller's `unsafe` block
+    /// must keep it until every launch made after the update finished. Such an update also gives
+    /// the engine's nodes ([`Graph::add_engine_host_node`]) the other graph's batch, which waits
+    /// for nothing: they run nothing from then on.
     pub fn as_raw(&self) -> CUgraphExec {
         self.raw
+    }
+
+    /// Updates the executable from `graph` (`cuGraphExecUpdate`), a graph of the same shape: its
+    /// nodes run `graph`'s parameters and callables from the next launch on, and it takes its
+    /// own references to `graph`'s callables, as at instantiation, while keeping the callables
+    /// set on its nodes alive for its launches in flight. Launches enqueued before run what they
+    /// were enqueued with. A callable set on a node afterwards
+    /// ([`set_host_node_callable`](Self::set_host_node_callable)) replaces `graph`'s in this
+    /// executable only.
+    ///
+    /// NVIDIA's reference: [`cuGraphExecUpdate`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__GRAPH.html).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `graph` belongs to another context, or when the
+    /// executable or `graph` has engine nodes ([`Graph::add_engine_host_node`], whose words are
+    /// the executable's own: instantiate `graph` instead); the driver's error from
+    /// `cuGraphExecUpdate_v2` (`CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE` when the shapes differ),
+    /// `cuGraphGetNodes` or from attaching the executable's callables to `graph`
+    /// (`cuUserObjectCreate`, `cuGraphRetainUserObject`). The executable is unchanged then.
+    #[doc(alias = "cuGraphExecUpdate")]
+    pub fn update(&self, graph: &Graph) -> Result<()> {
+        ensure_outside_host_function("GraphExec::update")?;
+        reclaim();
+        if graph.context().as_raw() != self.context.as_raw() {
+            return Err(Error::InvalidArgument {
+                what: "the graph belongs to another context than the executable".to_owned(),
+            });
+        }
+        let engine_free = self.callables().engine.is_empty()
+            && !graph.host_nodes()?.iter().any(HostNode::runs_on_engine);
+        if !engine_free {
+            return Err(Error::InvalidArgument {
+                what: "an executable or graph with engine nodes is not updated: instantiate the \
+                       graph instead"
+                    .to_owned(),
+            });
+        }
+        let driver = self.context.driver();
+        with_own_object(graph, &self.callables, || {
+            let mut info = CUgraphExecUpdateResultInfo::default();
+            // SAFETY: both handles are live; `GraphExec` is not `Sync`, and the graph is not
+            // shared; `info` is a valid out-pointer; the context is current.
+            unsafe {
+                checked!(
+                    driver,
+                    cuGraphExecUpdate_v2(self.raw, graph.as_raw(), &mut info)
+                )
+            }?;
+            Ok(())
+        })
     }
 
     fn callables(&self) -> MutexGuard<'_, ExecutableCallables> {
@@ -493,6 +540,28 @@ impl GraphExec {
         callables.let_go_unreachable();
         Ok(())
     }
+}
+
+/// Runs `make` (an instantiation or update from `graph`) with `context` current while `graph`
+/// holds a user object of its own keeping `callables`: the executable made or updated clones
+/// `graph`'s references, so it keeps its callables for its launches in flight as it keeps the
+/// graph's; then `graph` lets go of the object.
+fn with_own_object(
+    graph: &Graph,
+    callables: &Arc<Mutex<ExecutableCallables>>,
+    make: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let context = graph.context();
+    let driver = context.driver();
+    let holder = GraphRecord::holding(Arc::clone(callables));
+    let object = user_object::create(driver, holder)?;
+    // SAFETY: the graph is live and not shared; our fresh reference moves to it.
+    unsafe { user_object::move_into_graph(driver, graph.as_raw(), object)? };
+    let made = context.shared().with_current(make);
+    // The executable (if any) holds its own reference now.
+    // SAFETY: the graph holds the reference moved to it above.
+    unsafe { user_object::release_from_graph(driver, graph.as_raw(), object) };
+    made
 }
 
 impl Drop for GraphExec {
