@@ -306,7 +306,7 @@ fn op_name(op: &Op) -> String {
     let mut words = debug.split([' ', '{', '(']);
     let name = words.next().unwrap_or("?").to_owned();
     // A family's operations by their own names.
-    if let Op::Graph(_) = op {
+    if let Op::Graph(_) | Op::Timeline(_) = op {
         return format!("{name}::{}", words.next().unwrap_or("?"));
     }
     name

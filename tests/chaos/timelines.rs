@@ -99,6 +99,16 @@ pub enum TimelineOp {
     Requests {
         primary: bool,
     },
+    /// Waits across a narrow timeline's window, then its last handle goes: stream `held` waits
+    /// for the next value behind a gate, the host raises the value past it, stream `far` waits
+    /// at the window's far end (2^31 above the value, more than 2^31 above the held wait), and
+    /// every handle is dropped while the gate still holds the first. The last drop's raise must
+    /// release both, the first before it passes its window.
+    AcrossTheWindow {
+        timeline: u8,
+        held: u8,
+        far: u8,
+    },
 }
 
 /// Where a timeline starts.
@@ -140,7 +150,10 @@ impl TimelineOp {
     /// synchronize beside it, which looked before the wait was there, would wait for good (as
     /// beside `Op::Hold`).
     pub fn may_run_beside(&self) -> bool {
-        !matches!(self, TimelineOp::Wait { .. })
+        !matches!(
+            self,
+            TimelineOp::Wait { .. } | TimelineOp::AcrossTheWindow { .. }
+        )
     }
 }
 
@@ -185,6 +198,8 @@ pub fn op() -> impl Strategy<Value = TimelineOp> {
         2 => index().prop_map(|future| TimelineOp::PollFuture { future }),
         1 => index().prop_map(|future| TimelineOp::DropFuture { future }),
         1 => any::<bool>().prop_map(|primary| TimelineOp::Requests { primary }),
+        1 => (index(), index(), index())
+            .prop_map(|(timeline, held, far)| TimelineOp::AcrossTheWindow { timeline, held, far }),
     ]
 }
 
@@ -523,6 +538,11 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
             )
         }
         TimelineOp::Requests { primary } => requests(env, primary),
+        TimelineOp::AcrossTheWindow {
+            timeline: index,
+            held,
+            far,
+        } => across_the_window(env, index, held, far),
     };
     check_all();
     outcome
@@ -639,6 +659,16 @@ fn wait(env: &Env, index: u8, stream: u8, ahead: Ahead, held: bool) -> String {
     let Some(entry) = timeline(index) else {
         return "no timeline".to_owned();
     };
+    wait_on(env, &entry, stream, ahead, held)
+}
+
+fn wait_on(
+    env: &Env,
+    entry: &Mutex<TimelineEntry>,
+    stream: u8,
+    ahead: Ahead,
+    held: bool,
+) -> String {
     let Some(stream) = env.world.stream(stream) else {
         return "no stream".to_owned();
     };
@@ -647,7 +677,7 @@ fn wait(env: &Env, index: u8, stream: u8, ahead: Ahead, held: bool) -> String {
     let gate = (held && matches!(stream.stream.capture_state(), Ok(None)))
         .then(|| env.world.hold(&stream))
         .flatten();
-    let mut entry = lock(&entry);
+    let mut entry = lock(entry);
     entry.check_waits();
     let Some(handle) = entry.handle().cloned() else {
         return format!("{}: no handle left", entry.name);
@@ -789,7 +819,11 @@ fn host_signal(index: u8, ahead: Ahead) -> String {
     let Some(entry) = timeline(index) else {
         return "no timeline".to_owned();
     };
-    let mut entry = lock(&entry);
+    host_signal_on(&entry, ahead)
+}
+
+fn host_signal_on(entry: &Mutex<TimelineEntry>, ahead: Ahead) -> String {
+    let mut entry = lock(entry);
     if entry.by_stream {
         return format!("{} is signalled by a stream", entry.name);
     }
@@ -815,6 +849,37 @@ fn host_signal(index: u8, ahead: Ahead) -> String {
             format!("refused: {error}")
         }
     }
+}
+
+fn across_the_window(env: &Env, index: u8, held: u8, far: u8) -> String {
+    let Some(entry) = timeline(index) else {
+        return "no timeline".to_owned();
+    };
+    {
+        let locked = lock(&entry);
+        if !locked.narrow || locked.by_stream {
+            return format!("{} is not a narrow timeline the host raises", locked.name);
+        }
+    }
+    let steps = [
+        wait_on(env, &entry, held, Ahead::By(1), true),
+        host_signal_on(&entry, Ahead::By(2)),
+        wait_on(env, &entry, far, Ahead::Window, false),
+    ];
+    let mut locked = lock(&entry);
+    let handles = std::mem::take(&mut locked.handles);
+    let futures = std::mem::take(&mut locked.futures);
+    let had = !handles.is_empty() || !futures.is_empty();
+    let last = had && locked.note_let_go();
+    let name = locked.name.clone();
+    drop(locked);
+    drop(futures);
+    drop(handles);
+    format!(
+        "{}; then {name}'s handles dropped{}",
+        steps.join("; "),
+        if last { ", the last" } else { "" }
+    )
 }
 
 fn host_wait(index: u8, ahead: Ahead, micros: u16) -> String {
