@@ -15,7 +15,7 @@ use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
 use crate::launch::{
-    EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, capture_state,
+    EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, ensure_not_capturing,
     ensure_outside_host_function, has_failed, is_sticky, logged,
 };
 use crate::objects::Stream;
@@ -489,7 +489,7 @@ pub fn host_copy_scope<'env, T>(
         output: None,
     };
     ensure_outside_host_function("host_copy_scope").map_err(refused)?;
-    ensure_not_capturing(stream).map_err(refused)?;
+    ensure_stream_not_capturing(stream).map_err(refused)?;
     let scope = HostCopyScope {
         stream,
         copies: RefCell::new(Vec::new()),
@@ -522,19 +522,14 @@ pub fn host_copy_scope<'env, T>(
 }
 
 /// Refuses a stream that is being captured, as a launch does, before any copy.
-fn ensure_not_capturing(stream: &Stream) -> Result<()> {
+fn ensure_stream_not_capturing(stream: &Stream) -> Result<()> {
     let context = stream.shared_context();
-    let state = with_stream_current(stream, || capture_state(context.driver(), stream.as_raw()));
-    match state {
-        Ok(None) => Ok(()),
-        Ok(Some(status)) => Err(Error::StreamCapturing { status }),
-        Err(error) => {
+    with_stream_current(stream, || ensure_not_capturing(context.driver(), stream.as_raw()))
+        .inspect_err(|error| {
             if let Some(result) = error.driver_result() {
                 abandon_if_failed(context, result);
             }
-            Err(error)
-        }
-    }
+        })
 }
 
 /// The first pause between two looks for a context failure, and the longest.

@@ -28,6 +28,7 @@ use crate::error::{CaptureState, Error, Result};
 use crate::handle::SendHandle;
 use crate::launch::{
     ContextShared, GraphRecord, HostCallable, RelaxedCaptureMode, capture_state,
+    ensure_not_capturing,
     ensure_outside_host_function, holding_logs, logged, outside_host_function, reclaim,
 };
 use crate::objects::{Context, Stream, destroy_later};
@@ -129,12 +130,9 @@ impl ExecutableCallables {
             return;
         }
         let raw = stream.as_raw();
-        let fenced = self.record_fence(raw).and_then(|()| {
-            match capture_state(self.context.driver(), raw)? {
-                None => Ok(()),
-                Some(status) => Err(Error::StreamCapturing { status }),
-            }
-        });
+        let fenced = self
+            .record_fence(raw)
+            .and_then(|()| ensure_not_capturing(self.context.driver(), raw));
         if let Err(error) = fenced {
             logged!(warn!(
                 "a launch's fence could not be recorded, or a capture took it ({error}): the \
@@ -409,9 +407,7 @@ impl GraphExec {
         stream: &Stream,
     ) -> Result<()> {
         let driver = self.context.driver();
-        if let Some(status) = capture_state(driver, stream.as_raw())? {
-            return Err(Error::StreamCapturing { status });
-        }
+        ensure_not_capturing(driver, stream.as_raw())?;
         for node in &mut callables.engine {
             // SAFETY: this executable, which `&self` keeps live and no other thread uses.
             unsafe { node.refresh(self.context.shared(), self.raw) }?;
@@ -419,11 +415,7 @@ impl GraphExec {
         // SAFETY: both handles are live while their owners exist.
         unsafe { checked!(driver, cuGraphLaunch(self.raw, stream.as_raw())) }?;
         // A look that fails cannot tell either: it counts as taken.
-        let taken = match capture_state(driver, stream.as_raw()) {
-            Ok(None) => None,
-            Ok(Some(status)) => Some(Error::StreamCapturing { status }),
-            Err(error) => Some(error),
-        };
+        let taken = ensure_not_capturing(driver, stream.as_raw()).err();
         match taken {
             None => callables.engine.iter().for_each(ExecNode::launched),
             Some(_) => callables.engine.iter().for_each(ExecNode::retire),

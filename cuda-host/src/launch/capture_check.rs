@@ -39,13 +39,26 @@ pub(crate) fn capture_state(driver: &Driver, stream: CUstream) -> Result<Option<
     }
 }
 
-/// `Err(Error::StreamCapturing)` unless `stream` is free of any capture.
+/// Asks the driver whether `stream` captures, and refuses it if it does: `Ok` only for a stream
+/// free of any capture; `refusal` of the capture's state while one is open; the look's own
+/// error when the driver cannot tell, which every caller takes as a capture (what it was
+/// about to enqueue, or just enqueued, may be a capture's).
 #[inline]
-fn ensure_not_capturing(driver: &Driver, stream: CUstream) -> Result<()> {
+pub(crate) fn refuse_capture(
+    driver: &Driver,
+    stream: CUstream,
+    refusal: fn(CaptureState) -> Error,
+) -> Result<()> {
     match capture_state(driver, stream)? {
         None => Ok(()),
-        Some(status) => Err(Error::StreamCapturing { status }),
+        Some(status) => Err(refusal(status)),
     }
+}
+
+/// [`refuse_capture`] with [`Error::StreamCapturing`].
+#[inline]
+pub(crate) fn ensure_not_capturing(driver: &Driver, stream: CUstream) -> Result<()> {
+    refuse_capture(driver, stream, |status| Error::StreamCapturing { status })
 }
 
 /// The calling thread in the relaxed capture interaction mode while it lives; its own mode is

@@ -79,8 +79,8 @@ mod nodes;
 mod server;
 
 use crate::checked::checked;
-use crate::error::{Error, Result};
-use crate::launch::{ContextShared, PolledEngine, capture_state};
+use crate::error::Result;
+use crate::launch::{ContextShared, PolledEngine, ensure_not_capturing};
 use crate::sync::lock;
 use cuda_host_sys::{
     CUstream, CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags,
@@ -195,11 +195,8 @@ impl PolledEngine for ContextLanes {
             // A look that fails cannot tell: the batch may be a capture's, whose number the
             // stream would never write, stalling every later function of the lane. It counts as
             // taken, and the launch is refused with the look's error.
-            let refused = match capture_state(driver, stream) {
-                Ok(None) => None,
-                Ok(Some(status)) => lane
-                    .retire(&mut state, number)
-                    .then_some(Error::StreamCapturing { status }),
+            let refused = match ensure_not_capturing(driver, stream) {
+                Ok(()) => None,
                 Err(error) => lane.retire(&mut state, number).then_some(error),
             };
             drop(state);

@@ -38,7 +38,7 @@
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::launch::{
-    EnqueueWindow, Progress, abandon_if_failed, capture_state, ensure_outside_host_function,
+    EnqueueWindow, Progress, abandon_if_failed, ensure_outside_host_function, refuse_capture,
     hold_or_extend, holding_logs, logged, reclaim_on_launch,
 };
 use crate::objects::Stream;
@@ -220,12 +220,9 @@ fn enqueue_locked(
         }
         Ok(None) => {
             // Asked again: a capture other code began since the check took the operation.
-            let taken = match capture_state(driver, raw) {
-                Ok(None) => None,
-                Ok(Some(status)) => Some(Error::TimelineInCapture { status }),
-                Err(error) => Some(error),
-            };
-            if let Some(refusal) = taken {
+            if let Err(refusal) = refuse_capture(driver, raw, |status| {
+                Error::TimelineInCapture { status }
+            }) {
                 word.keep();
                 return Err(refusal);
             }

@@ -5,8 +5,8 @@ use super::events::{create_event, destroy_events};
 use super::look::{Track, TrackState};
 use super::word::PointWrite;
 use crate::checked::checked;
-use crate::error::{Error, Result};
-use crate::launch::{ContextShared, Look, capture_state, holding_logs};
+use crate::error::{CaptureState, Error, Result};
+use crate::launch::{ContextShared, Look, holding_logs, refuse_capture};
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUstream, Driver};
@@ -126,12 +126,7 @@ impl ContextTracks {
                 address,
                 value: point as u32,
             }))?;
-            let refusal = match capture_state(&self.driver, stream) {
-                Ok(None) => None,
-                Ok(Some(status)) => Some(Error::PointInCapture { status }),
-                Err(error) => Some(error),
-            };
-            if let Some(error) = refusal {
+            if let Err(error) = refuse_capture(&self.driver, stream, point_in_capture) {
                 track.take_word(shared, state);
                 return Err(error);
             }
@@ -220,12 +215,7 @@ impl ContextTracks {
             track.core.keep_free([event]);
             return Err(error.into());
         }
-        let refusal = match capture_state(&self.driver, stream) {
-            Ok(None) => None,
-            Ok(Some(status)) => Some(Error::PointInCapture { status }),
-            Err(error) => Some(error),
-        };
-        if let Some(error) = refusal {
+        if let Err(error) = refuse_capture(&self.driver, stream, point_in_capture) {
             // The record may be a capture's.
             state.retired.push(event);
             return Err(error);
@@ -400,4 +390,9 @@ impl Drop for ContextTracks {
             unsafe { destroy_events(&self.driver, events) };
         }
     }
+}
+
+/// The refusal of a point asked of a capturing stream.
+fn point_in_capture(status: CaptureState) -> Error {
+    Error::PointInCapture { status }
 }
