@@ -916,3 +916,52 @@ fn a_launch_whose_look_at_the_capture_that_took_it_fails_counts_as_taken_and_its
     run_graph(Graph(raw), &stream, 3);
     assert_eq!(tally.runs(), 0);
 }
+
+/// Other code begins capturing the stream after the launch went to the driver and before
+/// cuda-host looks whether the capture took it: the capture's graph is empty, and listing its
+/// nodes must not fail (the 13.0 driver refuses an array with room for none), or the look
+/// would count the live launch as taken and refuse it.
+#[test]
+fn a_launch_a_capture_begun_just_after_it_left_empty_handed_runs_and_is_accepted() {
+    let Some(controls) = controls_to_hold_a_launch(
+        "a_launch_a_capture_begun_just_after_it_left_empty_handed_runs_and_is_accepted",
+    ) else {
+        return;
+    };
+    let _alone = capture_lock();
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let probe = tally.probe();
+    // Held, so that the function has not run by the time of the look.
+    let gate = suite::Gate::new(&context);
+    gate.hold(&stream);
+    let armed = std::sync::atomic::AtomicBool::new(false);
+    let (launched, capture) = std::thread::scope(|scope| {
+        let launcher = scope.spawn(|| {
+            // The capture check before the launch, then the look after it: each held.
+            controls.delay_next_calls(c"cuStreamIsCapturing", 2, Duration::from_millis(300));
+            armed.store(true, Ordering::SeqCst);
+            host_launch(&stream, move || probe.ran())
+        });
+        suite::wait_until("the look after the launch held in the driver", || {
+            armed.load(Ordering::SeqCst) && controls.armed_delays(c"cuStreamIsCapturing") == 0
+        });
+        let capture = Capture::begin(
+            stream.as_raw(),
+            CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        );
+        (launcher.join().unwrap(), capture)
+    });
+    let graph = capture.end();
+    assert_eq!(
+        launched,
+        Ok(()),
+        "a live launch was refused as if the capture had taken it"
+    );
+    assert!(graph.is_ok(), "the capture was invalidated");
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 1, "the launch ran live, once");
+    tally.reclaim_until_dropped(1, "the closure to be dropped after it ran");
+}

@@ -203,3 +203,19 @@ fn an_upload_is_ordered_behind_the_streams_work_and_the_graph_still_launches() {
     ok("cuStreamSynchronize", synchronized);
     assert_eq!(log.entries(), ["first", "middle", "last"]);
 }
+
+#[test]
+fn listing_an_empty_graphs_nodes_into_an_array_with_room_for_none_is_refused() {
+    let _shared = shared();
+    let _context = current_context();
+    let graph = Graph::new();
+    let mut count = 7;
+    // SAFETY: a live graph; a null array asks for the count only.
+    let counted = unsafe { driver().cuGraphGetNodes(graph.0, ptr::null_mut(), &mut count) };
+    assert_eq!((counted, count), (CUresult::CUDA_SUCCESS, 0));
+    let mut room = [ptr::null_mut(); 1];
+    let mut none = 0;
+    // SAFETY: a live graph; the array has room for one node, of which the call may use none.
+    let listed = unsafe { driver().cuGraphGetNodes(graph.0, room.as_mut_ptr(), &mut none) };
+    assert_eq!(listed, CUresult::CUDA_ERROR_INVALID_VALUE);
+}

@@ -164,6 +164,9 @@ CUSW_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t 
         rc = CUDA_ERROR_INVALID_VALUE;
     } else if (nodes == NULL) {
         *numNodes = g->n_nodes;
+    } else if (*numNodes == 0) {
+        /* The 13.0 driver refuses an array with room for no node (measured on an empty graph). */
+        rc = CUDA_ERROR_INVALID_VALUE;
     } else {
         /* As documented: fill what fits, NULL the rest, report how many were written. */
         size_t k = *numNodes < g->n_nodes ? *numNodes : g->n_nodes;

@@ -23,11 +23,11 @@
 //!
 //! [`Graph::host_nodes`]: super::Graph::host_nodes
 
-use super::{nodes, user_object};
+use super::user_object;
 use crate::checked::checked;
 use crate::error::{Error, Result};
 use crate::handle::SendHandle;
-use crate::launch::{ContextShared, GraphRecord, PinnedWord, unless_capture_forbids};
+use crate::launch::{ContextShared, GraphRecord, PinnedWord, nodes_of, unless_capture_forbids};
 use crate::polled::{self, DONE, NodeCallable, NodeSlot, REQUESTED};
 use crate::sync::lock;
 use cuda_host_sys::{
@@ -502,7 +502,7 @@ pub(crate) unsafe fn prepare_exec(
     }
     let driver = context.driver();
     // SAFETY: per the caller.
-    let nodes = unsafe { nodes::nodes_of(driver, graph) }?;
+    let nodes = unsafe { nodes_of(driver, graph) }?;
     let mut prepared = Vec::new();
     let mut lives = Some(lives);
     let mut graph_lives: Option<GraphLives> = None;

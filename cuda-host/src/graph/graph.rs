@@ -2,13 +2,12 @@
 
 use super::engine_node;
 use super::exec::GraphExec;
-use super::nodes;
 use super::user_object;
 use crate::checked::checked;
 use crate::error::Result;
 use crate::host_launch::UserData;
 use crate::launch::{
-    GraphRecord, HostCallable, callable_of_node, ensure_outside_host_function,
+    GraphRecord, HostCallable, callable_of_node, ensure_outside_host_function, nodes_of,
     outside_host_function, reclaim,
 };
 use crate::objects::{Context, destroy_later};
@@ -311,7 +310,7 @@ impl Graph {
         ensure_outside_host_function("Graph::host_nodes")?;
         let driver = self.context.driver();
         // SAFETY: the graph is live and not shared.
-        let nodes = unsafe { nodes::nodes_of(driver, self.raw) }?;
+        let nodes = unsafe { nodes_of(driver, self.raw) }?;
         let mut host_nodes = Vec::new();
         for node in nodes {
             let mut kind = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;

@@ -9,7 +9,6 @@ mod engine_node;
 mod exec;
 #[allow(clippy::module_inception)]
 mod graph;
-mod nodes;
 mod replayable;
 mod user_object;
 

@@ -488,15 +488,39 @@ fn captured_by_other_code(
     if graph.is_null() {
         return Ok(false);
     }
-    let mut nodes = 0usize;
-    let count_only = std::ptr::null_mut();
-    // SAFETY: the capture's graph; a null array asks for the count.
-    unsafe { checked!(driver, cuGraphGetNodes(graph, count_only, &mut nodes)) }?;
-    let mut all = vec![std::ptr::null_mut(); nodes];
-    // SAFETY: room for `nodes` nodes; the driver writes at most that many and says how many.
-    unsafe { checked!(driver, cuGraphGetNodes(graph, all.as_mut_ptr(), &mut nodes)) }?;
-    all.truncate(nodes);
-    Ok(all.into_iter().any(is_the_launch))
+    // SAFETY: the capture's graph, which only its capturing thread adds to meanwhile.
+    Ok(unsafe { nodes_of(driver, graph) }?
+        .into_iter()
+        .any(is_the_launch))
+}
+
+/// Every node of `graph`.
+///
+/// # Errors
+/// The driver's error from `cuGraphGetNodes`.
+///
+/// # Safety
+/// `graph` must be a live graph.
+pub(crate) unsafe fn nodes_of(driver: &Driver, graph: CUgraph) -> Result<Vec<CUgraphNode>> {
+    let mut count = 0;
+    // SAFETY: per the caller; a null array asks for the count only.
+    unsafe { checked!(driver, cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count)) }?;
+    if count == 0 {
+        // The 13.0 driver refuses an array with room for no node (`CUDA_ERROR_INVALID_VALUE`):
+        // none is asked for when there are none.
+        return Ok(Vec::new());
+    }
+    let mut nodes = vec![std::ptr::null_mut(); count];
+    // SAFETY: per the caller; the array holds `count` nodes; the driver writes at most that many
+    // and says how many.
+    unsafe {
+        checked!(
+            driver,
+            cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count)
+        )
+    }?;
+    nodes.truncate(count);
+    Ok(nodes)
 }
 
 #[cfg(test)]

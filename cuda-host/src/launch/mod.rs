@@ -111,7 +111,7 @@ outside_loom_models! {
 
     pub(crate) use capture_check::{
         CaptureBeginning, EnqueueWindow, RelaxedCaptureMode, capture_state, ensure_not_capturing,
-        refuse_capture,
+        nodes_of, refuse_capture,
     };
     pub(crate) use context_failure::{
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
