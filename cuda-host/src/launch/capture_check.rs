@@ -9,6 +9,7 @@
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::launch::contained_log::logged;
+use crate::launch::graph_nodes::nodes_of;
 use crate::sync::lock;
 use cuda_host_sys::{
     CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphNode,
@@ -492,35 +493,6 @@ fn captured_by_other_code(
     Ok(unsafe { nodes_of(driver, graph) }?
         .into_iter()
         .any(is_the_launch))
-}
-
-/// Every node of `graph`.
-///
-/// # Errors
-/// The driver's error from `cuGraphGetNodes`.
-///
-/// # Safety
-/// `graph` must be a live graph.
-pub(crate) unsafe fn nodes_of(driver: &Driver, graph: CUgraph) -> Result<Vec<CUgraphNode>> {
-    let mut count = 0;
-    // SAFETY: per the caller; a null array asks for the count only.
-    unsafe { checked!(driver, cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count)) }?;
-    if count == 0 {
-        // The 13.0 driver refuses an array with room for no node (`CUDA_ERROR_INVALID_VALUE`):
-        // none is asked for when there are none.
-        return Ok(Vec::new());
-    }
-    let mut nodes = vec![std::ptr::null_mut(); count];
-    // SAFETY: per the caller; the array holds `count` nodes; the driver writes at most that many
-    // and says how many.
-    unsafe {
-        checked!(
-            driver,
-            cuGraphGetNodes(graph, nodes.as_mut_ptr(), &mut count)
-        )
-    }?;
-    nodes.truncate(count);
-    Ok(nodes)
 }
 
 #[cfg(test)]

@@ -97,6 +97,7 @@ outside_loom_models! {
     mod context_failure;
     mod context_shared;
     mod enqueue;
+    mod graph_nodes;
     mod graph_record;
     mod held;
     mod inboxes;
@@ -111,7 +112,7 @@ outside_loom_models! {
 
     pub(crate) use capture_check::{
         CaptureBeginning, EnqueueWindow, RelaxedCaptureMode, capture_state, ensure_not_capturing,
-        nodes_of, refuse_capture,
+        refuse_capture,
     };
     pub(crate) use context_failure::{
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
@@ -123,6 +124,7 @@ outside_loom_models! {
         HostFuncEntry, PolledEngine, pass_through, run_once,
     };
     pub(crate) use held::{Look, Progress, held_count, hold_or_extend, hold_until};
+    pub(crate) use graph_nodes::nodes_of;
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
     pub(crate) use mark::{InHostFunction, ensure_outside_host_function};
     pub(crate) use panic_report::dispose as dispose_panic;
