@@ -2,7 +2,8 @@
 //! `GraphBuilder::begin_with_engine`, `GraphExec::launch`) under adversity: a callback refused
 //! during its capture, an executable updated through its raw handle, another thread taking words
 //! while a capture is open, a launch a capture took after the graph went, a child graph node
-//! embedding the graph after it went. Every test holds
+//! embedding the graph after it went, callables an executable replaced after a capture took its
+//! launch, and the callable a retired word ran. Every test holds
 //! [`suite::capture_lock`] or runs alone in a child process: captures and graph calls must not
 //! overlap a global-mode capture of another test.
 
@@ -364,4 +365,89 @@ fn a_child_graph_node_keeps_an_embedded_engine_nodes_word_until_nothing_embeds_i
     assert_eq!(tally.runs(), 0);
     drop(executable);
     tally.reclaim_until_dropped(1, "the callable once nothing embeds the node");
+}
+
+/// An executable with an engine node and a driver host node whose callable it set: other code's
+/// capture takes a launch (refused with `StreamCapturing`), and the capture's graph holds a node
+/// that calls that callable's record. Replaced afterwards, the callable stays while the
+/// executable lives: no fence tells when the capture's graph stops running it.
+#[test]
+fn a_callable_replaced_after_an_engine_launch_a_capture_took_stays_while_the_captures_graph_may_run_it()
+ {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "a_callable_replaced_after_an_engine_launch_a_capture_took_stays_while_the_captures_graph_may_run_it",
+            "a capture that takes a launch is a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_callable_replaced_after_an_engine_launch_a_capture_took_stays_while_the_captures_graph_may_run_it
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = Graph::new(&context).expect("graph");
+    graph.add_engine_host_node(&[], || {}).expect("engine node");
+    let plain = graph.add_host_node(&[], || {}).expect("driver host node");
+    let executable = graph.instantiate().expect("instantiates");
+    let probe = tally.probe();
+    executable
+        .set_host_node_callable(&plain, move || probe.ran())
+        .expect("the executable's own callable");
+    let taken = launch_taken_by_a_capture(controls, &executable, &stream);
+    executable
+        .set_host_node_callable(&plain, || {})
+        .expect("replaced");
+    for _ in 0..50 {
+        reclaim();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(
+        tally.drops(),
+        0,
+        "the replaced callable was dropped while the capture's graph, which calls it, lives"
+    );
+    let exec = taken.instantiate();
+    exec.launch(stream.as_raw());
+    stream.synchronize().expect("synchronize");
+    assert_eq!(
+        tally.runs(),
+        1,
+        "the capture's graph ran the callable it holds"
+    );
+    drop((exec, taken, executable, graph));
+    tally.reclaim_until_dropped(1, "the callable once the executable went");
+}
+
+/// A node whose slot a capture retired after a launch ran its callable, then given a fresh slot
+/// by the next launch: the callable the retired slot ran last is let go when the executable
+/// goes, as the fresh slot's is.
+#[test]
+fn a_callable_a_retired_slot_ran_is_dropped_after_the_node_took_a_fresh_slot() {
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            "a_callable_a_retired_slot_ran_is_dropped_after_the_node_took_a_fresh_slot",
+            "a capture that takes a launch is a control of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        a_callable_a_retired_slot_ran_is_dropped_after_the_node_took_a_fresh_slot
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let tally = Tally::new();
+    let graph = counting_graph(&context, &tally);
+    let executable = graph.instantiate().expect("instantiates");
+    executable.launch(&stream).expect("a launch before");
+    stream.synchronize().expect("synchronize");
+    let taken = launch_taken_by_a_capture(controls, &executable, &stream);
+    assert_eq!(polled_engine_counts().retired_graph_nodes, 1);
+    executable
+        .launch(&stream)
+        .expect("a launch on a fresh word");
+    stream.synchronize().expect("synchronize");
+    assert_eq!(tally.runs(), 2);
+    drop((taken, executable, graph));
+    stream.synchronize().expect("synchronize");
+    tally.reclaim_until_dropped(1, "the callable once the graph and its executables went");
 }

@@ -380,6 +380,9 @@ impl GraphLives {
 pub(crate) struct ExecNode {
     node: SendHandle<CUgraphNode_st>,
     slot: Arc<NodeSlot>,
+    /// The node's slots retired before `slot`: each keeps the callable its latest request ran
+    /// until the executable goes (their servers keep them for the life of the process).
+    retired: Vec<Arc<NodeSlot>>,
     callable: Arc<NodeCallable>,
     /// Whether the graph holding `node` lives.
     graph: GraphLives,
@@ -419,7 +422,8 @@ impl ExecNode {
         // lives while `lives` is held.
         unsafe { set_word(context, exec, self.node.get(), &slot) }?;
         drop(lives);
-        self.slot = slot;
+        let retired = std::mem::replace(&mut self.slot, slot);
+        self.retired.push(retired);
         Ok(())
     }
 
@@ -478,6 +482,9 @@ impl Drop for ExecNode {
         }
         // The callable the last launch ran, which a retired slot keeps too: no launch runs on.
         self.slot.let_go_of_ran();
+        for retired in &self.retired {
+            retired.let_go_of_ran();
+        }
     }
 }
 
@@ -521,6 +528,7 @@ pub(crate) unsafe fn prepare_exec(
         prepared.push(ExecNode {
             node: SendHandle::new(node),
             slot,
+            retired: Vec::new(),
             callable: Arc::clone(template.callable()),
             graph: graph_lives
                 .get_or_insert_with(|| lives.take().expect("called once")())

@@ -418,7 +418,12 @@ impl GraphExec {
         let taken = ensure_not_capturing(driver, stream.as_raw()).err();
         match taken {
             None => callables.engine.iter().for_each(ExecNode::launched),
-            Some(_) => callables.engine.iter().for_each(ExecNode::retire),
+            Some(_) => {
+                callables.engine.iter().for_each(ExecNode::retire);
+                // The launch may be a capture's, whose graph runs the executable's callables
+                // whenever it runs: no fence tells when they are unreachable (see `fence`).
+                callables.unfenced = true;
+            }
         }
         taken.map_or(Ok(()), Err)
     }
