@@ -42,11 +42,13 @@ pub enum GraphOp {
     Instantiate {
         graph: u8,
     },
-    /// With `behind_gate`, the stream is held first, until a later step opens its gate.
+    /// With `behind_gate`, the stream is held first, until a later step opens its gate; with
+    /// `then_drop`, the executable is dropped right after, its launch pending.
     Launch {
         exec: u8,
         stream: u8,
         behind_gate: bool,
+        then_drop: bool,
     },
     /// `HostNode::set_callable` in a graph.
     SetGraphCallable {
@@ -132,11 +134,12 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
         2 => index().prop_map(|builder| GraphOp::EndKeep { builder }),
         1 => index().prop_map(|builder| GraphOp::DropBuilder { builder }),
         3 => index().prop_map(|graph| GraphOp::Instantiate { graph }),
-        10 => (index(), index(), prop::bool::weighted(0.3)).prop_map(
-            |(exec, stream, behind_gate)| GraphOp::Launch {
+        10 => (index(), index(), prop::bool::weighted(0.3), prop::bool::weighted(0.15)).prop_map(
+            |(exec, stream, behind_gate, then_drop)| GraphOp::Launch {
                 exec,
                 stream,
                 behind_gate,
+                then_drop,
             }
         ),
         2 => (index(), index(), rarely()).prop_map(|(graph, node, panic_in_run)| {
@@ -150,7 +153,7 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
                 fences_fail,
             }
         ),
-        1 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
+        2 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
         1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
         1 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
@@ -176,6 +179,10 @@ struct GraphEntry {
     nodes: Option<Vec<Node>>,
     /// Every callable it ever held, for an executable of a graph whose nodes are unknown.
     every: Vec<Arc<Witness>>,
+    /// For the graph of a capture that took launches of executables: those executables, whose
+    /// callables it runs, kept alive while it and its executables live (past that, its runs
+    /// are outside cuda-host's promises).
+    keeps: Vec<Shared<ExecEntry>>,
 }
 
 struct ExecEntry {
@@ -190,6 +197,8 @@ struct ExecEntry {
     /// The stream of its latest launch: the driver orders each launch behind the one before, on
     /// whichever stream.
     last_stream: Option<Arc<StreamEntry>>,
+    /// As [`GraphEntry::keeps`], from its graph and those it was updated from.
+    keeps: Vec<Shared<ExecEntry>>,
 }
 
 impl ExecEntry {
@@ -309,7 +318,22 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             exec,
             stream,
             behind_gate,
-        } => launch(env, exec, stream, behind_gate),
+            then_drop,
+        } => {
+            let launched = launch(env, exec, stream, behind_gate);
+            if !then_drop {
+                return launched;
+            }
+            match take(&EXECS, exec) {
+                Some(entry) => {
+                    let name = lock(&entry).name.clone();
+                    drop(entry);
+                    took_effect("DropExec (after a launch)");
+                    format!("{launched}; then {name} dropped")
+                }
+                None => launched,
+            }
+        }
         GraphOp::SetGraphCallable {
             graph,
             node,
@@ -419,6 +443,7 @@ fn new_graph(env: &Env, context: u8, nodes: u8, engines: u8, panic_in_run: bool)
         context,
         nodes: Some(known),
         every,
+        keeps: Vec::new(),
     });
     format!("{name} made, engine nodes {shape:?}; refused: {refused:?}")
 }
@@ -465,6 +490,7 @@ fn end_keep(env: &Env, local: &mut Local, builder: u8) -> String {
         context: Arc::clone(&captured.context),
         nodes,
         every: callbacks,
+        keeps: Vec::new(),
     });
     format!("{name} kept")
 }
@@ -506,6 +532,7 @@ fn instantiate(env: &Env, graph: u8) -> String {
                 nodes: entry.nodes.clone(),
                 every: entry.every.clone(),
                 last_stream: None,
+                keeps: entry.keeps.clone(),
             })));
             took_effect("Instantiate");
             format!("{name} made")
@@ -519,13 +546,22 @@ fn instantiate(env: &Env, graph: u8) -> String {
 
 fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
     let world = &env.world;
-    let Some(entry) = pick(&EXECS, exec) else {
+    let Some(shared) = pick(&EXECS, exec) else {
         return "no executable".to_owned();
     };
-    let Some(stream) = world.stream(stream) else {
+    let mut entry = lock(&shared);
+    // Half the time on the stream a capture is armed on, if any of its context: the capture
+    // may take it.
+    let armed = world.armed.lock().unwrap().clone();
+    let Some(stream) = armed
+        .filter(|armed| {
+            stream.is_multiple_of(2)
+                && armed.context.context.as_raw() == entry.context.context.as_raw()
+        })
+        .or_else(|| world.stream(stream))
+    else {
         return "no stream".to_owned();
     };
-    let mut entry = lock(&entry);
     if stream.context.context.as_raw() != entry.context.context.as_raw() {
         return format!("{} is of another context than {}", stream.name, entry.name);
     }
@@ -551,7 +587,28 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
     let blocking_capture = (stream.kind == StreamKind::Legacy)
         .then(|| blocking_capture_of(world, &stream))
         .flatten();
+    let armed_here = world
+        .armed
+        .lock()
+        .unwrap()
+        .as_ref()
+        .is_some_and(|armed| Arc::ptr_eq(armed, &stream));
     let launched = entry.exec.launch(&stream.stream);
+    if armed_here
+        && matches!(
+            launched,
+            Ok(()) | Err(cuda_host::Error::StreamCapturing { .. })
+        )
+        && !matches!(stream.stream.capture_state(), Ok(None))
+    {
+        // Perhaps the capture armed at `cuGraphLaunch` took it (accepted, or refused after the
+        // driver was called): its graph then runs what this launch would have.
+        lock(&TAKEN).push(Taken {
+            stream: stream.stream.as_raw().addr(),
+            exec: Arc::clone(&shared),
+            may_run: entry.may_run(),
+        });
+    }
     let refused_first = matches!(launched, Err(cuda_host::Error::StreamCapturing { .. }));
     if !refused_first
         && let Some(capturing) = blocking_capture
@@ -589,6 +646,52 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
             format!("{} launch on {} refused: {error}", entry.name, stream.name)
         }
     }
+}
+
+/// A launch refused as a capture's: perhaps a capture of its stream took it.
+struct Taken {
+    stream: usize,
+    exec: Shared<ExecEntry>,
+    may_run: Vec<Arc<Witness>>,
+}
+
+static TAKEN: Mutex<Vec<Taken>> = Mutex::new(Vec::new());
+
+/// The graph of a capture armed at a driver call, just ended on `stream`: kept as a graph of the
+/// family when it took launches of executables (it runs their callables), else destroyed.
+pub fn captured(stream: &Arc<StreamEntry>, raw: cuda_host_sys::CUgraph) -> String {
+    let taken: Vec<Taken> = {
+        let mut all = lock(&TAKEN);
+        let (here, others) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|taken| taken.stream == stream.stream.as_raw().addr());
+        *all = others;
+        here
+    };
+    if taken.is_empty() {
+        // SAFETY: the capture's graph, destroyed once.
+        let _ = unsafe { stream.stream.context().driver().cuGraphDestroy(raw) };
+        return "its graph destroyed".to_owned();
+    }
+    // SAFETY: the capture's graph, of the stream's context, owned from here on by the `Graph`.
+    let graph = unsafe { Graph::from_raw(&stream.context.context, raw) };
+    let id = NUMBER.fetch_add(1, Ordering::SeqCst);
+    took_effect("Captured");
+    keep(GraphEntry {
+        id,
+        name: format!(
+            "graph {id} (other code's capture of {}, with launches)",
+            stream.name
+        ),
+        graph,
+        context: Arc::clone(&stream.context),
+        nodes: None,
+        every: taken
+            .iter()
+            .flat_map(|taken| taken.may_run.clone())
+            .collect(),
+        keeps: taken.into_iter().map(|taken| taken.exec).collect(),
+    })
 }
 
 /// A blocking stream of `legacy`'s context that a worker's capture holds, by name.
@@ -737,8 +840,17 @@ fn set_exec_callable(
 }
 
 fn update(env: &Env, exec: u8, graph: u8) -> String {
-    let (Some(exec), Some(graph)) = (pick(&EXECS, exec), pick(&GRAPHS, graph)) else {
-        return "no executable or graph".to_owned();
+    let Some(exec) = pick(&EXECS, exec) else {
+        return "no executable".to_owned();
+    };
+    // Half the time from the graph it was made from, whose shape is its own (after callables
+    // were replaced in either): an update that takes effect. Otherwise from any graph.
+    let own = graph
+        .is_multiple_of(2)
+        .then(|| graph_by_id(lock(&exec).graph))
+        .flatten();
+    let Some(graph) = own.or_else(|| pick(&GRAPHS, graph)) else {
+        return "no graph".to_owned();
     };
     let graph = lock(&graph);
     let mut exec = lock(&exec);
@@ -802,6 +914,7 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
     // those set on it before, for its launches in flight.
     took_effect("Update");
     exec.every.extend(graph.every.iter().cloned());
+    exec.keeps.extend(graph.keeps.iter().cloned());
     exec.nodes = from.and(graph.nodes.clone());
     format!("{} updated from {}", exec.name, graph.name)
 }
@@ -829,6 +942,7 @@ fn clone(env: &Env, graph: u8) -> String {
                             .collect()
                     },
                 ),
+                keeps: entry.keeps.clone(),
             };
             drop(entry);
             took_effect("Clone");
@@ -884,9 +998,25 @@ fn host_nodes(env: &Env, graph: u8) -> String {
 /// the device as fast as ever.
 pub fn drop_all(controls: &suite::software::Controls) -> String {
     controls.set_wait_poll_interval(None);
+    lock(&TAKEN).clear();
     let execs = std::mem::take(&mut *lock(&EXECS));
     let graphs = std::mem::take(&mut *lock(&GRAPHS));
     let counts = (execs.len(), graphs.len());
+    // What keeps executables alive for captures' graphs may run in a circle (an executable
+    // updated from such a graph): let go first.
+    let kept: Vec<_> = execs
+        .iter()
+        .flat_map(|exec| std::mem::take(&mut lock(exec).keeps))
+        .chain(
+            graphs
+                .iter()
+                .flat_map(|graph| std::mem::take(&mut lock(graph).keeps)),
+        )
+        .collect();
+    for exec in &kept {
+        drop(std::mem::take(&mut lock(exec).keeps));
+    }
+    drop(kept);
     drop(execs);
     drop(graphs);
     format!("{} executables and {} graphs dropped", counts.0, counts.1)

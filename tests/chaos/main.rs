@@ -584,10 +584,7 @@ fn end_triggered_capture(
             let mut graph = std::ptr::null_mut();
             // SAFETY: a live stream, capturing; a valid out-pointer.
             let ended = unsafe { driver.cuStreamEndCapture(stream.stream.as_raw(), &mut graph) };
-            if !graph.is_null() {
-                // SAFETY: the capture's graph, destroyed once.
-                let _ = unsafe { driver.cuGraphDestroy(graph) };
-            }
+            let kept = (!graph.is_null()).then(|| graphs::captured(&stream, graph));
             if ended == cuda_host_sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
                 && !documented
             {
@@ -597,8 +594,9 @@ fn end_triggered_capture(
                 ));
             }
             format!(
-                "the capture of {} begun at a call ended: {ended}",
-                stream.name
+                "the capture of {} begun at a call ended: {ended}; {}",
+                stream.name,
+                kept.as_deref().unwrap_or("no graph")
             )
         }),
     )?;

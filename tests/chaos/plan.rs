@@ -39,11 +39,12 @@ pub const ENTRIES: [&std::ffi::CStr; 19] = [
 
 /// Entry points whose next call a capture may begin at: those a worker's own step makes on the
 /// stream it names (a capture begun there belongs to that worker's thread).
-pub const CAPTURE_ENTRIES: [&std::ffi::CStr; 4] = [
+pub const CAPTURE_ENTRIES: [&std::ffi::CStr; 5] = [
     c"cuLaunchHostFunc",
     c"cuEventRecord",
     c"cuStreamBatchMemOp",
     c"cuStreamIsCapturing",
+    c"cuGraphLaunch",
 ];
 
 /// How a capture interacts with other threads' calls.
