@@ -225,6 +225,23 @@ struct StreamWait {
 }
 
 impl StreamWait {
+    /// `stream`'s wait for `value`, asked at `before`, with the marker its stream writes after it.
+    fn new(value: u64, before: u64, stream: &StreamEntry, marker: Option<u32>) -> StreamWait {
+        StreamWait {
+            value,
+            effective: value.max(before),
+            stream_name: stream.name.clone(),
+            raw: stream.stream.as_raw().addr(),
+            kind: stream.kind,
+            context_raw: stream.context.context.as_raw().addr(),
+            context: Arc::downgrade(&stream.context),
+            may_fail: stream.context.kind == ContextKind::Fresh,
+            progress: Arc::clone(&stream.progress),
+            marker,
+            passed: false,
+        }
+    }
+
     /// Whether its stream's context failed: `None` when it is gone and may have.
     fn failed(&self) -> Option<bool> {
         failed(&self.context, self.may_fail)
@@ -720,19 +737,9 @@ fn wait_on(
                 .flatten();
             entry.highest_waited = entry.highest_waited.max(value);
             WAITS.fetch_add(1, Ordering::Relaxed);
-            entry.waits.push(StreamWait {
-                value,
-                effective: value.max(before),
-                stream_name: stream.name.clone(),
-                raw: stream.stream.as_raw().addr(),
-                kind: stream.kind,
-                context_raw: stream.context.context.as_raw().addr(),
-                context: Arc::downgrade(&stream.context),
-                may_fail: stream.context.kind == ContextKind::Fresh,
-                progress: Arc::clone(&stream.progress),
-                marker,
-                passed: false,
-            });
+            entry
+                .waits
+                .push(StreamWait::new(value, before, &stream, marker));
             format!(
                 "{}{} waits on {} for {value} (at {before}), marker {marker:?}",
                 stream.name,
@@ -756,6 +763,12 @@ fn wait_on(
         }
         Err(error) => {
             check_refused(env, "Timeline::enqueue_wait", &entry, &stream, &error);
+            // Refused after the driver took the wait (a capture other code began just then, or a
+            // look that failed), it may hold the stream live: pending for good, to the harness.
+            entry.highest_waited = entry.highest_waited.max(value);
+            entry
+                .waits
+                .push(StreamWait::new(value, before, &stream, None));
             format!("refused: {error}")
         }
     }
