@@ -6,10 +6,10 @@
 //!
 //! The scratch tree is a detached worktree in the target folder, kept between runs with its own
 //! target folder, so that a mutation rebuilds only what its patch touches. It holds `HEAD`: what
-//! is not committed is not mutated.
+//! is not committed is not mutated. Each run's whole output is kept beside it, as `NAME.log`.
 
 use crate::{cargo, target_dir};
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -181,14 +181,17 @@ fn hunt(
         outcome.said = format!("the patch does not apply ({error})");
         return Ok(outcome);
     }
-    let result = run_harness(tree, target, seconds, base_seed, &mut outcome);
+    let log = target.with_file_name(format!("{}.log", outcome.name));
+    let result = run_harness(tree, target, &log, seconds, base_seed, &mut outcome);
     git(tree, &["checkout", "--quiet", "--force", "."])?;
     result.map(|()| outcome)
 }
 
+/// Runs the harness on `tree`, its whole output kept in `log`.
 fn run_harness(
     tree: &Path,
     target: &Path,
+    log: &Path,
     seconds: u64,
     base_seed: u64,
     outcome: &mut Outcome,
@@ -216,8 +219,14 @@ fn run_harness(
         .spawn()
         .map_err(|error| format!("cargo: {error}"))?;
     let stdout = child.stdout.take().expect("piped");
+    let mut kept = std::fs::File::create(log)
+        .map_err(|error| format!("creating {}: {error}", log.display()))?;
     let mut in_violations = false;
+    // What the harness printed last: a stranded wait or a broken bound comes just before the
+    // watchdog's "a step never returned".
+    let mut before = String::new();
     for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        writeln!(kept, "{line}").map_err(|error| format!("writing {}: {error}", log.display()))?;
         if outcome.found_after.is_none()
             && (line.contains("broke a promise") || line.contains("a step never returned"))
         {
@@ -228,7 +237,12 @@ fn run_harness(
                 .nth(1)
                 .map(str::to_owned);
             if line.contains("a step never returned") {
-                outcome.said = "a step never returned".to_owned();
+                outcome.said = match before.strip_prefix("chaos: ") {
+                    Some(what) if !what.starts_with("seed ") => {
+                        format!("{what}; then a step never returned")
+                    }
+                    _ => "a step never returned".to_owned(),
+                };
             }
         } else if line == "chaos: violations:" {
             in_violations = true;
@@ -242,6 +256,7 @@ fn run_harness(
                 .and_then(|rest| rest.split_whitespace().next())
                 .map(str::to_owned);
         }
+        before = line;
     }
     let status = child.wait().map_err(|error| format!("cargo: {error}"))?;
     if outcome.found_after.is_none() {
