@@ -10,7 +10,7 @@
 //! 3. `cuStreamAddCallback` through the table, the primitive that calls back even after a context
 //!    failure, for comparison;
 //! 4. `host_launch` with a closure capturing a small value, reclaiming on every launch (the
-//!    default) and on every 32nd;
+//!    default) and on every 32nd, and with a closure capturing a clone of an `Arc`;
 //! 5. `host_launch_raw` with a pass-through pointer, and with copied bytes.
 //!
 //! Then a trivial entry point (`cuStreamIsCapturing`) through the table against the direct
@@ -279,6 +279,23 @@ fn forms() -> Vec<Form> {
                     .expect("launch");
                 }
                 cuda_host::set_launch_reclaim_interval(NonZeroU32::MIN);
+            },
+        },
+        Form {
+            name: "host_launch, closure capturing an Arc",
+            enqueue: |bench, launches| {
+                // The common closure: a clone of an `Arc` per launch, dropped on this thread by
+                // the reclaim rule while the driver's thread runs the next functions.
+                let shared = std::sync::Arc::new(AtomicU64::new(0));
+                let counter = bench.counter;
+                for _ in 0..launches {
+                    let shared = std::sync::Arc::clone(&shared);
+                    host_launch(&bench.stream, move || {
+                        shared.fetch_add(1, Ordering::Relaxed);
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    })
+                    .expect("launch");
+                }
             },
         },
         Form {
