@@ -634,12 +634,7 @@ fn synchronize(env: &Env, local: &Local, stream: u8) -> String {
     if !matches!(stream.kind, StreamKind::NonBlocking | StreamKind::Blocking) {
         return format!("{} is special: not synchronized", stream.name);
     }
-    let armed_here = world
-        .armed
-        .lock()
-        .unwrap()
-        .as_ref()
-        .is_some_and(|armed| Arc::ptr_eq(armed, &stream));
+    let armed_here = world.armed_on(&stream);
     if armed_here || !matches!(stream.stream.capture_state(), Ok(None)) {
         // Synchronizing a stream another thread captures invalidates that capture: the
         // driver's rule, for its callers to keep (a capture armed at a call may begin at any

@@ -587,12 +587,7 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
     let blocking_capture = (stream.kind == StreamKind::Legacy)
         .then(|| blocking_capture_of(world, &stream))
         .flatten();
-    let armed_here = world
-        .armed
-        .lock()
-        .unwrap()
-        .as_ref()
-        .is_some_and(|armed| Arc::ptr_eq(armed, &stream));
+    let armed_here = world.armed_on(&stream);
     let launched = entry.exec.launch(&stream.stream);
     if armed_here
         && matches!(

@@ -320,6 +320,15 @@ impl World {
         self.capture_armed.store(armed, Ordering::SeqCst);
     }
 
+    /// Whether the capture armed at a driver call is of `stream`.
+    pub fn armed_on(&self, stream: &Arc<StreamEntry>) -> bool {
+        self.armed
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|armed| Arc::ptr_eq(armed, stream))
+    }
+
     /// Whether a capture is open or armed now.
     pub fn any_capture(&self) -> bool {
         self.captures_open.load(Ordering::SeqCst) != 0 || self.capture_armed.load(Ordering::SeqCst)
