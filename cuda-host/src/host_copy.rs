@@ -278,6 +278,14 @@ impl CopyState {
     }
 }
 
+/// Cancels every copy of `copies` not yet started, the last launched first: the host functions
+/// start them in launch order, so the copies that ran stay the first launched.
+fn cancel_from_last(copies: &[Arc<CopyState>]) {
+    for copy in copies.iter().rev() {
+        copy.cancel();
+    }
+}
+
 /// A copy in flight: its description (raw addresses) and its state, sent to the driver's thread.
 struct InFlight {
     copy: HostCopy,
@@ -338,12 +346,6 @@ impl<'env> HostCopyScope<'env> {
         launched
     }
 
-    /// Cancels every copy not yet started.
-    fn cancel_pending(&self) {
-        for copy in self.copies.borrow().iter() {
-            copy.cancel();
-        }
-    }
 
     /// Waits until every copy finished or was cancelled; only the running ones remain when
     /// the rest were cancelled.
@@ -502,7 +504,7 @@ pub fn host_copy_scope<'env, T>(
     let output = match catch_unwind(AssertUnwindSafe(|| body(&scope))) {
         Ok(output) => output,
         Err(panic) => {
-            scope.cancel_pending();
+            cancel_from_last(&scope.copies.borrow());
             scope.wait_for_running();
             resume_unwind(panic);
         }
@@ -557,7 +559,7 @@ fn join(scope: &HostCopyScope<'_>) -> (Result<()>, Option<Box<dyn Any + Send>>) 
         match catch_unwind(AssertUnwindSafe(|| look(scope, &mut passed_unrun))) {
             Ok(None) => {}
             Ok(Some(answer)) => {
-                scope.cancel_pending();
+                cancel_from_last(&scope.copies.borrow());
                 scope.wait_for_running();
                 let error = answer.unwrap_or_else(|| {
                     catch_unwind(AssertUnwindSafe(|| failure_answer(scope.stream))).unwrap_or_else(
@@ -590,9 +592,8 @@ fn look(scope: &HostCopyScope<'_>, passed_unrun: &mut Option<usize>) -> Option<O
     }
     match ask_outside_captures(stream, Ask::Query) {
         Ok(Some(Ok(()))) => {
-            // The stream finished its work: a copy not started now never will (the stream
-            // passed it unrun). One may still be running: when a failed stream gives up its
-            // wait, the engine's thread can be inside a copy; the caller waits for it.
+            // The stream finished: a copy not started now never will. One may still be running
+            // (a failed stream gave up its wait inside the engine's copy): the caller waits.
             let unfinished = scope.waiter.unfinished();
             if unfinished != 0 && *passed_unrun == Some(unfinished) {
                 return Some(None);
@@ -610,8 +611,7 @@ fn look(scope: &HostCopyScope<'_>, passed_unrun: &mut Option<usize>) -> Option<O
             }
             Some(Some(error))
         }
-        // Not done yet, capturing (copies enqueued before run as the stream reaches them), or
-        // no answer: look again later.
+        // Not done, capturing (copies enqueued before run when reached), or no answer: later.
         _ => {
             *passed_unrun = None;
             None
@@ -695,3 +695,6 @@ fn with_stream_current<T>(stream: &Stream, call: impl FnOnce() -> Result<T>) -> 
         call()
     }
 }
+
+#[cfg(test)]
+mod tests;
