@@ -558,6 +558,13 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
             stream.is_multiple_of(2)
                 && armed.context.context.as_raw() == entry.context.context.as_raw()
         })
+        .or_else(|| {
+            // A third of the time on the legacy stream while a blocking stream of its context
+            // captures, where the launch must be refused before the driver is called.
+            (stream % 3 == 1)
+                .then(|| legacy_beside_a_blocking_capture(world, &entry.context))
+                .flatten()
+        })
         .or_else(|| world.stream(stream))
     else {
         return "no stream".to_owned();
@@ -687,6 +694,25 @@ pub fn captured(stream: &Arc<StreamEntry>, raw: cuda_host_sys::CUgraph) -> Strin
             .collect(),
         keeps: taken.into_iter().map(|taken| taken.exec).collect(),
     })
+}
+
+/// The legacy stream of `context`, if the sequence has made it, while a blocking stream of that
+/// context captures.
+fn legacy_beside_a_blocking_capture(
+    world: &crate::world::World,
+    context: &ContextEntry,
+) -> Option<Arc<StreamEntry>> {
+    let legacy = world
+        .streams
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|stream| {
+            stream.kind == StreamKind::Legacy
+                && stream.context.context.as_raw() == context.context.as_raw()
+        })
+        .cloned()?;
+    blocking_capture_of(world, &legacy).map(|_| legacy)
 }
 
 /// A blocking stream of `legacy`'s context that a worker's capture holds, by name.
