@@ -328,6 +328,13 @@ fn rows() -> Vec<Row> {
                 .instantiate()?
                 .set_host_node_callable(&node, f.probe_closure())
         }),
+        row!(c"cuGraphExecUpdate_v2", Returned, NOTHING, |f| {
+            let graph = Graph::new(&f.context)?;
+            graph.add_host_node(&[], f.probe_closure())?;
+            let other = Graph::new(&f.context)?;
+            other.add_host_node(&[], f.probe_closure())?;
+            graph.instantiate()?.update(&other)
+        }),
         // Engine host nodes: a batch node in the graph, a word of its own per executable.
         row!(c"cuGraphAddBatchMemOpNode", Returned, NOTHING, |f| {
             Graph::new(&f.context)?
