@@ -618,12 +618,13 @@ fn a_callable_the_engine_ran_is_kept_until_the_launch_that_ran_it_finished() {
     executable
         .set_host_node_callable(&node, move || probe.ran())
         .expect("its own callable");
+    // Counted before the launch: the engine may serve it before this thread looks again.
+    let served = polled_engine_counts().functions;
     executable.launch(&stream).expect("launch");
     // Replaced: the pending launch holds the callable's last reference.
     executable
         .set_host_node_callable(&node, || {})
         .expect("replaced");
-    let served = polled_engine_counts().functions;
     wait_until("the engine to run the callable", || {
         tally.runs() == 1 && polled_engine_counts().functions > served
     });
