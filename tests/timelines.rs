@@ -258,6 +258,64 @@ fn on_a_narrow_device_the_last_handles_drop_strands_no_pending_wait() {
     second.synchronize().expect("synchronize");
 }
 
+/// One stream waits on a narrow timeline for the next value behind a gate, the host raises the
+/// value past it, and the stream then waits 2^31 above that: no value releases both, so the last
+/// handle's drop releases the first, then the second. Here a capture other code began takes a
+/// later operation on the stream, with the write of its track's word: the points after both
+/// waits are read no more, and nothing shows the first passed while the second holds the stream.
+/// Both are released all the same.
+#[test]
+fn on_a_narrow_device_the_last_handles_drop_releases_waits_across_the_window_seen_passed_or_not() {
+    let test = "on_a_narrow_device_the_last_handles_drop_releases_waits_across_the_window_seen_passed_or_not";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "playing an older device is a control of the software driver",
+        );
+    };
+    // Alone in a process: the device's answer is process-wide.
+    suite::alone_in_child!(
+        on_a_narrow_device_the_last_handles_drop_releases_waits_across_the_window_seen_passed_or_not
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let words = MappedWords::new(&context, 1);
+    let gate = Gate::new(&context);
+    let timeline = narrow_timeline(controls, &context, 0);
+    let other = Timeline::new(&context, 0).expect("timeline");
+    gate.hold(&stream);
+    timeline.enqueue_wait(&stream, 1).expect("wait enqueued");
+    timeline.signal(2).expect("signal");
+    timeline
+        .enqueue_wait(&stream, 2 + (1 << 31))
+        .expect("a wait 2^31 above the value is within the window");
+    words.write_in_stream(&stream, 0, 1);
+    controls.begin_capture_at_next_call(
+        c"cuStreamBatchMemOp",
+        &stream,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+    );
+    assert_eq!(
+        other.enqueue_wait(&stream, 1),
+        Err(Error::TimelineInCapture {
+            status: CaptureState::Active
+        })
+    );
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: a live stream and a valid out-pointer.
+    let ended = unsafe {
+        suite::test_driver()
+            .driver
+            .cuStreamEndCapture(stream.as_raw(), &mut graph)
+    };
+    assert_eq!(ended, CUresult::CUDA_SUCCESS);
+    drop(suite::capture::Graph(graph));
+    drop(timeline);
+    gate.open();
+    wait_until("the stream past both waits", || words.get(0) == 1);
+    stream.synchronize().expect("synchronize");
+}
+
 #[test]
 fn a_wait_for_a_value_already_reached_holds_nothing() {
     let context = context();

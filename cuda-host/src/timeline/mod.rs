@@ -84,7 +84,7 @@ const NARROW_WINDOW: u64 = 1 << 31;
 /// **Never leaves a stream waiting.** When the last handle (clones and [`Reached`] futures
 /// included) is dropped while streams may still read the counter, its value is raised to
 /// [`MAX`](Self::MAX) (on a device without 64-bit memory operations, to the highest value a wait
-/// was enqueued for, in steps that strand no wait: see below), with one warning logged if an
+/// was enqueued for, in a way that strands no wait: see below), with one warning logged if an
 /// enqueued wait was not satisfied yet; a stream signal enqueued earlier that lands afterwards
 /// is raised over again by the watcher. The memory is freed only once no handle is left and
 /// every stream that enqueued an operation on it passed that operation (a stream point after
@@ -116,9 +116,10 @@ const NARROW_WINDOW: u64 = 1 << 31;
 /// above the value is refused ([`Error::OutsideNarrowWindow`]), and a wait for a value reached
 /// compares the value now (one 2^31 or more below it would hold the stream). It is exact as long
 /// as the value never moves 2^31 or more past a wait still pending. The last handle's drop
-/// keeps to that: while a stream has yet to pass a wait, it raises the value at most
-/// 2^31 − 1 past it, and further once the stream passed it (two waits 2^31 or more apart are
-/// released one after the other).
+/// keeps to that: while a stream may have yet to pass a wait, it raises the value at most
+/// 2^31 − 1 past it. Waits 2^31 or more apart, which no one value releases, take turns: the
+/// value releases the waits of one window for a few milliseconds, then those of the next, until
+/// every stream passed its waits.
 ///
 /// ```no_run
 /// # fn demo(context: &cuda_host::Context, stream: &cuda_host::Stream) -> cuda_host::Result<()> {
@@ -341,19 +342,24 @@ impl Drop for Shared {
         if waits.streams_may_read() || word.is_kept() {
             let waited = lock(&self.enqueued).waited;
             let release = if self.wide { MAX } else { waited };
-            let (before, raised) = waits.abandon(release);
-            if waited > raised {
-                logged!(warn!(
+            match waits.abandon(release) {
+                (before, None) => logged!(warn!(
                     "a timeline was dropped while streams may wait on it for values up to \
-                     {waited} (its value was {before}): raised to {raised}, and on to {release} \
-                     once the streams waiting for values 2^31 or more below passed their waits \
-                     (their device compares 32 bits), so that none waits"
-                ));
-            } else if waited > before {
-                logged!(warn!(
+                     {waited} (its value was {before}), 2^31 or more apart, which no one value \
+                     releases (their device compares 32 bits): its value takes in turn one that \
+                     releases each, until the streams passed them"
+                )),
+                (before, Some(raised)) if waited > raised => logged!(warn!(
+                    "a timeline was dropped while streams may wait on it for values up to \
+                     {waited} (its value was {before}): raised to {raised}, the highest that \
+                     releases the waits not seen passed (their device compares 32 bits), and on \
+                     to {release} once the streams passed them"
+                )),
+                (before, Some(raised)) if waited > before => logged!(warn!(
                     "a timeline was dropped while streams may wait on it for values up to \
                      {waited} (its value was {before}): raised to {raised} so that none waits"
-                ));
+                )),
+                _ => {}
             }
         }
         // Its memory may be freed here: a driver call, made where the rules allow.

@@ -20,8 +20,8 @@
 //! timeline stays listed, and each round raises the value back to the release value, until every
 //! stream passed its last operation on it (or that stream's own context failed: a failure of the
 //! timeline's context stops none of another context's streams). On a narrow timeline (32-bit
-//! waits, which compare cyclically) the value goes up in steps: while a stream has yet to pass a
-//! wait, at most 2^31 − 1 past that wait's value, which a higher value would hold again
+//! waits, which compare cyclically) no value may release every wait a stream has yet to pass:
+//! one 2^31 or more past a wait holds it again. The waits then take turns
 //! (`State::raise_abandoned`).
 //!
 //! **Streams noted.** Each stream operation notes its stream's track and the point marked after
@@ -42,6 +42,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
+use std::time::{Duration, Instant};
 
 /// A stream's last operation on the timeline: its track, the point marked after it, and the
 /// stream's context (`CUcontext` address), which may be another than the timeline's.
@@ -61,9 +62,17 @@ struct Abandoned {
     /// The value the word is kept at: [`MAX`](super::MAX), or, on a narrow timeline, the highest
     /// a wait was enqueued for.
     release: u64,
-    /// The highest value the word was raised to: found lower, a stream's signal lowered it.
-    raised: u64,
+    /// The value the word was last set to (the highest, while it only rises): found lower, a
+    /// stream's signal lowered it.
+    set: u64,
+    /// While the waits take turns: the turn, and when it began.
+    turn: Option<(usize, Instant)>,
 }
+
+/// How long each group of a narrow timeline's waits holds the word while they take turns: longer
+/// than a device takes to read a word it waits on (the software driver reads it at least every
+/// millisecond).
+const TURN: Duration = Duration::from_millis(2);
 
 /// Streams noted over every timeline (`State::streams`), for [`timeline_counts`](
 /// super::timeline_counts).
@@ -106,13 +115,17 @@ impl State {
             .retain(|wait| !is_done(&wait.track, wait.point, wait.context));
     }
 
-    /// Raises the word of an abandoned timeline as far as strands no wait: to the release value,
-    /// or, while a narrow timeline's stream has yet to pass a wait, at most 2^31 − 1 above the
-    /// lowest such wait the value has not left behind already. A 32-bit wait compares cyclically:
-    /// a value 2^31 or more past it holds the stream again, and no value releases two waits 2^31
-    /// or more apart; the higher is released once the stream of the lower passed it. Returns the
-    /// value before, if a stream's signal had lowered it under the last raise. Nothing once the
-    /// memory went.
+    /// Keeps the word of an abandoned timeline where it releases the waits streams may still
+    /// read. On a wide timeline, and while the narrow waits not seen passed fit in one window
+    /// (from the lowest, `v`, to `v + 2^31 − 1`, which the value has not left behind already), it
+    /// raises the word to the release value, or to the window's top if that is lower. Waits
+    /// spread wider than a window take turns: they fall into windows, and for [`TURN`] each the
+    /// word takes the top of one, which releases every wait in it and none of another's. A stream
+    /// passes its wait during that wait's turn, whether or not anything shows that it did (a
+    /// capture other code began may have taken the track's word, after which no look sees its
+    /// points pass while a wait holds the stream), so no order between the waits, nor any
+    /// knowledge of which passed, is needed. Returns the value before, if a stream's signal had
+    /// lowered it under the value last set. Nothing once the memory went.
     fn raise_abandoned(&mut self) -> Option<u64> {
         let abandoned = self.abandoned.as_mut()?;
         if self.word.is_null() {
@@ -121,18 +134,42 @@ impl State {
         // SAFETY: the memory lives until `close`, which takes the lock the caller holds.
         let word = unsafe { &*self.word };
         let value = word.load(Ordering::Acquire);
-        let lowest = self
-            .narrow_waits
-            .iter()
-            .map(|wait| wait.value)
-            .filter(|&wait| wait + NARROW_WINDOW > value)
-            .min();
-        let release = lowest.map_or(abandoned.release, |lowest| {
-            abandoned.release.min(lowest + NARROW_WINDOW - 1)
-        });
-        let before = word.fetch_max(release, Ordering::AcqRel);
-        let lowered = before < abandoned.raised;
-        abandoned.raised = abandoned.raised.max(release);
+        let mut waits: Vec<u64> = self.narrow_waits.iter().map(|wait| wait.value).collect();
+        waits.sort_unstable();
+        let mut windows: Vec<u64> = Vec::new();
+        for wait in waits {
+            if windows.last().is_none_or(|&low| wait >= low + NARROW_WINDOW) {
+                windows.push(wait);
+            }
+        }
+        let top = |low: u64| abandoned.release.min(low + NARROW_WINDOW - 1);
+        let rise = match windows[..] {
+            [] => Some(abandoned.release),
+            [low] if value < low + NARROW_WINDOW => Some(top(low)),
+            _ => None,
+        };
+        let (before, set) = match rise {
+            Some(target) => {
+                abandoned.turn = None;
+                let before = word.fetch_max(target, Ordering::AcqRel);
+                (before, before.max(target))
+            }
+            None => {
+                let now = Instant::now();
+                let turn = match abandoned.turn {
+                    Some((turn, began)) if now.duration_since(began) < TURN => turn,
+                    Some((turn, _)) => turn + 1,
+                    None => 0,
+                };
+                if abandoned.turn.is_none_or(|(last, _)| last != turn) {
+                    abandoned.turn = Some((turn, now));
+                }
+                let target = top(windows[turn % windows.len()]);
+                (word.swap(target, Ordering::AcqRel), target)
+            }
+        };
+        let lowered = before < abandoned.set;
+        abandoned.set = set;
         lowered.then_some(before)
     }
 }
@@ -279,20 +316,25 @@ impl Waits {
         !state.streams.is_empty()
     }
 
-    /// The last handle is gone: keeps the word at `release` while streams may read it, raised
-    /// now as far as strands no wait (`State::raise_abandoned`). Returns the value before and the
-    /// value raised to.
-    pub(super) fn abandon(self: &Arc<Self>, release: u64) -> (u64, u64) {
+    /// The last handle is gone: keeps the word at `release` while streams may read it, set now
+    /// as `State::raise_abandoned` does. Returns the value before and the value set, or `None`
+    /// for it where the waits take turns.
+    pub(super) fn abandon(self: &Arc<Self>, release: u64) -> (u64, Option<u64>) {
         let mut state = lock(&self.state);
         state.forget_streams_done();
-        state.abandoned = Some(Abandoned { release, raised: 0 });
+        state.abandoned = Some(Abandoned {
+            release,
+            set: 0,
+            turn: None,
+        });
         // SAFETY: the memory lives until `close`, which takes this lock.
         let before = unsafe { &*state.word }.load(Ordering::Acquire);
         state.raise_abandoned();
-        let raised = state
+        let set = state
             .abandoned
             .as_ref()
-            .map_or(before, |abandoned| abandoned.raised.max(before));
+            .filter(|abandoned| abandoned.turn.is_none())
+            .map(|abandoned| abandoned.set);
         let unlisted = !std::mem::replace(&mut state.waiters.listed, true);
         drop(state);
         if unlisted && let Err(error) = watch(Arc::clone(self) as Arc<dyn Watched>) {
@@ -301,7 +343,7 @@ impl Waits {
                  a wait on it: {error}"
             ));
         }
-        (before, raised)
+        (before, set)
     }
 
     /// The memory goes: no look reads the word after this.
