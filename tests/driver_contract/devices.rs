@@ -285,9 +285,14 @@ fn context_synchronize_of_a_named_context_waits_for_it_without_it_current() {
     });
 }
 
-/// Attributes that describe the machine a device is in rather than the device: the comparison
-/// with an H200's values leaves them out.
-const OF_THE_MACHINE: [&str; 12] = [
+/// Attributes that describe the machine a device is in, or its board, rather than the device:
+/// the comparison with an H200's values leaves them out. Beside the bus, NUMA and mode settings,
+/// two H200 machines answered these differently (the defaults, then the other's): the memory bus
+/// width (6144, 6016 bits), the L2 cache (50, 60 MiB), pageable memory access (1, 0: the
+/// kernel's heterogeneous memory management), multi-device cooperative launch (0, 1), the
+/// largest access policy window (134213632, 134217728 bytes), the memory pools' handle types
+/// (1, 9), fabric handles (0, 1) and DMA-BUF host allocations (1, 0).
+const OF_THE_MACHINE: [&str; 20] = [
     "PCI_BUS_ID",
     "PCI_DEVICE_ID",
     "PCI_DOMAIN_ID",
@@ -300,6 +305,14 @@ const OF_THE_MACHINE: [&str; 12] = [
     "COMPUTE_MODE",
     "MPS_ENABLED",
     "MULTICAST_SUPPORTED",
+    "GLOBAL_MEMORY_BUS_WIDTH",
+    "L2_CACHE_SIZE",
+    "PAGEABLE_MEMORY_ACCESS",
+    "COOPERATIVE_MULTI_DEVICE_LAUNCH",
+    "MAX_ACCESS_POLICY_WINDOW_SIZE",
+    "MEMPOOL_SUPPORTED_HANDLE_TYPES",
+    "HANDLE_TYPE_FABRIC_SUPPORTED",
+    "HOST_ALLOC_DMA_BUF_SUPPORTED",
 ];
 
 /// `cuDeviceGetAttribute` of device 0: the driver's answer and the value.
