@@ -14,10 +14,8 @@
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
-use crate::launch::{
-    EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, ensure_not_capturing,
-    ensure_outside_host_function, has_failed, is_sticky, logged,
-};
+use crate::launch::{EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, ensure_not_capturing, has_failed, is_sticky};
+use crate::contain::{ensure_outside_host_function, logged};
 use crate::objects::Stream;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
 use std::any::Any;

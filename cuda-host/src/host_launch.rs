@@ -4,10 +4,8 @@
 //! and a reader of `Stream` finds its methods in `objects/stream.rs`.
 
 use crate::error::Result;
-use crate::launch::{
-    self, CopiedBytes, HostFuncEntry, RunOnce, RunOnceClosure, drop_when_allowed,
-    ensure_outside_host_function, outside_host_function, reclaim_on_launch,
-};
+use crate::launch::{self, CopiedBytes, HostFuncEntry, RunOnce, RunOnceClosure, drop_when_allowed, outside_host_function, reclaim_on_launch};
+use crate::contain::ensure_outside_host_function;
 use crate::objects::Stream;
 use crate::observe::Named;
 use std::ffi::c_void;

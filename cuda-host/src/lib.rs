@@ -127,6 +127,7 @@ mod tracks;
 
 outside_loom_models! {
     mod checked;
+    mod contain;
     #[cfg(test)]
     mod fake_driver;
     mod error;
@@ -143,6 +144,7 @@ outside_loom_models! {
     mod stream_leases;
     mod timeline;
 
+    pub use contain::in_host_function;
     pub use cuda_host_sys as sys;
     pub use cuda_host_sys;
     pub use cuda_host_sys::Driver;
@@ -160,7 +162,7 @@ outside_loom_models! {
     };
     pub use launch::{
         HostCallable, HostFunctionPanic, LaunchSlotCounts, PanicOrigin, clear_host_panic_hook,
-        in_host_function, launch_slot_counts, reclaim, set_host_panic_hook,
+        launch_slot_counts, reclaim, set_host_panic_hook,
         set_launch_reclaim_interval,
     };
     pub use objects::{

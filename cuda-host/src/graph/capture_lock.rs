@@ -2,7 +2,7 @@
 //! capture begun through cuda-host, take (`capture` says why); what is logged while it is held
 //! is logged once it is released.
 
-use crate::launch::LogHold;
+use crate::contain::LogHold;
 use crate::sync::lock;
 use std::sync::{Mutex, MutexGuard};
 
@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 /// logger that looked up a capture, added a node or ended a capture there would wait for
 /// itself. The log calls made meanwhile (a context that cannot be made current again after the
 /// look-up of a special stream's capture, a user object that cannot be released) are held
-/// until it is released (`launch::holding_logs`).
+/// until it is released (`contain::holding_logs`).
 static CAPTURE_NODES: Mutex<()> = Mutex::new(());
 
 /// [`CAPTURE_NODES`], held, with the thread's log calls; on drop released, then the calls made.

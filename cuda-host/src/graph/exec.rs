@@ -26,11 +26,8 @@ use super::user_object;
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::handle::SendHandle;
-use crate::launch::{
-    ContextShared, GraphRecord, HostCallable, RelaxedCaptureMode, capture_state,
-    ensure_not_capturing,
-    ensure_outside_host_function, holding_logs, logged, outside_host_function, reclaim,
-};
+use crate::launch::{ContextShared, GraphRecord, HostCallable, RelaxedCaptureMode, capture_state, ensure_not_capturing, outside_host_function, reclaim};
+use crate::contain::{ensure_outside_host_function, holding_logs, logged};
 use crate::objects::{Context, Stream, destroy_later};
 use crate::polled::NodeCallable;
 use cuda_host_sys::{

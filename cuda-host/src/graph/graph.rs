@@ -6,10 +6,8 @@ use super::user_object;
 use crate::checked::checked;
 use crate::error::Result;
 use crate::host_launch::UserData;
-use crate::launch::{
-    GraphRecord, HostCallable, callable_of_node, ensure_outside_host_function, nodes_of,
-    outside_host_function, reclaim,
-};
+use crate::launch::{GraphRecord, HostCallable, callable_of_node, nodes_of, outside_host_function, reclaim};
+use crate::contain::ensure_outside_host_function;
 use crate::objects::{Context, destroy_later};
 use cuda_host_sys::{CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphNode, CUgraphNodeType};
 use std::ffi::c_void;

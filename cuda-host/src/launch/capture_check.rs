@@ -8,7 +8,7 @@
 
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
-use crate::launch::contained_log::logged;
+use crate::contain::logged;
 use crate::launch::graph_nodes::nodes_of;
 use crate::sync::lock;
 use cuda_host_sys::{

@@ -15,7 +15,7 @@
 
 use crate::checked::checked;
 use crate::launch::capture_check;
-use crate::launch::contained_log::logged;
+use crate::contain::logged;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::failed_contexts::FailedContexts;
 use crate::launch::inboxes;
@@ -206,7 +206,7 @@ unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *m
         }
     }));
     if let Err(payload) = abandoned {
-        crate::launch::dispose_panic(payload);
+        crate::contain::dispose(payload);
     }
     // Pushed whatever happened above, so that its context reference is dropped.
     let finished = catch_unwind(AssertUnwindSafe(|| {
@@ -215,7 +215,7 @@ unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *m
         unsafe { inboxes::finish(NonNull::new_unchecked(watch)) };
     }));
     if let Err(payload) = finished {
-        crate::launch::dispose_panic(payload);
+        crate::contain::dispose(payload);
     }
 }
 

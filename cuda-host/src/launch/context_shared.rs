@@ -18,7 +18,7 @@
 
 use crate::checked::checked;
 use crate::error::{Error, Result};
-use crate::launch::contained_log::logged;
+use crate::contain::logged;
 use crate::launch::pinned::{PinnedPage, PinnedPages, PinnedWord, pages_of};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, Driver};

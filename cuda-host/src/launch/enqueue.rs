@@ -4,7 +4,7 @@
 use crate::checked::checked;
 use crate::error::{CaptureState, Error, Result};
 use crate::launch::capture_check::EnqueueWindow;
-use crate::launch::contained_log::logged;
+use crate::contain::logged;
 use crate::launch::context_failure;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::payload::{self, RunOnce};

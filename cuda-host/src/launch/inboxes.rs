@@ -2,9 +2,10 @@
 //! list once that thread has exited. Only pushes happen here, so every function is right on any
 //! thread, the driver's too; `reclaim` drops what the lists hold.
 
-use crate::launch::record::{Home, RecordHeader};
+use crate::launch::record::{self, Home, RecordHeader};
 use crate::launch::record_list::{Inbox, RecordList, last_of};
 use crate::sync::lock;
+use std::any::Any;
 use std::cell::{Cell, OnceCell};
 use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex};
@@ -109,6 +110,13 @@ pub(crate) unsafe fn defer(record: NonNull<RecordHeader>) {
     let running = unsafe { running.as_ref() };
     // SAFETY: per the caller.
     unsafe { push_to(running, record) };
+}
+
+/// Hands `value` off a marked thread (the mark's hand-off, `crate::contain`): in a record of
+/// its own, as [`defer`] does.
+pub(crate) fn defer_value(value: Box<dyn Any + Send>) {
+    // SAFETY: a fresh record, owned here; ownership passes to a list.
+    unsafe { defer(record::holding(value, None, None)) };
 }
 
 /// Hands `record` to the calling thread's own inbox.

@@ -1,8 +1,8 @@
 //! The launch machinery: run-once records in launch slots under tickets, the trampolines the
 //! driver calls, the inboxes finished records wait in and the rules for dropping them, the
-//! capture check, what happens when a context fails, the context state records share, and log
-//! calls that never unwind nor call a logger under a lock (`contained_log`, which disposes of a
-//! logger's panic as the trampolines do). It names no feature: each feature keeps its
+//! capture check, what happens when a context fails, and the context state records share, on
+//! the ground floor of containment (`crate::contain`: the host-function mark, log calls that
+//! never unwind, the disposal of user values). It names no feature: each feature keeps its
 //! per-context state with the public context (`objects`), and the polled engine reaches it as a
 //! value ([`PolledEngine`]). The public objects (`objects`, `graph`) and `host_launch` enter it
 //! only through what this module re-exports.
@@ -25,9 +25,9 @@
 //!    wins it.
 //! 5. **Claim** (`trampoline`, `slot::claim`; launched → claimed): the trampoline presents the
 //!    ticket; the driver's thread (or the engine's) owns the record.
-//! 6. **Run** (`trampoline`, `running`, `mark`): the stream is listed as running, the context's
-//!    failure looked at, the payload run under `catch_unwind` with the thread marked as inside
-//!    a host function.
+//! 6. **Run** (`trampoline`, `running`, `crate::contain`): the stream is listed as running, the
+//!    context's failure looked at, the payload run under `catch_unwind` with the thread marked as
+//!    inside a host function.
 //! 7. **Finish** (`inboxes`): the record is pushed, one compare-and-swap, to the inbox of the
 //!    thread that made it, its *home*, which owns it from then on.
 //! 8. **Drain** (`reclaim`, `panic_report`): the home thread's next cuda-host call, or
@@ -60,7 +60,7 @@
 //! 1. **Nothing on the driver's thread but the run.** A host function's thread (the driver's, or
 //!    the polled engine's) makes no cuda-host call that reaches the driver, runs no user `Drop`,
 //!    and never unwinds into the driver: calls refuse ([`Error::InHostFunction`](crate::Error)),
-//!    values go to a caller's thread (`mark`, `reclaim`, `trampoline`).
+//!    values go to a caller's thread (`crate::contain`, `reclaim`, `trampoline`).
 //! 2. **No drop during a capture begun through cuda-host.** Not on a thread capturing a stream
 //!    through cuda-host, nor anywhere while a global-mode capture begun through cuda-host is
 //!    open: a `Drop` that frees memory would invalidate it. A drain that may not run leaves
@@ -93,7 +93,6 @@ pub(crate) mod slot_state;
 
 outside_loom_models! {
     mod capture_check;
-    mod contained_log;
     mod context_failure;
     mod context_shared;
     mod enqueue;
@@ -101,7 +100,6 @@ outside_loom_models! {
     mod graph_record;
     mod held;
     mod inboxes;
-    mod mark;
     mod panic_report;
     mod payload;
     mod pinned;
@@ -118,7 +116,6 @@ outside_loom_models! {
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
         is_sticky, seen_failed, watch_stream,
     };
-    pub(crate) use contained_log::{LogHold, LogSite, hold_log_call, holding_logs, logged};
     pub(crate) use context_shared::ContextShared;
     pub(crate) use enqueue::{
         HostFuncEntry, PolledEngine, pass_through, run_once,
@@ -126,8 +123,7 @@ outside_loom_models! {
     pub(crate) use held::{Look, Progress, held_count, hold_or_extend, hold_until};
     pub(crate) use graph_nodes::nodes_of;
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
-    pub(crate) use mark::{InHostFunction, ensure_outside_host_function};
-    pub(crate) use panic_report::dispose as dispose_panic;
+    pub(crate) use inboxes::defer_value;
     pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
     pub(crate) use pinned::{PAGE_BYTES, PinnedPage, PinnedWord};
     pub(crate) use reclaim::{
@@ -136,7 +132,6 @@ outside_loom_models! {
     };
 
     pub use graph_record::HostCallable;
-    pub use mark::in_host_function;
     pub use panic_report::{
         HostFunctionPanic, PanicOrigin, clear_host_panic_hook, set_host_panic_hook,
     };

@@ -5,11 +5,8 @@
 //! clone taken under the lock and called with no lock held, so a hook may replace or clear
 //! itself; a replaced hook is dropped with no lock held too, and never on the driver's thread.
 
-use crate::launch::contained_log::logged;
+use crate::contain::{dispose, drop_or_hand_off, logged};
 use crate::launch::hook_cell::HookCell;
-use crate::launch::inboxes;
-use crate::launch::mark::in_host_function;
-use crate::launch::record;
 use cuda_host_sys::CUstream;
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -54,23 +51,12 @@ static HOOK: HookCell<Hook> = HookCell::new();
 /// caught and logged. The hook may replace or clear itself.
 pub fn set_host_panic_hook(hook: impl Fn(&HostFunctionPanic<'_>) + Send + Sync + 'static) {
     let hook: Hook = Box::new(hook);
-    drop_off_the_drivers_thread(HOOK.replace(Some(Arc::new(hook))));
+    drop_or_hand_off(HOOK.replace(Some(Arc::new(hook))));
 }
 
 /// Removes the installed hook, if any.
 pub fn clear_host_panic_hook() {
-    drop_off_the_drivers_thread(HOOK.replace(None));
-}
-
-/// Drops `value` now, or, on the driver's thread, later on the thread whose host function is
-/// running: a replaced hook is a user's value.
-fn drop_off_the_drivers_thread<T: Send + 'static>(value: T) {
-    if in_host_function() {
-        // SAFETY: a fresh record, owned here; ownership passes to a list.
-        unsafe { inboxes::defer(record::holding(value, None, None)) };
-    } else {
-        drop(value);
-    }
+    drop_or_hand_off(HOOK.replace(None));
 }
 
 fn message_of(payload: &(dyn Any + Send)) -> &str {
@@ -93,30 +79,6 @@ pub(crate) fn report_host_function_panic(payload: Box<dyn Any + Send>, stream: O
 pub(crate) fn report_drop_panic(payload: Box<dyn Any + Send>) {
     report(&*payload, None, PanicOrigin::Drop);
     dispose(payload);
-}
-
-/// Gets rid of a caught panic's payload without unwinding: on the driver's thread it is dropped
-/// later on a caller's; elsewhere now, and leaked if its `Drop` panics.
-pub(crate) fn dispose(payload: Box<dyn Any + Send>) {
-    drop_off_the_drivers_thread(PayloadDrop(Some(payload)));
-}
-
-/// Drops a payload, leaking it if its `Drop` panics, and leaking that panic's payload too.
-struct PayloadDrop(Option<Box<dyn Any + Send>>);
-
-impl Drop for PayloadDrop {
-    fn drop(&mut self) {
-        let payload = self.0.take();
-        if let Err(panicked) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
-            std::mem::forget(panicked);
-            // Not `logged!`, which would hand a logger's panic back here: leaked too.
-            if let Err(logger_panic) =
-                catch_unwind(|| log::error!("a panic's payload panicked in its Drop; leaked"))
-            {
-                std::mem::forget(logger_panic);
-            }
-        }
-    }
 }
 
 fn report(payload: &(dyn Any + Send), stream: Option<CUstream>, origin: PanicOrigin) {
@@ -143,9 +105,9 @@ fn report(payload: &(dyn Any + Send), stream: Option<CUstream>, origin: PanicOri
         dispose(panicked);
         logged!(error!("the host-function panic hook panicked"));
     }
-    // If the hook was replaced meanwhile, this clone may be its last reference: never drop it
-    // on the driver's thread.
+    // If the hook was replaced meanwhile, this clone may be its last reference: a user's value,
+    // never dropped on the driver's thread.
     if let Some(last) = Arc::into_inner(hook) {
-        drop_off_the_drivers_thread(last);
+        drop_or_hand_off(last);
     }
 }

@@ -19,7 +19,7 @@
 //! it goes, for the next value's use.
 
 use crate::checked::checked;
-use crate::launch::contained_log::logged;
+use crate::contain::logged;
 use crate::sync::lock;
 use cuda_host_sys::{
     CU_MEMHOSTALLOC_DEVICEMAP, CU_MEMHOSTALLOC_PORTABLE, CUcontext, CUdeviceptr, Driver,

@@ -24,7 +24,7 @@
 use crate::error::{Error, Result};
 use crate::launch::held::{self, Look};
 use crate::launch::inboxes::{self, SHARED, ThreadState};
-use crate::launch::mark::in_host_function;
+use crate::contain::in_host_function;
 use crate::launch::panic_report;
 use crate::launch::record::{self, RecordHeader};
 use crate::launch::record_list::last_of;

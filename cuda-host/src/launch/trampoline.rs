@@ -8,14 +8,13 @@
 //! span) while the thread is marked, and the observation ends after the `catch_unwind`, not
 //! while a panic unwinds.
 
-use crate::launch::contained_log::logged;
 use crate::launch::context_failure::{enter_running, has_failed};
 use crate::launch::inboxes::{self, RunningHome};
-use crate::launch::mark::InHostFunction;
 use crate::launch::panic_report;
 use crate::launch::record::RecordHeader;
 use crate::launch::slot::{self, Ticket};
 use crate::observe::{self, Run};
+use crate::contain::{InHostFunction, dispose, logged};
 use cuda_host_sys::CUstream;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -28,7 +27,7 @@ use std::ptr::NonNull;
 /// # Safety
 /// As [`RecordHeader::run`].
 unsafe fn run_marked(record: NonNull<RecordHeader>, stream: Option<CUstream>, run: Run) {
-    let _marked = InHostFunction::enter();
+    let _marked = InHostFunction::enter(inboxes::defer_value);
     // SAFETY: the record stays live while it runs (caller).
     let _home = unsafe { RunningHome::enter(record) };
     // SAFETY: as above.
@@ -45,7 +44,7 @@ unsafe fn run_marked(record: NonNull<RecordHeader>, stream: Option<CUstream>, ru
 /// dropped later on a caller's thread.
 fn contain(outcome: std::thread::Result<()>) {
     if let Err(payload) = outcome {
-        panic_report::dispose(payload);
+        dispose(payload);
     }
 }
 

@@ -28,10 +28,8 @@
 //! into them is made with no lock of cuda-host's held (rule 1 of [`crate::launch`] holds around
 //! them: a host function's observations are made while its thread is marked as inside one, so a
 //! cuda-host call they make is refused there rather than reach the driver); a subscriber's panic
-//! is caught and its payload disposed of as the trampolines do (the `launch::contained_log` pattern,
-//! which is also why this module, below the launch machinery, names `dispose_panic` and `logged`
-//! above it);
-//! and an observation made while one is under way on the same thread (a subscriber that calls
+//! is caught and its payload disposed of through the ground floor of containment
+//! (`crate::contain`), as every catch is; and an observation made while one is under way on the same thread (a subscriber that calls
 //! cuda-host back) is skipped, so a subscriber cannot recurse into itself through cuda-host. An
 //! NVTX injection library is C and does not unwind.
 //!
@@ -160,7 +158,7 @@ fn observe<T>(call: impl FnOnce() -> T) -> Option<T> {
     match outcome {
         Ok(value) => value,
         Err(payload) => {
-            crate::launch::dispose_panic(payload);
+            crate::contain::dispose(payload);
             None
         }
     }

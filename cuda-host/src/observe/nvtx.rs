@@ -28,7 +28,7 @@
 //!
 //! **Cost.** With no profiler, an observation is the load of [`API`]'s once-state.
 
-use crate::launch::logged;
+use crate::contain::logged;
 use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::ptr;
 use std::sync::OnceLock;

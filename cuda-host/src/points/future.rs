@@ -3,7 +3,8 @@
 
 use crate::error::Result;
 use crate::launch::Look;
-use crate::launch::{ensure_outside_host_function, in_host_function, reclaim_on_launch};
+use crate::launch::reclaim_on_launch;
+use crate::contain::{ensure_outside_host_function, in_host_function};
 use crate::objects::Stream;
 use crate::observe::Points;
 use crate::points::{Mark, mark};

@@ -66,7 +66,8 @@ pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 
 use crate::error::{Error, Result};
-use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, holding_logs, seen_failed};
+use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, seen_failed};
+use crate::contain::holding_logs;
 use crate::objects::{Context, Stream};
 use crate::observe::{self, Points};
 use crate::tracks::{Track, watcher};

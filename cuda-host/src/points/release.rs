@@ -2,7 +2,8 @@
 //! handed over, without a host function and without a blocking synchronize.
 
 use crate::error::Error;
-use crate::launch::{hold_until, in_host_function, reclaim_on_launch};
+use crate::launch::{hold_until, reclaim_on_launch};
+use crate::contain::in_host_function;
 use crate::objects::Stream;
 use crate::observe::Points;
 use crate::points::{mark, progress};

@@ -35,7 +35,8 @@
 //! number above it, so the server never takes an old write for a new function.
 
 use crate::error::{Error, Result};
-use crate::launch::{ContextShared, PAGE_BYTES, PinnedPage, holding_logs, unless_capture_forbids};
+use crate::launch::{ContextShared, PAGE_BYTES, PinnedPage, unless_capture_forbids};
+use crate::contain::holding_logs;
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use cuda_host_sys::CUdeviceptr;

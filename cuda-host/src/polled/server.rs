@@ -30,9 +30,8 @@
 use super::lanes::{KEPT_PAGES, Lane, RETIRED_LANES, Words};
 use super::nodes::{NodeSlot, RETIRED_NODES};
 use crate::error::{Error, Result};
-use crate::launch::{
-    ContextShared, InHostFunction, dispose_panic, drop_when_allowed, has_failed, logged,
-};
+use crate::launch::{ContextShared, defer_value, drop_when_allowed, has_failed};
+use crate::contain::{dispose, InHostFunction, logged};
 use crate::observe;
 use crate::own_thread::OwnThreads;
 use crate::sync::lock;
@@ -343,7 +342,7 @@ const LINGER: Duration = Duration::from_millis(2);
 fn run(server: &'static Server) {
     // Host functions run here: no cuda-host call reaches the driver from this thread, and
     // nothing is dropped here (values go to their launching threads, the rest to any caller).
-    let _marked = InHostFunction::enter();
+    let _marked = InHostFunction::enter(defer_value);
     let mut served: Vec<Served> = Vec::new();
     let mut nodes: Vec<ServedNode> = Vec::new();
     let mut last_progress = Instant::now();
@@ -352,7 +351,7 @@ fn run(server: &'static Server) {
             serve_round(server, &mut served, &mut nodes, &mut last_progress);
         }));
         if let Err(payload) = round {
-            dispose_panic(payload);
+            dispose(payload);
             logged!(error!(
                 "a round of the polled engine's server panicked; the server goes on"
             ));

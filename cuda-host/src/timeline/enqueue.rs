@@ -37,10 +37,8 @@
 
 use crate::checked::checked;
 use crate::error::{Error, Result};
-use crate::launch::{
-    EnqueueWindow, Progress, abandon_if_failed, ensure_outside_host_function, refuse_capture,
-    hold_or_extend, holding_logs, logged, reclaim_on_launch,
-};
+use crate::launch::{EnqueueWindow, Progress, abandon_if_failed, refuse_capture, hold_or_extend, reclaim_on_launch};
+use crate::contain::{ensure_outside_host_function, holding_logs, logged};
 use crate::objects::Stream;
 use crate::sync::lock;
 use crate::timeline::{MAX, NARROW_WINDOW, Shared};

@@ -34,7 +34,8 @@
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.
 //! Nothing here owns driver objects, so the watcher may drop its references to this value.
 
-use crate::launch::{Look, dispose_panic, has_failed, logged, seen_failed};
+use crate::launch::{Look, has_failed, seen_failed};
+use crate::contain::{dispose, logged};
 use crate::sync::lock;
 use crate::timeline::NARROW_WINDOW;
 use crate::tracks::{Registration, Track, Waiters, Watched, watch};
@@ -440,7 +441,7 @@ fn warn_if_lowered(before: Option<u64>) {
 pub(super) fn wake_all(woken: Vec<Waker>) {
     for waker in woken {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| waker.wake())) {
-            dispose_panic(payload);
+            dispose(payload);
             logged!(error!(
                 "a waker of a timeline panicked; the others are woken"
             ));

@@ -38,7 +38,8 @@
 //! context is released here and no event is queried after its destruction.
 
 use crate::error::Result;
-use crate::launch::{Look, dispose_panic, logged, seen_failed};
+use crate::launch::{Look, seen_failed};
+use crate::contain::{dispose, logged};
 use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;
 use crate::sync::lock;
@@ -246,7 +247,7 @@ fn run() {
             Ok(Next::Look(pause)) => std::thread::sleep(pause),
             Ok(Next::Park) => std::thread::park(),
             Err(payload) => {
-                dispose_panic(payload);
+                dispose(payload);
                 logged!(error!(
                     "a round of the stream-point watcher panicked; the watcher goes on"
                 ));
@@ -333,7 +334,7 @@ fn look_and_wake(
     observe::points_passed(Points::Future, woken.len());
     for waker in woken.drain(..) {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| waker.wake())) {
-            dispose_panic(payload);
+            dispose(payload);
             logged!(error!(
                 "a waker of a stream point panicked; the watcher goes on"
             ));

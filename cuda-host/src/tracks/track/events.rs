@@ -2,7 +2,7 @@
 
 use crate::checked::checked;
 use crate::error::Result;
-use crate::launch::logged;
+use crate::contain::logged;
 use cuda_host_sys::{CUevent, CUevent_flags, Driver};
 
 /// An event for a point. The context is current.

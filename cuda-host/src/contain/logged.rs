@@ -1,8 +1,8 @@
 //! Log calls that never unwind, and never call a logger under a lock. A logger is user code: it
 //! may panic, and it may call cuda-host back. A log call on a thread the driver or cuda-host runs,
 //! inside a `Drop`, or in a call documented never to panic goes through [`logged!`], which
-//! catches the panic and disposes of its payload as the trampolines do (dropped later on a
-//! caller's thread when caught on the driver's). Code that holds a lock a call back would take
+//! catches the panic and disposes of its payload (`super::dispose`: handed off a marked thread,
+//! dropped now elsewhere). Code that holds a lock a call back would take
 //! runs inside [`holding_logs`], which keeps the thread's [`logged!`] calls until it returns, or
 //! holds a [`LogHold`] beside the lock's guard.
 
@@ -13,16 +13,16 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 /// Makes a `log` call, e.g. `logged!(warn!("a look waits: {error}"))`, catching a panic of the
 /// logger; inside [`holding_logs`], later.
 macro_rules! logged {
-    (error!($($argument:tt)+)) => { $crate::launch::logged!(@ Error, $($argument)+) };
-    (warn!($($argument:tt)+)) => { $crate::launch::logged!(@ Warn, $($argument)+) };
-    (info!($($argument:tt)+)) => { $crate::launch::logged!(@ Info, $($argument)+) };
-    (debug!($($argument:tt)+)) => { $crate::launch::logged!(@ Debug, $($argument)+) };
+    (error!($($argument:tt)+)) => { $crate::contain::logged!(@ Error, $($argument)+) };
+    (warn!($($argument:tt)+)) => { $crate::contain::logged!(@ Warn, $($argument)+) };
+    (info!($($argument:tt)+)) => { $crate::contain::logged!(@ Info, $($argument)+) };
+    (debug!($($argument:tt)+)) => { $crate::contain::logged!(@ Debug, $($argument)+) };
     (@ $level:ident, $($argument:tt)+) => {
         if let Err(payload) = ::std::panic::catch_unwind(::std::panic::AssertUnwindSafe(|| {
             let level = ::log::Level::$level;
             if level <= ::log::max_level()
-                && !$crate::launch::hold_log_call(
-                    $crate::launch::LogSite {
+                && !$crate::contain::hold_log_call(
+                    $crate::contain::LogSite {
                         level,
                         module: module_path!(),
                         file: file!(),
@@ -34,7 +34,7 @@ macro_rules! logged {
                 ::log::log!(level, $($argument)+)
             }
         })) {
-            $crate::launch::dispose_panic(payload);
+            $crate::contain::dispose(payload);
         }
     };
 }
@@ -143,7 +143,7 @@ fn make_held() {
             );
         }));
         if let Err(payload) = made {
-            crate::launch::dispose_panic(payload);
+            crate::contain::dispose(payload);
         }
     }
 }
