@@ -12,10 +12,13 @@
 //! What a scope promises, exactly, is written at [`HostCopyScope`].
 
 use crate::checked::checked;
+use crate::contain::{ensure_outside_host_function, logged};
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
-use crate::launch::{EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, ensure_not_capturing, has_failed, is_sticky};
-use crate::contain::{ensure_outside_host_function, logged};
+use crate::launch::{
+    EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, ensure_not_capturing, has_failed,
+    is_sticky,
+};
 use crate::objects::Stream;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
 use std::any::Any;
@@ -344,7 +347,6 @@ impl<'env> HostCopyScope<'env> {
         launched
     }
 
-
     /// Waits until every copy finished or was cancelled; only the running ones remain when
     /// the rest were cancelled.
     fn wait_for_running(&self) {
@@ -524,12 +526,14 @@ pub fn host_copy_scope<'env, T>(
 /// Refuses a stream that is being captured, as a launch does, before any copy.
 fn ensure_stream_not_capturing(stream: &Stream) -> Result<()> {
     let context = stream.shared_context();
-    with_stream_current(stream, || ensure_not_capturing(context.driver(), stream.as_raw()))
-        .inspect_err(|error| {
-            if let Some(result) = error.driver_result() {
-                abandon_if_failed(context, result);
-            }
-        })
+    with_stream_current(stream, || {
+        ensure_not_capturing(context.driver(), stream.as_raw())
+    })
+    .inspect_err(|error| {
+        if let Some(result) = error.driver_result() {
+            abandon_if_failed(context, result);
+        }
+    })
 }
 
 /// The first pause between two looks for a context failure, and the longest.

@@ -3,9 +3,12 @@
 //! The launches are free functions taking `&Stream`, not its methods: they are this feature's,
 //! and a reader of `Stream` finds its methods in `objects/stream.rs`.
 
-use crate::error::Result;
-use crate::launch::{self, CopiedBytes, HostFuncEntry, RunOnce, RunOnceClosure, drop_when_allowed, outside_host_function, reclaim_on_launch};
 use crate::contain::ensure_outside_host_function;
+use crate::error::Result;
+use crate::launch::{
+    self, CopiedBytes, HostFuncEntry, RunOnce, RunOnceClosure, drop_when_allowed,
+    outside_host_function, reclaim_on_launch,
+};
 use crate::objects::Stream;
 use crate::observe::Named;
 use std::ffi::c_void;

@@ -8,10 +8,12 @@
 //! Everything else about the launch is `host_launch`'s: the same run-once record, capture check,
 //! reclaim rule and failure handling.
 
+use crate::contain::ensure_outside_host_function;
 use crate::error::{Error, Result};
 use crate::host_launch::{UserData, launch_raw, launch_run_once};
-use crate::launch::{HostFuncEntry, RunOnceClosure, drop_when_allowed, outside_host_function, reclaim_on_launch};
-use crate::contain::ensure_outside_host_function;
+use crate::launch::{
+    HostFuncEntry, RunOnceClosure, drop_when_allowed, outside_host_function, reclaim_on_launch,
+};
 use crate::objects::Stream;
 use cuda_host_sys::CUhostTaskSyncMode;
 use std::ffi::c_void;

@@ -4,10 +4,13 @@ use super::engine_node::{self, ReservedWords};
 use super::graph::Graph;
 use super::{capture, capture_lock};
 use crate::checked::checked;
+use crate::contain::{ensure_outside_host_function, holding_logs, logged};
 use crate::error::{Error, Result};
 use crate::host_launch::{HostLaunch, UserData};
-use crate::launch::{CaptureBeginning, CaptureMark, GraphRecord, HostCallable, capture_state, outside_host_function, reclaim};
-use crate::contain::{ensure_outside_host_function, holding_logs, logged};
+use crate::launch::{
+    CaptureBeginning, CaptureMark, GraphRecord, HostCallable, capture_state, outside_host_function,
+    reclaim,
+};
 use crate::objects::{HostEngine, Stream};
 use crate::observe::Named;
 use cuda_host_sys::{CUgraph, CUstreamCaptureMode};

@@ -24,15 +24,18 @@ use super::engine_node::{self, ExecNode};
 use super::graph::{Graph, HostNode};
 use super::user_object;
 use crate::checked::checked;
+use crate::contain::{ensure_outside_host_function, holding_logs, logged};
 use crate::error::{CaptureState, Error, Result};
 use crate::handle::SendHandle;
-use crate::launch::{ContextShared, GraphRecord, HostCallable, RelaxedCaptureMode, capture_state, ensure_not_capturing, outside_host_function, reclaim};
-use crate::contain::{ensure_outside_host_function, holding_logs, logged};
+use crate::launch::{
+    ContextShared, GraphRecord, HostCallable, RelaxedCaptureMode, capture_state,
+    ensure_not_capturing, outside_host_function, reclaim,
+};
 use crate::objects::{Context, Stream, destroy_later};
 use crate::polled::NodeCallable;
 use cuda_host_sys::{
-    CUDA_HOST_NODE_PARAMS, CUevent, CUgraphExecUpdateResultInfo, CUevent_flags, CUevent_st, CUgraphExec, CUgraphNode,
-    CUgraphNode_st, CUstream, CUstream_st,
+    CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec,
+    CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNode_st, CUstream, CUstream_st,
 };
 use std::marker::PhantomData;
 use std::ptr;

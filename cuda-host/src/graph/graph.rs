@@ -4,10 +4,12 @@ use super::engine_node;
 use super::exec::GraphExec;
 use super::user_object;
 use crate::checked::checked;
+use crate::contain::ensure_outside_host_function;
 use crate::error::Result;
 use crate::host_launch::UserData;
-use crate::launch::{GraphRecord, HostCallable, callable_of_node, nodes_of, outside_host_function, reclaim};
-use crate::contain::ensure_outside_host_function;
+use crate::launch::{
+    GraphRecord, HostCallable, callable_of_node, nodes_of, outside_host_function, reclaim,
+};
 use crate::objects::{Context, destroy_later};
 use cuda_host_sys::{CUDA_HOST_NODE_PARAMS, CUgraph, CUgraphNode, CUgraphNodeType};
 use std::ffi::c_void;

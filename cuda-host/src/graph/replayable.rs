@@ -4,10 +4,13 @@
 
 use super::capture::{self, Capture};
 use super::capture_lock;
+use crate::contain::ensure_outside_host_function;
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, launch_raw, launch_run_once};
-use crate::launch::{GraphRecord, HostCallable, RunOnceClosure, drop_when_allowed, outside_host_function, reclaim_on_launch};
-use crate::contain::ensure_outside_host_function;
+use crate::launch::{
+    GraphRecord, HostCallable, RunOnceClosure, drop_when_allowed, outside_host_function,
+    reclaim_on_launch,
+};
 use crate::objects::Stream;
 use cuda_host_sys::CUgraph;
 use std::ffi::c_void;

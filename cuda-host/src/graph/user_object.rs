@@ -8,9 +8,9 @@
 //! inbox; the record is dropped on that thread.
 
 use crate::checked::checked;
+use crate::contain::logged;
 use crate::error::Result;
 use crate::launch::{GraphCallable, GraphRecord};
-use crate::contain::logged;
 use cuda_host_sys::{CUgraph, CUuserObject, CUuserObject_flags, CUuserObjectRetain_flags, Driver};
 use std::ffi::c_void;
 use std::ptr;

@@ -26,9 +26,11 @@ fn copies_started_beside_a_cancellation_are_the_first_launched() {
                 barrier.wait();
                 copies
                     .iter()
-                    .map(|copy| copy.start() && {
-                        copy.finish();
-                        true
+                    .map(|copy| {
+                        copy.start() && {
+                            copy.finish();
+                            true
+                        }
                     })
                     .collect::<Vec<bool>>()
             });

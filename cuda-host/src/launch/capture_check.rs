@@ -7,8 +7,8 @@
 //! legacy stream, a refused `cuLaunchHostFunc` invalidates the capture it would have joined.
 
 use crate::checked::checked;
-use crate::error::{CaptureState, Error, Result};
 use crate::contain::logged;
+use crate::error::{CaptureState, Error, Result};
 use crate::launch::graph_nodes::nodes_of;
 use crate::sync::lock;
 use cuda_host_sys::{

@@ -14,8 +14,8 @@
 //! that is capturing when dropped is not watched: a callback would join the capture.)
 
 use crate::checked::checked;
-use crate::launch::capture_check;
 use crate::contain::logged;
+use crate::launch::capture_check;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::failed_contexts::FailedContexts;
 use crate::launch::inboxes;

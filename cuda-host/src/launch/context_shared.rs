@@ -17,8 +17,8 @@
 //! alive (a borrowed context is not released: it is its owner's).
 
 use crate::checked::checked;
-use crate::error::{Error, Result};
 use crate::contain::logged;
+use crate::error::{Error, Result};
 use crate::launch::pinned::{PinnedPage, PinnedPages, PinnedWord, pages_of};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, Driver};

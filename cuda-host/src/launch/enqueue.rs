@@ -2,9 +2,9 @@
 //! record under a ticket, the failure handshake, and the look for a capture other code began.
 
 use crate::checked::checked;
+use crate::contain::logged;
 use crate::error::{CaptureState, Error, Result};
 use crate::launch::capture_check::EnqueueWindow;
-use crate::contain::logged;
 use crate::launch::context_failure;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::payload::{self, RunOnce};

@@ -15,7 +15,12 @@ use cuda_host_sys::{CUgraph, CUgraphNode, Driver};
 pub(crate) unsafe fn nodes_of(driver: &Driver, graph: CUgraph) -> Result<Vec<CUgraphNode>> {
     let mut count = 0;
     // SAFETY: per the caller; a null array asks for the count only.
-    unsafe { checked!(driver, cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count)) }?;
+    unsafe {
+        checked!(
+            driver,
+            cuGraphGetNodes(graph, std::ptr::null_mut(), &mut count)
+        )
+    }?;
     if count == 0 {
         // The 13.0 driver refuses an array with room for no node (`CUDA_ERROR_INVALID_VALUE`):
         // none is asked for when there are none.

@@ -21,10 +21,10 @@
 //! swap. A list holds at most the records of work in flight plus those finished since its
 //! thread's last call.
 
+use crate::contain::in_host_function;
 use crate::error::{Error, Result};
 use crate::launch::held::{self, Look};
 use crate::launch::inboxes::{self, SHARED, ThreadState};
-use crate::contain::in_host_function;
 use crate::launch::panic_report;
 use crate::launch::record::{self, RecordHeader};
 use crate::launch::record_list::last_of;

@@ -8,13 +8,13 @@
 //! span) while the thread is marked, and the observation ends after the `catch_unwind`, not
 //! while a panic unwinds.
 
+use crate::contain::{InHostFunction, dispose, logged};
 use crate::launch::context_failure::{enter_running, has_failed};
 use crate::launch::inboxes::{self, RunningHome};
 use crate::launch::panic_report;
 use crate::launch::record::RecordHeader;
 use crate::launch::slot::{self, Ticket};
 use crate::observe::{self, Run};
-use crate::contain::{InHostFunction, dispose, logged};
 use cuda_host_sys::CUstream;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -1,9 +1,12 @@
 //! Devices, their primary contexts, and contexts borrowed from other code.
 
 use crate::checked::checked;
-use crate::error::{Error, Result};
-use crate::launch::{ContextShared, abandon_if_failed_then_wait, drop_when_allowed, outside_host_function, reclaim, unless_capture_forbids};
 use crate::contain::{ensure_outside_host_function, in_host_function};
+use crate::error::{Error, Result};
+use crate::launch::{
+    ContextShared, abandon_if_failed_then_wait, drop_when_allowed, outside_host_function, reclaim,
+    unless_capture_forbids,
+};
 use crate::polled::ContextLanes;
 use crate::tracks::{ContextTracks, Synchronizing};
 use cuda_host_sys::{CUcontext, CUdevice, CUstream, Driver};

@@ -14,8 +14,8 @@
 use super::keep_alive::KeepAlive;
 use super::{Context, Stream};
 use crate::checked::checked;
-use crate::error::{Error, Result};
 use crate::contain::{ensure_outside_host_function, logged};
+use crate::error::{Error, Result};
 use cuda_host_sys::{CUcontext, CUresult, CUstream, Driver};
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 use std::mem::ManuallyDrop;

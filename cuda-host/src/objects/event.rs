@@ -2,9 +2,9 @@
 
 use super::{Context, Stream, destroy_later};
 use crate::checked::checked;
+use crate::contain::ensure_outside_host_function;
 use crate::error::Result;
 use crate::launch::{abandon_if_failed_then_wait, reclaim};
-use crate::contain::ensure_outside_host_function;
 use cuda_host_sys::{CUevent, CUevent_flags, CUresult};
 use std::ptr;
 use std::time::Duration;

@@ -7,9 +7,12 @@ use super::host_engine::{HostEngine, HostEngineRefused};
 use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
 use crate::checked::checked;
-use crate::error::{CaptureState, Error, Result};
-use crate::launch::{ContextShared, EnqueueWindow, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait, capture_state, reclaim, watch_stream};
 use crate::contain::{ensure_outside_host_function, holding_logs, in_host_function, logged};
+use crate::error::{CaptureState, Error, Result};
+use crate::launch::{
+    ContextShared, EnqueueWindow, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait,
+    capture_state, reclaim, watch_stream,
+};
 use crate::tracks::Synchronizing;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
 use std::ptr;

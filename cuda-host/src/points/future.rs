@@ -1,10 +1,10 @@
 //! Awaiting a stream: a future that completes once the stream passes the point where it was
 //! made, with any executor, without a host function and without blocking a thread.
 
+use crate::contain::{ensure_outside_host_function, in_host_function};
 use crate::error::Result;
 use crate::launch::Look;
 use crate::launch::reclaim_on_launch;
-use crate::contain::{ensure_outside_host_function, in_host_function};
 use crate::objects::Stream;
 use crate::observe::Points;
 use crate::points::{Mark, mark};

@@ -65,9 +65,9 @@ mod release;
 pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 
+use crate::contain::holding_logs;
 use crate::error::{Error, Result};
 use crate::launch::{EnqueueWindow, Look, Progress, abandon_if_failed, seen_failed};
-use crate::contain::holding_logs;
 use crate::objects::{Context, Stream};
 use crate::observe::{self, Points};
 use crate::tracks::{Track, watcher};

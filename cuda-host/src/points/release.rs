@@ -1,9 +1,9 @@
 //! Releasing a value in stream order: dropped once the stream has passed the point where it was
 //! handed over, without a host function and without a blocking synchronize.
 
+use crate::contain::in_host_function;
 use crate::error::Error;
 use crate::launch::{hold_until, reclaim_on_launch};
-use crate::contain::in_host_function;
 use crate::objects::Stream;
 use crate::observe::Points;
 use crate::points::{mark, progress};

@@ -34,9 +34,9 @@
 //! taken back does: the late wait sees that number or a later one, and the stream word holds no
 //! number above it, so the server never takes an old write for a new function.
 
+use crate::contain::holding_logs;
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, PAGE_BYTES, PinnedPage, unless_capture_forbids};
-use crate::contain::holding_logs;
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use cuda_host_sys::CUdeviceptr;

@@ -29,9 +29,9 @@
 
 use super::lanes::{KEPT_PAGES, Lane, RETIRED_LANES, Words};
 use super::nodes::{NodeSlot, RETIRED_NODES};
+use crate::contain::{InHostFunction, dispose, logged};
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, defer_value, drop_when_allowed, has_failed};
-use crate::contain::{dispose, InHostFunction, logged};
 use crate::observe;
 use crate::own_thread::OwnThreads;
 use crate::sync::lock;

@@ -36,9 +36,11 @@
 //! has yet to pass by 2^31 or more (`super::waits`).
 
 use crate::checked::checked;
-use crate::error::{Error, Result};
-use crate::launch::{EnqueueWindow, Progress, abandon_if_failed, refuse_capture, hold_or_extend, reclaim_on_launch};
 use crate::contain::{ensure_outside_host_function, holding_logs, logged};
+use crate::error::{Error, Result};
+use crate::launch::{
+    EnqueueWindow, Progress, abandon_if_failed, hold_or_extend, reclaim_on_launch, refuse_capture,
+};
 use crate::objects::Stream;
 use crate::sync::lock;
 use crate::timeline::{MAX, NARROW_WINDOW, Shared};
@@ -218,9 +220,9 @@ fn enqueue_locked(
         }
         Ok(None) => {
             // Asked again: a capture other code began since the check took the operation.
-            if let Err(refusal) = refuse_capture(driver, raw, |status| {
-                Error::TimelineInCapture { status }
-            }) {
+            if let Err(refusal) =
+                refuse_capture(driver, raw, |status| Error::TimelineInCapture { status })
+            {
                 word.keep();
                 return Err(refusal);
             }

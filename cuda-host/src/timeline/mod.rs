@@ -41,9 +41,9 @@ mod word;
 pub use reached::Reached;
 
 use crate::checked::checked;
+use crate::contain::{ensure_outside_host_function, in_host_function, logged};
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, drop_when_allowed};
-use crate::contain::{ensure_outside_host_function, in_host_function, logged};
 use crate::objects::{Context, Stream};
 use crate::sync::lock;
 use crate::tracks::watcher::ensure_running as ensure_watcher_running;

@@ -34,8 +34,8 @@
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.
 //! Nothing here owns driver objects, so the watcher may drop its references to this value.
 
-use crate::launch::{Look, has_failed, seen_failed};
 use crate::contain::{dispose, logged};
+use crate::launch::{Look, has_failed, seen_failed};
 use crate::sync::lock;
 use crate::timeline::NARROW_WINDOW;
 use crate::tracks::{Registration, Track, Waiters, Watched, watch};
@@ -139,7 +139,10 @@ impl State {
         waits.sort_unstable();
         let mut windows: Vec<u64> = Vec::new();
         for wait in waits {
-            if windows.last().is_none_or(|&low| wait >= low + NARROW_WINDOW) {
+            if windows
+                .last()
+                .is_none_or(|&low| wait >= low + NARROW_WINDOW)
+            {
                 windows.push(wait);
             }
         }

@@ -37,9 +37,9 @@
 //! wait for a look under way and keep later ones from querying their events (`tracks`), so no
 //! context is released here and no event is queried after its destruction.
 
+use crate::contain::{dispose, logged};
 use crate::error::Result;
 use crate::launch::{Look, seen_failed};
-use crate::contain::{dispose, logged};
 use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;
 use crate::sync::lock;

@@ -1,8 +1,8 @@
 //! Making and destroying the events of a track's points.
 
 use crate::checked::checked;
-use crate::error::Result;
 use crate::contain::logged;
+use crate::error::Result;
 use cuda_host_sys::{CUevent, CUevent_flags, Driver};
 
 /// An event for a point. The context is current.

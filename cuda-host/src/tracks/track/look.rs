@@ -3,8 +3,8 @@
 
 use super::events::destroy_event;
 use super::handshake::{Handshake, Looking, Pace, Queried, Queries, Wanted};
-use crate::launch::{Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed};
 use crate::contain::{holding_logs, logged};
+use crate::launch::{Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed};
 use crate::tracks::waiters::Waiters;
 use cuda_host_sys::{CUcontext, CUevent, CUresult, Driver};
 use std::sync::atomic::{AtomicBool, Ordering};
