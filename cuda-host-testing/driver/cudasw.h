@@ -556,6 +556,14 @@ CUresult cuswSetDriverVersion(int version);
 CUresult cuswOverrideDeviceAttribute(CUdevice_attribute attribute, const int *value);
 /* How many user-object destructors have run, and how many user objects are alive. */
 CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned long long *alive);
+/* How far the stream whose cuStreamGetId answer is `id` got: how many operations were enqueued
+ * on it, and how many it completed. An operation counts as completed before what it holds is let
+ * go (a graph launch's references to user objects among it), so a destructor that a launch's end
+ * makes due finds the launch counted. Operations are numbered from 1 in the order enqueued: the
+ * operation enqueued after `*enqueued` was read is number `*enqueued + 1` or later.
+ * CUDA_ERROR_NOT_FOUND once the stream is gone: destroyed, and done with all of it. */
+CUresult cuswStreamOperations(unsigned long long id, unsigned long long *enqueued,
+                              unsigned long long *completed);
 /* The next `count` calls of `entry` (from any thread) sleep `microseconds` before doing anything,
  * injected failures included: a test holds a race's window open with it. `count` 0 disarms the
  * delays armed for `entry`. */

@@ -434,6 +434,9 @@ void cusw_initialize(void);  /* cuInit's work: the devices' primary contexts */
 int cusw_device_count(void);
 CUresult cusw_check_device(CUdevice dev); /* CUDA_ERROR_INVALID_DEVICE unless a device's ordinal */
 struct cusw_ctx *cusw_primary_ctx(CUdevice dev); /* of a checked device */
+/* [locked] The stream whose cuStreamGetId answer is `id`, of any context, destroyed ones still
+ * draining included; NULL once it is gone. */
+struct cusw_stream *cusw_stream_of_id(unsigned long long id);
 /* [locked] A context of a checked device, registered and inactive (cuCtxCreate's), or NULL. */
 struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags);
 /* [locked] CUDA_ERROR_INVALID_CONTEXT unless `handle` names a context. */

@@ -29,6 +29,8 @@ pub struct Controls {
     set_driver_version: unsafe extern "C" fn(c_int) -> CUresult,
     override_device_attribute: unsafe extern "C" fn(CUdevice_attribute, *const c_int) -> CUresult,
     user_object_stats: unsafe extern "C" fn(*mut c_ulonglong, *mut c_ulonglong) -> CUresult,
+    stream_operations:
+        unsafe extern "C" fn(c_ulonglong, *mut c_ulonglong, *mut c_ulonglong) -> CUresult,
     delay_next_calls: unsafe extern "C" fn(*const c_char, c_uint, c_uint) -> CUresult,
     stale_handle_uses: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
     unmodelled_calls: unsafe extern "C" fn(*mut c_ulonglong) -> CUresult,
@@ -154,6 +156,7 @@ impl Controls {
             set_driver_version: control!(c"cuswSetDriverVersion"),
             override_device_attribute: control!(c"cuswOverrideDeviceAttribute"),
             user_object_stats: control!(c"cuswUserObjectStats"),
+            stream_operations: control!(c"cuswStreamOperations"),
             delay_next_calls: control!(c"cuswDelayNextCalls"),
             stale_handle_uses: control!(c"cuswStaleHandleUses"),
             unmodelled_calls: control!(c"cuswUnmodelledCalls"),
@@ -314,6 +317,28 @@ impl Controls {
             (self.user_object_stats)(&mut destroyed, &mut alive)
         })?;
         Ok((destroyed, alive))
+    }
+
+    /// How far the stream whose `cuStreamGetId` answer is `id` got: how many operations were
+    /// enqueued on it and how many it completed, numbered from 1 in the order enqueued; `None`
+    /// once the stream is gone (destroyed, and done with all of it). An operation counts as
+    /// completed before what it holds is let go (a graph launch's references to user objects
+    /// among it): the operation enqueued after a read of `enqueued` is number `enqueued + 1` or
+    /// later, and a destructor its end makes due finds it counted.
+    ///
+    /// # Errors
+    /// [`Error::Control`] when the driver answers another error.
+    #[doc(alias = "cuswStreamOperations")]
+    pub fn stream_operations(&self, id: u64) -> Result<Option<(u64, u64)>, Error> {
+        let (mut enqueued, mut completed) = (0, 0);
+        // SAFETY: both out-pointers are valid.
+        match unsafe { (self.stream_operations)(id, &mut enqueued, &mut completed) } {
+            CUresult::CUDA_ERROR_NOT_FOUND => Ok(None),
+            result => {
+                check("cuswStreamOperations", result)?;
+                Ok(Some((enqueued, completed)))
+            }
+        }
     }
 
     /// The next `count` calls of `entry`, from any thread, sleep `delay` before doing anything:

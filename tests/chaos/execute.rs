@@ -6,7 +6,9 @@
 use crate::plan::{CAPTURE_ENTRIES, ENTRIES, Mode, Op};
 use crate::witness::{self, Passed, Witness, violated};
 use crate::workers::{ForeignCapture, Local, OpenBuilder};
-use crate::world::{ContextEntry, ContextKind, PendingPoint, StreamEntry, StreamKind, World};
+use crate::world::{
+    ContextEntry, ContextKind, Operation, PendingPoint, StreamEntry, StreamKind, World,
+};
 use cuda_host::{CaptureMode, Context, Device, Error, HostEngine, Stream, StreamFlags};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::cell::Cell;
@@ -521,6 +523,7 @@ fn release(env: &Env, stream: u8, panic_in_drop: bool) -> String {
         witness.not_before(Passed {
             progress: Arc::clone(&stream.progress),
             marker,
+            operation: None,
         });
     }
     env.note(&stream, &witness, true);
@@ -808,6 +811,7 @@ pub fn builder_end(env: &Env, local: &mut Local, builder: u8, launch_on: Option<
             return format!("instantiate refused: {error}");
         }
     };
+    let operation = Operation::next_on(&on);
     match executable.launch(&on.stream) {
         Ok(()) => {
             if let Some(marker) = mark(&on) {
@@ -815,6 +819,7 @@ pub fn builder_end(env: &Env, local: &mut Local, builder: u8, launch_on: Option<
                     witness.not_before(Passed {
                         progress: Arc::clone(&on.progress),
                         marker,
+                        operation,
                     });
                 }
             }

@@ -12,7 +12,7 @@
 use crate::execute::{Env, Handed};
 use crate::witness::{self, Passed, Witness, violated};
 use crate::workers::Local;
-use crate::world::{ContextEntry, StreamEntry, StreamKind};
+use crate::world::{ContextEntry, Operation, StreamEntry, StreamKind};
 use cuda_host::{Error, Graph, GraphExec};
 use cuda_host_sys::CUresult;
 use proptest::prelude::*;
@@ -595,6 +595,7 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
         .then(|| blocking_capture_of(world, &stream))
         .flatten();
     let armed_here = world.armed_on(&stream);
+    let operation = Operation::next_on(&stream);
     let launched = entry.exec.launch(&stream.stream);
     if armed_here
         && matches!(
@@ -638,6 +639,7 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
                     witness.not_before(Passed {
                         progress: Arc::clone(&stream.progress),
                         marker,
+                        operation,
                     });
                 }
             }

@@ -83,6 +83,48 @@ pub fn in_stream_context<T>(stream: &Stream, call: impl FnOnce() -> T) -> Option
     Some(answer)
 }
 
+/// An operation on a stream, by the software driver's numbering (`cuswStreamOperations`): the
+/// one enqueued next after [`Operation::next_on`] looked, or a later one.
+#[derive(Debug, Clone, Copy)]
+pub struct Operation {
+    /// The stream's `cuStreamGetId`.
+    stream: u64,
+    number: u64,
+}
+
+impl Operation {
+    /// The number the next operation enqueued on `stream` gets at least; `None` for a
+    /// per-thread stream (another stream on each thread) or where the stream cannot be named.
+    pub fn next_on(stream: &StreamEntry) -> Option<Operation> {
+        if stream.kind == StreamKind::PerThread {
+            return None;
+        }
+        let controls = suite::software::controls()?;
+        let driver = stream.stream.context().driver();
+        let mut id = 0;
+        let named = in_stream_context(&stream.stream, || {
+            // SAFETY: a live stream, or a special handle with its context current; a valid
+            // out-pointer.
+            unsafe { driver.cuStreamGetId(stream.stream.as_raw(), &mut id) }
+        })?;
+        if named != cuda_host_sys::CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        let (enqueued, _) = controls.stream_operations(id)?;
+        Some(Operation {
+            stream: id,
+            number: enqueued + 1,
+        })
+    }
+
+    /// Whether the stream completed it (or is gone, done with everything).
+    pub fn completed(self) -> bool {
+        suite::software::controls()
+            .and_then(|controls| controls.stream_operations(self.stream))
+            .is_none_or(|(_, completed)| completed >= self.number)
+    }
+}
+
 /// How far a stream got: the last marker its stream wrote. A marker is a 32-bit write in the
 /// stream (`cuMemsetD32Async` to a mapped word), enqueued right before work whose completion a
 /// check later needs to know about.

@@ -880,3 +880,94 @@ fn an_overridden_device_attribute_is_answered_and_followed_until_restored() {
         "{no_attribute}"
     );
 }
+
+/// `cuswStreamOperations` counts what a stream was given and what it completed: held behind a
+/// gate, its operations are enqueued and not completed; let through, all completed; once the
+/// stream is destroyed and drained it is not found.
+#[test]
+fn stream_operations_count_what_a_stream_was_given_and_completed_until_it_is_gone() {
+    let controls = controls_or_skip!(
+        stream_operations_count_what_a_stream_was_given_and_completed_until_it_is_gone
+    );
+    let _shared = shared();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let id = stream_id(driver(), stream.as_raw());
+    assert_eq!(controls.stream_operations(id), Some((0, 0)));
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    launch(stream.as_raw(), || {});
+    let (enqueued, completed) = controls.stream_operations(id).expect("a live stream");
+    assert!(
+        enqueued >= 2 && completed + 2 <= enqueued,
+        "held: {completed} of {enqueued} completed"
+    );
+    gate.open();
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    assert_eq!(controls.stream_operations(id), Some((enqueued, enqueued)));
+    drop(stream);
+    wait_until("the destroyed stream to be gone", || {
+        controls.stream_operations(id).is_none()
+    });
+}
+
+/// The stream's operations when a launch's user object was destroyed: the id of the stream it
+/// was launched on, then the count of completed operations its destructor read.
+static LAUNCHED_ON: Mutex<Option<(u64, Option<u64>)>> = Mutex::new(None);
+
+unsafe extern "C" fn read_completed(_: *mut c_void) {
+    let mut launched = lock(&LAUNCHED_ON);
+    if let Some((id, completed)) = launched.as_mut() {
+        *completed = suite::software::expect_controls()
+            .stream_operations(*id)
+            .map(|(_, completed)| completed);
+    }
+}
+
+/// A graph launch counts as completed before its references to user objects go: a destructor
+/// the launch's end makes due finds the launch among the stream's completed operations.
+#[test]
+fn a_launch_is_counted_completed_before_the_user_objects_it_held_are_destroyed() {
+    let controls = controls_or_skip!(
+        a_launch_is_counted_completed_before_the_user_objects_it_held_are_destroyed
+    );
+    let _shared = shared();
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let id = stream_id(driver(), stream.as_raw());
+    *lock(&LAUNCHED_ON) = Some((id, None));
+    let graph = Graph::new();
+    graph.add_host_node(&[], || {});
+    let mut object = ptr::null_mut();
+    // SAFETY: a valid out-pointer; the destructor touches only statics, on any thread.
+    ok("cuUserObjectCreate", unsafe {
+        driver().cuUserObjectCreate(
+            &mut object,
+            ptr::null_mut(),
+            Some(read_completed),
+            1,
+            cuda_host_sys::CUuserObject_flags::CU_USER_OBJECT_NO_DESTRUCTOR_SYNC.0,
+        )
+    });
+    graph_retain(&graph, object, MOVE);
+    let exec = graph.instantiate();
+    drop(graph);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    let (before, _) = controls.stream_operations(id).expect("a live stream");
+    exec.launch(stream.as_raw());
+    drop(exec);
+    gate.open();
+    ok("cuStreamSynchronize", synchronize(stream.as_raw()));
+    wait_until("the user object's destructor", || {
+        lock(&LAUNCHED_ON).is_some_and(|(_, completed)| completed.is_some())
+    });
+    let completed = lock(&LAUNCHED_ON)
+        .take()
+        .and_then(|(_, completed)| completed);
+    assert!(
+        completed.is_some_and(|completed| completed > before),
+        "the destructor found {completed:?} completed; the launch was operation {} or later",
+        before + 1
+    );
+}

@@ -107,6 +107,12 @@ impl Controls {
         ok(self.0.user_object_stats())
     }
 
+    /// [`cuda_host_testing::Controls::stream_operations`].
+    #[track_caller]
+    pub fn stream_operations(&self, id: u64) -> Option<(u64, u64)> {
+        ok(self.0.stream_operations(id))
+    }
+
     /// [`cuda_host_testing::Controls::begin_capture_at_next_call`].
     #[track_caller]
     pub fn begin_capture_at_next_call(

@@ -207,6 +207,22 @@ CUSW_EXPORT CUresult cuswUserObjectStats(unsigned long long *destroyed, unsigned
     return CUDA_SUCCESS;
 }
 
+CUSW_EXPORT CUresult cuswStreamOperations(unsigned long long id, unsigned long long *enqueued,
+                                          unsigned long long *completed)
+{
+    CUSW_ENTRY();
+    if (enqueued == NULL || completed == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    const struct cusw_stream *s = cusw_stream_of_id(id);
+    if (s != NULL) {
+        *enqueued = s->enqueued;
+        *completed = s->completed;
+    }
+    cusw_lock_release();
+    return s != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+
 CUSW_EXPORT CUresult cuswLiveObjects(struct cuswLiveCounts *counts)
 {
     CUSW_ENTRY();

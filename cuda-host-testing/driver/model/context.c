@@ -65,6 +65,24 @@ struct cusw_ctx *cusw_primary_ctx(CUdevice dev) { return &contexts[dev]; }
  * cuCtxDestroy: kept here, they stay reachable. */
 static struct cusw_ctx *created;
 
+static struct cusw_stream *stream_of_id_in(struct cusw_ctx *ctx, unsigned long long id)
+{
+    for (struct cusw_stream *s = ctx->streams; s != NULL; s = s->ctx_next)
+        if (s->id == id)
+            return s;
+    return NULL;
+}
+
+struct cusw_stream *cusw_stream_of_id(unsigned long long id)
+{
+    struct cusw_stream *s = NULL;
+    for (int dev = 0; dev < CUSW_MAX_DEVICES && s == NULL; dev++)
+        s = stream_of_id_in(&contexts[dev], id);
+    for (struct cusw_ctx *c = created; c != NULL && s == NULL; c = c->next_created)
+        s = stream_of_id_in(c, id);
+    return s;
+}
+
 struct cusw_ctx *cusw_ctx_new(CUdevice dev, unsigned int flags)
 {
     struct cusw_ctx *c = calloc(1, sizeof *c);
