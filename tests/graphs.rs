@@ -367,7 +367,7 @@ fn a_callback_on_an_invalidated_capture_is_refused() {
     let probe = tally.probe();
     let error = builder.callback(move || probe.ran()).unwrap_err();
     assert_eq!(error, Error::CaptureNotActive { invalidated: true });
-    // Not dropped on a thread capturing through cuda-host: a `Drop` that freed memory would
+    // Not dropped on a thread capturing through a builder: a `Drop` that freed memory would
     // break its capture.
     assert_eq!(tally.drops(), 0, "dropped on the capturing thread");
     let ended = builder.end().unwrap_err();

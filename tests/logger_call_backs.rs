@@ -64,7 +64,7 @@ fn a_logger_called_by_a_failed_launch_on_the_legacy_stream_may_begin_a_capture()
     );
 }
 
-/// A capture begun through cuda-host keeps launches of its stream and of the special streams out
+/// A builder capture keeps launches of its stream and of the special streams out
 /// ("beginning") while it waits for the launches in flight there; past `LAUNCH_WAIT` it logs that
 /// the driver holds one. Were that logged while they are kept out, a logger that launches a host
 /// function on the legacy stream would wait for its own thread's capture to begin.
@@ -240,8 +240,8 @@ fn a_logger_called_when_a_replaced_callables_fence_cannot_be_destroyed_may_repla
 /// A function of nothing, for raw launches.
 unsafe extern "C" fn nothing(_: *mut std::ffi::c_void) {}
 
-/// A raw pass-through launch holds a seat with its stream's handle, which a capture of that
-/// stream begun through cuda-host waits for however long. When the driver answers a sticky
+/// A raw pass-through launch holds a seat with its stream's handle, which a builder capture of
+/// that stream waits for however long. When the driver answers a sticky
 /// error, the context's failure is noted, which logs the count of host functions it abandons:
 /// were that logged while the window is held, a logger that begins a capture of the same stream
 /// through cuda-host would wait for its own thread.
@@ -491,8 +491,8 @@ enum CaptureNodeHolder {
     End,
 }
 
-/// Every look-up of a stream's capture, every node's addition to it and the end of a capture
-/// begun through cuda-host hold one process-wide lock (`graph/capture_lock.rs`). For the legacy
+/// Every look-up of a stream's capture, every node's addition to it and the end of a builder capture
+///  hold one process-wide lock (`graph/capture_lock.rs`). For the legacy
 /// and per-thread streams, each makes the stream's context current and the previous one current
 /// again; when that fails (the previous context was destroyed meanwhile), it logs. Were that
 /// logged under the lock, a logger that launches a replayable host function (which takes the

@@ -133,12 +133,12 @@ pub enum Error {
     },
 
     /// The call needs pinned memory allocated (a polled stream's lane: see
-    /// [`HostEngine::Polled`](crate::HostEngine::Polled)) while a capture begun through cuda-host
+    /// [`HostEngine::Polled`](crate::HostEngine::Polled)) while a builder capture
     /// forbids it: one of the calling thread's, or a global-mode one of any thread, which the
     /// allocation would invalidate. Nothing was enqueued; the same call succeeds once the capture
     /// ended.
     #[error(
-        "cannot allocate {what} while a capture begun through cuda-host forbids it (this thread's, \
+        "cannot allocate {what} while a builder capture forbids it (this thread's, \
          or a global-mode one): the allocation would invalidate the capture; call again once it \
          ended"
     )]

@@ -186,7 +186,7 @@ pub unsafe fn host_copy_raw(stream: &Stream, copy: HostCopy) -> Result<()> {
 ///   that is not capturing the query (or the closing synchronize), made in relaxed capture
 ///   interaction mode (`cuThreadExchangeStreamCaptureMode`, the thread's mode given back after,
 ///   also on unwind), so that another thread's global-mode capture is not invalidated, and inside
-///   the window a capture begun through cuda-host waits for (as it waits for launches in flight),
+///   the window a builder capture waits for (as it waits for launches in flight),
 ///   so that no such capture begins between the check and the query. A capture other code begins on the stream in that
 ///   window is invalidated by the query: the race [`host_launch`] documents for its own check.
 ///   While the stream captures, the scope only waits for its copies (enqueued before the capture,
@@ -658,8 +658,8 @@ enum Ask {
 }
 
 /// Asks `ask` of `stream` where no capture forbids it: `Ok(None)` when the stream is being
-/// captured (nothing is asked), else the driver's answer. Inside the launch window (no capture
-/// begun through cuda-host begins meanwhile) and in relaxed capture interaction mode (another
+/// captured (nothing is asked), else the driver's answer. Inside the launch window (no builder capture
+///  begins meanwhile) and in relaxed capture interaction mode (another
 /// thread's global-mode capture is not disturbed). Takes no deferred `Drop` error.
 fn ask_outside_captures(
     stream: &Stream,

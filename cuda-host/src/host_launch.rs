@@ -64,7 +64,7 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// forbidden on the driver's thread. (A `FnOnce` would drop its captures at the end of its call,
 /// there.) After [`Stream::synchronize`] returns, the values captured by the host functions this
 /// thread launched before it on that stream have been dropped, unless this thread is capturing a
-/// stream or a global-mode capture begun through cuda-host is open (drops then wait for the
+/// stream or a global-mode builder capture is open (drops then wait for the
 /// next call that may make them; see [`reclaim`](crate::reclaim)).
 ///
 /// Inside `function`, CUDA calls are forbidden: cuda-host's own return
@@ -84,7 +84,7 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 /// # Errors
 /// - [`Error::StreamCapturing`](crate::Error::StreamCapturing) when the stream is being captured
 ///   (or is the legacy stream while a blocking stream captures): nothing is enqueued and the
-///   capture is left intact. A capture begun through cuda-host waits for launches in flight on
+///   capture is left intact. A builder capture waits for launches in flight on
 ///   its stream, so a launch either runs once or is refused, never captured. A capture other
 ///   code begins between the check and the launch can capture it; where the driver shows that
 ///   (the launch is the capture's last node), the launch is refused too, and the node left in

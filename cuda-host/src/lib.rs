@@ -60,7 +60,7 @@
 //!   thread, then hands the record to the inbox of the thread that launched it. That thread drops
 //!   it at its next cuda-host call (or [`reclaim`]), never the driver's thread and never another
 //!   thread; a thread's records pass to any thread once it exited. No drop runs while the thread
-//!   captures, or while a global-mode capture begun through cuda-host is open: a `Drop` that
+//!   captures, or while a global-mode builder capture is open: a `Drop` that
 //!   frees memory would invalidate the capture.
 //! - The driver never runs host functions of a context that failed (a kernel's illegal address):
 //!   cuda-host then reclaims their records itself, when a call answers the failure, and at the
@@ -68,7 +68,7 @@
 //!   and generations never repeat, so a call that came after all would find its ticket stale.
 //! - A stream that is being captured into a graph is refused before anything is enqueued: a graph
 //!   runs its host functions on every launch, or never, so graph builders own their callables. A
-//!   capture begun through cuda-host waits for launches in flight on its stream. Callables that
+//!   builder capture waits for launches in flight on its stream. Callables that
 //!   may run many times go through [`host_launch_replayable`]: a node of the graph being
 //!   captured, whoever began the capture, owned by that graph; a run-once launch otherwise.
 //! - If the driver refuses a launch, the record is dropped at once on the calling thread.

@@ -1,4 +1,4 @@
-//! A capture begun through cuda-host while the driver holds launches on other streams: it waits
+//! A builder capture while the driver holds launches on other streams: it waits
 //! without bound only for launches named by their stream (its own stream's pass-through
 //! launches and the special streams'), and at most `LAUNCH_WAIT` (10 ms) for any other. Many
 //! streams are held at once, so that whatever cuda-host keys its waits on (a hash of the

@@ -235,8 +235,8 @@ impl Drop for Exec {
     }
 }
 
-/// Runs `during` on the calling thread while another thread holds a global-mode capture of
-/// `captured` begun through cuda-host ([`cuda_host::GraphBuilder`]), then checks that the
+/// Runs `during` on the calling thread while another thread holds a global-mode builder capture
+/// of `captured` ([`cuda_host::GraphBuilder`]), then checks that the
 /// capture was not invalidated: it ends in a graph that instantiates, launches and runs. Answers
 /// what `during` answered. Run it alone in a process (`alone_in_child!`): any other thread's
 /// allocation would invalidate the capture too.

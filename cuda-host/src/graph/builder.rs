@@ -39,6 +39,10 @@ pub enum CaptureMode {
 /// takes `Fn` because the graph runs it on every launch. Dropping the builder without
 /// [`end`](Self::end) ends the capture and discards the graph.
 ///
+/// The docs call a capture a builder began a *builder capture*, and one other code began (a
+/// library's `cuStreamBeginCapture`) a *foreign capture*: cuda-host knows the first from its
+/// start and waits for it where needed; the second it can only ask the driver about.
+///
 /// A builder stays on the thread that began the capture: the driver ends a global or
 /// thread-local capture only on that thread, and one graph must not be used from two threads at
 /// once. So it is neither `Send` nor `Sync`:
@@ -102,7 +106,7 @@ impl<'stream> GraphBuilder<'stream> {
     ///
     /// # Errors
     /// As [`begin`](Self::begin); with the polled engine, the driver's error from allocating the
-    /// words, or [`Error::AllocationInCapture`] while another capture begun through cuda-host
+    /// words, or [`Error::AllocationInCapture`] while another builder capture
     /// forbids it.
     #[doc(alias = "cuStreamBeginCapture")]
     pub fn begin_with_engine(

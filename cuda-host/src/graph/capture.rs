@@ -5,7 +5,7 @@
 //! user object (`user_object::attach_for`), then `cuLaunchHostFunc` on the capturing stream adds
 //! the node that runs it. The graph's handle is valid only until the capture ends, and the
 //! driver's calls on one graph must not overlap (NVIDIA's rule for graphs), so adding a node
-//! holds one process-wide lock ([`adding`]), which a capture begun through cuda-host
+//! holds one process-wide lock ([`adding`]), which a builder capture
 //! ([`GraphBuilder`](super::GraphBuilder)) takes to end (`capture_lock`). Other code that could end
 //! a builder's capture on another thread meanwhile is kept out: a builder refuses a stream
 //! another library's safe API holds (`Stream::from_cudarc`; any thread's end ends a capture, in
@@ -92,7 +92,7 @@ pub(crate) fn capturing_graph(stream: &Stream) -> Result<CUgraph> {
 /// the driver's error otherwise.
 ///
 /// # Safety
-/// A capture of `stream` that was not begun through cuda-host does not end during the call.
+/// A capture of `stream` that is no builder capture does not end during the call.
 pub(crate) unsafe fn add_to_capture(stream: &Stream, record: GraphRecord) -> Result<()> {
     let adding = adding();
     let graph = match capturing_graph(stream) {
@@ -104,7 +104,7 @@ pub(crate) unsafe fn add_to_capture(stream: &Stream, record: GraphRecord) -> Res
         }
     };
     // SAFETY: the graph `stream` captures into, which does not end while `adding` is held (a
-    // capture begun through cuda-host) or per the caller (any other).
+    // builder capture) or per the caller (any other).
     unsafe { add_record_node(stream, graph, record) }
 }
 
@@ -117,7 +117,7 @@ pub(crate) unsafe fn add_to_capture(stream: &Stream, record: GraphRecord) -> Res
 ///
 /// # Safety
 /// `graph` is the graph `stream`'s capture records into, and the capture does not end during
-/// the call (the caller holds [`adding`] for captures begun through cuda-host, and vouches for
+/// the call (the caller holds [`adding`] for builder captures, and vouches for
 /// the others).
 pub(crate) unsafe fn add_record_node(
     stream: &Stream,

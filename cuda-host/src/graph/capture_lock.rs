@@ -1,5 +1,5 @@
 //! The one process-wide lock that looking up a capture and adding a node to it, and ending a
-//! capture begun through cuda-host, take (`capture` says why); what is logged while it is held
+//! builder capture, take (`capture` says why); what is logged while it is held
 //! is logged once it is released.
 
 use crate::contain::LogHold;
@@ -7,7 +7,7 @@ use crate::sync::lock;
 use std::sync::{Mutex, MutexGuard};
 
 /// Held by a thread looking up a stream's capture and adding a node to it, and by a thread
-/// ending a capture begun through cuda-host. No user code runs while it is held: a `Drop` or a
+/// ending a builder capture. No user code runs while it is held: a `Drop` or a
 /// logger that looked up a capture, added a node or ended a capture there would wait for
 /// itself. The log calls made meanwhile (a context that cannot be made current again after the
 /// look-up of a special stream's capture, a user object that cannot be released) are held
@@ -29,13 +29,13 @@ fn hold() -> Held {
     }
 }
 
-/// Held while a capture is looked up and a node added to it: captures begun through cuda-host
+/// Held while a capture is looked up and a node added to it: builder captures
 /// do not end meanwhile, and no other node is added to any capture.
 pub(crate) fn adding() -> Held {
     hold()
 }
 
-/// Held while a capture begun through cuda-host ends: no node is being added to it.
+/// Held while a builder capture ends: no node is being added to it.
 pub(crate) fn ending() -> Held {
     hold()
 }

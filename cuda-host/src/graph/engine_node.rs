@@ -114,7 +114,7 @@ impl Drop for Template {
     }
 }
 
-/// A word of `context` for an engine node, where no capture begun through cuda-host forbids
+/// A word of `context` for an engine node, where no builder capture forbids
 /// allocating it.
 fn allocate_word(context: &ContextShared, what: &'static str) -> Result<PinnedWord> {
     unless_capture_forbids(|| context.allocate_pinned_word())
@@ -493,7 +493,7 @@ impl Drop for ExecNode {
 ///
 /// # Errors
 /// [`Error::ThreadStart`] when a server cannot start; [`Error::AllocationInCapture`] while a
-/// capture begun through cuda-host forbids allocating a page of words; the driver's error.
+/// builder capture forbids allocating a page of words; the driver's error.
 ///
 /// # Safety
 /// `graph` must be a live graph of `context` not used concurrently, `exec` an executable just

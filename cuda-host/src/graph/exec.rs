@@ -363,7 +363,7 @@ impl GraphExec {
     /// on a capturing stream (the capture would take the launch, which the engine could not
     /// tell from a live one) and nothing is enqueued, or as said above;
     /// [`Error::AllocationInCapture`] when retired nodes need
-    /// fresh words while a capture begun through cuda-host forbids allocating them; the driver's
+    /// fresh words while a builder capture forbids allocating them; the driver's
     /// error from `cuGraphLaunch` (or, with engine nodes, `cuStreamIsCapturing` or
     /// `cuGraphExecBatchMemOpNodeSetParams`).
     #[doc(alias = "cuGraphLaunch")]

@@ -144,7 +144,7 @@ impl Graph {
     ///
     /// # Errors
     /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when the node's word
-    /// needs a fresh page of pinned memory while a capture begun through cuda-host forbids
+    /// needs a fresh page of pinned memory while a builder capture forbids
     /// allocations; the driver's error (`cuGraphAddBatchMemOpNode` answers
     /// `CUDA_ERROR_NOT_SUPPORTED` where the device has no stream memory operations). Nothing
     /// stays attached to the graph then.
@@ -340,7 +340,7 @@ impl Graph {
     /// bookkeeping); with engine nodes ([`add_engine_host_node`](Self::add_engine_host_node)),
     /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the engine's threads cannot start,
     /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when their words need a
-    /// fresh page while a capture begun through cuda-host forbids allocations, or the driver's
+    /// fresh page while a builder capture forbids allocations, or the driver's
     /// error from `cuGraphExecBatchMemOpNodeSetParams`; no executable is left then.
     #[doc(alias = "cuGraphInstantiate")]
     pub fn instantiate(&self) -> Result<GraphExec> {
@@ -476,7 +476,7 @@ impl<'graph> HostNode<'graph> {
     /// # Errors
     /// The driver's error; for an engine node also
     /// [`Error::AllocationInCapture`](crate::Error::AllocationInCapture) when its word needs a
-    /// fresh page while a capture begun through cuda-host forbids allocations. The node is
+    /// fresh page while a builder capture forbids allocations. The node is
     /// unchanged then.
     #[doc(alias = "cuGraphHostNodeSetParams")]
     pub fn set_callable<F>(&self, callable: F) -> Result<()>

@@ -167,7 +167,7 @@ pub unsafe fn host_launch_replayable_raw(
 }
 
 /// Runs `live` when `stream` is not capturing, and `node` with the graph being captured when
-/// it is; `node` runs while no capture begun through cuda-host can end.
+/// it is; `node` runs while no builder capture can end.
 ///
 /// # Safety
 /// As [`host_launch_replayable`].
@@ -197,7 +197,7 @@ unsafe fn launch(
                 }
             }
             // SAFETY: the graph the stream captures into, which stays valid while `adding` is
-            // held (a capture begun through cuda-host) or per the caller (any other).
+            // held (a builder capture) or per the caller (any other).
             Capture::Active { graph } => return node(graph),
             Capture::Invalidated => return Err(Error::CaptureNotActive { invalidated: true }),
         }

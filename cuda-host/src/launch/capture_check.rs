@@ -105,7 +105,7 @@ impl Drop for RelaxedCaptureMode<'_> {
 // ---- Launches and captures of one stream exclude each other ------------------------------------
 
 /// Launches in flight and captures beginning, by stream. A launch holds its stream from before
-/// its capture check until the driver accepted it; a capture begun through cuda-host first
+/// its capture check until the driver accepted it; a builder capture first
 /// waits until no launch holds its stream or a special stream (the legacy stream, which a
 /// blocking stream's capture draws in, and the per-thread one), and the launches of those
 /// streams wait until it began. So the check's answer still holds when the driver takes the

@@ -8,7 +8,7 @@
 //! A launch record holds the context (an `Arc` of this) so that no record outlives it (rule 4),
 //! and the context is released when the last object and record let go. That release, and the
 //! free of the pinned pages before it, are driver calls, which must never run on the driver's
-//! own thread (rule 1) nor during a capture begun through cuda-host, which a free would
+//! own thread (rule 1) nor during a builder capture, which a free would
 //! invalidate (rule 2). So only two kinds of holder may let go of the last reference: a drain,
 //! which runs only where both rules allow (records, and what threads cuda-host runs hand to
 //! callers' threads); and the public context's state (`objects::context`), whose `Drop` defers
@@ -152,7 +152,7 @@ impl ContextShared {
     /// A page of pinned, device-mapped memory of this context, fresh and zeroed or given back by
     /// another value of it as that value left it (`pinned`); given back when this value goes,
     /// freed only when the last value releases the context (`pinned`). Made current for the
-    /// call; the caller makes sure no capture begun through cuda-host forbids the allocation.
+    /// call; the caller makes sure no builder capture forbids the allocation.
     ///
     /// # Errors
     /// The driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
@@ -163,8 +163,8 @@ impl ContextShared {
     }
 
     /// A 64-bit word of pinned, device-mapped memory of this context, from one given back or a
-    /// fresh page (`pinned`). Made current for the call; the caller makes sure no capture begun
-    /// through cuda-host forbids an allocation.
+    /// fresh page (`pinned`). Made current for the call; the caller makes sure no builder capture
+    ///  forbids an allocation.
     ///
     /// # Errors
     /// The driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.

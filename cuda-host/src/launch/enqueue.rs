@@ -187,8 +187,8 @@ pub(crate) unsafe fn pass_through(
     entry: HostFuncEntry<'_>,
 ) -> Result<()> {
     // A capture that took a pass-through launch of the driver's path would call the caller's
-    // function on every launch of its graph: nothing to abandon, so a capture begun through
-    // cuda-host waits for it however long.
+    // function on every launch of its graph: nothing to abandon, so a builder capture
+    //  waits for it however long.
     let window = match entry {
         HostFuncEntry::Polled { .. } => {
             // The engine's call is observed: the profiler is attached here, before it.

@@ -61,8 +61,8 @@
 //!    the polled engine's) makes no cuda-host call that reaches the driver, runs no user `Drop`,
 //!    and never unwinds into the driver: calls refuse ([`Error::InHostFunction`](crate::Error)),
 //!    values go to a caller's thread (`crate::contain`, `reclaim`, `trampoline`).
-//! 2. **No drop during a capture begun through cuda-host.** Not on a thread capturing a stream
-//!    through cuda-host, nor anywhere while a global-mode capture begun through cuda-host is
+//! 2. **No drop during a builder capture.** Not on a thread capturing a stream
+//!    through cuda-host, nor anywhere while a global-mode builder capture is
 //!    open: a `Drop` that frees memory would invalidate it. A drain that may not run leaves
 //!    everything for the next that may; a global-mode capture that begins waits for drains in
 //!    progress (`reclaim`). Captures begun by other code are not seen.

@@ -73,7 +73,7 @@ impl PinnedPages {
     /// given-back page is not cleared: a stream of the value gone may still have to read a word
     /// of it (a wait that has yet to see its lane's last acknowledgement), so its next user goes
     /// on from what the words hold (`polled::lanes`). For a fresh one the context must be current,
-    /// and no capture begun through cuda-host may forbid the allocation (the caller asks,
+    /// and no builder capture may forbid the allocation (the caller asks,
     /// `reclaim::unless_capture_forbids`).
     pub(crate) fn allocate(&self, driver: &Driver) -> Result<PinnedPage, cuda_host_sys::Error> {
         let given_back = lock(&self.free_pages).pop();

@@ -11,8 +11,8 @@
 //! Records made where no inbox exists (during the thread's own teardown) go there too.
 //!
 //! **When not to drop.** Rules 1 and 2 of the folder's map (`launch`): never on a host
-//! function's thread, where a `Drop` may not call CUDA, and never during a capture begun through
-//! cuda-host, which a `Drop` that frees memory would invalidate.
+//! function's thread, where a `Drop` may not call CUDA, and never during a builder capture
+//! , which a `Drop` that frees memory would invalidate.
 //!
 //! **Panics.** Each drop is caught: a `Drop` that panics is reported (log and hook, as coming
 //! from a `Drop`) and the drain goes on; the call that drained is not disturbed.
@@ -34,7 +34,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
-/// Global-mode captures begun through cuda-host and not yet ended.
+/// Global-mode builder captures and not yet ended.
 static GLOBAL_CAPTURES: AtomicUsize = AtomicUsize::new(0);
 static LAUNCH_INTERVAL: AtomicU32 = AtomicU32::new(1);
 
@@ -74,7 +74,7 @@ pub(crate) fn reclaim_on_launch() {
 /// cuda-host calls it on each launch, stream synchronize and stream drop; call it yourself to
 /// release captured values promptly when a thread makes no other cuda-host call for a while.
 /// It does nothing inside a host function, on a thread that is capturing a stream through
-/// cuda-host, or while a global-mode capture begun through cuda-host is open (the crate
+/// cuda-host, or while a global-mode builder capture is open (the crate
 /// documentation's [How it works](crate#how-it-works) says why). A `Drop` that panics is reported through the panic hook and the
 /// drain goes on: this function never panics.
 ///
@@ -154,7 +154,7 @@ fn drop_chain(thread: &ThreadState, mut next: *mut RecordHeader) -> usize {
 }
 
 /// Runs `call`, a driver call that a capture forbids (an allocation or a free of memory), unless a
-/// capture begun through cuda-host forbids it now: one of this thread's, or a global-mode one of
+/// builder capture forbids it now: one of this thread's, or a global-mode one of
 /// any thread; `None` then, and `call` is not made. A global-mode capture that begins meanwhile
 /// waits until `call` returned, as it waits for a drain.
 pub(crate) fn unless_capture_forbids<T>(call: impl FnOnce() -> T) -> Option<T> {
@@ -239,7 +239,7 @@ pub(crate) fn call_outside_host_function(call: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// A capture begun through cuda-host, as drains see it: while it is open, this thread does not
+/// A builder capture, as drains see it: while it is open, this thread does not
 /// drain, and for a global-mode capture no thread does. Made before the capture begins (it then
 /// waits for drains in progress on other threads), dropped when it has ended. Not `Send`: it
 /// belongs to the capturing thread.

@@ -166,7 +166,7 @@ impl Drop for ContextState {
         // SAFETY: taken once, here; the field is not used again.
         let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
         // Letting go of the last reference frees the context's pinned memory and releases it,
-        // which a capture begun through cuda-host forbids (`launch::context_shared`); a host
+        // which a builder capture forbids (`launch::context_shared`); a host
         // function never gets here (`Context`'s `Drop`).
         let mut shared = Some(shared);
         if unless_capture_forbids(|| drop(shared.take())).is_none() {

@@ -176,14 +176,14 @@ impl Stream {
     /// call that a global-mode capture on any thread forbids (it would invalidate the capture),
     /// so make polled streams before such captures begin. A launch that needs a lane after all
     /// (more than 512 streams of the context with functions pending, or a per-thread stream used
-    /// from another thread) while a capture begun through cuda-host forbids the allocation is
+    /// from another thread) while a builder capture forbids the allocation is
     /// refused with [`Error::AllocationInCapture`].
     ///
     /// # Errors
     /// The stream, unchanged, with why ([`HostEngineRefused`]):
     /// [`Error::ThreadStart`] when one of the engine's threads cannot start,
     /// [`Error::AllocationInCapture`] when the lane's memory
-    /// must be allocated while a capture begun through cuda-host forbids it, or the driver's
+    /// must be allocated while a builder capture forbids it, or the driver's
     /// error from `cuStreamGetId`, or from `cuMemHostAlloc` or `cuMemHostGetDevicePointer_v2`
     /// for the context's first polled stream. `?` turns it into the error alone.
     pub fn with_host_engine(
@@ -287,7 +287,7 @@ impl Stream {
     /// Blocks until all work enqueued on the stream has finished, then reclaims: the values
     /// captured by host functions this thread launched on the stream before the call have been
     /// dropped, here, when it returns (unless drops must wait: this thread is capturing, or a
-    /// global-mode capture begun through cuda-host is open; see [`reclaim`]).
+    /// global-mode builder capture is open; see [`reclaim`]).
     /// Values other threads' host functions captured are theirs to drop.
     ///
     /// NVIDIA's reference: [`cuStreamSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
@@ -389,7 +389,7 @@ impl Stream {
         let Some(tracks) = self.context.tracks_if_made() else {
             return;
         };
-        // In the stream's window, as every point is marked (a capture begun through cuda-host
+        // In the stream's window, as every point is marked (a builder capture
         // waits for it, and a capturing stream is refused), and with the log calls held until it
         // is let go.
         let marked = holding_logs(|| {

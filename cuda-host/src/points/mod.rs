@@ -30,7 +30,7 @@
 //! graph, which records it on every launch or never: a value released there would belong to the
 //! graph's lifetime, not the stream's. cuda-host refuses such points with
 //! [`Error::PointInCapture`] (a release hands its value back), and,
-//! as for host functions, a capture begun through cuda-host waits for points being marked on its
+//! as for host functions, a builder capture waits for points being marked on its
 //! stream. A capture other code begins between the check and the record takes the record: the
 //! event then stands for a point of the capture, and a query of it would invalidate the capture
 //! (and, once it ended, answer that it completed, whatever the stream did). So the stream is
@@ -130,7 +130,7 @@ fn mark(stream: &Stream, points: Points, name: &'static str) -> Result<Mark> {
                 }
                 error
             };
-            // Held until the write is enqueued: a capture begun through cuda-host waits for it.
+            // Held until the write is enqueued: a builder capture waits for it.
             let window =
                 EnqueueWindow::open(driver, stream.as_raw()).map_err(|error| match error {
                     Error::StreamCapturing { status } => Error::PointInCapture { status },

@@ -19,7 +19,7 @@ use std::fmt;
 /// it**, by its first cuda-host call (a launch, a release, a synchronize,
 /// [`reclaim`](crate::reclaim)) that sees the point passed, by the rule of host functions'
 /// captured values: never on the driver's thread, never while this thread captures, nor while a
-/// global-mode capture begun through cuda-host is open; once the thread has exited, by any
+/// global-mode builder capture is open; once the thread has exited, by any
 /// thread. A launch or a release looks at a stream's points at most every 50 µs; a
 /// synchronize and [`reclaim`](crate::reclaim) look at once; a thread that makes no cuda-host
 /// call keeps a passed value until its next one, or its exit. After [`Stream::synchronize`]

@@ -184,8 +184,8 @@ impl ContextLanes {
     /// The lane of the stream `stream_id`, given one if it has none.
     ///
     /// # Errors
-    /// [`Error::AllocationInCapture`] when a new page is needed while a capture begun through
-    /// cuda-host forbids the allocation; the driver's error from allocating it.
+    /// [`Error::AllocationInCapture`] when a new page is needed while a builder capture
+    ///  forbids the allocation; the driver's error from allocating it.
     pub(super) fn lane_of(&self, shared: &ContextShared, stream_id: u64) -> Result<Arc<Lane>> {
         // The allocation may log (a context it cannot make current again) under the table's
         // lock, which a logger's polled launch would take.

@@ -12,7 +12,7 @@
 //! replays its constant value on every launch, at any later time: a signal would set an old value
 //! again, a wait would wait for one the timeline passed long ago, and the word would have to
 //! outlive every launch. So the stream is asked before the operation (through a
-//! [`EnqueueWindow`], which a capture begun through cuda-host waits for) and refused with
+//! [`EnqueueWindow`], which a builder capture waits for) and refused with
 //! [`Error::TimelineInCapture`], nothing enqueued and the capture intact; and asked again after
 //! it, as stream points are: an operation that a capture other code began in between took is
 //! refused in the same way, and its word is kept for the life of the process, since the graph
@@ -178,7 +178,7 @@ fn enqueue_locked(
         }
         _ => value,
     };
-    // Held until the operation is enqueued: a capture begun through cuda-host waits for it.
+    // Held until the operation is enqueued: a builder capture waits for it.
     let window = EnqueueWindow::open(driver, stream.as_raw()).map_err(|error| match error {
         Error::StreamCapturing { status } => Error::TimelineInCapture { status },
         other => other,

@@ -175,7 +175,7 @@ impl Timeline {
     /// # Errors
     /// [`Error::InvalidArgument`] when `initial` is above [`MAX`](Self::MAX);
     /// [`Error::ThreadStart`] when the watcher thread cannot be started;
-    /// [`Error::AllocationInCapture`] while a capture begun through cuda-host forbids the
+    /// [`Error::AllocationInCapture`] while a builder capture forbids the
     /// allocation; [`Error::InHostFunction`] inside a host function; the driver's error from
     /// `cuDeviceGetAttribute`, `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
     #[doc(alias = "cuMemHostAlloc")]

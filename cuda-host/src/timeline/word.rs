@@ -9,7 +9,7 @@
 //! context, once no handle is left and every stream that waited on it or signalled it got past
 //! that; never early. It is not freed: a free (`cuMemFreeHost`) waits for the device, which a
 //! drain must not do (a host function may wait for the draining thread), and would invalidate a
-//! capture begun through cuda-host if the last handle went during one; the context's pages are
+//! builder capture if the last handle went during one; the context's pages are
 //! freed when it is released. The watcher reads it
 //! through `Waits` (`super::waits`), which this value closes before the memory goes.
 //! Where a capture may have taken an operation on it, it is kept for the life of the process
@@ -41,8 +41,8 @@ pub(super) struct Word {
     /// The pinned word of the context, holding one `AtomicU64`.
     memory: PinnedWord,
     /// Its context, retained while the word lives: a public context value, whose last reference
-    /// defers itself where it may not go (inside a host function, during a capture begun through
-    /// cuda-host), as this word's last holder may be anywhere.
+    /// defers itself where it may not go (inside a host function, during a builder capture
+    /// ), as this word's last holder may be anywhere.
     context: Context,
     /// What the watcher reads the word through; closed before the memory goes.
     waits: Arc<Waits>,
@@ -62,7 +62,7 @@ impl Word {
     /// A word of `context` holding `initial`, with the watcher's view of it.
     ///
     /// # Errors
-    /// [`Error::AllocationInCapture`] while a capture begun through cuda-host forbids the
+    /// [`Error::AllocationInCapture`] while a builder capture forbids the
     /// allocation; the driver's error from `cuMemHostAlloc` or `cuMemHostGetDevicePointer`.
     pub(super) fn new(context: &Context, initial: u64) -> Result<Word> {
         // With a word to spare for the track of a stream the timeline's operations go to, which
