@@ -868,9 +868,12 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
     };
     // Half the time from the graph it was made from, whose shape is its own (after callables
     // were replaced in either): an update that takes effect. Otherwise from any graph.
+    // The executable's lock is let go before any graph's is taken: graph before executable,
+    // always.
+    let own_graph = lock(&exec).graph;
     let own = graph
         .is_multiple_of(2)
-        .then(|| graph_by_id(lock(&exec).graph))
+        .then(|| graph_by_id(own_graph))
         .flatten();
     let Some(graph) = own.or_else(|| pick(&GRAPHS, graph)) else {
         return "no graph".to_owned();
