@@ -281,10 +281,14 @@ fn check_witnesses() {
     }
 }
 
-/// Every count back at its baseline, once every value and object of the sequence is gone.
+/// Every count back at its baseline, once every value and object of the sequence is gone. The
+/// workers exited: what they still held (a timeline's word behind a stream of theirs that passed
+/// its point after their last drain) passed to any thread, which drains it here, as a user's
+/// next call would.
 fn check_counts(env: &Env, baseline: &Counts) {
     let deadline = Instant::now() + SETTLE;
     loop {
+        cuda_host::reclaim();
         let now = Counts::now(env.controls);
         let differences = differences(baseline, &now);
         if differences.is_empty() {
