@@ -949,18 +949,7 @@ fn looks_at_points_never_invalidate_a_global_capture_other_code_began() {
 
 /// Ends the capture `stream` is in (`cuStreamEndCapture`), on the thread that began it.
 fn end_capture(stream: &Stream) -> Result<suite::capture::Graph, CUresult> {
-    let mut graph = std::ptr::null_mut();
-    // SAFETY: a live stream and a valid out-pointer.
-    let result = unsafe {
-        suite::test_driver()
-            .driver
-            .cuStreamEndCapture(stream.as_raw(), &mut graph)
-    };
-    if result == CUresult::CUDA_SUCCESS && !graph.is_null() {
-        Ok(suite::capture::Graph(graph))
-    } else {
-        Err(result)
-    }
+    suite::capture::end_capture(stream.as_raw()).map_err(|(result, _)| result)
 }
 
 #[test]

@@ -21,17 +21,15 @@ fn new_stream(context: &Context) -> Stream {
 /// Ends the capture other code began on `stream` (raw `cuStreamEndCapture`) and destroys its
 /// graph; the driver's answer.
 fn end_raw_capture(stream: &Stream) -> CUresult {
-    let mut graph = std::ptr::null_mut();
-    // SAFETY: a live stream and a valid out-pointer.
-    let ended = unsafe {
-        suite::test_driver()
-            .driver
-            .cuStreamEndCapture(stream.as_raw(), &mut graph)
-    };
-    if !graph.is_null() {
-        drop(suite::capture::Graph(graph));
+    match suite::capture::end_capture(stream.as_raw()) {
+        Ok(_graph) => CUresult::CUDA_SUCCESS,
+        Err((result, graph)) => {
+            if !graph.is_null() {
+                drop(suite::capture::Graph(graph));
+            }
+            result
+        }
     }
-    ended
 }
 
 /// A drain's look logs (here a failed query) while the drain goes through the thread's held

@@ -301,15 +301,7 @@ fn on_a_narrow_device_the_last_handles_drop_releases_waits_across_the_window_see
             status: CaptureState::Active
         })
     );
-    let mut graph = std::ptr::null_mut();
-    // SAFETY: a live stream and a valid out-pointer.
-    let ended = unsafe {
-        suite::test_driver()
-            .driver
-            .cuStreamEndCapture(stream.as_raw(), &mut graph)
-    };
-    assert_eq!(ended, CUresult::CUDA_SUCCESS);
-    drop(suite::capture::Graph(graph));
+    suite::capture::end_capture(stream.as_raw()).expect("the capture ends in a graph");
     drop(timeline);
     gate.open();
     wait_until("the stream past both waits", || words.get(0) == 1);
@@ -766,15 +758,8 @@ fn an_operation_a_capture_other_code_began_took_is_refused_and_its_word_kept() {
             }),
             "{entry:?}"
         );
-        let mut graph = std::ptr::null_mut();
-        // SAFETY: a live stream and a valid out-pointer.
-        let ended = unsafe {
-            suite::test_driver()
-                .driver
-                .cuStreamEndCapture(stream.as_raw(), &mut graph)
-        };
-        assert_eq!(ended, CUresult::CUDA_SUCCESS, "the capture was invalidated");
-        let graph = suite::capture::Graph(graph);
+        let graph =
+            suite::capture::end_capture(stream.as_raw()).expect("the capture was not invalidated");
         // The graph reads or writes the word whenever it runs: the word outlives the timeline.
         drop(timeline);
         reclaim();
@@ -1056,15 +1041,7 @@ fn a_wait_left_on_a_stream_without_its_stream_point_is_released_when_the_last_ha
             status: CaptureState::Active
         })
     );
-    let mut graph = std::ptr::null_mut();
-    // SAFETY: a live stream and a valid out-pointer.
-    let ended = unsafe {
-        suite::test_driver()
-            .driver
-            .cuStreamEndCapture(stream.as_raw(), &mut graph)
-    };
-    assert_eq!(ended, CUresult::CUDA_SUCCESS, "the capture was invalidated");
-    drop(suite::capture::Graph(graph));
+    drop(suite::capture::end_capture(stream.as_raw()).expect("the capture was not invalidated"));
     words.write_in_stream(&stream, 1, 1);
     drop(timeline);
     wait_until("the stream to be released by the drop", || {

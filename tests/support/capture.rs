@@ -68,7 +68,13 @@ impl Capture {
     }
 }
 
-fn end_capture(stream: CUstream) -> Result<Graph, (CUresult, CUgraph)> {
+/// Ends the capture `stream` is in (`cuStreamEndCapture`), whoever began it (a [`Capture`], a
+/// control of the software driver's): its graph, destroyed on drop.
+///
+/// # Errors
+/// The driver's answer and the graph handle it wrote, when it did not answer success with a
+/// graph.
+pub fn end_capture(stream: CUstream) -> Result<Graph, (CUresult, CUgraph)> {
     let mut graph = ptr::null_mut();
     // SAFETY: a live stream and a valid out-pointer.
     let result = unsafe { test_driver().driver.cuStreamEndCapture(stream, &mut graph) };
