@@ -69,6 +69,14 @@ pub enum GraphOp {
         exec: u8,
         graph: u8,
     },
+    /// An update from the executable's own graph, a callable set on one of its nodes, a launch
+    /// behind a gate, then the executable dropped: the callable set after the update must live
+    /// until the launch that may run it passed (the update keeps the executable's own callables).
+    UpdateThenLaunch {
+        exec: u8,
+        node: u8,
+        stream: u8,
+    },
     Clone {
         graph: u8,
     },
@@ -99,7 +107,7 @@ impl GraphOp {
             GraphOp::Launch {
                 behind_gate: true,
                 ..
-            }
+            } | GraphOp::UpdateThenLaunch { .. }
         )
     }
 
@@ -154,6 +162,8 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
             }
         ),
         2 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
+        1 => (index(), index(), index())
+            .prop_map(|(exec, node, stream)| GraphOp::UpdateThenLaunch { exec, node, stream }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
         1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
         1 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
@@ -346,6 +356,23 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             fences_fail,
         } => set_exec_callable(env, exec, node, panic_in_run, fences_fail),
         GraphOp::Update { exec, graph } => update(env, exec, graph),
+        GraphOp::UpdateThenLaunch { exec, node, stream } => {
+            // An even graph index: the executable's own graph. No step runs beside this one, so
+            // `exec` names one executable throughout.
+            let updated = update(env, exec, 0);
+            let set = set_exec_callable(env, exec, node, false, false);
+            let launched = launch(env, exec, stream, true);
+            let dropped = match take(&EXECS, exec) {
+                Some(entry) => {
+                    let name = lock(&entry).name.clone();
+                    drop(entry);
+                    took_effect("DropExec (after an update and a launch)");
+                    format!("; then {name} dropped")
+                }
+                None => String::new(),
+            };
+            format!("{updated}; {set}; {launched}{dropped}")
+        }
         GraphOp::Clone { graph } => clone(env, graph),
         GraphOp::HostNodes { graph } => host_nodes(env, graph),
         GraphOp::DropGraph { graph } => match take(&GRAPHS, graph) {
