@@ -2,7 +2,8 @@
 //! finds each defect it is meant to find. Each `tests/chaos/mutations/NAME.patch` reverts one
 //! fix in cuda-host; for each, a scratch tree at `HEAD` gets the patch, and the harness runs on
 //! it for at most N seconds (default 300) from a fixed base seed, stopping at the first broken
-//! promise. A mutation the harness does not find in time fails the task.
+//! promise, or at its crash (the mutation's use after free may kill it before it can report). A
+//! mutation the harness does not find in time fails the task.
 //!
 //! The scratch tree is a detached worktree in the target folder, kept between runs with its own
 //! target folder, so that a mutation rebuilds only what its patch touches. It holds `HEAD`: what
@@ -215,10 +216,18 @@ fn run_harness(
         .env("CHAOS_HUNT", "1")
         .current_dir(tree)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(|error| format!("cargo: {error}"))?;
     let stdout = child.stdout.take().expect("piped");
+    // Read beside stdout, so that neither pipe fills while the other is read: it names the
+    // signal of a harness that crashed (a use after free the mutation made) before it reported.
+    let stderr = child.stderr.take().expect("piped");
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut text);
+        text
+    });
     let mut kept = std::fs::File::create(log)
         .map_err(|error| format!("creating {}: {error}", log.display()))?;
     let mut in_violations = false;
@@ -259,6 +268,21 @@ fn run_harness(
         before = line;
     }
     let status = child.wait().map_err(|error| format!("cargo: {error}"))?;
+    let errors = errors.join().unwrap_or_default();
+    writeln!(kept, "{errors}").map_err(|error| format!("writing {}: {error}", log.display()))?;
+    let crash = errors
+        .lines()
+        .find(|line| line.contains("(signal:"))
+        .and_then(|line| line.split("(signal:").nth(1))
+        .map(|signal| signal.trim_end_matches(')').trim().to_owned());
+    if outcome.found_after.is_none()
+        && let Some(signal) = crash
+    {
+        // The process died before it could report: the mutation's use after free, most often.
+        outcome.found_after = Some(started.elapsed());
+        outcome.said = format!("the harness crashed ({signal}) before it reported");
+        return Ok(());
+    }
     if outcome.found_after.is_none() {
         outcome.said = if status.success() {
             format!("no promise broke in {seconds} s")
