@@ -14,7 +14,7 @@ use crate::witness::{self, Passed, Witness, violated};
 use crate::workers::Local;
 use crate::world::{ContextEntry, Operation, StreamEntry, StreamKind};
 use cuda_host::{Error, Graph, GraphExec};
-use cuda_host_sys::CUresult;
+use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -77,6 +77,15 @@ pub enum GraphOp {
         node: u8,
         stream: u8,
     },
+    /// A callable set on a node of an executable, a launch that runs it, the stream let finish,
+    /// another callable set there, a launch a capture other code begins at `cuGraphLaunch` takes,
+    /// then the executable dropped: the first callable, which the node ran last before the taken
+    /// launch gave it up (an engine node's word retired), must still be dropped, once.
+    TakenAfterReplace {
+        exec: u8,
+        node: u8,
+        stream: u8,
+    },
     Clone {
         graph: u8,
     },
@@ -108,6 +117,7 @@ impl GraphOp {
                 behind_gate: true,
                 ..
             } | GraphOp::UpdateThenLaunch { .. }
+                | GraphOp::TakenAfterReplace { .. }
         )
     }
 
@@ -164,6 +174,8 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
         2 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
         1 => (index(), index(), index())
             .prop_map(|(exec, node, stream)| GraphOp::UpdateThenLaunch { exec, node, stream }),
+        1 => (index(), index(), index())
+            .prop_map(|(exec, node, stream)| GraphOp::TakenAfterReplace { exec, node, stream }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
         1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
         1 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
@@ -373,6 +385,9 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             };
             format!("{updated}; {set}; {launched}{dropped}")
         }
+        GraphOp::TakenAfterReplace { exec, node, stream } => {
+            taken_after_replace(env, exec, node, stream)
+        }
         GraphOp::Clone { graph } => clone(env, graph),
         GraphOp::HostNodes { graph } => host_nodes(env, graph),
         GraphOp::DropGraph { graph } => match take(&GRAPHS, graph) {
@@ -567,6 +582,66 @@ fn instantiate(env: &Env, graph: u8) -> String {
         Err(error) => {
             env.check_refusal_in("Graph::instantiate", Some(&entry.context), &error);
             format!("{} instantiate refused: {error}", entry.name)
+        }
+    }
+}
+
+/// [`GraphOp::TakenAfterReplace`]; no step runs beside it, so `exec` names one executable
+/// throughout.
+fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
+    let world = &env.world;
+    let first = set_exec_callable(env, exec, node, false, false);
+    // An odd index: not the stream a capture is armed on (none is yet, in this step).
+    let launched = launch(env, exec, stream | 1, false);
+    let Some(on) = pick(&EXECS, exec).and_then(|entry| lock(&entry).last_stream.clone()) else {
+        return format!("{first}; {launched}");
+    };
+    if on.held(world)
+        || !matches!(on.kind, StreamKind::NonBlocking | StreamKind::Blocking)
+        || !matches!(on.stream.capture_state(), Ok(None))
+        || world.armed.lock().unwrap().is_some()
+        || !finishes_soon(&on)
+    {
+        return format!("{first}; {launched}; {} not let finish or armed", on.name);
+    }
+    let second = set_exec_callable(env, exec, node, false, false);
+    world.arm_capture(true);
+    *world.armed.lock().unwrap() = Some(Arc::clone(&on));
+    env.controls.begin_capture_at_next_call(
+        c"cuGraphLaunch",
+        &on.stream,
+        CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+    );
+    // An even index: the stream the capture is armed on.
+    let taken = launch(env, exec, stream & !1, false);
+    let dropped = match take(&EXECS, exec) {
+        Some(entry) => {
+            let name = lock(&entry).name.clone();
+            drop(entry);
+            took_effect("DropExec (after a taken launch)");
+            format!("; then {name} dropped")
+        }
+        None => String::new(),
+    };
+    format!(
+        "{first}; {launched}; {} finished; {second}; {taken}{dropped}",
+        on.name
+    )
+}
+
+/// Whether `stream` finished its work within 100 ms (a wait on a timeline may hold it for
+/// longer, which a synchronize would wait for).
+fn finishes_soon(stream: &StreamEntry) -> bool {
+    let driver = stream.stream.context().driver();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    loop {
+        // SAFETY: a live stream (not a special one: the caller checked).
+        match unsafe { driver.cuStreamQuery(stream.stream.as_raw()) } {
+            CUresult::CUDA_SUCCESS => return true,
+            CUresult::CUDA_ERROR_NOT_READY if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+            _ => return false,
         }
     }
 }
