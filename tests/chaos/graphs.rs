@@ -79,7 +79,7 @@ pub enum GraphOp {
     },
     /// A callable set on a node of an executable, a launch that runs it, the stream let finish,
     /// another callable set there, a launch a capture other code begins at `cuGraphLaunch` takes,
-    /// then the executable dropped: the first callable, which the node ran last before the taken
+    /// a launch after it, then the executable dropped: the first callable, which the node ran last before the taken
     /// launch gave it up (an engine node's word retired), must still be dropped, once.
     TakenAfterReplace {
         exec: u8,
@@ -614,6 +614,9 @@ fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
     );
     // An even index: the stream the capture is armed on.
     let taken = launch(env, exec, stream & !1, false);
+    // The next launch gives the nodes fresh words, and the taken launch's word retires with the
+    // callable it ran: on another stream, as far as the index goes.
+    let next = launch(env, exec, stream.wrapping_add(2) | 1, false);
     let dropped = match take(&EXECS, exec) {
         Some(entry) => {
             let name = lock(&entry).name.clone();
@@ -624,7 +627,7 @@ fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
         None => String::new(),
     };
     format!(
-        "{first}; {launched}; {} finished; {second}; {taken}{dropped}",
+        "{first}; {launched}; {} finished; {second}; {taken}; {next}{dropped}",
         on.name
     )
 }
