@@ -404,9 +404,10 @@ fn run_steps(
         if PRINT_STEPS.load(Ordering::Relaxed) {
             println!("chaos: step {what}");
         }
-        if matches!(step.op, Op::ForeignEnd { .. }) && !together_at.is_empty() {
+        if matches!(step.op, Op::ForeignEnd { .. } | Op::Retire) && !together_at.is_empty() {
             // Steps started beside the ones before may still run, and break the capture this one
-            // ends: they finish, and their breaking calls are noted, first.
+            // ends (a retiring worker ends its own): they finish, and their breaking calls are
+            // noted, first.
             for (what, outcome) in workers.finish_pending()? {
                 log.push(format!("{what} -> {outcome}"));
             }
