@@ -268,8 +268,9 @@ impl GraphExec {
     ///
     /// Update the executable through [`update`](Self::update), not through this handle. A raw
     /// `cuGraphExecUpdate` replaces the executable's user objects with the graph's, among them
-    /// the one that keeps the callables set on its nodes ([`set_host_node_callable`]
-    /// (Self::set_host_node_callable)) and its engine nodes' state alive while its launches run:
+    /// the one that keeps the callables set on its nodes
+    /// ([`set_host_node_callable`](Self::set_host_node_callable)) and its engine nodes' state
+    /// alive while its launches run:
     /// from then on they live only as long as this `GraphExec`, so the caller's `unsafe` block
     /// must keep it until every launch made after the update finished. Such an update also gives
     /// the engine's nodes ([`Graph::add_engine_host_node`]) the other graph's batch, which waits

@@ -32,7 +32,7 @@
 //! **Other code's captures.** A capture other code begins between the launch's check and its
 //! enqueue takes the batch. The engine looks for it right after the batch was accepted, under the
 //! lane's lock (so no later number was issued on the lane): the launch is refused
-//! ([`Error::StreamCapturing`]) and never runs, its lane is
+//! ([`Error::StreamCapturing`](crate::Error::StreamCapturing)) and never runs, its lane is
 //! retired (`lanes`): the stream's later functions go through a fresh lane, which no graph
 //! writes; those queued before are served as ever, the taken number is acknowledged after them,
 //! and the server, which runs a function only when its stream's word holds exactly that
@@ -63,9 +63,9 @@
 //! threads at once, those of streams on different servers in parallel. Every server parks when
 //! it serves nothing. The pool starts with the first polled stream
 //! ([`Stream::with_host_engine`](crate::Stream::with_host_engine) answers
-//! [`Error::ThreadStart`] when one of its threads cannot start, and gives the stream back), and
-//! every enqueue makes sure it runs before anything is enqueued: no batch waits for a server
-//! that is not there.
+//! [`Error::ThreadStart`](crate::Error::ThreadStart) when one of its threads cannot start, and
+//! gives the stream back), and every enqueue makes sure it runs before anything is enqueued: no
+//! batch waits for a server that is not there.
 //!
 //! **Failures.** A stream whose context failed never writes again: once cuda-host sees the
 //! failure (a call of any thread answering the sticky error: the stream's synchronize, a launch,
@@ -99,7 +99,7 @@ pub use server::{
 /// Starts the engine's servers unless they run.
 ///
 /// # Errors
-/// [`Error::ThreadStart`] when one of their threads cannot start.
+/// [`Error::ThreadStart`](crate::Error::ThreadStart) when one of their threads cannot start.
 pub(crate) fn start() -> Result<()> {
     server::start()
 }
