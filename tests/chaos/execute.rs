@@ -298,10 +298,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
                 return "not armed".to_owned();
             }
             let entry = CAPTURE_ENTRIES[usize::from(entry) % CAPTURE_ENTRIES.len()];
-            world.arm_capture(true);
-            *world.armed.lock().unwrap() = Some(Arc::clone(&stream));
-            env.controls
-                .begin_capture_at_next_call(entry, &stream.stream, raw_mode(mode));
+            world.arm_capture_at_call(env.controls, entry, &stream, raw_mode(mode));
             if look_fails {
                 world.faults_armed.store(true, Ordering::SeqCst);
                 env.controls.fail_next_calls_any_thread(

@@ -346,13 +346,8 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             if !then_drop {
                 return launched;
             }
-            match take(&EXECS, exec) {
-                Some(entry) => {
-                    let name = lock(&entry).name.clone();
-                    drop(entry);
-                    took_effect("DropExec (after a launch)");
-                    format!("{launched}; then {name} dropped")
-                }
+            match drop_exec(exec, "DropExec (after a launch)") {
+                Some(name) => format!("{launched}; then {name} dropped"),
                 None => launched,
             }
         }
@@ -374,15 +369,8 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             let updated = update(env, exec, 0);
             let set = set_exec_callable(env, exec, node, false, false);
             let launched = launch(env, exec, stream, true);
-            let dropped = match take(&EXECS, exec) {
-                Some(entry) => {
-                    let name = lock(&entry).name.clone();
-                    drop(entry);
-                    took_effect("DropExec (after an update and a launch)");
-                    format!("; then {name} dropped")
-                }
-                None => String::new(),
-            };
+            let dropped = drop_exec(exec, "DropExec (after an update and a launch)")
+                .map_or_else(String::new, |name| format!("; then {name} dropped"));
             format!("{updated}; {set}; {launched}{dropped}")
         }
         GraphOp::TakenAfterReplace { exec, node, stream } => {
@@ -404,13 +392,8 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             env.controls.set_wait_poll_interval(interval);
             format!("stream memory waits read their word every {interval:?}")
         }
-        GraphOp::DropExec { exec } => match take(&EXECS, exec) {
-            Some(entry) => {
-                let name = lock(&entry).name.clone();
-                drop(entry);
-                took_effect("DropExec");
-                format!("dropped {name}")
-            }
+        GraphOp::DropExec { exec } => match drop_exec(exec, "DropExec") {
+            Some(name) => format!("dropped {name}"),
             None => "no executable".to_owned(),
         },
     }
@@ -586,6 +569,16 @@ fn instantiate(env: &Env, graph: u8) -> String {
     }
 }
 
+/// Drops the `exec`-th executable, counted as `what` took effect: its name, or `None` when there
+/// is none.
+fn drop_exec(exec: u8, what: &'static str) -> Option<String> {
+    let entry = take(&EXECS, exec)?;
+    let name = lock(&entry).name.clone();
+    drop(entry);
+    took_effect(what);
+    Some(name)
+}
+
 /// [`GraphOp::TakenAfterReplace`]; no step runs beside it, so `exec` names one executable
 /// throughout.
 fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
@@ -605,11 +598,10 @@ fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
         return format!("{first}; {launched}; {} not let finish or armed", on.name);
     }
     let second = set_exec_callable(env, exec, node, false, false);
-    world.arm_capture(true);
-    *world.armed.lock().unwrap() = Some(Arc::clone(&on));
-    env.controls.begin_capture_at_next_call(
+    world.arm_capture_at_call(
+        env.controls,
         c"cuGraphLaunch",
-        &on.stream,
+        &on,
         CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
     );
     // An even index: the stream the capture is armed on.
@@ -617,15 +609,8 @@ fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
     // The next launch gives the nodes fresh words, and the taken launch's word retires with the
     // callable it ran: on another stream, as far as the index goes.
     let next = launch(env, exec, stream.wrapping_add(2) | 1, false);
-    let dropped = match take(&EXECS, exec) {
-        Some(entry) => {
-            let name = lock(&entry).name.clone();
-            drop(entry);
-            took_effect("DropExec (after a taken launch)");
-            format!("; then {name} dropped")
-        }
-        None => String::new(),
-    };
+    let dropped = drop_exec(exec, "DropExec (after a taken launch)")
+        .map_or_else(String::new, |name| format!("; then {name} dropped"));
     format!(
         "{first}; {launched}; {} finished; {second}; {taken}; {next}{dropped}",
         on.name
