@@ -573,6 +573,75 @@ fn records_are_reclaimed_when_the_failure_shows_through_another_context_value() 
 }
 
 #[test]
+fn a_per_thread_launch_whose_value_another_thread_dropped_is_reclaimed_with_its_failed_context() {
+    // A per-thread stream's value dropped on another thread watches that thread's stream, not
+    // the launcher's; nothing answers the failure through cuda-host after it. The context's last
+    // value is the last chance: its drop finds the failure and reclaims the record.
+    suite::alone_in_child!(
+        a_per_thread_launch_whose_value_another_thread_dropped_is_reclaimed_with_its_failed_context
+    );
+    let first = context();
+    let second = cuda_host::Device::get(first.driver(), 0)
+        .and_then(|device| device.primary_context())
+        .expect("a second value of the primary context");
+    let faulting = new_stream(&first);
+    let fault = suite::kernels::Fault::load(first.driver());
+    let gate = Gate::new(&first);
+    let tally = Tally::new();
+    let (launched_tx, launched_rx) = std::sync::mpsc::channel();
+    // The launcher reclaims its own inbox on request (`true`), and exits on `false`.
+    let (request_tx, request_rx) = std::sync::mpsc::channel::<bool>();
+    let (reclaimed_tx, reclaimed_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let (for_launcher, launched_tally, gate) = (second.clone(), Arc::clone(&tally), &gate);
+        let launcher = scope.spawn(move || {
+            for_launcher.bind_to_thread().expect("the context binds");
+            let stream = Stream::per_thread(&for_launcher);
+            gate.hold(&stream);
+            launched_tally.launch_counted(&stream, 1);
+            drop(for_launcher);
+            launched_tx.send(stream).expect("the test waits");
+            while request_rx.recv() == Ok(true) {
+                cuda_host::reclaim();
+                reclaimed_tx.send(()).expect("the test waits");
+            }
+        });
+        let launcher_drops = || {
+            request_tx.send(true).expect("the launcher waits");
+            reclaimed_rx.recv().expect("the launcher reclaimed");
+            cuda_host::reclaim();
+            tally.drops()
+        };
+        let stream = launched_rx.recv().expect("the launch was made");
+        second.bind_to_thread().expect("the context binds");
+        drop(stream); // watched on this thread's per-thread stream, not the launcher's
+        // The watch is called before the failure, with success. Waited for (as the failure
+        // below) without cuda-host, which would answer the failure.
+        let driver = first.driver();
+        // SAFETY: the calling thread's per-thread stream of its current context.
+        let passed = unsafe { driver.cuStreamSynchronize(cuda_host_sys::CU_STREAM_PER_THREAD) };
+        assert_eq!(passed, CUresult::CUDA_SUCCESS);
+        fault.launch(&faulting);
+        // SAFETY: the faulting stream is live.
+        let answered = unsafe { driver.cuStreamSynchronize(faulting.as_raw()) };
+        assert_eq!(answered, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+        gate.open();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(launcher_drops(), 0, "nothing answered the failure yet");
+        drop(second);
+        wait_until(
+            "the record of the launcher's per-thread stream to go",
+            || launcher_drops() == 1,
+        );
+        request_tx.send(false).expect("the launcher waits");
+        launcher.join().expect("the launcher");
+    });
+    assert_eq!(tally.drops(), 1);
+    assert_eq!(tally.runs(), 0, "work behind the gate never ran");
+    std::mem::forget(faulting);
+}
+
+#[test]
 fn reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread() {
     // Alone in a process, so that no other test's thread takes the finished record first.
     suite::alone_in_child!(reclaiming_inside_a_host_function_drops_nothing_on_the_drivers_thread);

@@ -241,6 +241,10 @@ fn report(
         for violation in &failure.violations {
             println!("  {violation}");
         }
+        println!("chaos: operation log:");
+        for line in &failure.log {
+            println!("  {line}");
+        }
         std::process::exit(1);
     }
     println!("chaos: seed {seed} broke a promise; shrinking");

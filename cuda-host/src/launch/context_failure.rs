@@ -10,8 +10,10 @@
 //! stream are reclaimed at the latest when that stream is torn down, even if nothing else called
 //! into cuda-host after the failure. (A [`Stream::per_thread`](crate::Stream::per_thread) value
 //! shared between threads is watched on the dropping thread's default stream; records launched
-//! through it from other threads are then reclaimed when any call answers the failure. A stream
-//! that is capturing when dropped is not watched: a callback would join the capture.)
+//! through it from other threads are then reclaimed when any call answers the failure, and at
+//! the latest when the context's last value is dropped, which asks the driver
+//! ([`look_for_failure`]). A stream that is capturing when dropped is not watched: a callback
+//! would join the capture.)
 
 use crate::checked::checked;
 use crate::contain::logged;
@@ -22,10 +24,10 @@ use crate::launch::inboxes;
 use crate::launch::record::{self, RecordHeader};
 use crate::launch::running::{self, ENTRIES, Running, RunningStreams};
 use crate::launch::slot::{self, Ticket};
-use cuda_host_sys::{CUresult, CUstream};
+use cuda_host_sys::{CUevent_flags, CUresult, CUstream};
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -188,6 +190,36 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
         // and goes with this thread's next drain.
         unsafe { inboxes::keep_here(watch) };
         abandon_if_failed(context, error.result());
+    }
+}
+
+/// Asks the driver whether `context` failed, without waiting for its work, and abandons its
+/// launched records if it did: for the context's last value, when records still keep it.
+/// After that drop no call of cuda-host can answer the failure, and a record may have no watch:
+/// one launched on a thread's per-thread stream through a value another thread dropped (the
+/// watch went on the dropping thread's stream). The question is a query of an event never
+/// recorded, which answers only a failure, made in the relaxed capture mode so that no capture
+/// of any thread is disturbed.
+pub(crate) fn look_for_failure(context: &ContextShared) {
+    let driver = context.driver();
+    let answered = context.with_current(|| {
+        let _relaxed = capture_check::RelaxedCaptureMode::enter(driver)?;
+        let mut event = ptr::null_mut();
+        let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
+        // SAFETY: `event` is a valid out-pointer; the context is current.
+        unsafe { checked!(driver, cuEventCreate(&mut event, flags)) }?;
+        // SAFETY: the event was made above and is destroyed once, below.
+        let queried = unsafe { checked!(driver, cuEventQuery(event)) };
+        // SAFETY: as above.
+        if let Err(error) = unsafe { checked!(driver, cuEventDestroy_v2(event)) } {
+            logged!(debug!("cannot destroy a failure probe: {error}"));
+        }
+        Ok(queried?)
+    });
+    if let Err(error) = answered
+        && let Some(result) = error.driver_result()
+    {
+        abandon_if_failed(context, result);
     }
 }
 

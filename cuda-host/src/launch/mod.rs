@@ -114,7 +114,7 @@ outside_loom_models! {
     };
     pub(crate) use context_failure::{
         abandon_context_if_failed, abandon_if_failed, abandon_if_failed_then_wait, has_failed,
-        is_sticky, seen_failed, watch_stream,
+        is_sticky, look_for_failure, seen_failed, watch_stream,
     };
     pub(crate) use context_shared::ContextShared;
     pub(crate) use enqueue::{

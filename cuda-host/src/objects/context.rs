@@ -4,8 +4,8 @@ use crate::checked::checked;
 use crate::contain::{ensure_outside_host_function, in_host_function};
 use crate::error::{Error, Result};
 use crate::launch::{
-    ContextShared, abandon_if_failed_then_wait, drop_when_allowed, outside_host_function, reclaim,
-    unless_capture_forbids,
+    ContextShared, abandon_if_failed_then_wait, drop_when_allowed, look_for_failure,
+    outside_host_function, reclaim, unless_capture_forbids,
 };
 use crate::polled::ContextLanes;
 use crate::tracks::{ContextTracks, Synchronizing};
@@ -165,6 +165,10 @@ impl Drop for ContextState {
         drop(self.lanes.take());
         // SAFETY: taken once, here; the field is not used again.
         let shared = unsafe { ManuallyDrop::take(&mut self.shared) };
+        if Arc::strong_count(&shared) > 1 {
+            // Records (or objects) outlive the last value: reclaimed if the context failed.
+            look_for_failure(&shared);
+        }
         // Letting go of the last reference frees the context's pinned memory and releases it,
         // which a builder capture forbids (`launch::context_shared`); a host
         // function never gets here (`Context`'s `Drop`).
