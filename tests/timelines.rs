@@ -1314,3 +1314,78 @@ fn a_signal_left_without_its_stream_point_landing_after_the_drop_does_not_hold_a
         timeline_counts().words == 0
     });
 }
+
+/// Other code begins capturing a stream just after cuda-host's batch put a narrow wait on it,
+/// before cuda-host asks again whether the stream captures (the window `enqueue.rs` names: "an
+/// operation that a capture other code began in between took is refused ... and its word is
+/// kept"). The capture did not take the wait: it is live on the stream, which a gate holds.
+/// cuda-host cannot tell, refuses it, keeps the word, and notes no wait. The stream then waits
+/// 2^31 above the value (within the window), and the last handle goes.
+///
+/// `Timeline` promises "Never leaves a stream waiting", and `Shared`'s drop says "A kept word
+/// may be read by an operation no look sees passed (a graph's, or one no point could follow at
+/// all): released too"; `docs/RELIABILITY.md`: "the drop raises the value at most 2^31 − 1 past
+/// a wait a stream may have yet to pass". The turns of `raise_abandoned` take only the noted
+/// waits: the value goes to the second wait's window, 2^31 + 1 past the first, which then holds
+/// the stream for ever. (On a wide timeline the release to `MAX` frees both.)
+#[test]
+fn on_a_narrow_device_a_wait_refused_after_it_reached_the_stream_is_not_stranded_by_the_drop() {
+    let test =
+        "on_a_narrow_device_a_wait_refused_after_it_reached_the_stream_is_not_stranded_by_the_drop";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "playing an older device and captures at a call are controls of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        on_a_narrow_device_a_wait_refused_after_it_reached_the_stream_is_not_stranded_by_the_drop
+    );
+    let context = context();
+    let stream = new_stream(&context);
+    let words = MappedWords::new(&context, 1);
+    let gate = Gate::new(&context);
+    let timeline = narrow_timeline(controls, &context, 0);
+    gate.hold(&stream);
+    // The batch is held back a while; meanwhile other code arms its capture of the stream for
+    // cuda-host's next question, which is the one after the batch.
+    controls.delay_next_calls(c"cuStreamBatchMemOp", 1, Duration::from_millis(500));
+    let refused = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // The delay is taken as the batch's call enters: it is under way.
+            wait_until("the batch to be held back", || {
+                controls.armed_delays(c"cuStreamBatchMemOp") == 0
+            });
+            controls.begin_capture_at_next_call(
+                c"cuStreamIsCapturing",
+                &stream,
+                cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            );
+        });
+        timeline.enqueue_wait(&stream, 1)
+    });
+    assert!(
+        matches!(refused, Err(cuda_host::Error::TimelineInCapture { .. })),
+        "the wait is refused as taken by the capture: {refused:?}"
+    );
+    let graph = suite::capture::end_capture(stream.as_raw());
+    assert!(graph.is_ok(), "the capture ends: {graph:?}");
+    drop(graph);
+    timeline.signal(2).expect("signal");
+    timeline
+        .enqueue_wait(&stream, 2 + (1 << 31))
+        .expect("a wait 2^31 above the value is within the window");
+    words.write_in_stream(&stream, 0, 1);
+    drop(timeline);
+    gate.open();
+    let passed = suite::wait::holds_within(Duration::from_secs(10), || words.get(0) == 1);
+    if !passed {
+        // The stream waits for ever: its drop, and the gate's, would wait with it.
+        std::mem::forget((stream, gate, words));
+        panic!(
+            "the stream is still held 10 s after the last handle went: the wait for 1 that \
+             reached the stream before the capture began was stranded when the value was raised \
+             to 2 + 2^31 for the noted wait"
+        );
+    }
+}

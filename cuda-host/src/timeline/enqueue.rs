@@ -209,12 +209,28 @@ fn enqueue_locked(
         Error::PointInCapture { status } => Error::TimelineInCapture { status },
         other => other,
     };
+    let narrow_wait = (operation == Operation::Wait && !shared.wide).then_some(compared);
+    // Refused after the operation, which a capture may have taken, or the stream may hold live
+    // (the capture began after it): the word is kept, and the stream noted with a point nothing
+    // records, which a later point of the stream, a synchronize or its drop shows passed. A
+    // dropped timeline then keeps its value where the operation lets the stream go: a narrow
+    // wait takes its turn, a signal landing late is raised over again.
+    let keep_refused = || {
+        word.keep();
+        if let Ok(marked) = tracks.mark_unread(context, stream_id) {
+            word.waits().note_stream(
+                marked.track,
+                marked.point,
+                context.raw().addr(),
+                narrow_wait,
+            );
+        }
+    };
     let (marked, unread) = match written {
         Ok(Some(marked)) => (marked, None),
         Err(error) => {
-            // After the operation: a capture may have taken it with its point.
             if operated {
-                word.keep();
+                keep_refused();
             }
             return Err(in_capture(error));
         }
@@ -223,7 +239,7 @@ fn enqueue_locked(
             if let Err(refusal) =
                 refuse_capture(driver, raw, |status| Error::TimelineInCapture { status })
             {
-                word.keep();
+                keep_refused();
                 return Err(refusal);
             }
             match tracks.mark(context, raw, stream_id) {
@@ -246,7 +262,6 @@ fn enqueue_locked(
             }
         }
     };
-    let narrow_wait = (operation == Operation::Wait && !shared.wide).then_some(compared);
     word.waits().note_stream(
         Arc::clone(&marked.track),
         marked.point,
