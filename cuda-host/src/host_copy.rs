@@ -12,12 +12,12 @@
 //! What a scope promises, exactly, is written at [`HostCopyScope`].
 
 use crate::checked::checked;
-use crate::contain::{ensure_outside_host_function, logged};
+use crate::contain::{InHostFunction, ensure_outside_host_function, logged};
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
 use crate::launch::{
-    EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, ensure_not_capturing, has_failed,
-    is_sticky,
+    EnqueueWindow, RelaxedCaptureMode, abandon_if_failed, defer_value, ensure_not_capturing,
+    has_failed, is_sticky,
 };
 use crate::objects::Stream;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
@@ -120,7 +120,9 @@ pub unsafe extern "C" fn host_copy_fn(user_data: *mut c_void) {
         return;
     }
     if let Err(error) = copy.check() {
-        // A panicking logger must not unwind into the driver.
+        // A panicking logger must not unwind into the driver, and on the driver's thread its
+        // payload, and its calls back into cuda-host, are a host function's.
+        let _marked = InHostFunction::enter(defer_value);
         logged!(error!("host_copy_fn copied nothing: {error}"));
         return;
     }

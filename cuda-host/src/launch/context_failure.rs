@@ -16,7 +16,7 @@
 //! would join the capture.)
 
 use crate::checked::checked;
-use crate::contain::logged;
+use crate::contain::{InHostFunction, logged};
 use crate::launch::capture_check;
 use crate::launch::context_shared::ContextShared;
 use crate::launch::failed_contexts::FailedContexts;
@@ -230,6 +230,8 @@ pub(crate) fn look_for_failure(context: &ContextShared) {
 /// # Safety
 /// `data` must be a watch record of `watch_stream`, given to the driver once.
 unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *mut c_void) {
+    // On the driver's thread: what the logger or a panic leaves goes to a caller's thread.
+    let _marked = InHostFunction::enter(inboxes::defer_value);
     let watch = data.cast::<RecordHeader>();
     let abandoned = catch_unwind(AssertUnwindSafe(|| {
         if is_sticky(status) {

@@ -4,7 +4,8 @@
 //! `catch_unwind`, its panic is reported by code that catches its own panics (a panicking logger
 //! or hook), the panic's payload is dropped on a caller's thread, and everything else is under a
 //! last `catch_unwind` too. No user value is dropped here: finished records go to their home
-//! thread's inbox (`inboxes`). A run is observed (`crate::observe`: an NVTX range, a `tracing`
+//! thread's inbox (`inboxes`). The thread is marked for the whole call, not only while the
+//! function runs: cuda-host's own log calls here reach a logger, which is user code too. A run is observed (`crate::observe`: an NVTX range, a `tracing`
 //! span) while the thread is marked, and the observation ends after the `catch_unwind`, not
 //! while a panic unwinds.
 
@@ -55,6 +56,7 @@ fn contain(outcome: std::thread::Result<()>) {
 /// # Safety
 /// `data` must be a ticket of `slot`, given to the driver by a launch.
 pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
+    let _marked = InHostFunction::enter(inboxes::defer_value);
     contain(catch_unwind(|| {
         let Some((record, stream)) = slot::claim(Ticket::from_user_data(data)) else {
             logged!(debug!(
@@ -93,6 +95,7 @@ pub(crate) unsafe extern "C" fn run_once_host_fn(data: *mut c_void) {
 /// # Safety
 /// `data` must be a graph callable or copied-bytes record kept alive while graphs can run it.
 pub(crate) unsafe extern "C" fn graph_host_fn(data: *mut c_void) {
+    let _marked = InHostFunction::enter(inboxes::defer_value);
     contain(catch_unwind(|| {
         if let Some(record) = NonNull::new(data.cast::<RecordHeader>()) {
             // SAFETY: the record's owner keeps it alive while a graph can run it.
