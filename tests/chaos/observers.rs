@@ -37,9 +37,19 @@ impl log::Log for ChaosLogger {
         if std::env::var_os("CHAOS_LOG").is_some() {
             eprintln!("[{}] {}", record.level(), record.args());
         }
+        // Whatever cuda-host logs on the driver's thread, the thread is marked: a logger's call
+        // back is refused there, and its panic's payload handed to a caller's thread.
+        if crate::witness::runs_host_functions() && !cuda_host::in_host_function() {
+            crate::witness::violated(format!(
+                "a logger was called on the driver's thread unmarked: {}",
+                record.args()
+            ));
+        }
         match logger_mode() {
             LoggerMode::Quiet => {}
-            LoggerMode::Panicking => panic!("deliberate chaos panic in a logger"),
+            LoggerMode::Panicking => std::panic::panic_any(suite::quiet::WatchedPayload {
+                dropped: payload_dropped,
+            }),
             LoggerMode::CallingBack => {
                 if CALLING_BACK.with(|calling| calling.replace(true)) {
                     return;
@@ -58,6 +68,15 @@ impl log::Log for ChaosLogger {
     }
 
     fn flush(&self) {}
+}
+
+/// Checks where a logger's panic payload is dropped: never on the driver's thread.
+fn payload_dropped() {
+    if crate::witness::runs_host_functions() {
+        crate::witness::violated(
+            "a logger's panic payload was dropped on the driver's thread".to_owned(),
+        );
+    }
 }
 
 /// What a user's logger may do, on whichever thread logs and inside whichever call: reclaim and

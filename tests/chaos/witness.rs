@@ -38,6 +38,14 @@ thread_local! {
     static WORKER: Cell<Option<usize>> = const { Cell::new(None) };
     /// Captures this thread began through a `GraphBuilder` and has not ended.
     static BUILDING: Cell<u32> = const { Cell::new(0) };
+    /// Whether a host function ran on this thread, which is no worker: the driver's (or the
+    /// polled engine's, marked for its life).
+    static RUNS_HOST_FUNCTIONS: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread is one the driver (or the polled engine) ran host functions on.
+pub fn runs_host_functions() -> bool {
+    RUNS_HOST_FUNCTIONS.try_with(Cell::get).unwrap_or(false)
 }
 
 /// Global-mode captures begun through a `GraphBuilder` (by any worker) and not ended: while one
@@ -254,6 +262,9 @@ impl Probe {
                 "{} ran on a worker outside a host function",
                 witness.what
             ));
+        }
+        if current_worker().is_none() {
+            let _ = RUNS_HOST_FUNCTIONS.try_with(|runs| runs.set(true));
         }
         if witness.panic_in_run {
             panic!("{PANIC_IN_RUN}");

@@ -9,11 +9,25 @@ use std::sync::Once;
 
 /// Whether a panic's payload is one of the tests' deliberate panics.
 pub fn is_deliberate(payload: &(dyn std::any::Any + Send)) -> bool {
-    payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .is_some_and(|message| message.starts_with("deliberate"))
+    payload.is::<WatchedPayload>()
+        || payload
+            .downcast_ref::<&str>()
+            .copied()
+            .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+            .is_some_and(|message| message.starts_with("deliberate"))
+}
+
+/// A deliberate panic's payload that calls `dropped` where it is dropped: for tests that check
+/// which thread a caught panic's payload goes to (`std::panic::panic_any`).
+pub struct WatchedPayload {
+    /// Called by the payload's `Drop`, on the thread that drops it.
+    pub dropped: fn(),
+}
+
+impl Drop for WatchedPayload {
+    fn drop(&mut self) {
+        (self.dropped)();
+    }
 }
 
 /// Installs the hook, once per process.
