@@ -628,6 +628,11 @@ CUresult cuswHostTaskSyncModeLaunches(unsigned int syncMode, unsigned long long 
  * replaces the armed capture; a NULL `entry` disarms it. CUDA_ERROR_NOT_FOUND for an unknown entry
  * name. */
 CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stream, CUstreamCaptureMode mode);
+/* As cuswBeginCaptureAtNextCall, at the call of `entry` after `calls_before` others, from any
+ * thread, which go as usual: a capture begun between an operation's later calls (its second look
+ * whether the stream captures, after the work it enqueued). */
+CUresult cuswBeginCaptureAtCall(const char *entry, unsigned int calls_before, CUstream stream,
+                                CUstreamCaptureMode mode);
 
 /* Registers `stand_in` for launches of kernels named `kernel`, as their PTX names them (NULL
  * removes it; a second registration replaces the first): from then on a launch runs it, in its

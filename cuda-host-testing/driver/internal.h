@@ -396,7 +396,9 @@ unsigned int cusw_fault_armed(const char *entry, uint64_t thread);
 CUresult cusw_delay_arm(const char *entry, unsigned int count, unsigned int usec);
 unsigned int cusw_delay_armed(const char *entry);
 void cusw_delay_injected(const char *base, const char *symbol); /* sleeps when one is armed */
-CUresult cusw_capture_arm(const char *entry, CUstream stream, CUstreamCaptureMode mode);
+/* Arms the capture for the call of `entry` after `calls_before` others. */
+CUresult cusw_capture_arm(const char *entry, unsigned int calls_before, CUstream stream,
+                          CUstreamCaptureMode mode);
 CUresult cusw_capture_disarm(void);
 /* Whether a capture is armed for this call: then it is disarmed and named. */
 bool cusw_capture_injected(const char *base, const char *symbol, CUstream *stream,

@@ -42,6 +42,8 @@ pub struct Controls {
     host_task_sync_mode_launches: unsafe extern "C" fn(c_uint, *mut c_ulonglong) -> CUresult,
     begin_capture_at_next_call:
         unsafe extern "C" fn(*const c_char, CUstream, CUstreamCaptureMode) -> CUresult,
+    begin_capture_at_call:
+        unsafe extern "C" fn(*const c_char, c_uint, CUstream, CUstreamCaptureMode) -> CUresult,
     fresh_context_create: unsafe extern "C" fn(*mut CUcontext, CUdevice) -> CUresult,
     fresh_context_destroy: FreshContextDestroyFn,
     register_stand_in: RegisterStandInFn,
@@ -167,6 +169,7 @@ impl Controls {
             call_count: control!(c"cuswCallCount"),
             host_task_sync_mode_launches: control!(c"cuswHostTaskSyncModeLaunches"),
             begin_capture_at_next_call: control!(c"cuswBeginCaptureAtNextCall"),
+            begin_capture_at_call: control!(c"cuswBeginCaptureAtCall"),
             fresh_context_create: control!(c"cuswFreshContextCreate"),
             fresh_context_destroy: control!(c"cuswFreshContextDestroy"),
             register_stand_in: control!(c"cuswRegisterStandIn"),
@@ -572,6 +575,26 @@ impl Controls {
         // handle against its registry when the capture begins.
         check("cuswBeginCaptureAtNextCall", unsafe {
             (self.begin_capture_at_next_call)(entry.as_ptr(), stream.as_raw(), mode)
+        })
+    }
+
+    /// As [`begin_capture_at_next_call`](Self::begin_capture_at_next_call), at the call of
+    /// `entry` after `calls_before` others (from any thread), which go as usual: a capture begun
+    /// between an operation's later calls.
+    ///
+    /// # Errors
+    /// [`Error::Control`] with `CUDA_ERROR_NOT_FOUND` when the driver has no such entry point.
+    #[doc(alias = "cuswBeginCaptureAtCall")]
+    pub fn begin_capture_at_call(
+        &self,
+        entry: &CStr,
+        calls_before: u32,
+        stream: &Stream,
+        mode: CUstreamCaptureMode,
+    ) -> Result<(), Error> {
+        // SAFETY: as `begin_capture_at_next_call`.
+        check("cuswBeginCaptureAtCall", unsafe {
+            (self.begin_capture_at_call)(entry.as_ptr(), calls_before, stream.as_raw(), mode)
         })
     }
 }

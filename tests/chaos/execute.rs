@@ -287,6 +287,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
             stream,
             mode,
             look_fails,
+            calls_before,
         } => {
             let Some(stream) = world.stream(stream) else {
                 return "no stream".to_owned();
@@ -298,7 +299,13 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
                 return "not armed".to_owned();
             }
             let entry = CAPTURE_ENTRIES[usize::from(entry) % CAPTURE_ENTRIES.len()];
-            world.arm_capture_at_call(env.controls, entry, &stream, raw_mode(mode));
+            world.arm_capture_at_call(
+                env.controls,
+                entry,
+                u32::from(calls_before),
+                &stream,
+                raw_mode(mode),
+            );
             if look_fails {
                 world.faults_armed.store(true, Ordering::SeqCst);
                 env.controls.fail_next_calls_any_thread(
@@ -308,7 +315,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
                 );
             }
             format!(
-                "the next call of {entry:?} begins a {mode:?} capture of {}{}",
+                "the call of {entry:?} after {calls_before} begins a {mode:?} capture of {}{}",
                 stream.name,
                 if look_fails {
                     ", and the next look at a capture fails"

@@ -601,6 +601,7 @@ fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
     world.arm_capture_at_call(
         env.controls,
         c"cuGraphLaunch",
+        0,
         &on,
         CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
     );

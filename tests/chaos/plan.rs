@@ -160,12 +160,15 @@ pub enum Op {
         capture: u8,
     },
     /// With `look_fails`, the next look at a capture's nodes (`cuStreamGetCaptureInfo`, a
-    /// launch's look whether the capture took it) fails too.
+    /// launch's look whether the capture took it) fails too. With `calls_before`, that many calls
+    /// of the entry go first (an operation's second look whether its stream captures, after the
+    /// work it enqueued).
     CaptureAtNextCall {
         entry: u8,
         stream: u8,
         mode: Mode,
         look_fails: bool,
+        calls_before: u8,
     },
     /// A capture of a fresh blocking stream of the context, begun while the driver holds a
     /// launch on each of many other ordinary streams of it: it begins within its bound.
@@ -317,14 +320,22 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => index().prop_map(|stream| Op::ContendedLooks { stream }),
         1 => prop::option::of((index(), any::<bool>()))
             .prop_map(|replayable| Op::StrandCurrent { replayable }),
-        1 => (index(), index(), mode(), prop::bool::weighted(0.3)).prop_map(
-            |(entry, stream, mode, look_fails)| Op::CaptureAtNextCall {
-                entry,
-                stream,
-                mode,
-                look_fails,
-            }
-        ),
+        1 => (
+            index(),
+            index(),
+            mode(),
+            prop::bool::weighted(0.3),
+            prop_oneof![3 => Just(0u8), 1 => Just(1u8)],
+        )
+            .prop_map(|(entry, stream, mode, look_fails, calls_before)| {
+                Op::CaptureAtNextCall {
+                    entry,
+                    stream,
+                    mode,
+                    look_fails,
+                    calls_before,
+                }
+            }),
         1 => prop_oneof![
             1 => Just(LoggerMode::Quiet),
             1 => Just(LoggerMode::Panicking),

@@ -362,18 +362,20 @@ impl World {
         self.capture_armed.store(armed, Ordering::SeqCst);
     }
 
-    /// Arms a capture of `stream` in `mode` that the next call of `entry`, on any thread, begins
-    /// (the software driver's control), noted as the one armed until the runner ends it.
+    /// Arms a capture of `stream` in `mode` that the call of `entry` after `calls_before` others,
+    /// on any thread, begins (the software driver's control), noted as the one armed until the
+    /// runner ends it.
     pub fn arm_capture_at_call(
         &self,
         controls: &suite::software::Controls,
         entry: &std::ffi::CStr,
+        calls_before: u32,
         stream: &Arc<StreamEntry>,
         mode: cuda_host_sys::CUstreamCaptureMode,
     ) {
         self.arm_capture(true);
         *self.armed.lock().unwrap() = Some(Arc::clone(stream));
-        controls.begin_capture_at_next_call(entry, &stream.stream, mode);
+        controls.begin_capture_at_call(entry, calls_before, &stream.stream, mode);
     }
 
     /// Whether the capture armed at a driver call is of `stream`.

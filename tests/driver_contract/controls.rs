@@ -807,6 +807,58 @@ fn a_capture_armed_at_an_entry_begins_when_that_entry_is_next_called_and_takes_i
 }
 
 #[test]
+fn a_capture_armed_at_a_later_call_lets_the_calls_before_it_go_to_the_stream() {
+    let controls = controls_or_skip!(
+        a_capture_armed_at_a_later_call_lets_the_calls_before_it_go_to_the_stream
+    );
+    // Alone in a process: an armed capture would begin at another test's call too.
+    suite::alone_in_child!(
+        a_capture_armed_at_a_later_call_lets_the_calls_before_it_go_to_the_stream
+    );
+    let context = current_context();
+    let stream = non_blocking(&context);
+    let gate = Gate::new(&context);
+    let (first, second, third) = (
+        Event::new(&context, EventFlags::DisableTiming).expect("event"),
+        Event::new(&context, EventFlags::DisableTiming).expect("event"),
+        Event::new(&context, EventFlags::DisableTiming).expect("event"),
+    );
+    let relaxed = cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    gate.hold(&stream);
+    controls.begin_capture_at_call(c"cuEventRecord", 2, &stream, relaxed);
+    // The first two records are the stream's own, held behind the gate.
+    record(&first, stream.as_raw());
+    record(&second, stream.as_raw());
+    assert_eq!(suite::capture::is_capturing(stream.as_raw()).1, NONE);
+    assert_eq!(event_query(second.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
+    // The third begins the capture and is its first work.
+    record(&third, stream.as_raw());
+    assert_eq!(suite::capture::is_capturing(stream.as_raw()).1, ACTIVE);
+    let mut graph = ptr::null_mut();
+    // SAFETY: a capturing stream and a valid out-pointer; a relaxed capture ends on any thread.
+    ok("cuStreamEndCapture", unsafe {
+        driver().cuStreamEndCapture(stream.as_raw(), &mut graph)
+    });
+    drop(Graph(graph));
+    assert_eq!(event_query(third.as_raw()), CUresult::CUDA_SUCCESS);
+    assert_eq!(event_query(second.as_raw()), CUresult::CUDA_ERROR_NOT_READY);
+    gate.open();
+    wait_until("the stream to pass its records", || {
+        event_query(first.as_raw()) == CUresult::CUDA_SUCCESS
+            && event_query(second.as_raw()) == CUresult::CUDA_SUCCESS
+    });
+    // Unknown entries and bad modes are refused.
+    let unknown = controls
+        .inner()
+        .begin_capture_at_call(c"cuNoSuchEntry", 1, &stream, relaxed)
+        .expect_err("an unknown entry is refused");
+    assert!(
+        unknown.to_string().contains("cuswBeginCaptureAtCall"),
+        "{unknown}"
+    );
+}
+
+#[test]
 fn a_disarmed_capture_begins_at_no_call() {
     let controls = controls_or_skip!(a_disarmed_capture_begins_at_no_call);
     // Alone in a process: an armed capture would begin at another test's call too.

@@ -124,6 +124,20 @@ impl Controls {
         ok(self.0.begin_capture_at_next_call(entry, stream, mode));
     }
 
+    /// [`cuda_host_testing::Controls::begin_capture_at_call`].
+    #[track_caller]
+    pub fn begin_capture_at_call(
+        &self,
+        entry: &CStr,
+        calls_before: u32,
+        stream: &Stream,
+        mode: cuda_host_sys::CUstreamCaptureMode,
+    ) {
+        ok(self
+            .0
+            .begin_capture_at_call(entry, calls_before, stream, mode));
+    }
+
     /// [`cuda_host_testing::Controls::disarm_capture_at_next_call`].
     #[track_caller]
     pub fn disarm_capture_at_next_call(&self) {

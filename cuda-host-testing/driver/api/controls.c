@@ -62,7 +62,18 @@ CUSW_EXPORT CUresult cuswBeginCaptureAtNextCall(const char *entry, CUstream stre
         return CUDA_ERROR_INVALID_VALUE;
     if (!cusw_entry_name_known(entry))
         return CUDA_ERROR_NOT_FOUND;
-    return cusw_capture_arm(entry, stream, mode);
+    return cusw_capture_arm(entry, 0, stream, mode);
+}
+
+CUSW_EXPORT CUresult cuswBeginCaptureAtCall(const char *entry, unsigned int calls_before,
+                                            CUstream stream, CUstreamCaptureMode mode)
+{
+    CUSW_ENTRY();
+    if (entry == NULL || !valid_capture_mode(mode))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!cusw_entry_name_known(entry))
+        return CUDA_ERROR_NOT_FOUND;
+    return cusw_capture_arm(entry, calls_before, stream, mode);
 }
 
 CUSW_EXPORT CUresult cuswSetStickyError(CUcontext ctx, CUresult code)

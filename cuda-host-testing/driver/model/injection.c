@@ -199,8 +199,11 @@ static atomic_bool capture_armed;
 static char *capture_entry;
 static CUstream capture_stream;
 static CUstreamCaptureMode capture_mode;
+/* Calls of the entry still to go before the one that begins the capture. */
+static unsigned int capture_calls_before;
 
-CUresult cusw_capture_arm(const char *entry, CUstream stream, CUstreamCaptureMode mode)
+CUresult cusw_capture_arm(const char *entry, unsigned int calls_before, CUstream stream,
+                          CUstreamCaptureMode mode)
 {
     char *copy = strdup(entry);
     if (copy == NULL)
@@ -210,6 +213,7 @@ CUresult cusw_capture_arm(const char *entry, CUstream stream, CUstreamCaptureMod
     capture_entry = copy;
     capture_stream = stream;
     capture_mode = mode;
+    capture_calls_before = calls_before;
     atomic_store(&capture_armed, true);
     pthread_mutex_unlock(&capture_lock);
     return CUDA_SUCCESS;
@@ -232,7 +236,10 @@ bool cusw_capture_injected(const char *base, const char *symbol, CUstream *strea
         return false;
     bool hit = false;
     pthread_mutex_lock(&capture_lock);
-    if (capture_entry != NULL && names(capture_entry, base, symbol)) {
+    if (capture_entry != NULL && names(capture_entry, base, symbol) &&
+        capture_calls_before > 0) {
+        capture_calls_before--;
+    } else if (capture_entry != NULL && names(capture_entry, base, symbol)) {
         hit = true;
         *stream = capture_stream;
         *mode = capture_mode;
