@@ -257,6 +257,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
         }
         Op::BuilderEnd { builder, launch_on } => builder_end(env, local, builder, launch_on),
         Op::Fail { context } => fail(env, context),
+        Op::FailBehindDroppedStream { context } => fail_behind_dropped_stream(env, context),
         Op::FailNext { entry, count } => {
             let entry = ENTRIES[usize::from(entry) % ENTRIES.len()];
             world.faults_armed.store(true, Ordering::SeqCst);
@@ -428,20 +429,30 @@ fn strand_current(env: &Env) -> String {
 }
 
 fn launch(env: &Env, stream: u8, panic_in_run: bool, panic_in_drop: bool) -> String {
+    match env.world.stream(stream) {
+        Some(stream) => launch_on(env, &stream, panic_in_run, panic_in_drop).0,
+        None => "no stream".to_owned(),
+    }
+}
+
+/// Launches a witness on `stream`: what happened, and the witness.
+fn launch_on(
+    env: &Env,
+    stream: &Arc<StreamEntry>,
+    panic_in_run: bool,
+    panic_in_drop: bool,
+) -> (String, Arc<Witness>) {
     let world = &env.world;
-    let Some(stream) = world.stream(stream) else {
-        return "no stream".to_owned();
-    };
     let witness = Witness::new(
         format!("host_launch {} on {}", world.number(), stream.name),
         panic_in_run,
         panic_in_drop,
         true,
     );
-    env.note(&stream, &witness, true);
+    env.note(stream, &witness, true);
     let probe = witness.probe();
     let globals = witness::global_changes();
-    match cuda_host::host_launch(&stream.stream, move || probe.ran()) {
+    let outcome = match cuda_host::host_launch(&stream.stream, move || probe.ran()) {
         Ok(()) => {
             if !stream.context_failed() {
                 witness.must_run.store(true, Ordering::SeqCst);
@@ -450,11 +461,12 @@ fn launch(env: &Env, stream: u8, panic_in_run: bool, panic_in_drop: bool) -> Str
             format!("{} launched", witness.what)
         }
         Err(error) => {
-            env.check_refusal("host_launch", Some(&stream), &error);
+            env.check_refusal("host_launch", Some(stream), &error);
             check_dropped_at_once(&witness, globals, &error);
             format!("{} refused: {error}", witness.what)
         }
-    }
+    };
+    (outcome, witness)
 }
 
 /// A refused launch's closure is dropped at once, unless a capture through a builder held drops
@@ -852,7 +864,67 @@ fn fail(env: &Env, context: u8) -> String {
     if fresh.is_empty() {
         return "no fresh context to fail".to_owned();
     }
-    let entry = &fresh[usize::from(context) % fresh.len()];
+    fail_context(env, &fresh[usize::from(context) % fresh.len()])
+}
+
+/// Makes a stream of a fresh context, holds it, launches behind the gate, drops the stream and
+/// fails the context: the records are left for the dropped stream's failure watch, which the
+/// driver calls on its thread.
+fn fail_behind_dropped_stream(env: &Env, context: u8) -> String {
+    let world = &env.world;
+    let fresh: Vec<_> = world
+        .contexts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|entry| entry.kind == ContextKind::Fresh && !entry.failed.load(Ordering::SeqCst))
+        .cloned()
+        .collect();
+    if fresh.is_empty() {
+        return "no fresh context to fail".to_owned();
+    }
+    let context = &fresh[usize::from(context) % fresh.len()];
+    let stream = match Stream::new(&context.context, StreamFlags::NonBlocking) {
+        Ok(stream) => stream,
+        Err(error) => {
+            env.check_refusal_in("Stream::new", Some(context), &error);
+            return format!("refused: {error}");
+        }
+    };
+    let entry = world.add_stream(stream, context, StreamKind::NonBlocking, false);
+    let Some(gate) = world.hold(&entry) else {
+        world.remove_this_stream(&entry);
+        return format!("{}: the driver refused the gate's wait", entry.name);
+    };
+    let (launched, witness) = launch_on(env, &entry, false, false);
+    world.remove_this_stream(&entry);
+    let name = entry.name.clone();
+    // The gate kept the stream's entry: without it, the stream goes now, watched behind the
+    // gate.
+    let word = world.forget_gate(gate);
+    drop(entry);
+    let failed = fail_context(env, context);
+    if let Some(word) = word {
+        world.open_forgotten(word);
+    }
+    // Until the driver's thread called the watch, which abandons the launch to this thread: a
+    // step after this one that answers the failure would find the record first.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(100);
+    while witness.drops() == 0 && std::time::Instant::now() < deadline {
+        cuda_host::reclaim();
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    format!(
+        "gate {gate} closed on {name}; {launched}; dropped; {failed}; {}",
+        if witness.drops() == 0 {
+            "not reclaimed within 100 ms"
+        } else {
+            "reclaimed"
+        }
+    )
+}
+
+fn fail_context(env: &Env, entry: &Arc<ContextEntry>) -> String {
     // What may now go unrun, or be dropped before its stream passed it, is noted first.
     entry.failed.store(true, Ordering::SeqCst);
     for witness in env

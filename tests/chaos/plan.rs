@@ -194,6 +194,11 @@ pub enum Op {
     },
     /// The worker's thread exits (a fresh one takes its place): its records pass to any thread.
     Retire,
+    /// A new stream of a fresh context held at a gate, a launch behind it, the stream dropped,
+    /// then its context failed: what is left for its failure watch on the driver's thread.
+    FailBehindDroppedStream {
+        context: u8,
+    },
     // ---- Families ----
     Timeline(crate::timelines::TimelineOp),
     Copy(crate::copies::CopyOp),
@@ -226,6 +231,7 @@ impl Op {
                 | Op::Hold { .. }
                 | Op::Synchronize { .. }
                 | Op::Fail { .. }
+                | Op::FailBehindDroppedStream { .. }
                 | Op::ForeignBegin { .. }
                 | Op::ForeignEnd { .. }
                 | Op::CaptureAtNextCall { .. }
@@ -290,6 +296,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => (index(), any::<bool>())
             .prop_map(|(context, legacy)| Op::SpecialStream { context, legacy }),
         1 => index().prop_map(|index| Op::DropStream { index }),
+        1 => index().prop_map(|context| Op::FailBehindDroppedStream { context }),
         12 => (index(), rarely(), rarely()).prop_map(|(stream, panic_in_run, panic_in_drop)| {
             Op::Launch { stream, panic_in_run, panic_in_drop }
         }),

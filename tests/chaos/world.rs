@@ -490,6 +490,14 @@ impl World {
         Some(streams.remove(at))
     }
 
+    /// Removes `stream` itself, if it is still listed.
+    pub fn remove_this_stream(&self, stream: &Arc<StreamEntry>) -> bool {
+        let mut streams = self.streams.lock().unwrap();
+        let before = streams.len();
+        streams.retain(|listed| !Arc::ptr_eq(listed, stream));
+        streams.len() != before
+    }
+
     /// Closes a new gate in front of `stream`'s later work: `None` when the driver refuses the
     /// wait (a failed context, an injected failure).
     pub fn hold(&self, stream: &Arc<StreamEntry>) -> Option<u64> {
@@ -537,6 +545,24 @@ impl World {
             .unwrap()
             .retain(|&id| id != gate.id);
         true
+    }
+
+    /// Takes the gate `id`, still closed, out of the world's gates, so that it keeps its stream
+    /// no more: for a step that drops the stream while the gate holds it, then opens the gate
+    /// with [`open_forgotten`](Self::open_forgotten).
+    pub fn forget_gate(&self, id: u64) -> Option<usize> {
+        let mut gates = self.gates.lock().unwrap();
+        let at = gates.iter().position(|gate| gate.id == id)?;
+        let gate = gates.remove(at);
+        gate.stream.gates.lock().unwrap().retain(|&held| held != id);
+        Some(gate.word)
+    }
+
+    /// Opens a gate [`forget_gate`](Self::forget_gate) took; its word is free again once every
+    /// stream passed it (`recycle`).
+    pub fn open_forgotten(&self, word: usize) {
+        self.words.words.set(word, 1);
+        self.words.give_back(word);
     }
 
     /// Opens every gate.
