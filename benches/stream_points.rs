@@ -599,7 +599,7 @@ fn run(quick: bool, lanes_alone: bool, graphs_alone: bool) -> Result<(), String>
     rates::run(&bench, quick);
     lanes::run(&bench, quick)?;
     graphs::run(&bench, quick)?;
-    let counts = cuda_host::stream_point_counts();
+    let counts = cuda_host::metrics().stream_points();
     if counts.held != 0 || counts.waiting != 0 {
         return Err(format!("stream points left behind: {counts:?}"));
     }

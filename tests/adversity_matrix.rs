@@ -192,10 +192,7 @@ const WITHOUT_ROWS: &[(&str, &str)] = &[
     ),
     ("in_host_function", "reads a thread-local mark"),
     ("named", "pairs a closure with a name"),
-    ("launch_slot_counts", "reads counters"),
-    ("stream_point_counts", "reads counters"),
-    ("polled_engine_counts", "reads counters"),
-    ("timeline_counts", "reads counters"),
+    ("metrics", "a handle whose methods read counters"),
     (
         "set_host_panic_hook",
         "installs the hook whose panics the host functions' rows cover",

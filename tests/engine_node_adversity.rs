@@ -8,8 +8,7 @@
 //! overlap a global-mode capture of another test.
 
 use cuda_host::{
-    CaptureMode, Context, Error, Graph, GraphBuilder, HostEngine, HostNode, polled_engine_counts,
-    reclaim,
+    CaptureMode, Context, Error, Graph, GraphBuilder, HostEngine, HostNode, metrics, reclaim,
 };
 use cuda_host_sys::{CUdeviceptr, CUgraphExecUpdateResultInfo, CUresult};
 use std::sync::Arc;
@@ -89,7 +88,7 @@ fn launches_of_an_updated_executable_queue_nothing_that_keeps_the_engine_awake()
         "the engine to let the updated executable's launches go and park",
         || {
             reclaim();
-            let counts = polled_engine_counts();
+            let counts = metrics().polled_engine();
             counts.serving == 0 && counts.parked
         },
     );
@@ -441,7 +440,7 @@ fn a_callable_a_retired_slot_ran_is_dropped_after_the_node_took_a_fresh_slot() {
     executable.launch(&stream).expect("a launch before");
     stream.synchronize().expect("synchronize");
     let taken = launch_taken_by_a_capture(controls, &executable, &stream);
-    assert_eq!(polled_engine_counts().retired_graph_nodes, 1);
+    assert_eq!(metrics().polled_engine().retired_graph_nodes, 1);
     executable
         .launch(&stream)
         .expect("a launch on a fresh word");

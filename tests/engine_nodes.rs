@@ -9,7 +9,7 @@
 
 use cuda_host::{
     CaptureMode, Error, Graph, GraphBuilder, GraphExec, HostEngine, HostFunctionPanic, Stream,
-    polled_engine_counts, reclaim,
+    metrics, reclaim,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -354,7 +354,7 @@ fn pending_replays_of_a_failed_context_are_let_go_and_the_engine_parks() {
     assert_eq!(tally.runs(), 0, "ran after the fault");
     wait_until("the engine to let the failed launches go and park", || {
         reclaim();
-        let counts = polled_engine_counts();
+        let counts = metrics().polled_engine();
         counts.serving == 0 && counts.parked
     });
     drop(executable);
@@ -385,7 +385,7 @@ fn a_launch_other_codes_capture_took_is_refused_and_neither_it_nor_the_captured_
     let taken = launch_taken_by_a_capture(controls, &executable, &stream);
     stream.synchronize().expect("synchronize");
     assert_eq!(tally.runs(), 1, "the launch before ran its node");
-    assert_eq!(polled_engine_counts().retired_graph_nodes, 1);
+    assert_eq!(metrics().polled_engine().retired_graph_nodes, 1);
     // The capture's graph runs the node's old word: it completes, running nothing.
     let taken_exec = taken.instantiate();
     for _ in 0..3 {
@@ -492,14 +492,14 @@ fn a_callable_the_engine_lets_go_of_after_its_last_run_is_dropped_on_the_thread_
     let tally = Tally::new();
     let (_graph, executable) =
         launch_holding_the_last_reference(&context, &stream, &gate, &tally, || {});
-    let served = polled_engine_counts().functions;
+    let served = metrics().polled_engine().functions;
     gate.open();
     // The engine keeps the callable until the node's next request, which the next launch makes
     // once the first finished; the server counts a request once it ran it.
     executable.launch(&stream).expect("the next launch");
     wait_until(
         "the engine to serve both launches and let go of the first's callable",
-        || tally.runs() == 1 && polled_engine_counts().functions > served + 1,
+        || tally.runs() == 1 && metrics().polled_engine().functions > served + 1,
     );
     assert_dropped_here_not_by_another_threads_drain(&tally);
 }
@@ -519,12 +519,12 @@ fn a_callable_the_engine_lets_go_of_unrun_after_a_failure_is_dropped_on_the_thre
         launch_holding_the_last_reference(&context, &stream, &gate, &tally, || {
             fault.launch(&stream);
         });
-    let let_go = polled_engine_counts().functions;
+    let let_go = metrics().polled_engine().functions;
     gate.open();
     assert!(stream.synchronize().is_err(), "the fault is answered");
     // The server counts the launches it let go of unrun once it let go of their callables.
     wait_until("the engine to let the failed launch go", || {
-        polled_engine_counts().functions > let_go
+        metrics().polled_engine().functions > let_go
     });
     assert_eq!(tally.runs(), 0, "ran after the fault");
     assert_dropped_here_not_by_another_threads_drain(&tally);
@@ -619,14 +619,14 @@ fn a_callable_the_engine_ran_is_kept_until_the_launch_that_ran_it_finished() {
         .set_host_node_callable(&node, move || probe.ran())
         .expect("its own callable");
     // Counted before the launch: the engine may serve it before this thread looks again.
-    let served = polled_engine_counts().functions;
+    let served = metrics().polled_engine().functions;
     executable.launch(&stream).expect("launch");
     // Replaced: the pending launch holds the callable's last reference.
     executable
         .set_host_node_callable(&node, || {})
         .expect("replaced");
     wait_until("the engine to run the callable", || {
-        tally.runs() == 1 && polled_engine_counts().functions > served
+        tally.runs() == 1 && metrics().polled_engine().functions > served
     });
     // The launch has not finished: its callable stays, however often this thread drains.
     for _ in 0..100 {

@@ -711,7 +711,7 @@ fn every_entry_point_cuda_host_calls_fails_once_with_a_typed_error_and_leaks_not
         };
         assert_eq!(leaked, row.leaves, "{entry}: left behind");
         declared_values += row.leaves.values;
-        let slots = cuda_host::launch_slot_counts();
+        let slots = cuda_host::metrics().launch_slots();
         assert_eq!(
             (slots.in_flight, slots.finished),
             (0, 0),

@@ -6,7 +6,7 @@
 
 use cuda_host::{
     CaptureMode, Context, Error, Event, EventFlags, GraphBuilder, HostEngine, Stream, StreamFlags,
-    UserData, host_launch, host_launch_replayable, host_launch_replayable_raw, launch_slot_counts,
+    UserData, host_launch, host_launch_replayable, host_launch_replayable_raw, metrics,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
@@ -404,7 +404,7 @@ fn ten_thousand_capture_instantiate_launch_destroy_cycles_leave_nothing_alive() 
     suite::wait_until("the graphs' user objects to go", || {
         live_user_objects() == objects
     });
-    let slots = launch_slot_counts();
+    let slots = metrics().launch_slots();
     assert_eq!((slots.in_flight, slots.finished), (0, 0), "records left");
 }
 

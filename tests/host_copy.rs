@@ -833,7 +833,7 @@ fn a_raw_copy_queued_behind_a_failure_never_writes_and_its_description_is_reclai
         "a copy behind the fault wrote"
     );
     assert_eq!(
-        cuda_host::launch_slot_counts().in_flight,
+        cuda_host::metrics().launch_slots().in_flight,
         0,
         "the copy's description was not reclaimed"
     );

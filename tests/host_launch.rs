@@ -752,7 +752,7 @@ fn small_closures_and_copied_bytes_launch_without_allocating_once_slots_are_warm
                 host_launch(&stream, || {}).expect("launch");
             }
         },
-        || assert_eq!(cuda_host::launch_slot_counts().in_flight, LAUNCHES),
+        || assert_eq!(cuda_host::metrics().launch_slots().in_flight, LAUNCHES),
         Stream::synchronize,
     )
     .expect("synchronize");
@@ -792,7 +792,7 @@ fn a_named_closure_of_64_bytes_launches_without_allocating_once_slots_are_warm()
                 host_launch(&stream, || {}).expect("launch");
             }
         },
-        || assert_eq!(cuda_host::launch_slot_counts().in_flight, LAUNCHES),
+        || assert_eq!(cuda_host::metrics().launch_slots().in_flight, LAUNCHES),
         Stream::synchronize,
     )
     .expect("synchronize");
@@ -1394,7 +1394,7 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
             tally.launch_counted(&stream, BURST);
         },
         || {
-            let during = cuda_host::launch_slot_counts();
+            let during = cuda_host::metrics().launch_slots();
             assert!(during.allocated >= BURST, "{during:?}");
             assert_eq!(during.in_flight, BURST, "{during:?}");
         },
@@ -1402,7 +1402,7 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     )
     .expect("synchronize");
     assert_eq!((tally.runs(), tally.drops()), (BURST, BURST));
-    let after = cuda_host::launch_slot_counts();
+    let after = cuda_host::metrics().launch_slots();
     assert!(
         after.allocated <= after.reserve,
         "slots beyond the reserve were kept after the burst: {after:?}"
@@ -1417,11 +1417,11 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
                 host_launch(&stream, || {}).expect("launch");
             }
         },
-        || assert!(cuda_host::launch_slot_counts().allocated >= BURST),
+        || assert!(cuda_host::metrics().launch_slots().allocated >= BURST),
         Stream::synchronize,
     )
     .expect("synchronize");
-    assert!(cuda_host::launch_slot_counts().allocated <= after.reserve);
+    assert!(cuda_host::metrics().launch_slots().allocated <= after.reserve);
 }
 
 #[test]
@@ -1480,7 +1480,7 @@ fn streams_on_two_devices_with_host_functions_in_flight_at_once_keep_their_order
         }
     }
     assert_eq!(tally.runs(), 0, "ran before the streams were released");
-    let in_flight = cuda_host::launch_slot_counts().in_flight;
+    let in_flight = cuda_host::metrics().launch_slots().in_flight;
     assert!(
         in_flight >= 2 * streams.len(),
         "{in_flight} launches in flight"
@@ -1600,7 +1600,7 @@ fn raw_launches_queued_behind_a_failure_never_run_and_later_ones_are_refused() {
         "a function behind the fault ran"
     );
     assert_eq!(
-        cuda_host::launch_slot_counts().in_flight,
+        cuda_host::metrics().launch_slots().in_flight,
         0,
         "copied bytes behind the failure were not reclaimed"
     );

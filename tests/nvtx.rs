@@ -8,7 +8,7 @@
 
 use cuda_host::{
     CaptureMode, Error, GraphBuilder, HostEngine, Stream, StreamFlags, UserData, host_launch,
-    host_launch_raw, named, release_in_stream_order, stream_point, stream_point_counts,
+    host_launch_raw, metrics, named, release_in_stream_order, stream_point,
 };
 use std::ffi::{CStr, c_char};
 use std::future::Future;
@@ -221,7 +221,7 @@ fn points_are_marked_when_marked_and_when_seen_passed() {
     // Waits with the watcher, behind the gate.
     assert!(block_on_once(&mut point).is_pending());
     wait_until("the future to wait with the watcher", || {
-        stream_point_counts().waiting == 1
+        metrics().stream_points().waiting == 1
     });
     gate.open();
     wait_until("the watcher to mark the point passed", || {
@@ -277,7 +277,7 @@ extern "C" fn calling_hook(event: *const c_char) {
         Some(stream) => host_launch(stream, || {}),
         None => Ok(()),
     };
-    let _ = stream_point_counts();
+    let _ = metrics().stream_points();
     cuda_host::reclaim();
     let answer = match launched {
         Ok(()) => "launched".to_owned(),

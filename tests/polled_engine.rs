@@ -7,8 +7,7 @@
 
 use cuda_host::{
     CaptureMode, Context, Error, GraphBuilder, HostEngine, HostTaskSyncMode, LaunchOptions, Stream,
-    StreamFlags, UserData, host_launch, host_launch_raw, host_launch_with, polled_engine_counts,
-    reclaim,
+    StreamFlags, UserData, host_launch, host_launch_raw, host_launch_with, metrics, reclaim,
 };
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -207,7 +206,7 @@ fn functions_pending_when_the_context_fails_never_run_are_reclaimed_and_leave_no
     assert_eq!(tally.runs(), 0, "ran after the fault");
     wait_until("the engine to let the failed stream's lane go", || {
         reclaim();
-        polled_engine_counts().serving == 0
+        metrics().polled_engine().serving == 0
     });
 }
 
@@ -299,7 +298,7 @@ fn the_engine_spins_while_a_function_is_pending_then_lets_go_and_parks_using_no_
     gate.open();
     stream.synchronize().expect("synchronize");
     wait_until("the engine to park", || {
-        let counts = polled_engine_counts();
+        let counts = metrics().polled_engine();
         counts.serving == 0 && counts.parked
     });
     let parked_at = suite::started_thread_cpu_time("cuda-host-poll");
@@ -545,12 +544,12 @@ fn a_launch_other_codes_capture_took_leaves_no_work_behind_and_the_engine_parks(
         "the engine to let the lane of the taken launch go and park",
         || {
             reclaim();
-            let counts = polled_engine_counts();
+            let counts = metrics().polled_engine();
             counts.serving == 0 && counts.parked
         },
     );
     assert_eq!(
-        polled_engine_counts().retired_lanes,
+        metrics().polled_engine().retired_lanes,
         1,
         "the taken batch's lane is retired"
     );
@@ -629,7 +628,7 @@ fn a_graph_that_took_a_polled_batch_never_makes_the_streams_functions_run_early_
     assert_eq!(tally.runs(), 1 + 2 * AFTER);
     wait_until("the engine to park", || {
         reclaim();
-        let counts = polled_engine_counts();
+        let counts = metrics().polled_engine();
         counts.serving == 0 && counts.parked
     });
 }
@@ -663,7 +662,7 @@ fn the_last_context_value_keeps_its_lanes_while_a_global_capture_is_open_and_giv
     }
     wait_until("the engine to let the context go", || {
         reclaim();
-        polled_engine_counts().serving == 0
+        metrics().polled_engine().serving == 0
     });
     assert_eq!(allocations(), before + 1, "a page of lanes");
     // The last value of the context with lanes goes during the other thread's capture.
@@ -728,7 +727,7 @@ fn a_panicking_logger_never_stops_the_engine_nor_its_streams() {
         // The engine lets the lane go and parks between rounds.
         wait_until("the engine to park", || {
             reclaim();
-            let counts = polled_engine_counts();
+            let counts = metrics().polled_engine();
             counts.serving == 0 && counts.parked
         });
     }
@@ -747,7 +746,7 @@ fn a_panicking_logger_never_stops_the_engine_nor_its_streams() {
         "the engine to let the failed stream's lane go and park",
         || {
             reclaim();
-            let counts = polled_engine_counts();
+            let counts = metrics().polled_engine();
             counts.serving == 0 && counts.parked
         },
     );

@@ -8,7 +8,7 @@
 
 use cuda_host::{
     Context, Error, HostEngine, MAX_POLLED_ENGINE_THREADS, Stream, StreamFlags, host_launch,
-    polled_engine_counts, polled_engine_threads, set_polled_engine_threads,
+    metrics, polled_engine_threads, set_polled_engine_threads,
 };
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -222,7 +222,7 @@ fn on_a_pool_of_one_the_functions_of_two_streams_run_one_after_the_other() {
         [true, true],
         "the two streams' functions ran at the same time on a pool of one"
     );
-    assert_eq!(polled_engine_counts().threads, 1);
+    assert_eq!(metrics().polled_engine().threads, 1);
 }
 
 #[test]
@@ -239,10 +239,10 @@ fn a_size_set_after_the_engine_started_starts_the_threads_and_serves_the_next_la
             .with_host_engine(HostEngine::Polled)
             .expect("a polled stream")
     });
-    assert_eq!(polled_engine_counts().threads, 1);
+    assert_eq!(metrics().polled_engine().threads, 1);
     set_polled_engine_threads(3).expect("three servers");
     assert_eq!(
-        (polled_engine_threads(), polled_engine_counts().threads),
+        (polled_engine_threads(), metrics().polled_engine().threads),
         (3, 3)
     );
     let met = meet_on(&first, &second, Duration::from_secs(10));
@@ -250,12 +250,12 @@ fn a_size_set_after_the_engine_started_starts_the_threads_and_serves_the_next_la
     // Smaller again: the servers beyond it take no lane, park and stay.
     set_polled_engine_threads(1).expect("one server");
     wait_until("every server to let its lanes go and park", || {
-        let counts = polled_engine_counts();
+        let counts = metrics().polled_engine();
         counts.serving == 0 && counts.parked
     });
     let met = meet_on(&first, &second, Duration::from_millis(200));
     assert_ne!(met, [true, true], "the pool did not shrink to one");
-    assert_eq!(polled_engine_counts().threads, 3);
+    assert_eq!(metrics().polled_engine().threads, 3);
 }
 
 #[test]
@@ -285,7 +285,7 @@ fn every_server_of_the_pool_spins_while_its_function_is_pending_then_parks_using
         tally.launch_counted(stream, 1);
     }
     wait_until("every server to serve a lane", || {
-        polled_engine_counts().serving == POOL as u64
+        metrics().polled_engine().serving == POOL as u64
     });
     let before = suite::started_thread_cpu_time("cuda-host-poll");
     std::thread::sleep(Duration::from_millis(50));
@@ -301,10 +301,10 @@ fn every_server_of_the_pool_spins_while_its_function_is_pending_then_parks_using
         "the pool's servers did not take one stream each"
     );
     wait_until("every server to park", || {
-        let counts = polled_engine_counts();
+        let counts = metrics().polled_engine();
         counts.serving == 0 && counts.parked
     });
-    assert_eq!(polled_engine_counts().threads, POOL as u64);
+    assert_eq!(metrics().polled_engine().threads, POOL as u64);
     // Every server has run, so each is named and counted.
     let parked_at = suite::started_thread_cpu_time("cuda-host-poll");
     std::thread::sleep(Duration::from_millis(200));
@@ -341,7 +341,7 @@ fn a_launch_that_hands_its_lane_to_any_server_of_the_pool_allocates_nothing() {
     for handover in 0..2 * POOL {
         wait_until("the lane to be let go", || {
             cuda_host::reclaim();
-            polled_engine_counts().serving == 0
+            metrics().polled_engine().serving == 0
         });
         let probe = tally.probe();
         let (allocated, launched) =

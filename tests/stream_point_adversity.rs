@@ -4,8 +4,8 @@
 //! the wedge) and fails.
 
 use cuda_host::{
-    Context, Error, Stream, StreamFlags, StreamPoint, host_launch, reclaim,
-    release_in_stream_order, stream_point, stream_point_counts,
+    Context, Error, Stream, StreamFlags, StreamPoint, host_launch, metrics, reclaim,
+    release_in_stream_order, stream_point,
 };
 use cuda_host_sys::CUresult;
 use std::future::Future;
@@ -65,7 +65,7 @@ fn the_watcher_wakes_futures_of_a_failed_context_when_its_logger_reclaims() {
         let _ = sender.send(suite::wait::block_on(point));
     });
     wait_until("the future to wait with the watcher", || {
-        stream_point_counts().waiting == 1
+        metrics().stream_points().waiting == 1
     });
     // Nothing but the watcher's looks makes a call now: its query is the first to see it.
     controls.set_sticky_error(&context, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -190,7 +190,7 @@ fn a_value_released_by_a_logger_while_a_drain_looks_is_dropped_once_its_point_pa
         (
             LOGGER_RELEASED.load(Ordering::SeqCst),
             logged_tally.drops(),
-            stream_point_counts().held
+            metrics().stream_points().held
         ),
         (2, 1, 0),
         "the logger's release (2: returned), its value's drops, the values held"
@@ -433,7 +433,7 @@ struct CountingOnClone;
 static CLONE_COUNTS: AtomicUsize = AtomicUsize::new(0);
 
 fn counting_clone(_: *const ()) -> std::task::RawWaker {
-    let _ = stream_point_counts();
+    let _ = metrics().stream_points();
     CLONE_COUNTS.fetch_add(1, Ordering::SeqCst);
     std::task::RawWaker::new(std::ptr::null(), &COUNTING_VTABLE)
 }

@@ -3,8 +3,7 @@
 
 use cuda_host::{
     CaptureMode, CaptureState, Context, Error, Event, EventFlags, GraphBuilder, Stream,
-    StreamFlags, StreamPoint, host_launch, reclaim, release_in_stream_order, stream_point,
-    stream_point_counts,
+    StreamFlags, StreamPoint, host_launch, metrics, reclaim, release_in_stream_order, stream_point,
 };
 use cuda_host_sys::CUresult;
 use std::future::Future;
@@ -213,7 +212,12 @@ fn a_hundred_thousand_releases_leak_nothing() {
             .iter()
             .all(|thread| *thread == std::thread::current().id())
     );
-    assert_eq!(stream_point_counts().held, 0, "{:?}", stream_point_counts());
+    assert_eq!(
+        metrics().stream_points().held,
+        0,
+        "{:?}",
+        metrics().stream_points()
+    );
 }
 
 #[test]
@@ -252,7 +256,7 @@ fn values_released_around_a_context_failure_are_all_dropped_once_it_is_seen() {
                 .all(|thread| *thread == std::thread::current().id())
         );
     }
-    assert_eq!(stream_point_counts().held, 0);
+    assert_eq!(metrics().stream_points().held, 0);
 }
 
 #[test]
@@ -594,12 +598,12 @@ fn dropped_futures_leak_nothing() {
         let polled = Pin::new(point).poll(&mut TaskContext::from_waker(&waker));
         assert!(polled.is_pending());
     }
-    assert_eq!(stream_point_counts().waiting, 1000);
-    assert!(!stream_point_counts().watcher_parked);
+    assert_eq!(metrics().stream_points().waiting, 1000);
+    assert!(!metrics().stream_points().watcher_parked);
     // Dropped while waiting, and one never polled.
     drop(points);
     drop(stream_point(&stream).expect("a point"));
-    assert_eq!(stream_point_counts().waiting, 0);
+    assert_eq!(metrics().stream_points().waiting, 0);
     assert_eq!(
         Arc::strong_count(&counting),
         2,
@@ -609,7 +613,7 @@ fn dropped_futures_leak_nothing() {
     gate.open();
     stream.synchronize().expect("synchronize");
     wait_until("the watcher to park", || {
-        stream_point_counts().watcher_parked
+        metrics().stream_points().watcher_parked
     });
     assert_eq!(Arc::strong_count(&counting), 1);
     assert_eq!(
@@ -633,9 +637,9 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
         .expect("the task")
         .expect("the point was passed");
     wait_until("the watcher to park", || {
-        stream_point_counts().watcher_parked
+        metrics().stream_points().watcher_parked
     });
-    let parks = stream_point_counts().watcher_parks;
+    let parks = metrics().stream_points().watcher_parks;
     let idle_from = suite::started_thread_cpu_time("cuda-host-watch");
     std::thread::sleep(Duration::from_millis(500));
     let idle_to = suite::started_thread_cpu_time("cuda-host-watch");
@@ -650,7 +654,7 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
         idle_to - idle_from
     );
     assert_eq!(
-        stream_point_counts().watcher_parks,
+        metrics().stream_points().watcher_parks,
         parks,
         "woke without a future"
     );
@@ -658,7 +662,7 @@ fn the_watcher_parks_when_nothing_is_pending_and_then_uses_no_cpu() {
     let point = stream_point(&stream).expect("a point");
     runtime.block_on(point).expect("passed");
     wait_until("the watcher to park again", || {
-        stream_point_counts().watcher_parked
+        metrics().stream_points().watcher_parked
     });
 }
 
@@ -707,7 +711,7 @@ fn a_future_waiting_behind_a_gate(
     let point = stream_point(&stream).expect("a point");
     let task = runtime.spawn(point);
     wait_until("the future to wait with the watcher", || {
-        stream_point_counts().waiting == 1
+        metrics().stream_points().waiting == 1
     });
     (stream, runtime, gate, task)
 }
@@ -739,7 +743,7 @@ impl log::Log for CountingLogger {
     }
 
     fn log(&self, _: &log::Record<'_>) {
-        let _ = stream_point_counts();
+        let _ = metrics().stream_points();
     }
 
     fn flush(&self) {}
@@ -1510,7 +1514,7 @@ fn a_hundred_thousand_points_in_flight_on_one_stream_are_each_seen_passed_by_the
             "this driver blocks an enqueue behind a held stream before 100,000 points",
         );
     }
-    assert_eq!(stream_point_counts().waiting, early.len() + late.len());
+    assert_eq!(metrics().stream_points().waiting, early.len() + late.len());
     first.open();
     let values = POINTS / 2 - early.len();
     wait_until("the points behind the first gate to be seen passed", || {
@@ -1536,8 +1540,8 @@ fn a_hundred_thousand_points_in_flight_on_one_stream_are_each_seen_passed_by_the
         host_functions_before,
         "a point fell back to a host function"
     );
-    assert_eq!(stream_point_counts().held, 0);
-    assert_eq!(stream_point_counts().waiting, 0);
+    assert_eq!(metrics().stream_points().held, 0);
+    assert_eq!(metrics().stream_points().waiting, 0);
 }
 
 /// Sleeps or spins for about `micros` microseconds: short pauses are spun, as a sleep would
@@ -1596,7 +1600,7 @@ fn thousands_of_awaits_released_by_another_thread_after_random_pauses_never_stay
     }
     drop(to_release);
     releaser.join().expect("the releaser");
-    assert_eq!(stream_point_counts().waiting, 0);
+    assert_eq!(metrics().stream_points().waiting, 0);
 }
 
 #[test]

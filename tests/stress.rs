@@ -137,7 +137,7 @@ fn stress_round(streams: &[Stream], per_thread: usize, report: bool) {
         // Watches the backlog (finished, not yet dropped) and the slot table.
         scope.spawn(|| {
             while !stop.load(Ordering::SeqCst) {
-                let slots = cuda_host::launch_slot_counts();
+                let slots = cuda_host::metrics().launch_slots();
                 peak_backlog.fetch_max(slots.finished, Ordering::SeqCst);
                 peak_slots.fetch_max(slots.allocated, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(2));
@@ -221,7 +221,7 @@ fn stress_round(streams: &[Stream], per_thread: usize, report: bool) {
         cuda_host::reclaim();
         counts.drops.load(Ordering::SeqCst) >= total
     });
-    let slots = cuda_host::launch_slot_counts();
+    let slots = cuda_host::metrics().launch_slots();
     let resident_after = resident_bytes();
     // SAFETY: glibc's `malloc_trim` only releases free heap memory.
     unsafe { malloc_trim(0) };

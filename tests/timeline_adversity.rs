@@ -4,8 +4,7 @@
 //! bounded.
 
 use cuda_host::{
-    CaptureState, Context, Error, Stream, StreamFlags, Timeline, host_launch, reclaim,
-    stream_point_counts, timeline_counts,
+    CaptureState, Context, Error, Stream, StreamFlags, Timeline, host_launch, metrics, reclaim,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::future::Future;
@@ -86,11 +85,11 @@ fn a_timelines_word_is_not_reused_while_a_stream_may_still_write_it_when_a_logge
     // The hold of the first signal's point goes; the second's stays, behind the second gate.
     wait_until("the hold of point 1 to go", || {
         reclaim();
-        stream_point_counts().held == 1
+        metrics().stream_points().held == 1
     });
     drop(timeline);
     reclaim();
-    let words_after_drop = timeline_counts().words;
+    let words_after_drop = metrics().timelines().words;
     // Another timeline of the context takes the word given back last, if it was given back.
     let other = Timeline::new(&context, 0).expect("timeline");
     second_gate.open();
@@ -148,13 +147,14 @@ fn unread_point(controls: &suite::software::Controls) -> UnreadPoint {
 fn assert_only_the_taken_word_is_held(when: &str) {
     let let_go = holds_within(Duration::from_secs(3), || {
         reclaim();
-        timeline_counts().words == timeline_counts().kept && stream_point_counts().held == 0
+        metrics().timelines().words == metrics().timelines().kept
+            && metrics().stream_points().held == 0
     });
     assert!(
         let_go,
         "the first timeline's word is still held after {when}: {:?}, {:?}",
-        timeline_counts(),
-        stream_point_counts()
+        metrics().timelines(),
+        metrics().stream_points()
     );
 }
 
@@ -403,7 +403,7 @@ fn a_logger_called_when_an_operations_point_cannot_be_marked_may_enqueue_on_the_
         "the word to be let go once the stream passed both signals",
         || {
             reclaim();
-            timeline_counts().words == 0
+            metrics().timelines().words == 0
         },
     );
     stream.synchronize().expect("synchronize");

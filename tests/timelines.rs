@@ -2,9 +2,7 @@
 //! Ordering, monotonic values, many waiters, a timeline dropped while streams wait, context
 //! failure, captures, and the watcher's adversity.
 
-use cuda_host::{
-    CaptureState, Context, Error, Stream, StreamFlags, Timeline, reclaim, timeline_counts,
-};
+use cuda_host::{CaptureState, Context, Error, Stream, StreamFlags, Timeline, metrics, reclaim};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::future::Future;
 use std::pin::Pin;
@@ -517,12 +515,12 @@ fn dropping_the_last_handle_releases_the_streams_waiting_on_it_and_frees_it_afte
         .enqueue_wait(&second, Timeline::MAX)
         .expect("wait enqueued");
     words.write_in_stream(&second, 1, 1);
-    assert_eq!(timeline_counts().words, 1);
+    assert_eq!(metrics().timelines().words, 1);
     drop(timeline);
     wait_until("the first stream to be released", || words.get(0) == 1);
     first.synchronize().expect("synchronize");
     assert_eq!(
-        timeline_counts().words,
+        metrics().timelines().words,
         1,
         "freed while a stream may read it"
     );
@@ -531,7 +529,7 @@ fn dropping_the_last_handle_releases_the_streams_waiting_on_it_and_frees_it_afte
     second.synchronize().expect("synchronize");
     reclaim();
     assert_eq!(
-        timeline_counts().words,
+        metrics().timelines().words,
         0,
         "not freed once no stream reads it"
     );
@@ -573,7 +571,7 @@ fn timelines_made_and_dropped_one_after_another_reuse_one_word_of_pinned_memory(
         before,
         "a timeline allocated or freed memory"
     );
-    assert_eq!(timeline_counts().words, 0);
+    assert_eq!(metrics().timelines().words, 0);
 }
 
 #[test]
@@ -763,13 +761,13 @@ fn an_operation_a_capture_other_code_began_took_is_refused_and_its_word_kept() {
         // The graph reads or writes the word whenever it runs: the word outlives the timeline.
         drop(timeline);
         reclaim();
-        assert_eq!(timeline_counts().kept, kept, "{entry:?}");
-        assert_eq!(timeline_counts().words, words, "{entry:?}");
+        assert_eq!(metrics().timelines().kept, kept, "{entry:?}");
+        assert_eq!(metrics().timelines().words, words, "{entry:?}");
         drop(graph);
     }
     stream.synchronize().expect("synchronize");
     assert_eq!(
-        (timeline_counts().kept, timeline_counts().words),
+        (metrics().timelines().kept, metrics().timelines().words),
         (2, 2),
         "the word of the operation whose point a capture took is held once the stream passed it"
     );
@@ -920,7 +918,7 @@ fn a_timeline_whose_context_failed_frees_its_word_once_the_failure_is_seen() {
     assert!(stream.synchronize().is_err(), "the fault is reported");
     reclaim();
     assert_eq!(
-        timeline_counts().words,
+        metrics().timelines().words,
         0,
         "kept after the failure was seen"
     );
@@ -1165,7 +1163,7 @@ fn a_streams_operations_and_their_points_are_one_call_each_and_hold_the_word_onc
     }
     words.write_in_stream(&stream, 0, 1);
     // One hold of the word, lasting until the stream passed the last operation.
-    assert_eq!(cuda_host::stream_point_counts().held, 1);
+    assert_eq!(cuda_host::metrics().stream_points().held, 1);
     gate.open();
     assert_eq!(
         controls.call_count(c"cuEventRecord"),
@@ -1183,7 +1181,7 @@ fn a_streams_operations_and_their_points_are_one_call_each_and_hold_the_word_onc
     // The word goes once a look saw the stream pass its last operation on it: the drains look.
     wait_until("the word to be freed", || {
         reclaim();
-        timeline_counts().words == 0
+        metrics().timelines().words == 0
     });
 }
 
@@ -1228,7 +1226,7 @@ fn context_values_made_per_request_give_their_streams_point_words_back() {
         before,
         "the context's pinned pages grew with context values that went"
     );
-    assert_eq!(timeline_counts().words, 0);
+    assert_eq!(metrics().timelines().words, 0);
 }
 
 /// A timeline that outlives many context values, each running an operation on it from a stream
@@ -1255,7 +1253,7 @@ fn a_long_lived_timeline_forgets_the_streams_of_context_values_that_went() {
         drop((stream, value));
         gone.reclaim_until_dropped(1, &format!("context value {round}"));
     }
-    let noted = timeline_counts().streams;
+    let noted = metrics().timelines().streams;
     assert!(
         noted <= 1,
         "the timeline still notes {noted} streams of {VALUES} context values that went"
@@ -1311,7 +1309,7 @@ fn a_signal_left_without_its_stream_point_landing_after_the_drop_does_not_hold_a
     waiter.synchronize().expect("synchronize");
     wait_until("the word to be let go once both streams passed", || {
         reclaim();
-        timeline_counts().words == 0
+        metrics().timelines().words == 0
     });
 }
 

@@ -6,8 +6,8 @@
 //! the subscriber as its global default.
 
 use cuda_host::{
-    CaptureMode, Context, Error, GraphBuilder, HostEngine, Stream, StreamFlags, host_launch, named,
-    release_in_stream_order, stream_point, stream_point_counts,
+    CaptureMode, Context, Error, GraphBuilder, HostEngine, Stream, StreamFlags, host_launch,
+    metrics, named, release_in_stream_order, stream_point,
 };
 use std::collections::HashMap;
 use std::future::Future;
@@ -80,7 +80,7 @@ impl Recorder {
                 Some(stream) => host_launch(stream, || {}),
                 None => Ok(()),
             };
-            let _ = stream_point_counts();
+            let _ = metrics().stream_points();
             cuda_host::reclaim();
             let answer = match launched {
                 Ok(()) => "launched".to_owned(),
@@ -253,7 +253,7 @@ fn drive_every_observed_place(context: &Context) -> usize {
     let mut point = Box::pin(stream_point(&stream).expect("a point"));
     assert!(block_on_once(&mut point).is_pending());
     wait_until("the future to wait with the watcher", || {
-        stream_point_counts().waiting == 1
+        metrics().stream_points().waiting == 1
     });
     gate.open();
     suite::wait::block_on(point).expect("passed");

@@ -10,7 +10,7 @@
 
 use crate::Bench;
 use cuda_host::{
-    HostEngine, Stream, StreamFlags, host_launch, polled_engine_counts, polled_engine_threads,
+    HostEngine, Stream, StreamFlags, host_launch, metrics, polled_engine_threads,
     set_polled_engine_threads,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +60,7 @@ fn engine_cpu_seconds() -> f64 {
 /// servers afresh, under the pool's new size.
 fn until_no_lane_is_served() {
     let start = Instant::now();
-    while polled_engine_counts().serving != 0 && start.elapsed() < Duration::from_secs(5) {
+    while metrics().polled_engine().serving != 0 && start.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }

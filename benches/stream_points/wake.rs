@@ -312,7 +312,7 @@ fn watcher_cpu() -> Duration {
 /// Waits up to `bound` for the watcher to park; whether it did.
 fn watcher_parks(bound: Duration) -> bool {
     let start = Instant::now();
-    while !cuda_host::stream_point_counts().watcher_parked {
+    while !cuda_host::metrics().stream_points().watcher_parked {
         if start.elapsed() > bound {
             return false;
         }

@@ -136,6 +136,7 @@ outside_loom_models! {
     mod host_copy;
     mod host_launch;
     mod launch_options;
+    pub mod metrics;
     mod objects;
     mod observe;
     mod own_thread;
@@ -161,23 +162,19 @@ outside_loom_models! {
         HostTaskSyncMode, LaunchOptions, host_launch_raw_with, host_launch_with,
     };
     pub use launch::{
-        HostCallable, HostFunctionPanic, LaunchSlotCounts, PanicOrigin, clear_host_panic_hook,
-        launch_slot_counts, reclaim, set_host_panic_hook,
-        set_launch_reclaim_interval,
+        HostCallable, HostFunctionPanic, PanicOrigin, clear_host_panic_hook, reclaim,
+        set_host_panic_hook, set_launch_reclaim_interval,
     };
+    pub use metrics::metrics;
     pub use objects::{
         Context, Device, Event, EventFlags, HostEngine, HostEngineRefused, Stream, StreamFlags,
     };
     pub use observe::{Named, named};
-    pub use points::{
-        StreamPoint, StreamPointCounts, Unreleased, release_in_stream_order, stream_point,
-        stream_point_counts,
-    };
+    pub use points::{StreamPoint, Unreleased, release_in_stream_order, stream_point};
     pub use polled::{
-        MAX_POLLED_ENGINE_THREADS, PolledEngineCounts, polled_engine_counts,
-        polled_engine_threads, set_polled_engine_threads,
+        MAX_POLLED_ENGINE_THREADS, polled_engine_threads, set_polled_engine_threads,
     };
-    pub use timeline::{Reached, Timeline, TimelineCounts, timeline_counts};
+    pub use timeline::{Reached, Timeline};
 
     use std::sync::Arc;
 

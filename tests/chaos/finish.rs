@@ -24,9 +24,9 @@ pub struct Counts {
 
 impl Counts {
     pub fn now(controls: &suite::software::Controls) -> Counts {
-        let slots = cuda_host::launch_slot_counts();
-        let points = cuda_host::stream_point_counts();
-        let timelines = cuda_host::timeline_counts();
+        let slots = cuda_host::metrics().launch_slots();
+        let points = cuda_host::metrics().stream_points();
+        let timelines = cuda_host::metrics().timelines();
         Counts {
             in_flight: slots.in_flight,
             finished: slots.finished,

@@ -86,10 +86,10 @@ fn payload_dropped() {
 fn call_back() {
     let turn = CALL_BACKS.fetch_add(1, Ordering::Relaxed);
     cuda_host::reclaim();
-    let _ = cuda_host::launch_slot_counts();
-    let _ = cuda_host::stream_point_counts();
-    let _ = cuda_host::timeline_counts();
-    let _ = cuda_host::polled_engine_counts();
+    let _ = cuda_host::metrics().launch_slots();
+    let _ = cuda_host::metrics().stream_points();
+    let _ = cuda_host::metrics().timelines();
+    let _ = cuda_host::metrics().polled_engine();
     let on_worker = crate::witness::current_worker().is_some_and(|worker| worker != RUNNER);
     let Some(stream) = LOGGER_STREAM.get().filter(|_| on_worker) else {
         return;

@@ -28,7 +28,7 @@
 //! it; a stream seen past its last operation (by the drain that let go of the word's hold, a
 //! synchronize, the watcher) is forgotten at the next note, so that a timeline that outlives
 //! streams, and the context values whose tracks served them, holds only those that may still
-//! read it (counted in `timeline_counts()`).
+//! read it (counted in `metrics().timelines()`).
 //!
 //! The word's memory belongs to [`Word`](super::word::Word), which closes this value before it
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.

@@ -4,7 +4,8 @@ use super::table::{RESERVE_SLOTS, pool};
 use crate::launch::slot_state::Phase;
 use std::sync::atomic::Ordering;
 
-/// What the launch-slot table holds, for diagnostics: see [`launch_slot_counts`].
+/// What the launch-slot table holds, for diagnostics: see
+/// [`Metrics::launch_slots`](crate::metrics::Metrics::launch_slots).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct LaunchSlotCounts {
