@@ -103,11 +103,14 @@ pub enum TimelineOp {
     /// for the next value behind a gate, the host raises the value past it, stream `far` waits
     /// at the window's far end (2^31 above the value, more than 2^31 above the held wait), and
     /// every handle is dropped while the gate still holds the first. The last drop's raise must
-    /// release both, the first before it passes its window.
+    /// release both, the first before it passes its window. With `capture_between`, other code
+    /// begins a capture of the held stream at cuda-host's second look whether it captures, after
+    /// the first wait went to the stream: refused, but live there.
     AcrossTheWindow {
         timeline: u8,
         held: u8,
         far: u8,
+        capture_between: bool,
     },
 }
 
@@ -198,8 +201,14 @@ pub fn op() -> impl Strategy<Value = TimelineOp> {
         2 => index().prop_map(|future| TimelineOp::PollFuture { future }),
         1 => index().prop_map(|future| TimelineOp::DropFuture { future }),
         1 => any::<bool>().prop_map(|primary| TimelineOp::Requests { primary }),
-        1 => (index(), index(), index())
-            .prop_map(|(timeline, held, far)| TimelineOp::AcrossTheWindow { timeline, held, far }),
+        1 => (index(), index(), index(), any::<bool>()).prop_map(
+            |(timeline, held, far, capture_between)| TimelineOp::AcrossTheWindow {
+                timeline,
+                held,
+                far,
+                capture_between,
+            }
+        ),
     ]
 }
 
@@ -559,7 +568,8 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
             timeline: index,
             held,
             far,
-        } => across_the_window(env, index, held, far),
+            capture_between,
+        } => across_the_window(env, index, held, far, capture_between),
     };
     check_all();
     outcome
@@ -864,7 +874,7 @@ fn host_signal_on(entry: &Mutex<TimelineEntry>, ahead: Ahead) -> String {
     }
 }
 
-fn across_the_window(env: &Env, index: u8, held: u8, far: u8) -> String {
+fn across_the_window(env: &Env, index: u8, held: u8, far: u8, capture_between: bool) -> String {
     let Some(entry) = timeline(index) else {
         return "no timeline".to_owned();
     };
@@ -876,9 +886,28 @@ fn across_the_window(env: &Env, index: u8, held: u8, far: u8) -> String {
     }
     // Any two streams: the same one, or the legacy stream beside another, orders the far wait
     // after the held one.
-    if env.world.stream(held).is_none() || env.world.stream(far).is_none() {
+    let (Some(held_stream), Some(_)) = (env.world.stream(held), env.world.stream(far)) else {
         return "no stream".to_owned();
+    };
+    let armed = capture_between
+        && matches!(
+            held_stream.kind,
+            StreamKind::NonBlocking | StreamKind::Blocking
+        )
+        && matches!(held_stream.stream.capture_state(), Ok(None))
+        && env.world.armed.lock().unwrap().is_none();
+    if armed {
+        // The held wait's own looks: the gate's (`wait_on`), then cuda-host's before and after
+        // the wait went to the stream.
+        env.world.arm_capture_at_call(
+            env.controls,
+            c"cuStreamIsCapturing",
+            2,
+            &held_stream,
+            cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        );
     }
+    drop(held_stream);
     let steps = [
         wait_on(env, &entry, held, Ahead::By(1), true),
         host_signal_on(&entry, Ahead::By(2)),
@@ -894,7 +923,12 @@ fn across_the_window(env: &Env, index: u8, held: u8, far: u8) -> String {
     drop(futures);
     drop(handles);
     format!(
-        "{}; then {name}'s handles dropped{}",
+        "{}{}; then {name}'s handles dropped{}",
+        if armed {
+            "a capture armed at the held wait's second look; "
+        } else {
+            ""
+        },
         steps.join("; "),
         if last { ", the last" } else { "" }
     )
