@@ -12,7 +12,7 @@
 //! What a scope promises, exactly, is written at [`HostCopyScope`].
 
 use crate::checked::checked;
-use crate::contain::{InHostFunction, ensure_outside_host_function, logged};
+use crate::contain::{InHostFunction, ensure_outside_host_function, logged, ran_host_functions};
 use crate::error::{CaptureState, Error, Result};
 use crate::host_launch::{UserData, host_launch, host_launch_raw};
 use crate::launch::{
@@ -120,9 +120,10 @@ pub unsafe extern "C" fn host_copy_fn(user_data: *mut c_void) {
         return;
     }
     if let Err(error) = copy.check() {
-        // A panicking logger must not unwind into the driver, and on the driver's thread its
-        // payload, and its calls back into cuda-host, are a host function's.
-        let _marked = InHostFunction::enter(defer_value);
+        // A panicking logger must not unwind into the driver. On the driver's thread (one that
+        // ran cuda-host's host functions) its payload, and its calls back into cuda-host, are a
+        // host function's; called directly on a caller's thread, they are that thread's own.
+        let _marked = ran_host_functions().then(|| InHostFunction::enter(defer_value));
         logged!(error!("host_copy_fn copied nothing: {error}"));
         return;
     }

@@ -14,6 +14,16 @@ pub(crate) type HandOff = fn(Box<dyn Any + Send>);
 thread_local! {
     /// The mark: the hand-off of the runner, while marked.
     static IN_HOST_FUNCTION: Cell<Option<HandOff>> = const { Cell::new(None) };
+    /// Whether the thread was ever marked: the driver's host-function thread once it ran one of
+    /// cuda-host's functions (or the polled engine's).
+    static EVER_MARKED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the calling thread ran a host function of cuda-host's before (or runs one now): how
+/// a function the driver may call, or user code directly ([`host_copy_fn`](
+/// crate::host_copy::host_copy_fn)), tells the driver's thread from a caller's.
+pub(crate) fn ran_host_functions() -> bool {
+    EVER_MARKED.try_with(Cell::get).unwrap_or(false)
 }
 
 /// Whether the calling thread is running a host function launched through cuda-host (or the
@@ -44,6 +54,7 @@ pub(crate) struct InHostFunction {
 impl InHostFunction {
     /// Marks the thread, whose values go through `hand_off` until the mark is dropped.
     pub(crate) fn enter(hand_off: HandOff) -> Self {
+        let _ = EVER_MARKED.try_with(|ever| ever.set(true));
         InHostFunction {
             previous: IN_HOST_FUNCTION.with(|mark| mark.replace(Some(hand_off))),
         }

@@ -16,6 +16,6 @@ mod mark;
 
 pub(crate) use dispose::{dispose, drop_or_hand_off};
 pub(crate) use logged::{LogHold, LogSite, hold_log_call, holding_logs, logged};
-pub(crate) use mark::{InHostFunction, ensure_outside_host_function};
+pub(crate) use mark::{InHostFunction, ensure_outside_host_function, ran_host_functions};
 
 pub use mark::in_host_function;
