@@ -64,7 +64,8 @@
 //!   frees memory would invalidate the capture.
 //! - The driver never runs host functions of a context that failed (a kernel's illegal address):
 //!   cuda-host then reclaims their records itself, when a call answers the failure, and at the
-//!   latest when their stream or their context's last value is dropped. The driver holds a ticket, not the record's address,
+//!   latest when their stream (or, after the failure, the context value they were launched
+//!   through) is dropped. The driver holds a ticket, not the record's address,
 //!   and generations never repeat, so a call that came after all would find its ticket stale.
 //! - A stream that is being captured into a graph is refused before anything is enqueued: a graph
 //!   runs its host functions on every launch, or never, so graph builders own their callables. A

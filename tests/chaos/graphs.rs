@@ -79,7 +79,8 @@ pub enum GraphOp {
     },
     /// A callable set on a node of an executable, a launch that runs it, the stream let finish,
     /// another callable set there, a launch a capture other code begins at `cuGraphLaunch` takes,
-    /// a launch after it, then the executable dropped: the first callable, which the node ran last before the taken
+    /// a third callable set (the capture's graph, which the runner launches, may still call the
+    /// second), a launch after it, then the executable dropped: the first callable, which the node ran last before the taken
     /// launch gave it up (an engine node's word retired), must still be dropped, once.
     TakenAfterReplace {
         exec: u8,
@@ -607,13 +608,16 @@ fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
     );
     // An even index: the stream the capture is armed on.
     let taken = launch(env, exec, stream & !1, false);
+    // Replaced while the capture's graph, which the runner ends and launches, may still call
+    // the callable the taken launch held.
+    let third = set_exec_callable(env, exec, node, false, false);
     // The next launch gives the nodes fresh words, and the taken launch's word retires with the
     // callable it ran: on another stream, as far as the index goes.
     let next = launch(env, exec, stream.wrapping_add(2) | 1, false);
     let dropped = drop_exec(exec, "DropExec (after a taken launch)")
         .map_or_else(String::new, |name| format!("; then {name} dropped"));
     format!(
-        "{first}; {launched}; {} finished; {second}; {taken}; {next}{dropped}",
+        "{first}; {launched}; {} finished; {second}; {taken}; {third}; {next}{dropped}",
         on.name
     )
 }

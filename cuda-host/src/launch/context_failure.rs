@@ -11,9 +11,10 @@
 //! into cuda-host after the failure. (A [`Stream::per_thread`](crate::Stream::per_thread) value
 //! shared between threads is watched on the dropping thread's default stream; records launched
 //! through it from other threads are then reclaimed when any call answers the failure, and at
-//! the latest when the context's last value is dropped, which asks the driver
-//! ([`look_for_failure`]). A stream that is capturing when dropped is not watched: a callback
-//! would join the capture.)
+//! the latest when the last value of the context they were launched through is dropped after
+//! the failure, which asks the driver ([`look_for_failure`]); a failure after that value went
+//! is learnt only from a call that answers it. A stream that is capturing when dropped is not
+//! watched: a callback would join the capture.)
 
 use crate::checked::checked;
 use crate::contain::{InHostFunction, logged};
@@ -216,10 +217,14 @@ pub(crate) fn look_for_failure(context: &ContextShared) {
         }
         Ok(queried?)
     });
-    if let Err(error) = answered
-        && let Some(result) = error.driver_result()
-    {
-        abandon_if_failed(context, result);
+    if let Err(error) = answered {
+        match error.driver_result() {
+            Some(result) if is_sticky(result) => abandon_if_failed(context, result),
+            _ => logged!(warn!(
+                "cannot ask whether a context failed as its last value goes ({error}): records \
+                 a failure strands are reclaimed when a call answers it"
+            )),
+        }
     }
 }
 
