@@ -220,7 +220,7 @@ fn the_last_values_probe_leaves_another_threads_global_builder_capture_intact() 
     let ended = std::thread::scope(|scope| {
         let captured = &captured;
         let capturer = scope.spawn(move || {
-            let builder = GraphBuilder::begin(&captured, CaptureMode::Global).expect("begun");
+            let builder = GraphBuilder::begin(captured, CaptureMode::Global).expect("begun");
             begun_tx.send(()).expect("the test waits");
             end_rx.recv_timeout(BOUND).expect("told to end");
             builder.end().map(|_| ()).map_err(|e| format!("{e:?}"))
@@ -281,6 +281,8 @@ fn short_lived_context_values_leave_no_probe_event_pinned_memory_or_changed_curr
         gate.hold(&stream);
         tally.launch_counted(&stream, 1);
         // The stream is kept (raw), the value goes: only the record keeps its state.
+        // SAFETY: the stream is never destroyed (its owner is forgotten below), so it outlives
+        // the borrowing wrapper.
         kept_streams.push(unsafe { Stream::borrow_raw(&base, stream.as_raw()) });
         std::mem::forget(stream);
         drop(value);
