@@ -45,6 +45,9 @@ pub enum CopyOp {
         spin: bool,
         panic_in_run: bool,
     },
+    /// `host_copy_fn` called directly on the worker, as a library's CPU fallback would, with
+    /// buffers that overlap or not: the worker's own code, logger included.
+    Direct { overlapping: bool },
 }
 
 /// The user data of a raw launch.
@@ -90,6 +93,7 @@ pub fn op() -> impl Strategy<Value = CopyOp> {
         3 => (index(), any::<bool>(), prop::bool::weighted(0.1)).prop_map(
             |(stream, spin, panic_in_run)| CopyOp::SyncMode { stream, spin, panic_in_run }
         ),
+        1 => any::<bool>().prop_map(|overlapping| CopyOp::Direct { overlapping }),
     ]
 }
 
@@ -119,6 +123,7 @@ const PANIC_IN_BODY: &str = "deliberate chaos panic in a host-copy scope's body"
 /// Runs an operation of the family on the calling worker: its outcome, for the log.
 pub fn execute(env: &Env, op: &CopyOp) -> String {
     match *op {
+        CopyOp::Direct { overlapping } => direct(overlapping),
         CopyOp::Scope {
             stream,
             copies,
@@ -453,4 +458,40 @@ fn sync_mode(env: &Env, stream: u8, spin: bool, panic_in_run: bool) -> String {
 /// Whether the stream runs its host functions on the polled engine.
 fn polled(stream: &StreamEntry) -> bool {
     stream.name.contains(", polled")
+}
+
+/// Calls `host_copy_fn` on the calling worker: 16 bytes copied within one buffer, 8 bytes apart
+/// or (overlapping) 4, where it logs an error and copies nothing.
+fn direct(overlapping: bool) -> String {
+    let mut buffer: [u8; 32] = std::array::from_fn(|at| at as u8);
+    let base = buffer.as_mut_ptr();
+    let offset = if overlapping { 4 } else { 16 };
+    let copy = cuda_host::HostCopy {
+        source: base.cast::<std::ffi::c_void>().cast_const(),
+        // SAFETY: within the buffer.
+        destination: unsafe { base.add(offset) }.cast(),
+        length: 16,
+    };
+    let mut description = copy;
+    // SAFETY: the description names readable and writable memory of this frame, which nothing
+    // else touches during the call.
+    unsafe { cuda_host::host_copy_fn((&raw mut description).cast()) };
+    let copied = buffer[offset..offset + 16]
+        .iter()
+        .enumerate()
+        .all(|(at, &byte)| usize::from(byte) == at);
+    match (overlapping, copied) {
+        (true, true) => {
+            crate::witness::violated("host_copy_fn copied overlapping buffers".to_owned())
+        }
+        (false, false) => {
+            crate::witness::violated("host_copy_fn called directly did not copy".to_owned())
+        }
+        _ => {}
+    }
+    format!(
+        "host_copy_fn called directly ({}): {}",
+        if overlapping { "overlapping" } else { "apart" },
+        if copied { "copied" } else { "copied nothing" }
+    )
 }

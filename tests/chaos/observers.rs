@@ -48,6 +48,10 @@ impl log::Log for ChaosLogger {
         match logger_mode() {
             LoggerMode::Quiet => {}
             LoggerMode::Panicking => std::panic::panic_any(suite::quiet::WatchedPayload {
+                // Made on a worker outside a host function: the worker's own, dropped there.
+                home: (crate::witness::current_worker().is_some_and(|worker| worker != RUNNER)
+                    && !cuda_host::in_host_function())
+                .then(|| std::thread::current().id()),
                 dropped: payload_dropped,
             }),
             LoggerMode::CallingBack => {
@@ -70,11 +74,22 @@ impl log::Log for ChaosLogger {
     fn flush(&self) {}
 }
 
-/// Checks where a logger's panic payload is dropped: never on the driver's thread.
-fn payload_dropped() {
+/// Checks where a logger's panic payload is dropped: never on the driver's thread, and one made
+/// on a worker outside a host function on that worker, at once.
+fn payload_dropped(payload: &suite::quiet::WatchedPayload) {
     if crate::witness::runs_host_functions() {
         crate::witness::violated(
             "a logger's panic payload was dropped on the driver's thread".to_owned(),
+        );
+    }
+    if payload
+        .home
+        .is_some_and(|home| home != std::thread::current().id())
+    {
+        crate::witness::violated(
+            "a logger's panic payload made on a worker outside a host function was dropped on \
+             another thread"
+                .to_owned(),
         );
     }
 }

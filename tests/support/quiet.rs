@@ -20,13 +20,15 @@ pub fn is_deliberate(payload: &(dyn std::any::Any + Send)) -> bool {
 /// A deliberate panic's payload that calls `dropped` where it is dropped: for tests that check
 /// which thread a caught panic's payload goes to (`std::panic::panic_any`).
 pub struct WatchedPayload {
+    /// The thread that must drop it, where the test knows one.
+    pub home: Option<std::thread::ThreadId>,
     /// Called by the payload's `Drop`, on the thread that drops it.
-    pub dropped: fn(),
+    pub dropped: fn(&WatchedPayload),
 }
 
 impl Drop for WatchedPayload {
     fn drop(&mut self) {
-        (self.dropped)();
+        (self.dropped)(self);
     }
 }
 
