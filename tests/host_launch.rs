@@ -588,31 +588,13 @@ fn a_per_thread_launch_whose_value_another_thread_dropped_is_reclaimed_with_its_
     let fault = suite::kernels::Fault::load(first.driver());
     let gate = Gate::new(&first);
     let tally = Tally::new();
-    let (launched_tx, launched_rx) = std::sync::mpsc::channel();
-    // The launcher reclaims its own inbox on request (`true`), and exits on `false`.
-    let (request_tx, request_rx) = std::sync::mpsc::channel::<bool>();
-    let (reclaimed_tx, reclaimed_rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
-        let (for_launcher, launched_tally, gate) = (second.clone(), Arc::clone(&tally), &gate);
-        let launcher = scope.spawn(move || {
-            for_launcher.bind_to_thread().expect("the context binds");
-            let stream = Stream::per_thread(&for_launcher);
-            gate.hold(&stream);
-            launched_tally.launch_counted(&stream, 1);
-            drop(for_launcher);
-            launched_tx.send(stream).expect("the test waits");
-            while request_rx.recv() == Ok(true) {
-                cuda_host::reclaim();
-                reclaimed_tx.send(()).expect("the test waits");
-            }
-        });
+        let (stream, launcher) =
+            suite::per_thread::Launcher::spawn(scope, second.clone(), &gate, &tally);
         let launcher_drops = || {
-            request_tx.send(true).expect("the launcher waits");
-            reclaimed_rx.recv().expect("the launcher reclaimed");
-            cuda_host::reclaim();
+            launcher.reclaim();
             tally.drops()
         };
-        let stream = launched_rx.recv().expect("the launch was made");
         second.bind_to_thread().expect("the context binds");
         drop(stream); // watched on this thread's per-thread stream, not the launcher's
         // The watch is called before the failure, with success. Waited for (as the failure
@@ -633,8 +615,7 @@ fn a_per_thread_launch_whose_value_another_thread_dropped_is_reclaimed_with_its_
             "the record of the launcher's per-thread stream to go",
             || launcher_drops() == 1,
         );
-        request_tx.send(false).expect("the launcher waits");
-        launcher.join().expect("the launcher");
+        launcher.finish();
     });
     assert_eq!(tally.drops(), 1);
     assert_eq!(tally.runs(), 0, "work behind the gate never ran");

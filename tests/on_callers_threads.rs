@@ -105,31 +105,14 @@ fn reference_order_strands(inject: bool) -> bool {
     let second = device.primary_context().expect("second value");
     let gate = Gate::new(&first);
     let tally = Tally::new();
-    let (launched_tx, launched_rx) = std::sync::mpsc::channel();
-    let (request_tx, request_rx) = std::sync::mpsc::channel::<bool>();
-    let (reclaimed_tx, reclaimed_rx) = std::sync::mpsc::channel::<()>();
     let mut stranded = false;
     std::thread::scope(|scope| {
-        let (for_launcher, launched_tally, gate) = (second.clone(), Arc::clone(&tally), &gate);
-        let launcher = scope.spawn(move || {
-            for_launcher.bind_to_thread().expect("the context binds");
-            let stream = Stream::per_thread(&for_launcher);
-            gate.hold(&stream);
-            launched_tally.launch_counted(&stream, 1);
-            drop(for_launcher);
-            launched_tx.send(stream).expect("the test waits");
-            while request_rx.recv() == Ok(true) {
-                cuda_host::reclaim();
-                reclaimed_tx.send(()).expect("the test waits");
-            }
-        });
+        let (stream, launcher) =
+            suite::per_thread::Launcher::spawn(scope, second.clone(), &gate, &tally);
         let launcher_drops = || {
-            request_tx.send(true).expect("the launcher waits");
-            reclaimed_rx.recv().expect("the launcher reclaimed");
-            cuda_host::reclaim();
+            launcher.reclaim();
             tally.drops()
         };
-        let stream = launched_rx.recv().expect("the launch was made");
         second.bind_to_thread().expect("the context binds");
         drop(stream);
         let driver = first.driver();
@@ -146,8 +129,7 @@ fn reference_order_strands(inject: bool) -> bool {
         }
         drop(second);
         stranded = !suite::wait::holds_within(BOUND, || launcher_drops() == 1);
-        request_tx.send(false).expect("the launcher waits");
-        launcher.join().expect("the launcher");
+        launcher.finish();
     });
     std::mem::forget(first);
     stranded

@@ -851,16 +851,21 @@ pub fn builder_end(env: &Env, local: &mut Local, builder: u8, launch_on: Option<
     }
 }
 
-fn fail(env: &Env, context: u8) -> String {
-    let world = &env.world;
-    let fresh: Vec<_> = world
+/// The fresh contexts no step failed yet: those a step may fail.
+fn fresh_unfailed(world: &crate::world::World) -> Vec<Arc<ContextEntry>> {
+    world
         .contexts
         .lock()
         .unwrap()
         .iter()
         .filter(|entry| entry.kind == ContextKind::Fresh && !entry.failed.load(Ordering::SeqCst))
         .cloned()
-        .collect();
+        .collect()
+}
+
+fn fail(env: &Env, context: u8) -> String {
+    let world = &env.world;
+    let fresh = fresh_unfailed(world);
     if fresh.is_empty() {
         return "no fresh context to fail".to_owned();
     }
@@ -872,14 +877,7 @@ fn fail(env: &Env, context: u8) -> String {
 /// driver calls on its thread.
 fn fail_behind_dropped_stream(env: &Env, context: u8) -> String {
     let world = &env.world;
-    let fresh: Vec<_> = world
-        .contexts
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|entry| entry.kind == ContextKind::Fresh && !entry.failed.load(Ordering::SeqCst))
-        .cloned()
-        .collect();
+    let fresh = fresh_unfailed(world);
     if fresh.is_empty() {
         return "no fresh context to fail".to_owned();
     }

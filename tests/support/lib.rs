@@ -40,6 +40,7 @@ pub mod host_function;
 pub mod kernels;
 pub mod memory;
 pub mod panicking_logger;
+pub mod per_thread;
 pub mod quiet;
 pub mod repository;
 pub mod selection;
