@@ -101,7 +101,8 @@ fn install_logger(matching: &'static str) {
 fn reference_order_strands(inject: bool) -> bool {
     let controls = suite::software::expect_controls();
     let device = device();
-    let first = device.primary_context().expect("first value");
+    // The suite's value of the primary context, which lives as long as the process.
+    let first = suite::context();
     let second = device.primary_context().expect("second value");
     let gate = Gate::new(&first);
     let tally = Tally::new();
@@ -131,7 +132,6 @@ fn reference_order_strands(inject: bool) -> bool {
         stranded = !suite::wait::holds_within(BOUND, || launcher_drops() == 1);
         launcher.finish();
     });
-    std::mem::forget(first);
     stranded
 }
 
@@ -258,15 +258,16 @@ fn short_lived_context_values_leave_no_probe_event_pinned_memory_or_changed_curr
     let base = device.primary_context().expect("primary");
     let mut kept_streams = Vec::new();
     for _ in 0..50 {
+        // The stream belongs to `base`; a short-lived value launches through a wrapper of it,
+        // and both go while the record is queued: only the record keeps the value's state.
+        let owned = Stream::new(&base, StreamFlags::NonBlocking).expect("stream");
         let value = device.primary_context().expect("a value");
-        let stream = Stream::new(&value, StreamFlags::NonBlocking).expect("stream");
-        gate.hold(&stream);
-        tally.launch_counted(&stream, 1);
-        // The stream is kept (raw), the value goes: only the record keeps its state.
-        // SAFETY: the stream is never destroyed (its owner is forgotten below), so it outlives
-        // the borrowing wrapper.
-        kept_streams.push(unsafe { Stream::borrow_raw(&base, stream.as_raw()) });
-        std::mem::forget(stream);
+        // SAFETY: `owned` outlives the wrapper (kept until the end of the test).
+        let wrapper = unsafe { Stream::borrow_raw(&value, owned.as_raw()) };
+        gate.hold(&wrapper);
+        tally.launch_counted(&wrapper, 1);
+        drop(wrapper);
+        kept_streams.push(owned);
         drop(value);
         let mut now = std::ptr::null_mut();
         // SAFETY: a valid out-pointer.
