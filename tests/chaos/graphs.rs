@@ -80,8 +80,9 @@ pub enum GraphOp {
     /// A callable set on a node of an executable, a launch that runs it, the stream let finish,
     /// another callable set there, a launch a capture other code begins at `cuGraphLaunch` takes,
     /// a third callable set (the capture's graph, which the runner launches, may still call the
-    /// second), a launch after it, then the executable dropped: the first callable, which the node ran last before the taken
-    /// launch gave it up (an engine node's word retired), must still be dropped, once.
+    /// second), a launch after it, then the executable dropped: the first callable, which the
+    /// node ran last before the taken launch gave it up (an engine node's word retired), must
+    /// still be dropped, once.
     TakenAfterReplace {
         exec: u8,
         node: u8,

@@ -345,7 +345,8 @@ impl GraphExec {
     /// refused ([`Error::StreamCapturing`]), its engine nodes run
     /// nothing (live, if the capture began just after the launch, or in the capture's graph,
     /// whose runs they then never hold up), and the words they use are served for the life of
-    /// the process ([`PolledEngineCounts::retired_graph_nodes`](crate::metrics::PolledEngineCounts)): the
+    /// the process
+    /// ([`PolledEngineCounts::retired_graph_nodes`](crate::metrics::PolledEngineCounts)): the
     /// server serving them no longer parks. The next launch gives the nodes fresh words while
     /// the graph lives (after it went, they keep the retired ones and run nothing). What stays:
     /// the capture's graph requests through the words of the launches before the taken one, so a

@@ -5,9 +5,9 @@
 //! or hook), the panic's payload is dropped on a caller's thread, and everything else is under a
 //! last `catch_unwind` too. No user value is dropped here: finished records go to their home
 //! thread's inbox (`inboxes`). The thread is marked for the whole call, not only while the
-//! function runs: cuda-host's own log calls here reach a logger, which is user code too. A run is observed (`crate::observe`: an NVTX range, a `tracing`
-//! span) while the thread is marked, and the observation ends after the `catch_unwind`, not
-//! while a panic unwinds.
+//! function runs: cuda-host's own log calls here reach a logger, which is user code too. A run
+//! is observed (`crate::observe`: an NVTX range, a `tracing` span) while the thread is marked,
+//! and the observation ends after the `catch_unwind`, not while a panic unwinds.
 
 use crate::contain::{InHostFunction, dispose, logged};
 use crate::launch::context_failure::{enter_running, has_failed};
@@ -21,14 +21,13 @@ use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
-/// Runs the record's payload with the thread marked as inside a host function (of the record's
-/// home), observed as `run`, catching a panic and reporting it (the report runs marked too, and
-/// never unwinds).
+/// Runs the record's payload on the thread its caller marked as inside a host function, with
+/// the record's home as the one values are deferred to, observed as `run`, catching a panic and
+/// reporting it (the report runs marked too, and never unwinds).
 ///
 /// # Safety
-/// As [`RecordHeader::run`].
+/// As [`RecordHeader::run`]; the caller holds the thread's mark.
 unsafe fn run_marked(record: NonNull<RecordHeader>, stream: Option<CUstream>, run: Run) {
-    let _marked = InHostFunction::enter(inboxes::defer_value);
     // SAFETY: the record stays live while it runs (caller).
     let _home = unsafe { RunningHome::enter(record) };
     // SAFETY: as above.
