@@ -831,14 +831,22 @@ fn a_launch_does_not_wait_for_a_capture_of_another_stream_held_by_a_legacy_launc
                     *began_at.lock().unwrap() = Some(std::time::Instant::now());
                     let beginning = scope.spawn(|| time_a_capture_begin(&capturing));
                     // Launches on every other stream, round after round, until the capture
-                    // began: the later rounds run while it waits for the held launch.
+                    // began: the later rounds run while it waits for the held launch. A round
+                    // begins once the one before the last ran: unpaced, the rounds outrun the
+                    // driver's threads where threads run one at a time (valgrind), and the
+                    // queued work grows without bound. (`made` counts the tally's earlier runs.)
                     let mut slowest = Duration::ZERO;
+                    let mut made = tally.runs();
                     while !beginning.is_finished() {
                         for stream in &others {
                             let probe = tally.probe();
                             let launched = std::time::Instant::now();
                             host_launch(stream, move || probe.ran()).expect("launched");
                             slowest = slowest.max(launched.elapsed());
+                        }
+                        made += others.len();
+                        while tally.runs() + others.len() < made && !beginning.is_finished() {
+                            std::thread::sleep(Duration::from_millis(1));
                         }
                     }
                     (slowest, beginning.join().unwrap())
