@@ -8,112 +8,30 @@
 
 use cuda_host::{Context, Stream, StreamFlags, host_launch};
 use cuda_host_sys::CUresult;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::thread::ThreadId;
 use std::time::Duration;
-use suite::{Gate, context, wait_until};
+use suite::recording_logger::{self as logger, Pick};
+use suite::software::Controls;
+use suite::{Gate, context};
 
-fn new_stream(context: &Context) -> Stream {
-    Stream::new(context, StreamFlags::NonBlocking).expect("stream")
+/// A fresh context (its failure stays its own) with a stream whose work waits behind a gate,
+/// and the driver's host-function thread, learnt from a host function on the stream before the
+/// gate was set.
+struct Held {
+    stream: Stream,
+    gate: Gate,
+    driver: ThreadId,
+    fresh: Context,
 }
 
-// ---- a logger that acts on the driver's thread ---------------------------------------------
-
-/// The thread the driver runs host functions and stream callbacks on, once a host function
-/// told it.
-static DRIVER_THREAD: OnceLock<ThreadId> = OnceLock::new();
-/// Whether the logger acts on the driver's thread.
-static ARMED: AtomicBool = AtomicBool::new(false);
-/// Records the logger saw on the driver's thread, with whether cuda-host said the thread was
-/// inside a host function then.
-static SEEN_ON_DRIVER: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
-/// The threads payloads of the logger's panics were dropped on.
-static PAYLOADS_DROPPED_ON: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
-/// How many payloads the logger panicked with.
-static PAYLOADS_MADE: AtomicUsize = AtomicUsize::new(0);
-
-/// What the logger does on the driver's thread while armed.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum OnDriver {
-    /// Panics with a [`Payload`].
-    Panic,
-    /// Calls the hook set in [`CALL_BACK`].
-    CallBack,
-}
-
-static ON_DRIVER: Mutex<Option<OnDriver>> = Mutex::new(None);
-#[allow(clippy::type_complexity)]
-static CALL_BACK: Mutex<Option<Box<dyn Fn() + Send>>> = Mutex::new(None);
-
-/// A panic payload: a user's value whose `Drop` notes the thread it runs on.
-struct Payload;
-
-impl Drop for Payload {
-    fn drop(&mut self) {
-        PAYLOADS_DROPPED_ON
-            .lock()
-            .expect("the record")
-            .push(std::thread::current().id());
-    }
-}
-
-struct ReviewLogger;
-
-impl log::Log for ReviewLogger {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        if !ARMED.load(Ordering::SeqCst) {
-            return;
-        }
-        if DRIVER_THREAD.get() != Some(&std::thread::current().id()) {
-            return;
-        }
-        SEEN_ON_DRIVER
-            .lock()
-            .expect("the record")
-            .push((record.args().to_string(), cuda_host::in_host_function()));
-        let on_driver = *ON_DRIVER.lock().expect("the mode");
-        match on_driver {
-            Some(OnDriver::Panic) => {
-                PAYLOADS_MADE.fetch_add(1, Ordering::SeqCst);
-                std::panic::panic_any(Payload);
-            }
-            Some(OnDriver::CallBack) => {
-                let call = CALL_BACK.lock().expect("the call").take();
-                if let Some(call) = call {
-                    call();
-                }
-            }
-            None => {}
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-/// Installs the review logger for every level, keeping the payload panics quiet.
-fn install_logger(on_driver: OnDriver) {
-    let report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if info.payload().downcast_ref::<Payload>().is_none()
-            && !suite::quiet::is_deliberate(info.payload())
-        {
-            report(info);
-        }
-    }));
-    log::set_logger(&ReviewLogger).expect("the only logger of this process");
-    log::set_max_level(log::LevelFilter::Trace);
-    *ON_DRIVER.lock().expect("the mode") = Some(on_driver);
-}
-
-/// Learns the driver's host-function thread from a host function on `stream`.
-fn learn_driver_thread(stream: &Stream) -> ThreadId {
+fn hold_a_fresh_stream(controls: &Controls) -> Held {
+    let device = cuda_host::Device::get(context().driver(), 0).expect("device");
+    let fresh = controls.fresh_context(&device);
+    let stream = Stream::new(&fresh, StreamFlags::NonBlocking).expect("stream");
     let (sender, told) = mpsc::channel();
-    host_launch(stream, move || {
+    host_launch(&stream, move || {
         let _ = sender.send(std::thread::current().id());
     })
     .expect("launched");
@@ -121,8 +39,25 @@ fn learn_driver_thread(stream: &Stream) -> ThreadId {
         .recv_timeout(suite::TIMEOUT)
         .expect("the host function ran");
     stream.synchronize().expect("synchronize");
-    let _ = DRIVER_THREAD.set(driver);
-    driver
+    let gate = Gate::new(&fresh);
+    gate.hold(&stream);
+    Held {
+        stream,
+        gate,
+        driver,
+        fresh,
+    }
+}
+
+/// Checks that no payload of the logger's panics was dropped on the driver's thread.
+fn assert_no_payload_dropped_on(driver: ThreadId) {
+    let dropped_on = logger::payloads_dropped_on();
+    let seen = logger::seen();
+    assert!(
+        !dropped_on.contains(&driver),
+        "a logger's panic payload was dropped on the driver's thread ({driver:?}); the records \
+         the logger saw there: {seen:?}"
+    );
 }
 
 // ---- the log calls -----------------------------------------------------------------------------
@@ -142,13 +77,14 @@ fn a_logger_payload_from_the_trampolines_stale_ticket_log_is_not_dropped_on_the_
     suite::alone_in_child!(
         a_logger_payload_from_the_trampolines_stale_ticket_log_is_not_dropped_on_the_drivers_thread
     );
-    install_logger(OnDriver::Panic);
-    let device = cuda_host::Device::get(context().driver(), 0).expect("device");
-    let fresh = controls.fresh_context(&device);
-    let stream = new_stream(&fresh);
-    let driver = learn_driver_thread(&stream);
-    let gate = Gate::new(&fresh);
-    gate.hold(&stream);
+    logger::install();
+    logger::panic_on_picked(true);
+    let Held {
+        stream,
+        gate,
+        driver,
+        fresh: _fresh,
+    } = hold_a_fresh_stream(controls);
     let ran = std::sync::Arc::new(AtomicBool::new(false));
     host_launch(&stream, {
         let ran = std::sync::Arc::clone(&ran);
@@ -164,25 +100,11 @@ fn a_logger_payload_from_the_trampolines_stale_ticket_log_is_not_dropped_on_the_
         Err(Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)),
         "the injected failure"
     );
-    ARMED.store(true, Ordering::SeqCst);
+    logger::pick(Pick::OnThread(driver));
     gate.open();
-    wait_until("the logger to panic on the driver's thread", || {
-        PAYLOADS_MADE.load(Ordering::SeqCst) > 0
-    });
-    // Whatever is handed to a caller's thread goes with its drains.
-    wait_until("the payload to be dropped", || {
-        cuda_host::reclaim();
-        !PAYLOADS_DROPPED_ON.lock().expect("the record").is_empty()
-    });
-    ARMED.store(false, Ordering::SeqCst);
+    logger::wait_for_a_dropped_payload();
     assert!(!ran.load(Ordering::SeqCst), "the abandoned function ran");
-    let seen = SEEN_ON_DRIVER.lock().expect("the record").clone();
-    let dropped_on = PAYLOADS_DROPPED_ON.lock().expect("the record").clone();
-    assert!(
-        !dropped_on.contains(&driver),
-        "a logger's panic payload was dropped on the driver's thread ({driver:?}); the records \
-         the logger saw there (message, in_host_function()): {seen:?}"
-    );
+    assert_no_payload_dropped_on(driver);
 }
 
 /// As above, with a logger that calls cuda-host back (`docs/RELIABILITY.md`, "Loggers that call
@@ -200,33 +122,34 @@ fn a_logger_that_synchronizes_from_the_trampolines_stale_ticket_log_does_not_dea
     suite::alone_in_child!(
         a_logger_that_synchronizes_from_the_trampolines_stale_ticket_log_does_not_deadlock
     );
-    install_logger(OnDriver::CallBack);
-    let device = cuda_host::Device::get(context().driver(), 0).expect("device");
-    let fresh = controls.fresh_context(&device);
-    let stream = std::sync::Arc::new(new_stream(&fresh));
-    learn_driver_thread(&stream);
-    let gate = Gate::new(&fresh);
-    gate.hold(&stream);
+    logger::install();
+    let Held {
+        stream,
+        gate,
+        driver,
+        fresh,
+    } = hold_a_fresh_stream(controls);
+    let stream = std::sync::Arc::new(stream);
     host_launch(&*stream, || {}).expect("launched");
     let (sender, answered) = mpsc::channel();
-    *CALL_BACK.lock().expect("the call") = Some(Box::new({
+    logger::call_back_once({
         let stream = std::sync::Arc::clone(&stream);
         move || {
             let outcome = stream.synchronize();
             let _ = sender.send(outcome);
         }
-    }));
+    });
     controls.fail_next_calls(c"cuStreamQuery", 1, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
     assert!(stream.is_complete().is_err(), "the injected failure");
-    ARMED.store(true, Ordering::SeqCst);
+    logger::pick(Pick::OnThread(driver));
     gate.open();
     let outcome = answered.recv_timeout(Duration::from_secs(10));
-    let seen = SEEN_ON_DRIVER.lock().expect("the record").clone();
+    let seen = logger::seen();
     match outcome {
         Ok(Err(cuda_host::Error::InHostFunction { .. })) => {}
         Ok(other) => panic!(
             "a logger's call back on the driver's thread reached the driver ({other:?}); \
-             records seen there (message, in_host_function()): {seen:?}"
+             records seen there: {seen:?}"
         ),
         Err(_) => {
             // Their drops would wait on the wedged driver thread.
@@ -234,7 +157,7 @@ fn a_logger_that_synchronizes_from_the_trampolines_stale_ticket_log_does_not_dea
             panic!(
                 "a logger's Stream::synchronize, called back from the log call of a stale \
                  ticket on the driver's thread, did not return within 10 s: the driver's thread \
-                 waits for itself; records seen there (message, in_host_function()): {seen:?}"
+                 waits for itself; records seen there: {seen:?}"
             );
         }
     }
@@ -254,32 +177,20 @@ fn a_logger_payload_from_a_dropped_streams_failure_watch_is_not_dropped_on_the_d
     suite::alone_in_child!(
         a_logger_payload_from_a_dropped_streams_failure_watch_is_not_dropped_on_the_drivers_thread
     );
-    install_logger(OnDriver::Panic);
-    let device = cuda_host::Device::get(context().driver(), 0).expect("device");
-    let fresh = controls.fresh_context(&device);
-    let stream = new_stream(&fresh);
-    let driver = learn_driver_thread(&stream);
-    let gate = Gate::new(&fresh);
-    gate.hold(&stream);
+    logger::install();
+    logger::panic_on_picked(true);
+    let Held {
+        stream,
+        gate,
+        driver,
+        fresh,
+    } = hold_a_fresh_stream(controls);
     host_launch(&stream, || {}).expect("launched");
-    ARMED.store(true, Ordering::SeqCst);
+    logger::pick(Pick::OnThread(driver));
     // The dropped stream is watched for its context's failure: a callback after its work.
     drop(stream);
     controls.set_sticky_error(&fresh, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
-    wait_until("the logger to panic on the driver's thread", || {
-        PAYLOADS_MADE.load(Ordering::SeqCst) > 0
-    });
-    wait_until("the payload to be dropped", || {
-        cuda_host::reclaim();
-        !PAYLOADS_DROPPED_ON.lock().expect("the record").is_empty()
-    });
-    ARMED.store(false, Ordering::SeqCst);
+    logger::wait_for_a_dropped_payload();
     drop(gate);
-    let seen = SEEN_ON_DRIVER.lock().expect("the record").clone();
-    let dropped_on = PAYLOADS_DROPPED_ON.lock().expect("the record").clone();
-    assert!(
-        !dropped_on.contains(&driver),
-        "a logger's panic payload was dropped on the driver's thread ({driver:?}); the records \
-         the logger saw there (message, in_host_function()): {seen:?}"
-    );
+    assert_no_payload_dropped_on(driver);
 }

@@ -6,10 +6,9 @@
 use cuda_host::{CaptureMode, GraphBuilder, HostCopy, Stream, StreamFlags, host_launch};
 use cuda_host_sys::CUresult;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::ThreadId;
 use std::time::Duration;
+use suite::recording_logger::{self as logger, Pick};
 use suite::{Gate, Tally};
 
 /// How long a test waits for what the library promises before it calls it broken: far more than
@@ -18,79 +17,6 @@ const BOUND: Duration = Duration::from_secs(5);
 
 fn device() -> cuda_host::Device {
     cuda_host::Device::get(&suite::test_driver().driver, 0).expect("device 0")
-}
-
-// ---- a logger that acts on the records a test names -------------------------------------------
-
-/// The threads payloads of the logger's panics were dropped on.
-static PAYLOADS_DROPPED_ON: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
-static PAYLOADS_MADE: AtomicUsize = AtomicUsize::new(0);
-/// What the logger saw: (message, thread, in_host_function()).
-static SEEN: Mutex<Vec<(String, ThreadId, bool)>> = Mutex::new(Vec::new());
-/// Records whose message contains this are acted on.
-static MATCH: Mutex<Option<&'static str>> = Mutex::new(None);
-/// Panic with a [`Payload`] on a matching record.
-static PANIC_ON_MATCH: AtomicBool = AtomicBool::new(false);
-#[allow(clippy::type_complexity)]
-static CALL_BACK: Mutex<Option<Box<dyn FnOnce() + Send>>> = Mutex::new(None);
-
-/// A panic payload whose `Drop` notes the thread it runs on.
-struct Payload;
-
-impl Drop for Payload {
-    fn drop(&mut self) {
-        PAYLOADS_DROPPED_ON
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(std::thread::current().id());
-    }
-}
-
-struct ReviewLogger;
-
-impl log::Log for ReviewLogger {
-    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
-        true
-    }
-
-    fn log(&self, record: &log::Record<'_>) {
-        let message = record.args().to_string();
-        let Some(wanted) = *MATCH.lock().unwrap_or_else(|p| p.into_inner()) else {
-            return;
-        };
-        if !message.contains(wanted) {
-            return;
-        }
-        SEEN.lock().unwrap_or_else(|p| p.into_inner()).push((
-            message,
-            std::thread::current().id(),
-            cuda_host::in_host_function(),
-        ));
-        let call = CALL_BACK.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(call) = call {
-            call();
-        }
-        if PANIC_ON_MATCH.load(Ordering::SeqCst) {
-            PAYLOADS_MADE.fetch_add(1, Ordering::SeqCst);
-            std::panic::panic_any(Payload);
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-fn install_logger(matching: &'static str) {
-    let report = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        if info.payload().downcast_ref::<Payload>().is_none()
-            && !suite::quiet::is_deliberate(info.payload())
-        {
-            report(info);
-        }
-    }));
-    log::set_logger(&ReviewLogger).expect("the only logger of this process");
-    log::set_max_level(log::LevelFilter::Trace);
-    *MATCH.lock().unwrap() = Some(matching);
 }
 
 // ---- the last value's probe -------------------------------------------------------------------
@@ -145,12 +71,13 @@ fn a_last_value_that_cannot_ask_whether_its_context_failed_says_so() {
         return suite::skip(test, "fault injection is a control of the software driver");
     }
     suite::alone_in_child!(a_last_value_that_cannot_ask_whether_its_context_failed_says_so);
-    install_logger("cannot ask whether a context failed");
+    logger::install();
+    logger::pick(Pick::Containing("cannot ask whether a context failed"));
     assert!(
         reference_order_strands(true),
         "the probe could not ask, yet the record went"
     );
-    let seen = SEEN.lock().unwrap().clone();
+    let seen = logger::seen();
     assert_eq!(seen.len(), 1, "one warning: {seen:?}");
 }
 
@@ -313,29 +240,23 @@ fn overlapping_copy(buffer: &mut [u8; 16]) -> HostCopy {
 fn host_copy_fn_called_on_a_callers_thread_drops_its_loggers_payload_there() {
     suite::alone_in_child!(host_copy_fn_called_on_a_callers_thread_drops_its_loggers_payload_there);
     let _ = suite::context();
-    install_logger("host_copy_fn copied nothing");
-    PANIC_ON_MATCH.store(true, Ordering::SeqCst);
+    logger::install();
+    logger::pick(Pick::Containing("host_copy_fn copied nothing"));
+    logger::panic_on_picked(true);
     let caller = std::thread::spawn(|| {
         let mut buffer = [7u8; 16];
         let mut copy = overlapping_copy(&mut buffer);
         // SAFETY: a valid description of readable and writable memory nothing else touches.
         unsafe { cuda_host::host_copy_fn((&raw mut copy).cast()) };
-        let dropped_here = PAYLOADS_DROPPED_ON.lock().unwrap().clone();
+        let dropped_here = logger::payloads_dropped_on();
         (std::thread::current().id(), dropped_here)
     });
     let (caller_id, dropped_by_return) = caller.join().expect("the caller");
-    assert_eq!(
-        PAYLOADS_MADE.load(Ordering::SeqCst),
-        1,
-        "the logger panicked once"
-    );
+    assert_eq!(logger::payloads_made(), 1, "the logger panicked once");
     // Another thread drains.
-    suite::wait::holds_within(BOUND, || {
-        cuda_host::reclaim();
-        !PAYLOADS_DROPPED_ON.lock().unwrap().is_empty()
-    });
-    let dropped_on = PAYLOADS_DROPPED_ON.lock().unwrap().clone();
-    let seen = SEEN.lock().unwrap().clone();
+    logger::wait_for_a_dropped_payload();
+    let dropped_on = logger::payloads_dropped_on();
+    let seen = logger::seen();
     assert_eq!(
         dropped_by_return,
         vec![caller_id],
@@ -354,10 +275,11 @@ fn host_copy_fn_called_on_a_callers_thread_lets_its_logger_launch() {
     suite::alone_in_child!(host_copy_fn_called_on_a_callers_thread_lets_its_logger_launch);
     let context = suite::context();
     let stream = Arc::new(Stream::new(&context, StreamFlags::NonBlocking).expect("stream"));
-    install_logger("host_copy_fn copied nothing");
+    logger::install();
+    logger::pick(Pick::Containing("host_copy_fn copied nothing"));
     let tally = Tally::new();
     let outcome: Arc<Mutex<Option<Result<(), String>>>> = Arc::new(Mutex::new(None));
-    *CALL_BACK.lock().unwrap() = Some(Box::new({
+    logger::call_back_once({
         let (stream, tally, outcome) = (
             Arc::clone(&stream),
             Arc::clone(&tally),
@@ -368,7 +290,7 @@ fn host_copy_fn_called_on_a_callers_thread_lets_its_logger_launch() {
             let launched = host_launch(&stream, move || probe.ran());
             *outcome.lock().unwrap() = Some(launched.map_err(|e| format!("{e:?}")));
         }
-    }));
+    });
     let caller = std::thread::spawn({
         let (stream, tally) = (Arc::clone(&stream), Arc::clone(&tally));
         move || {
@@ -388,7 +310,7 @@ fn host_copy_fn_called_on_a_callers_thread_lets_its_logger_launch() {
     let caller_id = caller.join().expect("the caller");
     let launched = outcome.lock().unwrap().clone();
     let drop_threads = tally.drop_threads();
-    let seen = SEEN.lock().unwrap().clone();
+    let seen = logger::seen();
     assert!(
         matches!(launched, Some(Ok(()))) && drop_threads == vec![caller_id],
         "a logger on a user thread ({caller_id:?}) that called host_copy_fn directly: its \

@@ -42,6 +42,7 @@ pub mod memory;
 pub mod panicking_logger;
 pub mod per_thread;
 pub mod quiet;
+pub mod recording_logger;
 pub mod repository;
 pub mod selection;
 pub mod software;
