@@ -143,6 +143,7 @@ outside_loom_models! {
     mod own_thread;
     mod points;
     mod polled;
+    mod query_events;
     mod stream_leases;
     mod timeline;
 

@@ -33,9 +33,10 @@ use crate::launch::{
 };
 use crate::objects::{Context, Stream, destroy_later};
 use crate::polled::NodeCallable;
+use crate::query_events;
 use cuda_host_sys::{
-    CUDA_HOST_NODE_PARAMS, CUevent, CUevent_flags, CUevent_st, CUgraphExec,
-    CUgraphExecUpdateResultInfo, CUgraphNode, CUgraphNode_st, CUstream, CUstream_st,
+    CUDA_HOST_NODE_PARAMS, CUevent_st, CUgraphExec, CUgraphExecUpdateResultInfo, CUgraphNode,
+    CUgraphNode_st, CUstream, CUstream_st,
 };
 use std::marker::PhantomData;
 use std::ptr;
@@ -113,8 +114,7 @@ impl Drop for Fence {
         // executable's callables through the reclaim lists.
         // SAFETY: created by `ExecutableCallables::fence`, destroyed once; a pending record
         // finishes on its own.
-        let destroyed =
-            unsafe { checked!(self.context.driver(), cuEventDestroy_v2(self.event.get())) };
+        let destroyed = unsafe { query_events::destroy(self.context.driver(), self.event.get()) };
         if let Err(error) = destroyed {
             self.context.record_drop_error("event", error);
         }
@@ -152,12 +152,7 @@ impl ExecutableCallables {
         let event = match reusable {
             Some(index) => self.fences[index].event.get(),
             None => {
-                let mut event: CUevent = ptr::null_mut();
-                self.context.with_current(|| {
-                    let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
-                    // SAFETY: a valid out-pointer; the context is current.
-                    Ok(unsafe { checked!(driver, cuEventCreate(&mut event, flags)) }?)
-                })?;
+                let event = self.context.with_current(|| query_events::create(driver))?;
                 let fence = Arc::new(Fence {
                     context: Arc::clone(&self.context),
                     stream: SendHandle::new(stream),

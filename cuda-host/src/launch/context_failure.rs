@@ -25,10 +25,11 @@ use crate::launch::inboxes;
 use crate::launch::record::{self, RecordHeader};
 use crate::launch::running::{self, ENTRIES, Running, RunningStreams};
 use crate::launch::slot::{self, Ticket};
-use cuda_host_sys::{CUevent_flags, CUresult, CUstream};
+use crate::query_events;
+use cuda_host_sys::{CUresult, CUstream};
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::ptr::{self, NonNull};
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -205,14 +206,11 @@ pub(crate) fn look_for_failure(context: &ContextShared) {
     let driver = context.driver();
     let answered = context.with_current(|| {
         let _relaxed = capture_check::RelaxedCaptureMode::enter(driver)?;
-        let mut event = ptr::null_mut();
-        let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
-        // SAFETY: `event` is a valid out-pointer; the context is current.
-        unsafe { checked!(driver, cuEventCreate(&mut event, flags)) }?;
+        let event = query_events::create(driver)?;
         // SAFETY: the event was made above and is destroyed once, below.
         let queried = unsafe { checked!(driver, cuEventQuery(event)) };
         // SAFETY: as above.
-        if let Err(error) = unsafe { checked!(driver, cuEventDestroy_v2(event)) } {
+        if let Err(error) = unsafe { query_events::destroy(driver, event) } {
             logged!(debug!("cannot destroy a failure probe: {error}"));
         }
         Ok(queried?)

@@ -1,13 +1,14 @@
 //! A context's tracks: lent to its streams, marking their points, seeing synchronizes return,
 //! and closed with the context, which gives their events and words back.
 
-use super::events::{create_event, destroy_events};
+use super::events::destroy_events;
 use super::look::{Track, TrackState};
 use super::word::PointWrite;
 use crate::checked::checked;
 use crate::contain::holding_logs;
 use crate::error::{CaptureState, Error, Result};
 use crate::launch::{ContextShared, Look, refuse_capture};
+use crate::query_events;
 use crate::stream_leases::{StreamLease, StreamLeases};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUstream, Driver};
@@ -208,7 +209,7 @@ impl ContextTracks {
         let free = track.core.take_free();
         let event = match free {
             Some(event) => event,
-            None => shared.with_current(|| create_event(&self.driver))?,
+            None => shared.with_current(|| query_events::create(&self.driver))?,
         };
         // SAFETY: a valid stream (the caller's) and an event of its context, which no pending
         // point holds.

@@ -1,10 +1,10 @@
 //! A track, and its looks: when a look may query (`Pace`), the relaxed capture interaction mode
 //! it queries in, the driver's answers, and the log calls made once it ended.
 
-use super::events::destroy_event;
 use super::handshake::{Handshake, Looking, Pace, Queried, Queries, Wanted};
 use crate::contain::{holding_logs, logged};
 use crate::launch::{Look, PinnedWord, Progress, RelaxedCaptureMode, abandon_context_if_failed};
+use crate::query_events;
 use crate::tracks::waiters::Waiters;
 use cuda_host_sys::{CUcontext, CUevent, CUresult, Driver};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -226,7 +226,7 @@ impl Track {
             .destroyed
             .into_iter()
             // SAFETY: events of this track the look took from its pool, used by nobody after.
-            .filter_map(|event| unsafe { destroy_event(&self.driver, event) }.err())
+            .filter_map(|event| unsafe { query_events::destroy(&self.driver, event) }.err())
             .collect();
         // What may log ends the look first, and gives the thread its capture interaction mode
         // back: a logger may call cuda-host back, which may look at this track again on this

@@ -94,7 +94,7 @@
 //!   queries, the log calls made after.
 //! - `word`: the written points' word: taken from the context's free words, withdrawn, given
 //!   back.
-//! - `events`: making and destroying the points' events.
+//! - `events`: destroying the points' events (they are made by `crate::query_events`).
 //! - `context`: a context's tracks ([`ContextTracks`]): marking points, lending tracks to
 //!   streams, synchronizes, closing the tracks with the context.
 //!

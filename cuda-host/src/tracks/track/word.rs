@@ -3,9 +3,9 @@
 //! a write of it or an unread point joins the track, and given back with the context's tracks
 //! once the stream wrote it for the last time (`context`).
 
-use super::events::create_event;
 use super::look::{Track, TrackState};
 use crate::launch::{ContextShared, PinnedWord};
+use crate::query_events;
 use cuda_host_sys::CUdeviceptr;
 use std::sync::atomic::AtomicU32;
 
@@ -35,7 +35,7 @@ impl Track {
             return Some(word.device);
         }
         let word = shared.take_free_pinned_word()?;
-        let probe = match shared.with_current(|| create_event(&self.driver)) {
+        let probe = match shared.with_current(|| query_events::create(&self.driver)) {
             Ok(probe) => probe,
             Err(_) => {
                 shared.release_pinned_word(word);
