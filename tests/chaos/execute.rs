@@ -725,7 +725,7 @@ pub fn end_local_captures(env: &Env, local: &mut Local) -> String {
     ended.join("; ")
 }
 
-fn builder_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String {
+pub fn builder_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String {
     let world = &env.world;
     let Some(stream) = world.stream(stream) else {
         return "no stream".to_owned();

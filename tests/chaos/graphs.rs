@@ -77,6 +77,23 @@ pub enum GraphOp {
         node: u8,
         stream: u8,
     },
+    /// A callable set on a node of an executable, a launch that will run it behind a gate, and
+    /// another callable set there while the launch waits (with `fences_fail`, the fence queries
+    /// of that set fail): the first must live until the launch ran it. The gate stays closed
+    /// until a later step opens it.
+    ReplaceWhileHeld {
+        exec: u8,
+        node: u8,
+        stream: u8,
+        fences_fail: bool,
+    },
+    /// A capture through cuda-host of a blocking stream of the executable's context, a launch of
+    /// the executable on that context's legacy stream meanwhile (refused before the driver is
+    /// called, which would invalidate the capture), then the capture's end.
+    LegacyBesideCapture {
+        exec: u8,
+        stream: u8,
+    },
     /// A callable set on a node of an executable, a launch that runs it, the stream let finish,
     /// another callable set there, a launch a capture other code begins at `cuGraphLaunch` takes,
     /// a third callable set (the capture's graph, which the runner launches, may still call the
@@ -119,6 +136,8 @@ impl GraphOp {
                 behind_gate: true,
                 ..
             } | GraphOp::UpdateThenLaunch { .. }
+                | GraphOp::ReplaceWhileHeld { .. }
+                | GraphOp::LegacyBesideCapture { .. }
                 | GraphOp::TakenAfterReplace { .. }
         )
     }
@@ -176,6 +195,16 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
         2 => (index(), index()).prop_map(|(exec, graph)| GraphOp::Update { exec, graph }),
         1 => (index(), index(), index())
             .prop_map(|(exec, node, stream)| GraphOp::UpdateThenLaunch { exec, node, stream }),
+        1 => (index(), index(), index(), any::<bool>()).prop_map(
+            |(exec, node, stream, fences_fail)| GraphOp::ReplaceWhileHeld {
+                exec,
+                node,
+                stream,
+                fences_fail,
+            }
+        ),
+        1 => (index(), index())
+            .prop_map(|(exec, stream)| GraphOp::LegacyBesideCapture { exec, stream }),
         1 => (index(), index(), index())
             .prop_map(|(exec, node, stream)| GraphOp::TakenAfterReplace { exec, node, stream }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
@@ -374,6 +403,26 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             let dropped = drop_exec(exec, "DropExec (after an update and a launch)")
                 .map_or_else(String::new, |name| format!("; then {name} dropped"));
             format!("{updated}; {set}; {launched}{dropped}")
+        }
+        GraphOp::ReplaceWhileHeld {
+            exec,
+            node,
+            stream,
+            fences_fail,
+        } => {
+            // No step runs beside this one, so `exec` names one executable throughout.
+            let made = an_executable(env, exec, node);
+            let first = set_exec_callable(env, exec, node, false, false);
+            let launched = launch(env, exec, stream, true);
+            let second = set_exec_callable(env, exec, node, false, fences_fail);
+            if second.starts_with("node ") && launched.contains(" launched on ") {
+                took_effect("ReplaceWhileHeld");
+            }
+            format!("{made}{first}; {launched}; {second}")
+        }
+        GraphOp::LegacyBesideCapture { exec, stream } => {
+            let made = an_executable(env, exec, 0);
+            format!("{made}{}", legacy_beside_capture(env, local, exec, stream))
         }
         GraphOp::TakenAfterReplace { exec, node, stream } => {
             taken_after_replace(env, exec, node, stream)
@@ -583,6 +632,67 @@ fn drop_exec(exec: u8, what: &'static str) -> Option<String> {
 
 /// [`GraphOp::TakenAfterReplace`]; no step runs beside it, so `exec` names one executable
 /// throughout.
+/// Where there is no executable, one of a new graph (of the context at `index`, its engine nodes
+/// as `engines` says): what was made, for the operation log. Any index then names it.
+fn an_executable(env: &Env, index: u8, engines: u8) -> String {
+    if !lock(&EXECS).is_empty() {
+        return String::new();
+    }
+    let made = new_graph(env, index, index, engines, false);
+    let last = lock(&GRAPHS).len().saturating_sub(1);
+    format!("{made}; {}; ", instantiate(env, last as u8))
+}
+
+fn legacy_beside_capture(env: &Env, local: &mut Local, exec: u8, stream: u8) -> String {
+    let Some(context) = pick(&EXECS, exec).map(|entry| Arc::clone(&lock(&entry).context)) else {
+        return "no executable".to_owned();
+    };
+    let world = &env.world;
+    let of_context = |entry: &StreamEntry, kind| {
+        entry.kind == kind && entry.context.context.as_raw() == context.context.as_raw()
+    };
+    // The first blocking stream of the context from `stream` on, by its index in the world.
+    let found = {
+        let streams = world.streams.lock().unwrap();
+        let count = streams.len().min(256);
+        (0..count)
+            .map(|offset| (usize::from(stream) + offset) % count)
+            .find(|&at| of_context(&streams[at], StreamKind::Blocking))
+    };
+    let Some(at) = found else {
+        return "no blocking stream of the executable's context".to_owned();
+    };
+    let has_legacy = world
+        .streams
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|entry| of_context(entry, StreamKind::Legacy));
+    if !has_legacy {
+        let legacy = cuda_host::Stream::legacy(&context.context);
+        world.add_stream(legacy, &context, StreamKind::Legacy, false);
+    }
+    let Some(blocking) = world.stream(at as u8) else {
+        return "no stream".to_owned();
+    };
+    let begun = crate::execute::builder_begin(env, local, at as u8, crate::plan::Mode::Relaxed);
+    let Some(at) = local
+        .builders
+        .iter()
+        .position(|open| Arc::ptr_eq(&open.stream, &blocking))
+    else {
+        return begun;
+    };
+    // An index of 1 modulo 3, odd: the legacy stream beside the blocking capture, not a stream
+    // a capture is armed on.
+    let launched = launch(env, exec, 1, false);
+    if launched.contains("(Legacy)") && launched.contains(" refused: ") {
+        took_effect("LegacyBesideCapture");
+    }
+    let ended = crate::execute::builder_end(env, local, at as u8, None);
+    format!("{begun}; {launched}; {ended}")
+}
+
 fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
     let world = &env.world;
     let first = set_exec_callable(env, exec, node, false, false);
