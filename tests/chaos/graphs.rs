@@ -105,6 +105,12 @@ pub enum GraphOp {
         node: u8,
         stream: u8,
     },
+    /// The latest graph of other code's capture that took launches of executables, instantiated
+    /// and launched (on a stream as `stream` picks), then its executable dropped: it calls what
+    /// the taken launches' nodes held, which must all still live.
+    RunCaptured {
+        stream: u8,
+    },
     Clone {
         graph: u8,
     },
@@ -207,6 +213,7 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
             .prop_map(|(exec, stream)| GraphOp::LegacyBesideCapture { exec, stream }),
         1 => (index(), index(), index())
             .prop_map(|(exec, node, stream)| GraphOp::TakenAfterReplace { exec, node, stream }),
+        2 => index().prop_map(|stream| GraphOp::RunCaptured { stream }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
         1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
         1 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
@@ -427,6 +434,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
         GraphOp::TakenAfterReplace { exec, node, stream } => {
             taken_after_replace(env, exec, node, stream)
         }
+        GraphOp::RunCaptured { stream } => run_captured(env, stream),
         GraphOp::Clone { graph } => clone(env, graph),
         GraphOp::HostNodes { graph } => host_nodes(env, graph),
         GraphOp::DropGraph { graph } => match take(&GRAPHS, graph) {
@@ -632,6 +640,43 @@ fn drop_exec(exec: u8, what: &'static str) -> Option<String> {
 
 /// [`GraphOp::TakenAfterReplace`]; no step runs beside it, so `exec` names one executable
 /// throughout.
+fn run_captured(env: &Env, stream: u8) -> String {
+    let latest = lock(&GRAPHS)
+        .iter()
+        .rposition(|graph| !lock(graph).keeps.is_empty());
+    let Some(at) = latest.filter(|&at| at < 256) else {
+        return "no graph of a capture that took launches".to_owned();
+    };
+    let context = Arc::clone(&lock(&lock(&GRAPHS)[at]).context);
+    // An ordinary stream of the graph's context, the first from `stream` on.
+    let on = {
+        let streams = env.world.streams.lock().unwrap();
+        let count = streams.len().min(256);
+        (0..count)
+            .map(|offset| (usize::from(stream) + offset) % count)
+            .find(|&index| {
+                let entry = &streams[index];
+                matches!(entry.kind, StreamKind::NonBlocking | StreamKind::Blocking)
+                    && entry.context.context.as_raw() == context.context.as_raw()
+            })
+    };
+    let Some(on) = on else {
+        return "no ordinary stream of the captured graph's context".to_owned();
+    };
+    let made = instantiate(env, at as u8);
+    let exec = lock(&EXECS).len().saturating_sub(1);
+    if !made.ends_with(" made") || exec >= 256 {
+        return made;
+    }
+    let launched = launch(env, exec as u8, on as u8, false);
+    if launched.contains(" launched on ") {
+        took_effect("RunCaptured");
+    }
+    let dropped = drop_exec(exec as u8, "DropExec (after a captured graph's launch)")
+        .map_or_else(String::new, |name| format!("; then {name} dropped"));
+    format!("{made}; {launched}{dropped}")
+}
+
 /// Where there is no executable, one of a new graph (of the context at `index`, its engine nodes
 /// as `engines` says): what was made, for the operation log. Any index then names it.
 fn an_executable(env: &Env, index: u8, engines: u8) -> String {

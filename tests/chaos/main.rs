@@ -606,5 +606,17 @@ fn end_triggered_capture(
         }),
     )?;
     log.push(format!("   {outcome}"));
+    if outcome.contains("with launches") {
+        // Launched at once, as the code that captured it would: its graph calls what the taken
+        // launches' nodes held, whatever the step replaced after them.
+        let env_job = env.clone();
+        let op = Op::Graph(graphs::GraphOp::RunCaptured { stream: 0 });
+        let launched = workers.run(
+            worker,
+            "launch the graph of the capture begun at a call".to_owned(),
+            Box::new(move |local| execute::execute(&env_job, local, &op)),
+        )?;
+        log.push(format!("   {launched}"));
+    }
     Ok(())
 }
