@@ -875,15 +875,24 @@ fn host_signal_on(entry: &Mutex<TimelineEntry>, ahead: Ahead) -> String {
 }
 
 fn across_the_window(env: &Env, index: u8, held: u8, far: u8, capture_between: bool) -> String {
-    let Some(entry) = timeline(index) else {
-        return "no timeline".to_owned();
+    let fits = |entry: &Arc<Mutex<TimelineEntry>>| {
+        let locked = lock(entry);
+        locked.narrow && !locked.by_stream && !locked.handles.is_empty()
     };
-    {
-        let locked = lock(&entry);
-        if !locked.narrow || locked.by_stream {
-            return format!("{} is not a narrow timeline the host raises", locked.name);
+    // Where the timeline picked is none of a narrow one the host raises, a new one (of the
+    // context at `index`) takes its place.
+    let mut made = String::new();
+    let entry = match timeline(index).filter(fits) {
+        Some(entry) => entry,
+        None => {
+            made = format!("{}; ", new(env, index, true, Start::Zero, false));
+            let latest = TIMELINES.lock().unwrap().last().cloned();
+            match latest.filter(fits) {
+                Some(entry) => entry,
+                None => return format!("{made}no narrow timeline the host raises"),
+            }
         }
-    }
+    };
     // Any two streams: the same one, or the legacy stream beside another, orders the far wait
     // after the held one.
     let (Some(held_stream), Some(_)) = (env.world.stream(held), env.world.stream(far)) else {
@@ -923,7 +932,7 @@ fn across_the_window(env: &Env, index: u8, held: u8, far: u8, capture_between: b
     drop(futures);
     drop(handles);
     format!(
-        "{}{}; then {name}'s handles dropped{}",
+        "{made}{}{}; then {name}'s handles dropped{}",
         if armed {
             "a capture armed at the held wait's second look; "
         } else {
