@@ -20,7 +20,7 @@
 //! the count over the time until the stream drained. Allocations are counted by a counting global
 //! allocator over the enqueue, the drain and the reclaim.
 
-use cuda_host::cuda_host_sys::{CUresult, CUstream, CUstreamCaptureStatus, Driver, LoadOptions};
+use cuda_host::sys::{CUresult, CUstream, CUstreamCaptureStatus, Driver, LoadOptions};
 use cuda_host::{Stream, StreamFlags, UserData, host_launch, host_launch_raw};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::c_void;
@@ -271,14 +271,16 @@ fn forms() -> Vec<Form> {
             name: "host_launch, closure, reclaim/32",
             enqueue: |bench, launches| {
                 let counter = bench.counter;
-                cuda_host::set_launch_reclaim_interval(NonZeroU32::new(32).expect("non-zero"));
+                cuda_host::options::set_launch_reclaim_interval(
+                    NonZeroU32::new(32).expect("non-zero"),
+                );
                 for launch in 0..launches {
                     host_launch(&bench.stream, move || {
                         counter.fetch_add(black_box(launch) & 1 | 1, Ordering::Relaxed);
                     })
                     .expect("launch");
                 }
-                cuda_host::set_launch_reclaim_interval(NonZeroU32::MIN);
+                cuda_host::options::set_launch_reclaim_interval(NonZeroU32::MIN);
             },
         },
         Form {
@@ -389,7 +391,7 @@ fn run(settings: &Settings) -> Result<(), String> {
     };
     println!(
         "{name}, CUDA {} driver ({}); {} host functions per form and round, {} rounds",
-        cuda_host::cuda_host_sys::version_text(driver.version()),
+        cuda_host::sys::version_text(driver.version()),
         driver.library_name(),
         settings.launches,
         settings.repetitions

@@ -23,7 +23,7 @@
 //! that build's cost is `benches/host_functions.rs`'s "host_launch, closure" row, whose ratio to
 //! its floor is comparable with the inactive arm's ratio to its own.
 
-use cuda_host::cuda_host_sys::CUresult;
+use cuda_host::sys::CUresult;
 use cuda_host::{Stream, StreamFlags, host_launch};
 use std::ffi::c_void;
 use std::process::Command;

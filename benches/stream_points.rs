@@ -45,8 +45,8 @@ use cuda_host::sys::{
     CUdeviceptr, CUstreamBatchMemOpParams, CUstreamBatchMemOpType, CUstreamWaitValue_flags, Driver,
 };
 use cuda_host::{
-    Device, Event, EventFlags, HostEngine, Stream, StreamFlags, StreamPoint, host_launch,
-    release_in_stream_order, stream_point,
+    Device, Event, EventFlags, Stream, StreamFlags, host_launch, options::HostEngine,
+    points::StreamPoint, points::release_in_stream_order, points::stream_point,
 };
 use std::ffi::c_void;
 use std::future::Future;
@@ -549,7 +549,7 @@ fn run(quick: bool, lanes_alone: bool, graphs_alone: bool) -> Result<(), String>
     println!(
         "{} (CUDA {} driver): {iterations} iterations per form and round, {rounds} rounds",
         device.name().map_err(|e| e.to_string())?,
-        cuda_host::cuda_host_sys::version_text(driver.version())
+        cuda_host::sys::version_text(driver.version())
     );
     if kernels.is_none() {
         println!(

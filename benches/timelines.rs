@@ -25,7 +25,7 @@
 //!    value yet (none early) and at the end that every value was written (all ran, in order).
 
 use cuda_host::sys::{CUdeviceptr, Driver};
-use cuda_host::{Context, Device, Stream, StreamFlags, Timeline, host_launch};
+use cuda_host::{Context, Device, Stream, StreamFlags, host_launch, timeline::Timeline};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -55,7 +55,7 @@ fn run(quick: bool) -> Result<(), String> {
     println!(
         "{} (CUDA {} driver){}",
         device.name().map_err(|e| e.to_string())?,
-        cuda_host::cuda_host_sys::version_text(driver.version()),
+        cuda_host::sys::version_text(driver.version()),
         if quick { ", quick" } else { "" }
     );
     round_trips(driver, &context, if quick { 1_000 } else { 10_000 })?;

@@ -12,7 +12,7 @@
 mod common;
 
 use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_host};
-use cuda_host::{Stream, StreamFlags, stream_point};
+use cuda_host::{Stream, StreamFlags, points::stream_point};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

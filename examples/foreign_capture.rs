@@ -14,8 +14,8 @@
 mod common;
 
 use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_device, copy_to_host};
-use cuda_host::cuda_host_sys::{CUgraphExec, CUstreamCaptureMode, Driver};
-use cuda_host::{Stream, StreamFlags, host_launch_replayable};
+use cuda_host::sys::{CUgraphExec, CUstreamCaptureMode, Driver};
+use cuda_host::{Stream, StreamFlags, graph::host_launch_replayable};
 use std::process::ExitCode;
 use std::ptr;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
 fn check(
     driver: &Driver,
     call: &'static str,
-    result: cuda_host::cuda_host_sys::CUresult,
+    result: cuda_host::sys::CUresult,
 ) -> Result<(), String> {
     driver.check(call, result).map_err(|e| e.to_string())
 }

@@ -12,7 +12,7 @@
 mod common;
 
 use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_host};
-use cuda_host::{CaptureMode, GraphBuilder, Stream, StreamFlags};
+use cuda_host::{Stream, StreamFlags, graph::CaptureMode, graph::GraphBuilder};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

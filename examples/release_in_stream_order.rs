@@ -15,7 +15,7 @@
 mod common;
 
 use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_device, copy_to_host};
-use cuda_host::{Event, EventFlags, Stream, StreamFlags, release_in_stream_order};
+use cuda_host::{Event, EventFlags, Stream, StreamFlags, points::release_in_stream_order};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;

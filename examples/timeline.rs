@@ -15,7 +15,7 @@
 mod common;
 
 use common::{DeviceBuffer, PinnedBuffer, Work, copy_to_device, copy_to_host};
-use cuda_host::{Stream, StreamFlags, Timeline};
+use cuda_host::{Stream, StreamFlags, timeline::Timeline};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,8 +3,8 @@
 //! time ([`suite::capture_lock`]) in their own test binary.
 
 use cuda_host::{
-    CaptureMode, CaptureState, Context, Error, GraphBuilder, Stream, StreamFlags, UserData,
-    host_launch, host_launch_raw,
+    Context, Error, Stream, StreamFlags, UserData, graph::CaptureMode, graph::CaptureState,
+    graph::GraphBuilder, host_launch, host_launch_raw,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;

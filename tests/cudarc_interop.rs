@@ -5,7 +5,7 @@
 //! the software driver this binary loaded (`cuda_host_testing::LibcudaDir`). Tests of what is process-wide
 //! (a primary context's state) run in a child on either driver.
 
-use cuda_host::cuda_host_sys::{CUcontext, CUdevice};
+use cuda_host::sys::{CUcontext, CUdevice};
 use cuda_host::{Context, Error, Stream, StreamFlags, host_launch};
 use cuda_host_testing::LibcudaDir;
 use cudarc::driver::CudaContext;
@@ -549,7 +549,7 @@ fn a_replayable_host_function_in_cudarcs_capture_runs_on_every_launch_of_its_gra
         .expect("cudarc's capture begins");
     let probe = tally.probe();
     // SAFETY: no other thread ends cudarc's capture during the call.
-    unsafe { cuda_host::host_launch_replayable(&stream, move || probe.ran()) }
+    unsafe { cuda_host::graph::host_launch_replayable(&stream, move || probe.ran()) }
         .expect("added to cudarc's capture");
     let graph = cudarc_stream
         .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))
@@ -581,13 +581,13 @@ fn a_builder_refuses_a_stream_cudarc_holds_whose_end_capture_may_end_it_on_any_t
     let cudarc_stream = cudarc_context.new_stream().expect("cudarc's stream");
     let stream = Stream::from_cudarc(&context, &cudarc_stream).expect("a Stream from cudarc's");
     for mode in [
-        cuda_host::CaptureMode::Global,
-        cuda_host::CaptureMode::ThreadLocal,
-        cuda_host::CaptureMode::Relaxed,
+        cuda_host::graph::CaptureMode::Global,
+        cuda_host::graph::CaptureMode::ThreadLocal,
+        cuda_host::graph::CaptureMode::Relaxed,
     ] {
         assert!(
             matches!(
-                cuda_host::GraphBuilder::begin(&stream, mode),
+                cuda_host::graph::GraphBuilder::begin(&stream, mode),
                 Err(Error::InvalidArgument { .. })
             ),
             "{mode:?}"

@@ -8,7 +8,8 @@
 //! overlap a global-mode capture of another test.
 
 use cuda_host::{
-    CaptureMode, Context, Error, Graph, GraphBuilder, HostEngine, HostNode, metrics, reclaim,
+    Context, Error, graph::CaptureMode, graph::Graph, graph::GraphBuilder, graph::HostNode,
+    metrics, options::HostEngine, reclaim,
 };
 use cuda_host_sys::{CUdeviceptr, CUgraphExecUpdateResultInfo, CUresult};
 use std::sync::Arc;

@@ -8,8 +8,8 @@
 //! calls must not overlap a global-mode capture of another test.
 
 use cuda_host::{
-    CaptureMode, Error, Graph, GraphBuilder, GraphExec, HostEngine, HostFunctionPanic, Stream,
-    metrics, reclaim,
+    Error, Stream, graph::CaptureMode, graph::Graph, graph::GraphBuilder, graph::GraphExec,
+    metrics, options::HostEngine, panics::HostFunctionPanic, reclaim,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -248,7 +248,7 @@ fn a_panicking_engine_node_is_reported_and_later_replays_still_run() {
     let stream = new_stream(&context);
     let reports = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&reports);
-    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
         if panic
             .message
             .starts_with("deliberate panic in an engine node")
@@ -271,7 +271,7 @@ fn a_panicking_engine_node_is_reported_and_later_replays_still_run() {
         executable.launch(&stream).expect("launch");
     }
     stream.synchronize().expect("the stream went on");
-    cuda_host::clear_host_panic_hook();
+    cuda_host::panics::clear_host_panic_hook();
     assert_eq!(runs.load(Ordering::SeqCst), 3);
     let reports = reports.lock().unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");

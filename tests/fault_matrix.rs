@@ -9,9 +9,10 @@
 //! none, so a new call cannot go unexercised.
 
 use cuda_host::{
-    CaptureMode, Context, Device, Event, EventFlags, Graph, GraphBuilder, HostEngine,
-    HostTaskSyncMode, LaunchOptions, Stream, StreamFlags, Timeline, UserData, host_launch,
-    host_launch_raw, host_launch_with, release_in_stream_order,
+    Context, Device, Event, EventFlags, Stream, StreamFlags, UserData, graph::CaptureMode,
+    graph::Graph, graph::GraphBuilder, host_launch, host_launch_raw, options::HostEngine,
+    options::HostTaskSyncMode, options::LaunchOptions, options::host_launch_with,
+    points::release_in_stream_order, timeline::Timeline,
 };
 use cuda_host_sys::CUresult;
 use std::collections::BTreeSet;
@@ -62,7 +63,7 @@ struct Row {
 }
 
 struct Fixture {
-    driver: Arc<cuda_host::Driver>,
+    driver: Arc<cuda_host::sys::Driver>,
     context: Context,
     tally: Arc<Tally>,
 }

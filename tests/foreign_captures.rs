@@ -5,8 +5,9 @@
 //! ([`suite::capture_lock`]); global-mode ones run alone in a child process.
 
 use cuda_host::{
-    CaptureMode, Context, Error, Event, EventFlags, GraphBuilder, HostEngine, Stream, StreamFlags,
-    UserData, host_launch, host_launch_replayable, host_launch_replayable_raw, metrics,
+    Context, Error, Event, EventFlags, Stream, StreamFlags, UserData, graph::CaptureMode,
+    graph::GraphBuilder, graph::host_launch_replayable, graph::host_launch_replayable_raw,
+    host_launch, metrics, options::HostEngine,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;
@@ -415,11 +416,13 @@ fn a_panicking_replayable_callable_is_reported_on_every_launch_and_the_graph_goe
     let stream = new_stream(&context);
     let reports = Arc::new(std::sync::Mutex::new(0usize));
     let hook_reports = Arc::clone(&reports);
-    cuda_host::set_host_panic_hook(move |panic: &cuda_host::HostFunctionPanic<'_>| {
-        if panic.message.starts_with("deliberate replayable") {
-            *hook_reports.lock().unwrap() += 1;
-        }
-    });
+    cuda_host::panics::set_host_panic_hook(
+        move |panic: &cuda_host::panics::HostFunctionPanic<'_>| {
+            if panic.message.starts_with("deliberate replayable") {
+                *hook_reports.lock().unwrap() += 1;
+            }
+        },
+    );
     let panicking = || panic!("deliberate replayable panic");
     // SAFETY: not capturing.
     unsafe { host_launch_replayable(&stream, panicking) }.expect("live launch");
@@ -438,7 +441,7 @@ fn a_panicking_replayable_callable_is_reported_on_every_launch_and_the_graph_goe
     let graph = capture.end().expect("the capture is still valid");
     // The stream goes on.
     graph.instantiate().run(&stream, 2);
-    cuda_host::clear_host_panic_hook();
+    cuda_host::panics::clear_host_panic_hook();
     assert_eq!(
         (*reports.lock().unwrap(), tally.runs()),
         (3, 3),
@@ -515,7 +518,7 @@ fn a_replayable_launch_into_a_foreign_capture_drops_nothing_that_could_invalidat
     let tally = Tally::new();
     let probe = tally.probe();
     // SAFETY: this thread ends the capture, after the call.
-    unsafe { cuda_host::host_launch_replayable(&stream, move || probe.ran()) }
+    unsafe { cuda_host::graph::host_launch_replayable(&stream, move || probe.ran()) }
         .expect("added to the capture");
     let dropped_during_capture = answered.lock().unwrap().is_some();
     let ended = capture.end();
@@ -553,8 +556,11 @@ fn a_logger_run_by_a_replayable_launch_may_end_a_capture_through_cuda_host() {
                 return;
             }
             let stream = STREAM.get().expect("the logger's stream");
-            let builder = cuda_host::GraphBuilder::begin(stream, cuda_host::CaptureMode::Relaxed)
-                .expect("the logger's capture");
+            let builder = cuda_host::graph::GraphBuilder::begin(
+                stream,
+                cuda_host::graph::CaptureMode::Relaxed,
+            )
+            .expect("the logger's capture");
             drop(builder.end().expect("the logger's capture ends"));
             ENDED.store(true, Ordering::SeqCst);
         }
@@ -573,7 +579,7 @@ fn a_logger_run_by_a_replayable_launch_may_end_a_capture_through_cuda_host() {
     let done = Arc::clone(&added);
     let adding = std::thread::spawn(move || {
         // SAFETY: the capture ends only after the call.
-        let result = unsafe { cuda_host::host_launch_replayable(&stream, || {}) };
+        let result = unsafe { cuda_host::graph::host_launch_replayable(&stream, || {}) };
         done.store(true, Ordering::SeqCst);
         (result, stream)
     });

@@ -3,7 +3,7 @@
 //! and keeps it alive while it lives, as the driver's user objects say, and lets its old graph's
 //! callable go with that graph. Captures take turns ([`suite::capture_lock`]).
 
-use cuda_host::{Context, Stream, StreamFlags, host_launch_replayable};
+use cuda_host::{Context, Stream, StreamFlags, graph::host_launch_replayable};
 use cuda_host_sys::{
     CUgraphExecUpdateResult, CUgraphExecUpdateResultInfo, CUresult, CUstreamCaptureMode,
 };

@@ -4,8 +4,8 @@
 //! graph calls must not overlap a global-mode capture of another test.
 
 use cuda_host::{
-    CaptureMode, Context, Error, Graph, GraphBuilder, HostCallable, HostFunctionPanic, Stream,
-    StreamFlags, UserData, host_launch,
+    Context, Error, Stream, StreamFlags, UserData, graph::CaptureMode, graph::Graph,
+    graph::GraphBuilder, graph::HostCallable, host_launch, panics::HostFunctionPanic,
 };
 use cuda_host_sys::CUresult;
 use std::ffi::c_void;
@@ -274,7 +274,7 @@ fn a_panic_in_a_graph_host_node_is_reported_and_the_launch_goes_on() {
     let stream = new_stream(&context);
     let reports = Arc::new(Mutex::new(Vec::new()));
     let hook_reports = Arc::clone(&reports);
-    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
         if panic.message.starts_with("deliberate graph") {
             hook_reports
                 .lock()
@@ -295,7 +295,7 @@ fn a_panic_in_a_graph_host_node_is_reported_and_the_launch_goes_on() {
     executable.launch(&stream).unwrap();
     executable.launch(&stream).unwrap();
     stream.synchronize().expect("the stream goes on");
-    cuda_host::clear_host_panic_hook();
+    cuda_host::panics::clear_host_panic_hook();
     assert_eq!(tally.runs(), 2);
     assert_eq!(
         *reports.lock().unwrap(),
@@ -494,7 +494,7 @@ fn a_graph_callable_whose_drop_panics_is_reported_on_a_callers_thread_and_the_dr
     }
     let reports: Arc<Mutex<Vec<(String, std::thread::ThreadId)>>> = Arc::default();
     let hook_reports = Arc::clone(&reports);
-    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
         hook_reports
             .lock()
             .unwrap()
@@ -976,7 +976,7 @@ fn callables_set_on_an_executable_whose_drops_panic_are_each_reported_when_it_go
     }
     let reports = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&reports);
-    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
         if panic.message == "deliberate panic in an executable's callable's Drop" {
             counted.fetch_add(1, Ordering::SeqCst);
         }
@@ -1026,7 +1026,7 @@ fn an_executable_launched_on_the_legacy_stream_while_a_blocking_stream_captures_
     assert_eq!(
         refused,
         Error::StreamCapturing {
-            status: cuda_host::CaptureState::Implicit
+            status: cuda_host::graph::CaptureState::Implicit
         }
     );
     builder.end().expect("the capture ends in a graph");

@@ -3,8 +3,9 @@
 //! also when its body panics, its context fails, or other code captures.
 
 use cuda_host::{
-    CaptureState, Error, HostCopy, HostCopyScopeError, HostEngine, Stream, StreamFlags, UserData,
-    host_copy_fn, host_copy_raw, host_copy_scope, host_launch, host_launch_raw,
+    Error, Stream, StreamFlags, UserData, graph::CaptureState, host_copy::HostCopy,
+    host_copy::HostCopyScopeError, host_copy::host_copy_fn, host_copy::host_copy_raw,
+    host_copy::host_copy_scope, host_launch, host_launch_raw, options::HostEngine,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::ffi::c_void;

@@ -3,8 +3,8 @@
 //! `capture_rejection.rs`.
 
 use cuda_host::{
-    Context, Error, HostFunctionPanic, Stream, StreamFlags, UserData, host_launch, host_launch_raw,
-    named,
+    Context, Error, Stream, StreamFlags, UserData, host_launch, host_launch_raw, options::named,
+    panics::HostFunctionPanic,
 };
 use cuda_host_sys::CUresult;
 use std::ffi::c_void;
@@ -223,7 +223,7 @@ fn every_launch_reclaims_the_records_finished_before_it() {
 fn with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims() {
     // Alone in a process: the interval is process-wide, and other threads reclaim too.
     suite::alone_in_child!(with_a_reclaim_interval_every_nth_launch_of_a_thread_reclaims);
-    cuda_host::set_launch_reclaim_interval(std::num::NonZeroU32::new(3).unwrap());
+    cuda_host::options::set_launch_reclaim_interval(std::num::NonZeroU32::new(3).unwrap());
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
@@ -331,7 +331,7 @@ fn a_panicking_closure_is_reported_and_later_work_still_runs() {
     let stream = new_stream(&context);
     let reports: Arc<Mutex<Vec<(String, usize)>>> = Arc::default();
     let hook_reports = Arc::clone(&reports);
-    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
         if panic.message.starts_with("deliberate") {
             let stream = panic.stream.map_or(0, |stream| stream.addr());
             hook_reports
@@ -352,7 +352,7 @@ fn a_panicking_closure_is_reported_and_later_work_still_runs() {
     stream
         .synchronize()
         .expect("the stream goes on after a panic");
-    cuda_host::clear_host_panic_hook();
+    cuda_host::panics::clear_host_panic_hook();
 
     assert_eq!(tally.runs(), 2);
     assert_eq!(tally.drops(), 2);
@@ -379,7 +379,7 @@ fn an_injected_refusal_drops_the_closure_at_once_without_running_it() {
     let probe = tally.probe();
     // The entry point the stream's engine launches through.
     let entry = match stream.host_engine() {
-        cuda_host::HostEngine::Polled => c"cuStreamBatchMemOp",
+        cuda_host::options::HostEngine::Polled => c"cuStreamBatchMemOp",
         _ => c"cuLaunchHostFunc",
     };
     controls.fail_next_calls(entry, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
@@ -889,7 +889,7 @@ impl Drop for PanicsOnDrop {
 fn collect_panic_reports() -> Arc<Mutex<Vec<String>>> {
     let reports: Arc<Mutex<Vec<String>>> = Arc::default();
     let hook_reports = Arc::clone(&reports);
-    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
         hook_reports.lock().unwrap().push(panic.message.to_owned());
     });
     reports
@@ -1100,7 +1100,7 @@ fn synchronize_drops_this_threads_values_while_other_threads_reclaim() {
 fn a_closure_refused_inside_a_host_function_is_dropped_on_a_callers_thread() {
     let context = context();
     let stream = Arc::new(new_stream(&context));
-    let graph = cuda_host::Graph::new(&context).expect("graph");
+    let graph = cuda_host::graph::Graph::new(&context).expect("graph");
     let tally = Tally::new();
     let driver_thread = Arc::new(Mutex::new(None));
     let (inner_stream, seen_thread) = (Arc::clone(&stream), Arc::clone(&driver_thread));
@@ -1136,10 +1136,10 @@ fn a_panic_hook_that_replaces_itself_does_not_deadlock() {
     suite::alone_in_child!(a_panic_hook_that_replaces_itself_does_not_deadlock);
     let (first, second) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let (in_first, for_second) = (Arc::clone(&first), Arc::clone(&second));
-    cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
         in_first.fetch_add(1, Ordering::SeqCst);
         let in_second = Arc::clone(&for_second);
-        cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
+        cuda_host::panics::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
             in_second.fetch_add(1, Ordering::SeqCst);
         });
     });
@@ -1162,16 +1162,16 @@ fn replacing_a_hook_whose_drop_clears_the_hook_does_not_deadlock() {
     struct ClearsOnDrop;
     impl Drop for ClearsOnDrop {
         fn drop(&mut self) {
-            cuda_host::clear_host_panic_hook();
+            cuda_host::panics::clear_host_panic_hook();
         }
     }
     let value = ClearsOnDrop;
-    cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
         let _ = &value;
     });
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        cuda_host::set_host_panic_hook(|_: &HostFunctionPanic<'_>| {});
+        cuda_host::panics::set_host_panic_hook(|_: &HostFunctionPanic<'_>| {});
         tx.send(()).unwrap();
     });
     rx.recv_timeout(suite::TIMEOUT)
@@ -1186,7 +1186,7 @@ fn the_panic_hook_runs_marked_as_inside_a_host_function() {
     let stream = Arc::new(new_stream(&context));
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let (hook_stream, hook_seen) = (Arc::clone(&stream), Arc::clone(&seen));
-    cuda_host::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |_: &HostFunctionPanic<'_>| {
         let mut seen = hook_seen.lock().unwrap();
         seen.push(format!("marked: {}", cuda_host::in_host_function()));
         seen.push(format!("reclaimed: {}", cuda_host::reclaim()));
@@ -1342,7 +1342,7 @@ fn creating_streams_and_events_and_using_the_special_streams_leave_the_current_c
                 );
                 per_thread.synchronize().expect("synchronize");
                 assert!(current().is_null());
-                let graph = cuda_host::Graph::new(&context).expect("graph");
+                let graph = cuda_host::graph::Graph::new(&context).expect("graph");
                 assert!(current().is_null(), "Graph::new left its context current");
                 drop((graph, event, stream));
             })
@@ -1358,7 +1358,8 @@ fn slot_memory_beyond_the_reserve_goes_back_after_a_burst() {
     const BURST: usize = 50_000;
     let context = context();
     let stream = new_stream(&context);
-    if stream.host_engine() == cuda_host::HostEngine::Polled && !suite::test_driver().is_software()
+    if stream.host_engine() == cuda_host::options::HostEngine::Polled
+        && !suite::test_driver().is_software()
     {
         // The real driver takes only so many stream memory operations behind a wait nothing has
         // released before an enqueue blocks (docs/REAL-DRIVER.md): this thread would never open
@@ -1740,7 +1741,7 @@ fn a_failure_answered_through_the_null_stream_waits_for_a_function_launched_on_t
     }
     let context = context();
     let legacy = Stream::legacy(&context)
-        .with_host_engine(cuda_host::HostEngine::Polled)
+        .with_host_engine(cuda_host::options::HostEngine::Polled)
         .expect("the polled engine");
     // SAFETY: null, the legacy stream on this table, resolved against `context`.
     let null = unsafe { Stream::borrow_raw(&context, std::ptr::null_mut()) };
@@ -1768,7 +1769,7 @@ fn a_synchronize_answering_a_failure_returns_only_once_no_graph_host_node_of_its
     let context = context();
     let (running, faulting) = (new_stream(&context), new_stream(&context));
     let progress = Straddle::leaked();
-    let graph = cuda_host::Graph::new(&context).expect("graph");
+    let graph = cuda_host::graph::Graph::new(&context).expect("graph");
     graph
         .add_host_node(&[], move || progress.run())
         .expect("host node");

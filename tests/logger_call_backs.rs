@@ -4,7 +4,10 @@
 //! a behaviour that holds. Every wait is bounded; a test that finds cuda-host wedged leaves the
 //! wedged thread behind and fails.
 
-use cuda_host::{CaptureMode, Context, GraphBuilder, GraphExec, Stream, StreamFlags, host_launch};
+use cuda_host::{
+    Context, Stream, StreamFlags, graph::CaptureMode, graph::GraphBuilder, graph::GraphExec,
+    host_launch,
+};
 use cuda_host_sys::CUresult;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -118,7 +121,7 @@ fn a_logger_called_while_a_capture_waits_for_a_held_launch_may_launch_on_the_leg
 
 thread_local! {
     /// The executable and stream a logger's call back launches again, on the thread that set them.
-    static RELAUNCH: std::cell::RefCell<Option<(std::rc::Rc<cuda_host::GraphExec>, Arc<Stream>)>> =
+    static RELAUNCH: std::cell::RefCell<Option<(std::rc::Rc<cuda_host::graph::GraphExec>, Arc<Stream>)>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -150,7 +153,7 @@ fn a_logger_called_when_a_launchs_fence_cannot_be_recorded_may_launch_the_execut
         let context = context.clone();
         move || {
             let stream = Arc::new(new_stream(&context));
-            let graph = cuda_host::Graph::new(&context).expect("graph");
+            let graph = cuda_host::graph::Graph::new(&context).expect("graph");
             let node = graph.add_host_node(&[], || {}).expect("node");
             let exec = std::rc::Rc::new(graph.instantiate().expect("executable"));
             // A callable of the executable's own: its launches record fences.
@@ -177,7 +180,7 @@ fn a_logger_called_when_a_launchs_fence_cannot_be_recorded_may_launch_the_execut
 thread_local! {
     /// The graph and executable a logger's call back replaces a callable of, on the thread they
     /// live on.
-    static REPLACE: std::cell::RefCell<Option<(Rc<cuda_host::Graph>, Rc<cuda_host::GraphExec>)>> =
+    static REPLACE: std::cell::RefCell<Option<(Rc<cuda_host::graph::Graph>, Rc<cuda_host::graph::GraphExec>)>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -211,7 +214,7 @@ fn a_logger_called_when_a_replaced_callables_fence_cannot_be_destroyed_may_repla
         let context = context.clone();
         move || {
             let stream = new_stream(&context);
-            let graph = Rc::new(cuda_host::Graph::new(&context).expect("graph"));
+            let graph = Rc::new(cuda_host::graph::Graph::new(&context).expect("graph"));
             let node = graph.add_host_node(&[], || {}).expect("node");
             let exec = Rc::new(graph.instantiate().expect("executable"));
             // A callable of the executable's own: its launches record fences.
@@ -294,7 +297,7 @@ fn a_logger_called_by_a_failed_pass_through_launch_may_begin_a_capture_of_its_st
 
 /// An executable with a callable of its own (its launches record fences), on `context`.
 fn executable_with_fences(context: &Context) -> GraphExec {
-    let graph = cuda_host::Graph::new(context).expect("graph");
+    let graph = cuda_host::graph::Graph::new(context).expect("graph");
     let node = graph.add_host_node(&[], || {}).expect("node");
     let exec = graph.instantiate().expect("executable");
     exec.set_host_node_callable(&node, || {})
@@ -418,7 +421,7 @@ fn a_logger_called_when_a_context_cannot_be_made_current_again_may_make_a_polled
             let maker = POLLED_MAKER.lock().expect("the maker").take();
             if maker == Some(std::thread::current().id()) {
                 let other = new_stream(&context)
-                    .with_host_engine(cuda_host::HostEngine::Polled)
+                    .with_host_engine(cuda_host::options::HostEngine::Polled)
                     .expect("a second polled stream");
                 drop(other);
             }
@@ -454,7 +457,7 @@ fn a_logger_called_when_a_context_cannot_be_made_current_again_may_make_a_polled
             controls.delay_next_calls(c"cuMemHostAlloc", 1, Duration::from_millis(600));
             let _ = bound.send(());
             // The context's first polled stream: its page of lanes is allocated now.
-            let polled = stream.with_host_engine(cuda_host::HostEngine::Polled);
+            let polled = stream.with_host_engine(cuda_host::options::HostEngine::Polled);
             polled.is_ok()
         }
     });
@@ -505,7 +508,7 @@ fn a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
     calling_back_logger::on_every_record(|| {
         if let Some(stream) = REPLAYABLE_ON.with(|on| on.borrow_mut().take()) {
             // SAFETY: no other thread captures the stream.
-            unsafe { cuda_host::host_launch_replayable(&stream, || {}) }
+            unsafe { cuda_host::graph::host_launch_replayable(&stream, || {}) }
                 .expect("a replayable host function launched from the logger");
         }
     });
@@ -516,8 +519,8 @@ fn a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
             let other = Arc::new(new_stream(&context));
             let per_thread = Stream::per_thread(&context);
             let engine = match holder {
-                CaptureNodeHolder::EngineCallback => cuda_host::HostEngine::Polled,
-                _ => cuda_host::HostEngine::Driver,
+                CaptureNodeHolder::EngineCallback => cuda_host::options::HostEngine::Polled,
+                _ => cuda_host::options::HostEngine::Driver,
             };
             let builder = match holder {
                 CaptureNodeHolder::ReplayableLaunch => None,
@@ -539,7 +542,8 @@ fn a_logger_under_the_capture_node_lock_may_launch_a_replayable_host_function(
                 (CaptureNodeHolder::ReplayableLaunch, _) => {
                     let legacy = Stream::legacy(&context);
                     // SAFETY: no other thread captures the legacy stream.
-                    unsafe { cuda_host::host_launch_replayable(&legacy, || {}) }.expect("launched");
+                    unsafe { cuda_host::graph::host_launch_replayable(&legacy, || {}) }
+                        .expect("launched");
                     legacy.synchronize().expect("synchronized");
                 }
                 (CaptureNodeHolder::End, Some(builder)) => {

@@ -7,8 +7,9 @@
 //! this build made.
 
 use cuda_host::{
-    CaptureMode, Error, GraphBuilder, HostEngine, Stream, StreamFlags, UserData, host_launch,
-    host_launch_raw, metrics, named, release_in_stream_order, stream_point,
+    Error, Stream, StreamFlags, UserData, graph::CaptureMode, graph::GraphBuilder, host_launch,
+    host_launch_raw, metrics, options::HostEngine, options::named, points::release_in_stream_order,
+    points::stream_point,
 };
 use std::ffi::{CStr, c_char};
 use std::future::Future;

@@ -3,7 +3,9 @@
 //! `host_copy_fn` called directly rather than by the driver. Tests that set a logger or fail a
 //! context run alone in a child process. Every wait is bounded.
 
-use cuda_host::{CaptureMode, GraphBuilder, HostCopy, Stream, StreamFlags, host_launch};
+use cuda_host::{
+    Stream, StreamFlags, graph::CaptureMode, graph::GraphBuilder, host_copy::HostCopy, host_launch,
+};
 use cuda_host_sys::CUresult;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
@@ -247,7 +249,7 @@ fn host_copy_fn_called_on_a_callers_thread_drops_its_loggers_payload_there() {
         let mut buffer = [7u8; 16];
         let mut copy = overlapping_copy(&mut buffer);
         // SAFETY: a valid description of readable and writable memory nothing else touches.
-        unsafe { cuda_host::host_copy_fn((&raw mut copy).cast()) };
+        unsafe { cuda_host::host_copy::host_copy_fn((&raw mut copy).cast()) };
         let dropped_here = logger::payloads_dropped_on();
         (std::thread::current().id(), dropped_here)
     });
@@ -297,7 +299,7 @@ fn host_copy_fn_called_on_a_callers_thread_lets_its_logger_launch() {
             let mut buffer = [7u8; 16];
             let mut copy = overlapping_copy(&mut buffer);
             // SAFETY: a valid description of readable and writable memory nothing else touches.
-            unsafe { cuda_host::host_copy_fn((&raw mut copy).cast()) };
+            unsafe { cuda_host::host_copy::host_copy_fn((&raw mut copy).cast()) };
             // The launch's closure is this thread's to drop, while it lives.
             stream.synchronize().expect("synchronize");
             suite::wait::holds_within(BOUND, || {

@@ -3,7 +3,9 @@
 //! panics on every record while armed (`suite::panicking_logger`), in a child process of its own (a logger is
 //! set once per process), then drives one place that logs.
 
-use cuda_host::{Context, Stream, StreamFlags, reclaim, release_in_stream_order, stream_point};
+use cuda_host::{
+    Context, Stream, StreamFlags, points::release_in_stream_order, points::stream_point, reclaim,
+};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -292,7 +294,7 @@ fn host_copy_fn_handed_overlapping_buffers_under_a_panicking_logger_neither_unwi
     panicking_logger::install();
     let mut buffer: Vec<u8> = (0..64).collect();
     let base = buffer.as_mut_ptr();
-    let copy = cuda_host::HostCopy {
+    let copy = cuda_host::host_copy::HostCopy {
         source: base.cast_const().cast(),
         // SAFETY: 16 bytes into a 64-byte buffer.
         destination: unsafe { base.add(16) }.cast(),
@@ -302,7 +304,7 @@ fn host_copy_fn_handed_overlapping_buffers_under_a_panicking_logger_neither_unwi
     let called = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: a valid description of memory this test owns; the function refuses the
         // overlap and copies nothing.
-        unsafe { cuda_host::host_copy_fn(std::ptr::from_ref(&copy).cast_mut().cast()) }
+        unsafe { cuda_host::host_copy::host_copy_fn(std::ptr::from_ref(&copy).cast_mut().cast()) }
     }));
     panicking_logger::arm(false);
     assert!(called.is_ok(), "host_copy_fn unwound");

@@ -6,8 +6,9 @@
 //! logger, frees and allocations during a global capture.
 
 use cuda_host::{
-    CaptureMode, Context, Error, GraphBuilder, HostEngine, HostTaskSyncMode, LaunchOptions, Stream,
-    StreamFlags, UserData, host_launch, host_launch_raw, host_launch_with, metrics, reclaim,
+    Context, Error, Stream, StreamFlags, UserData, graph::CaptureMode, graph::GraphBuilder,
+    host_launch, host_launch_raw, metrics, options::HostEngine, options::HostTaskSyncMode,
+    options::LaunchOptions, options::host_launch_with, reclaim,
 };
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};

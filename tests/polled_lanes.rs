@@ -7,8 +7,9 @@
 //! those that depend on which server a stream lands on run alone in a child process.
 
 use cuda_host::{
-    Context, Error, HostEngine, MAX_POLLED_ENGINE_THREADS, Stream, StreamFlags, host_launch,
-    metrics, polled_engine_threads, set_polled_engine_threads,
+    Context, Error, Stream, StreamFlags, host_launch, metrics, options::HostEngine,
+    polled::MAX_POLLED_ENGINE_THREADS, polled::polled_engine_threads,
+    polled::set_polled_engine_threads,
 };
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -4,8 +4,8 @@
 //! the wedge) and fails.
 
 use cuda_host::{
-    Context, Error, Stream, StreamFlags, StreamPoint, host_launch, metrics, reclaim,
-    release_in_stream_order, stream_point,
+    Context, Error, Stream, StreamFlags, host_launch, metrics, points::StreamPoint,
+    points::release_in_stream_order, points::stream_point, reclaim,
 };
 use cuda_host_sys::CUresult;
 use std::future::Future;
@@ -526,7 +526,7 @@ fn a_logger_called_by_a_take_back_look_in_a_release_on_the_legacy_stream_may_beg
             let legacy = Stream::legacy(&context);
             // The look taking the first stream's track back fails its query, and logs.
             controls.fail_next_calls(c"cuEventQuery", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
-            let _ = cuda_host::release_in_stream_order(&legacy, vec![0_u8; 8]);
+            let _ = cuda_host::points::release_in_stream_order(&legacy, vec![0_u8; 8]);
         }
     })
     .is_some();

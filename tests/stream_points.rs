@@ -2,8 +2,9 @@
 //! passes a point. Their timing, threads, leaks, failures, captures and the watcher's idling.
 
 use cuda_host::{
-    CaptureMode, CaptureState, Context, Error, Event, EventFlags, GraphBuilder, Stream,
-    StreamFlags, StreamPoint, host_launch, metrics, reclaim, release_in_stream_order, stream_point,
+    Context, Error, Event, EventFlags, Stream, StreamFlags, graph::CaptureMode,
+    graph::CaptureState, graph::GraphBuilder, host_launch, metrics, points::StreamPoint,
+    points::release_in_stream_order, points::stream_point, reclaim,
 };
 use cuda_host_sys::CUresult;
 use std::future::Future;
@@ -1158,14 +1159,16 @@ fn a_released_value_whose_drop_panics_is_reported_and_the_drain_goes_on() {
             panic!("deliberate panic in a released value's Drop");
         }
     }
-    let reports: Arc<Mutex<Vec<(String, cuda_host::PanicOrigin)>>> = Arc::default();
+    let reports: Arc<Mutex<Vec<(String, cuda_host::panics::PanicOrigin)>>> = Arc::default();
     let hook_reports = Arc::clone(&reports);
-    cuda_host::set_host_panic_hook(move |panic: &cuda_host::HostFunctionPanic<'_>| {
-        hook_reports
-            .lock()
-            .unwrap()
-            .push((panic.message.to_owned(), panic.origin));
-    });
+    cuda_host::panics::set_host_panic_hook(
+        move |panic: &cuda_host::panics::HostFunctionPanic<'_>| {
+            hook_reports
+                .lock()
+                .unwrap()
+                .push((panic.message.to_owned(), panic.origin));
+        },
+    );
     let context = context();
     let stream = new_stream(&context);
     let tally = Tally::new();
@@ -1185,7 +1188,7 @@ fn a_released_value_whose_drop_panics_is_reported_and_the_drain_goes_on() {
     let reports = reports.lock().unwrap();
     assert_eq!(reports.len(), 1, "{reports:?}");
     assert_eq!(reports[0].0, "deliberate panic in a released value's Drop");
-    assert_eq!(reports[0].1, cuda_host::PanicOrigin::Drop);
+    assert_eq!(reports[0].1, cuda_host::panics::PanicOrigin::Drop);
 }
 
 #[test]

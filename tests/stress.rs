@@ -8,7 +8,8 @@
 //! 125,000).
 
 use cuda_host::{
-    CaptureMode, GraphBuilder, HostFunctionPanic, PanicOrigin, Stream, StreamFlags, host_launch,
+    Stream, StreamFlags, graph::CaptureMode, graph::GraphBuilder, host_launch,
+    panics::HostFunctionPanic, panics::PanicOrigin,
 };
 use std::cell::Cell;
 use std::io::Write as _;
@@ -113,13 +114,13 @@ fn eight_threads_four_streams_captures_and_panics_lose_nothing_and_leak_nothing(
     stress_round(&streams, per_thread, true);
     drop(streams);
     drop(owners);
-    cuda_host::clear_host_panic_hook();
+    cuda_host::panics::clear_host_panic_hook();
 }
 
 fn stress_round(streams: &[Stream], per_thread: usize, report: bool) {
     let counts = Arc::new(Counts::default());
     let hook_counts = Arc::clone(&counts);
-    cuda_host::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
+    cuda_host::panics::set_host_panic_hook(move |panic: &HostFunctionPanic<'_>| {
         match panic.origin {
             PanicOrigin::HostFunction => &hook_counts.reported_function_panics,
             _ => &hook_counts.reported_drop_panics,

@@ -1,10 +1,10 @@
 //! `cuLaunchHostFunc_v2`'s sync mode as a launch option: it reaches the driver when the driver
 //! has the entry point, and is a typed error naming it and the version it needs when not.
 
-use cuda_host::cuda_host_sys::{Availability, Driver};
+use cuda_host::sys::{Availability, Driver};
 use cuda_host::{
-    Device, Error, HostTaskSyncMode, LaunchOptions, Stream, StreamFlags, UserData, host_launch,
-    host_launch_raw_with, host_launch_with,
+    Device, Error, Stream, StreamFlags, UserData, host_launch, options::HostTaskSyncMode,
+    options::LaunchOptions, options::host_launch_raw_with, options::host_launch_with,
 };
 use std::ffi::{CStr, c_void};
 use std::sync::Arc;

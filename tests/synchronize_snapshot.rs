@@ -3,7 +3,7 @@
 //! the track up and noting its last point has no driver call in it, so this binary's allocator
 //! holds it open: on a thread that asks, an allocation of the size the note makes sleeps.
 
-use cuda_host::{Context, Stream, StreamFlags, stream_point};
+use cuda_host::{Context, Stream, StreamFlags, points::stream_point};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -79,7 +79,7 @@ fn a_synchronize_never_passes_a_point_of_another_stream_its_streams_track_went_t
             // The second stream, held, takes the quiet track back: a value released on it,
             // then a point.
             gate.hold(&second);
-            cuda_host::release_in_stream_order(&second, tally.probe())
+            cuda_host::points::release_in_stream_order(&second, tally.probe())
                 .map_err(|refused| refused.error)
                 .expect("released");
             let later = stream_point(&second).expect("point");

@@ -4,7 +4,8 @@
 //! bounded.
 
 use cuda_host::{
-    CaptureState, Context, Error, Stream, StreamFlags, Timeline, host_launch, metrics, reclaim,
+    Context, Error, Stream, StreamFlags, graph::CaptureState, host_launch, metrics, reclaim,
+    timeline::Timeline,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::future::Future;

@@ -2,7 +2,9 @@
 //! Ordering, monotonic values, many waiters, a timeline dropped while streams wait, context
 //! failure, captures, and the watcher's adversity.
 
-use cuda_host::{CaptureState, Context, Error, Stream, StreamFlags, Timeline, metrics, reclaim};
+use cuda_host::{
+    Context, Error, Stream, StreamFlags, graph::CaptureState, metrics, reclaim, timeline::Timeline,
+};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::future::Future;
 use std::pin::Pin;

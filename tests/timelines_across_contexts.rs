@@ -2,7 +2,7 @@
 //! that holds its memory while another context's stream reads it, and a failure of the
 //! timeline's context leaves no other context's stream waiting.
 
-use cuda_host::{Context, Device, Stream, StreamFlags, Timeline};
+use cuda_host::{Context, Device, Stream, StreamFlags, timeline::Timeline};
 use cuda_host_sys::CUresult;
 use std::time::Duration;
 use suite::{Gate, MappedWords, context, wait_until};

@@ -6,8 +6,9 @@
 //! the subscriber as its global default.
 
 use cuda_host::{
-    CaptureMode, Context, Error, GraphBuilder, HostEngine, Stream, StreamFlags, host_launch,
-    metrics, named, release_in_stream_order, stream_point,
+    Context, Error, Stream, StreamFlags, graph::CaptureMode, graph::GraphBuilder, host_launch,
+    metrics, options::HostEngine, options::named, points::release_in_stream_order,
+    points::stream_point,
 };
 use std::collections::HashMap;
 use std::future::Future;

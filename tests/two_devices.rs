@@ -3,10 +3,10 @@
 //! captured by other code on device 1 while device 0 is current. On the software driver each test
 //! runs in a child with two devices (`CUSW_DEVICE_COUNT=2`); on a machine with one GPU they skip.
 
-use cuda_host::cuda_host_sys::CUstreamCaptureMode;
+use cuda_host::sys::CUstreamCaptureMode;
 use cuda_host::{
-    Context, HostEngine, Stream, StreamFlags, Timeline, host_launch, host_launch_replayable,
-    release_in_stream_order, stream_point,
+    Context, Stream, StreamFlags, graph::host_launch_replayable, host_launch, options::HostEngine,
+    points::release_in_stream_order, points::stream_point, timeline::Timeline,
 };
 use std::future::Future;
 use std::pin::Pin;

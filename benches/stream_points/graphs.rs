@@ -11,7 +11,10 @@
 
 use crate::{Bench, median};
 use cuda_host::sys::CUgraphExec;
-use cuda_host::{CaptureMode, Graph, GraphBuilder, GraphExec, HostEngine, Stream};
+use cuda_host::{
+    Stream, graph::CaptureMode, graph::Graph, graph::GraphBuilder, graph::GraphExec,
+    options::HostEngine,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 

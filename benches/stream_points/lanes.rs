@@ -10,8 +10,8 @@
 
 use crate::Bench;
 use cuda_host::{
-    HostEngine, Stream, StreamFlags, host_launch, metrics, polled_engine_threads,
-    set_polled_engine_threads,
+    Stream, StreamFlags, host_launch, metrics, options::HostEngine, polled::polled_engine_threads,
+    polled::set_polled_engine_threads,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -2,7 +2,9 @@
 //! on one stream.
 
 use crate::Bench;
-use cuda_host::{Event, EventFlags, Stream, StreamFlags, StreamPoint, stream_point};
+use cuda_host::{
+    Event, EventFlags, Stream, StreamFlags, points::StreamPoint, points::stream_point,
+};
 use std::ffi::c_void;
 use std::future::Future;
 use std::pin::Pin;

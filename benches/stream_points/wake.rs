@@ -13,7 +13,9 @@
 
 use crate::Bench;
 use cuda_host::sys::{CUevent, CUevent_flags, CUresult, CUstream, Driver};
-use cuda_host::{Stream, StreamFlags, StreamPoint, release_in_stream_order, stream_point};
+use cuda_host::{
+    Stream, StreamFlags, points::StreamPoint, points::release_in_stream_order, points::stream_point,
+};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

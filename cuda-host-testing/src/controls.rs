@@ -639,7 +639,7 @@ impl Controls {
     /// instead could not keep cuda-host usable on it: `driver/api/fresh_contexts.c` says why.)
     ///
     /// ```
-    /// use cuda_host::cuda_host_sys::CUresult;
+    /// use cuda_host::sys::CUresult;
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// // SAFETY: the library this package built is a driver library; no other driver was loaded.

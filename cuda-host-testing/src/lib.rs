@@ -9,7 +9,7 @@
 //! compiler `cc` finds. Then, in a test:
 //!
 //! ```no_run
-//! use cuda_host::cuda_host_sys::CUresult;
+//! use cuda_host::sys::CUresult;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // SAFETY: the library this package built is a driver library; no other driver was loaded.

@@ -2,7 +2,7 @@
 //! own context, while the other tests of the binary go on on the primary context; the context
 //! lives as long as cuda-host uses it, then goes.
 
-use cuda_host::cuda_host_sys::{CUcontext, CUresult, CUstream, Driver};
+use cuda_host::sys::{CUcontext, CUresult, CUstream, Driver};
 use cuda_host::{Context, Device, Stream, StreamFlags, host_launch};
 use cuda_host_testing::{Controls, Error, Variant};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The package as a user's test sees it: the driver it installs, the entry points it documents,
 //! what answers for the others, its controls' typed errors and its libcuda folder.
 
-use cuda_host::cuda_host_sys::{
+use cuda_host::sys::{
     Availability, CUdriverProcAddressQueryResult, CUresult, Error as DriverError,
 };
 use cuda_host_testing::{
@@ -19,7 +19,7 @@ type GetProcAddress = unsafe extern "C" fn(
     *mut CUdriverProcAddressQueryResult,
 ) -> CUresult;
 
-fn installed() -> &'static Arc<cuda_host::Driver> {
+fn installed() -> &'static Arc<cuda_host::sys::Driver> {
     // SAFETY: the library is this package's software driver.
     unsafe { cuda_host_testing::install() }.expect("the software driver installs")
 }

@@ -75,7 +75,7 @@ pub enum Error {
     },
 
     /// Another library reaches CUDA through another loaded driver library than cuda-host's
-    /// [`Driver`](crate::Driver), so its handles mean nothing to cuda-host's driver.
+    /// [`Driver`](crate::sys::Driver), so its handles mean nothing to cuda-host's driver.
     #[error(
         "{library} uses another CUDA driver library than cuda-host's ({driver}): its handles are \
          not valid there; make both load the same libcuda"
@@ -87,7 +87,7 @@ pub enum Error {
         driver: String,
     },
 
-    /// A stream point (a release in stream order, a [`StreamPoint`](crate::StreamPoint)) was
+    /// A stream point (a release in stream order, a [`StreamPoint`](crate::points::StreamPoint)) was
     /// asked of a stream that is being captured into a graph. Such a point would belong to the
     /// graph, which may pass it many times or never, so cuda-host refuses it; nothing is
     /// enqueued and the capture is left intact.
@@ -100,8 +100,8 @@ pub enum Error {
         status: CaptureState,
     },
 
-    /// A timeline's wait or signal ([`Timeline::enqueue_wait`](crate::Timeline::enqueue_wait),
-    /// [`Timeline::enqueue_signal`](crate::Timeline::enqueue_signal)) was asked of a stream that
+    /// A timeline's wait or signal ([`Timeline::enqueue_wait`](crate::timeline::Timeline::enqueue_wait),
+    /// [`Timeline::enqueue_signal`](crate::timeline::Timeline::enqueue_signal)) was asked of a stream that
     /// is being captured into a graph. A captured memory operation replays its constant value on
     /// every launch of the graph, at any later time, so cuda-host refuses it: nothing is enqueued
     /// and the capture is left intact.
@@ -133,7 +133,7 @@ pub enum Error {
     },
 
     /// The call needs pinned memory allocated (a polled stream's lane: see
-    /// [`HostEngine::Polled`](crate::HostEngine::Polled)) while a builder capture
+    /// [`HostEngine::Polled`](crate::options::HostEngine::Polled)) while a builder capture
     /// forbids it: one of the calling thread's, or a global-mode one of any thread, which the
     /// allocation would invalidate. Nothing was enqueued; the same call succeeds once the capture
     /// ended.
@@ -148,7 +148,7 @@ pub enum Error {
     },
 
     /// A stream wait on a timeline whose streams compare only the low 32 bits of its value (see
-    /// [`Timeline::uses_64_bit_operations`](crate::Timeline::uses_64_bit_operations)) for a value
+    /// [`Timeline::uses_64_bit_operations`](crate::timeline::Timeline::uses_64_bit_operations)) for a value
     /// more than 2^31 above the value now: the cyclic comparison would take it for one below,
     /// and let the stream go at once. Nothing was enqueued.
     #[error(

@@ -167,7 +167,7 @@ pub unsafe fn host_copy_raw(stream: &Stream, copy: HostCopy) -> Result<()> {
 /// cancelled copy copies nothing, whenever the driver (or the polled engine) calls it later. The
 /// scope waits for its own copies, not for the stream: it parks until each is done or cancelled,
 /// woken by each copy as it finishes. This holds on both engines: with
-/// [`HostEngine::Polled`](crate::HostEngine::Polled) the copies run on the engine's thread, under
+/// [`HostEngine::Polled`](crate::options::HostEngine::Polled) the copies run on the engine's thread, under
 /// the same states; and it does not rest on what a synchronize answers, which may be a failure
 /// while a copy is still running (a failed stream gives up its wait for the engine; the software
 /// driver's synchronize does not wait for a running host function either).
@@ -441,7 +441,7 @@ impl<T> From<HostCopyScopeError<T>> for Error {
 /// # fn demo(stream: &cuda_host::Stream) -> cuda_host::Result<()> {
 /// let source = vec![7u8; 4096];
 /// let mut destination = vec![0u8; 4096];
-/// cuda_host::host_copy_scope(stream, |scope| scope.copy(&source, &mut destination))??;
+/// cuda_host::host_copy::host_copy_scope(stream, |scope| scope.copy(&source, &mut destination))??;
 /// assert_eq!(source, destination);
 /// # Ok(()) }
 /// ```
@@ -452,7 +452,7 @@ impl<T> From<HostCopyScopeError<T>> for Error {
 /// # fn demo(stream: &cuda_host::Stream) {
 /// let source = vec![7u8; 16];
 /// let mut destination = vec![0u8; 16];
-/// let _ = cuda_host::host_copy_scope(stream, |scope| {
+/// let _ = cuda_host::host_copy::host_copy_scope(stream, |scope| {
 ///     scope.copy(&source, &mut destination).unwrap();
 ///     destination[0] // read while the copy may run
 /// });
@@ -464,7 +464,7 @@ impl<T> From<HostCopyScopeError<T>> for Error {
 /// ```compile_fail,E0597
 /// # fn demo(stream: &cuda_host::Stream) {
 /// let source = vec![7u8; 16];
-/// let _ = cuda_host::host_copy_scope(stream, |scope| {
+/// let _ = cuda_host::host_copy::host_copy_scope(stream, |scope| {
 ///     let mut local = vec![0u8; 16];
 ///     scope.copy(&source, &mut local).unwrap(); // `local` is gone before the copy ran
 /// });
@@ -477,7 +477,7 @@ impl<T> From<HostCopyScopeError<T>> for Error {
 /// # fn demo(stream: &cuda_host::Stream) {
 /// let source = vec![7u8; 16];
 /// let mut destination = vec![0u8; 16];
-/// let _ = cuda_host::host_copy_scope(stream, |scope| {
+/// let _ = cuda_host::host_copy::host_copy_scope(stream, |scope| {
 ///     std::thread::scope(|threads| {
 ///         threads.spawn(|| scope.copy(&source, &mut destination));
 ///     });

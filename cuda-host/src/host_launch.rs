@@ -51,15 +51,15 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 ///
 /// NVIDIA's reference: [`cuStreamAddCallback`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__STREAM.html).
 ///
-/// On a [`GraphBuilder`](crate::GraphBuilder), `function` is `Fn() + Send + Sync + 'static` and
+/// On a [`GraphBuilder`](crate::graph::GraphBuilder), `function` is `Fn() + Send + Sync + 'static` and
 /// becomes a host node of the graph, which runs it on every launch (see
-/// [`GraphBuilder::callback`](crate::GraphBuilder::callback)).
+/// [`GraphBuilder::callback`](crate::graph::GraphBuilder::callback)).
 ///
 /// On a [`Stream`], `function` is `FnMut() + Send + 'static` and runs exactly once, on the
 /// driver's host-function thread. It is called through a reference, so the values it captures
 /// stay in its launch record, which is dropped later on **the thread that launched it**, at its
 /// next cuda-host call (the next launch, a synchronize, [`reclaim`](crate::reclaim); see
-/// [`set_launch_reclaim_interval`](crate::set_launch_reclaim_interval)), or, once that thread has
+/// [`set_launch_reclaim_interval`](crate::options::set_launch_reclaim_interval)), or, once that thread has
 /// exited, by any thread: a captured buffer may free device memory in its `Drop`, which is
 /// forbidden on the driver's thread. (A `FnOnce` would drop its captures at the end of its call,
 /// there.) After [`Stream::synchronize`] returns, the values captured by the host functions this
@@ -69,7 +69,7 @@ impl<T: HostLaunch<F> + ?Sized, F> HostLaunch<F> for Arc<T> {
 ///
 /// Inside `function`, CUDA calls are forbidden: cuda-host's own return
 /// [`Error::InHostFunction`](crate::Error::InHostFunction). A panic is caught, logged, passed to
-/// the hook of [`set_host_panic_hook`](crate::set_host_panic_hook), and the stream goes on; so is
+/// the hook of [`set_host_panic_hook`](crate::panics::set_host_panic_hook), and the stream goes on; so is
 /// a panic in the `Drop` of a captured value, and the call that dropped it goes on.
 /// Whatever `function` waits for must not depend on work ordered after it, or on a lock held by a
 /// thread that waits for the stream: both never finish.
@@ -131,7 +131,7 @@ where
     }
 }
 
-/// A named function: profilers show its run by the name given ([`named`](crate::named)).
+/// A named function: profilers show its run by the name given ([`named`](crate::options::named)).
 impl<F> HostLaunch<Named<F>> for Stream
 where
     F: FnMut() + Send + 'static,

@@ -39,7 +39,7 @@
 //!   dependency.
 //! - `nvtx` (off by default): NVTX ranges for host functions on both engines and graph host
 //!   nodes, and marks for stream points, named after the closure's type or the name given with
-//!   [`named`], so that Nsight Systems shows which host function made a bubble between kernels.
+//!   [`named`](options::named), so that Nsight Systems shows which host function made a bubble between kernels.
 //!   Nothing is linked: the profiler's injection library (`NVTX_INJECTION64_PATH`, which Nsight
 //!   Systems sets) is opened at run time, on the first launch; absent, nothing happens.
 //! - `tracing` (off by default): [`tracing`](https://docs.rs/tracing) spans for the same runs,
@@ -70,25 +70,25 @@
 //! - A stream that is being captured into a graph is refused before anything is enqueued: a graph
 //!   runs its host functions on every launch, or never, so graph builders own their callables. A
 //!   builder capture waits for launches in flight on its stream. Callables that
-//!   may run many times go through [`host_launch_replayable`]: a node of the graph being
+//!   may run many times go through [`host_launch_replayable`](graph::host_launch_replayable): a node of the graph being
 //!   captured, whoever began the capture, owned by that graph; a run-once launch otherwise.
 //! - If the driver refuses a launch, the record is dropped at once on the calling thread.
 //! - A panic in a host function, in the panic hook, in a logger, or in the `Drop` of a captured
 //!   value is caught and reported; nothing unwinds into the driver.
 //!
 //! # Beyond the driver's primitive
-//! - [`release_in_stream_order`]: hand a value to a stream; it is dropped on this thread once the
-//!   stream passed that point. [`stream_point`]: a future that completes there. A point is one
+//! - [`release_in_stream_order`](points::release_in_stream_order): hand a value to a stream; it is dropped on this thread once the
+//!   stream passed that point. [`stream_point`](points::stream_point): a future that completes there. A point is one
 //!   event record, not a host function.
-//! - [`HostEngine::Polled`] ([`Stream::with_host_engine`]): host functions served by a small pool
-//!   of cuda-host's threads ([`set_polled_engine_threads`]) through a stream memory write and
+//! - [`HostEngine::Polled`](options::HostEngine::Polled) ([`Stream::with_host_engine`]): host functions served by a small pool
+//!   of cuda-host's threads ([`set_polled_engine_threads`](polled::set_polled_engine_threads)) through a stream memory write and
 //!   wait, at a twentieth of the driver's cost to the stream between kernels, different streams'
 //!   functions in parallel.
-//! - [`host_copy_fn`]: a `CUhostFn` that copies between host buffers in stream order
-//!   ([`host_copy_scope`], [`host_copy_raw`]).
-//! - [`Timeline`]: a monotonic 64-bit counter the host signals and streams wait on (a stream
+//! - [`host_copy_fn`](host_copy::host_copy_fn): a `CUhostFn` that copies between host buffers in stream order
+//!   ([`host_copy_scope`](host_copy::host_copy_scope), [`host_copy_raw`](host_copy::host_copy_raw)).
+//! - [`Timeline`](timeline::Timeline): a monotonic 64-bit counter the host signals and streams wait on (a stream
 //!   memory wait), streams signal and the host waits on or awaits; no host function.
-//! - [`host_launch_with`]: `cuLaunchHostFunc_v2`'s sync mode ([`HostTaskSyncMode`]), or a typed
+//! - [`host_launch_with`](options::host_launch_with): `cuLaunchHostFunc_v2`'s sync mode ([`HostTaskSyncMode`](options::HostTaskSyncMode)), or a typed
 //!   error on drivers without it.
 //!
 //! `docs/RELIABILITY.md` in the repository states each rule and how it is tested.
@@ -132,51 +132,29 @@ outside_loom_models! {
     #[cfg(test)]
     mod fake_driver;
     mod error;
-    mod graph;
+    pub mod graph;
     mod handle;
-    mod host_copy;
+    pub mod host_copy;
     mod host_launch;
-    mod launch_options;
     pub mod metrics;
     mod objects;
     mod observe;
+    pub mod options;
     mod own_thread;
-    mod points;
-    mod polled;
+    pub mod panics;
+    pub mod points;
+    pub mod polled;
     mod query_events;
     mod stream_leases;
-    mod timeline;
+    pub mod timeline;
 
     pub use contain::in_host_function;
     pub use cuda_host_sys as sys;
-    pub use cuda_host_sys;
-    pub use cuda_host_sys::Driver;
-    pub use error::{CaptureState, Error, Result};
-    pub use graph::{
-        CaptureMode, Graph, GraphBuilder, GraphExec, HostNode, host_launch_replayable,
-        host_launch_replayable_raw,
-    };
-    pub use host_copy::{
-        HostCopy, HostCopyScope, HostCopyScopeError, host_copy_fn, host_copy_raw, host_copy_scope,
-    };
+    pub use error::{Error, Result};
     pub use host_launch::{HostLaunch, UserData, host_launch, host_launch_raw};
-    pub use launch_options::{
-        HostTaskSyncMode, LaunchOptions, host_launch_raw_with, host_launch_with,
-    };
-    pub use launch::{
-        HostCallable, HostFunctionPanic, PanicOrigin, clear_host_panic_hook, reclaim,
-        set_host_panic_hook, set_launch_reclaim_interval,
-    };
+    pub use launch::reclaim;
     pub use metrics::metrics;
-    pub use objects::{
-        Context, Device, Event, EventFlags, HostEngine, HostEngineRefused, Stream, StreamFlags,
-    };
-    pub use observe::{Named, named};
-    pub use points::{StreamPoint, Unreleased, release_in_stream_order, stream_point};
-    pub use polled::{
-        MAX_POLLED_ENGINE_THREADS, polled_engine_threads, set_polled_engine_threads,
-    };
-    pub use timeline::{Reached, Timeline};
+    pub use objects::{Context, Device, Event, EventFlags, Stream, StreamFlags};
 
     use std::sync::Arc;
 
@@ -184,7 +162,7 @@ outside_loom_models! {
     ///
     /// # Errors
     /// [`Error::Driver`] with the load error when the driver cannot be loaded.
-    pub fn driver() -> Result<&'static Arc<Driver>> {
+    pub fn driver() -> Result<&'static Arc<sys::Driver>> {
         cuda_host_sys::driver().map_err(|error| Error::Driver(error.clone().into()))
     }
 }

@@ -6,7 +6,7 @@
 
 #![allow(dead_code)] // each example uses a part
 
-use cuda_host::cuda_host_sys::{CUdeviceptr, CUfunction, CUresult, Driver};
+use cuda_host::sys::{CUdeviceptr, CUfunction, CUresult, Driver};
 use cuda_host::{Device, Stream};
 use cuda_host_testing::SelectedDriver;
 use std::ffi::c_void;
@@ -32,7 +32,7 @@ pub fn open(
     let driver = selected.driver();
     let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
     let name = device.name().map_err(|e| e.to_string())?;
-    let version = cuda_host::cuda_host_sys::version_text(driver.version());
+    let version = cuda_host::sys::version_text(driver.version());
     if selected.is_software() {
         let kernels = if runs_kernels {
             ": the kernels are stand-ins, run by the driver's host-function thread"

@@ -48,7 +48,7 @@ pub fn contended_looks(env: &Env, stream: u8) -> String {
             let mut made = 0;
             for number in 0..POINTS {
                 let marker = mark(&stream);
-                match cuda_host::stream_point(&stream.stream) {
+                match cuda_host::points::stream_point(&stream.stream) {
                     Ok(point) => {
                         made += 1;
                         polled[number % LOOKERS].lock().unwrap().push(PendingPoint {

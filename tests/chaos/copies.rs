@@ -13,7 +13,7 @@ use crate::execute::Env;
 use crate::witness::{self, Witness, violated};
 use crate::world::ContextKind;
 use crate::world::{ContextEntry, StreamEntry};
-use cuda_host::{Error, HostTaskSyncMode, LaunchOptions, UserData};
+use cuda_host::{Error, UserData, options::HostTaskSyncMode, options::LaunchOptions};
 use proptest::prelude::*;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -164,7 +164,7 @@ fn scope(env: &Env, stream: u8, copies: u8, len: u16, panic_in_body: bool) -> St
     // Which copies were accepted, known also when the body panics.
     let accepted = std::cell::RefCell::new(Vec::new());
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        cuda_host::host_copy_scope(&stream.stream, |scope| {
+        cuda_host::host_copy::host_copy_scope(&stream.stream, |scope| {
             let mut accepted = accepted.borrow_mut();
             for (source, destination) in sources.iter().zip(destinations.iter_mut()) {
                 match scope.copy(source, destination) {
@@ -430,7 +430,7 @@ fn sync_mode(env: &Env, stream: u8, spin: bool, panic_in_run: bool) -> String {
     let probe = witness.probe();
     let globals = witness::global_changes();
     let options = LaunchOptions::default().sync_mode(mode);
-    match cuda_host::host_launch_with(&stream.stream, options, move || probe.ran()) {
+    match cuda_host::options::host_launch_with(&stream.stream, options, move || probe.ran()) {
         Ok(()) => {
             if polled(&stream) {
                 violated(format!(
@@ -466,7 +466,7 @@ fn direct(overlapping: bool) -> String {
     let mut buffer: [u8; 32] = std::array::from_fn(|at| at as u8);
     let base = buffer.as_mut_ptr();
     let offset = if overlapping { 4 } else { 16 };
-    let copy = cuda_host::HostCopy {
+    let copy = cuda_host::host_copy::HostCopy {
         source: base.cast::<std::ffi::c_void>().cast_const(),
         // SAFETY: within the buffer.
         destination: unsafe { base.add(offset) }.cast(),
@@ -475,7 +475,7 @@ fn direct(overlapping: bool) -> String {
     let mut description = copy;
     // SAFETY: the description names readable and writable memory of this frame, which nothing
     // else touches during the call.
-    unsafe { cuda_host::host_copy_fn((&raw mut description).cast()) };
+    unsafe { cuda_host::host_copy::host_copy_fn((&raw mut description).cast()) };
     let copied = buffer[offset..offset + 16]
         .iter()
         .enumerate()

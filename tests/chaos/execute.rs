@@ -9,7 +9,9 @@ use crate::workers::{ForeignCapture, Local, OpenBuilder};
 use crate::world::{
     ContextEntry, ContextKind, Operation, PendingPoint, StreamEntry, StreamKind, World,
 };
-use cuda_host::{CaptureMode, Context, Device, Error, HostEngine, Stream, StreamFlags};
+use cuda_host::{
+    Context, Device, Error, Stream, StreamFlags, graph::CaptureMode, options::HostEngine,
+};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -505,7 +507,7 @@ fn replayable_on(env: &Env, local: &mut Local, stream: Arc<StreamEntry>) -> Stri
     let probe = witness.probe();
     // SAFETY: steps run one at a time but for synchronizes started without waiting, and no step
     // ends another thread's capture, nor calls the driver on a capture's graph, meanwhile.
-    match unsafe { cuda_host::host_launch_replayable(&stream.stream, move || probe.ran()) } {
+    match unsafe { cuda_host::graph::host_launch_replayable(&stream.stream, move || probe.ran()) } {
         Ok(()) => {
             // A node of this worker's builder capture runs on the graph's launches.
             if let Some(open) = local
@@ -543,7 +545,7 @@ fn release(env: &Env, stream: u8, panic_in_drop: bool) -> String {
         });
     }
     env.note(&stream, &witness, true);
-    match cuda_host::release_in_stream_order(&stream.stream, witness.probe()) {
+    match cuda_host::points::release_in_stream_order(&stream.stream, witness.probe()) {
         Ok(()) => {
             witness.accepted_at.store(witness::tick(), Ordering::SeqCst);
             format!("{} held", witness.what)
@@ -577,7 +579,7 @@ fn point(env: &Env, stream: u8) -> String {
     };
     let marker = mark(&stream);
     let name = format!("point {} on {}", world.number(), stream.name);
-    match cuda_host::stream_point(&stream.stream) {
+    match cuda_host::points::stream_point(&stream.stream) {
         Ok(point) => {
             world.points.lock().unwrap().push(PendingPoint {
                 name: name.clone(),
@@ -770,7 +772,7 @@ pub fn builder_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> St
 pub struct EndedBuilder {
     pub captured: Arc<StreamEntry>,
     pub callbacks: Vec<Arc<Witness>>,
-    pub ended: cuda_host::Result<cuda_host::Graph>,
+    pub ended: cuda_host::Result<cuda_host::graph::Graph>,
 }
 
 /// Ends the `builder`-th builder capture of this worker, if it has one, counted closed once its

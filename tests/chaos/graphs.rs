@@ -13,7 +13,7 @@ use crate::execute::{Env, Handed};
 use crate::witness::{self, Passed, Witness, violated};
 use crate::workers::Local;
 use crate::world::{ContextEntry, Operation, StreamEntry, StreamKind};
-use cuda_host::{Error, Graph, GraphExec};
+use cuda_host::{Error, graph::Graph, graph::GraphExec};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use proptest::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};

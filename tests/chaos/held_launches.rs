@@ -6,7 +6,7 @@
 
 use crate::execute::{Env, STEPS_RUNNING};
 use crate::witness::violated;
-use cuda_host::{CaptureMode, GraphBuilder, Stream, StreamFlags};
+use cuda_host::{Stream, StreamFlags, graph::CaptureMode, graph::GraphBuilder};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

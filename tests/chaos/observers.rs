@@ -5,7 +5,7 @@
 
 use crate::plan::LoggerMode;
 use crate::witness::{PANIC_IN_DROP, PANIC_IN_RUN, Witness};
-use cuda_host::{HostFunctionPanic, PanicOrigin, Stream};
+use cuda_host::{Stream, panics::HostFunctionPanic, panics::PanicOrigin};
 use std::cell::Cell;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -124,7 +124,7 @@ fn call_back() {
         );
         let probe = witness.probe();
         // SAFETY: no capture of the logger's stream is ever begun.
-        let _ = unsafe { cuda_host::host_launch_replayable(stream, move || probe.ran()) };
+        let _ = unsafe { cuda_host::graph::host_launch_replayable(stream, move || probe.ran()) };
     }
 }
 
@@ -156,7 +156,7 @@ pub fn install(base: &cuda_host::Context) {
     static LOGGER: ChaosLogger = ChaosLogger;
     log::set_logger(&LOGGER).expect("the chaos harness's logger is the process's first");
     log::set_max_level(log::LevelFilter::Trace);
-    cuda_host::set_host_panic_hook(hook);
+    cuda_host::panics::set_host_panic_hook(hook);
 }
 
 fn hook(report: &HostFunctionPanic<'_>) {

@@ -15,7 +15,7 @@ use crate::execute::Env;
 use crate::plan::ENTRIES;
 use crate::witness::violated;
 use crate::world::{ContextEntry, ContextKind, Progress, StreamEntry, StreamKind};
-use cuda_host::{Context, Device, Error, Stream, StreamFlags, Timeline};
+use cuda_host::{Context, Device, Error, Stream, StreamFlags, timeline::Timeline};
 use cuda_host_sys::CUdevice_attribute;
 use proptest::prelude::*;
 use std::future::Future as _;
@@ -267,7 +267,7 @@ fn failed(context: &Weak<ContextEntry>, may_fail: bool) -> Option<bool> {
 
 /// A future of a value, kept between steps.
 struct PendingFuture {
-    future: cuda_host::Reached,
+    future: cuda_host::timeline::Reached,
     value: u64,
 }
 

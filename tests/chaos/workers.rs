@@ -3,7 +3,7 @@
 //! its bound stops the run with every worker's state.
 
 use crate::world::StreamEntry;
-use cuda_host::{GraphBuilder, Stream};
+use cuda_host::{Stream, graph::GraphBuilder};
 use cuda_host_sys::{CUgraph, CUresult, CUstreamCaptureMode};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,7 +28,7 @@ impl OpenBuilder {
     /// The builder's refusal.
     pub fn begin(
         stream: Arc<StreamEntry>,
-        mode: cuda_host::CaptureMode,
+        mode: cuda_host::graph::CaptureMode,
         global: bool,
     ) -> cuda_host::Result<OpenBuilder> {
         // SAFETY: the stream lives in the `StreamEntry` the `Arc` below keeps alive, at the same
@@ -48,7 +48,7 @@ impl OpenBuilder {
     }
 
     /// Ends the capture: its graph.
-    pub fn end(mut self) -> cuda_host::Result<cuda_host::Graph> {
+    pub fn end(mut self) -> cuda_host::Result<cuda_host::graph::Graph> {
         self.builder.take().expect("open until ended").end()
     }
 }

@@ -284,7 +284,7 @@ pub struct GateEntry {
 /// A future of a stream point, not yet completed or dropped.
 pub struct PendingPoint {
     pub name: String,
-    pub point: cuda_host::StreamPoint,
+    pub point: cuda_host::points::StreamPoint,
     pub stream: Arc<StreamEntry>,
     /// The marker enqueued right before the point, when the stream has it.
     pub marker: Option<u32>,

@@ -94,8 +94,11 @@ pub fn on_next_record(call: impl FnOnce() + Send + 'static) {
 pub fn on_next_record_capture(stream: &Arc<cuda_host::Stream>) {
     let stream = Arc::clone(stream);
     on_next_record(move || {
-        let builder = cuda_host::GraphBuilder::begin(&stream, cuda_host::CaptureMode::ThreadLocal)
-            .expect("capture begun");
+        let builder = cuda_host::graph::GraphBuilder::begin(
+            &stream,
+            cuda_host::graph::CaptureMode::ThreadLocal,
+        )
+        .expect("capture begun");
         drop(builder.end());
     });
 }

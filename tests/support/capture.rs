@@ -242,7 +242,7 @@ impl Drop for Exec {
 }
 
 /// Runs `during` on the calling thread while another thread holds a global-mode builder capture
-/// of `captured` ([`cuda_host::GraphBuilder`]), then checks that the
+/// of `captured` ([`cuda_host::graph::GraphBuilder`]), then checks that the
 /// capture was not invalidated: it ends in a graph that instantiates, launches and runs. Answers
 /// what `during` answered. Run it alone in a process (`alone_in_child!`): any other thread's
 /// allocation would invalidate the capture too.
@@ -251,7 +251,7 @@ impl Drop for Exec {
 /// When the capture cannot begin, was invalidated, or its graph does not run.
 #[track_caller]
 pub fn during_a_global_capture<T>(captured: &cuda_host::Stream, during: impl FnOnce() -> T) -> T {
-    use cuda_host::{CaptureMode, GraphBuilder};
+    use cuda_host::{graph::CaptureMode, graph::GraphBuilder};
     let (began, done) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
     std::thread::scope(|scope| {
         let capturing = scope.spawn(|| {

@@ -4,7 +4,7 @@
 use crate::capture;
 use crate::software::Controls;
 use crate::tally::Tally;
-use cuda_host::{Context, Error, Graph, GraphExec, Stream, StreamFlags};
+use cuda_host::{Context, Error, Stream, StreamFlags, graph::Graph, graph::GraphExec};
 use cuda_host_sys::{CUresult, CUstreamCaptureMode};
 use std::sync::Arc;
 

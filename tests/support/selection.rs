@@ -124,18 +124,18 @@ pub fn context() -> cuda_host::Context {
 ///
 /// # Panics
 /// On any other value, or a number of threads the engine refuses.
-pub fn host_engine() -> cuda_host::HostEngine {
+pub fn host_engine() -> cuda_host::options::HostEngine {
     match std::env::var("CUDA_HOST_TEST_ENGINE").as_deref() {
-        Err(_) | Ok("" | "driver") => cuda_host::HostEngine::Driver,
+        Err(_) | Ok("" | "driver") => cuda_host::options::HostEngine::Driver,
         Ok("polled") => {
             if let Ok(threads) = std::env::var("CUDA_HOST_TEST_ENGINE_THREADS") {
                 let threads = threads.parse().unwrap_or_else(|_| {
                     panic!("CUDA_HOST_TEST_ENGINE_THREADS={threads}: expected a number")
                 });
-                cuda_host::set_polled_engine_threads(threads)
+                cuda_host::polled::set_polled_engine_threads(threads)
                     .unwrap_or_else(|e| panic!("CUDA_HOST_TEST_ENGINE_THREADS={threads}: {e}"));
             }
-            cuda_host::HostEngine::Polled
+            cuda_host::options::HostEngine::Polled
         }
         Ok(other) => panic!("CUDA_HOST_TEST_ENGINE={other}: expected driver or polled"),
     }

@@ -48,7 +48,7 @@ pub enum CaptureMode {
 /// once. So it is neither `Send` nor `Sync`:
 ///
 /// ```compile_fail
-/// fn shared_between_threads(builder: &cuda_host::GraphBuilder<'_>) {
+/// fn shared_between_threads(builder: &cuda_host::graph::GraphBuilder<'_>) {
 ///     std::thread::scope(|scope| {
 ///         scope.spawn(|| builder.callback(|| {}));
 ///     });
@@ -56,7 +56,7 @@ pub enum CaptureMode {
 /// ```
 ///
 /// ```compile_fail
-/// fn sent_to_another_thread(builder: cuda_host::GraphBuilder<'static>) {
+/// fn sent_to_another_thread(builder: cuda_host::graph::GraphBuilder<'static>) {
 ///     std::thread::spawn(move || builder.end());
 /// }
 /// ```
@@ -101,7 +101,7 @@ impl<'stream> GraphBuilder<'stream> {
     /// words of the stream's context for this capture before it begins (those left go back when
     /// it ends), and a callback that finds none left is refused with
     /// [`Error::AllocationInCapture`], the capture intact. [`callback_raw`](Self::callback_raw)
-    /// and [`host_launch_replayable`](fn@crate::host_launch_replayable) add the driver's host
+    /// and [`host_launch_replayable`](fn@crate::graph::host_launch_replayable) add the driver's host
     /// nodes whatever the engine.
     ///
     /// # Errors
@@ -337,7 +337,7 @@ where
     }
 }
 
-/// A named callable: profilers show its runs by the name given ([`named`](crate::named)).
+/// A named callable: profilers show its runs by the name given ([`named`](crate::options::named)).
 impl<F> HostLaunch<Named<F>> for GraphBuilder<'_>
 where
     F: Fn() + Send + Sync + 'static,

@@ -125,7 +125,7 @@ impl Graph {
     }
 
     /// Adds a host node running `callable` on every launch, after `dependencies`, served by the
-    /// polled engine ([`HostEngine::Polled`](crate::HostEngine::Polled)) instead of the driver's
+    /// polled engine ([`HostEngine::Polled`](crate::options::HostEngine::Polled)) instead of the driver's
     /// host-function thread: the node is a batch of two memory operations (a write and a wait on
     /// pinned, device-mapped memory) that one of the engine's threads answers, under the same
     /// rules as a driver host node (panics caught and reported, not run once the context
@@ -386,7 +386,7 @@ impl Drop for Graph {
 ///
 /// ```compile_fail
 /// # fn demo(context: &cuda_host::Context) -> cuda_host::Result<()> {
-/// let graph = cuda_host::Graph::new(context)?;
+/// let graph = cuda_host::graph::Graph::new(context)?;
 /// let node = graph.add_host_node(&[], || {})?;
 /// drop(graph);
 /// node.callable()?;

@@ -52,7 +52,7 @@ use std::sync::Arc;
 /// let counter = Arc::clone(&replays);
 /// // SAFETY: no other thread ends a capture of `stream` during the call.
 /// unsafe {
-///     cuda_host::host_launch_replayable(stream, move || {
+///     cuda_host::graph::host_launch_replayable(stream, move || {
 ///         counter.fetch_add(1, Ordering::Relaxed);
 ///     })
 /// }?;
@@ -82,8 +82,8 @@ use std::sync::Arc;
 /// during the capture could invalidate it).
 ///
 /// [`host_launch`]: fn@crate::host_launch
-/// [`GraphBuilder`]: crate::GraphBuilder
-/// [`GraphBuilder::callback`]: crate::GraphBuilder::callback
+/// [`GraphBuilder`]: crate::graph::GraphBuilder
+/// [`GraphBuilder::callback`]: crate::graph::GraphBuilder::callback
 #[doc(alias = "cuLaunchHostFunc")]
 #[doc(alias = "cuGraphRetainUserObject")]
 pub unsafe fn host_launch_replayable<F>(stream: &Stream, function: F) -> Result<()>
@@ -140,7 +140,7 @@ where
 /// As [`host_launch_replayable`].
 ///
 /// [`host_launch_raw`]: fn@crate::host_launch_raw
-/// [`GraphBuilder::callback_raw`]: crate::GraphBuilder::callback_raw
+/// [`GraphBuilder::callback_raw`]: crate::graph::GraphBuilder::callback_raw
 #[doc(alias = "cuLaunchHostFunc")]
 pub unsafe fn host_launch_replayable_raw(
     stream: &Stream,

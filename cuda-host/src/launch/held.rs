@@ -43,7 +43,7 @@ pub(crate) trait Progress: Send + Sync {
 pub(crate) enum Look {
     /// Now, after any look going on, so that it sees what the stream finished before it: a
     /// synchronize, a drain asked for ([`reclaim`](crate::reclaim)),
-    /// [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher of futures (which
+    /// [`StreamPoint::is_passed`](crate::points::StreamPoint::is_passed), the watcher of futures (which
     /// paces itself).
     Fresh,
     /// Only if no look asked after the same points for a while (at most every 50 µs): the

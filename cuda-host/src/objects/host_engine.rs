@@ -13,7 +13,7 @@ pub enum HostEngine {
     #[default]
     Driver,
     /// cuda-host's polled engine: one of a small pool of cuda-host's threads
-    /// ([`set_polled_engine_threads`](crate::set_polled_engine_threads)) serves the stream through
+    /// ([`set_polled_engine_threads`](crate::polled::set_polled_engine_threads)) serves the stream through
     /// a write and a wait on pinned, device-mapped memory, under every rule of
     /// [`host_launch`](fn@crate::host_launch). Between two kernels a host function costs the stream
     /// 1.5–2.3 µs more than nothing, against 17–45 µs through the driver, on an H200. Functions of
@@ -24,7 +24,7 @@ pub enum HostEngine {
     /// Choose it for many short host functions between kernels with a core to spare; not for one
     /// in a while, nor without a core to spare, nor to queue thousands of host functions behind a
     /// stream wait the same thread releases afterwards (the driver then blocks the enqueue).
-    /// A sync mode ([`LaunchOptions::sync_mode`](crate::LaunchOptions::sync_mode)) is refused.
+    /// A sync mode ([`LaunchOptions::sync_mode`](crate::options::LaunchOptions::sync_mode)) is refused.
     Polled,
 }
 

@@ -138,7 +138,7 @@ impl Stream {
     ///    default stream on a per-thread table (`CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`).
     /// 2. It must not be destroyed while the returned `Stream` exists: the driver crashes on a
     ///    destroyed stream handle.
-    /// 3. Other code must not end a capture that a [`GraphBuilder`](crate::GraphBuilder) began on
+    /// 3. Other code must not end a capture that a [`GraphBuilder`](crate::graph::GraphBuilder) began on
     ///    it (in any mode: another thread's end is refused in global and thread-local mode, yet
     ///    ends the capture) while a callback is being added: the callback uses the graph being
     ///    captured, whose handle is valid only until the capture ends.
@@ -170,7 +170,7 @@ impl Stream {
     /// keep their own engine.
     ///
     /// For the polled engine this starts the engine's threads if they do not run yet
-    /// ([`set_polled_engine_threads`](crate::set_polled_engine_threads) says how many), and gives
+    /// ([`set_polled_engine_threads`](crate::polled::set_polled_engine_threads) says how many), and gives
     /// the stream its lane now (for a per-thread default stream, the calling thread's),
     /// allocating pinned memory for the context's first 512 streams at once: an allocation is a
     /// call that a global-mode capture on any thread forbids (it would invalidate the capture),

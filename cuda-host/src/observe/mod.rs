@@ -59,7 +59,7 @@ pub struct Named<F> {
 ///
 /// ```no_run
 /// # fn demo(stream: &cuda_host::Stream) -> cuda_host::Result<()> {
-/// use cuda_host::{host_launch, named};
+/// use cuda_host::{host_launch, options::named};
 /// host_launch(stream, named("decode batch", || println!("decoding")))?;
 /// # Ok(()) }
 /// ```

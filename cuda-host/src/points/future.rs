@@ -39,7 +39,7 @@ use std::task::{Context, Poll};
 /// # Errors
 /// [`Error::PointInCapture`](crate::Error::PointInCapture) on a stream that is being captured,
 /// also when a capture other code began took the point's record (see
-/// [`release_in_stream_order`](crate::release_in_stream_order));
+/// [`release_in_stream_order`](crate::points::release_in_stream_order));
 /// [`Error::InHostFunction`](crate::Error::InHostFunction) inside a host function;
 /// [`Error::ThreadStart`](crate::Error::ThreadStart) when the watcher thread cannot be started;
 /// the driver's error when it refuses the record, or the stream's events cannot be made.
@@ -47,7 +47,7 @@ use std::task::{Context, Poll};
 /// ```no_run
 /// # async fn demo(stream: &cuda_host::Stream) -> cuda_host::Result<()> {
 /// // ... enqueue kernels and copies on `stream` ...
-/// cuda_host::stream_point(stream)?.await?; // no thread blocked meanwhile
+/// cuda_host::points::stream_point(stream)?.await?; // no thread blocked meanwhile
 /// # Ok(()) }
 /// ```
 #[doc(alias = "cuEventRecord")]

@@ -2,12 +2,21 @@
 //! Two features are made of them: releasing a value in stream order
 //! ([`release_in_stream_order`]) and awaiting a stream ([`StreamPoint`]).
 //!
-//! The map: [`mark`] here marks a point on a stream's track (`crate::tracks`: a context's
-//! tracks of events, kept with the context, and the watcher thread that wakes futures);
-//! `release` and `future` are the two features. Released values wait in the launch machinery's
-//! held queues (`crate::launch::hold_until`), which look at a track through [`Progress`]; every
-//! look is a [`Look`]. How a point is recorded and seen passed (one event a point, exact, with
-//! no cap; looks that never break a capture) is `crate::tracks`'s.
+//! ```no_run
+//! use cuda_host::points::{release_in_stream_order, stream_point};
+//! use cuda_host::{Device, Stream, StreamFlags};
+//!
+//! # async fn demo() -> cuda_host::Result<()> {
+//! let context = Device::get(cuda_host::driver()?, 0)?.primary_context()?;
+//! let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
+//! let staging = vec![0u8; 1 << 20];
+//! // ... enqueue a copy from `staging` on `stream` ...
+//! // Dropped on this thread once the stream passed this point, never before.
+//! release_in_stream_order(&stream, staging).map_err(|refused| refused.error)?;
+//! // ... enqueue kernels ...
+//! stream_point(&stream)?.await?; // the stream passed everything enqueued before
+//! # Ok(()) }
+//! ```
 //!
 //! **Why not a host function.** A host function between two kernels costs the stream 17–45 µs on
 //! an H200 (`docs/PERFORMANCE.md`): the driver's host-function thread must wake, run it and
@@ -58,6 +67,13 @@
 //! thread's capture interaction mode) also when it unwinds, so a panic from anywhere inside it
 //! wedges no track and leaves no thread in another mode; the watcher runs each round under
 //! `catch_unwind` and goes on.
+
+// The map: [`mark`] here marks a point on a stream's track (`crate::tracks`: a context's
+// tracks of events, kept with the context, and the watcher thread that wakes futures);
+// `release` and `future` are the two features. Released values wait in the launch machinery's
+// held queues (`crate::launch::hold_until`), which look at a track through [`Progress`]; every
+// look is a [`Look`]. How a point is recorded and seen passed (one event a point, exact, with
+// no cap; looks that never break a capture) is `crate::tracks`'s.
 
 mod future;
 mod release;
@@ -170,7 +186,7 @@ pub struct StreamPointCounts {
 }
 
 /// What stream points hold now (see [`StreamPointCounts`]).
-pub fn stream_point_counts() -> StreamPointCounts {
+pub(crate) fn stream_point_counts() -> StreamPointCounts {
     let (waiting, watcher_parked, watcher_parks) = watcher::counts();
     StreamPointCounts {
         held: crate::launch::held_count(),

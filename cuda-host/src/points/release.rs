@@ -47,7 +47,7 @@ use std::fmt;
 /// ```no_run
 /// # fn demo(stream: &cuda_host::Stream, staging: Vec<u8>) -> cuda_host::Result<()> {
 /// // ... enqueue an async copy that reads `staging` on `stream` ...
-/// if let Err(refused) = cuda_host::release_in_stream_order(stream, staging) {
+/// if let Err(refused) = cuda_host::points::release_in_stream_order(stream, staging) {
 ///     stream.synchronize()?; // the copy finished: now the buffer may go
 ///     drop(refused.value);
 ///     return Err(refused.error);

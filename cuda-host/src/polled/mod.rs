@@ -2,6 +2,19 @@
 //! reached through stream memory operations. Opt in per stream
 //! ([`Stream::with_host_engine`](crate::Stream::with_host_engine)).
 //!
+//! ```no_run
+//! use cuda_host::options::HostEngine;
+//! use cuda_host::{Device, Stream, StreamFlags, host_launch};
+//!
+//! cuda_host::polled::set_polled_engine_threads(2)?;
+//! let context = Device::get(cuda_host::driver()?, 0)?.primary_context()?;
+//! let stream =
+//!     Stream::new(&context, StreamFlags::NonBlocking)?.with_host_engine(HostEngine::Polled)?;
+//! host_launch(&stream, || println!("on a cuda-host-poll thread, in stream order"))?;
+//! stream.synchronize()?;
+//! # Ok::<(), cuda_host::Error>(())
+//! ```
+//!
 //! **Why.** A host function between two kernels costs the stream 17–45 µs on an H200 through the
 //! driver: its host-function thread must wake, run the function and report back before the next
 //! kernel may start. Here a launch enqueues one `cuStreamBatchMemOp` of two operations on the
@@ -91,9 +104,9 @@ use std::sync::Arc;
 
 pub(crate) use lanes::ContextLanes;
 pub(crate) use nodes::{DONE, NodeCallable, NodeSlot, REQUESTED, node_params, operations, word_of};
+pub(crate) use server::polled_engine_counts;
 pub use server::{
-    MAX_POLLED_ENGINE_THREADS, PolledEngineCounts, polled_engine_counts, polled_engine_threads,
-    set_polled_engine_threads,
+    MAX_POLLED_ENGINE_THREADS, PolledEngineCounts, polled_engine_threads, set_polled_engine_threads,
 };
 
 /// Starts the engine's servers unless they run.

@@ -150,13 +150,13 @@ pub struct PolledEngineCounts {
     /// context value went, because a graph may still write into a retired lane of theirs.
     pub kept_pages: u64,
     /// Engine nodes of executables retired because a capture may have taken a launch of theirs
-    /// ([`GraphExec::launch`](crate::GraphExec::launch)): each is served for the life of the
+    /// ([`GraphExec::launch`](crate::graph::GraphExec::launch)): each is served for the life of the
     /// process, so its server never parks again.
     pub retired_graph_nodes: u64,
 }
 
 /// What the polled engine's servers hold and have done (see [`PolledEngineCounts`]).
-pub fn polled_engine_counts() -> PolledEngineCounts {
+pub(crate) fn polled_engine_counts() -> PolledEngineCounts {
     let started = &SERVERS[..THREADS.started()];
     let sum = |count: fn(&Server) -> &AtomicU64| -> u64 {
         started

@@ -2,11 +2,22 @@
 //! signals and streams wait on, streams signal and the host waits on (as Vulkan's timeline
 //! semaphores and IREE's semaphores), with no host function and no driver thread blocked.
 //!
-//! The map: `word` is the counter's memory and when it is freed; `enqueue` the stream
-//! operations (a memory wait or write and the stream point after it that holds the word until
-//! the stream passed it, one batch), with the capture rule; `waits` what the stream-point watcher (`crate::points`)
-//! looks at: host waiters, failures, and a timeline whose last handle is gone while streams may
-//! still read it; `reached` the host's future and blocking wait.
+//! ```no_run
+//! use cuda_host::timeline::Timeline;
+//! use cuda_host::{Device, Stream, StreamFlags};
+//! use std::time::Duration;
+//!
+//! let context = Device::get(cuda_host::driver()?, 0)?.primary_context()?;
+//! let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
+//! let input_ready = Timeline::new(&context, 0)?;
+//! let output_done = Timeline::new(&context, 0)?;
+//! input_ready.enqueue_wait(&stream, 1)?; // the stream's later work waits for the host
+//! // ... enqueue kernels on `stream` ...
+//! output_done.enqueue_signal(&stream, 1)?;
+//! input_ready.signal(1)?; // from any thread: the stream goes on
+//! assert!(output_done.wait(1, Duration::from_secs(10))?, "the stream finished its work");
+//! # Ok::<(), cuda_host::Error>(())
+//! ```
 //!
 //! **Why.** CUDA has no event the host can signal. The usual stand-ins each cost something: a
 //! host function that blocks until the host is ready stalls the driver's one host-function
@@ -32,6 +43,12 @@
 //! - The driver takes only so many operations behind a wait nothing released before an enqueue
 //!   blocks (`docs/REAL-DRIVER.md`): a thread must not enqueue thousands of operations behind a
 //!   wait that it signals itself only afterwards.
+
+// The map: `word` is the counter's memory and when it is freed; `enqueue` the stream
+// operations (a memory wait or write and the stream point after it that holds the word until
+// the stream passed it, one batch), with the capture rule; `waits` what the stream-point watcher (`crate::points`)
+// looks at: host waiters, failures, and a timeline whose last handle is gone while streams may
+// still read it; `reached` the host's future and blocking wait.
 
 mod enqueue;
 mod reached;
@@ -122,7 +139,7 @@ const NARROW_WINDOW: u64 = 1 << 31;
 ///
 /// ```no_run
 /// # fn demo(context: &cuda_host::Context, stream: &cuda_host::Stream) -> cuda_host::Result<()> {
-/// use cuda_host::Timeline;
+/// use cuda_host::timeline::Timeline;
 /// let ready = Timeline::new(context, 0)?;
 /// ready.enqueue_wait(stream, 1)?; // the stream's later work waits for the host
 /// // ... enqueue kernels and copies on `stream`; a stream signal of a second timeline ...
@@ -384,7 +401,7 @@ pub struct TimelineCounts {
 }
 
 /// What timelines hold now (see [`TimelineCounts`]).
-pub fn timeline_counts() -> TimelineCounts {
+pub(crate) fn timeline_counts() -> TimelineCounts {
     TimelineCounts {
         words: word::LIVE_WORDS.load(Ordering::Relaxed),
         kept: word::KEPT_WORDS.load(Ordering::Relaxed),

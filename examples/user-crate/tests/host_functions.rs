@@ -5,7 +5,7 @@
 //! the ordinary tests use. On a GPU the fault tests, which need the software driver's controls,
 //! say that they are skipped.
 
-use cuda_host::cuda_host_sys::CUresult;
+use cuda_host::sys::CUresult;
 use cuda_host::{Context, Device, Error, Stream, StreamFlags};
 use cuda_host_testing::{Controls, SelectedDriver};
 use std::sync::Arc;

@@ -48,7 +48,7 @@
 //! After a look that found the stream caught up, the next queries the newest point's event
 //! first: one query while the stream keeps up. A look [`Look::Fresh`](crate::launch::Look::Fresh)
 //! always queries (a synchronize, [`reclaim`](crate::reclaim),
-//! [`StreamPoint::is_passed`](crate::StreamPoint::is_passed), the watcher, which paces itself);
+//! [`StreamPoint::is_passed`](crate::points::StreamPoint::is_passed), the watcher, which paces itself);
 //! a look [`Look::Paced`](crate::launch::Look::Paced) (a launch's drain, when its thread's drains
 //! look at all, `crate::launch::held`; a future's poll while the watcher does not have its track
 //! on its list) only when no look was made for `PACED_LOOK` (50 µs), and for the track's first

@@ -1,6 +1,28 @@
-//! Options of a host-function launch: the driver's sync mode (`cuLaunchHostFunc_v2`).
+//! How host functions are launched and run, beyond [`host_launch`](fn@crate::host_launch)'s
+//! defaults: the driver's sync mode for one launch ([`host_launch_with`]), which engine runs a
+//! stream's host functions ([`HostEngine`], set with
+//! [`Stream::with_host_engine`](crate::Stream::with_host_engine)), how often launches reclaim
+//! ([`set_launch_reclaim_interval`]), and the name a host function carries in profiles and spans
+//! ([`named`]).
 //!
-//! CUDA 13.1 added `cuLaunchHostFunc_v2`, whose fourth argument says how the driver's
+//! ```no_run
+//! use cuda_host::options::{HostEngine, HostTaskSyncMode, LaunchOptions, host_launch_with, named};
+//! use cuda_host::{Device, Stream, StreamFlags, host_launch};
+//!
+//! let context = Device::get(cuda_host::driver()?, 0)?.primary_context()?;
+//! // Served by cuda-host's polled engine rather than the driver's host-function thread.
+//! let polled =
+//!     Stream::new(&context, StreamFlags::NonBlocking)?.with_host_engine(HostEngine::Polled)?;
+//! host_launch(&polled, named("tick", || println!("tick")))?;
+//! // The driver's thread spin-waits for this launch's successors (CUDA 13.1 and later).
+//! let stream = Stream::new(&context, StreamFlags::NonBlocking)?;
+//! let spin = LaunchOptions::default().sync_mode(HostTaskSyncMode::SpinWait);
+//! host_launch_with(&stream, spin, || println!("soon after the work before"))?;
+//! stream.synchronize()?;
+//! # Ok::<(), cuda_host::Error>(())
+//! ```
+//!
+//! **The sync mode.** CUDA 13.1 added `cuLaunchHostFunc_v2`, whose fourth argument says how the driver's
 //! host-function thread waits for its next task: blocking, or spin-waiting (the driver's own
 //! low-latency path). A launch that asks for a mode goes through `cuLaunchHostFunc_v2` and
 //! nothing else: on an older driver it fails with a typed error naming the entry point and the
@@ -17,6 +39,10 @@ use crate::launch::{
 use crate::objects::Stream;
 use cuda_host_sys::CUhostTaskSyncMode;
 use std::ffi::c_void;
+
+pub use crate::launch::set_launch_reclaim_interval;
+pub use crate::objects::{HostEngine, HostEngineRefused};
+pub use crate::observe::{Named, named};
 
 /// How the driver's host-function thread waits for its next task (`CUhostTaskSyncMode`).
 ///
@@ -101,7 +127,7 @@ impl LaunchOptions {
 /// `cuLaunchHostFunc_v2` (`function` is then dropped at once, unrun, like any refused launch).
 ///
 /// ```no_run
-/// use cuda_host::{HostTaskSyncMode, LaunchOptions, host_launch_with};
+/// use cuda_host::{options::HostTaskSyncMode, options::LaunchOptions, options::host_launch_with};
 /// # fn demo(stream: &cuda_host::Stream) -> cuda_host::Result<()> {
 /// let spin = LaunchOptions::default().sync_mode(HostTaskSyncMode::SpinWait);
 /// host_launch_with(stream, spin, || println!("served by a spin-waiting driver thread"))?;
