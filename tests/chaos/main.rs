@@ -617,6 +617,8 @@ fn end_triggered_capture(
             Box::new(move |local| execute::execute(&env_job, local, &op)),
         )?;
         log.push(format!("   {launched}"));
+        // After the step's streams were taken: the ones this launch used would stay.
+        drop(env.world.take_used());
     }
     Ok(())
 }
