@@ -105,6 +105,14 @@ pub enum GraphOp {
         node: u8,
         stream: u8,
     },
+    /// An engine node's callable set, a launch while the device sees host writes late (its
+    /// stream reads the node's word every 2 ms), the run awaited, then another callable set and
+    /// this worker's drain: the first must live until its launch finished, not only until the
+    /// engine ran it.
+    EngineRunThenReplace {
+        exec: u8,
+        stream: u8,
+    },
     /// The latest graph of other code's capture that took launches of executables, instantiated
     /// and launched (on a stream as `stream` picks), then its executable dropped: it calls what
     /// the taken launches' nodes held, which must all still live.
@@ -144,6 +152,7 @@ impl GraphOp {
             } | GraphOp::UpdateThenLaunch { .. }
                 | GraphOp::ReplaceWhileHeld { .. }
                 | GraphOp::LegacyBesideCapture { .. }
+                | GraphOp::EngineRunThenReplace { .. }
                 | GraphOp::TakenAfterReplace { .. }
         )
     }
@@ -214,6 +223,8 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
         1 => (index(), index(), index())
             .prop_map(|(exec, node, stream)| GraphOp::TakenAfterReplace { exec, node, stream }),
         2 => index().prop_map(|stream| GraphOp::RunCaptured { stream }),
+        1 => (index(), index())
+            .prop_map(|(exec, stream)| GraphOp::EngineRunThenReplace { exec, stream }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
         1 => index().prop_map(|graph| GraphOp::HostNodes { graph }),
         1 => index().prop_map(|graph| GraphOp::DropGraph { graph }),
@@ -435,6 +446,9 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             taken_after_replace(env, exec, node, stream)
         }
         GraphOp::RunCaptured { stream } => run_captured(env, stream),
+        GraphOp::EngineRunThenReplace { exec, stream } => {
+            engine_run_then_replace(env, exec, stream)
+        }
         GraphOp::Clone { graph } => clone(env, graph),
         GraphOp::HostNodes { graph } => host_nodes(env, graph),
         GraphOp::DropGraph { graph } => match take(&GRAPHS, graph) {
@@ -640,6 +654,44 @@ fn drop_exec(exec: u8, what: &'static str) -> Option<String> {
 
 /// [`GraphOp::TakenAfterReplace`]; no step runs beside it, so `exec` names one executable
 /// throughout.
+fn engine_run_then_replace(env: &Env, exec: u8, stream: u8) -> String {
+    // Every node of a graph made here is the engine's.
+    let made = an_executable(env, exec, u8::MAX);
+    let Some(shared) = pick(&EXECS, exec) else {
+        return format!("{made}no executable");
+    };
+    let engine_node = lock(&shared)
+        .nodes
+        .as_ref()
+        .and_then(|nodes| nodes.iter().position(|node| node.engine));
+    let Some(node) = engine_node.and_then(|node| u8::try_from(node).ok()) else {
+        return format!("{made}no engine node the harness knows");
+    };
+    env.controls
+        .set_wait_poll_interval(Some(std::time::Duration::from_millis(2)));
+    let first = set_exec_callable(env, exec, node, false, false);
+    let set = lock(&shared).nodes.as_ref().and_then(|nodes| {
+        nodes
+            .get(usize::from(node))
+            .and_then(|known| known.callable.clone())
+    });
+    let launched = launch(env, exec, stream, false);
+    let Some(witness) = set.filter(|_| launched.contains(" launched on ")) else {
+        return format!("{made}{first}; {launched}");
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while witness.runs() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    if witness.runs() == 0 {
+        return format!("{made}{first}; {launched}; not run within 1 s");
+    }
+    let second = set_exec_callable(env, exec, node, false, false);
+    cuda_host::reclaim();
+    took_effect("EngineRunThenReplace");
+    format!("{made}{first}; {launched}; ran; {second}; reclaimed")
+}
+
 fn run_captured(env: &Env, stream: u8) -> String {
     let latest = lock(&GRAPHS)
         .iter()
