@@ -1389,3 +1389,74 @@ fn on_a_narrow_device_a_wait_refused_after_it_reached_the_stream_is_not_stranded
         );
     }
 }
+
+/// As above, with the far wait on a second stream, which no gate holds. The refused wait has no
+/// point whose passing a hold waits for, so the second stream's hold is the word's last: once that
+/// stream passed its wait (in its turn) and a drain let go of its hold, the word's value went. The
+/// memory is kept (a capture took an operation on it), but the turns stopped with the word: the
+/// value stayed wherever the last turn left it, the second wait's window, 2^31 + 1 past the first,
+/// and the first stream waited for ever once its gate opened (the chaos harness, seed
+/// 17446710689817960701, 1 of 60 replays under load). Several rounds: which turn the value is in
+/// when the word goes is the watcher's timing.
+#[test]
+fn on_a_narrow_device_the_turns_go_on_for_a_refused_wait_after_the_other_streams_hold_went() {
+    let test =
+        "on_a_narrow_device_the_turns_go_on_for_a_refused_wait_after_the_other_streams_hold_went";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "playing an older device and captures at a call are controls of the software driver",
+        );
+    };
+    suite::alone_in_child!(
+        on_a_narrow_device_the_turns_go_on_for_a_refused_wait_after_the_other_streams_hold_went
+    );
+    let context = context();
+    for round in 0..20 {
+        let gated = new_stream(&context);
+        let far = new_stream(&context);
+        let words = MappedWords::new(&context, 1);
+        let gate = Gate::new(&context);
+        let timeline = narrow_timeline(controls, &context, 0);
+        gate.hold(&gated);
+        controls.delay_next_calls(c"cuStreamBatchMemOp", 1, Duration::from_millis(50));
+        let refused = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                wait_until("the batch to be held back", || {
+                    controls.armed_delays(c"cuStreamBatchMemOp") == 0
+                });
+                controls.begin_capture_at_next_call(
+                    c"cuStreamIsCapturing",
+                    &gated,
+                    cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+                );
+            });
+            timeline.enqueue_wait(&gated, 1)
+        });
+        assert!(
+            matches!(refused, Err(cuda_host::Error::TimelineInCapture { .. })),
+            "the wait is refused as taken by the capture: {refused:?}"
+        );
+        drop(suite::capture::end_capture(gated.as_raw()));
+        timeline.signal(2).expect("signal");
+        timeline
+            .enqueue_wait(&far, 2 + (1 << 31))
+            .expect("a wait 2^31 above the value is within the window");
+        words.write_in_stream(&gated, 0, 1);
+        drop(timeline);
+        // The far stream passes in its turn; the drain right after lets go of its hold, the
+        // word's last.
+        far.synchronize()
+            .expect("the far stream passes its wait in its turn");
+        cuda_host::reclaim();
+        gate.open();
+        let passed = suite::wait::holds_within(Duration::from_secs(10), || words.get(0) == 1);
+        if !passed {
+            std::mem::forget((gated, far, gate, words));
+            panic!(
+                "round {round}: the gated stream is still held 10 s after its gate opened: the \
+                 turns stopped when the far stream's hold, the word's last, went"
+            );
+        }
+    }
+}

@@ -32,6 +32,9 @@
 //!
 //! The word's memory belongs to [`Word`](super::word::Word), which closes this value before it
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.
+//! A kept word, never freed, is not closed while streams may still read it: an operation refused
+//! after it reached its stream leaves no hold on the word, and its stream may need the turns
+//! after the last hold went.
 //! Nothing here owns driver objects, so the watcher may drop its references to this value.
 
 use crate::contain::{dispose, logged};
