@@ -274,6 +274,20 @@ struct ExecEntry {
 
 impl ExecEntry {
     /// What a launch of it now may run.
+    /// What the graph of a capture that took a launch of this executable may run: the driver
+    /// host nodes' callables. An engine node's slot retires with the taken launch, and a retired
+    /// word is answered without running (`launch_with_engine` in `cuda-host/src/graph/exec.rs`).
+    fn may_run_if_taken(&self) -> Vec<Arc<Witness>> {
+        match &self.nodes {
+            Some(nodes) => nodes
+                .iter()
+                .filter(|node| !node.engine)
+                .filter_map(|node| node.callable.clone())
+                .collect(),
+            None => self.every.clone(),
+        }
+    }
+
     fn may_run(&self) -> Vec<Arc<Witness>> {
         match &self.nodes {
             Some(nodes) => nodes
@@ -912,7 +926,7 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
         lock(&TAKEN).push(Taken {
             stream: stream.stream.as_raw().addr(),
             exec: Arc::clone(&shared),
-            may_run: entry.may_run(),
+            may_run: entry.may_run_if_taken(),
         });
     }
     let refused_first = matches!(launched, Err(cuda_host::Error::StreamCapturing { .. }));
