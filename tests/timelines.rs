@@ -1347,30 +1347,7 @@ fn on_a_narrow_device_a_wait_refused_after_it_reached_the_stream_is_not_stranded
     let gate = Gate::new(&context);
     let timeline = narrow_timeline(controls, &context, 0);
     gate.hold(&stream);
-    // The batch is held back a while; meanwhile other code arms its capture of the stream for
-    // cuda-host's next question, which is the one after the batch.
-    controls.delay_next_calls(c"cuStreamBatchMemOp", 1, Duration::from_millis(500));
-    let refused = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            // The delay is taken as the batch's call enters: it is under way.
-            wait_until("the batch to be held back", || {
-                controls.armed_delays(c"cuStreamBatchMemOp") == 0
-            });
-            controls.begin_capture_at_next_call(
-                c"cuStreamIsCapturing",
-                &stream,
-                cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-            );
-        });
-        timeline.enqueue_wait(&stream, 1)
-    });
-    assert!(
-        matches!(refused, Err(cuda_host::Error::TimelineInCapture { .. })),
-        "the wait is refused as taken by the capture: {refused:?}"
-    );
-    let graph = suite::capture::end_capture(stream.as_raw());
-    assert!(graph.is_ok(), "the capture ends: {graph:?}");
-    drop(graph);
+    refuse_a_wait_after_it_reached(controls, &timeline, &stream, 1);
     timeline.signal(2).expect("signal");
     timeline
         .enqueue_wait(&stream, 2 + (1 << 31))
@@ -1388,6 +1365,38 @@ fn on_a_narrow_device_a_wait_refused_after_it_reached_the_stream_is_not_stranded
              to 2 + 2^31 for the noted wait"
         );
     }
+}
+
+/// Enqueues a wait for `value` on `stream` and has other code begin capturing the stream right
+/// after the wait reached it, at cuda-host's next question (the batch is held back meanwhile):
+/// the wait is refused as the capture's, though the stream has it. The capture is ended.
+fn refuse_a_wait_after_it_reached(
+    controls: &suite::software::Controls,
+    timeline: &Timeline,
+    stream: &Stream,
+    value: u64,
+) {
+    controls.delay_next_calls(c"cuStreamBatchMemOp", 1, Duration::from_millis(50));
+    let refused = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // The delay is taken as the batch's call enters: it is under way.
+            wait_until("the batch to be held back", || {
+                controls.armed_delays(c"cuStreamBatchMemOp") == 0
+            });
+            controls.begin_capture_at_next_call(
+                c"cuStreamIsCapturing",
+                stream,
+                cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            );
+        });
+        timeline.enqueue_wait(stream, value)
+    });
+    assert!(
+        matches!(refused, Err(cuda_host::Error::TimelineInCapture { .. })),
+        "the wait is refused as taken by the capture: {refused:?}"
+    );
+    let graph = suite::capture::end_capture(stream.as_raw());
+    assert!(graph.is_ok(), "the capture ends: {graph:?}");
 }
 
 /// As above, with the far wait on a second stream, which no gate holds. The refused wait has no
@@ -1419,25 +1428,7 @@ fn on_a_narrow_device_the_turns_go_on_for_a_refused_wait_after_the_other_streams
         let gate = Gate::new(&context);
         let timeline = narrow_timeline(controls, &context, 0);
         gate.hold(&gated);
-        controls.delay_next_calls(c"cuStreamBatchMemOp", 1, Duration::from_millis(50));
-        let refused = std::thread::scope(|scope| {
-            scope.spawn(|| {
-                wait_until("the batch to be held back", || {
-                    controls.armed_delays(c"cuStreamBatchMemOp") == 0
-                });
-                controls.begin_capture_at_next_call(
-                    c"cuStreamIsCapturing",
-                    &gated,
-                    cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-                );
-            });
-            timeline.enqueue_wait(&gated, 1)
-        });
-        assert!(
-            matches!(refused, Err(cuda_host::Error::TimelineInCapture { .. })),
-            "the wait is refused as taken by the capture: {refused:?}"
-        );
-        drop(suite::capture::end_capture(gated.as_raw()));
+        refuse_a_wait_after_it_reached(controls, &timeline, &gated, 1);
         timeline.signal(2).expect("signal");
         timeline
             .enqueue_wait(&far, 2 + (1 << 31))
