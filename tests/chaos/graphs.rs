@@ -714,18 +714,10 @@ fn run_captured(env: &Env, stream: u8) -> String {
         return "no graph of a capture that took launches".to_owned();
     };
     let context = Arc::clone(&lock(&lock(&GRAPHS)[at]).context);
-    // An ordinary stream of the graph's context, the first from `stream` on.
-    let on = {
-        let streams = env.world.streams.lock().unwrap();
-        let count = streams.len().min(256);
-        (0..count)
-            .map(|offset| (usize::from(stream) + offset) % count)
-            .find(|&index| {
-                let entry = &streams[index];
-                matches!(entry.kind, StreamKind::NonBlocking | StreamKind::Blocking)
-                    && entry.context.context.as_raw() == context.context.as_raw()
-            })
-    };
+    let on = stream_from(&env.world, stream, |entry| {
+        matches!(entry.kind, StreamKind::NonBlocking | StreamKind::Blocking)
+            && entry.context.context.as_raw() == context.context.as_raw()
+    });
     let Some(on) = on else {
         return "no ordinary stream of the captured graph's context".to_owned();
     };
@@ -741,6 +733,20 @@ fn run_captured(env: &Env, stream: u8) -> String {
     let dropped = drop_exec(exec as u8, "DropExec (after a captured graph's launch)")
         .map_or_else(String::new, |name| format!("; then {name} dropped"));
     format!("{made}; {launched}{dropped}")
+}
+
+/// The index, in the world's list, of the first stream from index `from` on that `keep` takes,
+/// among the first 256 (an index a step can name).
+fn stream_from(
+    world: &crate::world::World,
+    from: u8,
+    keep: impl Fn(&StreamEntry) -> bool,
+) -> Option<usize> {
+    let streams = world.streams.lock().unwrap();
+    let count = streams.len().min(256);
+    (0..count)
+        .map(|offset| (usize::from(from) + offset) % count)
+        .find(|&at| keep(&streams[at]))
 }
 
 /// Where there is no executable, one of a new graph (of the context at `index`, its engine nodes
@@ -762,14 +768,9 @@ fn legacy_beside_capture(env: &Env, local: &mut Local, exec: u8, stream: u8) -> 
     let of_context = |entry: &StreamEntry, kind| {
         entry.kind == kind && entry.context.context.as_raw() == context.context.as_raw()
     };
-    // The first blocking stream of the context from `stream` on, by its index in the world.
-    let found = {
-        let streams = world.streams.lock().unwrap();
-        let count = streams.len().min(256);
-        (0..count)
-            .map(|offset| (usize::from(stream) + offset) % count)
-            .find(|&at| of_context(&streams[at], StreamKind::Blocking))
-    };
+    let found = stream_from(world, stream, |entry| {
+        of_context(entry, StreamKind::Blocking)
+    });
     let Some(at) = found else {
         return "no blocking stream of the executable's context".to_owned();
     };
