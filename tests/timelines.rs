@@ -1399,39 +1399,6 @@ fn refuse_a_wait_after_it_reached(
     assert!(graph.is_ok(), "the capture ends: {graph:?}");
 }
 
-/// A wait refused after it reached its stream, which then passed it, and the timeline dropped
-/// while the stream lives on idle, never synchronized (a pooled stream): nothing shows the
-/// stream passed the refused wait, and no turns are needed (one window), so the watcher must
-/// let the timeline go and park, not look at it every 50 µs for as long as the stream lives.
-#[test]
-fn a_timeline_dropped_after_its_refused_wait_passed_lets_the_watcher_park() {
-    let test = "a_timeline_dropped_after_its_refused_wait_passed_lets_the_watcher_park";
-    let Some(controls) = suite::software::controls() else {
-        return suite::skip(
-            test,
-            "playing an older device and captures at a call are controls of the software driver",
-        );
-    };
-    suite::alone_in_child!(a_timeline_dropped_after_its_refused_wait_passed_lets_the_watcher_park);
-    let context = context();
-    let stream = new_stream(&context);
-    let words = MappedWords::new(&context, 1);
-    let timeline = narrow_timeline(controls, &context, 0);
-    refuse_a_wait_after_it_reached(controls, &timeline, &stream, 1);
-    words.write_in_stream(&stream, 0, 1);
-    timeline.signal(2).expect("signal");
-    wait_until("the stream to pass the refused wait", || words.get(0) == 1);
-    drop(timeline);
-    assert!(
-        suite::wait::holds_within(Duration::from_secs(5), || {
-            cuda_host::metrics().stream_points().watcher_parked
-        }),
-        "the watcher still looks 5 s after the timeline went, for an idle stream's refused wait \
-         that no turn is needed for"
-    );
-    drop(stream);
-}
-
 /// As above, with the far wait on a second stream, which no gate holds. The refused wait has no
 /// point whose passing a hold waits for, so the second stream's hold is the word's last: once that
 /// stream passed its wait (in its turn) and a drain let go of its hold, the word's value went. The

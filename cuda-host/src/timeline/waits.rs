@@ -32,9 +32,9 @@
 //!
 //! The word's memory belongs to [`Word`](super::word::Word), which closes this value before it
 //! frees it: the watcher reads the word only under this value's lock, and never after the close.
-//! A kept word, never freed, stays open while an abandoned narrow timeline's waits take turns: an
-//! operation refused after it reached its stream leaves no hold on the word, and its stream may
-//! need the turns after the last hold went (`Waits::close_unless_turning`).
+//! A kept word, never freed, is not closed while streams may still read it: an operation refused
+//! after it reached its stream leaves no hold on the word, and its stream may need the turns
+//! after the last hold went.
 //! Nothing here owns driver objects, so the watcher may drop its references to this value.
 
 use crate::contain::{dispose, logged};
@@ -100,9 +100,6 @@ struct State {
     narrow_waits: Vec<NarrowWait>,
     /// Once the last handle is gone, while streams may read the word: what it is kept at.
     abandoned: Option<Abandoned>,
-    /// The word's value went (its memory is kept) while narrow waits took turns: closed once
-    /// they fit one window ([`Waits::close_unless_turning`]).
-    word_gone: bool,
 }
 
 // SAFETY: the word is pinned memory any thread may access atomically, read only under the lock
@@ -180,10 +177,6 @@ impl State {
         };
         let lowered = before < abandoned.set;
         abandoned.set = set;
-        if self.word_gone && windows.len() <= 1 {
-            // The value now releases every wait left: no more turns to take.
-            self.word = std::ptr::null();
-        }
         lowered.then_some(before)
     }
 }
@@ -211,7 +204,6 @@ impl Waits {
                 streams: Vec::new(),
                 narrow_waits: Vec::new(),
                 abandoned: None,
-                word_gone: false,
             }),
             waiting: AtomicUsize::new(0),
         }
@@ -365,26 +357,6 @@ impl Waits {
     pub(super) fn close(&self) {
         lock(&self.state).word = std::ptr::null();
     }
-
-    /// The word's value goes, its memory kept for the life of the process: closes as
-    /// [`close`](Self::close) does once the value is set where it releases every wait left,
-    /// unless an abandoned narrow timeline's waits still take turns (an operation refused after
-    /// it reached its stream leaves no hold on the word, and its stream may need the turns after
-    /// the last hold went); the watcher then closes it once they fit one window. Whether it
-    /// stays open.
-    pub(super) fn close_unless_turning(&self) -> bool {
-        let mut state = lock(&self.state);
-        state.forget_streams_done();
-        state.word_gone = true;
-        let raised = state.raise_abandoned();
-        if state.abandoned.is_none() {
-            state.word = std::ptr::null();
-        }
-        let open = !state.word.is_null();
-        drop(state);
-        warn_if_lowered(raised);
-        open
-    }
 }
 
 impl Watched for Waits {
@@ -395,12 +367,6 @@ impl Watched for Waits {
                 return;
             }
             let raised = state.raise_abandoned();
-            if state.word.is_null() {
-                // The turns ended with the word's value gone.
-                drop(state);
-                warn_if_lowered(raised);
-                return;
-            }
             // SAFETY: the memory lives until `close`, which takes this lock.
             let value = unsafe { &*state.word }.load(Ordering::Acquire);
             let before = state.waiters.len();

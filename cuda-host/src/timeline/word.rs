@@ -165,15 +165,18 @@ impl Drop for Word {
         if self.kept.load(Ordering::Relaxed) {
             self.context.shared().keep_pinned_word(self.memory);
             // A stream may still read the word with no hold left on it (an operation refused
-            // after it reached its stream has no point a hold waits for): while narrow waits
-            // take turns the watcher goes on with them, reading the memory, which is never
-            // freed.
-            let turning = self.waits.close_unless_turning();
-            if turning || !lock(&self.elsewhere).is_empty() {
+            // after it reached its stream has no point a hold waits for): the watcher goes on
+            // keeping an abandoned value where that stream needs it (a narrow wait's turn)
+            // until it passed, reading the memory, which is never freed.
+            let still_read = self.waits.streams_may_read();
+            if still_read || !lock(&self.elsewhere).is_empty() {
                 // A stream of another context, or its graph, or the watcher, may read the word
                 // after this context's last value went: the context, whose release would free
                 // its pages, is kept for the life of the process too.
                 lock(&KEPT_CONTEXTS).push(self.context.clone());
+            }
+            if !still_read {
+                self.waits.close();
             }
             return;
         }
