@@ -1399,6 +1399,73 @@ fn refuse_a_wait_after_it_reached(
     assert!(graph.is_ok(), "the capture ends: {graph:?}");
 }
 
+/// A wait refused after it reached its stream, which then passed it, and the timeline dropped
+/// while the stream lives on idle, never synchronized (a pooled stream): nothing shows that the
+/// stream passed the refused wait, so the dropped timeline stays listed with the watcher for as
+/// long as the stream lives, keeping its value where a signal the stream might still land would
+/// hold no wait. Nothing waits and no turns are needed: the watcher rests between its looks at
+/// it (counted parked) instead of looking every 50 µs, which cost 16% of a core for the stream's
+/// whole life. Narrow and wide timelines alike, and narrow waits 2^31 apart, which take turns
+/// for as long as their streams live: the watcher rests until each turn's end.
+#[test]
+fn a_timeline_dropped_after_its_refused_wait_passed_lets_the_watcher_rest() {
+    let test = "a_timeline_dropped_after_its_refused_wait_passed_lets_the_watcher_rest";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "playing an older device and captures at a call are controls of the software driver",
+        );
+    };
+    suite::alone_in_child!(a_timeline_dropped_after_its_refused_wait_passed_lets_the_watcher_rest);
+    let context = context();
+    for (narrow, turns) in [(true, false), (false, false), (true, true)] {
+        let stream = new_stream(&context);
+        let far = new_stream(&context);
+        let words = MappedWords::new(&context, 2);
+        let timeline = if narrow {
+            narrow_timeline(controls, &context, 0)
+        } else {
+            Timeline::new(&context, 0).expect("timeline")
+        };
+        refuse_a_wait_after_it_reached(controls, &timeline, &stream, 1);
+        words.write_in_stream(&stream, 0, 1);
+        timeline.signal(2).expect("signal");
+        wait_until("the stream to pass the refused wait", || words.get(0) == 1);
+        if turns {
+            // A second refused wait, 2^31 past the first: it passes in its turn once the
+            // timeline went.
+            refuse_a_wait_after_it_reached(controls, &timeline, &far, 2 + (1 << 31));
+        }
+        words.write_in_stream(&far, 1, 1);
+        drop(timeline);
+        wait_until("the far stream to pass its wait", || words.get(1) == 1);
+        assert!(
+            cuda_host::metrics().timelines().streams > 0,
+            "the idle stream stays noted: the dropped timeline is still watched"
+        );
+        assert!(
+            suite::wait::holds_within(Duration::from_secs(5), || {
+                cuda_host::metrics().stream_points().watcher_parked
+            }),
+            "narrow: {narrow}, turns: {turns}: the watcher still looks 5 s after the timeline \
+             went, for idle streams' refused waits"
+        );
+        let from = suite::started_thread_cpu_time("cuda-host-watch");
+        std::thread::sleep(Duration::from_secs(1));
+        let used = suite::started_thread_cpu_time("cuda-host-watch") - from;
+        suite::figure(&format!(
+            "narrow: {narrow}, turns: {turns}: watcher CPU time over 1 s with a dropped timeline \
+             kept for idle streams: {used:?}"
+        ));
+        assert!(
+            used <= Duration::from_millis(50),
+            "narrow: {narrow}, turns: {turns}: the watcher used {used:?} of CPU in 1 s with \
+             nothing waiting"
+        );
+        drop((stream, far));
+    }
+}
+
 /// As above, with the far wait on a second stream, which no gate holds. The refused wait has no
 /// point whose passing a hold waits for, so the second stream's hold is the word's last: once that
 /// stream passed its wait (in its turn) and a drain let go of its hold, the word's value went. The

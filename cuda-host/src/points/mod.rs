@@ -179,7 +179,8 @@ pub struct StreamPointCounts {
     pub held: usize,
     /// Futures waiting with the watcher (polled, not yet woken or dropped).
     pub waiting: usize,
-    /// Whether the watcher thread is parked (nothing waits).
+    /// Whether the watcher thread is parked: nothing waits, but perhaps dropped timelines that
+    /// streams may still read, which it looks at every few milliseconds.
     pub watcher_parked: bool,
     /// How many times the watcher thread parked since it started.
     pub watcher_parks: u64,

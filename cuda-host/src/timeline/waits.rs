@@ -17,12 +17,16 @@
 //! **Abandoned.** Once the last handle is gone, the value was raised to its release value
 //! (`super::Shared`'s drop), but a stream's signal enqueued earlier is a store, not a maximum: it
 //! may land later and lower it again, under a wait that no handle can release any more. So the
-//! timeline stays listed, and each round raises the value back to the release value, until every
+//! timeline stays listed, and each look raises the value back to the release value, until every
 //! stream passed its last operation on it (or that stream's own context failed: a failure of the
 //! timeline's context stops none of another context's streams). On a narrow timeline (32-bit
 //! waits, which compare cyclically) no value may release every wait a stream has yet to pass:
 //! one 2^31 or more past a wait holds it again. The waits then take turns
-//! (`State::raise_abandoned`).
+//! (`State::raise_abandoned`). Nothing waits on the host, and a stream may stay alive, idle, for
+//! long after an operation no look sees passed (one refused after it reached the stream): the
+//! watcher looks at an abandoned timeline after pauses that grow to `LONGEST_PAUSE` (20 ms)
+//! while its value stays where it was set, and rests between (`Due::Within`), rather than looking
+//! at its own pace for the stream's whole life.
 //!
 //! **Streams noted.** Each stream operation notes its stream's track and the point marked after
 //! it; a stream seen past its last operation (by the drain that let go of the word's hold, a
@@ -41,7 +45,7 @@ use crate::contain::{dispose, logged};
 use crate::launch::{Look, has_failed, seen_failed};
 use crate::sync::lock;
 use crate::timeline::NARROW_WINDOW;
-use crate::tracks::{Registration, Track, Waiters, Watched, watch};
+use crate::tracks::{Due, Registration, Track, Waiters, Watched, watch};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,14 +73,29 @@ struct Abandoned {
     /// The value the word was last set to (the highest, while it only rises): found lower, a
     /// stream's signal lowered it.
     set: u64,
-    /// While the waits take turns: the turn, and when it began.
-    turn: Option<(usize, Instant)>,
+    /// While the waits take turns: the turn, when it began and how long it lasts.
+    turn: Option<(usize, Instant, Duration)>,
+    /// How long the watcher may wait between two looks ([`FIRST_PAUSE`]), and when the next is
+    /// due.
+    pause: Duration,
+    due: Instant,
 }
 
-/// How long each group of a narrow timeline's waits holds the word while they take turns: longer
-/// than a device takes to read a word it waits on (the software driver reads it at least every
-/// millisecond).
+/// How long each group of a narrow timeline's waits holds the word while they take turns, at
+/// least: longer than a device takes to read a word it waits on (the software driver reads it
+/// at least every millisecond). A turn lasts the watcher's pause if that is longer.
 const TURN: Duration = Duration::from_millis(2);
+
+/// The watcher's first pause between two looks at an abandoned timeline (and after each look that
+/// found its value lowered), doubled after each look that found it where it was set, up to
+/// [`LONGEST_PAUSE`]: a stream that stays alive, idle, after an operation no look sees passed
+/// (refused after it reached the stream) keeps the timeline listed for the stream's whole life,
+/// and looks at the watcher's pace would cost a share of a core all that while.
+const FIRST_PAUSE: Duration = Duration::from_micros(50);
+/// The longest pause between two such looks: how long a wait may stay held by a stream's signal
+/// that landed after the last handle went, before the value is raised again; and the longest
+/// turn.
+const LONGEST_PAUSE: Duration = Duration::from_millis(20);
 
 /// Streams noted over every timeline (`State::streams`), for [`timeline_counts`](
 /// super::timeline_counts).
@@ -123,7 +142,7 @@ impl State {
     /// read. On a wide timeline, and while the narrow waits not seen passed fit in one window
     /// (from the lowest, `v`, to `v + 2^31 − 1`, which the value has not left behind already), it
     /// raises the word to the release value, or to the window's top if that is lower. Waits
-    /// spread wider than a window take turns: they fall into windows, and for [`TURN`] each the
+    /// spread wider than a window take turns: they fall into windows, and for a turn each the
     /// word takes the top of one, which releases every wait in it and none of another's. A stream
     /// passes its wait during that wait's turn, whether or not anything shows that it did (a
     /// capture other code began may have taken the track's word, after which no look sees its
@@ -164,12 +183,12 @@ impl State {
             None => {
                 let now = Instant::now();
                 let turn = match abandoned.turn {
-                    Some((turn, began)) if now.duration_since(began) < TURN => turn,
-                    Some((turn, _)) => turn + 1,
+                    Some((turn, began, lasts)) if now.duration_since(began) < lasts => turn,
+                    Some((turn, _, _)) => turn + 1,
                     None => 0,
                 };
-                if abandoned.turn.is_none_or(|(last, _)| last != turn) {
-                    abandoned.turn = Some((turn, now));
+                if abandoned.turn.is_none_or(|(last, _, _)| last != turn) {
+                    abandoned.turn = Some((turn, now, abandoned.pause.max(TURN)));
                 }
                 let target = top(windows[turn % windows.len()]);
                 (word.swap(target, Ordering::AcqRel), target)
@@ -178,6 +197,43 @@ impl State {
         let lowered = before < abandoned.set;
         abandoned.set = set;
         lowered.then_some(before)
+    }
+}
+
+impl State {
+    /// How long the watcher may wait yet before it looks again at an abandoned timeline: `None`
+    /// when the look is due (or host waiters wait, which an abandoned timeline has none of).
+    fn resting(&self) -> Option<Duration> {
+        let abandoned = self.abandoned.as_ref()?;
+        if !self.waiters.is_empty() {
+            return None;
+        }
+        let left = abandoned.due.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// When the watcher looks next, after a look: soon while host waiters wait; abandoned, after
+    /// a pause that doubles with each look that found the value where it was set, from
+    /// [`FIRST_PAUSE`] after one that found it `lowered`, or at the end of the turn while the
+    /// waits take turns.
+    fn next_look(&mut self, lowered: bool) -> Due {
+        let Some(abandoned) = self.abandoned.as_mut() else {
+            return Due::Soon;
+        };
+        if !self.waiters.is_empty() {
+            return Due::Soon;
+        }
+        abandoned.pause = if lowered {
+            FIRST_PAUSE
+        } else {
+            (abandoned.pause * 2).min(LONGEST_PAUSE)
+        };
+        let now = Instant::now();
+        abandoned.due = match abandoned.turn {
+            Some((_, began, lasts)) => (began + lasts).max(now),
+            None => now + abandoned.pause,
+        };
+        Due::Within(abandoned.due - now)
     }
 }
 
@@ -333,6 +389,8 @@ impl Waits {
             release,
             set: 0,
             turn: None,
+            pause: FIRST_PAUSE,
+            due: Instant::now(),
         });
         // SAFETY: the memory lives until `close`, which takes this lock.
         let before = unsafe { &*state.word }.load(Ordering::Acquire);
@@ -360,11 +418,14 @@ impl Waits {
 }
 
 impl Watched for Waits {
-    fn look(&self, woken: &mut Vec<Waker>) {
+    fn look(&self, woken: &mut Vec<Waker>) -> Due {
         let (value, streams, raised) = {
             let mut state = lock(&self.state);
             if state.word.is_null() {
-                return;
+                return Due::Soon;
+            }
+            if let Some(pause) = state.resting() {
+                return Due::Within(pause);
             }
             let raised = state.raise_abandoned();
             // SAFETY: the memory lives until `close`, which takes this lock.
@@ -378,7 +439,7 @@ impl Watched for Waits {
         };
         warn_if_lowered(raised);
         let Some(streams) = streams else {
-            return;
+            return Due::Soon;
         };
         // Looked at without the lock: a look may log, and a logger may call cuda-host back.
         // A stream is done with the word once it passed its operation or its own context failed
@@ -406,6 +467,7 @@ impl Watched for Waits {
         state
             .narrow_waits
             .retain(|wait| !is_done(&wait.track, wait.point, wait.context));
+        let lowered = raised.is_some();
         let raised = state.raise_abandoned();
         if failed {
             let before = state.waiters.len();
@@ -413,8 +475,10 @@ impl Watched for Waits {
             self.waiting
                 .fetch_sub(before - state.waiters.len(), Ordering::SeqCst);
         }
+        let due = state.next_look(lowered || raised.is_some());
         drop(state);
         warn_if_lowered(raised);
+        due
     }
 
     fn unlist_if_idle(&self) -> bool {

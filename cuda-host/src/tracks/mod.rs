@@ -29,5 +29,5 @@ outside_loom_models! {
 
     pub(crate) use track::{ContextTracks, PointWrite, Synchronizing, Track};
     pub(crate) use waiters::{Registration, Waiters};
-    pub(crate) use watcher::{Watched, watch};
+    pub(crate) use watcher::{Due, Watched, watch};
 }

@@ -20,9 +20,10 @@
 //! passed for `SPIN_FOR` (1 ms) while futures wait (long GPU work), it sleeps between rounds,
 //! in pauses growing to `LONGEST_PAUSE` (50 µs), so that a long wait costs a few percent of a
 //! core and is seen passed within about a pause and the timer's slack. Once no future has
-//! waited for `LINGER` (1 ms), it parks and uses nothing; a registration that puts a track on
-//! the list finds it parked and unparks it (the idle-to-active transition only: other
-//! registrations touch nothing shared beyond their track, but for the pace's hint
+//! waited for `LINGER` (1 ms), it parks and uses nothing (or, with only dropped timelines listed
+//! that streams may still read, rests until the next look one needs: `Due`); a registration
+//! that puts a track on the list finds it parked and unparks it (the idle-to-active transition
+//! only: other registrations touch nothing shared beyond their track, but for the pace's hint
 //! `REFILLED`, which the first of them in a round sets).
 //!
 //! **Threads.** Wakers are called on this thread, outside every lock, each under
@@ -111,14 +112,26 @@ pub(crate) fn ensure_running() -> Result<()> {
 /// lock, as a track does: the registration that finds it unlisted sets the flag and calls
 /// [`watch`]; [`Watched::unlist_if_idle`], called under the list's lock, clears it.
 pub(crate) trait Watched: Send + Sync {
-    /// Looks (without the list's lock), moving the wakers now due to `woken`. May log: never
-    /// under a lock of its own a logger's call back into cuda-host would take.
-    fn look(&self, woken: &mut Vec<Waker>);
+    /// Looks (without the list's lock), moving the wakers now due to `woken`, and says when it
+    /// needs the next look. May log: never under a lock of its own a logger's call back into
+    /// cuda-host would take.
+    fn look(&self, woken: &mut Vec<Waker>) -> Due;
     /// Whether it needs no more looks, in which case it counts as unlisted from now on (a later
     /// registration lists it again). Called under the list's lock.
     fn unlist_if_idle(&self) -> bool;
     /// How many wait on it.
     fn waiting(&self) -> usize;
+}
+
+/// When something the watcher looks at ([`Watched`]) needs its next look.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Due {
+    /// At the watcher's pace: something waits on it.
+    Soon,
+    /// Within this long: nothing waits on it, but it keeps a value a stream may still change.
+    /// With nothing else to do, the thread rests this long (counted parked), and a registration
+    /// wakes it as from a park.
+    Within(Duration),
 }
 
 /// Puts `watched`, which was unlisted and now set its flag, on the list, and wakes the thread if
@@ -219,6 +232,8 @@ enum Next {
     Look(Duration),
     /// Parks until a registration unparks it.
     Park,
+    /// Parks until a registration unparks it or this long passed, whichever is first.
+    Rest(Duration),
 }
 
 fn run() {
@@ -246,6 +261,7 @@ fn run() {
             }
             Ok(Next::Look(pause)) => std::thread::sleep(pause),
             Ok(Next::Park) => std::thread::park(),
+            Ok(Next::Rest(pause)) => std::thread::park_timeout(pause),
             Err(payload) => {
                 dispose(payload);
                 logged!(error!(
@@ -278,8 +294,14 @@ fn look_and_wake(
     for track in looked.drain(..) {
         take_passed(&track, woken);
     }
+    // The earliest look a listed value needs, if none needs one soon.
+    let mut rest: Option<Duration> = None;
+    let mut soon = false;
     for other in others.drain(..) {
-        other.look(woken);
+        match other.look(woken) {
+            Due::Soon => soon = true,
+            Due::Within(pause) => rest = Some(rest.map_or(pause, |rest| rest.min(pause))),
+        }
     }
     let next = {
         let listed = &mut *lock(&WATCHER.listed);
@@ -307,10 +329,16 @@ fn look_and_wake(
         if refilled {
             REFILLED.store(false, Ordering::Relaxed);
         }
-        if !woken.is_empty() || std::mem::take(&mut listed.fresh) || refilled {
+        // A value listed since the looks began has not been looked at: it counts as due soon.
+        let fresh = std::mem::take(&mut listed.fresh);
+        if !woken.is_empty() || fresh || refilled {
             *progress = now;
         }
-        if waiting || !listed.others.is_empty() || !woken.is_empty() {
+        // Every value left listed was looked at (a fresh one makes `soon`): `rest` is set when
+        // any is, unless one needs a look soon.
+        let soon = soon || fresh;
+        let rest = rest.filter(|_| !soon && !listed.others.is_empty());
+        let next = if waiting || soon || !woken.is_empty() {
             *active = now;
             let quiet = now.duration_since(*progress);
             Next::Look(if quiet < SPIN_FOR {
@@ -328,8 +356,16 @@ fn look_and_wake(
             if !std::mem::replace(&mut listed.parked, true) {
                 WATCHER.parks.fetch_add(1, Ordering::Relaxed);
             }
-            Next::Park
+            match rest {
+                Some(pause) => Next::Rest(pause),
+                None => Next::Park,
+            }
+        };
+        if let Next::Look(_) = next {
+            // Woken by a rest's end (or spuriously), not by a registration.
+            listed.parked = false;
         }
+        next
     };
     observe::points_passed(Points::Future, woken.len());
     for waker in woken.drain(..) {
