@@ -114,6 +114,7 @@ pub fn finish(
         Box::new(|_| crate::timelines::check_no_wait_stranded()),
     )?;
     log.push(format!("end: {outcome}"));
+    log.push(format!("end: {}", check_watcher_rests()));
     let env_job = env.clone();
     let outcome = workers.run(
         0,
@@ -156,6 +157,40 @@ pub fn finish(
     check_witnesses();
     check_counts(env, baseline);
     Ok(())
+}
+
+/// How long nothing may wait, streams alive and idle, before the watcher must park (or rest).
+const QUIET: Duration = Duration::from_secs(1);
+
+/// Every gate open and every timeline's wait passed, the streams alive: once no future waits,
+/// the watcher parks, or rests between its looks at dropped timelines that idle streams may
+/// still read. It never goes on looking at its own pace with nothing waiting.
+fn check_watcher_rests() -> String {
+    let deadline = Instant::now() + SETTLE;
+    let mut quiet_since = None;
+    loop {
+        let points = cuda_host::metrics().stream_points();
+        if points.watcher_parked {
+            return "the watcher parked".to_owned();
+        }
+        let now = Instant::now();
+        if points.waiting > 0 {
+            // A future of a point nothing shows passed yet (a capture took its record) waits
+            // until the streams' end: the watcher looks for it.
+            quiet_since = None;
+        } else if suite::thread_cpu_time("cuda-host-watch").is_none() {
+            return "no watcher thread".to_owned();
+        } else if now.duration_since(*quiet_since.get_or_insert(now)) > QUIET {
+            violated(format!(
+                "nothing waited for {QUIET:?}, and the watcher neither parked nor rested"
+            ));
+            return "the watcher did not park".to_owned();
+        }
+        if now > deadline {
+            return format!("{} futures still wait: the watcher looks", points.waiting);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// On a worker: every stream synchronized, every point completed, then every object dropped.
