@@ -105,12 +105,15 @@ pub enum TimelineOp {
     /// every handle is dropped while the gate still holds the first. The last drop's raise must
     /// release both, the first before it passes its window. With `capture_between`, other code
     /// begins a capture of the held stream at cuda-host's second look whether it captures, after
-    /// the first wait went to the stream: refused, but live there.
+    /// the first wait went to the stream: refused, but live there. With `far_passes`, once the
+    /// far stream passed its wait (in its turn), this worker's drains let go of its hold, which
+    /// may be the word's last while the gate still holds the first.
     AcrossTheWindow {
         timeline: u8,
         held: u8,
         far: u8,
         capture_between: bool,
+        far_passes: bool,
     },
 }
 
@@ -201,12 +204,13 @@ pub fn op() -> impl Strategy<Value = TimelineOp> {
         2 => index().prop_map(|future| TimelineOp::PollFuture { future }),
         1 => index().prop_map(|future| TimelineOp::DropFuture { future }),
         1 => any::<bool>().prop_map(|primary| TimelineOp::Requests { primary }),
-        1 => (index(), index(), index(), any::<bool>()).prop_map(
-            |(timeline, held, far, capture_between)| TimelineOp::AcrossTheWindow {
+        1 => (index(), index(), index(), any::<bool>(), any::<bool>()).prop_map(
+            |(timeline, held, far, capture_between, far_passes)| TimelineOp::AcrossTheWindow {
                 timeline,
                 held,
                 far,
                 capture_between,
+                far_passes,
             }
         ),
     ]
@@ -569,7 +573,8 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
             held,
             far,
             capture_between,
-        } => across_the_window(env, index, held, far, capture_between),
+            far_passes,
+        } => across_the_window(env, index, held, far, capture_between, far_passes),
     };
     check_all();
     outcome
@@ -874,7 +879,14 @@ fn host_signal_on(entry: &Mutex<TimelineEntry>, ahead: Ahead) -> String {
     }
 }
 
-fn across_the_window(env: &Env, index: u8, held: u8, far: u8, capture_between: bool) -> String {
+fn across_the_window(
+    env: &Env,
+    index: u8,
+    held: u8,
+    far: u8,
+    capture_between: bool,
+    far_passes: bool,
+) -> String {
     let fits = |entry: &Arc<Mutex<TimelineEntry>>| {
         let locked = lock(entry);
         locked.narrow && !locked.by_stream && !locked.handles.is_empty()
@@ -928,11 +940,35 @@ fn across_the_window(env: &Env, index: u8, held: u8, far: u8, capture_between: b
     let had = !handles.is_empty() || !futures.is_empty();
     let last = had && locked.note_let_go();
     let name = locked.name.clone();
+    // The far wait, the last one noted, if its stream writes a marker after it.
+    let far_wait = locked
+        .waits
+        .last()
+        .and_then(|wait| Some((Arc::clone(&wait.progress), wait.marker?)));
     drop(locked);
     drop(futures);
     drop(handles);
+    let passed = match far_wait.filter(|_| far_passes && last) {
+        Some((progress, marker)) => {
+            // Passed in its turn, unless another gate holds the far stream.
+            let passed = progress.seen_within(marker, Duration::from_millis(200)) >= marker;
+            if passed {
+                // The drains look at the far stream's track at their own pace.
+                for _ in 0..5 {
+                    cuda_host::reclaim();
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            if passed {
+                "; the far stream passed its wait and this worker's drains ran"
+            } else {
+                "; the far stream did not pass its wait within 200 ms"
+            }
+        }
+        None => "",
+    };
     format!(
-        "{made}{}{}; then {name}'s handles dropped{}",
+        "{made}{}{}; then {name}'s handles dropped{}{passed}",
         if armed {
             "a capture armed at the held wait's second look; "
         } else {
