@@ -222,7 +222,9 @@ fn print_figures(figures: &Figures) {
     let panics = figures.panics;
     println!(
         "chaos: faults injected: {faults} (failed contexts, failed and delayed driver calls, \
-         captures of other code); panics injected in runs, drops, hooks and loggers: {panics}"
+         captures of other code); panics injected in runs, drops, hooks and loggers: {panics}; \
+         drops that called reclaim back: {}",
+        witness::RECLAIMS_IN_DROPS.load(std::sync::atomic::Ordering::Relaxed)
     );
 }
 
