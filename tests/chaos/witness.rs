@@ -335,7 +335,7 @@ impl Drop for Probe {
         }
         // A user's `Drop` may call cuda-host back: one in three reclaims, inside the drain that
         // drops it (refused there, which must leave that drain in force) or wherever it runs.
-        if DROPS.fetch_add(1, Ordering::Relaxed) % 3 == 0 {
+        if DROPS.fetch_add(1, Ordering::Relaxed).is_multiple_of(3) {
             cuda_host::reclaim();
             RECLAIMS_IN_DROPS.fetch_add(1, Ordering::Relaxed);
         }
