@@ -1466,6 +1466,133 @@ fn a_timeline_dropped_after_its_refused_wait_passed_lets_the_watcher_rest() {
     }
 }
 
+/// A thousand timelines, each dropped right after a signal went to a stream that works on (held
+/// here by a gate): nothing waits on the host, and each stays listed with the watcher until the
+/// stream passed its signal. Their looks fall due together (at multiples of the pause), so the
+/// watcher wakes about 50 times a second for all of them, not once per timeline per pause (376
+/// wakes and 173 ms of CPU a second in a debug build, where each kept its own due time), and
+/// after the longest pause a look at each only keeps its value, looking at its streams one time
+/// in five. Prints the watcher's CPU time and wakes.
+#[test]
+fn a_thousand_dropped_timelines_of_a_working_stream_let_the_watcher_rest() {
+    suite::alone_in_child!(a_thousand_dropped_timelines_of_a_working_stream_let_the_watcher_rest);
+    const TIMELINES: u32 = 1000;
+    let context = context();
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    for _ in 0..TIMELINES {
+        let timeline = Timeline::new(&context, 0).expect("timeline");
+        timeline
+            .enqueue_signal(&stream, 1)
+            .expect("signal enqueued");
+        drop(timeline);
+        // Dropped over one longest pause: each at its own time.
+        let spread = Instant::now();
+        while spread.elapsed() < Duration::from_micros(20_000 / u64::from(TIMELINES)) {
+            std::hint::spin_loop();
+        }
+    }
+    assert!(cuda_host::metrics().timelines().streams >= u64::from(TIMELINES));
+    assert!(
+        suite::wait::holds_within(Duration::from_secs(5), || {
+            cuda_host::metrics().stream_points().watcher_parked
+        }),
+        "the watcher rests"
+    );
+    // The pauses grow to their longest.
+    std::thread::sleep(Duration::from_millis(200));
+    let watcher = "cuda-host-watch";
+    let (cpu, sleeps) = (
+        suite::started_thread_cpu_time(watcher),
+        suite::thread_sleeps(watcher).expect("the watcher's sleeps"),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    let cpu = suite::started_thread_cpu_time(watcher) - cpu;
+    let wakes = suite::thread_sleeps(watcher).expect("the watcher's sleeps") - sleeps;
+    suite::figure(&format!(
+        "{TIMELINES} timelines dropped while their stream works: the watcher used {cpu:?} of CPU \
+         over 1 s, waking {wakes} times"
+    ));
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert!(
+        wakes <= 120,
+        "the watcher woke {wakes} times in 1 s for {TIMELINES} dropped timelines"
+    );
+    assert!(
+        cpu <= Duration::from_millis(120),
+        "the watcher used {cpu:?} of CPU in 1 s for {TIMELINES} dropped timelines"
+    );
+    wait_until("the dropped timelines to let their stream go", || {
+        cuda_host::metrics().timelines().streams == 0
+    });
+}
+
+/// While the watcher rests between its looks at a dropped timeline kept for an idle stream, a
+/// future of a stream point registers: the registration wakes it as from a park, so that the
+/// point is seen passed at the watcher's pace, not at the rest's end (up to 20 ms later). Prints
+/// the wakes' median and worst.
+#[test]
+fn a_future_registered_while_the_watcher_rests_wakes_it_at_once() {
+    let test = "a_future_registered_while_the_watcher_rests_wakes_it_at_once";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "captures at a call are controls of the software driver",
+        );
+    };
+    suite::alone_in_child!(a_future_registered_while_the_watcher_rests_wakes_it_at_once);
+    let context = context();
+    let idle = new_stream(&context);
+    let words = MappedWords::new(&context, 1);
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    refuse_a_wait_after_it_reached(controls, &timeline, &idle, 1);
+    words.write_in_stream(&idle, 0, 1);
+    timeline.signal(2).expect("signal");
+    wait_until("the stream to pass the refused wait", || words.get(0) == 1);
+    drop(timeline);
+    let runtime = runtime();
+    let stream = new_stream(&context);
+    let mut wakes = Vec::new();
+    for _ in 0..50 {
+        assert!(
+            suite::wait::holds_within(Duration::from_secs(5), || {
+                cuda_host::metrics().stream_points().watcher_parked
+            }),
+            "the watcher rests"
+        );
+        // Well into the rests, grown to their longest.
+        std::thread::sleep(Duration::from_millis(30));
+        let gate = Gate::new(&context);
+        gate.hold(&stream);
+        let task = runtime.spawn(cuda_host::points::stream_point(&stream).expect("a point"));
+        wait_until("the future to register", || {
+            cuda_host::metrics().stream_points().waiting == 1
+        });
+        let opened = Instant::now();
+        gate.open();
+        runtime
+            .block_on(task)
+            .expect("the task")
+            .expect("the point was passed");
+        wakes.push(opened.elapsed());
+    }
+    wakes.sort();
+    let (median, worst) = (wakes[wakes.len() / 2], wakes[wakes.len() - 1]);
+    suite::figure(&format!(
+        "a future registered while the watcher rests: woken {median:?} after its gate opened \
+         (median of 50), {worst:?} at worst"
+    ));
+    // A rest that the registration did not end would put the median near 10 ms (half a rest).
+    assert!(
+        median < Duration::from_millis(4),
+        "futures registered while the watcher rested were woken {median:?} after their points \
+         (median), {worst:?} at worst"
+    );
+    drop(idle);
+}
+
 /// As above, with the far wait on a second stream, which no gate holds. The refused wait has no
 /// point whose passing a hold waits for, so the second stream's hold is the word's last: once that
 /// stream passed its wait (in its turn) and a drain let go of its hold, the word's value went. The

@@ -1,5 +1,6 @@
-//! The CPU time a named thread of this process has used: how the tests and benchmarks show that
-//! cuda-host's own threads (the stream-point watcher, the polled engine) cost nothing idle.
+//! The CPU time a named thread of this process has used, and how often it went to sleep: how the
+//! tests and benchmarks show that cuda-host's own threads (the stream-point watcher, the polled
+//! engine) cost nothing idle.
 
 use std::time::Duration;
 
@@ -50,4 +51,33 @@ pub fn started_thread_cpu_time(name: &str) -> Duration {
         time.is_some()
     });
     time.expect("the wait ended with the time read")
+}
+
+/// How many times the threads of this process named `name` went to sleep of their own accord
+/// (`voluntary_ctxt_switches`), summed: each of a parked or resting thread's wakes ends in one.
+/// `None` where there is no such thread or no `/proc`.
+pub fn thread_sleeps(name: &str) -> Option<u64> {
+    let mut total = None;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let path = task.ok()?.path();
+        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        if comm.trim() != name {
+            continue;
+        }
+        let Some(sleeps) = std::fs::read_to_string(path.join("status"))
+            .ok()
+            .and_then(|status| {
+                status
+                    .lines()
+                    .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))?
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+        else {
+            continue;
+        };
+        total = Some(total.unwrap_or(0) + sleeps);
+    }
+    total
 }

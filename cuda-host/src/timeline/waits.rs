@@ -24,7 +24,7 @@
 //! one 2^31 or more past a wait holds it again. The waits then take turns
 //! (`State::raise_abandoned`). Nothing waits on the host, and a stream may stay alive, idle, for
 //! long after an operation no look sees passed (one refused after it reached the stream): the
-//! watcher looks at an abandoned timeline after pauses that grow to `LONGEST_PAUSE` (20 ms)
+//! watcher looks at an abandoned timeline after pauses that grow to `LONGEST_PAUSE` (20.48 ms)
 //! while its value stays where it was set, and rests between (`Due::Within`), rather than looking
 //! at its own pace for the stream's whole life.
 //!
@@ -48,7 +48,7 @@ use crate::timeline::NARROW_WINDOW;
 use crate::tracks::{Due, Registration, Track, Waiters, Watched, watch};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
@@ -79,6 +79,8 @@ struct Abandoned {
     /// due.
     pause: Duration,
     due: Instant,
+    /// Looks after the longest pause, counted for [`State::streams_due`].
+    quiet_looks: u32,
 }
 
 /// How long each group of a narrow timeline's waits holds the word while they take turns, at
@@ -91,11 +93,27 @@ const TURN: Duration = Duration::from_millis(2);
 /// [`LONGEST_PAUSE`]: a stream that stays alive, idle, after an operation no look sees passed
 /// (refused after it reached the stream) keeps the timeline listed for the stream's whole life,
 /// and looks at the watcher's pace would cost a share of a core all that while.
-const FIRST_PAUSE: Duration = Duration::from_micros(50);
-/// The longest pause between two such looks: how long a wait may stay held by a stream's signal
-/// that landed after the last handle went, before the value is raised again; and the longest
-/// turn.
-const LONGEST_PAUSE: Duration = Duration::from_millis(20);
+const FIRST_PAUSE: Duration = Duration::from_micros(40);
+/// The longest pause between two such looks (2^9 times the first, 20.48 ms): how long a wait may
+/// stay held by a stream's signal that landed after the last handle went, before the value is
+/// raised again; and the longest turn.
+const LONGEST_PAUSE: Duration = Duration::from_micros(40 << 9);
+
+/// After the longest pause, one look in this many looks at the streams too (about every 100 ms).
+const STREAMS_EVERY: u32 = 5;
+
+/// Where the looks' times are counted from: a look after a pause is due at a multiple of the
+/// pause since, so that the looks at timelines dropped at different times, their pauses grown
+/// alike, fall due together and the watcher wakes once for them all.
+static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// The first multiple of `pause` since [`EPOCH`] after `now`.
+fn due_after(now: Instant, pause: Duration) -> Instant {
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    let pause_nanos = pause.as_nanos().max(1);
+    let pauses = now.saturating_duration_since(epoch).as_nanos() / pause_nanos + 1;
+    epoch + Duration::from_nanos(u64::try_from(pauses * pause_nanos).unwrap_or(u64::MAX))
+}
 
 /// Streams noted over every timeline (`State::streams`), for [`timeline_counts`](
 /// super::timeline_counts).
@@ -212,6 +230,22 @@ impl State {
         (!left.is_zero()).then_some(left)
     }
 
+    /// Whether a look at an abandoned timeline looks at its streams too (to forget those that
+    /// passed, and let the timeline go once none is left), or only keeps its value: the streams
+    /// are looked at on every look until the pause reached its longest, then on one in
+    /// [`STREAMS_EVERY`], so that timelines dropped while their streams work (or kept for idle
+    /// ones) each cost the watcher an atomic read a look.
+    fn streams_due(&mut self) -> bool {
+        let Some(abandoned) = self.abandoned.as_mut() else {
+            return true;
+        };
+        if abandoned.pause < LONGEST_PAUSE || abandoned.turn.is_some() {
+            return true;
+        }
+        abandoned.quiet_looks = abandoned.quiet_looks.wrapping_add(1);
+        abandoned.quiet_looks % STREAMS_EVERY == 0
+    }
+
     /// When the watcher looks next, after a look: soon while host waiters wait; abandoned, after
     /// a pause that doubles with each look that found the value where it was set, from
     /// [`FIRST_PAUSE`] after one that found it `lowered`, or at the end of the turn while the
@@ -231,7 +265,7 @@ impl State {
         let now = Instant::now();
         abandoned.due = match abandoned.turn {
             Some((_, began, lasts)) => (began + lasts).max(now),
-            None => now + abandoned.pause,
+            None => due_after(now, abandoned.pause),
         };
         Due::Within(abandoned.due - now)
     }
@@ -391,6 +425,7 @@ impl Waits {
             turn: None,
             pause: FIRST_PAUSE,
             due: Instant::now(),
+            quiet_looks: 0,
         });
         // SAFETY: the memory lives until `close`, which takes this lock.
         let before = unsafe { &*state.word }.load(Ordering::Acquire);
@@ -434,6 +469,13 @@ impl Watched for Waits {
             state.waiters.take_up_to(value, false, woken);
             self.waiting
                 .fetch_sub(before - state.waiters.len(), Ordering::SeqCst);
+            if state.waiters.is_empty() && !state.streams_due() {
+                // Raised, the streams left for a later look.
+                let due = state.next_look(raised.is_some());
+                drop(state);
+                warn_if_lowered(raised);
+                return due;
+            }
             let looks = !state.waiters.is_empty() || state.abandoned.is_some();
             (value, looks.then(|| state.streams.clone()), raised)
         };
