@@ -1181,14 +1181,14 @@ fn set_exec_callable(
 }
 
 fn update(env: &Env, exec: u8, graph: u8) -> String {
-    let Some(exec) = pick(&EXECS, exec) else {
+    let Some(shared) = pick(&EXECS, exec) else {
         return "no executable".to_owned();
     };
     // Half the time from the graph it was made from, whose shape is its own (after callables
     // were replaced in either): an update that takes effect. Otherwise from any graph.
     // The executable's lock is let go before any graph's is taken: graph before executable,
     // always.
-    let own_graph = lock(&exec).graph;
+    let own_graph = lock(&shared).graph;
     let own = graph
         .is_multiple_of(2)
         .then(|| graph_by_id(own_graph))
@@ -1197,7 +1197,7 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
         return "no graph".to_owned();
     };
     let graph = lock(&graph);
-    let mut exec = lock(&exec);
+    let mut exec = lock(&shared);
     let shape = |nodes: &Option<Vec<Node>>| {
         nodes
             .as_ref()
@@ -1258,9 +1258,30 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
     // those set on it before, for its launches in flight.
     took_effect("Update");
     exec.every.extend(graph.every.iter().cloned());
-    exec.keeps.extend(graph.keeps.iter().cloned());
+    // Never itself, nor one that keeps it: a cycle of `Arc`s no drop would break.
+    let kept = graph
+        .keeps
+        .iter()
+        .filter(|kept| !keeps_alive(kept, &shared));
+    exec.keeps.extend(kept.cloned());
     exec.nodes = from.and(graph.nodes.clone());
     format!("{} updated from {}", exec.name, graph.name)
+}
+
+/// Whether `from` is `target` or keeps it alive through the executables it keeps. One that
+/// another worker holds locked is taken to: the caller then keeps nothing that could close a
+/// cycle. An executable left out this way may be dropped first, which only ends the harness's
+/// own bookkeeping of it: the driver's user objects keep what its nodes run.
+fn keeps_alive(from: &Shared<ExecEntry>, target: &Shared<ExecEntry>) -> bool {
+    if Arc::ptr_eq(from, target) {
+        return true;
+    }
+    let entry = match from.try_lock() {
+        Ok(entry) => entry,
+        Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return true,
+    };
+    entry.keeps.iter().any(|kept| keeps_alive(kept, target))
 }
 
 fn clone(env: &Env, graph: u8) -> String {
