@@ -65,7 +65,7 @@ fn assert_no_payload_dropped_on(driver: ThreadId) {
 /// `run_once_host_fn` logs on the driver's thread when the driver calls a launch cuda-host
 /// abandoned after it saw the context fail (its ticket is stale). The logger is user code: its
 /// panic is caught, and by `docs/RELIABILITY.md` (the `run_once_host_fn` row: "a payload is
-/// dropped on a caller's thread") and `trampoline.rs` ("No user value is dropped here") the
+/// dropped on a caller's thread") and `enqueue.rs` ("No user value is dropped there") the
 /// payload must not be dropped on the driver's thread. The log call is made outside
 /// `run_marked`, with the thread unmarked, so `contain::dispose` drops it there at once.
 #[test]

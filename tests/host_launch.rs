@@ -1761,7 +1761,7 @@ fn a_failure_answered_through_the_null_stream_waits_for_a_function_launched_on_t
 #[test]
 fn a_synchronize_answering_a_failure_returns_only_once_no_graph_host_node_of_its_stream_runs() {
     // A graph launched on the stream runs its host nodes as host functions of the stream
-    // (trampoline.rs `graph_host_fn`), which are not listed as running: a synchronize answering
+    // (enqueue.rs `graph_host_fn`), which are not listed as running: a synchronize answering
     // the failure returns while a node's callable still runs.
     suite::alone_in_child!(
         a_synchronize_answering_a_failure_returns_only_once_no_graph_host_node_of_its_stream_runs

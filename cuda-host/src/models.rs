@@ -2,9 +2,9 @@
 //! Run with `RUSTFLAGS="--cfg loom" cargo test -p cuda-host --lib --release`. The tracks'
 //! look/mark handshake has its models beside it (`tracks/track/models.rs`).
 
-use crate::launch::failed_contexts::FailedContexts;
 use crate::launch::hook_cell::HookCell;
 use crate::launch::record_list::{Linked, RecordList, last_of};
+use crate::launch::running::FailedContexts;
 use crate::launch::running::{RunningStreams, key};
 use crate::launch::slot_state::{Phase, Released, SlotState};
 use loom::sync::Arc;

@@ -20,10 +20,8 @@ use crate::checked::checked;
 use crate::contain::{InHostFunction, logged};
 use crate::launch::capture_check;
 use crate::launch::context_shared::ContextShared;
-use crate::launch::failed_contexts::FailedContexts;
-use crate::launch::inboxes;
 use crate::launch::record::{self, RecordHeader};
-use crate::launch::running::{self, ENTRIES, Running, RunningStreams};
+use crate::launch::running::{self, ENTRIES, FailedContexts, Running, RunningStreams};
 use crate::launch::slot::{self, Ticket};
 use crate::query_events;
 use cuda_host_sys::{CUresult, CUstream};
@@ -127,7 +125,7 @@ fn failed(context: usize, result: CUresult) {
     slot::abandon_launched(context, |record| {
         count += 1;
         // SAFETY: abandoning claimed the record; ownership passes to its home's list.
-        unsafe { inboxes::finish(record) };
+        unsafe { record::finish(record) };
     });
     if count > 0 {
         logged!(debug!(
@@ -146,7 +144,7 @@ pub(crate) fn mark_launched(context: usize, ticket: Ticket) {
         && let Some(record) = slot::abandon_ticket(ticket)
     {
         // SAFETY: abandoning claimed the record; ownership passes to its home's list.
-        unsafe { inboxes::finish(record) };
+        unsafe { record::finish(record) };
     }
 }
 
@@ -173,7 +171,7 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
         }
     }
     // A record that only keeps the context, handed to the driver and back.
-    let watch = record::holding((), Some(Arc::clone(context)), inboxes::home());
+    let watch = record::holding((), Some(Arc::clone(context)), record::home());
     // SAFETY: the stream handle is valid (the caller's); the callback takes ownership of the
     // watch when the driver calls it, which it does exactly once if this call succeeds.
     let watched = unsafe {
@@ -190,7 +188,7 @@ pub(crate) fn watch_stream(context: &Arc<ContextShared>, stream: CUstream) {
         ));
         // SAFETY: refused, so the watch is still exclusively ours; it only holds the context,
         // and goes with this thread's next drain.
-        unsafe { inboxes::keep_here(watch) };
+        unsafe { record::keep_here(watch) };
         abandon_if_failed(context, error.result());
     }
 }
@@ -234,7 +232,7 @@ pub(crate) fn look_for_failure(context: &ContextShared) {
 /// `data` must be a watch record of `watch_stream`, given to the driver once.
 unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *mut c_void) {
     // On the driver's thread: what the logger or a panic leaves goes to a caller's thread.
-    let _marked = InHostFunction::enter(inboxes::defer_value);
+    let _marked = InHostFunction::enter(record::defer_value);
     let watch = data.cast::<RecordHeader>();
     let abandoned = catch_unwind(AssertUnwindSafe(|| {
         if is_sticky(status) {
@@ -249,7 +247,7 @@ unsafe extern "C" fn failure_watch(_stream: CUstream, status: CUresult, data: *m
     let finished = catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the watch is owned here; ownership passes to its home's list (its context
         // reference is dropped on a caller's thread).
-        unsafe { inboxes::finish(NonNull::new_unchecked(watch)) };
+        unsafe { record::finish(NonNull::new_unchecked(watch)) };
     }));
     if let Err(payload) = finished {
         crate::contain::dispose(payload);

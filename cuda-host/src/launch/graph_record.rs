@@ -6,10 +6,9 @@
 //! engine's queue of a node's pending launches) on whichever thread lets go of that (rule 5).
 
 use crate::launch::context_shared::ContextShared;
-use crate::launch::inboxes;
+use crate::launch::enqueue;
 use crate::launch::reclaim;
 use crate::launch::record::{self, RecordHeader, RecordOperations};
-use crate::launch::trampoline;
 use cuda_host_sys::{CUuserObject, CUuserObject_st};
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
 use std::ffi::c_void;
@@ -86,7 +85,7 @@ impl GraphRecord {
     ) -> Self {
         crate::observe::prepare();
         let _ = name;
-        let header = RecordHeader::new(&GRAPH_CALLABLE, Some(context), inboxes::home());
+        let header = RecordHeader::new(&GRAPH_CALLABLE, Some(context), record::home());
         let payload = GraphCallable {
             callable,
             #[cfg(any(feature = "nvtx", feature = "tracing"))]
@@ -107,12 +106,12 @@ impl GraphRecord {
 
     /// A record that only owns `value` (what an executable keeps of its own).
     pub(crate) fn holding<T: Send + 'static>(value: T) -> Self {
-        GraphRecord(record::holding(value, None, inboxes::home()))
+        GraphRecord(record::holding(value, None, record::home()))
     }
 
     /// The host function of graph nodes that run a record.
     pub(crate) fn host_fn() -> unsafe extern "C" fn(*mut c_void) {
-        trampoline::graph_host_fn
+        enqueue::graph_host_fn
     }
 
     /// What a node running this record passes its host function (the record's address).
@@ -142,7 +141,7 @@ impl GraphRecord {
     pub(crate) unsafe fn released(data: *mut c_void) {
         if let Some(record) = NonNull::new(data.cast()) {
             // SAFETY: owned here (per the caller); ownership passes to its home's list.
-            unsafe { inboxes::finish(record) };
+            unsafe { record::finish(record) };
         }
     }
 
@@ -163,7 +162,7 @@ impl Drop for GraphRecord {
         // thread, and each record is then dropped on its own in a drain, so one `Drop` that
         // panics does not unwind through the drops of the records held beside it.
         // SAFETY: owned exclusively; ownership passes to its home's list.
-        unsafe { inboxes::finish(self.0) };
+        unsafe { record::finish(self.0) };
     }
 }
 
@@ -233,7 +232,7 @@ impl BytesRecord {
         let Some(record) = NonNull::new(memory) else {
             handle_alloc_error(layout)
         };
-        let header = RecordHeader::new(&BytesRecord::OPERATIONS, Some(context), inboxes::home());
+        let header = RecordHeader::new(&BytesRecord::OPERATIONS, Some(context), record::home());
         // SAFETY: `memory` is a fresh allocation of `layout`: room for the header, then
         // `bytes.len()` bytes at the header's end (`BytesRecord` is 16-aligned, so the bytes are
         // too).

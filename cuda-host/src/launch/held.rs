@@ -19,8 +19,7 @@
 
 use crate::launch::context_failure;
 use crate::launch::context_shared::ContextShared;
-use crate::launch::inboxes;
-use crate::launch::record::{self, RecordHeader};
+use crate::launch::record::{self, HELD_RECORDS, RecordHeader};
 use crate::observe::{self, Points};
 use crate::sync::lock;
 use std::cell::{Cell, RefCell};
@@ -85,7 +84,7 @@ impl Queue {
                 self.last_key = 0;
             }
             // SAFETY: the queue owned the record; ownership passes to its home's list.
-            unsafe { inboxes::finish(record) };
+            unsafe { record::finish(record) };
             count += 1;
         }
         count
@@ -102,7 +101,7 @@ impl Drop for Queue {
         // kept until released); a record is never dropped here, where its thread may be wrong.
         for (_, record) in self.records.drain(..) {
             // SAFETY: owned by the queue; ownership passes to the shared list.
-            unsafe { inboxes::finish(record) };
+            unsafe { record::finish(record) };
         }
     }
 }
@@ -131,8 +130,6 @@ thread_local! {
 static ORPHANS: Mutex<Vec<Queue>> = Mutex::new(Vec::new());
 /// Records in `ORPHANS`.
 static ORPHANED: AtomicUsize = AtomicUsize::new(0);
-/// Records held by every thread, for [`held_count`].
-static HELD_TOTAL: AtomicUsize = AtomicUsize::new(0);
 
 /// Holds `value` in a record of `context`, homed on the calling thread, until `progress` passes
 /// `point` or the context fails; the thread's drains then drop it.
@@ -193,8 +190,8 @@ fn hold_keyed<T: Send + 'static>(
     value: T,
 ) {
     let context_handle = context.raw().addr();
-    let record = record::holding(value, Some(context), inboxes::home());
-    HELD_TOTAL.fetch_add(1, Ordering::Relaxed);
+    let record = record::holding(value, Some(context), record::home());
+    HELD_RECORDS.fetch_add(1, Ordering::Relaxed);
     let mut queue = Some(Queue {
         progress,
         context: context_handle,
@@ -285,7 +282,7 @@ pub(crate) fn release_passed(look: Look) -> usize {
             let queues = TakenOut::new(queues, |queues, released| {
                 merge(&mut held.queues.borrow_mut(), queues);
                 held.count.set(held.count.get() - released);
-                HELD_TOTAL.fetch_sub(released, Ordering::Relaxed);
+                HELD_RECORDS.fetch_sub(released, Ordering::Relaxed);
             });
             queues.release(look)
         })
@@ -297,7 +294,7 @@ pub(crate) fn release_passed(look: Look) -> usize {
         let orphans = TakenOut::new(take(&mut *lock(&ORPHANS)), |orphans, released| {
             merge(&mut lock(&ORPHANS), orphans);
             ORPHANED.fetch_sub(released, Ordering::SeqCst);
-            HELD_TOTAL.fetch_sub(released, Ordering::Relaxed);
+            HELD_RECORDS.fetch_sub(released, Ordering::Relaxed);
         });
         released += orphans.release(look);
     }
@@ -386,16 +383,16 @@ impl Drop for DrainingOrphans {
     }
 }
 
-/// Whether the calling thread, or an exited one, holds records: a drain then has work to look
-/// at even with an empty inbox.
-pub(crate) fn anything_held() -> bool {
+/// Whether the calling thread, or an exited one, holds records.
+#[cfg(test)]
+fn anything_held() -> bool {
     HELD.try_with(|held| held.count.get() != 0).unwrap_or(false)
         || ORPHANED.load(Ordering::Relaxed) != 0
 }
 
 /// Records held by every thread, waiting for their points.
 pub(crate) fn held_count() -> usize {
-    HELD_TOTAL.load(Ordering::Relaxed)
+    HELD_RECORDS.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]

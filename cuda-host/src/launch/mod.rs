@@ -11,24 +11,24 @@
 //!
 //! A record is the memory that owns what a host function needs (a closure, a graph's callable, a
 //! copy of C user data) until it has run and been dropped (`record`). A run-once record lives in
-//! a launch slot (`slot`, `payload`), whose state (`slot_state`) is a generation and a phase in
-//! one atomic word. Its life, with who owns it in each state:
+//! a launch slot (`slot`), whose state (`slot_state`) is a generation and a phase in one atomic
+//! word. Its life, with who owns it in each state:
 //!
 //! 1. **Check** (`capture_check`, [`EnqueueWindow`]): the stream is not capturing
 //!    (`cuStreamIsCapturing`), and the answer holds until the driver took the launch.
-//! 2. **Acquire** (`payload`, `slot`; free → launching): the payload is written into a free
+//! 2. **Acquire** (`slot`; free → launching): the payload is written into a free
 //!    slot, with the context and the launching thread's inbox. The launching thread owns it.
 //! 3. **Launch** (`enqueue`): the driver gets the trampoline and a *ticket*, the slot's index
 //!    and generation, never the record's address.
 //! 4. **Launched** (`enqueue`, `context_failure::mark_launched`; launching → launched): the
 //!    driver accepted it. Nobody owns the record: the first compare-and-swap out of launched
 //!    wins it.
-//! 5. **Claim** (`trampoline`, `slot::claim`; launched → claimed): the trampoline presents the
+//! 5. **Claim** (`enqueue`, `slot::claim`; launched → claimed): the trampoline presents the
 //!    ticket; the driver's thread (or the engine's) owns the record.
-//! 6. **Run** (`trampoline`, `running`, `crate::contain`): the stream is listed as running, the
+//! 6. **Run** (`enqueue`, `running`, `crate::contain`): the stream is listed as running, the
 //!    context's failure looked at, the payload run under `catch_unwind` with the thread marked as
 //!    inside a host function.
-//! 7. **Finish** (`inboxes`): the record is pushed, one compare-and-swap, to the inbox of the
+//! 7. **Finish** (`record`): the record is pushed, one compare-and-swap, to the inbox of the
 //!    thread that made it, its *home*, which owns it from then on.
 //! 8. **Drain** (`reclaim`, `panic_report`): the home thread's next cuda-host call, or
 //!    [`reclaim`](fn@reclaim), drops it, catching and reporting a panicking `Drop`.
@@ -60,7 +60,7 @@
 //! 1. **Nothing on the driver's thread but the run.** A host function's thread (the driver's, or
 //!    the polled engine's) makes no cuda-host call that reaches the driver, runs no user `Drop`,
 //!    and never unwinds into the driver: calls refuse ([`Error::InHostFunction`](crate::Error)),
-//!    values go to a caller's thread (`crate::contain`, `reclaim`, `trampoline`).
+//!    values go to a caller's thread (`crate::contain`, `reclaim`, `enqueue`).
 //! 2. **No drop during a builder capture.** Not on a thread capturing a stream
 //!    through cuda-host, nor anywhere while a global-mode builder capture is
 //!    open: a `Drop` that frees memory would invalidate it. A drain that may not run leaves
@@ -74,18 +74,30 @@
 //!    (`pinned`) before it, are made only where rules 1 and 2 allow.
 //! 5. **A thread drops only its own records**, so a thread that holds a lock is never made to
 //!    run another's `Drop` that needs it; an exited thread's records go to the shared list,
-//!    which every drain takes (`inboxes`).
+//!    which every drain takes (`record`).
 //! 6. **A failure is answered only once nothing of the stream runs**: a call that saw its
 //!    context fail returns once no host function of its stream is still running, and a host
 //!    function claimed after cuda-host saw the failure does not run (`running`,
 //!    `context_failure`).
+//!
+//! # A closure's path
+//!
+//! From the call to the closure's drop, `host_launch(&stream, f)` runs code of fifteen files
+//! (besides the error type and the `checked!` macro), in the order it reaches them:
+//! `crate::host_launch` (the entry), `crate::objects::stream` (the stream's context),
+//! `context_shared` (what records hold), `reclaim` (the drain on launch), `crate::contain::mark`
+//! (refused on a host function's thread), `record` (the home inbox), `enqueue` (check, acquire,
+//! launch), `crate::observe` (the launch's tracing), `capture_check` (steps 1 and 3),
+//! `slot::ownership` and `slot::table` (the record in its slot), `slot_state` (the ticket),
+//! `context_failure` (launched, and the failure looked at), `running` (step 6) and
+//! `record_list` (step 7). A thread's first launch also reads `crate::sync`; a panic, in
+//! `panic_report`, `hook_cell` and `crate::contain`, is the only way off it.
 //!
 //! # The lock-free cores
 //!
 //! Below the rest, imported by it and importing nothing of it, are the lock-free cores, which
 //! loom model-checks on their own (`crate::models`): the record lists, the slot state machine,
 //! the failed-context handshake, the list of running host functions and the hook cell.
-pub(crate) mod failed_contexts;
 pub(crate) mod hook_cell;
 pub(crate) mod record_list;
 pub(crate) mod running;
@@ -99,14 +111,11 @@ outside_loom_models! {
     mod graph_nodes;
     mod graph_record;
     mod held;
-    mod inboxes;
     mod panic_report;
-    mod payload;
     mod pinned;
     mod reclaim;
     mod record;
     mod slot;
-    mod trampoline;
 
     pub(crate) use capture_check::{
         CaptureBeginning, EnqueueWindow, RelaxedCaptureMode, capture_state, ensure_not_capturing,
@@ -123,8 +132,8 @@ outside_loom_models! {
     pub(crate) use held::{Look, Progress, held_count, hold_or_extend, hold_until};
     pub(crate) use graph_nodes::nodes_of;
     pub(crate) use graph_record::{GraphCallable, GraphRecord, callable_of_node};
-    pub(crate) use inboxes::defer_value;
-    pub(crate) use payload::{CopiedBytes, RunOnce, RunOnceClosure};
+    pub(crate) use record::defer_value;
+    pub(crate) use slot::{CopiedBytes, RunOnce, RunOnceClosure};
     pub(crate) use pinned::{PAGE_BYTES, PinnedPage, PinnedWord};
     pub(crate) use reclaim::{
         CaptureMark, call_outside_host_function, drop_when_allowed, outside_host_function,

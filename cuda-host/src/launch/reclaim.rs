@@ -1,5 +1,5 @@
 //! Dropping finished records: on which thread, when, and what a panicking `Drop` does. The lists
-//! they wait on are `inboxes`.
+//! they wait on are `record`'s inboxes.
 //!
 //! **Which thread drops what.** Every record has a home: the inbox of the thread that made it
 //! (the thread that launched a host function, added a graph's callable, or dropped a stream).
@@ -24,9 +24,8 @@
 use crate::contain::in_host_function;
 use crate::error::{Error, Result};
 use crate::launch::held::{self, Look};
-use crate::launch::inboxes::{self, SHARED, ThreadState};
 use crate::launch::panic_report;
-use crate::launch::record::{self, RecordHeader};
+use crate::launch::record::{self, HELD_RECORDS, RecordHeader, SHARED, ThreadState};
 use crate::launch::record_list::last_of;
 use crate::launch::slot;
 use std::num::NonZeroU32;
@@ -53,7 +52,7 @@ pub fn set_launch_reclaim_interval(launches: NonZeroU32) {
 #[inline]
 pub(crate) fn reclaim_on_launch() {
     let interval = LAUNCH_INTERVAL.load(Ordering::Relaxed);
-    let due = inboxes::with_thread(|thread| {
+    let due = record::with_thread(|thread| {
         let launches = thread.launches_since_reclaim.get() + 1;
         let due = launches >= interval;
         thread
@@ -62,7 +61,7 @@ pub(crate) fn reclaim_on_launch() {
         due
     });
     if due == Some(true) {
-        inboxes::with_thread(|thread| drain(thread, Look::Paced));
+        record::with_thread(|thread| drain(thread, Look::Paced));
     }
 }
 
@@ -81,7 +80,7 @@ pub(crate) fn reclaim_on_launch() {
 /// Values released in stream order are looked at afresh here (their streams' events queried),
 /// where a launch's drain looks at each stream at most every 50 µs.
 pub fn reclaim() -> usize {
-    inboxes::with_thread(|thread| drain(thread, Look::Fresh)).unwrap_or(0)
+    record::with_thread(|thread| drain(thread, Look::Fresh)).unwrap_or(0)
 }
 
 fn drain(thread: &ThreadState, look: Look) -> usize {
@@ -90,7 +89,7 @@ fn drain(thread: &ThreadState, look: Look) -> usize {
     }
     // Values released in stream order whose points were passed join the inboxes first (this
     // only moves records; no `Drop` runs).
-    if held::anything_held() {
+    if HELD_RECORDS.load(Ordering::Relaxed) != 0 {
         held::release_passed(look);
     }
     let own_empty = thread
@@ -159,7 +158,7 @@ fn drop_chain(thread: &ThreadState, mut next: *mut RecordHeader) -> usize {
 /// waits until `call` returned, as it waits for a drain.
 pub(crate) fn unless_capture_forbids<T>(call: impl FnOnce() -> T) -> Option<T> {
     let mut call = Some(call);
-    let guarded = inboxes::with_thread(|thread| {
+    let guarded = record::with_thread(|thread| {
         if thread.capturing.get() != 0 {
             return None;
         }
@@ -202,11 +201,11 @@ pub(crate) fn unless_capture_forbids<T>(call: impl FnOnce() -> T) -> Option<T> {
 pub(crate) unsafe fn drop_soon(record: NonNull<RecordHeader>) {
     if in_host_function() {
         // SAFETY: per the caller.
-        unsafe { inboxes::defer(record) };
+        unsafe { record::defer(record) };
         return;
     }
     // SAFETY: per the caller.
-    unsafe { inboxes::keep_here(record) };
+    unsafe { record::keep_here(record) };
     reclaim();
 }
 
@@ -233,7 +232,7 @@ pub(crate) fn outside_host_function<T: Send + 'static>(call: &'static str, value
 pub(crate) fn call_outside_host_function(call: impl FnOnce() + Send + 'static) {
     if in_host_function() {
         // SAFETY: a fresh record, owned here; ownership passes to the list.
-        unsafe { inboxes::defer(record::calling(call)) };
+        unsafe { record::defer(record::calling(call)) };
     } else {
         call();
     }
@@ -253,14 +252,14 @@ impl CaptureMark {
     /// Marks this thread as capturing; for a global-mode capture, also stops drains everywhere
     /// and waits for those in progress on other threads to finish.
     pub(crate) fn new(global: bool) -> CaptureMark {
-        let own = inboxes::with_thread(|thread| {
+        let own = record::with_thread(|thread| {
             thread.capturing.set(thread.capturing.get() + 1);
             thread.existing_inbox().cloned()
         })
         .flatten();
         if global {
             GLOBAL_CAPTURES.fetch_add(1, Ordering::SeqCst);
-            for inbox in inboxes::every_inbox() {
+            for inbox in record::every_inbox() {
                 if own
                     .as_ref()
                     .is_some_and(|own| std::sync::Arc::ptr_eq(own, &inbox))
@@ -281,7 +280,7 @@ impl CaptureMark {
 
 impl Drop for CaptureMark {
     fn drop(&mut self) {
-        let _ = inboxes::with_thread(|thread| thread.capturing.set(thread.capturing.get() - 1));
+        let _ = record::with_thread(|thread| thread.capturing.set(thread.capturing.get() - 1));
         if self.global {
             GLOBAL_CAPTURES.fetch_sub(1, Ordering::SeqCst);
         }

@@ -1,27 +1,100 @@
-//! Which streams have a run-once host function running now, so that a call answering its
-//! context's failure returns only once none of its stream is still running.
+//! The failure handshake's two lock-free cores: the contexts that failed, and which streams have
+//! a run-once host function running now.
 //!
-//! The real driver answers a failure at once while its thread is still inside a host function of
-//! the stream (`docs/probes/failure_during_host_function.c`), and still calls host functions
-//! queued before the failure. So a host function, once claimed, lists its stream here
-//! ([`RunningStreams::enter`]) and then looks whether cuda-host has seen its context fail; if so it does
-//! not run. A call that saw the failure records it (`context_failure`), then waits until no host
-//! function of its stream is listed (`context_failure::wait_until_none_running`). The two meet as the failure
-//! handshake does (`failed_contexts`): each stores, then fences, then loads what the other
-//! stored (the function's fence is the one `FailedContexts::has_failed` makes, the call's the
-//! one `FailedContexts::record` makes), so at least one sees the other. Either the function sees the failure and does not
-//! run, or the call sees the function listed and waits for it.
+//! **Failed contexts.** A failure is recorded (`any` set, then a sequentially consistent fence)
+//! before its scan walks the launch slots; a launch marks its slot launched, then (after such a
+//! fence) reads `any`. The two fences are ordered one way or the other: if the failure's comes
+//! first, the launch reads `any` set and abandons its own slot; if the launch's comes first, the
+//! scan sees the slot launched and abandons it. Both may try: the slot's compare-and-swap lets
+//! exactly one win (`slot_state`). Fences rather than sequentially consistent accesses, so that
+//! the loom model checks the argument (loom treats such accesses as acquire/release).
+//!
+//! **Running streams.** The real driver answers a failure at once while its thread is still
+//! inside a host function of the stream (`docs/probes/failure_during_host_function.c`), and
+//! still calls host functions queued before the failure. So a host function, once claimed, lists
+//! its stream here ([`RunningStreams::enter`]) and then looks whether cuda-host has seen its
+//! context fail; if so it does not run. A call that saw the failure records it
+//! (`context_failure`), then waits until no host function of its stream is listed
+//! (`context_failure::wait_until_none_running`), so that it returns only once none of its stream
+//! still runs. The two meet as the launch and the failure do above: each stores, then fences,
+//! then loads what the other stored (the function's fence is the one
+//! `FailedContexts::has_failed` makes, the call's the one `FailedContexts::record` makes), so at
+//! least one sees the other. Either the function sees the failure and does not run, or the call
+//! sees the function listed and waits for it.
 //!
 //! A function is listed with its context and its stream; the special streams, which the driver
 //! resolves per call (null is the legacy stream, or the per-thread one on a per-thread table),
 //! share one key, so a call on one of them also waits for functions of the others of its
 //! context; a graph's host node counts for every stream of its context. A function that finds
 //! every entry taken counts as unlisted, and a call then waits until no unlisted function runs,
-//! whatever its stream: late, never early. The list is a lock-free core,
-//! model-checked with loom (`crate::models`).
+//! whatever its stream: late, never early. Both are model-checked with loom (`crate::models`).
 
-use crate::sync::{AtomicUsize, fence};
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, fence};
+use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
+
+/// The failed contexts (`CUcontext` addresses); a failure is sticky.
+pub(crate) struct FailedContexts {
+    any: AtomicBool,
+    contexts: Mutex<Vec<usize>>,
+}
+
+impl FailedContexts {
+    #[cfg(not(loom))]
+    pub(crate) const fn new() -> Self {
+        FailedContexts {
+            any: AtomicBool::new(false),
+            contexts: Mutex::new(Vec::new()),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Self {
+        FailedContexts {
+            any: AtomicBool::new(false),
+            contexts: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records that `context` failed; from now on, launches of it abandon themselves. Call it
+    /// before scanning for the context's launched records.
+    pub(crate) fn record(&self, context: usize) {
+        {
+            let mut contexts = self.contexts.lock().unwrap_or_else(PoisonError::into_inner);
+            if !contexts.contains(&context) {
+                contexts.push(context);
+            }
+        }
+        self.any.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+    }
+
+    /// Whether `context` failed; a fence and one load while none has. Call it after marking a
+    /// launch launched.
+    pub(crate) fn has_failed(&self, context: usize) -> bool {
+        fence(Ordering::SeqCst);
+        self.any.load(Ordering::Relaxed)
+            && self
+                .contexts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(&context)
+    }
+
+    /// Whether `context` failed, as far as the calling thread has seen: one load while none
+    /// has, without the fence, for callers outside the launch handshake. A failure recorded on
+    /// this thread is seen at once; one recorded on another thread, once anything ordered the
+    /// record before this call (a join, a lock) or its store reached this thread anyway, so
+    /// such a caller must look again later (the watcher does each round).
+    pub(crate) fn seen_failed(&self, context: usize) -> bool {
+        self.any.load(Ordering::Acquire)
+            && self
+                .contexts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(&context)
+    }
+}
 
 /// Entries for functions running at once: the real driver runs one at a time, the polled engine
 /// one, the software driver one per stream.

@@ -123,7 +123,8 @@ fn initialise(driver: &Driver) -> Result<()> {
 /// what keeps it alive: [`Context::borrow_raw_with_owner`]). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Context {
-    state: Arc<ContextState>,
+    /// Read by `objects::stream` directly on a launch's path.
+    pub(super) state: Arc<ContextState>,
 }
 
 /// What the clones of one context share: the launch machinery's part ([`ContextShared`]), which
@@ -135,8 +136,8 @@ pub struct Context {
 /// point clones the context, and threads marking points at once would otherwise each miss on
 /// the fields every call reads (`shared`, `tracks`) after another thread's clone wrote the line.
 #[repr(align(128))]
-struct ContextState {
-    shared: ManuallyDrop<Arc<ContextShared>>,
+pub(super) struct ContextState {
+    pub(super) shared: ManuallyDrop<Arc<ContextShared>>,
     /// Stream points: each stream's track of points (`crate::points`).
     tracks: OnceLock<ContextTracks>,
     /// The polled engine: each stream's lane (`crate::polled`).

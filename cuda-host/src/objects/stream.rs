@@ -237,7 +237,7 @@ impl Stream {
 
     /// What the stream's context shares with its launch records.
     pub(crate) fn shared_context(&self) -> &std::sync::Arc<ContextShared> {
-        self.context.shared()
+        &self.context.state.shared
     }
 
     /// The stream's id (`cuStreamGetId`), unique for the life of the process; a special
@@ -275,7 +275,7 @@ impl Stream {
     /// the current context, their context is made current for the call (and what was current
     /// restored).
     pub(crate) fn with_stream_context<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
-        let shared = self.context.shared();
+        let shared = self.shared_context();
         shared.take_drop_error()?;
         if self.ownership == Ownership::Special {
             shared.with_current(call)

@@ -8,28 +8,26 @@
 //! inside its slot, so once the table has grown to the launches in flight a launch allocates
 //! nothing.
 //!
-//! The folder, from the bottom up:
-//! - `layout`: one slot's memory, where a record's header and payload lie; nothing else knows.
-//! - `ticket`: what the driver holds for a launch, a slot index and a generation.
-//! - `table`: every slot, in segments that double in size, and the pool of free ones, which
-//!   makes segments and frees them, racing only with claims of stale tickets.
-//! - `thread_cache`: each thread's free slots, taken from and given back to the pool in batches.
-//! - `ownership`: the calls that pass a record on, from acquiring a slot to releasing it, and
-//!   abandoning.
+//! The folder, from the bottom up (the state of a slot and the ticket naming it are
+//! `crate::launch::slot_state`'s, a lock-free core):
+//! - `table`: one slot's memory, where a record's header and payload lie (nothing else knows);
+//!   every slot, in segments that double in size; the pool of free ones, which makes segments and
+//!   frees them, racing only with claims of stale tickets; and each thread's cache of free slots,
+//!   taken from and given back to the pool in batches.
+//! - `ownership`: the payloads a run-once record carries, and the calls that pass a record on,
+//!   from acquiring a slot to releasing it, and abandoning.
 //! - `counts`: what the table holds, for diagnostics.
 
 mod counts;
-mod layout;
 mod ownership;
 mod table;
-mod thread_cache;
-mod ticket;
 
+pub(crate) use crate::launch::slot_state::Ticket;
 pub use counts::{LaunchSlotCounts, launch_slot_counts};
-pub(crate) use layout::{INLINE_BYTES, fits_inline, payload_of};
 pub(crate) use ownership::{
-    LaunchSlot, abandon_launched, abandon_ticket, claim, launched_at, mark_launched, release,
-    take_refused,
+    CopiedBytes, RunOnce, RunOnceClosure, abandon_launched, abandon_ticket, claim, in_slot,
+    launched_at, mark_launched, take_refused,
 };
-pub(crate) use thread_cache::return_released;
-pub(crate) use ticket::Ticket;
+#[cfg(test)]
+pub(crate) use ownership::{LaunchSlot, release};
+pub(crate) use table::return_released;

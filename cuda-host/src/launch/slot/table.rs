@@ -1,19 +1,38 @@
-//! The table of every slot, in segments that double in size, and the pool of the free slots no
-//! thread holds, which makes segments and frees them.
+//! The slots: one slot's memory, the table of every slot, the pool of the free ones no thread
+//! holds, and each thread's cache of free ones.
 //!
-//! The first [`RESERVE_SEGMENTS`] are the reserve, never given back (threads cache their slots:
-//! `thread_cache`). Slots beyond the reserve serve bursts: a segment whose slots all came back to
-//! the pool is freed, and one made again starts above every generation it had issued, so a
-//! generation never repeats. A slot that can never come back (retired) pins its segment.
+//! **A slot's memory**, two cache lines: where a run-once record's header, state, stream,
+//! context and payload lie. Nothing else knows it: a payload asks [`fits_inline`], is written by
+//! [`LaunchSlot::write`](super::ownership::LaunchSlot::write) and found by [`payload_of`]. The record header
+//! comes first, so a slot's address is its record's and the reclaim lists treat slot records
+//! like any other. What the host function touches (header, state, stream, the payload's start)
+//! shares the first line; what only launching and abandoning need is at the end. With the
+//! `nvtx` or `tracing` feature, a third line holds the launch's stamp (a caller's name, the time
+//! for its queue delay: `crate::observe`); without them the stamp has no size.
 //!
-//! Freeing a segment races only with a host function presenting a stale ticket of it (after
-//! other code's graph captured a launch): every claim announces itself in [`CLAIMERS`] before
-//! it reads the table ([`announced`]), and the freer unpublishes the segment, then waits for
-//! claims in progress.
+//! **The table** holds every slot, in segments that double in size, and the pool of free slots
+//! makes segments and frees them. The first [`RESERVE_SEGMENTS`] are the reserve, never given
+//! back (threads cache their slots, below). Slots beyond the reserve serve bursts: a segment
+//! whose slots all came back to the pool is freed, and one made again starts above every
+//! generation it had issued, so a generation never repeats. A slot that can never come back
+//! (retired) pins its segment. Freeing a segment races only with a host function presenting a
+//! stale ticket of it (after other code's graph captured a launch): every claim announces
+//! itself in [`CLAIMERS`] before it reads the table ([`announced`]), and the freer unpublishes
+//! the segment, then waits for claims in progress.
+//!
+//! **Each thread's cache** of free slots: reserve slots cached most recently freed first, so that
+//! a launching thread that also drops its records reuses slots still in its cache; and its freed
+//! slots beyond the reserve, which go back to the pool in batches so that their segments empty
+//! out.
 
-use super::layout::Slot;
+use crate::launch::record::RecordHeader;
+use crate::launch::slot_state::SlotState;
+use crate::observe::Stamp;
+use cuda_host_sys::CUstream;
 use std::alloc::{Layout, alloc, dealloc, handle_alloc_error};
-use std::ptr;
+use std::cell::{Cell, RefCell, UnsafeCell};
+use std::mem::{MaybeUninit, offset_of};
+use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -225,6 +244,117 @@ impl Pool {
     }
 }
 
+/// The bytes of payload a slot holds inline; a larger payload is boxed.
+pub(crate) const INLINE_BYTES: usize = 64;
+/// The alignment inline payloads get.
+const INLINE_ALIGN: usize = 16;
+
+/// Whether a payload of type `P` lives inside a slot; else the slot holds a box of it.
+pub(crate) const fn fits_inline<P>() -> bool {
+    size_of::<P>() <= INLINE_BYTES && align_of::<P>() <= INLINE_ALIGN
+}
+
+/// `next_free` of a slot on no free list, and the end of a list.
+pub(super) const NO_SLOT: u32 = u32::MAX;
+
+/// One launch record's memory.
+#[cfg_attr(not(any(feature = "nvtx", feature = "tracing")), repr(C, align(128)))]
+#[cfg_attr(any(feature = "nvtx", feature = "tracing"), repr(C, align(64)))]
+pub(super) struct Slot {
+    record: UnsafeCell<MaybeUninit<RecordHeader>>,
+    pub(super) state: SlotState,
+    /// The stream launched on, for panic reports. Written before the launch is published.
+    pub(super) stream: UnsafeCell<CUstream>,
+    payload: UnsafeCell<InlinePayload>,
+    /// The launch's context (the driver's `CUcontext`, as an address), for abandoning.
+    pub(super) context: AtomicUsize,
+    /// This slot's index in the table.
+    pub(super) index: u32,
+    /// The next free slot while this one is on a thread's free list (owned by that list).
+    pub(super) next_free: UnsafeCell<u32>,
+    /// What is observed of the launch (`crate::observe`). Written before it is published.
+    pub(super) launched: UnsafeCell<Stamp>,
+}
+
+#[repr(C, align(16))]
+struct InlinePayload([MaybeUninit<u8>; INLINE_BYTES]);
+
+const _: () = assert!(
+    size_of::<Slot>()
+        == if cfg!(any(feature = "nvtx", feature = "tracing")) {
+            192
+        } else {
+            128
+        }
+        && offset_of!(Slot, record) == 0
+);
+const _: () = assert!(offset_of!(Slot, payload) == 48);
+const _: () = assert!(align_of::<InlinePayload>() == INLINE_ALIGN);
+
+// SAFETY: the plain fields are written only by the slot's current owner, and ownership passes
+// between threads through `state` (release/acquire), the reclaim lists (release/acquire) or the
+// pool's mutex.
+unsafe impl Sync for Slot {}
+
+impl Slot {
+    /// A free slot at `index`, whose next launch gets generation `first_generation`.
+    pub(super) fn new(index: u32, first_generation: u32) -> Slot {
+        Slot {
+            record: UnsafeCell::new(MaybeUninit::uninit()),
+            state: SlotState::new(first_generation),
+            stream: UnsafeCell::new(ptr::null_mut()),
+            payload: UnsafeCell::new(InlinePayload([MaybeUninit::uninit(); INLINE_BYTES])),
+            context: AtomicUsize::new(0),
+            index,
+            next_free: UnsafeCell::new(NO_SLOT),
+            launched: UnsafeCell::new(Stamp::default()),
+        }
+    }
+
+    /// The slot of a slot record.
+    ///
+    /// # Safety
+    /// `record` must be a slot record whose segment the caller keeps from being freed (it owns
+    /// the slot, or the claim it is part of).
+    pub(super) unsafe fn of_record(record: NonNull<RecordHeader>) -> &'static Slot {
+        // SAFETY: slot records are slots, the header at offset 0 (per the caller), and the
+        // segment stays (per the caller).
+        unsafe { &*record.cast::<Slot>().as_ptr() }
+    }
+
+    /// The record this slot holds: its header is the slot's start.
+    pub(super) fn record(&self) -> NonNull<RecordHeader> {
+        NonNull::from(self).cast()
+    }
+
+    /// Writes a record into the slot: its header, and `payload` inline.
+    ///
+    /// # Panics
+    /// When `payload` does not fit inline ([`fits_inline`]).
+    ///
+    /// # Safety
+    /// The caller owns the slot, which is not yet published to a claimer; a record written into
+    /// it before is forgotten, not dropped.
+    pub(super) unsafe fn write<P>(&self, header: RecordHeader, payload: P) {
+        assert!(fits_inline::<P>(), "an inline payload fits its slot");
+        // SAFETY: the slot is the caller's alone; its payload memory holds a `P` (checked above).
+        unsafe {
+            self.record.get().cast::<RecordHeader>().write(header);
+            self.payload.get().cast::<P>().write(payload);
+        }
+    }
+}
+
+/// The payload of a slot record, of the type it was written with.
+///
+/// # Safety
+/// `record` must be a slot record claimed by the caller, whose payload is a `P` written by
+/// [`LaunchSlot::write`](super::ownership::LaunchSlot::write).
+pub(crate) unsafe fn payload_of<P>(record: NonNull<RecordHeader>) -> *mut P {
+    // SAFETY: slot records are slots, and a claimed slot's segment is not freed (per the caller).
+    unsafe { Slot::of_record(record) }.payload.get().cast()
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -245,4 +375,166 @@ mod tests {
         assert!(slot(u32::MAX).is_none(), "beyond the last segment");
         assert_eq!(RESERVE_SLOTS, segment_start(RESERVE_SEGMENTS));
     }
+}
+
+/// How many reserve slots a thread takes from the pool at once.
+const REFILL: usize = 32;
+/// A thread keeps at most this many free reserve slots; beyond, half go back to the pool.
+const LOCAL_LIMIT: u32 = 512;
+/// Freed slots beyond the reserve go back to the pool in batches of this many (and at the end
+/// of every drain).
+const RETURN_BATCH: usize = 64;
+
+/// A thread's free reserve slots, linked through `next_free`.
+struct LocalFree {
+    head: Cell<u32>,
+    len: Cell<u32>,
+}
+
+impl LocalFree {
+    fn pop(&self) -> Option<&'static Slot> {
+        let index = self.head.get();
+        if index == NO_SLOT {
+            return None;
+        }
+        let slot = slot(index).expect("reserve slots exist");
+        // SAFETY: the slot is on this thread's list, which owns its `next_free`.
+        self.head.set(unsafe { *slot.next_free.get() });
+        self.len.set(self.len.get() - 1);
+        Some(slot)
+    }
+
+    fn push(&self, slot: &'static Slot) {
+        // SAFETY: the slot is free and owned by the caller, now by this list.
+        unsafe { *slot.next_free.get() = self.head.get() };
+        self.head.set(slot.index);
+        self.len.set(self.len.get() + 1);
+    }
+
+    /// Moves all but the `keep` most recently freed slots to the pool.
+    fn keep_only(&self, keep: u32) {
+        if self.len.get() <= keep {
+            return;
+        }
+        // The list runs from the most recently freed; cut it after `keep` slots.
+        let mut rest = self.head.get();
+        let mut last_kept = None;
+        for _ in 0..keep {
+            let slot = slot(rest).expect("reserve slots exist");
+            last_kept = Some(slot);
+            // SAFETY: the slot is on this thread's list, which owns its `next_free`.
+            rest = unsafe { *slot.next_free.get() };
+        }
+        match last_kept {
+            // SAFETY: as above.
+            Some(slot) => unsafe { *slot.next_free.get() = NO_SLOT },
+            None => self.head.set(NO_SLOT),
+        }
+        self.len.set(keep);
+        pool().give_back(std::iter::from_fn(|| {
+            if rest == NO_SLOT {
+                return None;
+            }
+            let index = rest;
+            let slot = slot(index).expect("reserve slots exist");
+            // SAFETY: as above; the slot passes to the pool after its link was read.
+            rest = unsafe { *slot.next_free.get() };
+            Some(index)
+        }));
+    }
+}
+
+impl Drop for LocalFree {
+    fn drop(&mut self) {
+        self.keep_only(0);
+    }
+}
+
+/// A thread's freed slots beyond the reserve, waiting to go back to the pool.
+struct Returning(RefCell<Vec<u32>>);
+
+impl Returning {
+    fn flush(&self) {
+        let Ok(mut indices) = self.0.try_borrow_mut() else {
+            return;
+        };
+        if !indices.is_empty() {
+            pool().give_back(indices.drain(..));
+        }
+    }
+}
+
+impl Drop for Returning {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+thread_local! {
+    static LOCAL_FREE: LocalFree = const {
+        LocalFree { head: Cell::new(NO_SLOT), len: Cell::new(0) }
+    };
+    static RETURNING: Returning = const { Returning(RefCell::new(Vec::new())) };
+}
+
+/// A free slot for the calling thread: from its cache, else from the pool (refilling the cache),
+/// else from a new segment.
+pub(super) fn acquire_free() -> &'static Slot {
+    if let Ok(Some(slot)) = LOCAL_FREE.try_with(LocalFree::pop) {
+        return slot;
+    }
+    let mut pool = pool();
+    loop {
+        let mut first = None;
+        let refilled = LOCAL_FREE.try_with(|local| {
+            pool.take_reserve(REFILL, |index| match first {
+                None => first = Some(index),
+                Some(_) => local.push(slot(index).expect("pooled slots exist")),
+            })
+        });
+        if refilled.is_err() {
+            // This thread's list is gone (the thread is exiting): take one reserve slot.
+            pool.take_reserve(1, |index| first = Some(index));
+        }
+        if let Some(index) = first.or_else(|| pool.take_overflow()) {
+            return slot(index).expect("pooled slots exist");
+        }
+        pool.grow();
+    }
+}
+
+/// Frees `slot`, which the caller owns: into the thread's cache (a reserve slot), or towards the
+/// pool.
+pub(super) fn release_free(slot: &'static Slot) {
+    if is_reserve(slot.index) {
+        let kept = LOCAL_FREE.try_with(|local| {
+            local.push(slot);
+            if local.len.get() > LOCAL_LIMIT {
+                local.keep_only(LOCAL_LIMIT / 2);
+            }
+        });
+        if kept.is_err() {
+            pool().give_back([slot.index]);
+        }
+        return;
+    }
+    let batched = RETURNING.try_with(|returning| {
+        let Ok(mut indices) = returning.0.try_borrow_mut() else {
+            return false;
+        };
+        indices.push(slot.index);
+        if indices.len() >= RETURN_BATCH {
+            pool().give_back(indices.drain(..));
+        }
+        true
+    });
+    if batched != Ok(true) {
+        pool().give_back([slot.index]);
+    }
+}
+
+/// Gives the slots beyond the reserve that this thread freed back to the pool, so that segments
+/// empty out: called at the end of every drain.
+pub(crate) fn return_released() {
+    let _ = RETURNING.try_with(Returning::flush);
 }
