@@ -9,6 +9,15 @@ use std::time::Duration;
 /// there is no such thread or no `/proc`. Nanoseconds from `schedstat` where the kernel keeps it;
 /// else utime + stime from `stat`, in ticks of 10 ms.
 pub fn thread_cpu_time(name: &str) -> Option<Duration> {
+    sum_over_threads(name, task_cpu_time)
+}
+
+/// `read` of each thread of this process named `name`, summed; `None` where there is no such
+/// thread or no `/proc`. A thread that exited since the listing counts nothing.
+fn sum_over_threads<T: std::ops::Add<Output = T>>(
+    name: &str,
+    read: impl Fn(&std::path::Path) -> Option<T>,
+) -> Option<T> {
     let mut total = None;
     for task in std::fs::read_dir("/proc/self/task").ok()? {
         let path = task.ok()?.path();
@@ -16,11 +25,13 @@ pub fn thread_cpu_time(name: &str) -> Option<Duration> {
         if comm.trim() != name {
             continue;
         }
-        // A thread that exited since the listing counts nothing.
-        let Some(time) = task_cpu_time(&path) else {
+        let Some(value) = read(&path) else {
             continue;
         };
-        total = Some(total.unwrap_or(Duration::ZERO) + time);
+        total = Some(match total {
+            Some(sum) => sum + value,
+            None => value,
+        });
     }
     total
 }
@@ -57,27 +68,13 @@ pub fn started_thread_cpu_time(name: &str) -> Duration {
 /// (`voluntary_ctxt_switches`), summed: each of a parked or resting thread's wakes ends in one.
 /// `None` where there is no such thread or no `/proc`.
 pub fn thread_sleeps(name: &str) -> Option<u64> {
-    let mut total = None;
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path();
-        let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        if comm.trim() != name {
-            continue;
-        }
-        let Some(sleeps) = std::fs::read_to_string(path.join("status"))
+    sum_over_threads(name, |path| {
+        std::fs::read_to_string(path.join("status"))
+            .ok()?
+            .lines()
+            .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))?
+            .trim()
+            .parse::<u64>()
             .ok()
-            .and_then(|status| {
-                status
-                    .lines()
-                    .find_map(|line| line.strip_prefix("voluntary_ctxt_switches:"))?
-                    .trim()
-                    .parse::<u64>()
-                    .ok()
-            })
-        else {
-            continue;
-        };
-        total = Some(total.unwrap_or(0) + sleeps);
-    }
-    total
+    })
 }
