@@ -1502,14 +1502,7 @@ fn a_thousand_dropped_timelines_of_a_working_stream_let_the_watcher_rest() {
     );
     // The pauses grow to their longest.
     std::thread::sleep(Duration::from_millis(200));
-    let watcher = "cuda-host-watch";
-    let (cpu, sleeps) = (
-        suite::started_thread_cpu_time(watcher),
-        suite::thread_sleeps(watcher).expect("the watcher's sleeps"),
-    );
-    std::thread::sleep(Duration::from_secs(1));
-    let cpu = suite::started_thread_cpu_time(watcher) - cpu;
-    let wakes = suite::thread_sleeps(watcher).expect("the watcher's sleeps") - sleeps;
+    let (cpu, wakes) = watcher_use_over(Duration::from_secs(1));
     suite::figure(&format!(
         "{TIMELINES} timelines dropped while their stream works: the watcher used {cpu:?} of CPU \
          over 1 s, waking {wakes} times"
@@ -1527,6 +1520,137 @@ fn a_thousand_dropped_timelines_of_a_working_stream_let_the_watcher_rest() {
     wait_until("the dropped timelines to let their stream go", || {
         cuda_host::metrics().timelines().streams == 0
     });
+}
+
+/// The watcher's CPU time and wakes over `span`.
+fn watcher_use_over(span: Duration) -> (Duration, u64) {
+    const WATCHER: &str = "cuda-host-watch";
+    let (cpu, sleeps) = (
+        suite::started_thread_cpu_time(WATCHER),
+        suite::thread_sleeps(WATCHER).expect("the watcher's sleeps"),
+    );
+    std::thread::sleep(span);
+    (
+        suite::started_thread_cpu_time(WATCHER) - cpu,
+        suite::thread_sleeps(WATCHER).expect("the watcher's sleeps") - sleeps,
+    )
+}
+
+/// A hundred narrow timelines, each dropped while two gated streams have yet to pass its waits
+/// 2^31 apart, so that each takes turns until the gates open; nothing waits on the host. The
+/// turns end on the grid the pauses fall due on, so the watcher wakes for them all at once, not
+/// once per timeline per turn (328 to 1,616 wakes a second, counted parked, while each turn
+/// ended its own turn's length after it began). Prints the watcher's CPU time and wakes.
+#[test]
+fn dropped_narrow_timelines_taking_turns_let_the_watcher_rest() {
+    let test = "dropped_narrow_timelines_taking_turns_let_the_watcher_rest";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "narrow devices are a control of the software driver");
+    };
+    suite::alone_in_child!(dropped_narrow_timelines_taking_turns_let_the_watcher_rest);
+    const TIMELINES: u32 = 100;
+    let context = context();
+    let (first, second) = (new_stream(&context), new_stream(&context));
+    let (first_gate, second_gate) = (Gate::new(&context), Gate::new(&context));
+    first_gate.hold(&first);
+    second_gate.hold(&second);
+    for _ in 0..TIMELINES {
+        let timeline = narrow_timeline(controls, &context, 0);
+        timeline.enqueue_wait(&first, 1).expect("wait enqueued");
+        timeline.signal(2).expect("signal");
+        timeline
+            .enqueue_wait(&second, 2 + (1 << 31))
+            .expect("a wait 2^31 above the value is within the window");
+        drop(timeline);
+        // Dropped over one longest pause: each at its own time.
+        let spread = Instant::now();
+        while spread.elapsed() < Duration::from_micros(20_000 / u64::from(TIMELINES)) {
+            std::hint::spin_loop();
+        }
+    }
+    assert!(
+        suite::wait::holds_within(Duration::from_secs(5), || {
+            cuda_host::metrics().stream_points().watcher_parked
+        }),
+        "the watcher rests"
+    );
+    // The pauses, and so the turns, grow to their longest.
+    std::thread::sleep(Duration::from_millis(200));
+    let (cpu, wakes) = watcher_use_over(Duration::from_secs(1));
+    suite::figure(&format!(
+        "{TIMELINES} dropped narrow timelines taking turns: the watcher used {cpu:?} of CPU over \
+         1 s, waking {wakes} times"
+    ));
+    first_gate.open();
+    second_gate.open();
+    first.synchronize().expect("synchronize");
+    second.synchronize().expect("synchronize");
+    assert!(
+        wakes <= 120,
+        "the watcher woke {wakes} times in 1 s for {TIMELINES} dropped narrow timelines taking \
+         turns"
+    );
+}
+
+/// A narrow timeline dropped with a wait on a gated stream and another 2^31 above it on a stream
+/// gated for good: the waits take turns. Each trial opens the first gate at another point of the
+/// turns, once the pauses grew to their longest, and times the stream past its wait: within its
+/// window's next turn, as documented (a turn lasts at most 23.04 ms; the software driver reads a
+/// waited word at least every millisecond). Prints the 32 times.
+#[test]
+fn on_a_narrow_device_a_wait_reached_in_the_other_windows_turn_passes_within_a_turn() {
+    let test = "on_a_narrow_device_a_wait_reached_in_the_other_windows_turn_passes_within_a_turn";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "narrow devices are a control of the software driver");
+    };
+    suite::alone_in_child!(
+        on_a_narrow_device_a_wait_reached_in_the_other_windows_turn_passes_within_a_turn
+    );
+    const TRIALS: u32 = 32;
+    let context = context();
+    let far = new_stream(&context);
+    let far_gate = Gate::new(&context);
+    far_gate.hold(&far);
+    let mut waited = Vec::new();
+    for trial in 0..TRIALS {
+        let stream = new_stream(&context);
+        let gate = Gate::new(&context);
+        let words = MappedWords::new(&context, 1);
+        let timeline = narrow_timeline(controls, &context, 0);
+        gate.hold(&stream);
+        timeline.enqueue_wait(&stream, 1).expect("wait enqueued");
+        words.write_in_stream(&stream, 0, 1);
+        timeline.signal(2).expect("signal");
+        timeline
+            .enqueue_wait(&far, 2 + (1 << 31))
+            .expect("a wait 2^31 above the value is within the window");
+        drop(timeline);
+        std::thread::sleep(Duration::from_millis(120) + Duration::from_micros(640) * trial);
+        gate.open();
+        // Polled every 20 µs: `wait_until`'s growing pauses would round the time up.
+        let opened = Instant::now();
+        while words.get(0) != 1 {
+            assert!(
+                opened.elapsed() < TIMEOUT,
+                "the stream never passed its wait"
+            );
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        waited.push(opened.elapsed());
+        stream.synchronize().expect("synchronize");
+    }
+    far_gate.open();
+    far.synchronize().expect("synchronize");
+    waited.sort();
+    suite::figure(&format!(
+        "a narrow wait reached in the other window's turn passed after: {waited:?}"
+    ));
+    let slowest = waited[waited.len() - 1];
+    assert!(
+        slowest <= Duration::from_millis(40),
+        "a stream waited {slowest:?} for its window's turn (at most 23.04 ms, and a read of the \
+         word); the {TRIALS} trials: {waited:?}"
+    );
 }
 
 /// While the watcher rests between its looks at a dropped timeline kept for an idle stream, a

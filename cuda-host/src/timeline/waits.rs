@@ -22,7 +22,8 @@
 //! timeline's context stops none of another context's streams). On a narrow timeline (32-bit
 //! waits, which compare cyclically) no value may release every wait a stream has yet to pass:
 //! one 2^31 or more past a wait holds it again. The waits then take turns
-//! (`State::raise_abandoned`). Nothing waits on the host, and a stream may stay alive, idle, for
+//! (`State::raise_abandoned`), each of at least `TURN` (2.56 ms), ending on the same grid as the
+//! pauses below. Nothing waits on the host, and a stream may stay alive, idle, for
 //! long after an operation no look sees passed (one refused after it reached the stream): the
 //! watcher looks at an abandoned timeline after pauses that grow to `LONGEST_PAUSE` (20.48 ms)
 //! while its value stays where it was set, and rests between (`Due::Within`), rather than looking
@@ -73,8 +74,8 @@ struct Abandoned {
     /// The value the word was last set to (the highest, while it only rises): found lower, a
     /// stream's signal lowered it.
     set: u64,
-    /// While the waits take turns: the turn, when it began and how long it lasts.
-    turn: Option<(usize, Instant, Duration)>,
+    /// While the waits take turns: the turn, and when it ends.
+    turn: Option<(usize, Instant)>,
     /// How long the watcher may wait between two looks ([`FIRST_PAUSE`]), and when the next is
     /// due.
     pause: Duration,
@@ -85,8 +86,11 @@ struct Abandoned {
 
 /// How long each group of a narrow timeline's waits holds the word while they take turns, at
 /// least: longer than a device takes to read a word it waits on (the software driver reads it
-/// at least every millisecond). A turn lasts the watcher's pause if that is longer.
-const TURN: Duration = Duration::from_millis(2);
+/// at least every millisecond). A turn ends on the epoch's grid ([`due_after`]) of this or of
+/// the watcher's pause if that is longer (2^6 times the first pause, so that every grid nests
+/// in the finer ones): the turns of timelines dropped at different times end together, and a
+/// turn lasts at most this plus the longest pause (23.04 ms).
+const TURN: Duration = Duration::from_micros(40 << 6);
 
 /// The watcher's first pause between two looks at an abandoned timeline (and after each look that
 /// found its value lowered), doubled after each look that found it where it was set, up to
@@ -96,7 +100,7 @@ const TURN: Duration = Duration::from_millis(2);
 const FIRST_PAUSE: Duration = Duration::from_micros(40);
 /// The longest pause between two such looks (2^9 times the first, 20.48 ms): how long a wait may
 /// stay held by a stream's signal that landed after the last handle went, before the value is
-/// raised again; and the longest turn.
+/// raised again; and, with [`TURN`], how long a turn may last.
 const LONGEST_PAUSE: Duration = Duration::from_micros(40 << 9);
 
 /// After the longest pause, one look in this many looks at the streams too (about every 100 ms).
@@ -201,12 +205,13 @@ impl State {
             None => {
                 let now = Instant::now();
                 let turn = match abandoned.turn {
-                    Some((turn, began, lasts)) if now.duration_since(began) < lasts => turn,
-                    Some((turn, _, _)) => turn + 1,
+                    Some((turn, ends)) if now < ends => turn,
+                    Some((turn, _)) => turn + 1,
                     None => 0,
                 };
-                if abandoned.turn.is_none_or(|(last, _, _)| last != turn) {
-                    abandoned.turn = Some((turn, now, abandoned.pause.max(TURN)));
+                if abandoned.turn.is_none_or(|(last, _)| last != turn) {
+                    let ends = due_after(now + TURN, abandoned.pause.max(TURN));
+                    abandoned.turn = Some((turn, ends));
                 }
                 let target = top(windows[turn % windows.len()]);
                 (word.swap(target, Ordering::AcqRel), target)
@@ -264,7 +269,7 @@ impl State {
         };
         let now = Instant::now();
         abandoned.due = match abandoned.turn {
-            Some((_, began, lasts)) => (began + lasts).max(now),
+            Some((_, ends)) => ends.max(now),
             None => due_after(now, abandoned.pause),
         };
         Due::Within(abandoned.due - now)
