@@ -115,6 +115,16 @@ pub enum TimelineOp {
         capture_between: bool,
         far_passes: bool,
     },
+    /// Narrow timelines (8 to 24 as `count` says) of the context at `context`, each dropped in
+    /// turn while two new streams, each held at a gate, have yet to pass its waits 2^31 apart:
+    /// each takes turns until the gates open. With no step beside it, once the watcher rests,
+    /// its wakes are counted: the turns end on one grid, so it wakes a few times per longest
+    /// pause, not once per timeline per turn. Then the gates open, and both streams pass every
+    /// wait in their turns.
+    DroppedTurns {
+        context: u8,
+        count: u8,
+    },
 }
 
 /// Where a timeline starts.
@@ -146,9 +156,12 @@ pub enum Ahead {
 
 impl TimelineOp {
     /// Whether it must run with no other step beside it (it measures the process's pinned
-    /// pages).
+    /// pages, or the watcher's wakes).
     pub fn runs_alone(&self) -> bool {
-        matches!(self, TimelineOp::Requests { .. })
+        matches!(
+            self,
+            TimelineOp::Requests { .. } | TimelineOp::DroppedTurns { .. }
+        )
     }
 
     /// Whether the step may run beside the next: not a stream's wait, which holds its stream
@@ -158,7 +171,9 @@ impl TimelineOp {
     pub fn may_run_beside(&self) -> bool {
         !matches!(
             self,
-            TimelineOp::Wait { .. } | TimelineOp::AcrossTheWindow { .. }
+            TimelineOp::Wait { .. }
+                | TimelineOp::AcrossTheWindow { .. }
+                | TimelineOp::DroppedTurns { .. }
         )
     }
 }
@@ -213,6 +228,8 @@ pub fn op() -> impl Strategy<Value = TimelineOp> {
                 far_passes,
             }
         ),
+        1 => (index(), index())
+            .prop_map(|(context, count)| TimelineOp::DroppedTurns { context, count }),
     ]
 }
 
@@ -354,19 +371,22 @@ static WAITS: AtomicU64 = AtomicU64::new(0);
 static WAITS_PASSED: AtomicU64 = AtomicU64::new(0);
 static REFUSED_BEYOND: AtomicU64 = AtomicU64::new(0);
 static BURSTS_MEASURED: AtomicU64 = AtomicU64::new(0);
+static TURNS_RESTS_COUNTED: AtomicU64 = AtomicU64::new(0);
 
 /// The family's figures over the run.
 pub fn figures() -> String {
     let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
     format!(
         "{} narrow and {} wide timelines, {} stream waits ({} seen passed), {} waits beyond \
-         a narrow window refused, {} bursts of {REQUESTS} requests measured",
+         a narrow window refused, {} bursts of {REQUESTS} requests measured, the watcher's \
+         wakes counted while dropped timelines took turns {} times",
         load(&MADE_NARROW),
         load(&MADE_WIDE),
         load(&WAITS),
         load(&WAITS_PASSED),
         load(&REFUSED_BEYOND),
-        load(&BURSTS_MEASURED)
+        load(&BURSTS_MEASURED),
+        load(&TURNS_RESTS_COUNTED)
     )
 }
 
@@ -575,6 +595,7 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
             capture_between,
             far_passes,
         } => across_the_window(env, index, held, far, capture_between, far_passes),
+        TimelineOp::DroppedTurns { context, count } => dropped_turns(env, context, count),
     };
     check_all();
     outcome
@@ -597,6 +618,33 @@ fn read(entry: &mut TimelineEntry, value: u64) {
     entry.seen = entry.seen.max(value);
 }
 
+/// A timeline as a device without 64-bit stream memory operations has it. Playing a narrow
+/// device refuses every 64-bit operation meanwhile: only while no step makes one. A step that
+/// holds it long (a burst of requests) leaves this one wide.
+fn new_narrow(env: &Env, context: &Context, initial: u64) -> cuda_host::Result<Timeline> {
+    let deadline = Instant::now() + Duration::from_millis(50);
+    let guard = loop {
+        match ATTRIBUTE.try_write() {
+            Ok(guard) => break Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                break Some(poisoned.into_inner());
+            }
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => break None,
+        }
+    };
+    if guard.is_some() {
+        env.controls.override_device_attribute(NARROW, Some(0));
+    }
+    let made = Timeline::new(context, initial);
+    if guard.is_some() {
+        env.controls.override_device_attribute(NARROW, None);
+    }
+    made
+}
+
 fn new(env: &Env, context: u8, narrow: bool, start: Start, by_stream: bool) -> String {
     let world = &env.world;
     let context = world.context(context);
@@ -606,29 +654,7 @@ fn new(env: &Env, context: u8, narrow: bool, start: Start, by_stream: bool) -> S
         Start::High => 1 << 62,
     };
     let made = if narrow {
-        // Playing a narrow device refuses every 64-bit operation meanwhile: only while no step
-        // makes one. A step that holds it long (a burst of requests) leaves this one wide.
-        let deadline = Instant::now() + Duration::from_millis(50);
-        let guard = loop {
-            match ATTRIBUTE.try_write() {
-                Ok(guard) => break Some(guard),
-                Err(std::sync::TryLockError::Poisoned(poisoned)) => {
-                    break Some(poisoned.into_inner());
-                }
-                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_micros(100));
-                }
-                Err(std::sync::TryLockError::WouldBlock) => break None,
-            }
-        };
-        if guard.is_some() {
-            env.controls.override_device_attribute(NARROW, Some(0));
-        }
-        let made = Timeline::new(&context.context, initial);
-        if guard.is_some() {
-            env.controls.override_device_attribute(NARROW, None);
-        }
-        made
+        new_narrow(env, &context.context, initial)
     } else {
         let _read = attribute_read();
         Timeline::new(&context.context, initial)
@@ -1244,5 +1270,119 @@ pub fn check_no_wait_stranded() -> String {
     format!(
         "{} timelines ended, each of their {waits} waits passed",
         timelines.len()
+    )
+}
+
+/// How the watcher's wakes are counted in `DroppedTurns`: once it rests, after the pauses grew
+/// to their longest, over a span of about three longest pauses, with at most this many wakes
+/// (a few per longest pause: the turns of all the timelines end together; one per timeline per
+/// turn would be 8 or more a pause).
+const TURNS_WAKES_WITHIN: (Duration, u64) = (Duration::from_millis(60), 12);
+
+fn dropped_turns(env: &Env, index: u8, count: u8) -> String {
+    let world = &env.world;
+    let context = world.context(index);
+    let count = 8 + u32::from(count % 17);
+    let mut streams = Vec::new();
+    let mut gates = Vec::new();
+    for _ in 0..2 {
+        let stream = match Stream::new(&context.context, StreamFlags::NonBlocking) {
+            Ok(stream) => world.add_stream(stream, &context, StreamKind::NonBlocking, false),
+            Err(error) => {
+                env.check_refusal_in("Stream::new", Some(&context), &error);
+                return format!("refused: {error}");
+            }
+        };
+        gates.extend(world.hold(&stream));
+        streams.push(stream);
+    }
+    let outcome = if gates.len() == 2 {
+        let (first, second) = (&streams[0].stream, &streams[1].stream);
+        let mut made = 0;
+        let mut refused = None;
+        while made < count && refused.is_none() {
+            let timeline = match new_narrow(env, &context.context, 0) {
+                Ok(timeline) if !timeline.uses_64_bit_operations() => timeline,
+                Ok(_) => break,
+                Err(error) => {
+                    env.check_refusal_in("Timeline::new", Some(&context), &error);
+                    refused = Some(error);
+                    break;
+                }
+            };
+            MADE_NARROW.fetch_add(1, Ordering::Relaxed);
+            let enqueued = timeline
+                .enqueue_wait(first, 1)
+                .and_then(|()| timeline.signal(2))
+                .and_then(|()| timeline.enqueue_wait(second, 2 + (1 << 31)));
+            if let Err(error) = enqueued {
+                env.check_refusal_in("Timeline::enqueue_wait", Some(&context), &error);
+                refused = Some(error);
+            }
+            drop(timeline);
+            made += 1;
+            // Dropped over one longest pause: each at its own time.
+            let spread = Instant::now();
+            while spread.elapsed() < Duration::from_micros(20_000 / u64::from(count)) {
+                std::hint::spin_loop();
+            }
+        }
+        let rested = if made == count && refused.is_none() {
+            turns_rest(count)
+        } else {
+            "the watcher's wakes not counted".to_owned()
+        };
+        let refused = refused.map_or_else(String::new, |error| format!(", then refused: {error}"));
+        format!("{made} narrow timelines dropped taking turns{refused}; {rested}")
+    } else {
+        "a gate refused".to_owned()
+    };
+    for id in gates {
+        if let Some(word) = world.forget_gate(id) {
+            world.open_forgotten(word);
+        }
+    }
+    // An injected failure may refuse a synchronize: the end of the sequence synchronizes the
+    // streams again.
+    let mut synchronized = 0;
+    for stream in &streams {
+        match stream.stream.synchronize() {
+            Ok(()) => synchronized += 1,
+            Err(error) => env.check_refusal_in("Stream::synchronize", Some(&context), &error),
+        }
+    }
+    format!("{outcome}; the gates opened, {synchronized} of the 2 streams synchronized")
+}
+
+/// The watcher's wakes while `count` dropped narrow timelines take turns, as
+/// [`TURNS_WAKES_WITHIN`] says; not counted while something else keeps it looking (a future
+/// that waits for a point).
+fn turns_rest(count: u32) -> String {
+    const WATCHER: &str = "cuda-host-watch";
+    let parked = || cuda_host::metrics().stream_points().watcher_parked;
+    if !suite::wait::holds_within(Duration::from_secs(1), parked) {
+        return "the watcher looks for something else".to_owned();
+    }
+    // The pauses, and so the turns, grow to their longest (20 ms) in about 40 ms.
+    std::thread::sleep(Duration::from_millis(60));
+    let Some(before) = suite::thread_sleeps(WATCHER) else {
+        return "no watcher thread".to_owned();
+    };
+    std::thread::sleep(TURNS_WAKES_WITHIN.0);
+    let wakes = suite::thread_sleeps(WATCHER).unwrap_or(before) - before;
+    if !parked() {
+        return "the watcher was woken meanwhile".to_owned();
+    }
+    TURNS_RESTS_COUNTED.fetch_add(1, Ordering::Relaxed);
+    if wakes > TURNS_WAKES_WITHIN.1 {
+        violated(format!(
+            "the watcher, counted parked with {count} dropped narrow timelines taking turns, woke \
+             {wakes} times in {:?}",
+            TURNS_WAKES_WITHIN.0
+        ));
+    }
+    format!(
+        "the watcher rested: {wakes} wakes in {:?}",
+        TURNS_WAKES_WITHIN.0
     )
 }
