@@ -373,20 +373,80 @@ static REFUSED_BEYOND: AtomicU64 = AtomicU64::new(0);
 static BURSTS_MEASURED: AtomicU64 = AtomicU64::new(0);
 static TURNS_RESTS_COUNTED: AtomicU64 = AtomicU64::new(0);
 
+/// The calls marking the point after a stream operation: one that fails leaves a point nothing
+/// records, which only a later point, a synchronize or the drop of the stream shows passed.
+const MARKING_CALLS: [&std::ffi::CStr; 3] =
+    [c"cuEventRecord", c"cuEventCreate", c"cuStreamIsCapturing"];
+
+/// Per worker (by id), its operations on its own per-thread streams whose point may be one
+/// nothing records; and, for the sequence under way, those of workers that exited. Only the
+/// worker's thread can show such a point passed on its per-thread stream: once it exited,
+/// nothing does, and what is held until it stays for the life of the process
+/// (`docs/RELIABILITY.md`, "a point nothing records").
+static UNRECORDED: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
+static STRANDED_BY_EXIT: AtomicU64 = AtomicU64::new(0);
+static STRANDED_TOTAL: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `operate`, a timeline operation on `stream`: on a per-thread stream, an injected failure
+/// of a call marking its point that fired meanwhile is noted for the worker's exit.
+fn operating<T>(env: &Env, stream: &StreamEntry, operate: impl FnOnce() -> T) -> T {
+    let armed = || -> u32 {
+        MARKING_CALLS
+            .iter()
+            .map(|call| env.controls.armed_failures(call))
+            .sum()
+    };
+    if stream.kind != StreamKind::PerThread {
+        return operate();
+    }
+    let before = armed();
+    let outcome = operate();
+    if armed() < before
+        && let Some(worker) = crate::witness::current_worker()
+    {
+        let mut unrecorded = UNRECORDED.lock().unwrap();
+        match unrecorded.iter_mut().find(|(id, _)| *id == worker) {
+            Some((_, count)) => *count += 1,
+            None => unrecorded.push((worker, 1)),
+        }
+    }
+    outcome
+}
+
+/// The worker of id `worker` exits: its operations whose point may be one nothing records may
+/// hold what they keep for good.
+pub fn worker_exits(worker: usize) {
+    let mut unrecorded = UNRECORDED.lock().unwrap();
+    if let Some(at) = unrecorded.iter().position(|(id, _)| *id == worker) {
+        STRANDED_BY_EXIT.fetch_add(unrecorded.remove(at).1, Ordering::SeqCst);
+    }
+}
+
+/// How many holds (each with a timeline's word) may stay after the sequence, as
+/// [`worker_exits`] says; the count starts again.
+pub fn take_stranded_by_exit() -> u64 {
+    UNRECORDED.lock().unwrap().clear();
+    let stranded = STRANDED_BY_EXIT.swap(0, Ordering::SeqCst);
+    STRANDED_TOTAL.fetch_add(stranded, Ordering::Relaxed);
+    stranded
+}
+
 /// The family's figures over the run.
 pub fn figures() -> String {
     let load = |count: &AtomicU64| count.load(Ordering::Relaxed);
     format!(
         "{} narrow and {} wide timelines, {} stream waits ({} seen passed), {} waits beyond \
          a narrow window refused, {} bursts of {REQUESTS} requests measured, the watcher's \
-         wakes counted while dropped timelines took turns {} times",
+         wakes counted while dropped timelines took turns {} times; {} operations on exited \
+         workers' per-thread streams whose points their failed marking may have left unrecorded",
         load(&MADE_NARROW),
         load(&MADE_WIDE),
         load(&WAITS),
         load(&WAITS_PASSED),
         load(&REFUSED_BEYOND),
         load(&BURSTS_MEASURED),
-        load(&TURNS_RESTS_COUNTED)
+        load(&TURNS_RESTS_COUNTED),
+        load(&STRANDED_TOTAL)
     )
 }
 
@@ -762,7 +822,7 @@ fn wait_on(
     }
     let enqueued = {
         let _read = (!entry.narrow).then(attribute_read);
-        handle.enqueue_wait(&stream.stream, value)
+        operating(env, &stream, || handle.enqueue_wait(&stream.stream, value))
     };
     let after = handle.value();
     match enqueued {
@@ -846,7 +906,9 @@ fn stream_signal(env: &Env, index: u8, stream: u8, ahead: Ahead) -> String {
     entry.ceiling = value;
     let enqueued = {
         let _read = (!entry.narrow).then(attribute_read);
-        handle.enqueue_signal(&stream.stream, value)
+        operating(env, &stream, || {
+            handle.enqueue_signal(&stream.stream, value)
+        })
     };
     match enqueued {
         Ok(()) => format!("{} signals {} to {value}", stream.name, entry.name),

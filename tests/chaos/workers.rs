@@ -317,6 +317,7 @@ impl Workers {
         // Noted before it exits: as it exits, its records pass to the shared list, which any
         // thread drains at once (a step beside this one may).
         crate::witness::worker_exited(id);
+        crate::timelines::worker_exits(id);
         drop(worker.jobs);
         let thread = worker.thread.take().expect("joined once");
         let deadline = Instant::now() + self.bound;
