@@ -74,8 +74,8 @@ struct Abandoned {
     /// The value the word was last set to (the highest, while it only rises): found lower, a
     /// stream's signal lowered it.
     set: u64,
-    /// While the waits take turns: the turn, and when it ends.
-    turn: Option<(usize, Instant)>,
+    /// While the waits take turns: the turn under way.
+    turn: Option<Turn>,
     /// How long the watcher may wait between two looks ([`FIRST_PAUSE`]), and when the next is
     /// due.
     pause: Duration,
@@ -92,6 +92,56 @@ struct Abandoned {
 /// turn lasts at most this plus the longest pause (23.04 ms).
 const TURN: Duration = Duration::from_micros(40 << 6);
 
+/// A turn of one window of a narrow timeline's waits (`State::raise_abandoned`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Turn {
+    /// The window's lowest wait when its turn began, which the next turn goes up from.
+    low: u64,
+    /// The value the word takes for it: the window's top, or the release value if lower.
+    target: u64,
+    ends: Instant,
+}
+
+/// The turn after `turn` at `now`, of the windows `windows` (each its lowest wait, ascending),
+/// whose values `top` gives. The turn under way goes on while it lasts and its value still
+/// releases a window (a window is told by its value, not by its place: waits seen passed leave
+/// the list, which shifts the places), unless the look found the value `lowered` by a stream's
+/// signal: then its window has its turn again, from now. Else the next window up from it has its
+/// turn, round to the lowest. A turn lasts [`TURN`] at least and ends on the epoch's grid of
+/// `pause` or of [`TURN`], the longer (of [`TURN`] after a lowering, which starts the pauses
+/// again), so that the turns of timelines dropped at different times end together.
+fn next_turn(
+    turn: Option<Turn>,
+    windows: &[u64],
+    top: impl Fn(u64) -> u64,
+    now: Instant,
+    pause: Duration,
+    lowered: bool,
+) -> Turn {
+    let current = turn
+        .filter(|turn| now < turn.ends || lowered)
+        .and_then(|turn| windows.iter().copied().find(|&low| top(low) == turn.target));
+    if let (Some(low), Some(turn)) = (current, turn)
+        && !lowered
+    {
+        return Turn { low, ..turn };
+    }
+    let low = current.unwrap_or_else(|| match turn {
+        Some(turn) => windows
+            .iter()
+            .copied()
+            .find(|&low| low > turn.low)
+            .unwrap_or(windows[0]),
+        None => windows[0],
+    });
+    let grid = if lowered { TURN } else { pause.max(TURN) };
+    Turn {
+        low,
+        target: top(low),
+        ends: due_after(now + TURN, grid),
+    }
+}
+
 /// The watcher's first pause between two looks at an abandoned timeline (and after each look that
 /// found its value lowered), doubled after each look that found it where it was set, up to
 /// [`LONGEST_PAUSE`]: a stream that stays alive, idle, after an operation no look sees passed
@@ -100,7 +150,8 @@ const TURN: Duration = Duration::from_micros(40 << 6);
 const FIRST_PAUSE: Duration = Duration::from_micros(40);
 /// The longest pause between two such looks (2^9 times the first, 20.48 ms): how long a wait may
 /// stay held by a stream's signal that landed after the last handle went, before the value is
-/// raised again; and, with [`TURN`], how long a turn may last.
+/// raised again (while waits take turns, until the turn under way ends: [`TURN`] more at most,
+/// and the lowered window has its turn again); and, with [`TURN`], how long a turn may last.
 const LONGEST_PAUSE: Duration = Duration::from_micros(40 << 9);
 
 /// After the longest pause, one look in this many looks at the streams too (about every 100 ms).
@@ -203,18 +254,16 @@ impl State {
                 (before, before.max(target))
             }
             None => {
-                let now = Instant::now();
-                let turn = match abandoned.turn {
-                    Some((turn, ends)) if now < ends => turn,
-                    Some((turn, _)) => turn + 1,
-                    None => 0,
-                };
-                if abandoned.turn.is_none_or(|(last, _)| last != turn) {
-                    let ends = due_after(now + TURN, abandoned.pause.max(TURN));
-                    abandoned.turn = Some((turn, ends));
-                }
-                let target = top(windows[turn % windows.len()]);
-                (word.swap(target, Ordering::AcqRel), target)
+                let turn = next_turn(
+                    abandoned.turn,
+                    &windows,
+                    top,
+                    Instant::now(),
+                    abandoned.pause,
+                    value < abandoned.set,
+                );
+                abandoned.turn = Some(turn);
+                (word.swap(turn.target, Ordering::AcqRel), turn.target)
             }
         };
         let lowered = before < abandoned.set;
@@ -269,7 +318,7 @@ impl State {
         };
         let now = Instant::now();
         abandoned.due = match abandoned.turn {
-            Some((_, ends)) => ends.max(now),
+            Some(turn) => turn.ends.max(now),
             None => due_after(now, abandoned.pause),
         };
         Due::Within(abandoned.due - now)
@@ -562,6 +611,73 @@ pub(super) fn wake_all(woken: Vec<Waker>) {
             logged!(error!(
                 "a waker of a timeline panicked; the others are woken"
             ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WINDOW: u64 = NARROW_WINDOW;
+
+    fn top(low: u64) -> u64 {
+        low + WINDOW - 1
+    }
+
+    /// Nanoseconds from the epoch to `at`.
+    fn since_epoch(at: Instant) -> u128 {
+        at.duration_since(*EPOCH.get().expect("a turn set the epoch"))
+            .as_nanos()
+    }
+
+    #[test]
+    fn a_turn_lasts_at_least_turn_and_ends_on_the_grid_of_the_pause_or_of_turn() {
+        let now = Instant::now();
+        for doublings in 0..=9 {
+            let pause = FIRST_PAUSE * (1 << doublings);
+            let turn = next_turn(None, &[1, 1 + WINDOW], top, now, pause, false);
+            assert_eq!(turn.target, top(1));
+            let grid = pause.max(TURN);
+            assert!(turn.ends >= now + TURN, "shorter than TURN");
+            assert!(turn.ends <= now + TURN + grid, "longer than TURN and a pause");
+            assert_eq!(since_epoch(turn.ends) % grid.as_nanos(), 0, "off the grid");
+        }
+    }
+
+    #[test]
+    fn a_window_keeps_its_turn_when_another_windows_waits_leave_the_list() {
+        let now = Instant::now();
+        let windows = [1, 1 + WINDOW, 1 + 2 * WINDOW];
+        let first = next_turn(None, &windows, top, now, LONGEST_PAUSE, false);
+        let second = next_turn(Some(first), &windows, top, first.ends, LONGEST_PAUSE, false);
+        assert_eq!(second.target, top(1 + WINDOW), "the next window up");
+        // The lowest window's waits were seen passed: the places shift, the turn stays.
+        let during = second.ends - Duration::from_micros(10);
+        for left in [&windows[1..], &[1 + WINDOW, 1 + 2 * WINDOW][..]] {
+            let kept = next_turn(Some(second), left, top, during, LONGEST_PAUSE, false);
+            assert_eq!(kept, second, "the turn under way moved to another window");
+        }
+        // Then the next window up, and round to the lowest, each for a turn of its own.
+        let third = next_turn(Some(second), &windows, top, second.ends, LONGEST_PAUSE, false);
+        assert_eq!(third.target, top(1 + 2 * WINDOW));
+        assert!(third.ends >= second.ends + TURN);
+        let fourth = next_turn(Some(third), &windows, top, third.ends, LONGEST_PAUSE, false);
+        assert_eq!(fourth.target, top(1));
+    }
+
+    #[test]
+    fn a_window_whose_value_a_stream_lowered_has_its_turn_again_from_then() {
+        let now = Instant::now();
+        let windows = [1, 1 + WINDOW];
+        let turn = next_turn(None, &windows, top, now, LONGEST_PAUSE, false);
+        // Found lowered at a look during the turn, or at its end: the same window again, for
+        // TURN at least, on TURN's grid, as the pauses start again.
+        for at in [turn.ends - Duration::from_micros(10), turn.ends] {
+            let again = next_turn(Some(turn), &windows, top, at, LONGEST_PAUSE, true);
+            assert_eq!(again.target, turn.target, "the lowered window lost its turn");
+            assert!(again.ends >= at + TURN && again.ends <= at + 2 * TURN);
+            assert_eq!(since_epoch(again.ends) % TURN.as_nanos(), 0);
         }
     }
 }
