@@ -102,39 +102,68 @@ struct Turn {
     ends: Instant,
 }
 
-/// The turn after `turn` at `now`, of the windows `windows` (each its lowest wait, ascending),
+/// The windows of `waits` (ascending), each told by its lowest wait: from the lowest, a window
+/// holds every wait below its lowest plus 2^31, which one value releases.
+fn windows_of(waits: &[u64]) -> Vec<u64> {
+    let mut windows: Vec<u64> = Vec::new();
+    for &wait in waits {
+        if windows
+            .last()
+            .is_none_or(|&low| wait >= low + NARROW_WINDOW)
+        {
+            windows.push(wait);
+        }
+    }
+    windows
+}
+
+/// Whether a narrow device, comparing the low 32 bits cyclically, releases a wait for `wait`
+/// at `value`.
+fn releases(value: u64, wait: u64) -> bool {
+    // Truncated on purpose: the device compares the low words.
+    (value as u32).wrapping_sub(wait as u32) < 1 << 31
+}
+
+/// The turn after `turn` at `now`, of the pending `waits` and their `windows` ([`windows_of`]),
 /// whose values `top` gives. The turn under way goes on while it lasts and its value still
-/// releases a window (a window is told by its value, not by its place: waits seen passed leave
-/// the list, which shifts the places), unless the look found the value `lowered` by a stream's
-/// signal: then its window has its turn again, from now. Else the next window up from it has its
-/// turn, round to the lowest. A turn lasts [`TURN`] at least and ends on the epoch's grid of
-/// `pause` or of [`TURN`], the longer (of [`TURN`] after a lowering, which starts the pauses
-/// again), so that the turns of timelines dropped at different times end together.
+/// releases a pending wait: waits seen passed leave the list, which may regroup the windows and
+/// change their values, but never stops the value of the turn releasing the waits it released.
+/// A look that found the value `lowered` by a stream's signal gives that turn its time again,
+/// from now. Else the next window up from the turn's has its turn, round to the lowest. A turn
+/// lasts [`TURN`] at least and ends on the epoch's grid of `pause` or of [`TURN`], the longer (of
+/// [`TURN`] after a lowering, which starts the pauses again), so that the turns of timelines
+/// dropped at different times end together.
 fn next_turn(
     turn: Option<Turn>,
+    waits: &[u64],
     windows: &[u64],
     top: impl Fn(u64) -> u64,
     now: Instant,
     pause: Duration,
     lowered: bool,
 ) -> Turn {
-    let current = turn
-        .filter(|turn| now < turn.ends || lowered)
-        .and_then(|turn| windows.iter().copied().find(|&low| top(low) == turn.target));
-    if let (Some(low), Some(turn)) = (current, turn)
-        && !lowered
-    {
-        return Turn { low, ..turn };
+    let grid = if lowered { TURN } else { pause.max(TURN) };
+    let goes_on = turn.filter(|turn| {
+        (now < turn.ends || lowered) && waits.iter().any(|&wait| releases(turn.target, wait))
+    });
+    if let Some(turn) = goes_on {
+        return if lowered {
+            Turn {
+                ends: due_after(now + TURN, grid),
+                ..turn
+            }
+        } else {
+            turn
+        };
     }
-    let low = current.unwrap_or_else(|| match turn {
+    let low = match turn {
         Some(turn) => windows
             .iter()
             .copied()
             .find(|&low| low > turn.low)
             .unwrap_or(windows[0]),
         None => windows[0],
-    });
-    let grid = if lowered { TURN } else { pause.max(TURN) };
+    };
     Turn {
         low,
         target: top(low),
@@ -232,15 +261,7 @@ impl State {
         let value = word.load(Ordering::Acquire);
         let mut waits: Vec<u64> = self.narrow_waits.iter().map(|wait| wait.value).collect();
         waits.sort_unstable();
-        let mut windows: Vec<u64> = Vec::new();
-        for wait in waits {
-            if windows
-                .last()
-                .is_none_or(|&low| wait >= low + NARROW_WINDOW)
-            {
-                windows.push(wait);
-            }
-        }
+        let windows = windows_of(&waits);
         let top = |low: u64| abandoned.release.min(low + NARROW_WINDOW - 1);
         let rise = match windows[..] {
             [] => Some(abandoned.release),
@@ -256,6 +277,7 @@ impl State {
             None => {
                 let turn = next_turn(
                     abandoned.turn,
+                    &waits,
                     &windows,
                     top,
                     Instant::now(),
@@ -621,8 +643,11 @@ mod tests {
 
     const WINDOW: u64 = NARROW_WINDOW;
 
-    fn top(low: u64) -> u64 {
-        low + WINDOW - 1
+    /// The next turn of `waits` (ascending), whose release value is the highest.
+    fn next(turn: Option<Turn>, waits: &[u64], now: Instant, lowered: bool) -> Turn {
+        let release = *waits.last().expect("a wait");
+        let top = |low: u64| release.min(low + WINDOW - 1);
+        next_turn(turn, waits, &windows_of(waits), top, now, LONGEST_PAUSE, lowered)
     }
 
     /// Nanoseconds from the epoch to `at`.
@@ -634,9 +659,11 @@ mod tests {
     #[test]
     fn a_turn_lasts_at_least_turn_and_ends_on_the_grid_of_the_pause_or_of_turn() {
         let now = Instant::now();
+        let waits = [1, 1 + WINDOW];
+        let top = |low: u64| low + WINDOW - 1;
         for doublings in 0..=9 {
             let pause = FIRST_PAUSE * (1 << doublings);
-            let turn = next_turn(None, &[1, 1 + WINDOW], top, now, pause, false);
+            let turn = next_turn(None, &waits, &windows_of(&waits), top, now, pause, false);
             assert_eq!(turn.target, top(1));
             let grid = pause.max(TURN);
             assert!(turn.ends >= now + TURN, "shorter than TURN");
@@ -646,38 +673,58 @@ mod tests {
     }
 
     #[test]
-    fn a_window_keeps_its_turn_when_another_windows_waits_leave_the_list() {
-        let now = Instant::now();
-        let windows = [1, 1 + WINDOW, 1 + 2 * WINDOW];
-        let first = next_turn(None, &windows, top, now, LONGEST_PAUSE, false);
-        let second = next_turn(Some(first), &windows, top, first.ends, LONGEST_PAUSE, false);
-        assert_eq!(second.target, top(1 + WINDOW), "the next window up");
-        // The lowest window's waits were seen passed: the places shift, the turn stays.
-        let during = second.ends - Duration::from_micros(10);
-        for left in [&windows[1..], &[1 + WINDOW, 1 + 2 * WINDOW][..]] {
-            let kept = next_turn(Some(second), left, top, during, LONGEST_PAUSE, false);
-            assert_eq!(kept, second, "the turn under way moved to another window");
+    fn each_window_has_its_turn_in_order_up_and_round() {
+        let waits = [1, 1 + WINDOW, 1 + 2 * WINDOW];
+        let mut turn = next(None, &waits, Instant::now(), false);
+        for low in [1 + WINDOW, 1 + 2 * WINDOW, 1, 1 + WINDOW] {
+            let after = next(Some(turn), &waits, turn.ends, false);
+            assert_eq!(after.low, low);
+            assert!(after.ends >= turn.ends + TURN);
+            turn = after;
         }
-        // Then the next window up, and round to the lowest, each for a turn of its own.
-        let third = next_turn(Some(second), &windows, top, second.ends, LONGEST_PAUSE, false);
-        assert_eq!(third.target, top(1 + 2 * WINDOW));
-        assert!(third.ends >= second.ends + TURN);
-        let fourth = next_turn(Some(third), &windows, top, third.ends, LONGEST_PAUSE, false);
-        assert_eq!(fourth.target, top(1));
+    }
+
+    #[test]
+    fn a_turn_keeps_its_value_when_waits_seen_passed_regroup_the_windows() {
+        // Waits A = 1 and B = W (a window), C = 1 + W and D = 2W (a window), E = 1 + 2W. A look at
+        // the end of the first turn gives C and D theirs; A was seen passed meanwhile and leaves:
+        // the windows regroup to [B, C] and [D, E], neither with the turn's value. The look's
+        // second raise, 5 us later, must leave C and D their turn.
+        let w = WINDOW;
+        let waits = [1, w, 1 + w, 2 * w, 1 + 2 * w];
+        let first = next(None, &waits, Instant::now(), false);
+        let begun = next(Some(first), &waits, first.ends, false);
+        assert_eq!(begun.low, 1 + w, "C and D's turn");
+        let at = first.ends + Duration::from_micros(5);
+        for lowered in [false, true] {
+            let kept = next(Some(begun), &waits[1..], at, lowered);
+            assert_eq!(kept.target, begun.target, "the turn moved to another value");
+            assert!(releases(kept.target, 1 + w) && releases(kept.target, 2 * w));
+            if !lowered {
+                assert_eq!(kept, begun);
+            }
+        }
+        // Then the next window up from C and D's, and round.
+        let then = next(Some(begun), &waits[1..], begun.ends, false);
+        assert_eq!(then.low, 2 * w);
+        let round = next(Some(then), &waits[1..], then.ends, false);
+        assert_eq!(round.low, w);
     }
 
     #[test]
     fn a_window_whose_value_a_stream_lowered_has_its_turn_again_from_then() {
-        let now = Instant::now();
-        let windows = [1, 1 + WINDOW];
-        let turn = next_turn(None, &windows, top, now, LONGEST_PAUSE, false);
-        // Found lowered at a look during the turn, or at its end: the same window again, for
+        let waits = [1, 1 + WINDOW];
+        let turn = next(None, &waits, Instant::now(), false);
+        // Found lowered at a look during the turn, or at its end: the same value again, for
         // TURN at least, on TURN's grid, as the pauses start again.
         for at in [turn.ends - Duration::from_micros(10), turn.ends] {
-            let again = next_turn(Some(turn), &windows, top, at, LONGEST_PAUSE, true);
+            let again = next(Some(turn), &waits, at, true);
             assert_eq!(again.target, turn.target, "the lowered window lost its turn");
             assert!(again.ends >= at + TURN && again.ends <= at + 2 * TURN);
             assert_eq!(since_epoch(again.ends) % TURN.as_nanos(), 0);
+            // A wait seen passed meanwhile leaves it that turn.
+            let kept = next(Some(again), &waits[..1], at + Duration::from_micros(5), false);
+            assert_eq!(kept, again);
         }
     }
 }
