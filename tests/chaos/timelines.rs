@@ -1425,8 +1425,9 @@ fn turns_rest(count: u32) -> String {
     if !suite::wait::holds_within(Duration::from_secs(1), parked) {
         return "the watcher looks for something else".to_owned();
     }
-    // The pauses, and so the turns, grow to their longest (20 ms) in about 40 ms.
-    std::thread::sleep(Duration::from_millis(60));
+    // The pauses, and so the turns, grow to their longest (20 ms) over nine looks after the last
+    // drop, each at a turn's end: about 50 ms, and up to a turn more for the grid.
+    std::thread::sleep(Duration::from_millis(150));
     let Some(before) = suite::thread_sleeps(WATCHER) else {
         return "no watcher thread".to_owned();
     };
