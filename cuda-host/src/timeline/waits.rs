@@ -128,10 +128,10 @@ fn releases(value: u64, wait: u64) -> bool {
 /// whose values `top` gives. The turn under way goes on while it lasts and its value still
 /// releases a pending wait: waits seen passed leave the list, which may regroup the windows and
 /// change their values, but never stops the value of the turn releasing the waits it released.
-/// A look that found the value `lowered` (changed) by a stream's signal gives that turn its time
-/// again, from now. Else the next window up from the turn's with a wait it did not release has
-/// its turn (waits it released, regrouped into a window of their own, have had theirs), round to
-/// the lowest. A turn lasts [`TURN`] at least and ends on the epoch's grid of `pause` or of
+/// A look that found a stream's signal `lowered` the value (set one that holds a wait the turn
+/// released) gives that turn its time again, from now. Else the next window up from the turn's with a wait it did not release has
+/// its turn (waits it released, regrouped into a window of their own, have had theirs), round
+/// from the lowest. A turn lasts [`TURN`] at least and ends on the epoch's grid of `pause` or of
 /// [`TURN`], the longer (of [`TURN`] after a lowering, which starts the pauses again), so that
 /// the turns of timelines dropped at different times end together.
 fn next_turn(
@@ -167,6 +167,7 @@ fn next_turn(
             };
             (0..windows.len())
                 .find(|&at| windows[at] > turn.low && unreleased(at))
+                .or_else(|| (0..windows.len()).find(|&at| unreleased(at)))
                 .map_or(windows[0], |at| windows[at])
         }
         None => windows[0],
@@ -275,6 +276,12 @@ impl State {
             [low] if value < low + NARROW_WINDOW => Some(top(low)),
             _ => None,
         };
+        // While waits take turns, a stream's signal that landed late, lower or higher than the
+        // value set, holds a wait the value released if its low word does.
+        let held = value != abandoned.set
+            && waits
+                .iter()
+                .any(|&wait| releases(abandoned.set, wait) && !releases(value, wait));
         let (before, set) = match rise {
             Some(target) => {
                 abandoned.turn = None;
@@ -289,9 +296,7 @@ impl State {
                     top,
                     Instant::now(),
                     abandoned.pause,
-                    // Any value but the one set is a stream's signal that landed late, lower or
-                    // higher: its low word may hold the turn's waits either way.
-                    value != abandoned.set,
+                    held,
                 );
                 abandoned.turn = Some(turn);
                 (word.swap(turn.target, Ordering::AcqRel), turn.target)
@@ -300,7 +305,7 @@ impl State {
         let lowered = if rise.is_some() {
             before < abandoned.set
         } else {
-            before != abandoned.set
+            held
         };
         abandoned.set = set;
         lowered.then_some(before)
@@ -629,7 +634,8 @@ impl Watched for Waits {
 }
 
 /// Warns that a stream's signal landed on an abandoned timeline and set `before`, where that
-/// held a wait (lower than the value set, or while the waits take turns, any other value)
+/// held a wait (lower than the value set, or while the waits take turns, one that holds a wait
+/// the value set released)
 /// (`State::raise_abandoned`).
 fn warn_if_lowered(before: Option<u64>) {
     if let Some(before) = before {
@@ -689,13 +695,23 @@ mod tests {
 
     #[test]
     fn each_window_has_its_turn_in_order_up_and_round() {
-        let waits = [1, 1 + WINDOW, 1 + 2 * WINDOW];
-        let mut turn = next(None, &waits, Instant::now(), false);
-        for low in [1 + WINDOW, 1 + 2 * WINDOW, 1, 1 + WINDOW] {
-            let after = next(Some(turn), &waits, turn.ends, false);
-            assert_eq!(after.low, low);
-            assert!(after.ends >= turn.ends + TURN);
-            turn = after;
+        // Two windows: each in turn. Three: the highest's value, 2^32 above the lowest's waits,
+        // releases them too (a device compares the low words), so the round goes on from the
+        // middle one.
+        let three = [1, 1 + WINDOW, 1 + 2 * WINDOW];
+        let rounds: [(&[u64], [u64; 4]); 2] = [
+            (&[1, 1 + WINDOW], [1 + WINDOW, 1, 1 + WINDOW, 1]),
+            (&three, [1 + WINDOW, 1 + 2 * WINDOW, 1 + WINDOW, 1 + 2 * WINDOW]),
+        ];
+        for (waits, lows) in rounds {
+            let mut turn = next(None, waits, Instant::now(), false);
+            assert_eq!(turn.low, 1);
+            for low in lows {
+                let after = next(Some(turn), waits, turn.ends, false);
+                assert_eq!(after.low, low, "{waits:?}");
+                assert!(after.ends >= turn.ends + TURN);
+                turn = after;
+            }
         }
     }
 
@@ -921,6 +937,79 @@ mod tests {
              D held a fourth turn, {:?} more",
             [c, d].map(|v| releases(third.target, v)),
             third.ends - second.ends
+        );
+    }
+
+
+    /// Waits A = 1 and B = 2^31 + 1 (as above), release B. A stream enqueued, before the drop,
+    /// a run of work each followed by a signal (2^33 + 1, 2^33 + 2, ...: each above the one
+    /// before, as enqueue requires); they land one per millisecond or so after the drop. Each
+    /// signal's low word releases A (held nothing of A's turn), yet each counts as landed: A's
+    /// turn has its time again at every look, and B, whose stream waits, never has a turn.
+    #[test]
+    fn late_signals_that_release_the_turns_waits_do_not_keep_its_turn() {
+        let (a, b) = (1, WINDOW + 1);
+        let word = AtomicU64::new(WINDOW);
+        let mut state = abandoned_state(&word, &[a, b], b);
+        assert_eq!(state.raise_abandoned(), None);
+        let _ = state.next_look(false);
+        assert_eq!(turn_of(&state).low, a, "A's turn first");
+        let begun = Instant::now();
+        let longest = TURN + LONGEST_PAUSE;
+        let mut warned = 0;
+        let mut looks = 0;
+        let mut b_had_its_turn = false;
+        for i in 0u64.. {
+            let late = (1 << 33) + 1 + i;
+            assert!(releases(late, a), "the signal holds none of A's waits");
+            word.store(late, Ordering::Release);
+            // The watcher looks next at the turn's end (`next_look`).
+            while Instant::now() < turn_of(&state).ends {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let raised = state.raise_abandoned();
+            warned += usize::from(raised.is_some());
+            looks += 1;
+            let _ = state.next_look(raised.is_some());
+            if turn_of(&state).low == b {
+                b_had_its_turn = true;
+                break;
+            }
+            if begun.elapsed() > 3 * longest {
+                break;
+            }
+        }
+        assert!(
+            b_had_its_turn,
+            "A's turn lasted {:?} (longest promised {longest:?}) over {looks} looks, each \
+             warning ({warned} warnings): B never had a turn",
+            begun.elapsed()
+        );
+    }
+
+    /// Waits A = 1, B = 2^31 + 1, C = 2^32 + 1 (real: A enqueued at value 0, the host signals
+    /// 2^31, B enqueued, the host signals 2^32, C enqueued; every stream held behind other work),
+    /// release C: three windows. C's turn (value 2^32 + 1) releases A too (same low word), not
+    /// B. The next turn must go to a window with a wait C's did not release (B), but it wraps
+    /// round to A's unchecked, and B waits a turn more.
+    #[test]
+    fn the_turn_round_to_the_lowest_goes_to_a_wait_the_turn_did_not_release() {
+        let (a, b, c) = (1, WINDOW + 1, (1 << 32) + 1);
+        let waits = [a, b, c];
+        assert_eq!(windows_of(&waits), [a, b, c]);
+        let first = next(None, &waits, Instant::now(), false);
+        let second = next(Some(first), &waits, first.ends, false);
+        let third = next(Some(second), &waits, second.ends, false);
+        assert_eq!((first.low, second.low, third.low), (a, b, c));
+        assert!(releases(third.target, a) && !releases(third.target, b));
+        let fourth = next(Some(third), &waits, third.ends, false);
+        assert!(
+            releases(fourth.target, b),
+            "after C's turn (which released A and C) the turn went to {:?}, releasing only \
+             {:?} of [A, B, C] again: B held {:?} more",
+            fourth.low,
+            waits.map(|v| releases(fourth.target, v)),
+            fourth.ends - third.ends
         );
     }
 }
