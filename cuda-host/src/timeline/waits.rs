@@ -1012,4 +1012,92 @@ mod tests {
             fourth.ends - third.ends
         );
     }
+
+
+    /// Without passes, every wait a narrow timeline can hold (waits at most 2^31 above a rising
+    /// value, many near multiples of 2^32 so that windows alias) is released within as many
+    /// turns as there are windows, by the round from the lowest included.
+    #[test]
+    fn every_wait_is_released_within_a_round_of_the_windows_when_none_passes() {
+        let mut seed = 0x1234_5678_9abc_def1_u64;
+        let mut random = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let picks = [0, 1, WINDOW - 1, WINDOW, WINDOW + 1, 2 * WINDOW - 1, 2 * WINDOW];
+        for _ in 0..20000 {
+            let mut value = (random() % 4) << 32;
+            let mut waits = Vec::new();
+            for _ in 0..(2 + random() % 7) {
+                value += match random() % 5 {
+                    0 => picks[(random() % picks.len() as u64) as usize],
+                    1 => (random() % 3) << 32,
+                    2 => (((random() % 3) << 32) + (random() % 4) * (WINDOW / 2))
+                        .saturating_sub(random() % 3),
+                    _ => random() % (2 * WINDOW),
+                };
+                waits.push(value + [0, WINDOW, random() % (WINDOW + 1)][(random() % 3) as usize]);
+            }
+            waits.sort_unstable();
+            let release = *waits.last().unwrap();
+            let top = |low: u64| release.min(low + WINDOW - 1);
+            let windows = windows_of(&waits);
+            if windows.len() < 2 {
+                continue;
+            }
+            let (mut turn, mut now) = (None, Instant::now());
+            let mut without = vec![0usize; waits.len()];
+            for _ in 0..4 * windows.len() {
+                let next = next_turn(turn, &waits, &windows, top, now, LONGEST_PAUSE, false);
+                for (count, &wait) in without.iter_mut().zip(&waits) {
+                    *count = if releases(next.target, wait) { 0 } else { *count + 1 };
+                    assert!(*count < windows.len(), "{waits:x?}: {wait:x} waited a round");
+                }
+                (turn, now) = (Some(next), next.ends);
+            }
+        }
+    }
+
+    /// One window [1, 100] (release 100), raised. A stream's signal enqueued before the drop,
+    /// 2^31 + 50, lands: above the value set, kept by `fetch_max` were it the rise, but its low
+    /// word holds wait 1. The look must set a value releasing both and report the landing.
+    #[test]
+    fn a_higher_late_signal_that_holds_a_wait_in_the_rise_is_set_again_and_reported() {
+        let word = AtomicU64::new(0);
+        let mut state = abandoned_state(&word, &[1, 100], 100);
+        let _ = state.raise_abandoned();
+        assert_eq!(word.load(Ordering::Acquire), 100);
+        let late = WINDOW + 50;
+        assert!(!releases(late, 1));
+        word.store(late, Ordering::Release);
+        let found = state.raise_abandoned();
+        let value = word.load(Ordering::Acquire);
+        assert!(releases(value, 1) && releases(value, 100), "value {value}");
+        assert_eq!(found, Some(late));
+    }
+
+    /// Windows A = 1 and B = 2^31 + 1. During A's turn a late signal lands that releases A's
+    /// wait but holds B's (which A's value did not release either): not a landing that held
+    /// the turn's waits; at A's end B's turn overwrites it.
+    #[test]
+    fn a_late_signal_holding_only_the_next_windows_wait_leaves_it_its_turn() {
+        let (a, b) = (1, WINDOW + 1);
+        let word = AtomicU64::new(WINDOW);
+        let mut state = abandoned_state(&word, &[a, b], b);
+        let _ = state.raise_abandoned();
+        let first = turn_of(&state);
+        assert_eq!(first.low, a);
+        let late = (1 << 32) + 5;
+        assert!(releases(late, a) && !releases(late, b));
+        word.store(late, Ordering::Release);
+        while Instant::now() < first.ends {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(state.raise_abandoned(), None);
+        assert!(releases(word.load(Ordering::Acquire), b));
+        assert_eq!(turn_of(&state).low, b);
+    }
 }
+
