@@ -1576,11 +1576,18 @@ fn dropped_narrow_timelines_taking_turns_let_the_watcher_rest() {
     );
     // The pauses, and so the turns, grow to their longest.
     std::thread::sleep(Duration::from_millis(200));
+    let rests = || cuda_host::metrics().stream_points().watcher_rests;
+    let before = rests();
     let (cpu, wakes) = watcher_use_over(Duration::from_secs(1));
+    let rested = rests() - before;
     suite::figure(&format!(
         "{TIMELINES} dropped narrow timelines taking turns: the watcher used {cpu:?} of CPU over \
-         1 s, waking {wakes} times"
+         1 s, waking {wakes} times, {rested} of them at a rest's end"
     ));
+    assert!(
+        (1..=wakes).contains(&rested),
+        "{rested} rests counted, {wakes} wakes"
+    );
     first_gate.open();
     second_gate.open();
     first.synchronize().expect("synchronize");

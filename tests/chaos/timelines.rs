@@ -1420,7 +1420,6 @@ fn dropped_turns(env: &Env, index: u8, count: u8) -> String {
 /// [`TURNS_WAKES_WITHIN`] says; not counted while something else keeps it looking (a future
 /// that waits for a point).
 fn turns_rest(count: u32) -> String {
-    const WATCHER: &str = "cuda-host-watch";
     let parked = || cuda_host::metrics().stream_points().watcher_parked;
     if !suite::wait::holds_within(Duration::from_secs(1), parked) {
         return "the watcher looks for something else".to_owned();
@@ -1428,11 +1427,12 @@ fn turns_rest(count: u32) -> String {
     // The pauses, and so the turns, grow to their longest (20 ms) over nine looks after the last
     // drop, each at a turn's end: about 50 ms, and up to a turn more for the grid.
     std::thread::sleep(Duration::from_millis(150));
-    let Some(before) = suite::thread_sleeps(WATCHER) else {
-        return "no watcher thread".to_owned();
-    };
+    // Its rests, each ended by one wake: not the thread's sleeps, which count its waits for
+    // locks too (the software driver's, under load).
+    let rests = || cuda_host::metrics().stream_points().watcher_rests;
+    let before = rests();
     std::thread::sleep(TURNS_WAKES_WITHIN.0);
-    let wakes = suite::thread_sleeps(WATCHER).unwrap_or(before) - before;
+    let wakes = rests() - before;
     if !parked() {
         return "the watcher was woken meanwhile".to_owned();
     }

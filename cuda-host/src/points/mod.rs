@@ -184,16 +184,20 @@ pub struct StreamPointCounts {
     pub watcher_parked: bool,
     /// How many times the watcher thread parked since it started.
     pub watcher_parks: u64,
+    /// How many times, since it started, the watcher rested between its looks at dropped
+    /// timelines that streams may still read: each rest ends in one wake.
+    pub watcher_rests: u64,
 }
 
 /// What stream points hold now (see [`StreamPointCounts`]).
 pub(crate) fn stream_point_counts() -> StreamPointCounts {
-    let (waiting, watcher_parked, watcher_parks) = watcher::counts();
+    let watcher = watcher::counts();
     StreamPointCounts {
         held: crate::launch::held_count(),
-        waiting,
-        watcher_parked,
-        watcher_parks,
+        waiting: watcher.waiting,
+        watcher_parked: watcher.parked,
+        watcher_parks: watcher.parks,
+        watcher_rests: watcher.rests,
     }
 }
 

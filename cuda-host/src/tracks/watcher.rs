@@ -67,6 +67,8 @@ const LONGEST_PAUSE: Duration = Duration::from_micros(50);
 struct Watcher {
     listed: Mutex<Listed>,
     parks: AtomicU64,
+    /// Rests between looks at dropped timelines, each ended by a look (or a registration).
+    rests: AtomicU64,
 }
 
 /// The tracks futures wait on, and the thread's state.
@@ -94,6 +96,7 @@ static WATCHER: Watcher = Watcher {
         fresh: false,
     }),
     parks: AtomicU64::new(0),
+    rests: AtomicU64::new(0),
 };
 
 /// The thread, started by the first registration.
@@ -209,8 +212,8 @@ pub(crate) fn forget(track: &Track, registration: Registration) {
     drop(waker);
 }
 
-/// Registered futures, whether the thread is parked, and how often it parked.
-pub(crate) fn counts() -> (usize, bool, u64) {
+/// Registered futures, whether the thread is parked, and how often it parked and rested.
+pub(crate) fn counts() -> Counts {
     let listed = lock(&WATCHER.listed);
     let waiting = listed
         .tracks
@@ -218,11 +221,20 @@ pub(crate) fn counts() -> (usize, bool, u64) {
         .map(|track| lock(&track.waiters).len())
         .chain(listed.others.iter().map(|other| other.waiting()))
         .sum();
-    (
+    Counts {
         waiting,
-        listed.parked,
-        WATCHER.parks.load(Ordering::Relaxed),
-    )
+        parked: listed.parked,
+        parks: WATCHER.parks.load(Ordering::Relaxed),
+        rests: WATCHER.rests.load(Ordering::Relaxed),
+    }
+}
+
+/// The watcher's counts (`crate::points::StreamPointCounts` says what each is).
+pub(crate) struct Counts {
+    pub(crate) waiting: usize,
+    pub(crate) parked: bool,
+    pub(crate) parks: u64,
+    pub(crate) rests: u64,
 }
 
 /// What the thread does after a round.
@@ -357,7 +369,10 @@ fn look_and_wake(
                 WATCHER.parks.fetch_add(1, Ordering::Relaxed);
             }
             match rest {
-                Some(pause) => Next::Rest(pause),
+                Some(pause) => {
+                    WATCHER.rests.fetch_add(1, Ordering::Relaxed);
+                    Next::Rest(pause)
+                }
                 None => Next::Park,
             }
         };
