@@ -210,28 +210,35 @@ fn a_late_signal_above_the_turns_value_that_holds_its_window_gives_it_its_time_a
     );
 }
 
+/// Steps between the values of the sweeps' wait sets, near multiples of 2^32 and of a window.
+const PICKS: [u64; 7] = [
+    0,
+    1,
+    WINDOW - 1,
+    WINDOW,
+    WINDOW + 1,
+    2 * WINDOW - 1,
+    2 * WINDOW,
+];
+
+/// A generator of the sweeps' numbers (xorshift), the same from the same seed.
+fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 /// Sweeps wait sets a narrow timeline can hold (each wait at most 2^31 above a rising value,
 /// near multiples of 2^32, far apart by multiples of 2^32), dropping waits as they pass:
 /// every wait is released by a turn within a round of the first windows plus one turn per
 /// regrouping, every turn lasts TURN, none releases nothing, none panics.
 #[test]
 fn every_wait_has_a_turn_within_a_round_of_the_windows_and_a_turn_per_regrouping() {
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut random = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let picks = [
-        0,
-        1,
-        WINDOW - 1,
-        WINDOW,
-        WINDOW + 1,
-        2 * WINDOW - 1,
-        2 * WINDOW,
-    ];
+    let mut random = xorshift(0x2545_f491_4f6c_dd1d);
+    let picks = PICKS;
     for _ in 0..3000 {
         let mut value = (random() % 4) << 32;
         let mut waits = Vec::new();
@@ -399,22 +406,8 @@ fn the_turn_round_to_the_lowest_goes_to_a_wait_the_turn_did_not_release() {
 /// turns as there are windows, by the round from the lowest included.
 #[test]
 fn every_wait_is_released_within_a_round_of_the_windows_when_none_passes() {
-    let mut seed = 0x1234_5678_9abc_def1_u64;
-    let mut random = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    let picks = [
-        0,
-        1,
-        WINDOW - 1,
-        WINDOW,
-        WINDOW + 1,
-        2 * WINDOW - 1,
-        2 * WINDOW,
-    ];
+    let mut random = xorshift(0x1234_5678_9abc_def1);
+    let picks = PICKS;
     for _ in 0..20000 {
         let mut value = (random() % 4) << 32;
         let mut waits = Vec::new();
