@@ -291,7 +291,7 @@ fn every_wait_has_a_turn_within_a_round_of_the_windows_and_a_turn_per_regrouping
             let mut keep = Vec::new();
             let mut counts = Vec::new();
             for ((&w, &r), &c) in pending.iter().zip(&released).zip(&turns_without) {
-                if !(r && random() % 2 == 0) {
+                if !(r && random().is_multiple_of(2)) {
                     keep.push(w);
                     counts.push(c);
                 }
