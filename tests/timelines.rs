@@ -1315,6 +1315,53 @@ fn a_signal_left_without_its_stream_point_landing_after_the_drop_does_not_hold_a
     });
 }
 
+/// A timeline's signal on a thread's per-thread stream, the point after it not marked (the
+/// track offers no word and the event's record fails), and the thread exits without marking
+/// another point there or synchronizing it; the `Stream` value goes to another thread, whose
+/// drop of it names that thread's own per-thread stream. Only the exited thread could name its
+/// stream, so nothing else can show the signal passed: it marks a point as it exits, and the
+/// word is let go once the stream passed it, rather than held with a value of the context for
+/// the life of the process.
+#[test]
+fn a_point_nothing_records_on_a_per_thread_stream_passes_once_its_thread_exited() {
+    let test = "a_point_nothing_records_on_a_per_thread_stream_passes_once_its_thread_exited";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(
+            test,
+            "a failed event record is a control of the software driver",
+        );
+    };
+    // Alone in a process: the counts are process-wide.
+    suite::alone_in_child!(
+        a_point_nothing_records_on_a_per_thread_stream_passes_once_its_thread_exited
+    );
+    let context = context();
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let stream = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let stream = Stream::per_thread(&context);
+                controls.fail_next_calls(c"cuEventCreate", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                timeline
+                    .enqueue_signal(&stream, 1)
+                    .expect("the signal is enqueued without its point");
+                stream
+            })
+            .join()
+            .expect("the thread ran")
+    });
+    drop(stream);
+    drop(timeline);
+    wait_until(
+        "the word to be let go once the stream passed the signal",
+        || {
+            reclaim();
+            metrics().timelines().words == 0
+        },
+    );
+}
+
 /// Other code begins capturing a stream just after cuda-host's batch put a narrow wait on it,
 /// before cuda-host asks again whether the stream captures (the window `enqueue.rs` names: "an
 /// operation that a capture other code began in between took is refused ... and its word is

@@ -346,15 +346,15 @@ fn check_witnesses() {
 
 /// Every count back at its baseline, once every value and object of the sequence is gone. The
 /// workers exited: what they still held (a timeline's word behind a stream of theirs that passed
-/// its point after their last drain) passed to any thread, which drains it here, as a user's
-/// next call would.
+/// its point after their last drain, or after the point a worker marks on its per-thread stream
+/// as it exits) passed to any thread, which drains it here, as a user's next call would.
 fn check_counts(env: &Env, baseline: &Counts) {
     let deadline = Instant::now() + SETTLE;
-    let stranded = crate::timelines::take_stranded_by_exit();
+    crate::timelines::count_unrecorded_on_exit();
     loop {
         cuda_host::reclaim();
         let now = Counts::now(env.controls);
-        let differences = differences(baseline, &now, stranded);
+        let differences = differences(baseline, &now);
         if differences.is_empty() {
             return;
         }
@@ -369,9 +369,8 @@ fn check_counts(env: &Env, baseline: &Counts) {
     }
 }
 
-/// What differs from the baseline; `stranded` holds, each with a timeline's word, may stay
-/// (`crate::timelines::worker_exits`).
-fn differences(baseline: &Counts, now: &Counts, stranded: u64) -> Vec<String> {
+/// What differs from the baseline.
+fn differences(baseline: &Counts, now: &Counts) -> Vec<String> {
     let mut differences = Vec::new();
     let mut compare = |what: &str, before: u64, after: u64| {
         if before != after {
@@ -380,19 +379,12 @@ fn differences(baseline: &Counts, now: &Counts, stranded: u64) -> Vec<String> {
     };
     compare("launches in flight", 0, now.in_flight as u64);
     compare("finished records not dropped", 0, now.finished as u64);
-    let within = |base: u64, now: u64| {
-        if (base..=base + stranded).contains(&now) {
-            base
-        } else {
-            now
-        }
-    };
-    compare("released values held", 0, within(0, now.held as u64));
+    compare("released values held", 0, now.held as u64);
     compare("futures waiting", 0, now.waiting as u64);
     compare(
         "timeline words",
         baseline.timeline_words,
-        within(baseline.timeline_words, now.timeline_words),
+        now.timeline_words,
     );
     let (before, after) = (&baseline.live, &now.live);
     compare("streams", before.streams, after.streams);

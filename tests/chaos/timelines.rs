@@ -380,12 +380,12 @@ const MARKING_CALLS: [&std::ffi::CStr; 3] =
 
 /// Per worker (by id), its operations on its own per-thread streams whose point may be one
 /// nothing records; and, for the sequence under way, those of workers that exited. Only the
-/// worker's thread can show such a point passed on its per-thread stream: once it exited,
-/// nothing does, and what is held until it stays for the life of the process
-/// (`docs/RELIABILITY.md`, "a point nothing records").
+/// worker's thread can name its per-thread stream, so it marks a point there as it exits, which
+/// shows such points passed (`docs/RELIABILITY.md`, "a point nothing records"): the counts at
+/// the sequence's end must be back at their baseline all the same.
 static UNRECORDED: Mutex<Vec<(usize, u64)>> = Mutex::new(Vec::new());
-static STRANDED_BY_EXIT: AtomicU64 = AtomicU64::new(0);
-static STRANDED_TOTAL: AtomicU64 = AtomicU64::new(0);
+static UNRECORDED_AT_EXIT: AtomicU64 = AtomicU64::new(0);
+static UNRECORDED_TOTAL: AtomicU64 = AtomicU64::new(0);
 
 /// Runs `operate`, a timeline operation on `stream`: on a per-thread stream, an injected failure
 /// of a call marking its point that fired meanwhile is noted for the worker's exit.
@@ -413,22 +413,21 @@ fn operating<T>(env: &Env, stream: &StreamEntry, operate: impl FnOnce() -> T) ->
     outcome
 }
 
-/// The worker of id `worker` exits: its operations whose point may be one nothing records may
-/// hold what they keep for good.
+/// The worker of id `worker` exits: its operations whose point may be one nothing records pass
+/// with the point its exit marks.
 pub fn worker_exits(worker: usize) {
     let mut unrecorded = UNRECORDED.lock().unwrap();
     if let Some(at) = unrecorded.iter().position(|(id, _)| *id == worker) {
-        STRANDED_BY_EXIT.fetch_add(unrecorded.remove(at).1, Ordering::SeqCst);
+        UNRECORDED_AT_EXIT.fetch_add(unrecorded.remove(at).1, Ordering::SeqCst);
     }
 }
 
-/// How many holds (each with a timeline's word) may stay after the sequence, as
-/// [`worker_exits`] says; the count starts again.
-pub fn take_stranded_by_exit() -> u64 {
+/// Adds what [`worker_exits`] counted in the sequence to the run's figure; the count starts
+/// again.
+pub fn count_unrecorded_on_exit() {
     UNRECORDED.lock().unwrap().clear();
-    let stranded = STRANDED_BY_EXIT.swap(0, Ordering::SeqCst);
-    STRANDED_TOTAL.fetch_add(stranded, Ordering::Relaxed);
-    stranded
+    let exited = UNRECORDED_AT_EXIT.swap(0, Ordering::SeqCst);
+    UNRECORDED_TOTAL.fetch_add(exited, Ordering::Relaxed);
 }
 
 /// The family's figures over the run.
@@ -438,7 +437,8 @@ pub fn figures() -> String {
         "{} narrow and {} wide timelines, {} stream waits ({} seen passed), {} waits beyond \
          a narrow window refused, {} bursts of {REQUESTS} requests measured, the watcher's \
          wakes counted while dropped timelines took turns {} times; {} operations on exited \
-         workers' per-thread streams whose points their failed marking may have left unrecorded",
+         workers' per-thread streams whose failed marking may have left a point nothing records \
+         (passed with the point each worker marked as it exited)",
         load(&MADE_NARROW),
         load(&MADE_WIDE),
         load(&WAITS),
@@ -446,7 +446,7 @@ pub fn figures() -> String {
         load(&REFUSED_BEYOND),
         load(&BURSTS_MEASURED),
         load(&TURNS_RESTS_COUNTED),
-        load(&STRANDED_TOTAL)
+        load(&UNRECORDED_TOTAL)
     )
 }
 

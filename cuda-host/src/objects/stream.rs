@@ -3,6 +3,7 @@
 //! `Stream`'s methods are all here but `Stream::from_cudarc`, which is the `cudarc` feature's
 //! (`objects/cudarc.rs`); the features that launch on a stream take it as `&Stream`.
 
+use super::context::ContextState;
 use super::host_engine::{HostEngine, HostEngineRefused};
 use super::keep_alive::KeepAlive;
 use super::{Context, Event, destroy_later};
@@ -15,8 +16,10 @@ use crate::launch::{
 };
 use crate::tracks::Synchronizing;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
+use std::cell::RefCell;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 /// How a new stream orders itself against the legacy default stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -382,6 +385,21 @@ impl Stream {
 }
 
 impl Stream {
+    /// Notes that a point nothing records or writes was marked on the stream
+    /// (`ContextTracks::mark_unread`). Only a later point of the stream, a synchronize of it or
+    /// its drop shows such a point passed; on the calling thread's per-thread stream only this
+    /// thread can make any of them, so the thread marks one when it exits
+    /// ([`UnreadAtExit`]), if nothing did before.
+    pub(crate) fn note_unread_point(&self) {
+        let per_thread = self.ownership == Ownership::Special
+            && (self.raw == CU_STREAM_PER_THREAD
+                || (self.raw.is_null()
+                    && self.shared_context().driver().per_thread_default_stream()));
+        if per_thread {
+            let _ = UNREAD_AT_EXIT.try_with(|unread| unread.note(&self.context));
+        }
+    }
+
     /// Marks a point after written points a capture left unread on the stream's track, if
     /// nothing follows them (`crate::tracks`): what holds the timelines' words they were the
     /// points of sees them passed once the stream passed that one.
@@ -404,6 +422,46 @@ impl Stream {
             logged!(debug!(
                 "no point after a dropped stream's unread points: {error}"
             ));
+        }
+    }
+}
+
+/// The contexts whose per-thread stream of this thread holds a point nothing records: at the
+/// thread's exit, a point is marked after it on each (as a dropped stream marks one), which the
+/// watcher or a drain then sees passed, and what the unread point holds (a timeline's word, a
+/// value of the context) is let go. Held weakly: a context whose last value went has no tracks
+/// left to mark on. Thread-local destructors run before the driver's per-thread ones (glibc
+/// calls them first), so the thread's per-thread stream still exists then; a capture on it
+/// refuses the point, as it would any.
+struct UnreadAtExit(RefCell<Vec<Weak<ContextState>>>);
+
+thread_local! {
+    static UNREAD_AT_EXIT: UnreadAtExit = const { UnreadAtExit(RefCell::new(Vec::new())) };
+}
+
+impl UnreadAtExit {
+    fn note(&self, context: &Context) {
+        let Ok(mut contexts) = self.0.try_borrow_mut() else {
+            return;
+        };
+        // Contexts made per request would otherwise pile up on a long-lived thread.
+        contexts.retain(|state| state.strong_count() > 0);
+        let state = &context.state;
+        if !contexts
+            .iter()
+            .any(|noted| ptr::eq(noted.as_ptr(), Arc::as_ptr(state)))
+        {
+            contexts.push(Arc::downgrade(state));
+        }
+    }
+}
+
+impl Drop for UnreadAtExit {
+    fn drop(&mut self) {
+        for state in std::mem::take(self.0.get_mut()) {
+            if let Some(state) = state.upgrade() {
+                Stream::per_thread(&Context { state }).mark_after_unread_points();
+            }
         }
     }
 }

@@ -218,6 +218,7 @@ fn enqueue_locked(
     let keep_refused = || {
         word.keep();
         if let Ok(marked) = tracks.mark_unread(context, stream_id) {
+            stream.note_unread_point();
             word.waits().note_stream(
                 marked.track,
                 marked.point,
@@ -249,7 +250,10 @@ fn enqueue_locked(
                 // stream, a synchronize or its drop shows passed. Noted, so that a dropped
                 // timeline is raised again while the stream may still read or write the word.
                 Err(error) => match tracks.mark_unread(context, stream_id) {
-                    Ok(marked) => (marked, Some(error)),
+                    Ok(marked) => {
+                        stream.note_unread_point();
+                        (marked, Some(error))
+                    }
                     Err(_) => {
                         // Nothing tells when the stream passed it.
                         word.keep();
