@@ -3,13 +3,14 @@
 //! failure, captures, and the watcher's adversity.
 
 use cuda_host::{
-    Context, Error, Stream, StreamFlags, graph::CaptureState, metrics, reclaim, timeline::Timeline,
+    Context, Error, Event, EventFlags, Stream, StreamFlags, graph::CaptureState, host_launch,
+    metrics, reclaim, timeline::Timeline,
 };
 use cuda_host_sys::{CUresult, CUstreamCaptureMode, CUstreamCaptureStatus};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use suite::{Gate, MappedWords, TIMEOUT, context, wait_until};
@@ -1359,6 +1360,64 @@ fn a_point_nothing_records_on_a_per_thread_stream_passes_once_its_thread_exited(
             reclaim();
             metrics().timelines().words == 0
         },
+    );
+}
+
+/// What a thread marks as it exits (a point after one nothing records on its per-thread stream,
+/// `a_point_nothing_records_on_a_per_thread_stream_passes_once_its_thread_exited`) rests on the
+/// driver: the thread's per-thread stream still takes a record from the thread's thread-local
+/// destructors, and orders it after the work enqueued there before. Shown with an event
+/// recorded from such a destructor, the stream still busy with a host function.
+#[test]
+fn a_threads_per_thread_stream_still_takes_work_from_its_thread_local_destructors() {
+    struct RecordAtExit {
+        context: Context,
+        event: Arc<Event>,
+        recorded: Arc<Mutex<Option<Result<(), Error>>>>,
+    }
+    impl Drop for RecordAtExit {
+        fn drop(&mut self) {
+            let recorded = self.event.record(&Stream::per_thread(&self.context));
+            *self.recorded.lock().unwrap() = Some(recorded);
+        }
+    }
+    thread_local! {
+        static AT_EXIT: std::cell::RefCell<Option<RecordAtExit>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let context = context();
+    let event = Arc::new(Event::new(&context, EventFlags::DisableTiming).expect("event"));
+    let recorded = Arc::new(Mutex::new(None));
+    let ran = Arc::new(AtomicUsize::new(0));
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let stream = Stream::per_thread(&context);
+            let ran = Arc::clone(&ran);
+            host_launch(&stream, move || {
+                std::thread::sleep(Duration::from_millis(50));
+                ran.fetch_add(1, Ordering::SeqCst);
+            })
+            .expect("launched");
+            // Registered after the thread's first driver calls, as cuda-host's note is.
+            AT_EXIT.with(|at_exit| {
+                *at_exit.borrow_mut() = Some(RecordAtExit {
+                    context: context.clone(),
+                    event: Arc::clone(&event),
+                    recorded: Arc::clone(&recorded),
+                })
+            });
+        });
+    });
+    let recorded = recorded.lock().unwrap().take();
+    assert!(
+        matches!(recorded, Some(Ok(()))),
+        "the record from the exiting thread's destructor: {recorded:?}"
+    );
+    event.synchronize().expect("the event completes");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        1,
+        "the event completed before the host function enqueued before it ran"
     );
 }
 
