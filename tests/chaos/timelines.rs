@@ -16,7 +16,7 @@ use crate::plan::ENTRIES;
 use crate::witness::violated;
 use crate::world::{ContextEntry, ContextKind, Progress, StreamEntry, StreamKind};
 use cuda_host::{Context, Device, Error, Stream, StreamFlags, timeline::Timeline};
-use cuda_host_sys::CUdevice_attribute;
+use cuda_host_sys::{CUdevice_attribute, CUresult};
 use proptest::prelude::*;
 use std::future::Future as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,6 +115,15 @@ pub enum TimelineOp {
         capture_between: bool,
         far_passes: bool,
     },
+    /// A wait on the worker's own per-thread stream of the timeline's context whose point is one
+    /// nothing records (the stream's new track cannot make its word's probe, so the point is an
+    /// event's record, which fails). The stream's value joins the sequence's, dropped on another
+    /// thread (whose drop names that thread's per-thread stream), so once the worker exited only
+    /// the point it marks as it exits shows the wait passed.
+    UnmarkedOnOwnStream {
+        timeline: u8,
+        ahead: Ahead,
+    },
     /// Narrow timelines (8 to 24 as `count` says) of the context at `context`, each dropped in
     /// turn while two new streams, each held at a gate, have yet to pass its waits 2^31 apart:
     /// each takes turns until the gates open. With no step beside it, once the watcher rests,
@@ -172,6 +181,7 @@ impl TimelineOp {
         !matches!(
             self,
             TimelineOp::Wait { .. }
+                | TimelineOp::UnmarkedOnOwnStream { .. }
                 | TimelineOp::AcrossTheWindow { .. }
                 | TimelineOp::DroppedTurns { .. }
         )
@@ -210,6 +220,8 @@ pub fn op() -> impl Strategy<Value = TimelineOp> {
         3 => (index(), index(), ahead()).prop_map(|(timeline, stream, ahead)| {
             TimelineOp::StreamSignal { timeline, stream, ahead }
         }),
+        2 => (index(), ahead())
+            .prop_map(|(timeline, ahead)| TimelineOp::UnmarkedOnOwnStream { timeline, ahead }),
         5 => (index(), ahead()).prop_map(|(timeline, ahead)| TimelineOp::HostSignal { timeline, ahead }),
         1 => index().prop_map(|timeline| TimelineOp::Read { timeline }),
         2 => (index(), ahead(), 0..2000u16).prop_map(|(timeline, ahead, micros)| {
@@ -656,6 +668,10 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
             far_passes,
         } => across_the_window(env, index, held, far, capture_between, far_passes),
         TimelineOp::DroppedTurns { context, count } => dropped_turns(env, context, count),
+        TimelineOp::UnmarkedOnOwnStream {
+            timeline: index,
+            ahead,
+        } => unmarked_on_own_stream(env, index, ahead),
     };
     check_all();
     outcome
@@ -790,6 +806,47 @@ fn wait_on(
     let Some(stream) = env.world.stream(stream) else {
         return "no stream".to_owned();
     };
+    wait_on_stream(env, entry, stream, ahead, held)
+}
+
+/// The worker's own per-thread stream of the timeline's context waits, its point one nothing
+/// records: see [`TimelineOp::UnmarkedOnOwnStream`].
+fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead) -> String {
+    let Some(entry) = timeline(index) else {
+        return "no timeline".to_owned();
+    };
+    let Some(context) = lock(&entry).context.upgrade() else {
+        return "its context is gone".to_owned();
+    };
+    let stream = env.world.add_stream(
+        Stream::per_thread(&context.context),
+        &context,
+        StreamKind::PerThread,
+        false,
+    );
+    env.world.use_stream(&stream);
+    let name = stream.name.clone();
+    let failing = [c"cuEventCreate", c"cuEventRecord"];
+    for call in failing {
+        env.controls
+            .fail_next_calls(call, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    let outcome = wait_on_stream(env, &entry, stream, ahead, false);
+    // Disarmed where the wait did not get that far.
+    for call in failing {
+        env.controls
+            .fail_next_calls(call, 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    format!("on {name}, its point failing: {outcome}")
+}
+
+fn wait_on_stream(
+    env: &Env,
+    entry: &Mutex<TimelineEntry>,
+    stream: Arc<StreamEntry>,
+    ahead: Ahead,
+    held: bool,
+) -> String {
     // A gate in front: the stream meets the wait only once a later step opened it, the value
     // moved on meanwhile, or the last handle went.
     let gate = (held && matches!(stream.stream.capture_state(), Ok(None)))

@@ -1,0 +1,244 @@
+//! Review of the exit marking (commits 44298b5, a6e5f34): a thread that left a point nothing
+//! records on its per-thread stream marks one after it as it exits (`UnreadAtExit`), so that what
+//! the point holds (a timeline's word, a value of the context) is let go.
+
+use cuda_host::{Context, Error, Stream, StreamFlags, metrics, reclaim, timeline::Timeline};
+use cuda_host_sys::CUresult;
+use std::cell::RefCell;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use suite::context;
+
+/// How long a word a thread left held gets to be let go after the thread exited (the passing
+/// case takes milliseconds).
+const LET_GO: Duration = Duration::from_secs(10);
+
+/// Whether the process holds no timeline's word within [`LET_GO`], draining as it waits.
+fn words_let_go() -> bool {
+    suite::wait::holds_within(LET_GO, || {
+        reclaim();
+        metrics().timelines().words == 0
+    })
+}
+
+/// Enqueues a signal of `timeline` to `value` on the calling thread's per-thread stream of
+/// `context` whose point cannot be marked (the track offers no word and the event's record
+/// fails): a point nothing records stands there, which the thread notes. The `Stream` value is
+/// returned: dropped on this thread, it would mark a point after the unread one itself (the
+/// enqueue counts as a launch through it), so a test that wants the point left at the thread's
+/// exit drops it elsewhere, after the exit (its drop then names that thread's per-thread stream).
+#[must_use]
+fn signal_without_its_point(
+    controls: &suite::software::Controls,
+    context: &Context,
+    timeline: &Timeline,
+    value: u64,
+) -> Stream {
+    let stream = Stream::per_thread(context);
+    controls.fail_next_calls(c"cuEventCreate", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    timeline
+        .enqueue_signal(&stream, value)
+        .expect("the signal is enqueued without its point");
+    stream
+}
+
+/// An error a `Drop` recorded "is returned by the next call on the same context" (`Error::
+/// DropFailed`). A thread that left a point nothing records on its per-thread stream exits while
+/// such an error waits: its exit marking (`mark_after_unread_points`, through
+/// `with_stream_context`) takes the error as its own and only logs it at debug level, so the
+/// next call on the context never sees it.
+#[test]
+fn a_drop_error_waiting_when_a_thread_exits_is_still_the_next_calls() {
+    let test = "a_drop_error_waiting_when_a_thread_exits_is_still_the_next_calls";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    // Alone: the drop error is the context's, which other tests' calls would take.
+    suite::alone_in_child!(a_drop_error_waiting_when_a_thread_exits_is_still_the_next_calls);
+    let context = context();
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let (signalled, signal_seen) = mpsc::channel();
+    let (may_exit, exit_allowed) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let (context, timeline) = (&context, &timeline);
+        let worker = scope.spawn(move || {
+            // Dropped here: its drop marks a point after the unread one, so the exit marking
+            // has nothing left to mark, and still takes the error.
+            drop(signal_without_its_point(controls, context, timeline, 1));
+            signalled.send(()).expect("main waits");
+            exit_allowed.recv().expect("main lets it exit");
+        });
+        signal_seen.recv().expect("the worker signalled");
+        let doomed = Stream::new(context, StreamFlags::NonBlocking).expect("stream");
+        controls.fail_next_calls(c"cuStreamDestroy_v2", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+        drop(doomed);
+        may_exit.send(()).expect("the worker waits");
+        worker.join().expect("the worker ran");
+    });
+    let next = Stream::new(&context, StreamFlags::NonBlocking).map(drop);
+    assert!(
+        matches!(
+            next,
+            Err(Error::DropFailed {
+                object: "stream",
+                ..
+            })
+        ),
+        "the drop error was not left for the next call on the context: {next:?}"
+    );
+}
+
+/// The same drop error, seen from the word's side: the exit marking took the error instead of
+/// marking its point, so the point nothing records is never shown passed and the word (with a
+/// value of the context) stays held, as before the change.
+#[test]
+fn a_drop_error_waiting_when_a_thread_exits_does_not_keep_its_point_unmarked() {
+    let test = "a_drop_error_waiting_when_a_thread_exits_does_not_keep_its_point_unmarked";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    // Alone: the counts are process-wide.
+    suite::alone_in_child!(
+        a_drop_error_waiting_when_a_thread_exits_does_not_keep_its_point_unmarked
+    );
+    let context = context();
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let (signalled, signal_seen) = mpsc::channel();
+    let (may_exit, exit_allowed) = mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let (context, timeline) = (&context, &timeline);
+        let worker = scope.spawn(move || {
+            let stream = signal_without_its_point(controls, context, timeline, 1);
+            signalled.send(stream).expect("main waits");
+            exit_allowed.recv().expect("main lets it exit");
+        });
+        let stream = signal_seen.recv().expect("the worker signalled");
+        let doomed = Stream::new(context, StreamFlags::NonBlocking).expect("stream");
+        controls.fail_next_calls(c"cuStreamDestroy_v2", 1, CUresult::CUDA_ERROR_INVALID_VALUE);
+        drop(doomed);
+        may_exit.send(()).expect("the worker waits");
+        worker.join().expect("the worker ran");
+        // After the exit: names this thread's per-thread stream.
+        drop(stream);
+    });
+    drop(timeline);
+    assert!(
+        words_let_go(),
+        "the word was still held {LET_GO:?} after its thread exited: its point was never \
+         marked ({:?})",
+        metrics().timelines()
+    );
+}
+
+/// Work from a thread-local destructor on the thread's per-thread stream is what a6e5f34 says
+/// the driver takes. A signal enqueued there whose point cannot be marked leaves a point
+/// nothing records, as anywhere else; but once `UNREAD_AT_EXIT` was destroyed (it was
+/// registered after this destructor's thread-local, so it goes first), `note_unread_point`'s
+/// `try_with` fails silently: nothing marks a point after it, and the word is held for the life
+/// of the process, which RELIABILITY.md says no longer happens once the thread exited.
+#[test]
+fn a_point_left_from_a_later_thread_local_destructor_passes_once_its_thread_exited() {
+    let test = "a_point_left_from_a_later_thread_local_destructor_passes_once_its_thread_exited";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(
+        a_point_left_from_a_later_thread_local_destructor_passes_once_its_thread_exited
+    );
+    struct SignalAtExit {
+        context: Context,
+        timeline: Arc<Timeline>,
+        controls: &'static suite::software::Controls,
+        signalled: Arc<Mutex<Option<bool>>>,
+        stream: Arc<Mutex<Option<Stream>>>,
+    }
+    impl Drop for SignalAtExit {
+        fn drop(&mut self) {
+            let stream = Stream::per_thread(&self.context);
+            self.controls
+                .fail_next_calls(c"cuEventCreate", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+            self.controls
+                .fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+            let signalled = self.timeline.enqueue_signal(&stream, 2).is_ok();
+            *self.signalled.lock().unwrap() = Some(signalled);
+            // Dropped on the test's thread, after the exit.
+            *self.stream.lock().unwrap() = Some(stream);
+        }
+    }
+    thread_local! {
+        static AT_EXIT: RefCell<Option<SignalAtExit>> = const { RefCell::new(None) };
+    }
+    let context = context();
+    let timeline = Arc::new(Timeline::new(&context, 0).expect("timeline"));
+    let signalled = Arc::new(Mutex::new(None));
+    let left = Arc::new(Mutex::new(None));
+    std::thread::scope(|scope| {
+        // Joined explicitly: the scope's own end does not wait for thread-local destructors.
+        let worker = scope.spawn(|| {
+            // The thread-local is registered first, so its destructor runs last.
+            AT_EXIT.with(|at_exit| {
+                *at_exit.borrow_mut() = Some(SignalAtExit {
+                    context: context.clone(),
+                    timeline: Arc::clone(&timeline),
+                    controls,
+                    signalled: Arc::clone(&signalled),
+                    stream: Arc::clone(&left),
+                })
+            });
+            // A first point nothing records, which the thread notes; then shown passed.
+            drop(signal_without_its_point(controls, &context, &timeline, 1));
+            Stream::per_thread(&context)
+                .synchronize()
+                .expect("the per-thread stream synchronizes");
+        });
+        worker.join().expect("the worker ran");
+    });
+    let signalled = signalled.lock().unwrap().take();
+    assert_eq!(
+        signalled,
+        Some(true),
+        "the destructor's signal was enqueued"
+    );
+    drop(left.lock().unwrap().take());
+    drop(timeline);
+    assert!(
+        words_let_go(),
+        "the word was still held {LET_GO:?} after its thread exited ({:?})",
+        metrics().timelines()
+    );
+}
+
+/// The exit marking is the one chance to show the point passed, and it is not retried: when its
+/// event's record fails (an injected failure of the exiting thread's `cuEventRecord`), it logs
+/// at debug level and the word stays held for the life of the process, though a synchronize of
+/// the per-thread stream (which the exiting thread can still make) would show the point passed.
+#[test]
+fn a_failed_exit_mark_does_not_keep_the_word_for_the_life_of_the_process() {
+    let test = "a_failed_exit_mark_does_not_keep_the_word_for_the_life_of_the_process";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(a_failed_exit_mark_does_not_keep_the_word_for_the_life_of_the_process);
+    let context = context();
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let stream = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let stream = signal_without_its_point(controls, &context, &timeline, 1);
+                // The exit marking's record fails.
+                controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                stream
+            })
+            .join()
+            .expect("the thread ran")
+    });
+    drop(stream);
+    drop(timeline);
+    assert!(
+        words_let_go(),
+        "the word was still held {LET_GO:?} after its thread exited ({:?})",
+        metrics().timelines()
+    );
+}
