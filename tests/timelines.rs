@@ -1390,7 +1390,9 @@ fn a_threads_per_thread_stream_still_takes_work_from_its_thread_local_destructor
     let recorded = Arc::new(Mutex::new(None));
     let ran = Arc::new(AtomicUsize::new(0));
     std::thread::scope(|scope| {
-        scope.spawn(|| {
+        // Joined: the scope's own end waits for the closure, not for the thread-local
+        // destructors after it.
+        let worker = scope.spawn(|| {
             let stream = Stream::per_thread(&context);
             let ran = Arc::clone(&ran);
             host_launch(&stream, move || {
@@ -1407,6 +1409,7 @@ fn a_threads_per_thread_stream_still_takes_work_from_its_thread_local_destructor
                 })
             });
         });
+        worker.join().expect("the thread ran");
     });
     let recorded = recorded.lock().unwrap().take();
     assert!(

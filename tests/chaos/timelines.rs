@@ -120,9 +120,12 @@ pub enum TimelineOp {
     /// event's record, which fails). The stream's value joins the sequence's, dropped on another
     /// thread (whose drop names that thread's per-thread stream), so once the worker exited only
     /// the point it marks as it exits shows the wait passed.
+    /// With `record_fails_after`, the worker's next event record fails too, which may be the
+    /// point its exit marks (tried again).
     UnmarkedOnOwnStream {
         timeline: u8,
         ahead: Ahead,
+        record_fails_after: bool,
     },
     /// Narrow timelines (8 to 24 as `count` says) of the context at `context`, each dropped in
     /// turn while two new streams, each held at a gate, have yet to pass its waits 2^31 apart:
@@ -220,8 +223,9 @@ pub fn op() -> impl Strategy<Value = TimelineOp> {
         3 => (index(), index(), ahead()).prop_map(|(timeline, stream, ahead)| {
             TimelineOp::StreamSignal { timeline, stream, ahead }
         }),
-        2 => (index(), ahead())
-            .prop_map(|(timeline, ahead)| TimelineOp::UnmarkedOnOwnStream { timeline, ahead }),
+        2 => (index(), ahead(), any::<bool>()).prop_map(|(timeline, ahead, record_fails_after)| {
+            TimelineOp::UnmarkedOnOwnStream { timeline, ahead, record_fails_after }
+        }),
         5 => (index(), ahead()).prop_map(|(timeline, ahead)| TimelineOp::HostSignal { timeline, ahead }),
         1 => index().prop_map(|timeline| TimelineOp::Read { timeline }),
         2 => (index(), ahead(), 0..2000u16).prop_map(|(timeline, ahead, micros)| {
@@ -671,7 +675,8 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
         TimelineOp::UnmarkedOnOwnStream {
             timeline: index,
             ahead,
-        } => unmarked_on_own_stream(env, index, ahead),
+            record_fails_after,
+        } => unmarked_on_own_stream(env, index, ahead, record_fails_after),
     };
     check_all();
     outcome
@@ -811,7 +816,7 @@ fn wait_on(
 
 /// The worker's own per-thread stream of the timeline's context waits, its point one nothing
 /// records: see [`TimelineOp::UnmarkedOnOwnStream`].
-fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead) -> String {
+fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, record_fails_after: bool) -> String {
     let Some(entry) = timeline(index) else {
         return "no timeline".to_owned();
     };
@@ -837,7 +842,18 @@ fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead) -> String {
         env.controls
             .fail_next_calls(call, 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     }
-    format!("on {name}, its point failing: {outcome}")
+    if record_fails_after {
+        env.controls
+            .fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    format!(
+        "on {name}, its point failing{}: {outcome}",
+        if record_fails_after {
+            ", and the worker's next record"
+        } else {
+            ""
+        }
+    )
 }
 
 fn wait_on_stream(

@@ -385,43 +385,82 @@ impl Stream {
 }
 
 impl Stream {
+    /// Whether the stream is the calling thread's per-thread default stream.
+    fn is_per_thread(&self) -> bool {
+        self.ownership == Ownership::Special
+            && (self.raw == CU_STREAM_PER_THREAD
+                || (self.raw.is_null()
+                    && self.shared_context().driver().per_thread_default_stream()))
+    }
+
     /// Notes that a point nothing records or writes was marked on the stream
     /// (`ContextTracks::mark_unread`). Only a later point of the stream, a synchronize of it or
     /// its drop shows such a point passed; on the calling thread's per-thread stream only this
     /// thread can make any of them, so the thread marks one when it exits
     /// ([`UnreadAtExit`]), if nothing did before.
     pub(crate) fn note_unread_point(&self) {
-        let per_thread = self.ownership == Ownership::Special
-            && (self.raw == CU_STREAM_PER_THREAD
-                || (self.raw.is_null()
-                    && self.shared_context().driver().per_thread_default_stream()));
-        if per_thread {
+        if self.is_per_thread() {
             let _ = UNREAD_AT_EXIT.try_with(|unread| unread.note(&self.context));
+        }
+    }
+
+    /// Once an operation that may have noted a point nothing records let go of its locks: on the
+    /// calling thread's per-thread stream while the thread exits, its note gone (an operation
+    /// from a thread-local's destructor that runs after it), marks a point after such points
+    /// now, as the exit would have.
+    pub(crate) fn mark_unread_if_exiting(&self) {
+        if self.is_per_thread() && UNREAD_AT_EXIT.try_with(|_| ()).is_err() {
+            self.mark_after_unread_points();
         }
     }
 
     /// Marks a point after written points a capture left unread on the stream's track, if
     /// nothing follows them (`crate::tracks`): what holds the timelines' words they were the
-    /// points of sees them passed once the stream passed that one.
+    /// points of sees them passed once the stream passed that one. A failed mark is tried again
+    /// a few times: on a per-thread stream at its thread's exit nothing else ever marks one.
+    /// Leaves an error an earlier drop recorded for the context's next call.
     fn mark_after_unread_points(&self) {
+        const TRIES: usize = 4;
         let Some(tracks) = self.context.tracks_if_made() else {
             return;
         };
+        let shared = self.context.shared();
         // In the stream's window, as every point is marked (a builder capture
         // waits for it, and a capturing stream is refused), and with the log calls held until it
         // is let go.
-        let marked = holding_logs(|| {
-            self.with_stream_context(|| {
-                let shared = self.context.shared();
-                let window = EnqueueWindow::open(shared.driver(), self.raw)?;
-                let id = self.id()?;
-                tracks.mark_after_unread(shared, window.stream(), id)
-            })
-        });
-        if let Err(error) = marked {
-            logged!(debug!(
-                "no point after a dropped stream's unread points: {error}"
-            ));
+        let mark = || {
+            let window = EnqueueWindow::open(shared.driver(), self.raw)?;
+            let id = self.id()?;
+            tracks.mark_after_unread(shared, window.stream(), id)
+        };
+        let mut marked = Ok(());
+        for _ in 0..TRIES {
+            marked = holding_logs(|| {
+                if self.ownership == Ownership::Special {
+                    shared.with_current(mark)
+                } else {
+                    mark()
+                }
+            });
+            match &marked {
+                Ok(()) | Err(Error::StreamCapturing { .. } | Error::PointInCapture { .. }) => {
+                    break;
+                }
+                Err(_) => {}
+            }
+        }
+        match marked {
+            Ok(()) => {}
+            Err(error @ (Error::StreamCapturing { .. } | Error::PointInCapture { .. })) => {
+                logged!(debug!(
+                    "no point after a stream's points nothing records, as it captures: {error}"
+                ));
+            }
+            Err(error) => logged!(warn!(
+                "no point after a stream's points nothing records: what they hold (a \
+                 timeline's word, a value of the context) is held until the stream is \
+                 synchronized or marks a later point: {error}"
+            )),
         }
     }
 }

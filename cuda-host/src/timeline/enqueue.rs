@@ -97,6 +97,7 @@ pub(super) fn enqueue(
     let outcome = holding_logs(|| {
         stream.with_stream_context(|| enqueue_locked(shared, stream, operation, value, device))
     });
+    stream.mark_unread_if_exiting();
     let (unmarked, kept) = match outcome {
         Ok(Enqueued::Marked) => return Ok(()),
         Ok(Enqueued::Unread(error)) => (error, false),

@@ -1,6 +1,7 @@
-//! Review of the exit marking (commits 44298b5, a6e5f34): a thread that left a point nothing
-//! records on its per-thread stream marks one after it as it exits (`UnreadAtExit`), so that what
-//! the point holds (a timeline's word, a value of the context) is let go.
+//! A thread that left a point nothing records on its per-thread stream marks one after it as it
+//! exits (`UnreadAtExit` in `cuda-host/src/objects/stream.rs`), so that what the point holds (a
+//! timeline's word, a value of the context) is let go: with an error a drop left waiting, from a
+//! thread-local's destructor, after a failed try, and on the null stream of a per-thread table.
 
 use cuda_host::{Context, Error, Stream, StreamFlags, metrics, reclaim, timeline::Timeline};
 use cuda_host_sys::CUresult;
@@ -45,10 +46,10 @@ fn signal_without_its_point(
 }
 
 /// An error a `Drop` recorded "is returned by the next call on the same context" (`Error::
-/// DropFailed`). A thread that left a point nothing records on its per-thread stream exits while
-/// such an error waits: its exit marking (`mark_after_unread_points`, through
-/// `with_stream_context`) takes the error as its own and only logs it at debug level, so the
-/// next call on the context never sees it.
+/// DropFailed`). A thread that once left a point nothing records on its per-thread stream exits
+/// while such an error waits: its exit's marking leaves the error for the context's next call
+/// rather than taking it as its own. Here the point was already followed (nothing left to
+/// mark).
 #[test]
 fn a_drop_error_waiting_when_a_thread_exits_is_still_the_next_calls() {
     let test = "a_drop_error_waiting_when_a_thread_exits_is_still_the_next_calls";
@@ -90,9 +91,9 @@ fn a_drop_error_waiting_when_a_thread_exits_is_still_the_next_calls() {
     );
 }
 
-/// The same drop error, seen from the word's side: the exit marking took the error instead of
-/// marking its point, so the point nothing records is never shown passed and the word (with a
-/// value of the context) stays held, as before the change.
+/// The same drop error, seen from the word's side: the exit's marking marks its point all the
+/// same, so the point nothing records is shown passed and the word (with a value of the
+/// context) let go.
 #[test]
 fn a_drop_error_waiting_when_a_thread_exits_does_not_keep_its_point_unmarked() {
     let test = "a_drop_error_waiting_when_a_thread_exits_does_not_keep_its_point_unmarked";
@@ -132,12 +133,12 @@ fn a_drop_error_waiting_when_a_thread_exits_does_not_keep_its_point_unmarked() {
     );
 }
 
-/// Work from a thread-local destructor on the thread's per-thread stream is what a6e5f34 says
-/// the driver takes. A signal enqueued there whose point cannot be marked leaves a point
-/// nothing records, as anywhere else; but once `UNREAD_AT_EXIT` was destroyed (it was
-/// registered after this destructor's thread-local, so it goes first), `note_unread_point`'s
-/// `try_with` fails silently: nothing marks a point after it, and the word is held for the life
-/// of the process, which RELIABILITY.md says no longer happens once the thread exited.
+/// The driver takes work from a thread-local destructor on the thread's per-thread stream
+/// (`a_threads_per_thread_stream_still_takes_work_from_its_thread_local_destructors`). A signal
+/// enqueued there whose point cannot be marked leaves a point nothing records, as anywhere
+/// else, once the thread's note of such points (`UNREAD_AT_EXIT`, registered after this
+/// destructor's thread-local, so destroyed first) is gone: the operation marks a point after it
+/// itself, and the word is let go.
 #[test]
 fn a_point_left_from_a_later_thread_local_destructor_passes_once_its_thread_exited() {
     let test = "a_point_left_from_a_later_thread_local_destructor_passes_once_its_thread_exited";
@@ -210,10 +211,9 @@ fn a_point_left_from_a_later_thread_local_destructor_passes_once_its_thread_exit
     );
 }
 
-/// The exit marking is the one chance to show the point passed, and it is not retried: when its
-/// event's record fails (an injected failure of the exiting thread's `cuEventRecord`), it logs
-/// at debug level and the word stays held for the life of the process, though a synchronize of
-/// the per-thread stream (which the exiting thread can still make) would show the point passed.
+/// The exit's marking is the one chance to show the point passed: when its event's record fails
+/// once (an injected failure of the exiting thread's `cuEventRecord`), it tries again, and the
+/// word is let go.
 #[test]
 fn a_failed_exit_mark_does_not_keep_the_word_for_the_life_of_the_process() {
     let test = "a_failed_exit_mark_does_not_keep_the_word_for_the_life_of_the_process";
@@ -229,6 +229,46 @@ fn a_failed_exit_mark_does_not_keep_the_word_for_the_life_of_the_process() {
                 let stream = signal_without_its_point(controls, &context, &timeline, 1);
                 // The exit marking's record fails.
                 controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                stream
+            })
+            .join()
+            .expect("the thread ran")
+    });
+    drop(stream);
+    drop(timeline);
+    assert!(
+        words_let_go(),
+        "the word was still held {LET_GO:?} after its thread exited ({:?})",
+        metrics().timelines()
+    );
+}
+
+/// On a per-thread driver table (`CUDA_SYS_PER_THREAD_DEFAULT_STREAM=1`) the null stream is
+/// the thread's per-thread stream: a point nothing records there is noted too, and the exit
+/// marks after it through `CU_STREAM_PER_THREAD`.
+#[test]
+fn a_point_nothing_records_on_the_null_stream_of_a_per_thread_table_passes_once_its_thread_exited()
+{
+    let test = "a_point_nothing_records_on_the_null_stream_of_a_per_thread_table_passes_once_its_thread_exited";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(
+        a_point_nothing_records_on_the_null_stream_of_a_per_thread_table_passes_once_its_thread_exited,
+        &[("CUDA_SYS_PER_THREAD_DEFAULT_STREAM", "1")]
+    );
+    let context = context();
+    let timeline = Timeline::new(&context, 0).expect("timeline");
+    let stream = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                // SAFETY: null is a special stream the driver resolves against the context.
+                let stream = unsafe { Stream::borrow_raw(&context, std::ptr::null_mut()) };
+                controls.fail_next_calls(c"cuEventCreate", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                controls.fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+                timeline
+                    .enqueue_signal(&stream, 1)
+                    .expect("the signal is enqueued without its point");
                 stream
             })
             .join()
