@@ -843,6 +843,8 @@ fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, record_fails_after
             .fail_next_calls(call, 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     }
     if record_fails_after {
+        // A refusal of the worker's later steps has a reason the harness knows of.
+        env.world.faults_armed.store(true, Ordering::SeqCst);
         env.controls
             .fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
     }
