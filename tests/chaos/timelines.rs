@@ -120,12 +120,12 @@ pub enum TimelineOp {
     /// event's record, which fails). The stream's value joins the sequence's, dropped on another
     /// thread (whose drop names that thread's per-thread stream), so once the worker exited only
     /// the point it marks as it exits shows the wait passed.
-    /// With `record_fails_after`, the worker's next event record fails too, which may be the
-    /// point its exit marks (tried again).
+    /// With `exits`, on a thread of the step's own that then exits, its next records failing as
+    /// many times as it says (the first tries of the point its exit marks).
     UnmarkedOnOwnStream {
         timeline: u8,
         ahead: Ahead,
-        record_fails_after: bool,
+        exits: Option<u8>,
     },
     /// Narrow timelines (8 to 24 as `count` says) of the context at `context`, each dropped in
     /// turn while two new streams, each held at a gate, have yet to pass its waits 2^31 apart:
@@ -223,8 +223,8 @@ pub fn op() -> impl Strategy<Value = TimelineOp> {
         3 => (index(), index(), ahead()).prop_map(|(timeline, stream, ahead)| {
             TimelineOp::StreamSignal { timeline, stream, ahead }
         }),
-        2 => (index(), ahead(), any::<bool>()).prop_map(|(timeline, ahead, record_fails_after)| {
-            TimelineOp::UnmarkedOnOwnStream { timeline, ahead, record_fails_after }
+        2 => (index(), ahead(), prop::option::of(0..3u8)).prop_map(|(timeline, ahead, exits)| {
+            TimelineOp::UnmarkedOnOwnStream { timeline, ahead, exits }
         }),
         5 => (index(), ahead()).prop_map(|(timeline, ahead)| TimelineOp::HostSignal { timeline, ahead }),
         1 => index().prop_map(|timeline| TimelineOp::Read { timeline }),
@@ -675,8 +675,8 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
         TimelineOp::UnmarkedOnOwnStream {
             timeline: index,
             ahead,
-            record_fails_after,
-        } => unmarked_on_own_stream(env, index, ahead, record_fails_after),
+            exits,
+        } => unmarked_on_own_stream(env, index, ahead, exits),
     };
     check_all();
     outcome
@@ -816,7 +816,7 @@ fn wait_on(
 
 /// The worker's own per-thread stream of the timeline's context waits, its point one nothing
 /// records: see [`TimelineOp::UnmarkedOnOwnStream`].
-fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, record_fails_after: bool) -> String {
+fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, exits: Option<u8>) -> String {
     let Some(entry) = timeline(index) else {
         return "no timeline".to_owned();
     };
@@ -831,31 +831,43 @@ fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, record_fails_after
     );
     env.world.use_stream(&stream);
     let name = stream.name.clone();
-    let failing = [c"cuEventCreate", c"cuEventRecord"];
-    for call in failing {
-        env.controls
-            .fail_next_calls(call, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    let outcome = wait_on_stream(env, &entry, stream, ahead, false);
-    // Disarmed where the wait did not get that far.
-    for call in failing {
-        env.controls
-            .fail_next_calls(call, 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    if record_fails_after {
-        // A refusal of the worker's later steps has a reason the harness knows of.
-        env.world.faults_armed.store(true, Ordering::SeqCst);
-        env.controls
-            .fail_next_calls(c"cuEventRecord", 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-    }
-    format!(
-        "on {name}, its point failing{}: {outcome}",
-        if record_fails_after {
-            ", and the worker's next record"
-        } else {
-            ""
+    let wait = || {
+        let failing = [c"cuEventCreate", c"cuEventRecord"];
+        for call in failing {
+            env.controls
+                .fail_next_calls(call, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
         }
-    )
+        let outcome = wait_on_stream(env, &entry, stream, ahead, false);
+        // Disarmed where the wait did not get that far.
+        for call in failing {
+            env.controls
+                .fail_next_calls(call, 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        }
+        outcome
+    };
+    let Some(failures) = exits else {
+        return format!("on {name}, its point failing: {outcome}", outcome = wait());
+    };
+    let outcome = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let outcome = wait();
+                env.controls.fail_next_calls(
+                    c"cuEventRecord",
+                    u32::from(failures),
+                    CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                );
+                outcome
+            })
+            .join()
+    });
+    match outcome {
+        Ok(outcome) => format!(
+            "on {name} of a thread that then exited, its next {failures} records failing, its \
+             point failing: {outcome}"
+        ),
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
 }
 
 fn wait_on_stream(
