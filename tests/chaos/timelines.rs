@@ -823,12 +823,22 @@ fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, exits: Option<u8>)
     let Some(context) = lock(&entry).context.upgrade() else {
         return "its context is gone".to_owned();
     };
+    // A value of its own where the context is the primary one, as a library makes per request:
+    // its tracks are new, so the stream's track has no word and its point is an event's record,
+    // which fails. (Another value's quiet track, taken back, would offer its word.)
+    let value = match context.kind {
+        ContextKind::Primary | ContextKind::Borrowed => Device::get(env.world.base.driver(), 0)
+            .and_then(|device| Context::primary(&device))
+            .ok(),
+        ContextKind::Fresh => None,
+    };
     let stream = env.world.add_stream(
-        Stream::per_thread(&context.context),
+        Stream::per_thread(value.as_ref().unwrap_or(&context.context)),
         &context,
         StreamKind::PerThread,
         false,
     );
+    drop(value);
     env.world.use_stream(&stream);
     let name = stream.name.clone();
     let wait = || {
