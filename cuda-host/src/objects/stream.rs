@@ -12,7 +12,7 @@ use crate::contain::{ensure_outside_host_function, holding_logs, in_host_functio
 use crate::error::{CaptureState, Error, Result};
 use crate::launch::{
     ContextShared, EnqueueWindow, HostFuncEntry, abandon_if_failed, abandon_if_failed_then_wait,
-    capture_state, reclaim, watch_stream,
+    capture_state, is_sticky, reclaim, watch_stream,
 };
 use crate::tracks::Synchronizing;
 use cuda_host_sys::{CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, CUresult, CUstream, CUstream_flags};
@@ -417,8 +417,10 @@ impl Stream {
     /// Marks a point after written points a capture left unread on the stream's track, if
     /// nothing follows them (`crate::tracks`): what holds the timelines' words they were the
     /// points of sees them passed once the stream passed that one. A failed mark is tried again
-    /// a few times: on a per-thread stream at its thread's exit nothing else ever marks one.
-    /// Leaves an error an earlier drop recorded for the context's next call.
+    /// a few times (on a per-thread stream at its thread's exit nothing else ever marks one),
+    /// but not where the stream captures or the context failed (what a failed context's
+    /// points hold goes with the failure). Leaves an error an earlier drop recorded for the
+    /// context's next call.
     fn mark_after_unread_points(&self) {
         const TRIES: usize = 4;
         let Some(tracks) = self.context.tracks_if_made() else {
@@ -429,9 +431,18 @@ impl Stream {
         // waits for it, and a capturing stream is refused), and with the log calls held until it
         // is let go.
         let mark = || {
-            let window = EnqueueWindow::open(shared.driver(), self.raw)?;
             let id = self.id()?;
+            if !tracks.unread_at_the_end(id) {
+                return Ok(());
+            }
+            let window = EnqueueWindow::open(shared.driver(), self.raw)?;
             tracks.mark_after_unread(shared, window.stream(), id)
+        };
+        let final_failure = |error: &Error| {
+            matches!(
+                error,
+                Error::StreamCapturing { .. } | Error::PointInCapture { .. }
+            ) || error.driver_result().is_some_and(is_sticky)
         };
         let mut marked = Ok(());
         for _ in 0..TRIES {
@@ -443,17 +454,15 @@ impl Stream {
                 }
             });
             match &marked {
-                Ok(()) | Err(Error::StreamCapturing { .. } | Error::PointInCapture { .. }) => {
-                    break;
-                }
-                Err(_) => {}
+                Err(error) if !final_failure(error) => {}
+                _ => break,
             }
         }
         match marked {
             Ok(()) => {}
-            Err(error @ (Error::StreamCapturing { .. } | Error::PointInCapture { .. })) => {
+            Err(error) if final_failure(&error) => {
                 logged!(debug!(
-                    "no point after a stream's points nothing records, as it captures: {error}"
+                    "no point after a stream's points nothing records: {error}"
                 ));
             }
             Err(error) => logged!(warn!(

@@ -285,11 +285,18 @@ impl ContextTracks {
         stream: CUstream,
         stream_id: u64,
     ) -> Result<()> {
-        let track = lock(&self.state).leases.lent_to(stream_id).cloned();
-        if !track.is_some_and(|track| track.core.unread_at_the_end()) {
+        if !self.unread_at_the_end(stream_id) {
             return Ok(());
         }
         self.mark(shared, stream, stream_id).map(drop)
+    }
+
+    /// Whether the track of the stream `stream_id` ends in points nothing records or reads
+    /// (which [`mark_after_unread`](Self::mark_after_unread) marks a point after). No driver
+    /// call.
+    pub(crate) fn unread_at_the_end(&self, stream_id: u64) -> bool {
+        let track = lock(&self.state).leases.lent_to(stream_id).cloned();
+        track.is_some_and(|track| track.core.unread_at_the_end())
     }
 
     /// How many tracks serve a stream now, and how many exist (for tests).
