@@ -8,7 +8,7 @@ use crate::plan::ENTRIES;
 use crate::witness::{self, violated};
 use crate::workers::{Stuck, Workers};
 use cuda_host_sys::CUresult;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// What cuda-host and the software driver hold, for the comparison with the baseline.
@@ -348,13 +348,22 @@ fn check_witnesses() {
 /// workers exited: what they still held (a timeline's word behind a stream of theirs that passed
 /// its point after their last drain, or after the point a worker marks on its per-thread stream
 /// as it exits) passed to any thread, which drains it here, as a user's next call would.
+///
+/// A hold may stay where cuda-host warned that no point could follow a point nothing records,
+/// in a sequence that armed failures any thread may meet or began captures of other code: then
+/// every try of a thread's exit may have failed (a worker's own arming never fails them all).
 fn check_counts(env: &Env, baseline: &Counts) {
     let deadline = Instant::now() + SETTLE;
     crate::timelines::count_unrecorded_on_exit();
+    let unfollowed = crate::observers::take_unfollowed();
+    let excused = env.world.faults_armed.load(Ordering::SeqCst)
+        || env.world.capture_changes.load(Ordering::SeqCst) > 0;
+    let stranded = if excused { unfollowed } else { 0 };
+    UNFOLLOWED_EXCUSED.fetch_add(stranded, Ordering::Relaxed);
     loop {
         cuda_host::reclaim();
         let now = Counts::now(env.controls);
-        let differences = differences(baseline, &now);
+        let differences = differences(baseline, &now, stranded);
         if differences.is_empty() {
             return;
         }
@@ -369,8 +378,11 @@ fn check_counts(env: &Env, baseline: &Counts) {
     }
 }
 
-/// What differs from the baseline.
-fn differences(baseline: &Counts, now: &Counts) -> Vec<String> {
+/// Holds a warning excused over the run (see [`check_counts`]).
+pub static UNFOLLOWED_EXCUSED: AtomicU64 = AtomicU64::new(0);
+
+/// What differs from the baseline; `stranded` holds, each with a timeline's word, may stay.
+fn differences(baseline: &Counts, now: &Counts, stranded: u64) -> Vec<String> {
     let mut differences = Vec::new();
     let mut compare = |what: &str, before: u64, after: u64| {
         if before != after {
@@ -379,12 +391,19 @@ fn differences(baseline: &Counts, now: &Counts) -> Vec<String> {
     };
     compare("launches in flight", 0, now.in_flight as u64);
     compare("finished records not dropped", 0, now.finished as u64);
-    compare("released values held", 0, now.held as u64);
+    let within = |base: u64, now: u64| {
+        if (base..=base + stranded).contains(&now) {
+            base
+        } else {
+            now
+        }
+    };
+    compare("released values held", 0, within(0, now.held as u64));
     compare("futures waiting", 0, now.waiting as u64);
     compare(
         "timeline words",
         baseline.timeline_words,
-        now.timeline_words,
+        within(baseline.timeline_words, now.timeline_words),
     );
     let (before, after) = (&baseline.live, &now.live);
     compare("streams", before.streams, after.streams);

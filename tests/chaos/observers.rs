@@ -18,6 +18,16 @@ pub static REPORTED_DROP_PANICS: AtomicU64 = AtomicU64::new(0);
 /// Records the logger was given, and call backs it made.
 pub static RECORDS: AtomicU64 = AtomicU64::new(0);
 pub static CALL_BACKS: AtomicU64 = AtomicU64::new(0);
+/// Warnings that no point could follow a stream's points nothing records (every try failed, or
+/// a capture took it): what those points hold stays, as documented.
+static UNFOLLOWED: AtomicU64 = AtomicU64::new(0);
+/// How such a warning begins.
+const UNFOLLOWED_WARNING: &str = "no point after a stream's points nothing records";
+
+/// The warnings counted in [`UNFOLLOWED`] since the last call.
+pub fn take_unfollowed() -> u64 {
+    UNFOLLOWED.swap(0, Ordering::SeqCst)
+}
 
 thread_local! {
     /// Whether this thread's logger call is calling cuda-host back now: a record logged
@@ -34,6 +44,11 @@ impl log::Log for ChaosLogger {
 
     fn log(&self, record: &log::Record<'_>) {
         RECORDS.fetch_add(1, Ordering::Relaxed);
+        if record.level() == log::Level::Warn
+            && record.args().to_string().starts_with(UNFOLLOWED_WARNING)
+        {
+            UNFOLLOWED.fetch_add(1, Ordering::SeqCst);
+        }
         if std::env::var_os("CHAOS_LOG").is_some() {
             eprintln!("[{}] {}", record.level(), record.args());
         }

@@ -454,7 +454,8 @@ pub fn figures() -> String {
          a narrow window refused, {} bursts of {REQUESTS} requests measured, the watcher's \
          wakes counted while dropped timelines took turns {} times; {} operations on exited \
          workers' per-thread streams whose failed marking may have left a point nothing records \
-         (passed with the point each worker marked as it exited)",
+         (passed with the point each worker marked as it exited); {} holds excused by a warning \
+         that no point could follow",
         load(&MADE_NARROW),
         load(&MADE_WIDE),
         load(&WAITS),
@@ -462,7 +463,8 @@ pub fn figures() -> String {
         load(&REFUSED_BEYOND),
         load(&BURSTS_MEASURED),
         load(&TURNS_RESTS_COUNTED),
-        load(&UNRECORDED_TOTAL)
+        load(&UNRECORDED_TOTAL),
+        load(&crate::finish::UNFOLLOWED_EXCUSED)
     )
 }
 

@@ -419,8 +419,8 @@ impl Stream {
     /// points of sees them passed once the stream passed that one. A failed mark is tried again
     /// a few times (on a per-thread stream at its thread's exit nothing else ever marks one),
     /// but not where the stream captures or the context failed (what a failed context's
-    /// points hold goes with the failure). Leaves an error an earlier drop recorded for the
-    /// context's next call.
+    /// points hold goes with the failure); a mark that could not be made but in a failed
+    /// context warns. Leaves an error an earlier drop recorded for the context's next call.
     fn mark_after_unread_points(&self) {
         const TRIES: usize = 4;
         let Some(tracks) = self.context.tracks_if_made() else {
@@ -460,9 +460,10 @@ impl Stream {
         }
         match marked {
             Ok(()) => {}
-            Err(error) if final_failure(&error) => {
+            Err(error) if error.driver_result().is_some_and(is_sticky) => {
                 logged!(debug!(
-                    "no point after a stream's points nothing records: {error}"
+                    "no point after a stream's points nothing records, in a failed context \
+                     (what they hold goes with the failure): {error}"
                 ));
             }
             Err(error) => logged!(warn!(
