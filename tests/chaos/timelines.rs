@@ -863,6 +863,8 @@ fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, exits: Option<u8>)
     let outcome = std::thread::scope(|scope| {
         scope
             .spawn(|| {
+                // Values of exited threads it drains may be dropped here, as on any worker.
+                let _step = crate::workers::become_step_thread();
                 let outcome = wait();
                 env.controls.fail_next_calls(
                     c"cuEventRecord",
