@@ -655,6 +655,9 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
                 return "no future".to_owned();
             };
             let mut locked = lock(&entry);
+            if at >= locked.futures.len() {
+                return FUTURE_WENT.to_owned();
+            }
             let dropped = locked.futures.remove(at);
             let last = locked.note_let_go();
             let name = locked.name.clone();
@@ -1201,6 +1204,10 @@ fn host_wait(index: u8, ahead: Ahead, micros: u16) -> String {
 }
 
 /// The `index`-th future over every timeline: its timeline and its place there.
+/// What a step says of a future another step beside it completed or dropped since
+/// [`future_at`] picked it (its entry's lock is not held in between).
+const FUTURE_WENT: &str = "the future went meanwhile";
+
 fn future_at(index: u8) -> Option<(Arc<Mutex<TimelineEntry>>, usize)> {
     let timelines: Vec<_> = TIMELINES.lock().unwrap().clone();
     let counts: Vec<usize> = timelines
@@ -1263,6 +1270,9 @@ fn poll_future(index: u8) -> String {
         return "no future".to_owned();
     };
     let mut locked = lock(&entry);
+    if at >= locked.futures.len() {
+        return FUTURE_WENT.to_owned();
+    }
     let value = locked.futures[at].value;
     match poll_once(&mut locked, at) {
         None => format!("a future of {} for {value} pending", locked.name),
