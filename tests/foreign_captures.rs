@@ -1,8 +1,8 @@
 //! Host functions that may run many times (`host_launch_replayable`), in captures other code
-//! began: each becomes a node of the graph being captured, runs on every launch of every
-//! executable made from it, and is dropped once, on the calling thread, after the last graph,
-//! clone and executable are gone; the capture stays valid. Captures take turns
-//! ([`suite::capture_lock`]); global-mode ones run alone in a child process.
+//! began (and in its recaptures of their graphs): each becomes a node of the graph being
+//! captured, runs on every launch of every executable made from it, and is dropped once, on the
+//! calling thread, after the last graph, clone and executable are gone; the capture stays valid.
+//! Captures take turns ([`suite::capture_lock`]); global-mode ones run alone in a child process.
 
 use cuda_host::{
     Context, Error, Event, EventFlags, Stream, StreamFlags, UserData, graph::CaptureMode,
@@ -591,4 +591,345 @@ fn a_logger_run_by_a_replayable_launch_may_end_a_capture_through_cuda_host() {
     result.expect("added");
     assert!(ENDED.load(Ordering::SeqCst), "the logger ran");
     drop(capture.end().expect("the capture is still valid"));
+}
+
+// ---- Recaptures by other code (`cuStreamBeginRecaptureToGraph`, CUDA 13.3) -------------------
+//
+// A recapture lets go of the graph's user objects as it begins (as documented), so the callable
+// of the graph's first capture lives on only through what else holds its user object: the
+// executables made before, and their launches in flight. The recaptured node takes the new
+// callable, whose user object the recaptured graph holds.
+
+/// Whether the driver lacks `cuStreamBeginRecaptureToGraph` (a real driver before CUDA 13.3):
+/// then `test` is skipped.
+fn lacks_recapture(context: &Context, test: &str) -> bool {
+    let availability = context
+        .driver()
+        .availability("cuStreamBeginRecaptureToGraph");
+    if availability == Some(cuda_host_sys::Availability::Available) {
+        return false;
+    }
+    suite::skip(test, "the driver has no cuStreamBeginRecaptureToGraph");
+    true
+}
+
+/// Counts the nodes a recapture's callback is told of, and lets each take its new parameters.
+unsafe extern "C" fn count_changed(
+    data: *mut c_void,
+    _node: cuda_host_sys::CUgraphNode,
+    _original: *const cuda_host_sys::CUgraphNodeParams,
+    _recaptured: *const cuda_host_sys::CUgraphNodeParams,
+    _status: cuda_host_sys::CUgraphRecaptureStatus,
+) -> CUresult {
+    // SAFETY: begun with a leaked counter.
+    unsafe { &*data.cast::<AtomicUsize>() }.fetch_add(1, Ordering::SeqCst);
+    CUresult::CUDA_SUCCESS
+}
+
+/// Other code recaptures `graph` on `stream` in `mode` (`cuStreamBeginRecaptureToGraph`, which
+/// must succeed), runs `during`, and ends the recapture, which must end in that graph. Answers
+/// how many nodes the recapture's callback was told of.
+fn recapture(
+    stream: &Stream,
+    mode: CUstreamCaptureMode,
+    graph: &suite::capture::Graph,
+    during: impl FnOnce(),
+) -> usize {
+    let driver = stream.context().driver();
+    let changed: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    // SAFETY: a live stream, not capturing, and a live graph; the callback only counts.
+    let began = unsafe {
+        driver.cuStreamBeginRecaptureToGraph(
+            stream.as_raw(),
+            mode,
+            graph.0,
+            Some(count_changed),
+            std::ptr::from_ref(changed).cast_mut().cast(),
+        )
+    };
+    suite::ok("cuStreamBeginRecaptureToGraph", began);
+    during();
+    let mut ended = std::ptr::null_mut();
+    // SAFETY: the recapture begun above, on this thread; a valid out-pointer.
+    let result = unsafe { driver.cuStreamEndCapture(stream.as_raw(), &mut ended) };
+    assert_eq!(
+        (result, ended),
+        (CUresult::CUDA_SUCCESS, graph.0),
+        "the recapture ends in the graph it was given"
+    );
+    changed.load(Ordering::SeqCst)
+}
+
+/// Adds to `stream`'s capture a counted callable that also notes, when it is dropped, how many
+/// runs its tally had counted by then.
+fn replayable_noting_runs_at_drop(
+    stream: &Stream,
+    tally: &Arc<Tally>,
+    runs_at_drop: &Arc<Mutex<Vec<usize>>>,
+) -> cuda_host::Result<()> {
+    struct NotesRuns(Arc<Tally>, Arc<Mutex<Vec<usize>>>);
+    impl Drop for NotesRuns {
+        fn drop(&mut self) {
+            self.1.lock().unwrap().push(self.0.runs());
+        }
+    }
+    let probe = tally.probe();
+    let notes = NotesRuns(Arc::clone(tally), Arc::clone(runs_at_drop));
+    // SAFETY: no other thread ends a capture of the stream during the call.
+    unsafe {
+        host_launch_replayable(stream, move || {
+            let _notes = &notes;
+            probe.ran();
+        })
+    }
+}
+
+#[test]
+fn after_other_codes_recapture_a_held_launch_of_an_earlier_executable_runs_the_first_callable_which_is_dropped_after_it()
+ {
+    const TEST: &str = "after_other_codes_recapture_a_held_launch_of_an_earlier_executable_runs_the_first_callable_which_is_dropped_after_it";
+    let _alone = capture_lock();
+    let context = context();
+    if lacks_recapture(&context, TEST) {
+        return;
+    }
+    let stream = new_stream(&context);
+    let (first, second) = (Tally::new(), Tally::new());
+    let runs_at_drop = Arc::new(Mutex::new(Vec::new()));
+    let objects = live_user_objects();
+    let capture = Capture::begin(stream.as_raw(), MODES[1]);
+    replayable_noting_runs_at_drop(&stream, &first, &runs_at_drop).expect("added to the capture");
+    let graph = capture.end().expect("the capture is still valid");
+    let made_before = graph.instantiate();
+
+    let changed = recapture(&stream, MODES[1], &graph, || {
+        replayable(&stream, &second).expect("added to the recapture");
+    });
+    assert_eq!(changed, 1, "the recaptured node's callable changed");
+    assert_still_held(
+        &first,
+        "the first callable was dropped while an executable made before the recapture exists",
+    );
+
+    let gate = suite::Gate::new(&context);
+    gate.hold(&stream);
+    made_before.launch(stream.as_raw());
+    // The held launch is all that can still run the first callable.
+    drop(made_before);
+    assert_still_held(
+        &first,
+        "the first callable was dropped while a held launch can run it",
+    );
+    assert_eq!(first.runs(), 0, "the held launch ran");
+    gate.open();
+    stream.synchronize().expect("synchronize");
+    assert_eq!(first.runs(), 1, "the held launch ran the first callable");
+    first.reclaim_until_dropped(1, "the first callable to be dropped after its last launch");
+    assert_eq!(
+        *runs_at_drop.lock().unwrap(),
+        [1],
+        "dropped once, after it ran"
+    );
+    assert_eq!(first.drop_threads(), [std::thread::current().id()]);
+    assert!(
+        !first.run_threads().contains(&std::thread::current().id()),
+        "ran on the calling thread"
+    );
+
+    let made_after = graph.instantiate();
+    made_after.run(&stream, 2);
+    assert_eq!(
+        (first.runs(), second.runs()),
+        (1, 2),
+        "the recaptured graph runs the second callable"
+    );
+    drop(graph);
+    assert_still_held(
+        &second,
+        "the second callable was dropped while an executable of the recaptured graph exists",
+    );
+    drop(made_after);
+    second.reclaim_until_dropped(1, "the second callable to be dropped after its executable");
+    assert_eq!(second.drop_threads(), [std::thread::current().id()]);
+    // As in `a_replayable_callable_in_a_raw_capture_runs_on_every_launch`.
+    suite::wait_until("the graph's user objects to go", || {
+        live_user_objects() == objects
+    });
+}
+
+#[test]
+fn after_other_codes_recapture_an_update_of_the_earlier_executable_and_the_graphs_end_drop_each_callable_once()
+ {
+    const TEST: &str = "after_other_codes_recapture_an_update_of_the_earlier_executable_and_the_graphs_end_drop_each_callable_once";
+    let _alone = capture_lock();
+    let context = context();
+    if lacks_recapture(&context, TEST) {
+        return;
+    }
+    let stream = new_stream(&context);
+    let (first, second) = (Tally::new(), Tally::new());
+    let objects = live_user_objects();
+    let capture = Capture::begin(stream.as_raw(), MODES[1]);
+    replayable(&stream, &first).expect("added to the capture");
+    let graph = capture.end().expect("the capture is still valid");
+    let made_before = graph.instantiate();
+    made_before.run(&stream, 1);
+
+    recapture(&stream, MODES[1], &graph, || {
+        replayable(&stream, &second).expect("added to the recapture");
+    });
+    let made_after = graph.instantiate();
+    made_after.run(&stream, 1);
+    assert_eq!((first.runs(), second.runs()), (1, 1));
+    assert_still_held(
+        &first,
+        "the first callable was dropped while an executable made before the recapture exists",
+    );
+
+    let mut info = cuda_host_sys::CUgraphExecUpdateResultInfo {
+        result: cuda_host_sys::CUgraphExecUpdateResult(77),
+        errorNode: std::ptr::null_mut(),
+        errorFromNode: std::ptr::null_mut(),
+    };
+    // SAFETY: a live executable, a live graph of the same topology, a valid out-pointer.
+    let updated = unsafe {
+        context
+            .driver()
+            .cuGraphExecUpdate_v2(made_before.0, graph.0, &mut info)
+    };
+    assert_eq!(updated, CUresult::CUDA_SUCCESS, "{:?}", info.result);
+    first.reclaim_until_dropped(
+        1,
+        "the first callable to be dropped once the update let go of the last executable's hold",
+    );
+    made_before.run(&stream, 1);
+    assert_eq!(
+        (first.runs(), second.runs()),
+        (1, 2),
+        "the updated executable runs the second callable"
+    );
+
+    drop(graph);
+    drop(made_before);
+    assert_still_held(
+        &second,
+        "the second callable was dropped while an executable of the recaptured graph exists",
+    );
+    drop(made_after);
+    second.reclaim_until_dropped(
+        1,
+        "the second callable to be dropped after the last executable",
+    );
+    let here = [std::thread::current().id()];
+    assert_eq!(
+        (first.drop_threads(), second.drop_threads()),
+        (here.to_vec(), here.to_vec())
+    );
+    suite::wait_until("the graph's user objects to go", || {
+        live_user_objects() == objects
+    });
+}
+
+#[test]
+fn a_callable_other_codes_global_recapture_lets_go_of_is_dropped_on_its_thread_after_the_recapture()
+{
+    suite::alone_in_child!(
+        a_callable_other_codes_global_recapture_lets_go_of_is_dropped_on_its_thread_after_the_recapture
+    );
+    const TEST: &str = "a_callable_other_codes_global_recapture_lets_go_of_is_dropped_on_its_thread_after_the_recapture";
+    let context = context();
+    if lacks_recapture(&context, TEST) {
+        return;
+    }
+    let stream = new_stream(&context);
+    let (first, second) = (Tally::new(), Tally::new());
+    let capture = Capture::begin(stream.as_raw(), MODES[0]);
+    replayable(&stream, &first).expect("added to the capture");
+    let graph = capture.end().expect("the capture is still valid");
+
+    // No executable: the recapture's release is the first callable's last reference. The
+    // driver's destructor only hands it home; nothing drops it inside the recapture, where a
+    // `Drop` of this thread's could invalidate other code's capture.
+    recapture(&stream, MODES[0], &graph, || {
+        assert_eq!(
+            first.drops(),
+            0,
+            "dropped inside cuStreamBeginRecaptureToGraph"
+        );
+        replayable(&stream, &second).expect("added to the recapture");
+        assert_eq!(first.drops(), 0, "dropped during other code's recapture");
+    });
+    first.reclaim_until_dropped(1, "the first callable to be dropped after the recapture");
+    assert_eq!(first.drop_threads(), [std::thread::current().id()]);
+    assert_eq!(first.runs(), 0);
+
+    graph.instantiate().run(&stream, 1);
+    assert_eq!(second.runs(), 1);
+    drop(graph);
+    second.reclaim_until_dropped(1, "the second callable to be dropped after the graph");
+    assert_eq!(second.drop_threads(), [std::thread::current().id()]);
+}
+
+#[test]
+fn a_replayable_launch_that_fails_other_codes_recapture_is_dropped_once_and_leaves_nothing_attached()
+ {
+    const TEST: &str = "a_replayable_launch_that_fails_other_codes_recapture_is_dropped_once_and_leaves_nothing_attached";
+    let _alone = capture_lock();
+    let context = context();
+    if lacks_recapture(&context, TEST) {
+        return;
+    }
+    let driver = context.driver();
+    let stream = new_stream(&context);
+    let (first, second, third) = (Tally::new(), Tally::new(), Tally::new());
+    let objects = live_user_objects();
+    let capture = Capture::begin(stream.as_raw(), MODES[1]);
+    replayable(&stream, &first).expect("added to the capture");
+    let graph = capture.end().expect("the capture is still valid");
+
+    // SAFETY: a live stream, not capturing, and a live graph; no callback.
+    let began = unsafe {
+        driver.cuStreamBeginRecaptureToGraph(
+            stream.as_raw(),
+            MODES[1],
+            graph.0,
+            None,
+            std::ptr::null_mut(),
+        )
+    };
+    suite::ok("cuStreamBeginRecaptureToGraph", began);
+    replayable(&stream, &second).expect("added to the recapture");
+    // A node more than the graph had: the recapture fails at the node's launch.
+    let refused = replayable(&stream, &third).expect_err("the recapture refuses a node more");
+    assert_eq!(
+        refused.driver_result(),
+        Some(CUresult::CUDA_ERROR_GRAPH_RECAPTURE_FAILURE),
+        "{refused}"
+    );
+    let mut ended = std::ptr::null_mut();
+    // SAFETY: the recapture begun above, on this thread; a valid out-pointer.
+    let result = unsafe { driver.cuStreamEndCapture(stream.as_raw(), &mut ended) };
+    assert_eq!(
+        (result, ended),
+        (
+            CUresult::CUDA_ERROR_GRAPH_RECAPTURE_FAILURE,
+            std::ptr::null_mut()
+        )
+    );
+    third.reclaim_until_dropped(1, "the refused callable to be dropped");
+    first.reclaim_until_dropped(1, "the callable the recapture let go of to be dropped");
+    assert_still_held(
+        &second,
+        "a callable the failed recapture's graph holds was dropped",
+    );
+    // The failed recapture's graph is undefined: it is only destroyed.
+    drop(graph);
+    second.reclaim_until_dropped(1, "the recaptured callable to be dropped with the graph");
+    let here = vec![std::thread::current().id()];
+    for tally in [&first, &second, &third] {
+        assert_eq!((tally.runs(), tally.drop_threads()), (0, here.clone()));
+    }
+    suite::wait_until("the graph's user objects to go", || {
+        live_user_objects() == objects
+    });
 }

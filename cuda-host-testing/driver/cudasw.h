@@ -526,6 +526,48 @@ typedef struct CUgraphExecUpdateResultInfo_st {
 } CUgraphExecUpdateResultInfo_v1;
 typedef CUgraphExecUpdateResultInfo_v1 CUgraphExecUpdateResultInfo;
 
+/* What a recapture's callback is given (cuStreamBeginRecaptureToGraph): of CUgraphNodeParams'
+ * union, only the members of the node types whose parameters the driver reports. */
+typedef struct CUDA_HOST_NODE_PARAMS_v2_st {
+    CUhostFn fn;
+    void* userData;
+    unsigned int syncMode;
+    union {
+        CUcontext ctx;
+        CUgreenCtx gCtx;
+    };
+} CUDA_HOST_NODE_PARAMS_v2;
+
+typedef struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v2_st {
+    CUcontext ctx;
+    unsigned int count;
+    CUstreamBatchMemOpParams *paramArray;
+    unsigned int flags;
+} CUDA_BATCH_MEM_OP_NODE_PARAMS_v2;
+
+typedef struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_HOST_NODE_PARAMS_v2 host;
+        CUDA_BATCH_MEM_OP_NODE_PARAMS_v2 memOp;
+        char asBytes[232];
+    };
+    long long reserved2;
+} CUgraphNodeParams;
+
+typedef enum CUgraphRecaptureStatus_enum {
+    CU_GRAPH_RECAPTURE_ELIGIBLE_FOR_UPDATE = 0,
+    CU_GRAPH_RECAPTURE_INELIGIBLE_FOR_UPDATE = 1,
+    CU_GRAPH_RECAPTURE_ERROR = 2,
+} CUgraphRecaptureStatus;
+
+typedef CUresult (*CUgraphRecaptureCallback)(void *data, CUgraphNode node,
+                                             const CUgraphNodeParams *originalParams,
+                                             const CUgraphNodeParams *recaptureParams,
+                                             CUgraphRecaptureStatus status);
+
 /* ---- Test-control API of the software driver (not part of CUDA) ---------------------------- */
 
 /* The next `count` calls of entry `entry` made from the calling thread return `code` and do

@@ -689,6 +689,14 @@ void cusw_action_copy(struct cusw_action *dst, const struct cusw_action *src);
 /* [locked] Drops the references the action holds (event, launch snapshot, staged source, batch). */
 void cusw_action_release(struct cusw_action *a);
 CUgraphNodeType cusw_action_node_type(const struct cusw_action *a);
+/* Whether two actions of one kind have the same parameters, as a node's (a recapture compares
+ * them): a host function and its data, a copy's or a set's memory and values, a batch's
+ * operations, a kernel's geometry and arguments (not the stream it was launched on). */
+bool cusw_action_same_params(const struct cusw_action *a, const struct cusw_action *b);
+/* The node parameters of the action, as cuGraphNodeGetParams would read them: a host node's
+ * and a batch node's filled in (a batch's operations are the batch's own array, valid while it
+ * is held); of the other types, only the type (cudasw.h does not declare their parameters). */
+void cusw_action_node_params(const struct cusw_action *a, CUgraphNodeParams *out);
 
 /* Stream memory operations as one action, what cuStreamBatchMemOp_v2 and each single operation
  * enqueue, and a batch node's parameters: unchanged once made (new parameters make a new batch),
@@ -778,6 +786,20 @@ struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_ac
                                       struct cusw_node *const *deps, size_t ndeps);
 bool cusw_node_add_dep(struct cusw_node *n, struct cusw_node *dep); /* [locked] an edge dep -> n */
 bool cusw_node_has_dep(const struct cusw_node *n, const struct cusw_node *dep);
+/* Whether n's dependencies are exactly the `ndeps` distinct nodes `deps`, in any order. */
+bool cusw_node_deps_are(const struct cusw_node *n, struct cusw_node *const *deps, size_t ndeps);
+/* [locked] The node takes the parameters of `a` (a copy of its own), letting go of its own. */
+void cusw_node_set_action(struct cusw_node *n, const struct cusw_action *a);
+/* [locked] The nodes the API handles `handles` name, each a distinct node of g, in an array the
+ * caller frees (NULL when n is 0); CUDA_ERROR_INVALID_VALUE for any other handle. */
+CUresult cusw_graph_nodes_of(struct cusw_graph *g, const CUgraphNode *handles, size_t n,
+                             struct cusw_node ***out);
+/* Whether the edge data given with dependencies is absent or all default edges, the only ones
+ * the driver models (other ports and types concern kernel nodes). */
+bool cusw_edges_default(const CUgraphEdgeData *edges, size_t n);
+/* [locked] The graph lets go of every user-object reference it holds; destructors made due run
+ * inside the calling API call, as cuGraphDestroy's do. */
+void cusw_graph_release_user_objects(struct cusw_graph *g);
 /* [locked] A copy of g with its nodes, edges and references of its own to g's user objects. */
 CUresult cusw_graph_clone(struct cusw_graph *g, struct cusw_graph **out);
 
@@ -789,6 +811,16 @@ struct cusw_capture {
     bool invalidated;
     uint64_t thread_serial; /* the thread that began it */
     struct cusw_graph *graph;
+    bool owns_graph; /* false when capturing into the caller's graph, which it never frees */
+    /* cuStreamBeginRecaptureToGraph's: the graph's first `count` nodes, in creation order, are
+     * matched by the nodes captured; `next` is the next to match. A failed recapture is
+     * invalidated too, and answers CUDA_ERROR_GRAPH_RECAPTURE_FAILURE. */
+    struct {
+        bool active, failed;
+        size_t next, count;
+        CUgraphRecaptureCallback callback;
+        void *data;
+    } recapture;
     struct cusw_stream *origin;
     struct cusw_stream **members; /* origin included */
     size_t n_members, members_capacity;
@@ -797,6 +829,17 @@ struct cusw_capture {
 
 /* [locked] Begins a capture of `s` in `mode` by the calling thread. */
 CUresult cusw_capture_begin(struct cusw_stream *s, CUstreamCaptureMode mode);
+/* [locked] The same into the caller's graph g (not being captured into, else
+ * CUDA_ERROR_ILLEGAL_STATE), its first node depending on `deps`, nodes of g. */
+CUresult cusw_capture_begin_to_graph(struct cusw_stream *s, CUstreamCaptureMode mode,
+                                     struct cusw_graph *g, struct cusw_node *const *deps,
+                                     size_t ndeps);
+/* [locked] The same as a recapture of g: g lets go of its user objects first; the nodes captured
+ * must match g's in creation order, type and dependencies, and each whose parameters differ
+ * takes the new ones, `callback` (if any) called with `data` about it. */
+CUresult cusw_capture_begin_recapture(struct cusw_stream *s, CUstreamCaptureMode mode,
+                                      struct cusw_graph *g, CUgraphRecaptureCallback callback,
+                                      void *data);
 /* [locked] Ends the capture `s` began: its graph to *graph, or an error and no graph. */
 CUresult cusw_capture_end(struct cusw_stream *s, CUgraph *graph);
 /* [locked] Called before an operation is enqueued on `s`: answers 906 (and invalidates) when `s` is

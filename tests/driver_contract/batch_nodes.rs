@@ -60,7 +60,7 @@ fn node_type(node: CUgraphNode) -> CUgraphNodeType {
 }
 
 /// The nodes of `graph` (`cuGraphGetNodes`), in the order the driver lists them.
-fn nodes_of(graph: &Graph) -> Vec<CUgraphNode> {
+pub(crate) fn nodes_of(graph: &Graph) -> Vec<CUgraphNode> {
     let mut count = 0;
     // SAFETY: a live graph; no array, so only the count is written.
     ok("cuGraphGetNodes", unsafe {

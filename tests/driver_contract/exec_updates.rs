@@ -17,7 +17,7 @@ const TOPOLOGY_CHANGED: CUgraphExecUpdateResult =
     CUgraphExecUpdateResult::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
 
 /// `cuGraphExecUpdate_v2(exec, graph)`: the driver's answer and the result information it wrote.
-fn update(exec: &Exec, graph: &Graph) -> (CUresult, CUgraphExecUpdateResultInfo) {
+pub(crate) fn update(exec: &Exec, graph: &Graph) -> (CUresult, CUgraphExecUpdateResultInfo) {
     let mut info = CUgraphExecUpdateResultInfo {
         // Values the driver never writes, so that unwritten fields show.
         result: CUgraphExecUpdateResult(77),

@@ -13,6 +13,7 @@
 
 mod batch_nodes;
 mod capture;
+mod capture_to_graph;
 mod contexts;
 mod controls;
 mod copies;

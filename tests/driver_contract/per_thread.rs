@@ -131,6 +131,61 @@ fn the_per_thread_forms_given_the_null_stream_capture_the_calling_threads_per_th
 }
 
 #[test]
+fn the_per_thread_forms_of_capture_into_a_graph_and_recapture_capture_the_calling_threads_stream() {
+    const TEST: &str = "the_per_thread_forms_of_capture_into_a_graph_and_recapture_capture_the_calling_threads_stream";
+    let table = per_thread_table();
+    if table.availability("cuStreamBeginRecaptureToGraph") != Some(Availability::Available) {
+        return suite::skip(TEST, "the driver has no cuStreamBeginRecaptureToGraph");
+    }
+    let _alone = alone();
+    let _context = current_context();
+    let log = Log::default();
+    let graph = Graph::new();
+    let root = graph.add_host_node(&[], log.marker("root"));
+    let end = || {
+        let mut ended = ptr::null_mut();
+        // SAFETY: the calling thread's per-thread stream, capturing; a valid out-pointer.
+        ok("cuStreamEndCapture", unsafe {
+            table.cuStreamEndCapture(NULL, &mut ended)
+        });
+        ended
+    };
+
+    // SAFETY: the per-thread stream, not capturing; a live graph and a node of it.
+    ok("cuStreamBeginCaptureToGraph", unsafe {
+        table.cuStreamBeginCaptureToGraph(NULL, graph.0, &root, ptr::null(), 1, GLOBAL)
+    });
+    assert_eq!(is_capturing(CU_STREAM_PER_THREAD), (SUCCESS, ACTIVE));
+    ok(
+        "cuLaunchHostFunc",
+        launch_host_through(table, NULL, log.marker("captured")),
+    );
+    assert_eq!(end(), graph.0, "the end answers the graph given");
+
+    // SAFETY: the per-thread stream, not capturing; a live graph; no callback.
+    ok("cuStreamBeginRecaptureToGraph", unsafe {
+        table.cuStreamBeginRecaptureToGraph(NULL, GLOBAL, graph.0, None, ptr::null_mut())
+    });
+    assert_eq!(is_capturing(CU_STREAM_PER_THREAD), (SUCCESS, ACTIVE));
+    for name in ["recaptured root", "recaptured captured"] {
+        ok(
+            "cuLaunchHostFunc",
+            launch_host_through(table, NULL, log.marker(name)),
+        );
+    }
+    assert_eq!(end(), graph.0, "the end answers the graph recaptured");
+    assert!(log.entries().is_empty(), "captured work ran");
+
+    let exec = graph.instantiate();
+    // SAFETY: a live executable of host nodes.
+    unsafe {
+        ok("cuGraphLaunch", table.cuGraphLaunch(exec.0, NULL));
+        ok("cuStreamSynchronize", table.cuStreamSynchronize(NULL));
+    }
+    assert_eq!(log.entries(), ["recaptured root", "recaptured captured"]);
+}
+
+#[test]
 fn the_per_thread_forms_given_the_null_stream_enqueue_on_and_query_the_calling_threads_stream() {
     let _alone = alone();
     let context = current_context();

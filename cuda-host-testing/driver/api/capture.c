@@ -1,9 +1,12 @@
 /*
- * capture.c - Stream Management, stream capture: cuStreamBeginCapture_v2, cuStreamEndCapture,
+ * capture.c - Stream Management, stream capture: cuStreamBeginCapture_v2,
+ * cuStreamBeginCaptureToGraph, cuStreamBeginRecaptureToGraph, cuStreamEndCapture,
  * cuStreamIsCapturing, cuStreamGetCaptureInfo_v3, cuThreadExchangeStreamCaptureMode. What a
  * capture records, and which calls it allows, is model/capture.c's.
  */
 #include "internal.h"
+
+#include <stdlib.h>
 
 static bool valid_mode(CUstreamCaptureMode mode)
 {
@@ -26,6 +29,62 @@ static CUresult begin_capture(CUstream hStream, bool per_thread, CUstreamCapture
 
 CUSW_TWINS(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode),
            begin_capture(hStream, per_thread, mode))
+
+/* A graph being built by another capture answers CUDA_ERROR_ILLEGAL_STATE, as a stream already
+ * capturing does (not measured). */
+static CUresult begin_capture_to_graph(CUstream hStream, bool per_thread, CUgraph hGraph,
+                                       const CUgraphNode *dependencies,
+                                       const CUgraphEdgeData *dependencyData,
+                                       size_t numDependencies, CUstreamCaptureMode mode)
+{
+    if (!valid_mode(mode) || !cusw_edges_default(dependencyData, numDependencies))
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    struct cusw_node **deps = NULL;
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS)
+        rc = g == NULL ? CUDA_ERROR_INVALID_VALUE
+                       : cusw_graph_nodes_of(g, dependencies, numDependencies, &deps);
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_begin_to_graph(s, mode, g, deps, numDependencies);
+    cusw_lock_release();
+    free(deps);
+    return rc;
+}
+
+CUSW_TWINS(cuStreamBeginCaptureToGraph,
+           (CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+            const CUgraphEdgeData *dependencyData, size_t numDependencies,
+            CUstreamCaptureMode mode),
+           begin_capture_to_graph(hStream, per_thread, hGraph, dependencies, dependencyData,
+                                  numDependencies, mode))
+
+/* The callback may be NULL: as documented, mismatches "can be configured" to call it (not
+ * measured). */
+static CUresult begin_recapture(CUstream hStream, bool per_thread, CUstreamCaptureMode mode,
+                                CUgraph hGraph, CUgraphRecaptureCallback callbackFunc,
+                                void *userData)
+{
+    if (!valid_mode(mode))
+        return CUDA_ERROR_INVALID_VALUE;
+    cusw_lock_acquire();
+    struct cusw_stream *s = NULL;
+    struct cusw_graph *g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH);
+    CUresult rc = cusw_stream_resolve(hStream, per_thread, &s);
+    if (rc == CUDA_SUCCESS && g == NULL)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (rc == CUDA_SUCCESS)
+        rc = cusw_capture_begin_recapture(s, mode, g, callbackFunc, userData);
+    cusw_lock_release(); /* the destructors of the user objects the graph let go of run here */
+    return rc;
+}
+
+CUSW_TWINS(cuStreamBeginRecaptureToGraph,
+           (CUstream hStream, CUstreamCaptureMode mode, CUgraph hGraph,
+            CUgraphRecaptureCallback callbackFunc, void *userData),
+           begin_recapture(hStream, per_thread, mode, hGraph, callbackFunc, userData))
 
 static CUresult end_capture(CUstream hStream, bool per_thread, CUgraph *phGraph)
 {

@@ -7,7 +7,6 @@
 #include "internal.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 /* [locked] */
 static struct cusw_graph *graph_of(CUgraph handle)
@@ -21,32 +20,6 @@ static struct cusw_node *node_of(CUgraphNode handle)
     return cusw_handle_get((uintptr_t)handle, CUSW_KIND_NODE);
 }
 
-/* [locked] Resolves an API dependency list: every entry a distinct node of `g`. */
-static CUresult resolve_deps(struct cusw_graph *g, const CUgraphNode *handles, size_t n,
-                             struct cusw_node ***out)
-{
-    *out = NULL;
-    if (n == 0)
-        return CUDA_SUCCESS;
-    if (handles == NULL)
-        return CUDA_ERROR_INVALID_VALUE;
-    struct cusw_node **deps = malloc(n * sizeof *deps);
-    if (deps == NULL)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    for (size_t i = 0; i < n; i++) {
-        deps[i] = node_of(handles[i]);
-        bool duplicate = false;
-        for (size_t j = 0; j < i && !duplicate; j++)
-            duplicate = deps[j] == deps[i];
-        if (deps[i] == NULL || deps[i]->graph != g || duplicate) {
-            free(deps);
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-    }
-    *out = deps;
-    return CUDA_SUCCESS;
-}
-
 /* [locked] Adds a node for `a` (the node holds a copy of its own). */
 static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                          size_t numDependencies, const struct cusw_action *a)
@@ -54,7 +27,7 @@ static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraph
     struct cusw_graph *g = graph_of(hGraph);
     struct cusw_node **deps = NULL;
     CUresult rc = g == NULL ? CUDA_ERROR_INVALID_VALUE
-                            : resolve_deps(g, dependencies, numDependencies, &deps);
+                            : cusw_graph_nodes_of(g, dependencies, numDependencies, &deps);
     if (rc == CUDA_SUCCESS) {
         struct cusw_node *n = cusw_graph_add_node(g, a, deps, numDependencies);
         if (n == NULL)
@@ -124,12 +97,8 @@ CUSW_EXPORT CUresult cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode
     CUresult rc = CUDA_SUCCESS;
     if (numDependencies > 0 && (from == NULL || to == NULL))
         return CUDA_ERROR_INVALID_VALUE;
-    /* Only default edges: ports and types other than 0 concern kernel nodes. */
-    for (size_t i = 0; edgeData != NULL && i < numDependencies; i++) {
-        static const CUgraphEdgeData default_edge;
-        if (memcmp(&edgeData[i], &default_edge, sizeof default_edge) != 0)
-            return CUDA_ERROR_INVALID_VALUE;
-    }
+    if (!cusw_edges_default(edgeData, numDependencies))
+        return CUDA_ERROR_INVALID_VALUE;
     cusw_lock_acquire();
     struct cusw_graph *g = graph_of(hGraph);
     if (g == NULL)

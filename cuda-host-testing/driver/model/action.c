@@ -293,6 +293,84 @@ CUgraphNodeType cusw_action_node_type(const struct cusw_action *a)
     return CU_GRAPH_NODE_TYPE_EMPTY;
 }
 
+static bool same_kernel_call(const struct cusw_kernel_call *x, const struct cusw_kernel_call *y)
+{
+    const cuswKernelLaunch *a = &x->launch, *b = &y->launch;
+    if (strcmp(a->name, b->name) != 0 || memcmp(a->grid, b->grid, sizeof a->grid) != 0 ||
+        memcmp(a->block, b->block, sizeof a->block) != 0 ||
+        a->shared_memory_bytes != b->shared_memory_bytes || a->param_count != b->param_count)
+        return false;
+    for (size_t i = 0; i < a->param_count; i++)
+        if (a->params[i].size != b->params[i].size ||
+            memcmp(a->params[i].value, b->params[i].value, a->params[i].size) != 0)
+            return false;
+    return true;
+}
+
+static bool same_batch(const struct cusw_batch *x, const struct cusw_batch *y)
+{
+    if (x->ctx != y->ctx || x->count != y->count)
+        return false;
+    for (unsigned int i = 0; i < x->count; i++) {
+        const struct cusw_action *a = &x->ops[i], *b = &y->ops[i];
+        if (a->kind != b->kind || a->u.mem.addr != b->u.mem.addr ||
+            a->u.mem.value != b->u.mem.value || a->u.mem.flags != b->u.mem.flags ||
+            a->u.mem.is64 != b->u.mem.is64)
+            return false;
+    }
+    return true;
+}
+
+bool cusw_action_same_params(const struct cusw_action *a, const struct cusw_action *b)
+{
+    if (a->kind != b->kind)
+        return false;
+    switch (a->kind) {
+    case CUSW_ACT_HOST_FN: return a->u.host.fn == b->u.host.fn && a->u.host.data == b->u.host.data;
+    case CUSW_ACT_CALLBACK:
+        return a->u.callback.fn == b->u.callback.fn && a->u.callback.data == b->u.callback.data;
+    case CUSW_ACT_COPY:
+        return a->u.copy.dst == b->u.copy.dst && a->u.copy.src == b->u.copy.src &&
+               a->u.copy.bytes == b->u.copy.bytes;
+    case CUSW_ACT_SET:
+        return a->u.set.dst == b->u.set.dst && a->u.set.value == b->u.set.value &&
+               a->u.set.count == b->u.set.count && a->u.set.width == b->u.set.width;
+    case CUSW_ACT_WRITE_VALUE:
+    case CUSW_ACT_WAIT_VALUE:
+        return a->u.mem.addr == b->u.mem.addr && a->u.mem.value == b->u.mem.value &&
+               a->u.mem.flags == b->u.mem.flags && a->u.mem.is64 == b->u.mem.is64;
+    case CUSW_ACT_BATCH: return same_batch(a->u.batch, b->u.batch);
+    case CUSW_ACT_FAULT: return a->u.fault.code == b->u.fault.code;
+    case CUSW_ACT_SLEEP: return a->u.sleep.usec == b->u.sleep.usec;
+    case CUSW_ACT_KERNEL: return same_kernel_call(a->u.kernel, b->u.kernel);
+    /* Never a node's: only a stream runs them. */
+    case CUSW_ACT_EVENT_RECORD:
+    case CUSW_ACT_GRAPH:
+    case CUSW_ACT_ALLOCATE:
+    case CUSW_ACT_FREE: return false;
+    case CUSW_ACT_NOP: break;
+    }
+    return true;
+}
+
+/* cudasw.h declares only some members of its union: the layout must stay cuda.h's. */
+_Static_assert(sizeof(CUgraphNodeParams) == 256, "CUgraphNodeParams is 256 bytes in cuda.h");
+
+void cusw_action_node_params(const struct cusw_action *a, CUgraphNodeParams *out)
+{
+    memset(out, 0, sizeof *out);
+    out->type = cusw_action_node_type(a);
+    if (a->kind == CUSW_ACT_HOST_FN) {
+        out->host.fn = a->u.host.fn;
+        out->host.userData = a->u.host.data;
+        out->host.syncMode = CU_HOST_TASK_BLOCKING;
+    } else if (a->kind == CUSW_ACT_BATCH) {
+        out->memOp.ctx = (CUcontext)a->u.batch->ctx->handle;
+        out->memOp.count = a->u.batch->count;
+        out->memOp.paramArray = a->u.batch->params;
+    }
+}
+
 /* ---- Batches of stream memory operations ----------------------------------------------------- */
 
 /* A write or a wait as an action, or false for what this driver does not take. */

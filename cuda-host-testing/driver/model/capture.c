@@ -22,9 +22,22 @@
  *    answers the sticky error, so it never ends).
  * An invalidated capture stays until cuStreamEndCapture, which then answers
  * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED and no graph.
+ *
+ * A capture may build a graph of its own, or the caller's (cuStreamBeginCaptureToGraph, after
+ * given nodes of it; a recapture): the caller's is never freed by the capture, and its end
+ * answers that same graph. A recapture (cuStreamBeginRecaptureToGraph) records nothing new: as
+ * documented, the graph lets go of its user objects first, then each node captured must be the
+ * graph's next node in creation order, of its type, on the same dependencies, or the recapture
+ * fails at once (a topology mismatch); one whose parameters differ takes the new ones, and the
+ * recapture's callback is told (below, where it is called). A failed recapture is invalidated:
+ * it stays until cuStreamEndCapture, and the call that failed it, later captured work and the
+ * end answer CUDA_ERROR_GRAPH_RECAPTURE_FAILURE (not measured). The documentation leaves its
+ * graph undefined; here it is left as the recapture made it (the nodes matched so far with their
+ * new parameters, the others with their old ones), usable, but nothing may rely on that.
  */
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +53,21 @@ struct cusw_capture *cusw_capture_find(uint64_t id)
 }
 
 void cusw_capture_invalidate(struct cusw_capture *c) { c->invalidated = true; }
+
+/* What an invalidated capture answers the calls it refuses. */
+static CUresult invalidated_answer(const struct cusw_capture *c)
+{
+    return c->recapture.failed ? CUDA_ERROR_GRAPH_RECAPTURE_FAILURE
+                               : CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+}
+
+/* The recapture fails: invalidated, it answers CUDA_ERROR_GRAPH_RECAPTURE_FAILURE. */
+static CUresult fail_recapture(struct cusw_capture *c)
+{
+    c->recapture.failed = true;
+    cusw_capture_invalidate(c);
+    return CUDA_ERROR_GRAPH_RECAPTURE_FAILURE;
+}
 
 /* A capture of a blocking stream of `ctx` implicitly involves the legacy stream. With
  * `invalidate`, every such capture is invalidated. */
@@ -64,7 +92,7 @@ CUresult cusw_capture_check_enqueue(struct cusw_stream *s, bool *capturing)
     if (s->capture == NULL)
         return CUDA_SUCCESS;
     if (s->capture->invalidated)
-        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        return invalidated_answer(s->capture);
     *capturing = true;
     return CUDA_SUCCESS;
 }
@@ -79,8 +107,110 @@ static bool set_deps(struct cusw_stream *s, struct cusw_node *const *nodes, size
     return true;
 }
 
+/* ---- Recapture ------------------------------------------------------------------------------ */
+
+/* A node whose parameters a recapture changed, for the recapture's callback. The callback is user
+ * code, so it cannot run under the lock the capture is recorded under: the capturing thread calls
+ * it once its call has let go of the lock, before that call returns. A verdict other than
+ * CUDA_SUCCESS then fails the recapture: the call that captured the node has already answered
+ * success, and what is captured after it, and the end, answer the failure (not measured). The
+ * node has taken its new parameters by then, which a failed recapture's undefined graph may keep.
+ * A verdict that comes after the capture ended (another thread ended it meanwhile) is dropped. */
+struct verdict {
+    struct cusw_deferred after_unlock;
+    uint64_t capture_id;
+    CUgraphRecaptureCallback callback;
+    void *data;
+    CUgraphNode node;
+    CUgraphRecaptureStatus status;
+    /* Read under the lock; the actions hold what the parameters point to (a batch's operations)
+     * until the callback has returned, as documented. */
+    CUgraphNodeParams original_params, recaptured_params;
+    struct cusw_action original, recaptured;
+};
+
+static void ask_callback(struct cusw_deferred *d)
+{
+    struct verdict *v = (struct verdict *)((char *)d - offsetof(struct verdict, after_unlock));
+    CUresult answer = v->callback(v->data, v->node, &v->original_params, &v->recaptured_params,
+                                  v->status);
+    cusw_lock_acquire();
+    struct cusw_capture *c = cusw_capture_find(v->capture_id);
+    if (answer != CUDA_SUCCESS && c != NULL)
+        fail_recapture(c);
+    cusw_action_release(&v->original);
+    cusw_action_release(&v->recaptured);
+    cusw_lock_release();
+    free(v);
+}
+
+/* What the callback is told of a change from `was` to `now`: whether an executable could take
+ * it, as this driver's cuGraphExecUpdate would (cusw_exec_update takes every change but a batch
+ * node's operations of another shape). The real driver's status for a host node's new function
+ * or data is not known (not measured): ELIGIBLE_FOR_UPDATE, as cuGraphExecUpdate and
+ * cuGraphExecHostNodeSetParams take them. CU_GRAPH_RECAPTURE_ERROR is never told: the only error
+ * here, a lack of memory, fails the recapture without a callback. */
+static CUgraphRecaptureStatus change_status(const struct cusw_action *was,
+                                            const struct cusw_action *now)
+{
+    if (was->kind == CUSW_ACT_BATCH && !cusw_batch_same_shape(was, now))
+        return CU_GRAPH_RECAPTURE_INELIGIBLE_FOR_UPDATE;
+    return CU_GRAPH_RECAPTURE_ELIGIBLE_FOR_UPDATE;
+}
+
+/* [locked] Defers the callback's call about `n`, whose parameters change to those of `now`. */
+static bool ask_about(struct cusw_capture *c, const struct cusw_node *n,
+                      const struct cusw_action *now)
+{
+    struct verdict *v = calloc(1, sizeof *v);
+    if (v == NULL)
+        return false;
+    v->capture_id = c->id;
+    v->callback = c->recapture.callback;
+    v->data = c->recapture.data;
+    v->node = (CUgraphNode)n->handle;
+    v->status = change_status(&n->action, now);
+    cusw_action_copy(&v->original, &n->action);
+    cusw_action_copy(&v->recaptured, now);
+    cusw_action_node_params(&v->original, &v->original_params);
+    cusw_action_node_params(&v->recaptured, &v->recaptured_params);
+    cusw_defer_until_unlocked(&v->after_unlock, ask_callback);
+    return true;
+}
+
+/* [locked] The recapture `s` takes part in records `a`: as the graph's next node. A node of
+ * another type is another node, so it fails as a topology mismatch would (not measured). The
+ * documented failure for a memory allocation's or free's new parameters cannot arise: a capture
+ * refuses them (graph memory nodes are not modelled). Without a callback, a node takes its new
+ * parameters all the same (not measured). */
+static CUresult recapture_node(struct cusw_stream *s, const struct cusw_action *a)
+{
+    struct cusw_capture *c = s->capture;
+    if (c->recapture.next == c->recapture.count)
+        return fail_recapture(c); /* more nodes than the graph had */
+    struct cusw_node *n = c->graph->nodes[c->recapture.next];
+    if (cusw_action_node_type(&n->action) != cusw_action_node_type(a) ||
+        !cusw_node_deps_are(n, s->cap_deps, s->n_cap_deps))
+        return fail_recapture(c);
+    if (!cusw_action_same_params(&n->action, a)) {
+        if (c->recapture.callback != NULL && !ask_about(c, n, a)) {
+            fail_recapture(c);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        cusw_node_set_action(n, a);
+    }
+    c->recapture.next++;
+    if (!set_deps(s, &n, 1)) {
+        cusw_capture_invalidate(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
 CUresult cusw_capture_add_node(struct cusw_stream *s, const struct cusw_action *a)
 {
+    if (s->capture->recapture.active)
+        return recapture_node(s, a);
     struct cusw_node *node = cusw_graph_add_node(s->capture->graph, a, s->cap_deps, s->n_cap_deps);
     if (node == NULL || !set_deps(s, &node, 1)) {
         cusw_capture_invalidate(s->capture);
@@ -133,7 +263,7 @@ CUresult cusw_capture_check_sync(struct cusw_stream *s)
     if (s->capture == NULL)
         return CUDA_SUCCESS;
     if (s->capture->invalidated)
-        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        return invalidated_answer(s->capture);
     cusw_capture_invalidate(s->capture);
     return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
@@ -153,7 +283,7 @@ CUresult cusw_capture_join(struct cusw_capture *c, struct cusw_stream *s,
                            struct cusw_node *const *nodes, size_t n)
 {
     if (c->invalidated)
-        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+        return invalidated_answer(c);
     if (s->capture == NULL) {
         if (!add_member(c, s))
             return CUDA_ERROR_OUT_OF_MEMORY;
@@ -179,7 +309,8 @@ CUresult cusw_capture_join(struct cusw_capture *c, struct cusw_stream *s,
     return CUDA_SUCCESS;
 }
 
-/* Ends the capture: every member stream leaves it; the graph goes to *graph_out or is freed. */
+/* Ends the capture: every member stream leaves it; the graph goes to *graph_out, or is freed
+ * unless it is the caller's. */
 static void finish(struct cusw_capture *c, CUgraph *graph_out)
 {
     for (size_t i = 0; i < c->n_members; i++) {
@@ -195,7 +326,7 @@ static void finish(struct cusw_capture *c, CUgraph *graph_out)
     c->graph->capture = NULL;
     if (graph_out != NULL)
         *graph_out = (CUgraph)c->graph->handle;
-    else
+    else if (c->owns_graph)
         cusw_graph_free(c->graph);
     free(c->members);
     free(c);
@@ -254,19 +385,24 @@ static CUresult check_joined(struct cusw_capture *c)
     return CUDA_SUCCESS;
 }
 
-CUresult cusw_capture_begin(struct cusw_stream *s, CUstreamCaptureMode mode)
+/* [locked] Begins a capture of `s` into `g`, the caller's, or (NULL) a graph of its own. */
+static CUresult begin(struct cusw_stream *s, CUstreamCaptureMode mode, struct cusw_graph *g,
+                      struct cusw_capture **out)
 {
     if (s->kind == CUSW_STREAM_LEGACY)
         return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot be captured */
     if (s->capture != NULL)
         return CUDA_ERROR_ILLEGAL_STATE;
+    if (g != NULL && g->capture != NULL)
+        return CUDA_ERROR_ILLEGAL_STATE; /* another capture builds it (not measured) */
     struct cusw_capture *c = calloc(1, sizeof *c);
-    if (c == NULL || (c->graph = cusw_graph_new()) == NULL) {
-        free(c);
+    if (c == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (!add_member(c, s)) {
-        cusw_graph_free(c->graph);
+    c->owns_graph = g == NULL;
+    c->graph = c->owns_graph ? cusw_graph_new() : g;
+    if (c->graph == NULL || !add_member(c, s)) {
+        if (c->owns_graph && c->graph != NULL)
+            cusw_graph_free(c->graph);
         free(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -277,6 +413,46 @@ CUresult cusw_capture_begin(struct cusw_stream *s, CUstreamCaptureMode mode)
     c->graph->capture = c;
     c->next = captures;
     captures = c;
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult cusw_capture_begin(struct cusw_stream *s, CUstreamCaptureMode mode)
+{
+    struct cusw_capture *c;
+    return begin(s, mode, NULL, &c);
+}
+
+CUresult cusw_capture_begin_to_graph(struct cusw_stream *s, CUstreamCaptureMode mode,
+                                     struct cusw_graph *g, struct cusw_node *const *deps,
+                                     size_t ndeps)
+{
+    struct cusw_capture *c;
+    CUresult rc = begin(s, mode, g, &c);
+    if (rc == CUDA_SUCCESS && !set_deps(s, deps, ndeps)) {
+        finish(c, NULL); /* the graph stays the caller's */
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return rc;
+}
+
+CUresult cusw_capture_begin_recapture(struct cusw_stream *s, CUstreamCaptureMode mode,
+                                      struct cusw_graph *g, CUgraphRecaptureCallback callback,
+                                      void *data)
+{
+    struct cusw_capture *c;
+    CUresult rc = begin(s, mode, g, &c);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    /* As documented, before anything is recaptured. Their destructors run inside this call, on
+     * the calling thread, once it has let go of the lock, as a graph's references dropped by
+     * cuGraphDestroy or cuGraphReleaseUserObject go (not measured for a recapture); what an
+     * executable or a launch of the graph holds is theirs, and lives on. */
+    cusw_graph_release_user_objects(g);
+    c->recapture.active = true;
+    c->recapture.count = g->n_nodes;
+    c->recapture.callback = callback;
+    c->recapture.data = data;
     return CUDA_SUCCESS;
 }
 
@@ -295,7 +471,10 @@ CUresult cusw_capture_end(struct cusw_stream *s, CUgraph *graph)
         return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
     }
     *graph = NULL;
-    CUresult rc = c->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : check_joined(c);
+    CUresult rc = c->invalidated ? invalidated_answer(c) : check_joined(c);
+    /* A recapture that stopped short of the graph's nodes is a topology mismatch too. */
+    if (rc == CUDA_SUCCESS && c->recapture.active && c->recapture.next != c->recapture.count)
+        rc = fail_recapture(c);
     finish(c, rc == CUDA_SUCCESS ? graph : NULL);
     return rc;
 }

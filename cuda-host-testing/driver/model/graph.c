@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct cusw_graph *cusw_graph_new(void)
 {
@@ -53,6 +54,62 @@ bool cusw_node_has_dep(const struct cusw_node *n, const struct cusw_node *dep)
         if (n->deps[i] == dep)
             return true;
     return false;
+}
+
+bool cusw_node_deps_are(const struct cusw_node *n, struct cusw_node *const *deps, size_t ndeps)
+{
+    if (n->ndeps != ndeps)
+        return false;
+    for (size_t i = 0; i < ndeps; i++)
+        if (!cusw_node_has_dep(n, deps[i]))
+            return false;
+    return true;
+}
+
+void cusw_node_set_action(struct cusw_node *n, const struct cusw_action *a)
+{
+    struct cusw_action old = n->action;
+    cusw_action_copy(&n->action, a);
+    cusw_action_release(&old);
+}
+
+CUresult cusw_graph_nodes_of(struct cusw_graph *g, const CUgraphNode *handles, size_t n,
+                             struct cusw_node ***out)
+{
+    *out = NULL;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (handles == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct cusw_node **nodes = malloc(n * sizeof *nodes);
+    if (nodes == NULL)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < n; i++) {
+        nodes[i] = cusw_handle_get((uintptr_t)handles[i], CUSW_KIND_NODE);
+        bool duplicate = false;
+        for (size_t j = 0; j < i && !duplicate; j++)
+            duplicate = nodes[j] == nodes[i];
+        if (nodes[i] == NULL || nodes[i]->graph != g || duplicate) {
+            free(nodes);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    *out = nodes;
+    return CUDA_SUCCESS;
+}
+
+bool cusw_edges_default(const CUgraphEdgeData *edges, size_t n)
+{
+    static const CUgraphEdgeData default_edge;
+    for (size_t i = 0; edges != NULL && i < n; i++)
+        if (memcmp(&edges[i], &default_edge, sizeof default_edge) != 0)
+            return false;
+    return true;
+}
+
+void cusw_graph_release_user_objects(struct cusw_graph *g)
+{
+    cusw_urefs_release(&g->urefs, CUSW_DESTROY_INLINE);
 }
 
 struct cusw_node *cusw_graph_add_node(struct cusw_graph *g, const struct cusw_action *a,
