@@ -954,10 +954,23 @@ fn fail_context(env: &Env, entry: &Arc<ContextEntry>) -> String {
 }
 
 fn foreign_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String {
+    match env.world.stream(stream) {
+        Some(stream) => foreign_begin_on(env, local, stream, mode, None),
+        None => "no stream".to_owned(),
+    }
+}
+
+/// Other code begins a capture of `stream` in `mode`; with `recapture`, a recapture of that
+/// graph (`cuStreamBeginRecaptureToGraph`, CUDA 13.3), which lets go of the graph's user objects
+/// first. On success the capture is the last of `local.foreign`.
+pub fn foreign_begin_on(
+    env: &Env,
+    local: &mut Local,
+    stream: Arc<StreamEntry>,
+    mode: Mode,
+    recapture: Option<cuda_host_sys::CUgraph>,
+) -> String {
     let world = &env.world;
-    let Some(stream) = world.stream(stream) else {
-        return "no stream".to_owned();
-    };
     if !matches!(stream.kind, StreamKind::NonBlocking | StreamKind::Blocking)
         || !matches!(stream.stream.capture_state(), Ok(None))
     {
@@ -975,8 +988,21 @@ fn foreign_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String
     stream.captures.fetch_add(1, Ordering::SeqCst);
     world.capture_opens(true);
     world.foreign.lock().unwrap().push(capture.watch());
-    // SAFETY: a live stream that is not capturing.
-    let begun = unsafe { driver.cuStreamBeginCapture_v2(stream.stream.as_raw(), raw_mode(mode)) };
+    let begun = match recapture {
+        // SAFETY: a live stream that is not capturing.
+        None => unsafe { driver.cuStreamBeginCapture_v2(stream.stream.as_raw(), raw_mode(mode)) },
+        // SAFETY: a live stream that is not capturing, a live graph no capture builds, and no
+        // callback.
+        Some(graph) => unsafe {
+            driver.cuStreamBeginRecaptureToGraph(
+                stream.stream.as_raw(),
+                raw_mode(mode),
+                graph,
+                None,
+                std::ptr::null_mut(),
+            )
+        },
+    };
     if begun != CUresult::CUDA_SUCCESS {
         world
             .foreign
@@ -988,13 +1014,34 @@ fn foreign_begin(env: &Env, local: &mut Local, stream: u8, mode: Mode) -> String
         return format!("{}: other code's capture refused: {begun}", stream.name);
     }
     local.foreign.push(capture);
-    format!("other code begins a {mode:?} capture of {}", stream.name)
+    let what = if recapture.is_some() {
+        "recapture"
+    } else {
+        "capture"
+    };
+    format!("other code begins a {mode:?} {what} of {}", stream.name)
 }
 
 /// Ends a capture other code began: it must end valid unless a step made a call that
 /// documentedly breaks it (an allocation or a free of memory, a context synchronize) while it
 /// was open.
 pub fn end_foreign(env: &Env, capture: ForeignCapture) -> String {
+    let stream = Arc::clone(&capture.stream);
+    let driver = stream.stream.context().driver();
+    let (ended, graph) = end_foreign_keeping(env, capture);
+    if let Some(graph) = graph.filter(|graph| !graph.is_null()) {
+        // SAFETY: the graph the capture made, destroyed once.
+        let _ = unsafe { driver.cuGraphDestroy(graph) };
+    }
+    ended
+}
+
+/// [`end_foreign`], keeping the graph the capture ended in (the caller's to destroy, unless
+/// null).
+pub fn end_foreign_keeping(
+    env: &Env,
+    capture: ForeignCapture,
+) -> (String, Option<cuda_host_sys::CUgraph>) {
     let world = &env.world;
     world
         .foreign
@@ -1004,21 +1051,31 @@ pub fn end_foreign(env: &Env, capture: ForeignCapture) -> String {
     let stream = Arc::clone(&capture.stream);
     let name = stream.name.clone();
     let breakers = capture.breakers.lock().unwrap().clone();
-    let ended = capture.end();
+    let ended = capture.end_keeping();
     // Counted open until its end returned: a step beside this one may meet it still open.
     stream.captures.fetch_sub(1, Ordering::SeqCst);
     world.capture_opens(false);
     match ended {
-        Ok(()) => format!("other code's capture of {name} ended in a graph"),
+        Ok(graph) => (
+            format!("other code's capture of {name} ended in a graph"),
+            Some(graph),
+        ),
         Err(CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) if breakers.is_empty() => {
             violated(format!(
                 "other code's capture of {name} was invalidated, and no step made a call that \
                  documentedly breaks it"
             ));
-            format!("other code's capture of {name} was invalidated")
+            (
+                format!("other code's capture of {name} was invalidated"),
+                None,
+            )
         }
-        Err(result) => format!(
-            "other code's capture of {name} ended with {result} (breaking calls: {breakers:?})"
+        Err(result) => (
+            format!(
+                "other code's capture of {name} ended with {result} (breaking calls: \
+                 {breakers:?})"
+            ),
+            None,
         ),
     }
 }

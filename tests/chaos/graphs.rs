@@ -119,6 +119,17 @@ pub enum GraphOp {
     RunCaptured {
         stream: u8,
     },
+    /// Other code captures a replayable launch on an ordinary stream in `mode`, keeps the
+    /// graph, makes an executable of it and launches that behind a gate, then recaptures the
+    /// graph (CUDA 13.3, which lets go of the graph's user objects first) with another
+    /// replayable launch; with `update`, the executable is updated from the recaptured graph.
+    /// The executable is then dropped, its launch pending: the first callable must live until
+    /// that launch ran it, and each must be dropped once, on its thread.
+    ForeignRecapture {
+        stream: u8,
+        mode: crate::plan::Mode,
+        update: bool,
+    },
     Clone {
         graph: u8,
     },
@@ -154,6 +165,7 @@ impl GraphOp {
                 | GraphOp::LegacyBesideCapture { .. }
                 | GraphOp::EngineRunThenReplace { .. }
                 | GraphOp::TakenAfterReplace { .. }
+                | GraphOp::ForeignRecapture { .. }
         )
     }
 
@@ -223,6 +235,13 @@ pub fn op() -> impl Strategy<Value = GraphOp> {
         1 => (index(), index(), index())
             .prop_map(|(exec, node, stream)| GraphOp::TakenAfterReplace { exec, node, stream }),
         2 => index().prop_map(|stream| GraphOp::RunCaptured { stream }),
+        1 => (index(), crate::plan::mode(), any::<bool>()).prop_map(|(stream, mode, update)| {
+            GraphOp::ForeignRecapture {
+                stream,
+                mode,
+                update,
+            }
+        }),
         1 => (index(), index())
             .prop_map(|(exec, stream)| GraphOp::EngineRunThenReplace { exec, stream }),
         1 => index().prop_map(|graph| GraphOp::Clone { graph }),
@@ -460,6 +479,11 @@ pub fn execute(env: &Env, local: &mut Local, op: &GraphOp) -> String {
             taken_after_replace(env, exec, node, stream)
         }
         GraphOp::RunCaptured { stream } => run_captured(env, stream),
+        GraphOp::ForeignRecapture {
+            stream,
+            mode,
+            update,
+        } => foreign_recapture(env, local, stream, mode, update),
         GraphOp::EngineRunThenReplace { exec, stream } => {
             engine_run_then_replace(env, exec, stream)
         }
@@ -733,6 +757,150 @@ fn run_captured(env: &Env, stream: u8) -> String {
     let dropped = drop_exec(exec as u8, "DropExec (after a captured graph's launch)")
         .map_or_else(String::new, |name| format!("; then {name} dropped"));
     format!("{made}; {launched}{dropped}")
+}
+
+/// [`GraphOp::ForeignRecapture`]; no step runs beside it.
+fn foreign_recapture(
+    env: &Env,
+    local: &mut Local,
+    stream: u8,
+    mode: crate::plan::Mode,
+    update: bool,
+) -> String {
+    let world = &env.world;
+    let at = stream_from(world, stream, |entry| {
+        matches!(entry.kind, StreamKind::NonBlocking | StreamKind::Blocking)
+            && matches!(entry.stream.capture_state(), Ok(None))
+            && !entry.context.failed.load(Ordering::SeqCst)
+    });
+    let Some(at) = at else {
+        return "no ordinary stream that is not capturing".to_owned();
+    };
+    let on = Arc::clone(&world.streams.lock().unwrap()[at]);
+    let Some((first, graph)) = replayable_in_foreign_capture(env, local, &on, mode, None, "first")
+    else {
+        return format!("other code's capture of {} made no graph", on.name);
+    };
+    let Some(raw) = graph else {
+        return first.0;
+    };
+    // SAFETY: the capture's graph, of the stream's context, owned from here on by the `Graph`.
+    let graph = unsafe { Graph::from_raw(&on.context.context, raw) };
+    let id = NUMBER.fetch_add(1, Ordering::SeqCst);
+    let kept = keep(GraphEntry {
+        id,
+        name: format!("graph {id} (other code's capture of {})", on.name),
+        graph,
+        context: Arc::clone(&on.context),
+        nodes: None,
+        every: first.1.iter().cloned().collect(),
+        keeps: Vec::new(),
+    });
+    let Some(index) = lock(&GRAPHS)
+        .iter()
+        .position(|entry| lock(entry).id == id)
+        .filter(|&index| index < 256)
+    else {
+        return format!("{}; {kept} kept", first.0);
+    };
+    let made = instantiate(env, index as u8);
+    let exec = lock(&EXECS).len().saturating_sub(1);
+    let launched = if made.ends_with(" made") && exec < 256 {
+        launch(env, exec as u8, at as u8, true)
+    } else {
+        String::new()
+    };
+    // The graph's entry stays locked through the recapture: no other step uses the graph while
+    // a capture builds it.
+    let shared = Arc::clone(&lock(&GRAPHS)[index]);
+    let recaptured = {
+        let mut entry = lock(&shared);
+        let raw = entry.graph.as_raw();
+        match replayable_in_foreign_capture(env, local, &on, mode, Some(raw), "second") {
+            Some(((what, witness), graph)) => {
+                entry.every.extend(witness);
+                Some((what, graph.is_some()))
+            }
+            None => None,
+        }
+    };
+    let Some((second, recaptured)) = recaptured else {
+        return format!("{}; {made}; {launched}; no recapture", first.0);
+    };
+    if !recaptured {
+        // A failed recapture leaves the graph undefined: dropped now, before any step could
+        // instantiate or launch it.
+        let _ = take_by_id(id);
+        let dropped = drop_exec(exec as u8, "DropExec (after a failed recapture)");
+        return format!(
+            "{}; {made}; {launched}; {second}; dropped {dropped:?}",
+            first.0
+        );
+    }
+    took_effect("ForeignRecapture");
+    let updated = if update && made.ends_with(" made") {
+        // An even graph index: the executable's own graph, the one recaptured.
+        format!("; {}", self::update(env, exec as u8, 0))
+    } else {
+        String::new()
+    };
+    let dropped = drop_exec(exec as u8, "DropExec (after a recapture)")
+        .map_or_else(String::new, |name| format!("; then {name} dropped"));
+    format!(
+        "{}; {made}; {launched}; {second}{updated}{dropped}",
+        first.0
+    )
+}
+
+/// Other code captures `on` in `mode` (with `recapture`, recaptures that graph), a replayable
+/// launch into it, and ends it: what happened and the callable's witness, if one was handed
+/// over, with the graph it ended in, if it did (the caller's to own). `None` when no capture
+/// began.
+#[allow(clippy::type_complexity)]
+fn replayable_in_foreign_capture(
+    env: &Env,
+    local: &mut Local,
+    on: &Arc<StreamEntry>,
+    mode: crate::plan::Mode,
+    recapture: Option<cuda_host_sys::CUgraph>,
+    which: &str,
+) -> Option<(
+    (String, Option<Arc<Witness>>),
+    Option<cuda_host_sys::CUgraph>,
+)> {
+    let begun = crate::execute::foreign_begin_on(env, local, Arc::clone(on), mode, recapture);
+    let at = local
+        .foreign
+        .iter()
+        .rposition(|capture| Arc::ptr_eq(&capture.stream, on))?;
+    let capture = local.foreign.remove(at);
+    let witness = callable(
+        env,
+        &on.context,
+        format!("{which} replayable of other code's capture of {}", on.name),
+        false,
+    );
+    let probe = witness.probe();
+    // SAFETY: this worker began the capture and ends it below; no step runs beside this one.
+    let launched =
+        unsafe { cuda_host::graph::host_launch_replayable(&on.stream, move || probe.ran()) };
+    let (launched, witness) = match launched {
+        Ok(()) => ("a replayable launch captured".to_owned(), Some(witness)),
+        Err(error) => {
+            env.check_refusal("host_launch_replayable", Some(on), &error);
+            (format!("a replayable launch refused: {error}"), None)
+        }
+    };
+    let (ended, graph) = crate::execute::end_foreign_keeping(env, capture);
+    let graph = graph.filter(|graph| !graph.is_null());
+    Some(((format!("{begun}; {launched}; {ended}"), witness), graph))
+}
+
+/// Takes the graph of id `id` out of the list, if it is there.
+fn take_by_id(id: u64) -> Option<Shared<GraphEntry>> {
+    let mut graphs = lock(&GRAPHS);
+    let at = graphs.iter().position(|entry| lock(entry).id == id)?;
+    Some(graphs.remove(at))
 }
 
 /// The index, in the world's list, of the first stream from index `from` on that `keep` takes,

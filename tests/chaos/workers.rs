@@ -87,19 +87,22 @@ impl ForeignCapture {
         }
     }
 
-    /// Ends the capture: `Ok` with the graph's handle destroyed, or the driver's answer.
-    pub fn end(self) -> Result<(), CUresult> {
+    /// Ends the capture: `Ok` with the graph it ended in (the caller's to destroy), or the
+    /// driver's answer.
+    pub fn end_keeping(self) -> Result<CUgraph, CUresult> {
         let driver = self.stream.stream.context().driver();
         let mut graph: CUgraph = std::ptr::null_mut();
         // SAFETY: a live stream this worker began capturing; a valid out-pointer.
         let ended = unsafe { driver.cuStreamEndCapture(self.stream.stream.as_raw(), &mut graph) };
-        if !graph.is_null() {
-            // SAFETY: the graph the capture made, destroyed once.
-            let _ = unsafe { driver.cuGraphDestroy(graph) };
-        }
         match ended {
-            CUresult::CUDA_SUCCESS => Ok(()),
-            other => Err(other),
+            CUresult::CUDA_SUCCESS => Ok(graph),
+            other => {
+                if !graph.is_null() {
+                    // SAFETY: a graph the failed end handed back anyway, destroyed once.
+                    let _ = unsafe { driver.cuGraphDestroy(graph) };
+                }
+                Err(other)
+            }
         }
     }
 }
