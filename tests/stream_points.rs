@@ -4,7 +4,8 @@
 use cuda_host::{
     Context, Error, Event, EventFlags, Stream, StreamFlags, graph::CaptureMode,
     graph::CaptureState, graph::GraphBuilder, host_launch, metrics, points::StreamPoint,
-    points::release_in_stream_order, points::stream_point, reclaim,
+    points::WatcherPace, points::release_in_stream_order, points::set_watcher_pace,
+    points::stream_point, reclaim,
 };
 use cuda_host_sys::CUresult;
 use std::future::Future;
@@ -676,18 +677,87 @@ fn the_watcher_sleeps_between_looks_while_a_future_waits_long() {
     // Past the spin after the registration: long GPU work, as the watcher sees it.
     std::thread::sleep(Duration::from_millis(20));
     let from = suite::started_thread_cpu_time("cuda-host-watch");
+    let sleeps_from = metrics().stream_points().watcher_sleeps;
     std::thread::sleep(Duration::from_millis(300));
     let used = suite::started_thread_cpu_time("cuda-host-watch") - from;
+    let sleeps = metrics().stream_points().watcher_sleeps - sleeps_from;
     figure(&format!(
-        "watcher CPU time: {used:?} over 300 ms with one future waiting on a held stream"
+        "watcher CPU time: {used:?} and {sleeps} sleeps over 300 ms with one future waiting on a \
+         held stream"
     ));
-    // A spinning watcher uses the whole 300 ms; one that sleeps between looks uses the share a
-    // look and a timer sleep cost against a 50 µs pause: about an eighth, a third or more
-    // under ThreadSanitizer's instrumentation. Half the wall time tells the two apart on both.
+    // A spinning watcher sleeps never and uses the whole 300 ms; one that sleeps between looks
+    // sleeps in pauses of 60 µs (thousands in 300 ms) and uses the share a look and a timer sleep
+    // cost against them: about a quarter on the software driver, more under ThreadSanitizer's
+    // instrumentation.
     assert!(
-        used <= Duration::from_millis(150),
+        sleeps >= 100,
+        "the watcher slept {sleeps} times in 300 ms while one future waited: it spins"
+    );
+    assert!(
+        used <= Duration::from_millis(240),
         "the watcher used {used:?} of CPU in 300 ms while one future waited: it spins"
     );
+    gate.open();
+    runtime
+        .block_on(task)
+        .expect("the task")
+        .expect("the point was passed");
+}
+
+#[test]
+fn a_spinning_watcher_never_sleeps_while_a_future_waits_and_the_balanced_one_does() {
+    // Alone in a process: the pace is process-wide, and no other test's points may pass.
+    suite::alone_in_child!(
+        a_spinning_watcher_never_sleeps_while_a_future_waits_and_the_balanced_one_does
+    );
+    set_watcher_pace(WatcherPace::Spinning);
+    let context = context();
+    let (_stream, runtime, gate, task) = a_future_waiting_behind_a_gate(&context);
+    // Long past the spin after the registration, where the balanced watcher sleeps.
+    std::thread::sleep(Duration::from_millis(20));
+    let before = metrics().stream_points().watcher_sleeps;
+    std::thread::sleep(Duration::from_millis(100));
+    let spinning = metrics().stream_points().watcher_sleeps - before;
+    set_watcher_pace(WatcherPace::Balanced);
+    let before = metrics().stream_points().watcher_sleeps;
+    wait_until("the balanced watcher to sleep between looks", || {
+        metrics().stream_points().watcher_sleeps > before + 10
+    });
+    figure(&format!(
+        "watcher sleeps over 100 ms with one future waiting: {spinning} spinning"
+    ));
+    assert_eq!(
+        spinning, 0,
+        "the spinning watcher slept while a future waited"
+    );
+    gate.open();
+    runtime
+        .block_on(task)
+        .expect("the task")
+        .expect("the point was passed");
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_watchers_timer_slack_follows_its_pace() {
+    // Alone in a process: the pace is process-wide.
+    suite::alone_in_child!(the_watchers_timer_slack_follows_its_pace);
+    let context = context();
+    let (_stream, runtime, gate, task) = a_future_waiting_behind_a_gate(&context);
+    let slack = || suite::thread_timer_slack("cuda-host-watch").expect("the watcher's timer slack");
+    // What a thread gets by default: the main thread's, which no one changed, as the watcher's
+    // was before it changed its own.
+    let default: u64 = std::fs::read_to_string("/proc/self/timerslack_ns")
+        .expect("the main thread's timer slack")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert_ne!(default, 1, "the main thread's slack is not the default");
+    wait_until("the balanced watcher's least slack", || slack() == 1);
+    set_watcher_pace(WatcherPace::Frugal);
+    wait_until("the frugal watcher's default slack", || slack() == default);
+    set_watcher_pace(WatcherPace::Balanced);
+    wait_until("the balanced watcher's least slack again", || slack() == 1);
     gate.open();
     runtime
         .block_on(task)

@@ -355,6 +355,10 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
             crate::observers::set_hook_panicking(panicking);
             format!("hook panicking: {panicking}")
         }
+        Op::Pace { pace } => {
+            cuda_host::points::set_watcher_pace(pace);
+            format!("watcher pace {pace:?}")
+        }
         Op::Retire => unreachable!("the runner retires workers itself"),
         Op::Timeline(ref op) => crate::timelines::execute(env, op),
         Op::Copy(ref op) => crate::copies::execute(env, op),

@@ -192,6 +192,11 @@ pub enum Op {
     Hook {
         panicking: bool,
     },
+    /// The stream-point watcher's pace (process-wide): spinning, sleeping between looks with
+    /// the least timer slack, or with the default one.
+    Pace {
+        pace: cuda_host::points::WatcherPace,
+    },
     /// The worker's thread exits (a fresh one takes its place): its records pass to any thread.
     Retire,
     /// A new stream of a fresh context held at a gate, a launch behind it, the stream dropped,
@@ -350,6 +355,12 @@ pub fn op() -> impl Strategy<Value = Op> {
         ]
         .prop_map(|mode| Op::Logger { mode }),
         1 => any::<bool>().prop_map(|panicking| Op::Hook { panicking }),
+        1 => prop_oneof![
+            Just(cuda_host::points::WatcherPace::Balanced),
+            Just(cuda_host::points::WatcherPace::Spinning),
+            Just(cuda_host::points::WatcherPace::Frugal),
+        ]
+        .prop_map(|pace| Op::Pace { pace }),
         1 => Just(Op::Retire),
         20 => crate::timelines::op().prop_map(Op::Timeline),
         6 => crate::copies::op().prop_map(Op::Copy),

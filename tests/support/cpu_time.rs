@@ -36,6 +36,24 @@ fn sum_over_threads<T: std::ops::Add<Output = T>>(
     total
 }
 
+/// The timer slack, in nanoseconds, of the thread of this process named `name` (summed over
+/// several, as the others: name one thread), as Linux keeps it (`timerslack_ns`); `None` where
+/// there is no such thread or file.
+pub fn thread_timer_slack(name: &str) -> Option<u64> {
+    // Kept under /proc/ID, not /proc/self/task/ID.
+    sum_over_threads(name, |path| {
+        std::fs::read_to_string(
+            std::path::Path::new("/proc")
+                .join(path.file_name()?)
+                .join("timerslack_ns"),
+        )
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+    })
+}
+
 /// The CPU time of the task at `path` (`/proc/self/task/ID`).
 fn task_cpu_time(path: &std::path::Path) -> Option<Duration> {
     if let Some(nanoseconds) = std::fs::read_to_string(path.join("schedstat"))

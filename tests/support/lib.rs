@@ -50,7 +50,7 @@ pub mod tally;
 pub mod wait;
 
 pub use child::{figure, in_child_process, run_in_child, runs_here_with_libcuda};
-pub use cpu_time::{started_thread_cpu_time, thread_cpu_time, thread_sleeps};
+pub use cpu_time::{started_thread_cpu_time, thread_cpu_time, thread_sleeps, thread_timer_slack};
 pub use exclusive::capture_lock;
 pub use memory::{Gate, MappedWords, hold_and_release};
 pub use selection::{

@@ -28,12 +28,6 @@ CUSW_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgra
     struct cusw_graph *g = NULL;
     if (rc == CUDA_SUCCESS && (g = cusw_handle_get((uintptr_t)hGraph, CUSW_KIND_GRAPH)) == NULL)
         rc = CUDA_ERROR_INVALID_VALUE;
-    /* A graph captured into by cuStreamBeginCaptureToGraph (or a recapture) is not instantiable
-     * until the capture ends, as documented there; the graph of an ordinary capture is ("all
-     * operations other than destroy and node removal", cuStreamGetCaptureInfo). The answer is
-     * not measured. */
-    if (rc == CUDA_SUCCESS && g->capture != NULL && !g->capture->owns_graph)
-        rc = CUDA_ERROR_ILLEGAL_STATE;
     if (rc == CUDA_SUCCESS)
         rc = cusw_exec_new(g, ctx, &x);
     if (rc == CUDA_SUCCESS)

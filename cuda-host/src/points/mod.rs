@@ -58,9 +58,10 @@
 //! **Who looks.** Released values are looked at by their own thread's drains (every cuda-host
 //! call that reclaims, and [`reclaim`](crate::reclaim)): they are dropped there, by the rule of
 //! launch records. Futures are looked at by one process-wide watcher thread (`watcher`), which
-//! spins while futures wait, looking every 5 µs, and parks once none has for 1 ms;
-//! [`stream_point`] refuses with [`Error::ThreadStart`] where that
-//! thread cannot be started.
+//! spins while futures wait and points pass, looking every 5 µs, then waits as its
+//! [`WatcherPace`] says ([`set_watcher_pace`]: by default it sleeps between looks once no point
+//! passed for 1 ms), and parks once no future has waited for 1 ms; [`stream_point`] refuses with
+//! [`Error::ThreadStart`] where that thread cannot be started.
 //!
 //! **Panics.** A logger is user code: every log call of a look, of the watcher and of a drain
 //! catches its panic. A look restores what it set (the track's "being looked at" flag, the
@@ -78,6 +79,7 @@
 mod future;
 mod release;
 
+pub use crate::tracks::watcher::WatcherPace;
 pub use future::{StreamPoint, stream_point};
 pub use release::{Unreleased, release_in_stream_order};
 
@@ -187,6 +189,9 @@ pub struct StreamPointCounts {
     /// How many times, since it started, the watcher rested between its looks at dropped
     /// timelines that streams may still read: each rest ends in one wake.
     pub watcher_rests: u64,
+    /// How many times, since it started, the watcher slept between two looks while futures or
+    /// host waits waited (never, at [`WatcherPace::Spinning`]).
+    pub watcher_sleeps: u64,
 }
 
 /// What stream points hold now (see [`StreamPointCounts`]).
@@ -198,7 +203,16 @@ pub(crate) fn stream_point_counts() -> StreamPointCounts {
         watcher_parked: watcher.parked,
         watcher_parks: watcher.parks,
         watcher_rests: watcher.rests,
+        watcher_sleeps: watcher.sleeps,
     }
+}
+
+/// Sets how the watcher thread waits while futures of stream points, or host waits of
+/// timelines, wait for points that have not passed: [`WatcherPace::Balanced`] (the default),
+/// [`WatcherPace::Spinning`] or [`WatcherPace::Frugal`]. Process-wide; takes effect at the
+/// watcher's next round.
+pub fn set_watcher_pace(pace: WatcherPace) {
+    watcher::set_pace(pace);
 }
 
 /// A track as the held records see it.

@@ -18,8 +18,11 @@
 //! waiters per round, where a thread querying events nonstop slowed the enqueuing thread by
 //! 1–2 µs an iteration on an H200): `benches/stream_points.rs` measures both. Once no point
 //! passed for `SPIN_FOR` (1 ms) while futures wait (long GPU work), it sleeps between rounds,
-//! in pauses growing to `LONGEST_PAUSE` (50 µs), so that a long wait costs a few percent of a
-//! core and is seen passed within about a pause and the timer's slack. Once no future has
+//! in pauses growing to `LONGEST_PAUSE` (60 µs), with its timer slack at the least the OS allows
+//! (a sleep of 50 µs with Linux's default slack, 50 µs, lasts about 100): a long wait costs
+//! about a tenth of a core and is seen passed within about a pause. [`WatcherPace`] lets the
+//! user choose spinning instead (a core while futures wait, the soonest wakes) or the OS's
+//! default slack (half the wakes, twice the latency). Once no future has
 //! waited for `LINGER` (1 ms), it parks and uses nothing (or, with only dropped timelines listed
 //! that streams may still read, rests until the next look one needs: `Due`); a registration
 //! that puts a track on the list finds it parked and unparks it (the idle-to-active transition
@@ -47,13 +50,16 @@ use crate::sync::lock;
 use crate::tracks::track::Track;
 use crate::tracks::waiters::Registration;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
 /// How often the thread looks while futures wait.
 const LOOK_EVERY: Duration = Duration::from_micros(5);
+/// How often it looks while futures wait at [`WatcherPace::Spinning`]: the user chose a core
+/// for the soonest wakes, and pays for the queries too.
+const LOOK_EVERY_SPINNING: Duration = Duration::from_micros(1);
 /// How long the thread goes on spinning once no future waits, before it parks: parking at once
 /// would make a caller that awaits a future every few microseconds (each passed soon after it
 /// was made) pay an unpark, a system call and a context switch, for each of them.
@@ -61,14 +67,87 @@ const LINGER: Duration = Duration::from_millis(1);
 /// How long the thread spins while futures wait and no point passed, before it sleeps between
 /// rounds.
 const SPIN_FOR: Duration = Duration::from_millis(1);
-/// The longest sleep between two rounds while futures wait.
-const LONGEST_PAUSE: Duration = Duration::from_micros(50);
+/// The longest sleep between two rounds while futures wait: a round and a sleep's wake cost
+/// the thread about 6 µs of CPU on an H100's host, so that a tenth of a core is spent.
+const LONGEST_PAUSE: Duration = Duration::from_micros(60);
+
+/// How the watcher waits while futures (and timelines' host waiters) wait for points that have
+/// not passed, set with [`set_watcher_pace`](crate::points::set_watcher_pace). Whatever the
+/// pace, the watcher spins while points pass and parks once nothing waits; measured costs are in
+/// `docs/PERFORMANCE.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum WatcherPace {
+    /// Once no point passed for 1 ms, sleeps between looks, in pauses growing to 60 µs, with the
+    /// thread's timer slack at its least: about a tenth of a core while a future waits, a wake
+    /// within about a pause of the point's passing.
+    #[default]
+    Balanced,
+    /// Looks every microsecond while anything waits, however long: a core's worth of the
+    /// thread's time (it spins between looks, without yielding) and its queries (one per stream waited on per
+    /// look, which slow threads enqueuing on those streams), for the soonest wakes after short
+    /// and long waits alike.
+    Spinning,
+    /// As [`Balanced`](WatcherPace::Balanced), with the OS's default timer slack (Linux: 50 µs),
+    /// which lengthens each pause by up to that much: about half the CPU time, twice the wake
+    /// latency after a long wait.
+    Frugal,
+}
+
+impl WatcherPace {
+    const ALL: [WatcherPace; 3] = [
+        WatcherPace::Balanced,
+        WatcherPace::Spinning,
+        WatcherPace::Frugal,
+    ];
+}
+
+/// The pace, as its index in [`WatcherPace::ALL`].
+static PACE: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the watcher's pace (`crate::points::set_watcher_pace` documents it).
+pub(crate) fn set_pace(pace: WatcherPace) {
+    let index = WatcherPace::ALL
+        .iter()
+        .position(|&each| each == pace)
+        .unwrap_or(0);
+    PACE.store(index as u8, Ordering::Relaxed);
+}
+
+/// The watcher's pace now.
+pub(crate) fn pace() -> WatcherPace {
+    WatcherPace::ALL
+        .get(usize::from(PACE.load(Ordering::Relaxed)))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Sets the calling thread's timer slack for `pace`: the least Linux allows (1 ns), or, for
+/// [`WatcherPace::Frugal`], the thread's default.
+#[cfg(target_os = "linux")]
+fn set_timer_slack(pace: WatcherPace) {
+    use std::ffi::{c_int, c_ulong};
+    unsafe extern "C" {
+        fn prctl(option: c_int, ...) -> c_int;
+    }
+    const PR_SET_TIMERSLACK: c_int = 29;
+    // 0 restores the thread's default.
+    let nanoseconds: c_ulong = if pace == WatcherPace::Frugal { 0 } else { 1 };
+    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long by value and changes only the calling
+    // thread's timer slack; it reads and writes none of this process's memory.
+    let _ = unsafe { prctl(PR_SET_TIMERSLACK, nanoseconds) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_timer_slack(_: WatcherPace) {}
 
 struct Watcher {
     listed: Mutex<Listed>,
     parks: AtomicU64,
     /// Rests between looks at dropped timelines, each ended by a look (or a registration).
     rests: AtomicU64,
+    /// Sleeps between looks while something waits.
+    sleeps: AtomicU64,
 }
 
 /// The tracks futures wait on, and the thread's state.
@@ -97,6 +176,7 @@ static WATCHER: Watcher = Watcher {
     }),
     parks: AtomicU64::new(0),
     rests: AtomicU64::new(0),
+    sleeps: AtomicU64::new(0),
 };
 
 /// The thread, started by the first registration.
@@ -226,6 +306,7 @@ pub(crate) fn counts() -> Counts {
         parked: listed.parked,
         parks: WATCHER.parks.load(Ordering::Relaxed),
         rests: WATCHER.rests.load(Ordering::Relaxed),
+        sleeps: WATCHER.sleeps.load(Ordering::Relaxed),
     }
 }
 
@@ -235,6 +316,7 @@ pub(crate) struct Counts {
     pub(crate) parked: bool,
     pub(crate) parks: u64,
     pub(crate) rests: u64,
+    pub(crate) sleeps: u64,
 }
 
 /// What the thread does after a round.
@@ -254,7 +336,13 @@ fn run() {
     let mut woken = Vec::new();
     let mut active = Instant::now();
     let mut progress = Instant::now();
+    let mut slack = None;
     loop {
+        let pace = pace();
+        if slack != Some(pace) {
+            set_timer_slack(pace);
+            slack = Some(pace);
+        }
         let round_began = Instant::now();
         let round = || {
             look_and_wake(
@@ -266,12 +354,21 @@ fn run() {
             )
         };
         match catch_unwind(AssertUnwindSafe(round)) {
+            // Spinning's pause is shorter than a yield, which costs the next look's lateness.
+            Ok(Next::Look(pause)) if pause <= LOOK_EVERY_SPINNING => {
+                while round_began.elapsed() < pause {
+                    std::hint::spin_loop();
+                }
+            }
             Ok(Next::Look(pause)) if pause <= LOOK_EVERY => {
                 while round_began.elapsed() < pause {
                     std::thread::yield_now();
                 }
             }
-            Ok(Next::Look(pause)) => std::thread::sleep(pause),
+            Ok(Next::Look(pause)) => {
+                WATCHER.sleeps.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(pause);
+            }
             Ok(Next::Park) => std::thread::park(),
             Ok(Next::Rest(pause)) => std::thread::park_timeout(pause),
             Err(payload) => {
@@ -353,7 +450,9 @@ fn look_and_wake(
         let next = if waiting || soon || !woken.is_empty() {
             *active = now;
             let quiet = now.duration_since(*progress);
-            Next::Look(if quiet < SPIN_FOR {
+            Next::Look(if pace() == WatcherPace::Spinning {
+                LOOK_EVERY_SPINNING
+            } else if quiet < SPIN_FOR {
                 LOOK_EVERY
             } else {
                 (quiet / 16).clamp(LOOK_EVERY * 2, LONGEST_PAUSE)
