@@ -267,7 +267,8 @@ struct GraphEntry {
     /// Its host nodes in the order `host_nodes` lists them; `None` when the harness cannot tell
     /// them (a builder's capture holding a node it does not know of).
     nodes: Option<Vec<Node>>,
-    /// Every callable it ever held, for an executable of a graph whose nodes are unknown.
+    /// Every callable it ever held but those a recapture let go, for an executable of a graph
+    /// whose nodes are unknown.
     every: Vec<Arc<Witness>>,
     /// For the graph of a capture that took launches of executables: those executables, whose
     /// callables it runs, kept alive while it and its executables live (past that, its runs
@@ -283,6 +284,8 @@ struct ExecEntry {
     context: Arc<ContextEntry>,
     /// Its nodes as its graph's were at the instantiation, or `None` (see [`GraphEntry`]).
     nodes: Option<Vec<Node>>,
+    /// Where its nodes are unknown, what a launch of it may run: its graph's at the
+    /// instantiation or at its latest update.
     every: Vec<Arc<Witness>>,
     /// The stream of its latest launch: the driver orders each launch behind the one before, on
     /// whichever stream.
@@ -818,7 +821,9 @@ fn foreign_recapture(
         let raw = entry.graph.as_raw();
         match replayable_in_foreign_capture(env, local, &on, mode, Some(raw), "second") {
             Some(((what, witness), graph)) => {
-                entry.every.extend(witness);
+                // What the graph holds now: the recapture let go of the first callable, which
+                // lives on only in the executable made before.
+                entry.every = witness.into_iter().collect();
                 Some((what, graph.is_some()))
             }
             None => None,
@@ -1422,10 +1427,16 @@ fn update(env: &Env, exec: u8, graph: u8) -> String {
             exec.name, graph.name
         ));
     }
-    // The nodes run the graph's callables from now on, which the executable keeps as it keeps
-    // those set on it before, for its launches in flight.
+    // The nodes run the graph's callables from now on: what a later launch may run. Those it
+    // ran before stay for its launches in flight, which noted them when they were made.
     took_effect("Update");
-    exec.every.extend(graph.every.iter().cloned());
+    exec.every = match &graph.nodes {
+        Some(nodes) => nodes
+            .iter()
+            .filter_map(|node| node.callable.clone())
+            .collect(),
+        None => graph.every.clone(),
+    };
     // Never itself, nor one that keeps it: a cycle of `Arc`s no drop would break.
     let kept = graph
         .keeps
