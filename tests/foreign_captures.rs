@@ -933,3 +933,92 @@ fn a_replayable_launch_that_fails_other_codes_recapture_is_dropped_once_and_leav
         live_user_objects() == objects
     });
 }
+
+/// What a recapture's callback got from cuda-host: the result of a replayable launch it made.
+static CALLBACKS_LAUNCH: Mutex<Vec<Result<(), String>>> = Mutex::new(Vec::new());
+
+/// A recapture's callback that makes a replayable launch on the stream its data names (not
+/// capturing), notes the answer and lets the node take its new parameters.
+unsafe extern "C" fn launches_on_another_stream(
+    data: *mut c_void,
+    _node: cuda_host_sys::CUgraphNode,
+    _original: *const cuda_host_sys::CUgraphNodeParams,
+    _recaptured: *const cuda_host_sys::CUgraphNodeParams,
+    _status: cuda_host_sys::CUgraphRecaptureStatus,
+) -> CUresult {
+    // SAFETY: begun with a leaked (stream, tally).
+    let (other, tally) = unsafe { &*data.cast::<(Stream, Arc<Tally>)>() };
+    let launched = replayable(other, tally).map_err(|error| format!("{error:?}"));
+    CALLBACKS_LAUNCH.lock().unwrap().push(launched);
+    CUresult::CUDA_SUCCESS
+}
+
+#[test]
+fn a_replayable_launch_from_a_recaptures_callback_is_refused_rather_than_waiting_for_itself() {
+    // Alone in a process: the callback's data is leaked, and the capture lock is process-wide.
+    suite::alone_in_child!(
+        a_replayable_launch_from_a_recaptures_callback_is_refused_rather_than_waiting_for_itself
+    );
+    const TEST: &str =
+        "a_replayable_launch_from_a_recaptures_callback_is_refused_rather_than_waiting_for_itself";
+    let context = context();
+    if lacks_recapture(&context, TEST) {
+        return;
+    }
+    let third = Tally::new();
+    let in_callback = Arc::clone(&third);
+    // The callback runs inside the driver's call that captures the changed node: under the lock
+    // cuda-host's replayable launch holds while it adds the node.
+    let returned = suite::wait::returns_within(Duration::from_secs(10), move || {
+        let context = suite::context();
+        let driver = context.driver();
+        let stream = new_stream(&context);
+        let (first, second) = (Tally::new(), Tally::new());
+        let capture = Capture::begin(
+            stream.as_raw(),
+            CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        );
+        replayable(&stream, &first).expect("added to the capture");
+        let graph = capture.end().expect("a graph");
+        let data: &'static (Stream, Arc<Tally>) =
+            Box::leak(Box::new((new_stream(&context), in_callback)));
+        // SAFETY: a live stream, not capturing, and a live graph; the callback's data lives for
+        // the process.
+        suite::ok("cuStreamBeginRecaptureToGraph", unsafe {
+            driver.cuStreamBeginRecaptureToGraph(
+                stream.as_raw(),
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+                graph.0,
+                Some(launches_on_another_stream),
+                std::ptr::from_ref(data).cast_mut().cast(),
+            )
+        });
+        replayable(&stream, &second).expect("added to the recapture");
+        let mut ended = std::ptr::null_mut();
+        // SAFETY: the recapture begun above, on this thread; a valid out-pointer.
+        let result = unsafe { driver.cuStreamEndCapture(stream.as_raw(), &mut ended) };
+        data.0.synchronize().expect("synchronize");
+        drop(graph);
+        cuda_host::reclaim();
+        result
+    });
+    assert_eq!(
+        returned,
+        Some(CUresult::CUDA_SUCCESS),
+        "the recapture with a callback that calls cuda-host never ended"
+    );
+    let answers = CALLBACKS_LAUNCH.lock().unwrap().clone();
+    assert_eq!(
+        answers.len(),
+        1,
+        "the callback was called once: {answers:?}"
+    );
+    assert!(
+        answers[0]
+            .as_ref()
+            .is_err_and(|error| error.contains("Reentered")),
+        "the callback's launch was not refused as a reentry: {answers:?}"
+    );
+    assert_eq!(third.runs(), 0, "the refused launch ran");
+    third.reclaim_until_dropped(1, "the refused launch's callable to be dropped");
+}

@@ -737,32 +737,48 @@ fn a_spinning_watcher_never_sleeps_while_a_future_waits_and_the_balanced_one_doe
         .expect("the point was passed");
 }
 
+/// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`).
+#[cfg(target_os = "linux")]
+fn set_own_timer_slack(nanoseconds: u64) {
+    use std::ffi::{c_int, c_ulong};
+    unsafe extern "C" {
+        fn prctl(option: c_int, ...) -> c_int;
+    }
+    // SAFETY: PR_SET_TIMERSLACK (29) takes one unsigned long by value and changes only the
+    // calling thread's slack.
+    let set = unsafe { prctl(29, nanoseconds as c_ulong) };
+    assert_eq!(set, 0, "PR_SET_TIMERSLACK");
+}
+
 #[cfg(target_os = "linux")]
 #[test]
-fn the_watchers_timer_slack_follows_its_pace() {
-    // Alone in a process: the pace is process-wide.
-    suite::alone_in_child!(the_watchers_timer_slack_follows_its_pace);
+fn the_watchers_timer_slack_follows_its_pace_whichever_thread_started_it() {
+    // Alone in a process: the pace is process-wide, and this thread must start the watcher.
+    suite::alone_in_child!(the_watchers_timer_slack_follows_its_pace_whichever_thread_started_it);
     let context = context();
-    let (_stream, runtime, gate, task) = a_future_waiting_behind_a_gate(&context);
-    let slack = || suite::thread_timer_slack("cuda-host-watch").expect("the watcher's timer slack");
-    // What a thread gets by default: the main thread's, which no one changed, as the watcher's
-    // was before it changed its own.
-    let default: u64 = std::fs::read_to_string("/proc/self/timerslack_ns")
-        .expect("the main thread's timer slack")
-        .trim()
-        .parse()
-        .expect("a number");
-    assert_ne!(default, 1, "the main thread's slack is not the default");
+    let stream = new_stream(&context);
+    let gate = Gate::new(&context);
+    gate.hold(&stream);
+    // A thread that saves power with a coarse slack starts the watcher, which inherits it.
+    set_own_timer_slack(20_000_000);
+    let mut point = stream_point(&stream).expect("a point");
+    assert!(poll_once(&mut point).is_pending(), "the point passed");
+    set_own_timer_slack(50_000);
+    let slack = || suite::thread_timer_slack("cuda-host-watch").expect("the watcher's slack");
     wait_until("the balanced watcher's least slack", || slack() == 1);
     set_watcher_pace(WatcherPace::Frugal);
-    wait_until("the frugal watcher's default slack", || slack() == default);
+    wait_until("the frugal watcher's slack, Linux's default", || {
+        slack() != 1
+    });
+    let frugal = slack();
     set_watcher_pace(WatcherPace::Balanced);
     wait_until("the balanced watcher's least slack again", || slack() == 1);
     gate.open();
-    runtime
-        .block_on(task)
-        .expect("the task")
-        .expect("the point was passed");
+    runtime().block_on(point).expect("the point passed");
+    assert_eq!(
+        frugal, 50_000,
+        "the frugal watcher's slack is not Linux's default of 50 µs"
+    );
 }
 
 /// A stream held by a gate, a tokio runtime, and a task awaiting a point of the stream, which

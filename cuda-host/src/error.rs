@@ -122,6 +122,19 @@ pub enum Error {
     )]
     ContextFailed,
 
+    /// A call that adds a node to a capture, or ends a builder capture, was made from code the
+    /// driver ran inside such a call of cuda-host's on the same thread (other code's recapture
+    /// callback, which the driver calls as a node is captured, CUDA 13.3): it would wait for
+    /// itself. Nothing was added; make the call once the driver's call returned.
+    #[error(
+        "{call} was called from code the driver ran while cuda-host added a node to a capture \
+         or ended one on this thread (a recapture's callback); it would wait for itself"
+    )]
+    Reentered {
+        /// The cuda-host function that was called.
+        call: &'static str,
+    },
+
     /// A thread cuda-host needs (the stream-point watcher, the polled engine's server) could
     /// not be started; nothing was enqueued. The next call that needs it tries again.
     #[error("cannot start cuda-host's thread {thread}: {reason}")]

@@ -210,9 +210,10 @@ impl<'stream> GraphBuilder<'stream> {
                     what: "an engine node's word, beyond the capture's reserved words",
                 });
             };
-            let _adding = capture_lock::adding();
-            let graph = match capture::capturing_graph(self.stream) {
-                Ok(graph) => graph,
+            let held = capture_lock::adding("GraphBuilder::callback")
+                .and_then(|adding| Ok((adding, capture::capturing_graph(self.stream)?)));
+            let (_adding, graph) = match held {
+                Ok(held) => held,
                 Err(error) => {
                     record.drop_soon();
                     shared.release_pinned_word(word);
@@ -236,7 +237,7 @@ impl<'stream> GraphBuilder<'stream> {
             return added;
         }
         // SAFETY: the stream's capture is this builder's, begun through cuda-host.
-        unsafe { capture::add_to_capture(self.stream, record) }
+        unsafe { capture::add_to_capture(self.stream, record, "GraphBuilder::callback") }
     }
 
     /// Adds a host node running a C function on every launch. With [`UserData::Copied`], the
@@ -258,13 +259,15 @@ impl<'stream> GraphBuilder<'stream> {
             let shared = Arc::clone(self.stream.shared_context());
             let record = GraphRecord::copied_bytes(shared, function, bytes);
             // SAFETY: as in `callback_named`.
-            return unsafe { capture::add_to_capture(self.stream, record) };
+            return unsafe {
+                capture::add_to_capture(self.stream, record, "GraphBuilder::callback_raw")
+            };
         }
         let pointer = match user_data {
             UserData::PassThrough(pointer) => pointer,
             _ => ptr::null_mut(),
         };
-        let _adding = capture_lock::adding();
+        let _adding = capture_lock::adding("GraphBuilder::callback_raw")?;
         capture::capturing_graph(self.stream)?;
         // SAFETY: the caller vouches for `function` and `pointer`; the stream captures, and its
         // capture (this builder's) does not end while `_adding` is held.
@@ -291,7 +294,7 @@ impl<'stream> GraphBuilder<'stream> {
     fn end_capture(&self) -> Result<CUgraph> {
         let mut graph = ptr::null_mut();
         // The graph's handle, which nodes being added use, is valid until the capture ends.
-        let _ending = capture_lock::ending();
+        let _ending = capture_lock::ending("GraphBuilder::end")?;
         self.stream.with_stream_context(|| {
             let driver = self.stream.context().driver();
             // SAFETY: the stream is capturing (begun by this builder, on this thread); `graph` is

@@ -89,12 +89,23 @@ pub(crate) fn capturing_graph(stream: &Stream) -> Result<CUgraph> {
 ///
 /// # Errors
 /// [`Error::CaptureNotActive`] when the stream is not capturing or its capture was invalidated;
-/// the driver's error otherwise.
+/// [`Error::Reentered`] inside such a call of this thread's (as `call`); the driver's error
+/// otherwise.
 ///
 /// # Safety
 /// A capture of `stream` that is no builder capture does not end during the call.
-pub(crate) unsafe fn add_to_capture(stream: &Stream, record: GraphRecord) -> Result<()> {
-    let adding = adding();
+pub(crate) unsafe fn add_to_capture(
+    stream: &Stream,
+    record: GraphRecord,
+    call: &'static str,
+) -> Result<()> {
+    let adding = match adding(call) {
+        Ok(adding) => adding,
+        Err(error) => {
+            record.drop_soon();
+            return Err(error);
+        }
+    };
     let graph = match capturing_graph(stream) {
         Ok(graph) => graph,
         Err(error) => {

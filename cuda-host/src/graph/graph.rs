@@ -75,6 +75,15 @@ impl Graph {
     }
 
     /// The driver's handle, valid while this `Graph` exists.
+    ///
+    /// Other code that uses it with the driver's API keeps what the graph owns as cuda-host
+    /// left it: it neither destroys the graph nor removes its nodes. It may recapture the graph
+    /// (`cuStreamBeginRecaptureToGraph`, CUDA 13.3), which lets go of the callables the graph
+    /// owns (they live on in the executables made before, for their launches) and leaves the
+    /// nodes running what the recapture captured; but the driver leaves the graph of a
+    /// recapture that failed undefined, with nodes the recapture did not reach still naming
+    /// callables it let go of: such a `Graph` may only be dropped, never instantiated, cloned,
+    /// listed or changed.
     pub fn as_raw(&self) -> CUgraph {
         self.raw
     }

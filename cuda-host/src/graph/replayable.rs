@@ -181,7 +181,7 @@ unsafe fn launch(
     // beginning and ending on the stream meanwhile get the live launch's refusal after two.
     let mut refused = None;
     for _ in 0..2 {
-        let adding = capture_lock::adding();
+        let adding = capture_lock::adding("host_launch_replayable")?;
         match capture::capture_of(stream)? {
             Capture::None => {
                 drop(adding);

@@ -88,8 +88,8 @@ pub enum WatcherPace {
     /// look, which slow threads enqueuing on those streams), for the soonest wakes after short
     /// and long waits alike.
     Spinning,
-    /// As [`Balanced`](WatcherPace::Balanced), with the OS's default timer slack (Linux: 50 µs),
-    /// which lengthens each pause by up to that much: about half the CPU time, twice the wake
+    /// As [`Balanced`](WatcherPace::Balanced), with Linux's default timer slack (50 µs, whichever
+    /// thread started the watcher), which lengthens each pause by up to that much: about half the CPU time, twice the wake
     /// latency after a long wait.
     Frugal,
 }
@@ -123,7 +123,7 @@ pub(crate) fn pace() -> WatcherPace {
 }
 
 /// Sets the calling thread's timer slack for `pace`: the least Linux allows (1 ns), or, for
-/// [`WatcherPace::Frugal`], the thread's default.
+/// [`WatcherPace::Frugal`], Linux's default (50 µs).
 #[cfg(target_os = "linux")]
 fn set_timer_slack(pace: WatcherPace) {
     use std::ffi::{c_int, c_ulong};
@@ -131,8 +131,9 @@ fn set_timer_slack(pace: WatcherPace) {
         fn prctl(option: c_int, ...) -> c_int;
     }
     const PR_SET_TIMERSLACK: c_int = 29;
-    // 0 restores the thread's default.
-    let nanoseconds: c_ulong = if pace == WatcherPace::Frugal { 0 } else { 1 };
+    // Linux's default, set as such: 0 would restore the slack of the thread that started this
+    // one (a user's thread, which may have raised its own).
+    let nanoseconds: c_ulong = if pace == WatcherPace::Frugal { 50_000 } else { 1 };
     // SAFETY: PR_SET_TIMERSLACK takes one unsigned long by value and changes only the calling
     // thread's timer slack; it reads and writes none of this process's memory.
     let _ = unsafe { prctl(PR_SET_TIMERSLACK, nanoseconds) };
