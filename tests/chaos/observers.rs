@@ -143,7 +143,15 @@ fn call_back() {
         );
         let probe = witness.probe();
         // SAFETY: no capture of the logger's stream is ever begun.
-        let _ = unsafe { cuda_host::graph::host_launch_replayable(stream, move || probe.ran()) };
+        let launched =
+            unsafe { cuda_host::graph::host_launch_replayable(stream, move || probe.ran()) };
+        // Only code the driver runs inside a node's addition may meet the capture lock held by
+        // its own thread; a log call made under it is held until it is released.
+        if let Err(error @ cuda_host::Error::Reentered { .. }) = launched {
+            crate::witness::violated(format!(
+                "a logger's replayable launch met the capture lock its own thread held: {error}"
+            ));
+        }
     }
 }
 
