@@ -686,7 +686,7 @@ fn the_watcher_sleeps_between_looks_while_a_future_waits_long() {
          held stream"
     ));
     // A spinning watcher sleeps never and uses the whole 300 ms; one that sleeps between looks
-    // sleeps in pauses of 60 µs (thousands in 300 ms) and uses the share a look and a timer sleep
+    // sleeps in pauses of 50 µs (thousands in 300 ms) and uses the share a look and a timer sleep
     // cost against them: about a quarter on the software driver, more under ThreadSanitizer's
     // instrumentation.
     assert!(

@@ -13,12 +13,12 @@
 //!
 //! **Pace.** While futures wait and points pass, the thread spins: a round every `LOOK_EVERY`
 //! (5 µs), yielding the core between rounds, so that a point is seen passed within a few
-//! microseconds of the stream passing it (a sleep of the OS timer takes 50 µs or more). The
-//! price is a core's worth of the thread's time, and the queries it makes (one per track with
-//! waiters per round, where a thread querying events nonstop slowed the enqueuing thread by
-//! 1–2 µs an iteration on an H200): `benches/stream_points.rs` measures both. Once no point
-//! passed for `SPIN_FOR` (1 ms) while futures wait (long GPU work), it sleeps between rounds,
-//! in pauses growing to `LONGEST_PAUSE` (60 µs), with its timer slack at the least the OS allows
+//! microseconds of the stream passing it (a short sleep with Linux's default timer slack takes
+//! 100 µs). The price is a core's worth of the thread's time, and the queries it makes (one per
+//! track with waiters per round, where a thread querying events nonstop slowed the enqueuing
+//! thread by 1–2 µs an iteration on an H200): `benches/stream_points.rs` measures both. Once no
+//! point passed for `SPIN_FOR` (1 ms) while futures wait (long GPU work), it sleeps between
+//! rounds, in pauses of `LONGEST_PAUSE` (50 µs), with its timer slack at the least the OS allows
 //! (a sleep of 50 µs with Linux's default slack, 50 µs, lasts about 100): a long wait costs
 //! about a tenth of a core and is seen passed within about a pause. [`WatcherPace`] lets the
 //! user choose spinning instead (a core while futures wait, the soonest wakes) or the OS's
@@ -68,8 +68,8 @@ const LINGER: Duration = Duration::from_millis(1);
 /// rounds.
 const SPIN_FOR: Duration = Duration::from_millis(1);
 /// The longest sleep between two rounds while futures wait: a round and a sleep's wake cost
-/// the thread about 6 µs of CPU on an H100's host, so that a tenth of a core is spent.
-const LONGEST_PAUSE: Duration = Duration::from_micros(60);
+/// the thread about 5 µs of CPU on an H100's host, about a tenth of a core at this pause.
+const LONGEST_PAUSE: Duration = Duration::from_micros(50);
 
 /// How the watcher waits while futures (and timelines' host waiters) wait for points that have
 /// not passed, set with [`set_watcher_pace`](crate::points::set_watcher_pace). Whatever the
@@ -78,13 +78,13 @@ const LONGEST_PAUSE: Duration = Duration::from_micros(60);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum WatcherPace {
-    /// Once no point passed for 1 ms, sleeps between looks, in pauses growing to 60 µs, with the
+    /// Once no point passed for 1 ms, sleeps between looks, in pauses of 50 µs, with the
     /// thread's timer slack at its least: about a tenth of a core while a future waits, a wake
     /// within about a pause of the point's passing.
     #[default]
     Balanced,
     /// Looks every microsecond while anything waits, however long: a core's worth of the
-    /// thread's time (it spins between looks, without yielding) and its queries (one per stream waited on per
+    /// thread's time (yielding between looks) and its queries (one per stream waited on per
     /// look, which slow threads enqueuing on those streams), for the soonest wakes after short
     /// and long waits alike.
     Spinning,
@@ -133,7 +133,11 @@ fn set_timer_slack(pace: WatcherPace) {
     const PR_SET_TIMERSLACK: c_int = 29;
     // Linux's default, set as such: 0 would restore the slack of the thread that started this
     // one (a user's thread, which may have raised its own).
-    let nanoseconds: c_ulong = if pace == WatcherPace::Frugal { 50_000 } else { 1 };
+    let nanoseconds: c_ulong = if pace == WatcherPace::Frugal {
+        50_000
+    } else {
+        1
+    };
     // SAFETY: PR_SET_TIMERSLACK takes one unsigned long by value and changes only the calling
     // thread's timer slack; it reads and writes none of this process's memory.
     let _ = unsafe { prctl(PR_SET_TIMERSLACK, nanoseconds) };
@@ -355,12 +359,6 @@ fn run() {
             )
         };
         match catch_unwind(AssertUnwindSafe(round)) {
-            // Spinning's pause is shorter than a yield, which costs the next look's lateness.
-            Ok(Next::Look(pause)) if pause <= LOOK_EVERY_SPINNING => {
-                while round_began.elapsed() < pause {
-                    std::hint::spin_loop();
-                }
-            }
             Ok(Next::Look(pause)) if pause <= LOOK_EVERY => {
                 while round_began.elapsed() < pause {
                     std::thread::yield_now();
