@@ -621,7 +621,7 @@ unsafe extern "C" fn count_changed(
     _recaptured: *const cuda_host_sys::CUgraphNodeParams,
     _status: cuda_host_sys::CUgraphRecaptureStatus,
 ) -> CUresult {
-    // SAFETY: begun with a leaked counter.
+    // SAFETY: begun with a counter that outlives the recapture.
     unsafe { &*data.cast::<AtomicUsize>() }.fetch_add(1, Ordering::SeqCst);
     CUresult::CUDA_SUCCESS
 }
@@ -636,15 +636,17 @@ fn recapture(
     during: impl FnOnce(),
 ) -> usize {
     let driver = stream.context().driver();
-    let changed: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
-    // SAFETY: a live stream, not capturing, and a live graph; the callback only counts.
+    // The callback runs only while the recapture lasts, within this call.
+    let changed = AtomicUsize::new(0);
+    // SAFETY: a live stream, not capturing, and a live graph; the callback only counts, into
+    // `changed`, which outlives the recapture.
     let began = unsafe {
         driver.cuStreamBeginRecaptureToGraph(
             stream.as_raw(),
             mode,
             graph.0,
             Some(count_changed),
-            std::ptr::from_ref(changed).cast_mut().cast(),
+            std::ptr::from_ref(&changed).cast_mut().cast(),
         )
     };
     suite::ok("cuStreamBeginRecaptureToGraph", began);
@@ -946,7 +948,7 @@ unsafe extern "C" fn launches_on_another_stream(
     _recaptured: *const cuda_host_sys::CUgraphNodeParams,
     _status: cuda_host_sys::CUgraphRecaptureStatus,
 ) -> CUresult {
-    // SAFETY: begun with a leaked (stream, tally).
+    // SAFETY: begun with a (stream, tally) that outlives the recapture.
     let (other, tally) = unsafe { &*data.cast::<(Stream, Arc<Tally>)>() };
     let launched = replayable(other, tally).map_err(|error| format!("{error:?}"));
     CALLBACKS_LAUNCH.lock().unwrap().push(launched);
@@ -955,7 +957,7 @@ unsafe extern "C" fn launches_on_another_stream(
 
 #[test]
 fn a_replayable_launch_from_a_recaptures_callback_is_refused_rather_than_waiting_for_itself() {
-    // Alone in a process: the callback's data is leaked, and the capture lock is process-wide.
+    // Alone in a process: the capture lock is process-wide.
     suite::alone_in_child!(
         a_replayable_launch_from_a_recaptures_callback_is_refused_rather_than_waiting_for_itself
     );
@@ -980,17 +982,17 @@ fn a_replayable_launch_from_a_recaptures_callback_is_refused_rather_than_waiting
         );
         replayable(&stream, &first).expect("added to the capture");
         let graph = capture.end().expect("a graph");
-        let data: &'static (Stream, Arc<Tally>) =
-            Box::leak(Box::new((new_stream(&context), in_callback)));
-        // SAFETY: a live stream, not capturing, and a live graph; the callback's data lives for
-        // the process.
+        // The callback runs only while the recapture lasts, within this closure.
+        let data = (new_stream(&context), in_callback);
+        // SAFETY: a live stream, not capturing, and a live graph; the callback's data outlives
+        // the recapture.
         suite::ok("cuStreamBeginRecaptureToGraph", unsafe {
             driver.cuStreamBeginRecaptureToGraph(
                 stream.as_raw(),
                 CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
                 graph.0,
                 Some(launches_on_another_stream),
-                std::ptr::from_ref(data).cast_mut().cast(),
+                std::ptr::from_ref(&data).cast_mut().cast(),
             )
         });
         replayable(&stream, &second).expect("added to the recapture");
