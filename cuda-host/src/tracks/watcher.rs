@@ -94,32 +94,21 @@ pub enum WatcherPace {
     Frugal,
 }
 
-impl WatcherPace {
-    const ALL: [WatcherPace; 3] = [
-        WatcherPace::Balanced,
-        WatcherPace::Spinning,
-        WatcherPace::Frugal,
-    ];
-}
-
-/// The pace, as its index in [`WatcherPace::ALL`].
-static PACE: AtomicU8 = AtomicU8::new(0);
+/// The pace, as its discriminant.
+static PACE: AtomicU8 = AtomicU8::new(WatcherPace::Balanced as u8);
 
 /// Sets the watcher's pace (`crate::points::set_watcher_pace` documents it).
 pub(crate) fn set_pace(pace: WatcherPace) {
-    let index = WatcherPace::ALL
-        .iter()
-        .position(|&each| each == pace)
-        .unwrap_or(0);
-    PACE.store(index as u8, Ordering::Relaxed);
+    PACE.store(pace as u8, Ordering::Relaxed);
 }
 
 /// The watcher's pace now.
 pub(crate) fn pace() -> WatcherPace {
-    WatcherPace::ALL
-        .get(usize::from(PACE.load(Ordering::Relaxed)))
-        .copied()
-        .unwrap_or_default()
+    match PACE.load(Ordering::Relaxed) {
+        value if value == WatcherPace::Spinning as u8 => WatcherPace::Spinning,
+        value if value == WatcherPace::Frugal as u8 => WatcherPace::Frugal,
+        _ => WatcherPace::Balanced,
+    }
 }
 
 /// Sets the calling thread's timer slack for `pace`: the least Linux allows (1 ns), or, for
