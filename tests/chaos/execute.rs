@@ -3,7 +3,7 @@
 //! is dropped at once on the calling thread, a synchronize leaves its thread's values on that
 //! stream run and dropped, a future completes only once its stream passed its point.
 
-use crate::plan::{CAPTURE_ENTRIES, ENTRIES, Mode, Op};
+use crate::plan::{CAPTURE_ENTRIES, DESTROYS, ENTRIES, Mode, Op};
 use crate::witness::{self, Passed, Witness, violated};
 use crate::workers::{ForeignCapture, Local, OpenBuilder};
 use crate::world::{
@@ -59,6 +59,12 @@ impl Env {
         if matches!(error, Error::ThreadStart { .. }) {
             return self.spawns_fail;
         }
+        if matches!(error, Error::DropFailed { .. })
+            && world.destroy_failures_armed.load(Ordering::SeqCst)
+        {
+            DROP_ERRORS.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
         let (changes, at_start) = STEP_START.with(Cell::get);
         world.faults_armed.load(Ordering::SeqCst)
             || at_start
@@ -79,6 +85,10 @@ impl Env {
         }
     }
 }
+
+/// Errors failed destroys left that calls returned: to operations, and at the ends of
+/// sequences.
+pub static DROP_ERRORS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 thread_local! {
     /// The captures as the running step began: how many had changed, and whether one was open
@@ -262,7 +272,16 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
         Op::FailBehindDroppedStream { context } => fail_behind_dropped_stream(env, context),
         Op::FailNext { entry, count } => {
             let entry = ENTRIES[usize::from(entry) % ENTRIES.len()];
-            world.faults_armed.store(true, Ordering::SeqCst);
+            if DESTROYS.contains(&entry) {
+                world.destroy_failures_armed.store(true, Ordering::SeqCst);
+                if entry == c"cuStreamDestroy_v2" {
+                    world
+                        .stream_destroy_failures
+                        .fetch_add(u64::from(count), Ordering::SeqCst);
+                }
+            } else {
+                world.faults_armed.store(true, Ordering::SeqCst);
+            }
             env.controls.fail_next_calls_any_thread(
                 entry,
                 u32::from(count),

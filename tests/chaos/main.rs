@@ -221,10 +221,11 @@ fn print_figures(figures: &Figures) {
     .sum();
     let panics = figures.panics;
     println!(
-        "chaos: faults injected: {faults} (failed contexts, failed and delayed driver calls, \
-         captures of other code); panics injected in runs, drops, hooks and loggers: {panics}; \
-         drops that called reclaim back: {}",
-        witness::RECLAIMS_IN_DROPS.load(std::sync::atomic::Ordering::Relaxed)
+        "chaos: faults injected: {faults} (failed contexts, failed and delayed driver calls and \
+         destroys, captures of other code); panics injected in runs, drops, hooks and loggers: {panics}; \
+         drops that called reclaim back: {}; errors of failed destroys returned: {}",
+        witness::RECLAIMS_IN_DROPS.load(std::sync::atomic::Ordering::Relaxed),
+        execute::DROP_ERRORS.load(std::sync::atomic::Ordering::Relaxed)
     );
 }
 

@@ -24,6 +24,9 @@ static UNFOLLOWED: AtomicU64 = AtomicU64::new(0);
 /// How such a warning begins.
 const UNFOLLOWED_WARNING: &str = "no point after a stream's points nothing records";
 
+/// What an error a `Drop` left for its context's next call says (`Error::DropFailed`).
+const DROP_ERROR: &str = "failed earlier:";
+
 /// The warnings counted in [`UNFOLLOWED`] since the last call.
 pub fn take_unfollowed() -> u64 {
     UNFOLLOWED.swap(0, Ordering::SeqCst)
@@ -44,10 +47,19 @@ impl log::Log for ChaosLogger {
 
     fn log(&self, record: &log::Record<'_>) {
         RECORDS.fetch_add(1, Ordering::Relaxed);
-        if record.level() == log::Level::Warn
-            && record.args().to_string().starts_with(UNFOLLOWED_WARNING)
-        {
-            UNFOLLOWED.fetch_add(1, Ordering::SeqCst);
+        if record.level() == log::Level::Warn {
+            let text = record.args().to_string();
+            if text.starts_with(UNFOLLOWED_WARNING) {
+                UNFOLLOWED.fetch_add(1, Ordering::SeqCst);
+                // The mark leaves such an error for the context's next call: it never fails
+                // for one.
+                if text.contains(DROP_ERROR) {
+                    crate::witness::violated(format!(
+                        "a point nothing records was left unfollowed for an error a drop left: \
+                         {text}"
+                    ));
+                }
+            }
         }
         if std::env::var_os("CHAOS_LOG").is_some() {
             eprintln!("[{}] {}", record.level(), record.args());

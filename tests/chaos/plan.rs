@@ -15,7 +15,7 @@ pub struct Step {
 }
 
 /// A driver entry point cuda-host calls, for failures, delays and captures begun at a call.
-pub const ENTRIES: [&std::ffi::CStr; 19] = [
+pub const ENTRIES: [&std::ffi::CStr; 22] = [
     c"cuLaunchHostFunc",
     c"cuEventRecord",
     c"cuEventQuery",
@@ -35,6 +35,19 @@ pub const ENTRIES: [&std::ffi::CStr; 19] = [
     c"cuStreamGetCaptureInfo_v3",
     c"cuGraphLaunch",
     c"cuGraphExecHostNodeSetParams",
+    c"cuStreamDestroy_v2",
+    c"cuEventDestroy_v2",
+    c"cuMemFreeHost",
+];
+
+/// The destroys among [`ENTRIES`]. A failed one leaves its object alive and, where a `Drop`
+/// made it, an error for the context's next call (`Error::DropFailed`): the failure of no other
+/// call. A graph's or an executable's destroy is not among them: one that fails keeps the
+/// callables it holds for good, which the harness could not tell from a leak.
+pub const DESTROYS: [&std::ffi::CStr; 3] = [
+    c"cuStreamDestroy_v2",
+    c"cuEventDestroy_v2",
+    c"cuMemFreeHost",
 ];
 
 /// Entry points whose next call a capture may begin at: those a worker's own step makes on the

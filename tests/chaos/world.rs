@@ -303,6 +303,11 @@ pub struct World {
     next_name: AtomicU64,
     /// Whether driver failures are armed now (a refused operation is then no violation).
     pub faults_armed: AtomicBool,
+    /// Whether failures of destroys were armed ([`crate::plan::DESTROYS`]): an operation may
+    /// then be refused with the error a `Drop` left for the context's next call.
+    pub destroy_failures_armed: AtomicBool,
+    /// How many failures of `cuStreamDestroy_v2` were armed: as many streams may stay alive.
+    pub stream_destroy_failures: AtomicU64,
     /// Whether a capture begun at a driver call may be going on (armed and not seen ended).
     pub capture_armed: AtomicBool,
     /// The stream a capture is armed to begin on at a driver call, until the runner ended it.
@@ -329,6 +334,8 @@ impl World {
             points: Mutex::new(Vec::new()),
             next_name: AtomicU64::new(0),
             faults_armed: AtomicBool::new(false),
+            destroy_failures_armed: AtomicBool::new(false),
+            stream_destroy_failures: AtomicU64::new(0),
             capture_armed: AtomicBool::new(false),
             armed: Mutex::new(None),
             captures_open: AtomicUsize::new(0),
