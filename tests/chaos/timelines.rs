@@ -121,11 +121,14 @@ pub enum TimelineOp {
     /// thread (whose drop names that thread's per-thread stream), so once the worker exited only
     /// the point it marks as it exits shows the wait passed.
     /// With `exits`, on a thread of the step's own that then exits, its next records failing as
-    /// many times as it says (the first tries of the point its exit marks).
+    /// many times as it says (the first tries of the point its exit marks); with `drop_error`,
+    /// that thread also drops a stream of the context whose destroy fails just before it exits,
+    /// so that the exit marks its point while the error waits for the context's next call.
     UnmarkedOnOwnStream {
         timeline: u8,
         ahead: Ahead,
         exits: Option<u8>,
+        drop_error: bool,
     },
     /// Narrow timelines (8 to 24 as `count` says) of the context at `context`, each dropped in
     /// turn while two new streams, each held at a gate, have yet to pass its waits 2^31 apart:
@@ -223,9 +226,14 @@ pub fn op() -> impl Strategy<Value = TimelineOp> {
         3 => (index(), index(), ahead()).prop_map(|(timeline, stream, ahead)| {
             TimelineOp::StreamSignal { timeline, stream, ahead }
         }),
-        2 => (index(), ahead(), prop::option::of(0..3u8)).prop_map(|(timeline, ahead, exits)| {
-            TimelineOp::UnmarkedOnOwnStream { timeline, ahead, exits }
-        }),
+        2 => (index(), ahead(), prop::option::of(0..3u8), any::<bool>()).prop_map(
+            |(timeline, ahead, exits, drop_error)| TimelineOp::UnmarkedOnOwnStream {
+                timeline,
+                ahead,
+                exits,
+                drop_error,
+            }
+        ),
         5 => (index(), ahead()).prop_map(|(timeline, ahead)| TimelineOp::HostSignal { timeline, ahead }),
         1 => index().prop_map(|timeline| TimelineOp::Read { timeline }),
         2 => (index(), ahead(), 0..2000u16).prop_map(|(timeline, ahead, micros)| {
@@ -681,7 +689,8 @@ pub fn execute(env: &Env, op: &TimelineOp) -> String {
             timeline: index,
             ahead,
             exits,
-        } => unmarked_on_own_stream(env, index, ahead, exits),
+            drop_error,
+        } => unmarked_on_own_stream(env, index, ahead, exits, drop_error),
     };
     check_all();
     outcome
@@ -821,7 +830,13 @@ fn wait_on(
 
 /// The worker's own per-thread stream of the timeline's context waits, its point one nothing
 /// records: see [`TimelineOp::UnmarkedOnOwnStream`].
-fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, exits: Option<u8>) -> String {
+fn unmarked_on_own_stream(
+    env: &Env,
+    index: u8,
+    ahead: Ahead,
+    exits: Option<u8>,
+    drop_error: bool,
+) -> String {
     let Some(entry) = timeline(index) else {
         return "no timeline".to_owned();
     };
@@ -874,17 +889,47 @@ fn unmarked_on_own_stream(env: &Env, index: u8, ahead: Ahead, exits: Option<u8>)
                     u32::from(failures),
                     CUresult::CUDA_ERROR_OUT_OF_MEMORY,
                 );
-                outcome
+                let left = drop_error && leave_drop_error(env, &context);
+                (outcome, left)
             })
             .join()
     });
     match outcome {
-        Ok(outcome) => format!(
-            "on {name} of a thread that then exited, its next {failures} records failing, its \
-             point failing: {outcome}"
+        Ok((outcome, left)) => format!(
+            "on {name} of a thread that then exited{}, its next {failures} records failing, \
+             its point failing: {outcome}",
+            if left {
+                " with a failed destroy's error waiting"
+            } else {
+                ""
+            }
         ),
         Err(panic) => std::panic::resume_unwind(panic),
     }
+}
+
+/// Drops a new stream of `context` whose destroy fails, on this thread: the error waits for the
+/// context's next call, and the stream stays. Whether the destroy was made here and failed.
+fn leave_drop_error(env: &Env, context: &ContextEntry) -> bool {
+    let Ok(stream) = Stream::new(&context.context, StreamFlags::NonBlocking) else {
+        return false;
+    };
+    let world = &env.world;
+    world.destroy_failures_armed.store(true, Ordering::SeqCst);
+    world.stream_destroy_failures.fetch_add(1, Ordering::SeqCst);
+    let entry = c"cuStreamDestroy_v2";
+    env.controls
+        .fail_next_calls(entry, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    drop(stream);
+    let left = env
+        .controls
+        .inner()
+        .armed_failures(entry)
+        .is_ok_and(|left| left == 0);
+    // Disarmed where the destroy was deferred to another thread.
+    env.controls
+        .fail_next_calls(entry, 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+    left
 }
 
 fn wait_on_stream(
