@@ -16,3 +16,6 @@ extern "C" __global__ void spin_ns(unsigned long long ns) {
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
 }
 extern "C" __global__ void empty_kernel() {}
+extern "C" __global__ void bump_counter(unsigned long long address) {
+    *(volatile unsigned int *)address += 1;
+}

@@ -25,6 +25,9 @@ pub struct Kernels<'driver> {
     pub spin_ns: CUfunction,
     /// `empty_kernel()`.
     pub empty_kernel: CUfunction,
+    /// `bump_counter(unsigned long long address)`: adds 1 to the 32-bit word at `address` (one
+    /// thread; not atomic, so launches that may overlap must not share a word).
+    pub bump_counter: CUfunction,
 }
 
 impl<'driver> Kernels<'driver> {
@@ -55,6 +58,7 @@ impl<'driver> Kernels<'driver> {
             store_to_address: function(c"store_to_address")?,
             spin_ns: function(c"spin_ns")?,
             empty_kernel: function(c"empty_kernel")?,
+            bump_counter: function(c"bump_counter")?,
         })
     }
 

@@ -6,16 +6,20 @@
 //! kernels alone; the target for the engine's node is 3 µs. Beside them, the engine's graph as
 //! the driver instantiates it from the raw graph, where the node is its bare batch (a write and
 //! a wait the write satisfies, served by no one): what a batch node in a graph costs by itself.
-//! Run alone: `cargo bench --bench stream_points -- --graphs`. Without kernels (the software
-//! driver) the graphs hold the host node alone.
+//! And what users do without host nodes: the kernels with a third between them that adds 1 to
+//! a counter in pinned, mapped host memory, which a thread of the host polls (spinning a core),
+//! running the host work once for each step it sees; timed until the stream drained and the
+//! poller saw every replay.
+//! Run alone: `cargo bench --bench stream_points -- --graphs`. On the software driver the kernels
+//! are stand-ins: the empty ones do nothing, the counter's adds 1.
 
 use crate::{Bench, median};
-use cuda_host::sys::CUgraphExec;
+use cuda_host::sys::{CUdeviceptr, CUgraphExec};
 use cuda_host::{
     Stream, graph::CaptureMode, graph::Graph, graph::GraphBuilder, graph::GraphExec,
     options::HostEngine,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -33,6 +37,8 @@ enum Node {
     Engine,
     /// The engine's graph as the driver instantiates it: its node waits for nothing.
     BareBatch,
+    /// No host node: a kernel bumps a counter that a thread of the host polls.
+    Counter,
 }
 
 impl Node {
@@ -42,6 +48,7 @@ impl Node {
             Node::Driver => "kernel + driver host node + kernel graph",
             Node::Engine => "kernel + engine host node + kernel graph",
             Node::BareBatch => "kernel + bare batch node + kernel graph",
+            Node::Counter => "kernel + counter kernel + kernel, host polls",
         }
     }
 }
@@ -62,8 +69,9 @@ fn kernel(bench: &Bench<'_>, stream: &Stream) -> Result<(), String> {
     Ok(())
 }
 
-/// The executable of kernel + `node` + kernel, captured from the bench's stream.
-fn executable(bench: &Bench<'_>, node: Node) -> Result<Executable, String> {
+/// The executable of kernel + `node` + kernel, captured from the bench's stream; the counter's
+/// kernel bumps the word at `counter`.
+fn executable(bench: &Bench<'_>, node: Node, counter: CUdeviceptr) -> Result<Executable, String> {
     let engine = match node {
         Node::Engine | Node::BareBatch => HostEngine::Polled,
         _ => HostEngine::Driver,
@@ -71,8 +79,25 @@ fn executable(bench: &Bench<'_>, node: Node) -> Result<Executable, String> {
     let builder = GraphBuilder::begin_with_engine(&bench.stream, CaptureMode::Global, engine)
         .map_err(|e| e.to_string())?;
     kernel(bench, builder.stream())?;
-    if !matches!(node, Node::None) {
-        builder.callback(host_work).map_err(|e| e.to_string())?;
+    match node {
+        Node::None => {}
+        Node::Counter => {
+            let kernels = bench.kernels.as_ref().ok_or("the counter needs kernels")?;
+            let mut address = counter;
+            // SAFETY: `bump_counter` takes the word's address, which outlives every replay (the
+            // bench's pool is never freed).
+            unsafe {
+                kernels.launch(
+                    kernels.bump_counter,
+                    1,
+                    1,
+                    builder.stream().as_raw(),
+                    &mut [(&raw mut address).cast()],
+                )
+            }
+            .map_err(|e| e.to_string())?;
+        }
+        _ => builder.callback(host_work).map_err(|e| e.to_string())?,
     }
     kernel(bench, builder.stream())?;
     let graph = builder.end().map_err(|e| e.to_string())?;
@@ -97,12 +122,60 @@ fn executable(bench: &Bench<'_>, node: Node) -> Result<Executable, String> {
 }
 
 /// µs per replay of `executable`, `replays` times on the bench's stream: until the stream
-/// drained, and until the last launch returned (what the launching thread took).
+/// drained, and until the last launch returned (what the launching thread took). With
+/// `counter`, until a thread of the host also saw the counter's word step `replays` times.
 fn per_replay(
     bench: &Bench<'_>,
     executable: &Executable,
     replays: usize,
+    counter: Option<&suite::MappedWords>,
 ) -> Result<(f64, f64), String> {
+    let failed = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let poller = counter.map(|counter| {
+            let from = counter.get(0);
+            let failed = &failed;
+            scope.spawn(move || poll(counter, from, replays, failed))
+        });
+        let timed = launches(bench, executable, replays);
+        failed.store(timed.is_err(), Ordering::Relaxed);
+        let polled = poller.map(|poller| poller.join().expect("the poller does not panic"));
+        let (enqueued, drained) = timed?;
+        let per = |time: std::time::Duration| time.as_secs_f64() * 1e6 / replays as f64;
+        let done = polled.map_or(drained, |seen| seen.max(drained));
+        Ok((per(done), per(enqueued)))
+    })
+}
+
+/// Spins on the counter's word until it stepped `replays` times from `from` (or the launches
+/// `failed`), running the host's work once a step: the instant it saw the last, from its start.
+fn poll(
+    counter: &suite::MappedWords,
+    from: u32,
+    replays: usize,
+    failed: &AtomicBool,
+) -> std::time::Duration {
+    let start = Instant::now();
+    let mut seen = from;
+    let target = from.wrapping_add(replays as u32);
+    while seen != target && !failed.load(Ordering::Relaxed) {
+        let now = counter.get(0);
+        while seen != now {
+            host_work();
+            seen = seen.wrapping_add(1);
+        }
+        std::hint::spin_loop();
+    }
+    start.elapsed()
+}
+
+/// Launches `executable` `replays` times: the time the launches took, and until the stream
+/// drained.
+fn launches(
+    bench: &Bench<'_>,
+    executable: &Executable,
+    replays: usize,
+) -> Result<(std::time::Duration, std::time::Duration), String> {
     let start = Instant::now();
     for _ in 0..replays {
         match executable {
@@ -121,21 +194,25 @@ fn per_replay(
     }
     let enqueued = start.elapsed();
     bench.stream.synchronize().map_err(|e| e.to_string())?;
-    let per = |time: std::time::Duration| time.as_secs_f64() * 1e6 / replays as f64;
-    Ok((per(start.elapsed()), per(enqueued)))
+    Ok((enqueued, start.elapsed()))
 }
 
 pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
     let (replays, rounds) = if quick { (2_000, 3) } else { (20_000, 7) };
-    let nodes = [Node::None, Node::Driver, Node::Engine, Node::BareBatch];
+    let mut nodes = vec![Node::None, Node::Driver, Node::Engine, Node::BareBatch];
+    if bench.kernels.is_some() {
+        nodes.push(Node::Counter);
+    }
+    let counter = suite::MappedWords::new(bench.stream.context(), 1);
     let executables = nodes
         .iter()
-        .map(|&node| executable(bench, node))
+        .map(|&node| executable(bench, node, counter.device_address(0)))
         .collect::<Result<Vec<_>, _>>()?;
+    let polled = |node: Node| matches!(node, Node::Counter).then_some(&counter);
     println!("\ngraph replays: {replays} replays a round, {rounds} rounds");
     // Warm: the first replays of an executable upload it.
-    for executable in &executables {
-        per_replay(bench, executable, 100)?;
+    for (node, executable) in nodes.iter().zip(&executables) {
+        per_replay(bench, executable, 100, polled(*node))?;
     }
     RUNS.store(0, Ordering::Relaxed);
     let mut times = vec![Vec::with_capacity(rounds); nodes.len()];
@@ -143,12 +220,14 @@ pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
     for round in 0..rounds {
         for offset in 0..nodes.len() {
             let index = (round + offset) % nodes.len();
-            let (time, enqueue) = per_replay(bench, &executables[index], replays)?;
+            let (time, enqueue) =
+                per_replay(bench, &executables[index], replays, polled(nodes[index]))?;
             times[index].push(time);
             enqueues[index].push(enqueue);
         }
     }
-    let expected = (2 * replays * rounds) as u64;
+    let hosts = nodes.len() as u64 - 2;
+    let expected = hosts * (replays * rounds) as u64;
     let ran = RUNS.load(Ordering::Relaxed);
     if ran != expected {
         return Err(format!("graph host nodes ran {ran} times, not {expected}"));
@@ -174,6 +253,14 @@ pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
         driver / engine,
         engine / bare
     );
+    if nodes.len() > 4 {
+        let counter = medians[4] - medians[0];
+        println!(
+            "the counter kernel, polled by a spinning thread, over the kernels alone: \
+             {counter:.3} µs; the engine's node / the counter {:.2}x",
+            engine / counter
+        );
+    }
     for executable in executables {
         if let Executable::Raw(raw, graph) = executable {
             // SAFETY: made above, destroyed once; the stream drained.

@@ -107,6 +107,7 @@ pub fn register_stand_ins() {
         register(c"store_to_address", store_to_address);
         register(c"spin_ns", spin_ns);
         register(c"empty_kernel", |_| Ok(()));
+        register(c"bump_counter", bump_counter);
     });
 }
 
@@ -175,6 +176,19 @@ fn store_to_address(launch: &KernelLaunch) -> Result<(), CUresult> {
     }
     // SAFETY: the kernel's contract: a valid, aligned word of device memory.
     unsafe { (address as usize as *mut u32).write_volatile(value) };
+    Ok(())
+}
+
+/// Adds 1 to the word at an address.
+fn bump_counter(launch: &KernelLaunch) -> Result<(), CUresult> {
+    let address = argument::<u64>(launch, 0)?;
+    if address < 0x1_0000 {
+        return Err(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    }
+    // SAFETY: the kernel's contract: a valid, aligned word of device memory, which the host may
+    // read meanwhile (through atomics: `MappedWords`).
+    unsafe { std::sync::atomic::AtomicU32::from_ptr(address as usize as *mut u32) }
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
 
