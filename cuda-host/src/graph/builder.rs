@@ -280,7 +280,9 @@ impl<'stream> GraphBuilder<'stream> {
     ///
     /// # Errors
     /// The driver's error from `cuStreamEndCapture` (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`
-    /// when a forbidden call broke the capture).
+    /// when a forbidden call broke the capture). An error an earlier `Drop` left
+    /// ([`Error::DropFailed`](crate::Error::DropFailed)) is not returned here, where it would
+    /// cost the capture: it waits for the context's next call.
     #[doc(alias = "cuStreamEndCapture")]
     pub fn end(mut self) -> Result<Graph> {
         ensure_outside_host_function("GraphBuilder::end")?;
@@ -295,7 +297,9 @@ impl<'stream> GraphBuilder<'stream> {
         let mut graph = ptr::null_mut();
         // The graph's handle, which nodes being added use, is valid until the capture ends.
         let _ending = capture_lock::ending("GraphBuilder::end")?;
-        self.stream.with_stream_context(|| {
+        // An error an earlier drop left is no reason to keep the capture open: it waits for the
+        // context's next call.
+        self.stream.in_stream_context(|| {
             let driver = self.stream.context().driver();
             // SAFETY: the stream is capturing (begun by this builder, on this thread); `graph` is
             // a valid out-pointer.
@@ -312,7 +316,7 @@ impl Drop for GraphBuilder<'_> {
         }
         // Ends the capture (when `end` failed, if it is still open) so the stream is usable
         // again, and discards the graph (with the references it holds to callables).
-        let capturing = self.stream.with_stream_context(|| {
+        let capturing = self.stream.in_stream_context(|| {
             capture_state(self.stream.context().driver(), self.stream.as_raw())
         });
         if matches!(capturing, Ok(None)) {

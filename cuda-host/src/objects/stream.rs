@@ -278,10 +278,16 @@ impl Stream {
     /// the current context, their context is made current for the call (and what was current
     /// restored).
     pub(crate) fn with_stream_context<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
-        let shared = self.shared_context();
-        shared.take_drop_error()?;
+        self.shared_context().take_drop_error()?;
+        self.in_stream_context(call)
+    }
+
+    /// As [`with_stream_context`](Self::with_stream_context), leaving the context's deferred
+    /// drop errors for its next call: for what cuda-host calls on its own account (a `Drop`, a
+    /// mark), whose caller would never see them.
+    pub(crate) fn in_stream_context<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
         if self.ownership == Ownership::Special {
-            shared.with_current(call)
+            self.shared_context().with_current(call)
         } else {
             call()
         }
@@ -446,13 +452,7 @@ impl Stream {
         };
         let mut marked = Ok(());
         for _ in 0..TRIES {
-            marked = holding_logs(|| {
-                if self.ownership == Ownership::Special {
-                    shared.with_current(mark)
-                } else {
-                    mark()
-                }
-            });
+            marked = holding_logs(|| self.in_stream_context(mark));
             match &marked {
                 Err(error) if !final_failure(error) => {}
                 _ => break,
@@ -535,7 +535,7 @@ impl Drop for Stream {
                 return;
             }
             let shared = self.context.shared();
-            let watched = self.with_stream_context(|| {
+            let watched = self.in_stream_context(|| {
                 watch_stream(shared, self.raw);
                 Ok(())
             });
