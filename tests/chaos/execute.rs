@@ -270,6 +270,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
         Op::BuilderEnd { builder, launch_on } => builder_end(env, local, builder, launch_on),
         Op::Fail { context } => fail(env, context),
         Op::FailBehindDroppedStream { context } => fail_behind_dropped_stream(env, context),
+        Op::DropErrorKept { between } => crate::drop_errors::kept(env, between),
         Op::FailNext { entry, count } => {
             let entry = ENTRIES[usize::from(entry) % ENTRIES.len()];
             if DESTROYS.contains(&entry) {

@@ -27,6 +27,7 @@
 
 mod contended;
 mod copies;
+mod drop_errors;
 mod execute;
 mod finish;
 mod graphs;
@@ -213,6 +214,7 @@ fn print_figures(figures: &Figures) {
         "Fail",
         "FailNext",
         "DelayNext",
+        "DropErrorKept",
         "ForeignBegin",
         "CaptureAtNextCall",
     ]

@@ -217,6 +217,11 @@ pub enum Op {
     FailBehindDroppedStream {
         context: u8,
     },
+    /// An error a failed destroy left, cuda-host's own work on the context, then the next call,
+    /// which must answer it (`drop_errors`).
+    DropErrorKept {
+        between: u8,
+    },
     // ---- Families ----
     Timeline(crate::timelines::TimelineOp),
     Copy(crate::copies::CopyOp),
@@ -315,6 +320,7 @@ pub fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(context, legacy)| Op::SpecialStream { context, legacy }),
         1 => index().prop_map(|index| Op::DropStream { index }),
         1 => index().prop_map(|context| Op::FailBehindDroppedStream { context }),
+        1 => index().prop_map(|between| Op::DropErrorKept { between }),
         12 => (index(), rarely(), rarely()).prop_map(|(stream, panic_in_run, panic_in_drop)| {
             Op::Launch { stream, panic_in_run, panic_in_drop }
         }),
