@@ -45,7 +45,9 @@ pub enum Error {
     },
 
     /// Destroying an object failed earlier, in a `Drop`, where the error could not be returned;
-    /// it is returned by the next call on the same context.
+    /// it is returned by the next call on the same context value or a clone of it (another
+    /// value of the same context, such as a second [`Context::primary`](crate::Context::primary),
+    /// keeps errors of its own), never taken by what cuda-host calls on its own account.
     #[error("destroying the {object} failed earlier: {source}")]
     DropFailed {
         /// What was being destroyed: `"stream"`, `"event"`, ...

@@ -274,7 +274,10 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
         Op::FailNext { entry, count } => {
             let entry = ENTRIES[usize::from(entry) % ENTRIES.len()];
             if DESTROYS.contains(&entry) {
-                world.destroy_failures_armed.store(true, Ordering::SeqCst);
+                // A failed free of pinned memory is only logged: no error waits for a call.
+                if entry != c"cuMemFreeHost" {
+                    world.destroy_failures_armed.store(true, Ordering::SeqCst);
+                }
                 if entry == c"cuStreamDestroy_v2" {
                     world
                         .stream_destroy_failures

@@ -303,8 +303,9 @@ impl Stream {
     ///
     /// # Errors
     /// [`Error::InHostFunction`] inside a host function (waiting
-    /// there deadlocks), or the driver's error from `cuStreamSynchronize`, which also reports an
-    /// earlier asynchronous failure of the context.
+    /// there deadlocks), an error an earlier `Drop` left ([`Error::DropFailed`], returned before
+    /// waiting unless it is the context's failure), or the driver's error from
+    /// `cuStreamSynchronize`, which also reports an earlier asynchronous failure of the context.
     #[doc(alias = "cuStreamSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Stream::synchronize")?;
