@@ -41,9 +41,21 @@ fn the_next_call_answers_a_drop_error() {
     next_call_answers_drop_error(&context).unwrap();
 }
 
-/// The `Drop` of a per-thread stream value that launched a host function watches the stream for
-/// its context's failure in the stream's context, leaving a waiting drop error for the next
-/// call.
+/// A launch on `stream`, then a drop error, then the value's drop: the next call on `context`
+/// answers the error. (The drop of a launched special or borrowed value watches the stream for
+/// its context's failure, in the stream's context.)
+fn launched_value_leaves_the_error(
+    controls: &suite::software::Controls,
+    context: &Context,
+    stream: Stream,
+) -> Result<(), String> {
+    host_launch(&stream, || {}).expect("launch");
+    stream.synchronize().expect("synchronize");
+    leave_drop_error(controls, context);
+    drop(stream);
+    next_call_answers_drop_error(context)
+}
+
 #[test]
 fn a_launched_per_thread_streams_drop_leaves_a_drop_error_for_the_next_call() {
     let test = "a_launched_per_thread_streams_drop_leaves_a_drop_error_for_the_next_call";
@@ -54,15 +66,9 @@ fn a_launched_per_thread_streams_drop_leaves_a_drop_error_for_the_next_call() {
         a_launched_per_thread_streams_drop_leaves_a_drop_error_for_the_next_call
     );
     let context = context();
-    let per_thread = Stream::per_thread(&context);
-    host_launch(&per_thread, || {}).expect("launch");
-    per_thread.synchronize().expect("synchronize");
-    leave_drop_error(controls, &context);
-    drop(per_thread);
-    next_call_answers_drop_error(&context).unwrap();
+    launched_value_leaves_the_error(controls, &context, Stream::per_thread(&context)).unwrap();
 }
 
-/// As above, for the legacy stream.
 #[test]
 fn a_launched_legacy_streams_drop_leaves_a_drop_error_for_the_next_call() {
     let test = "a_launched_legacy_streams_drop_leaves_a_drop_error_for_the_next_call";
@@ -71,15 +77,10 @@ fn a_launched_legacy_streams_drop_leaves_a_drop_error_for_the_next_call() {
     };
     suite::alone_in_child!(a_launched_legacy_streams_drop_leaves_a_drop_error_for_the_next_call);
     let context = context();
-    let legacy = Stream::legacy(&context);
-    host_launch(&legacy, || {}).expect("launch");
-    legacy.synchronize().expect("synchronize");
-    leave_drop_error(controls, &context);
-    drop(legacy);
-    next_call_answers_drop_error(&context).unwrap();
+    launched_value_leaves_the_error(controls, &context, Stream::legacy(&context)).unwrap();
 }
 
-/// As above, for a borrowed stream (`Stream::borrow_raw` of another value's handle).
+/// A borrowed value (`Stream::borrow_raw` of another value's handle).
 #[test]
 fn a_launched_borrowed_streams_drop_leaves_a_drop_error_for_the_next_call() {
     let test = "a_launched_borrowed_streams_drop_leaves_a_drop_error_for_the_next_call";
@@ -91,11 +92,7 @@ fn a_launched_borrowed_streams_drop_leaves_a_drop_error_for_the_next_call() {
     let owner = Stream::new(&context, StreamFlags::NonBlocking).expect("stream");
     // SAFETY: `owner`'s handle, a stream of `context`, outlives the borrowed value.
     let borrowed = unsafe { Stream::borrow_raw(&context, owner.as_raw()) };
-    host_launch(&borrowed, || {}).expect("launch");
-    borrowed.synchronize().expect("synchronize");
-    leave_drop_error(controls, &context);
-    drop(borrowed);
-    let answered = next_call_answers_drop_error(&context);
+    let answered = launched_value_leaves_the_error(controls, &context, borrowed);
     drop(owner);
     answered.unwrap();
 }
