@@ -281,8 +281,8 @@ impl<'stream> GraphBuilder<'stream> {
     /// # Errors
     /// The driver's error from `cuStreamEndCapture` (`CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`
     /// when a forbidden call broke the capture). An error an earlier `Drop` left
-    /// ([`Error::DropFailed`](crate::Error::DropFailed)) is not returned here, where it would
-    /// cost the capture: it waits for the context's next call.
+    /// ([`Error::DropFailed`]) is not returned here, where it would cost the capture: it waits
+    /// for the context's next call.
     #[doc(alias = "cuStreamEndCapture")]
     pub fn end(mut self) -> Result<Graph> {
         ensure_outside_host_function("GraphBuilder::end")?;
