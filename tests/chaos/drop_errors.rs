@@ -8,6 +8,7 @@
 
 use crate::execute::Env;
 use crate::witness::violated;
+use crate::world::StreamKind;
 use cuda_host::graph::{CaptureMode, GraphBuilder};
 use cuda_host::{Context, Device, Error, Stream, StreamFlags, host_launch};
 use cuda_host_sys::CUresult;
@@ -35,6 +36,14 @@ pub fn kept(env: &Env, between: u8) -> String {
             let stream = if index == 0 {
                 Stream::per_thread(&value)
             } else {
+                // The base value's context is this value's: a blocking stream's capture of it
+                // that other code began may be broken by the launch, as documented.
+                let base = env.world.context(0);
+                let noted = Stream::legacy(&base.context);
+                let noted = env
+                    .world
+                    .add_stream(noted, &base, StreamKind::Legacy, false);
+                env.world.use_stream(&noted);
                 Stream::legacy(&value)
             };
             launched(env, &value, stream)
