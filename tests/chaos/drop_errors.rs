@@ -110,9 +110,9 @@ fn built(env: &Env, value: &Context, end: bool) -> Result<bool, String> {
     Ok(left)
 }
 
-/// Drops a new stream of `value` whose destroy fails on this thread: whether the destroy was
-/// made here (not deferred), so that its error waits.
-fn leave(env: &Env, value: &Context) -> Result<bool, String> {
+/// Drops a new stream of `value` whose destroy fails on this thread (the stream stays): whether
+/// the destroy was made here (not deferred), so that its error waits for the context's next call.
+pub fn leave(env: &Env, value: &Context) -> Result<bool, String> {
     let doomed =
         Stream::new(value, StreamFlags::NonBlocking).map_err(|e| format!("no stream: {e}"))?;
     let world = &env.world;

@@ -433,13 +433,15 @@ fn differences(baseline: &Counts, now: &Counts, stranded: u64, streams_kept: u64
     };
     compare("launches in flight", 0, now.in_flight as u64);
     compare("finished records not dropped", 0, now.finished as u64);
-    let within = |base: u64, now: u64| {
-        if (base..=base + stranded).contains(&now) {
+    // `now` as `base` where it exceeds it by at most `allowed`.
+    let within_by = |base: u64, now: u64, allowed: u64| {
+        if (base..=base + allowed).contains(&now) {
             base
         } else {
             now
         }
     };
+    let within = |base: u64, now: u64| within_by(base, now, stranded);
     // Against the baseline: a hold an earlier sequence was excused stays for good.
     let held = baseline.held as u64;
     compare("released values held", held, within(held, now.held as u64));
@@ -450,12 +452,11 @@ fn differences(baseline: &Counts, now: &Counts, stranded: u64, streams_kept: u64
         within(baseline.timeline_words, now.timeline_words),
     );
     let (before, after) = (&baseline.live, &now.live);
-    let streams = if (before.streams..=before.streams + streams_kept).contains(&after.streams) {
-        before.streams
-    } else {
-        after.streams
-    };
-    compare("streams", before.streams, streams);
+    compare(
+        "streams",
+        before.streams,
+        within_by(before.streams, after.streams, streams_kept),
+    );
     compare("graphs", before.graphs, after.graphs);
     compare("executables", before.graph_execs, after.graph_execs);
     compare("user objects", before.user_objects, after.user_objects);

@@ -889,7 +889,8 @@ fn unmarked_on_own_stream(
                     u32::from(failures),
                     CUresult::CUDA_ERROR_OUT_OF_MEMORY,
                 );
-                let left = drop_error && leave_drop_error(env, &context);
+                let left =
+                    drop_error && crate::drop_errors::leave(env, &context.context).unwrap_or(false);
                 (outcome, left)
             })
             .join()
@@ -906,30 +907,6 @@ fn unmarked_on_own_stream(
         ),
         Err(panic) => std::panic::resume_unwind(panic),
     }
-}
-
-/// Drops a new stream of `context` whose destroy fails, on this thread: the error waits for the
-/// context's next call, and the stream stays. Whether the destroy was made here and failed.
-fn leave_drop_error(env: &Env, context: &ContextEntry) -> bool {
-    let Ok(stream) = Stream::new(&context.context, StreamFlags::NonBlocking) else {
-        return false;
-    };
-    let world = &env.world;
-    world.destroy_failures_armed.store(true, Ordering::SeqCst);
-    world.stream_destroy_failures.fetch_add(1, Ordering::SeqCst);
-    let entry = c"cuStreamDestroy_v2";
-    env.controls
-        .fail_next_calls(entry, 1, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-    drop(stream);
-    let left = env
-        .controls
-        .inner()
-        .armed_failures(entry)
-        .is_ok_and(|left| left == 0);
-    // Disarmed where the destroy was deferred to another thread.
-    env.controls
-        .fail_next_calls(entry, 0, CUresult::CUDA_ERROR_OUT_OF_MEMORY);
-    left
 }
 
 fn wait_on_stream(
