@@ -19,6 +19,8 @@ use suite::{Gate, context};
 /// A fresh context (its failure stays its own) with a stream whose work waits behind a gate,
 /// and the driver's host-function thread, learnt from a host function on the stream before the
 /// gate was set.
+/// Destructure it with `fresh` first: bindings drop in reverse, so the gate (whose word may be
+/// memory of the fresh context) and the stream go before the context does.
 struct Held {
     stream: Stream,
     gate: Gate,
@@ -80,10 +82,10 @@ fn a_logger_payload_from_the_trampolines_stale_ticket_log_is_not_dropped_on_the_
     logger::install();
     logger::panic_on_picked(true);
     let Held {
+        fresh: _fresh,
         stream,
         gate,
         driver,
-        fresh: _fresh,
     } = hold_a_fresh_stream(controls);
     let ran = std::sync::Arc::new(AtomicBool::new(false));
     host_launch(&stream, {
@@ -124,10 +126,10 @@ fn a_logger_that_synchronizes_from_the_trampolines_stale_ticket_log_does_not_dea
     );
     logger::install();
     let Held {
+        fresh,
         stream,
         gate,
         driver,
-        fresh,
     } = hold_a_fresh_stream(controls);
     let stream = std::sync::Arc::new(stream);
     host_launch(&*stream, || {}).expect("launched");
@@ -180,10 +182,10 @@ fn a_logger_payload_from_a_dropped_streams_failure_watch_is_not_dropped_on_the_d
     logger::install();
     logger::panic_on_picked(true);
     let Held {
+        fresh,
         stream,
         gate,
         driver,
-        fresh,
     } = hold_a_fresh_stream(controls);
     host_launch(&stream, || {}).expect("launched");
     logger::pick(Pick::OnThread(driver));
