@@ -189,9 +189,10 @@ fn a_look_for_a_later_point_paces_later_looks_but_not_those_for_the_first_pendin
             .mark(&shared, stream as CUstream, id)
             .expect("marked")
             .track;
+        // The clock starts before the look's own: a pause between the two cannot hide in it.
+        let start = Instant::now();
         // A look for point 3 (not the first pending) finds it pending, and learns nothing of 1.
         assert_eq!(track.look_for(3, Look::Fresh), 0);
-        let start = Instant::now();
         let before = queries(stream);
         // Within `PACED_LOOK` of it, a paced look for a later point queries nothing...
         assert_eq!(track.look_for(4, Look::Paced), 0);
