@@ -10,6 +10,10 @@
 //! a counter in pinned, mapped host memory, which a thread of the host polls (spinning a core),
 //! running the host work once for each step it sees; timed until the stream drained and the
 //! poller saw every replay.
+//! Then what the launching thread takes alone: launches of each form timed one by one on the
+//! idle stream (so that no launch waits for the device), in rounds rotating the forms; the
+//! engine's launch over the bare batch's is what cuda-host adds on that thread, and the rest of
+//! the engine node's cost over the bare batch node is the stream's.
 //! Run alone: `cargo bench --bench stream_points -- --graphs`. On the software driver the kernels
 //! are stand-ins: the empty ones do nothing, the counter's adds 1.
 
@@ -177,24 +181,95 @@ fn launches(
     replays: usize,
 ) -> Result<(std::time::Duration, std::time::Duration), String> {
     let start = Instant::now();
-    for _ in 0..replays {
-        match executable {
-            Executable::Ours(executable) => executable
-                .launch(&bench.stream)
-                .map_err(|e| e.to_string())?,
-            Executable::Raw(raw, _) => {
-                // SAFETY: a live executable and stream.
-                let launched = unsafe { bench.driver.cuGraphLaunch(*raw, bench.stream.as_raw()) };
-                bench
-                    .driver
-                    .check("cuGraphLaunch", launched)
-                    .map_err(|e| e.to_string())?;
-            }
-        }
-    }
-    let enqueued = start.elapsed();
+    let enqueued = launches_only(bench, executable, replays)?;
     bench.stream.synchronize().map_err(|e| e.to_string())?;
     Ok((enqueued, start.elapsed()))
+}
+
+/// µs per launch of `executable`, `launches` launches each timed alone on the idle stream, which
+/// then drains before the next: what the launching thread takes while no launch waits for the
+/// device. (A stream held at a gate would not do: the driver blocks a launch of an executable
+/// with host or memory-operation nodes once a few of its launches wait unstarted.)
+fn launch_alone(
+    bench: &Bench<'_>,
+    executable: &Executable,
+    launches: usize,
+) -> Result<Vec<f64>, String> {
+    let mut times = Vec::with_capacity(launches);
+    for _ in 0..launches {
+        let start = Instant::now();
+        launch(bench, executable)?;
+        times.push(start.elapsed().as_secs_f64() * 1e6);
+        bench.stream.synchronize().map_err(|e| e.to_string())?;
+    }
+    Ok(times)
+}
+
+/// Launches `executable` `launches` times: the time the launches took.
+fn launches_only(
+    bench: &Bench<'_>,
+    executable: &Executable,
+    launches: usize,
+) -> Result<std::time::Duration, String> {
+    let start = Instant::now();
+    for _ in 0..launches {
+        launch(bench, executable)?;
+    }
+    Ok(start.elapsed())
+}
+
+/// One launch of `executable` on the bench's stream.
+fn launch(bench: &Bench<'_>, executable: &Executable) -> Result<(), String> {
+    match executable {
+        Executable::Ours(executable) => executable.launch(&bench.stream).map_err(|e| e.to_string()),
+        Executable::Raw(raw, _) => {
+            // SAFETY: a live executable and stream.
+            let launched = unsafe { bench.driver.cuGraphLaunch(*raw, bench.stream.as_raw()) };
+            bench
+                .driver
+                .check("cuGraphLaunch", launched)
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// The launching thread's share: each form's launches timed alone, `rounds` rounds of 32
+/// rotating the forms; medians and p90s over all, and cuda-host's own over the driver's for the
+/// engine's node.
+fn launching_thread(
+    bench: &Bench<'_>,
+    nodes: &[Node],
+    executables: &[Executable],
+    rounds: usize,
+) -> Result<(), String> {
+    const LAUNCHES: usize = 32;
+    let mut times = vec![Vec::with_capacity(rounds * LAUNCHES); nodes.len()];
+    for round in 0..rounds {
+        for offset in 0..nodes.len() {
+            let index = (round + offset) % nodes.len();
+            times[index].extend(launch_alone(bench, &executables[index], LAUNCHES)?);
+        }
+    }
+    println!(
+        "the launching thread's share: {} launches of each, each timed alone on the idle stream:",
+        rounds * LAUNCHES
+    );
+    let mut medians = Vec::with_capacity(nodes.len());
+    for (index, node) in nodes.iter().enumerate() {
+        let times = &mut times[index];
+        let middle = median(times);
+        let p90 = times[times.len() * 9 / 10];
+        println!(
+            "{:<50} {middle:>8.3} µs a launch (p90 {p90:.3})",
+            node.name()
+        );
+        medians.push(middle);
+    }
+    println!(
+        "the engine's launch over the bare batch's (cuda-host's own part): {:.3} µs",
+        medians[2] - medians[3]
+    );
+    Ok(())
 }
 
 pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
@@ -261,6 +336,7 @@ pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
             engine / counter
         );
     }
+    launching_thread(bench, &nodes, &executables, if quick { 10 } else { 50 })?;
     for executable in executables {
         if let Executable::Raw(raw, graph) = executable {
             // SAFETY: made above, destroyed once; the stream drained.
