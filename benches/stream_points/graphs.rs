@@ -233,6 +233,51 @@ fn launch(bench: &Bench<'_>, executable: &Executable) -> Result<(), String> {
     }
 }
 
+/// How many launches of each form return while the stream is held at a gate: up to 256, the
+/// gate opened by another thread after 500 ms if the launches stop returning before (the
+/// driver blocks a launch once too many of the executable's wait unstarted).
+fn held_launches(
+    bench: &Bench<'_>,
+    nodes: &[Node],
+    executables: &[Executable],
+) -> Result<(), String> {
+    const MOST: usize = 256;
+    let gate = suite::MappedWords::new(bench.stream.context(), 1);
+    println!("launches returned while the stream was held (of {MOST}):");
+    for (node, executable) in nodes.iter().zip(executables) {
+        let number = gate.get(0).wrapping_add(1);
+        gate.wait_in_stream(&bench.stream, 0, number);
+        let opened = AtomicBool::new(false);
+        let done = AtomicBool::new(false);
+        let returned = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let start = Instant::now();
+                while !done.load(Ordering::Acquire) && start.elapsed().as_millis() < 500 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                opened.store(true, Ordering::Release);
+                gate.set(0, number);
+            });
+            let mut returned = 0;
+            let mut result = Ok(());
+            while returned < MOST && result.is_ok() && !opened.load(Ordering::Acquire) {
+                result = launch(bench, executable);
+                returned += 1;
+            }
+            done.store(true, Ordering::Release);
+            result.map(|()| returned)
+        })?;
+        bench.stream.synchronize().map_err(|e| e.to_string())?;
+        let verdict = if opened.load(Ordering::Acquire) && returned < MOST {
+            "the last returned once the gate opened"
+        } else {
+            "none blocked"
+        };
+        println!("{:<50} {returned:>4} ({verdict})", node.name());
+    }
+    Ok(())
+}
+
 /// The launching thread's share: each form's launches timed alone, `rounds` rounds of 32
 /// rotating the forms; medians and p90s over all, and cuda-host's own over the driver's for the
 /// engine's node.
@@ -337,6 +382,7 @@ pub fn run(bench: &Bench<'_>, quick: bool) -> Result<(), String> {
         );
     }
     launching_thread(bench, &nodes, &executables, if quick { 10 } else { 50 })?;
+    held_launches(bench, &nodes, &executables)?;
     for executable in executables {
         if let Executable::Raw(raw, graph) = executable {
             // SAFETY: made above, destroyed once; the stream drained.
