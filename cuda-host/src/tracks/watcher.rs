@@ -19,8 +19,11 @@
 //! thread by 1–2 µs an iteration on an H200): `benches/stream_points.rs` measures both. Once no
 //! point passed for `SPIN_FOR` (1 ms) while futures wait (long GPU work), it sleeps between
 //! rounds, in pauses of `LONGEST_PAUSE` (50 µs), with its timer slack at the least the OS allows
-//! (a sleep of 50 µs with Linux's default slack, 50 µs, lasts about 100): a long wait costs
-//! about a tenth of a core and is seen passed within about a pause. [`WatcherPace`] lets the
+//! (a sleep of 50 µs with Linux's default slack, 50 µs, lasts about 100), and is seen passed
+//! within about a pause. It measures what a round and a sleep's wake cost it (its CPU time from
+//! one sleep to the next, a running mean) and lengthens the pause to nine times that where the
+//! 50 µs would not (a host whose wakes cost more, many tracks to look at), up to `MOST_PAUSE`
+//! (1 ms): a long wait costs at most about a tenth of a core. [`WatcherPace`] lets the
 //! user choose spinning instead (a core while futures wait, the soonest wakes) or the OS's
 //! default slack (half the wakes, twice the latency). Once no future has
 //! waited for `LINGER` (1 ms), it parks and uses nothing (or, with only dropped timelines listed
@@ -67,9 +70,14 @@ const LINGER: Duration = Duration::from_millis(1);
 /// How long the thread spins while futures wait and no point passed, before it sleeps between
 /// rounds.
 const SPIN_FOR: Duration = Duration::from_millis(1);
-/// The longest sleep between two rounds while futures wait: a round and a sleep's wake cost
-/// the thread about 5 µs of CPU on an H100's host, about a tenth of a core at this pause.
+/// The sleep between two rounds while futures wait, where a round and a sleep's wake cost the
+/// thread at most a ninth of it: about 5 µs of CPU on an H100's host.
 const LONGEST_PAUSE: Duration = Duration::from_micros(50);
+/// The share of a core the thread's rounds and wakes may take while it sleeps between them,
+/// as the pause that many times a round's cost: a tenth of a core.
+const PAUSE_PER_ROUND_COST: u32 = 9;
+/// The longest pause the CPU share may ask for, however costly a round: a wake comes within it.
+const MOST_PAUSE: Duration = Duration::from_millis(1);
 
 /// How the watcher waits while futures (and timelines' host waiters) wait for points that have
 /// not passed, set with [`set_watcher_pace`](crate::points::set_watcher_pace). Whatever the
@@ -79,8 +87,9 @@ const LONGEST_PAUSE: Duration = Duration::from_micros(50);
 #[non_exhaustive]
 pub enum WatcherPace {
     /// Once no point passed for 1 ms, sleeps between looks, in pauses of 50 µs, with the
-    /// thread's timer slack at its least: about a tenth of a core while a future waits, a wake
-    /// within about a pause of the point's passing.
+    /// thread's timer slack at its least, or longer where a look and a sleep's wake cost the
+    /// thread more than a ninth of that (up to 1 ms): at most about a tenth of a core while a
+    /// future waits, a wake within about a pause of the point's passing.
     #[default]
     Balanced,
     /// Looks every microsecond while anything waits, however long: a core's worth of the
@@ -134,6 +143,80 @@ fn set_timer_slack(pace: WatcherPace) {
 
 #[cfg(not(target_os = "linux"))]
 fn set_timer_slack(_: WatcherPace) {}
+
+/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`); `None` where it cannot
+/// be read (Miri has no such clock).
+#[cfg(all(target_os = "linux", not(miri)))]
+fn thread_cpu_time() -> Option<Duration> {
+    use std::ffi::{c_int, c_long};
+    #[repr(C)]
+    struct Timespec {
+        seconds: c_long,
+        nanoseconds: c_long,
+    }
+    unsafe extern "C" {
+        fn clock_gettime(clock: c_int, time: *mut Timespec) -> c_int;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: c_int = 3;
+    let mut time = Timespec {
+        seconds: 0,
+        nanoseconds: 0,
+    };
+    // SAFETY: `time` is a valid, writable `struct timespec` (two longs on Linux's ABIs); the
+    // call writes it alone.
+    let read = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) };
+    (read == 0).then(|| {
+        Duration::new(
+            u64::try_from(time.seconds).unwrap_or(0),
+            u32::try_from(time.nanoseconds).unwrap_or(0),
+        )
+    })
+}
+
+#[cfg(any(not(target_os = "linux"), miri))]
+fn thread_cpu_time() -> Option<Duration> {
+    None
+}
+
+/// What the thread's rounds cost it while it sleeps between them, so that the sleeps hold it to
+/// a tenth of a core where a round and a wake cost more than the default pause allows (a host
+/// with costlier wakes, many tracks to look at).
+#[derive(Default)]
+struct SleepCost {
+    /// The thread's CPU time when its last sleep began, while it goes on sleeping.
+    last: Option<Duration>,
+    /// A running mean of the CPU time from one sleep's start to the next's: the wake, the round.
+    per_round: Option<Duration>,
+}
+
+impl SleepCost {
+    /// The pause to sleep for, at least `least`, as a sleep begins now.
+    fn pause(&mut self, least: Duration) -> Duration {
+        let now = thread_cpu_time();
+        if let (Some(last), Some(now)) = (self.last, now) {
+            let spent = now.saturating_sub(last);
+            self.per_round = Some(match self.per_round {
+                Some(mean) => (mean * 3 + spent) / 4,
+                None => spent,
+            });
+        }
+        self.last = now;
+        within_share(least, self.per_round)
+    }
+
+    /// The thread did something else than sleep: the next sleep's round is not measured.
+    fn interrupted(&mut self) {
+        self.last = None;
+    }
+}
+
+/// The pause after a round that costs `per_round` of CPU, where `least` is the pace's: long
+/// enough that rounds take at most a tenth of a core, up to [`MOST_PAUSE`].
+fn within_share(least: Duration, per_round: Option<Duration>) -> Duration {
+    per_round.map_or(least, |cost| {
+        (cost * PAUSE_PER_ROUND_COST).clamp(least, MOST_PAUSE.max(least))
+    })
+}
 
 struct Watcher {
     listed: Mutex<Listed>,
@@ -331,6 +414,7 @@ fn run() {
     let mut active = Instant::now();
     let mut progress = Instant::now();
     let mut slack = None;
+    let mut sleep_cost = SleepCost::default();
     loop {
         let pace = pace();
         if slack != Some(pace) {
@@ -347,7 +431,11 @@ fn run() {
                 &mut progress,
             )
         };
-        match catch_unwind(AssertUnwindSafe(round)) {
+        let next = catch_unwind(AssertUnwindSafe(round));
+        if !matches!(next, Ok(Next::Look(pause)) if pause > LOOK_EVERY) {
+            sleep_cost.interrupted();
+        }
+        match next {
             Ok(Next::Look(pause)) if pause <= LOOK_EVERY => {
                 while round_began.elapsed() < pause {
                     std::thread::yield_now();
@@ -355,7 +443,7 @@ fn run() {
             }
             Ok(Next::Look(pause)) => {
                 WATCHER.sleeps.fetch_add(1, Ordering::Relaxed);
-                std::thread::sleep(pause);
+                std::thread::sleep(sleep_cost.pause(pause));
             }
             Ok(Next::Park) => std::thread::park(),
             Ok(Next::Rest(pause)) => std::thread::park_timeout(pause),
@@ -493,4 +581,58 @@ fn take_passed(track: &Track, woken: &mut Vec<Waker>) {
     // A future woken for its context's failure looks again itself (`Mark::outcome`).
     let failed = first > passed && seen_failed(track.context());
     lock(&track.waiters).take_up_to(passed, failed, woken);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_cheap_enough_keeps_the_paces_pause_and_a_costly_one_lengthens_it_to_a_tenth() {
+        let micros = Duration::from_micros;
+        assert_eq!(within_share(LONGEST_PAUSE, None), LONGEST_PAUSE, "unmeasured");
+        assert_eq!(within_share(LONGEST_PAUSE, Some(micros(5))), LONGEST_PAUSE);
+        // A round of 7 µs sleeps 63: 7 of 70, a tenth.
+        assert_eq!(within_share(LONGEST_PAUSE, Some(micros(7))), micros(63));
+        assert_eq!(
+            within_share(LONGEST_PAUSE, Some(micros(500))),
+            MOST_PAUSE,
+            "a wake comes within the longest pause, whatever a round costs"
+        );
+        assert_eq!(within_share(micros(2_000), Some(micros(500))), micros(2_000));
+    }
+
+    #[test]
+    fn the_cost_of_rounds_between_sleeps_is_a_running_mean_and_only_sleeps_are_measured() {
+        let mut cost = SleepCost::default();
+        assert_eq!(cost.pause(LONGEST_PAUSE), LONGEST_PAUSE, "nothing measured yet");
+        let measured = thread_cpu_time().is_some();
+        // A round that spins 2 ms of this thread's CPU between two sleeps.
+        let spin = |time: Duration| {
+            let start = thread_cpu_time().unwrap_or_default();
+            let began = Instant::now();
+            while thread_cpu_time().unwrap_or_default() - start < time
+                && began.elapsed() < time * 50
+            {
+                std::hint::spin_loop();
+            }
+        };
+        spin(Duration::from_millis(2));
+        let pause = cost.pause(LONGEST_PAUSE);
+        if measured {
+            assert_eq!(pause, MOST_PAUSE, "a costly round lengthens the pause");
+            let mean = cost.per_round.expect("a round measured");
+            assert!(mean >= Duration::from_millis(2), "{mean:?}");
+            // Cheap rounds bring the mean down a quarter of the way each.
+            cost.pause(LONGEST_PAUSE);
+            let after = cost.per_round.expect("a round measured");
+            assert!(after < mean && after > mean / 2, "{mean:?} then {after:?}");
+        }
+        // What happens between sleeps that are not one after another counts for nothing.
+        cost.interrupted();
+        let before = cost.per_round;
+        spin(Duration::from_millis(2));
+        cost.pause(LONGEST_PAUSE);
+        assert_eq!(cost.per_round, before, "an interrupted spell measured");
+    }
 }
