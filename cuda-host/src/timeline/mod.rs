@@ -95,7 +95,8 @@ const NARROW_WINDOW: u64 = 1 << 31;
 /// Host waits ([`wait`](Self::wait), [`reached`](Self::reached)) are woken by the host signal
 /// that reaches their value, or by cuda-host's watcher thread (the one that wakes
 /// [`StreamPoint`](crate::points::StreamPoint)s), which reads the counter every 5 µs while
-/// anyone waits, then, after 1 ms with nothing reached, in pauses growing to 50 µs.
+/// anyone waits, then, after 1 ms with nothing reached, in pauses of 50 µs (longer, up to 1 ms,
+/// where the watcher's looks cost it more: see [`WatcherPace`](crate::points::WatcherPace)).
 ///
 /// **Never leaves a stream waiting.** When the last handle (clones and [`Reached`] futures
 /// included) is dropped while streams may still read the counter, its value is raised to

@@ -21,9 +21,10 @@
 //! rounds, in pauses of `LONGEST_PAUSE` (50 µs), with its timer slack at the least the OS allows
 //! (a sleep of 50 µs with Linux's default slack, 50 µs, lasts about 100), and is seen passed
 //! within about a pause. It measures what a round and a sleep's wake cost it (its CPU time from
-//! one sleep to the next, a running mean) and lengthens the pause to nine times that where the
-//! 50 µs would not (a host whose wakes cost more, many tracks to look at), up to `MOST_PAUSE`
-//! (1 ms): a long wait costs at most about a tenth of a core. [`WatcherPace`] lets the
+//! one sleep to the next, a running mean over the spell of sleeps) and lengthens the pause to
+//! nine times that where the 50 µs would not (a host whose wakes cost more, many tracks to look
+//! at), up to `MOST_PAUSE` (1 ms): a long wait costs about a tenth of a core, unless a round
+//! costs over a ninth of that pause (hundreds of streams waited on). [`WatcherPace`] lets the
 //! user choose spinning instead (a core while futures wait, the soonest wakes) or the OS's
 //! default slack (half the wakes, twice the latency). Once no future has
 //! waited for `LINGER` (1 ms), it parks and uses nothing (or, with only dropped timelines listed
@@ -76,7 +77,8 @@ const LONGEST_PAUSE: Duration = Duration::from_micros(50);
 /// The share of a core the thread's rounds and wakes may take while it sleeps between them,
 /// as the pause that many times a round's cost: a tenth of a core.
 const PAUSE_PER_ROUND_COST: u32 = 9;
-/// The longest pause the CPU share may ask for, however costly a round: a wake comes within it.
+/// The longest pause the CPU share may ask for, however costly a round: a wake comes within it,
+/// and rounds costlier than a ninth of it (looks at hundreds of streams) take more than a tenth.
 const MOST_PAUSE: Duration = Duration::from_millis(1);
 
 /// How the watcher waits while futures (and timelines' host waiters) wait for points that have
@@ -88,8 +90,9 @@ const MOST_PAUSE: Duration = Duration::from_millis(1);
 pub enum WatcherPace {
     /// Once no point passed for 1 ms, sleeps between looks, in pauses of 50 µs, with the
     /// thread's timer slack at its least, or longer where a look and a sleep's wake cost the
-    /// thread more than a ninth of that (up to 1 ms): at most about a tenth of a core while a
-    /// future waits, a wake within about a pause of the point's passing.
+    /// thread more than a ninth of that (up to 1 ms): about a tenth of a core while futures
+    /// wait (more where a look takes over 110 µs, at hundreds of streams waited on), a wake
+    /// within about a pause of the point's passing.
     #[default]
     Balanced,
     /// Looks every microsecond while anything waits, however long: a core's worth of the
@@ -145,14 +148,17 @@ fn set_timer_slack(pace: WatcherPace) {
 fn set_timer_slack(_: WatcherPace) {}
 
 /// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`); `None` where it cannot
-/// be read (Miri has no such clock).
-#[cfg(all(target_os = "linux", not(miri)))]
+/// be read: Miri has no such clock, and only 64-bit Linux, where `struct timespec` is two 64-bit
+/// integers on every architecture, is declared (32-bit ABIs differ: x32's `tv_nsec` is 64-bit,
+/// riscv32's `time_t` too).
+#[cfg(all(target_os = "linux", target_pointer_width = "64", not(miri)))]
 fn thread_cpu_time() -> Option<Duration> {
-    use std::ffi::{c_int, c_long};
+    use std::ffi::c_int;
+    /// `struct timespec` of 64-bit Linux: `time_t` and `long`, both 64-bit.
     #[repr(C)]
     struct Timespec {
-        seconds: c_long,
-        nanoseconds: c_long,
+        seconds: i64,
+        nanoseconds: i64,
     }
     unsafe extern "C" {
         fn clock_gettime(clock: c_int, time: *mut Timespec) -> c_int;
@@ -162,8 +168,8 @@ fn thread_cpu_time() -> Option<Duration> {
         seconds: 0,
         nanoseconds: 0,
     };
-    // SAFETY: `time` is a valid, writable `struct timespec` (two longs on Linux's ABIs); the
-    // call writes it alone.
+    // SAFETY: `time` is a valid, writable `struct timespec` of this target (64-bit Linux: two
+    // 64-bit integers); the call writes it alone.
     let read = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) };
     (read == 0).then(|| {
         Duration::new(
@@ -173,19 +179,21 @@ fn thread_cpu_time() -> Option<Duration> {
     })
 }
 
-#[cfg(any(not(target_os = "linux"), miri))]
+#[cfg(not(all(target_os = "linux", target_pointer_width = "64", not(miri))))]
 fn thread_cpu_time() -> Option<Duration> {
     None
 }
 
-/// What the thread's rounds cost it while it sleeps between them, so that the sleeps hold it to
-/// a tenth of a core where a round and a wake cost more than the default pause allows (a host
-/// with costlier wakes, many tracks to look at).
+/// What the thread's rounds cost it while it sleeps between them, so that the sleeps hold it
+/// near a tenth of a core where a round and a wake cost more than the default pause allows (a
+/// host with costlier wakes, many tracks to look at). Measured afresh in each spell of sleeps:
+/// what a spell cost says nothing of a later one, which may look at other tracks.
 #[derive(Default)]
 struct SleepCost {
     /// The thread's CPU time when its last sleep began, while it goes on sleeping.
     last: Option<Duration>,
-    /// A running mean of the CPU time from one sleep's start to the next's: the wake, the round.
+    /// A running mean, over this spell, of the CPU time from one sleep's start to the next's:
+    /// the wake, the round.
     per_round: Option<Duration>,
 }
 
@@ -204,14 +212,17 @@ impl SleepCost {
         within_share(least, self.per_round)
     }
 
-    /// The thread did something else than sleep: the next sleep's round is not measured.
+    /// The thread did something else than sleep: the spell ended, and the next begins at the
+    /// pace's pause.
     fn interrupted(&mut self) {
         self.last = None;
+        self.per_round = None;
     }
 }
 
 /// The pause after a round that costs `per_round` of CPU, where `least` is the pace's: long
-/// enough that rounds take at most a tenth of a core, up to [`MOST_PAUSE`].
+/// enough that rounds take at most a tenth of a core, up to [`MOST_PAUSE`] (beyond rounds of
+/// about 110 µs, they take more).
 fn within_share(least: Duration, per_round: Option<Duration>) -> Duration {
     per_round.map_or(least, |cost| {
         (cost * PAUSE_PER_ROUND_COST).clamp(least, MOST_PAUSE.max(least))
@@ -630,9 +641,29 @@ mod tests {
         }
         // What happens between sleeps that are not one after another counts for nothing.
         cost.interrupted();
-        let before = cost.per_round;
         spin(Duration::from_millis(2));
+        assert_eq!(cost.pause(LONGEST_PAUSE), LONGEST_PAUSE, "an interrupted spell measured");
+        assert_eq!(cost.per_round, None, "an interrupted spell measured");
+    }
+
+    #[test]
+    fn a_spell_of_costly_rounds_leaves_the_pauses_of_later_spells_alone() {
+        if thread_cpu_time().is_none() {
+            return;
+        }
+        let mut cost = SleepCost::default();
         cost.pause(LONGEST_PAUSE);
-        assert_eq!(cost.per_round, before, "an interrupted spell measured");
+        let start = thread_cpu_time().expect("measured");
+        while thread_cpu_time().expect("measured") - start < Duration::from_millis(2) {
+            std::hint::spin_loop();
+        }
+        assert_eq!(cost.pause(LONGEST_PAUSE), MOST_PAUSE, "a costly round");
+        // The spell ends (a wake, then a park); later spells each sleep once, then end: waits
+        // that end within their first pause.
+        cost.interrupted();
+        for spell in 0..10 {
+            assert_eq!(cost.pause(LONGEST_PAUSE), LONGEST_PAUSE, "spell {spell}");
+            cost.interrupted();
+        }
     }
 }
