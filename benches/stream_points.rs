@@ -32,8 +32,10 @@
 //! Then how soon a point is seen passed (`stream_points/wake.rs`): the wake latency of futures
 //! with 1, 100 and 10,000 pending and from a parked watcher, and the drop latency of released
 //! values, beside a thread spinning on `cuEventQuery` and one in `cuEventSynchronize` of a
-//! blocking-sync event recorded at the same place, with the watcher's CPU time; and
-//! (`stream_points/rates.rs`) registrations a second from 1 and 8 threads, and what a point costs
+//! blocking-sync event recorded at the same place, with the watcher's CPU time; the same after
+//! short and long waits and from parked threads for a future, a host function on the polled
+//! engine and one through the driver, with what the watcher and the engine use of a core while
+//! they wait long (`-- --idle` runs that alone); and (`stream_points/rates.rs`) registrations a second from 1 and 8 threads, and what a point costs
 //! with 100,000 in flight on one stream; and (`stream_points/lanes.rs`) four streams with a 100 µs
 //! host function each, through the driver and on the polled engine with one and four server
 //! threads (`-- --lanes` runs that alone, in a few seconds); and (`stream_points/graphs.rs`) a
@@ -73,7 +75,8 @@ fn main() {
     let quick = std::env::args().any(|argument| argument == "--quick");
     let lanes_alone = std::env::args().any(|argument| argument == "--lanes");
     let graphs_alone = std::env::args().any(|argument| argument == "--graphs");
-    if let Err(reason) = run(quick, lanes_alone, graphs_alone) {
+    let idle_alone = std::env::args().any(|argument| argument == "--idle");
+    if let Err(reason) = run(quick, lanes_alone, graphs_alone, idle_alone) {
         eprintln!("stream_points: {reason}");
         std::process::exit(1);
     }
@@ -532,7 +535,7 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-fn run(quick: bool, lanes_alone: bool, graphs_alone: bool) -> Result<(), String> {
+fn run(quick: bool, lanes_alone: bool, graphs_alone: bool, idle_alone: bool) -> Result<(), String> {
     let (iterations, rounds) = if quick { (2_000, 3) } else { (20_000, 7) };
     let driver = cuda_host::driver().map_err(|e| format!("no CUDA driver: {e}"))?;
     let device = Device::get(driver, 0).map_err(|e| format!("no CUDA device: {e}"))?;
@@ -591,6 +594,10 @@ fn run(quick: bool, lanes_alone: bool, graphs_alone: bool) -> Result<(), String>
     if graphs_alone {
         return graphs::run(&bench, quick);
     }
+    if idle_alone {
+        wake::idle(&bench, quick);
+        return Ok(());
+    }
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
         scope.spawn(|| query_ring(driver, &ring, &stop));
@@ -599,6 +606,7 @@ fn run(quick: bool, lanes_alone: bool, graphs_alone: bool) -> Result<(), String>
         result
     })?;
     wake::run(&bench, quick);
+    wake::idle(&bench, quick);
     rates::run(&bench, quick);
     lanes::run(&bench, quick)?;
     graphs::run(&bench, quick)?;

@@ -35,6 +35,10 @@ enum Form {
     SpinQuery,
     /// This thread in `cuEventSynchronize` of a blocking-sync event recorded there.
     BlockingSync,
+    /// A host function (`host_launch`) on the polled engine, which stamps the time it ran.
+    Engine,
+    /// A host function (`host_launch`) through the driver's host-function thread.
+    DriverFunction,
 }
 
 /// Nanoseconds since `EPOCH`, as the timer thread and the wakers stamp them.
@@ -110,6 +114,8 @@ impl Figures {
 struct Sampler<'driver> {
     driver: &'driver Driver,
     stream: &'driver Stream,
+    /// The same stream, its host functions on the polled engine.
+    polled: &'driver Stream,
     /// Where this thread's cuda-host calls go while it waits for a released value's drop.
     side: Stream,
     words: &'static suite::MappedWords,
@@ -122,11 +128,21 @@ struct Sampler<'driver> {
 }
 
 impl Sampler<'_> {
-    fn pause_ns(&mut self) -> u64 {
+    fn random(&mut self) -> u64 {
         self.random ^= self.random << 13;
         self.random ^= self.random >> 7;
         self.random ^= self.random << 17;
-        20_000 + self.random % 180_000
+        self.random
+    }
+
+    /// A random 20-200 µs.
+    fn pause_ns(&mut self) -> u64 {
+        20_000 + self.random() % 180_000
+    }
+
+    /// A random 2-8 ms.
+    fn long_pause_ns(&mut self) -> u64 {
+        2_000_000 + self.random() % 6_000_000
     }
 
     /// One sample of `form`: the latency in nanoseconds from the stream's completion to what
@@ -195,6 +211,22 @@ impl Sampler<'_> {
                     std::thread::yield_now();
                 }
                 now()
+            }
+            Form::Engine | Form::DriverFunction => {
+                let on = if form == Form::Engine {
+                    self.polled
+                } else {
+                    self.stream
+                };
+                cuda_host::host_launch(on, || {
+                    let _ = HAPPENED.compare_exchange(0, now(), Ordering::SeqCst, Ordering::SeqCst);
+                })
+                .expect("launched");
+                self.jobs.send((number, pause)).expect("the timer");
+                while HAPPENED.load(Ordering::SeqCst) == 0 {
+                    std::thread::yield_now();
+                }
+                HAPPENED.load(Ordering::SeqCst)
             }
             Form::BlockingSync => {
                 record(self.driver, self.blocking_event, stream);
@@ -341,6 +373,7 @@ pub(crate) fn run(bench: &Bench<'_>, quick: bool) {
     let mut sampler = Sampler {
         driver,
         stream: &bench.stream,
+        polled: &bench.polled,
         side: Stream::new(context, StreamFlags::NonBlocking).expect("a stream"),
         words,
         spin_event: create_event(driver, CUevent_flags::CU_EVENT_DISABLE_TIMING.0),
@@ -496,4 +529,159 @@ fn watcher_cost(context: &cuda_host::Context) {
          core); over 200 ms parked: {parked}",
         100.0 * waiting.as_secs_f64() / 0.2
     );
+}
+
+/// Waits up to `bound` for every server of the polled engine to park; whether they did.
+fn engine_parks(bound: Duration) -> bool {
+    let start = Instant::now();
+    while !cuda_host::metrics().polled_engine().parked {
+        if start.elapsed() > bound {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    true
+}
+
+/// The engine's servers' CPU time so far.
+fn engine_cpu() -> Duration {
+    suite::thread_cpu_time("cuda-host-poll").unwrap_or_default()
+}
+
+/// After idle, short and long waits: a future's wake and a host function's stall (on the polled
+/// engine and through the driver) when the stream is let go 20-200 µs after they wait (the
+/// watcher and the engine spinning), 2-8 ms after (both sleeping between looks, at their
+/// paces), and a moment after they begin waiting on a watcher or an engine that parked (so a
+/// registration or a launch unparks it); a thread spinning on `cuEventQuery` beside them. Then
+/// what the watcher and the engine's servers used of a core over the long waits. Run alone:
+/// `cargo bench --bench stream_points -- --idle`.
+pub(crate) fn idle(bench: &Bench<'_>, quick: bool) {
+    let driver = bench.driver;
+    let context = bench.stream.context();
+    let (short_samples, long_samples) = if quick { (200, 40) } else { (1000, 200) };
+    let words: &'static suite::MappedWords =
+        Box::leak(Box::new(suite::MappedWords::new(context, 2)));
+    let (jobs, job_queue) = channel();
+    let (seen_sender, seen) = channel();
+    let timer_thread = std::thread::Builder::new()
+        .name("bench-timer".into())
+        .spawn(move || timer(words, job_queue, seen_sender))
+        .expect("the timer thread");
+    let mut sampler = Sampler {
+        driver,
+        stream: &bench.stream,
+        polled: &bench.polled,
+        side: Stream::new(context, StreamFlags::NonBlocking).expect("a stream"),
+        words,
+        spin_event: create_event(driver, CUevent_flags::CU_EVENT_DISABLE_TIMING.0),
+        blocking_event: create_event(
+            driver,
+            CUevent_flags::CU_EVENT_DISABLE_TIMING.0 | CUevent_flags::CU_EVENT_BLOCKING_SYNC.0,
+        ),
+        number: 0,
+        random: 0x2545_f491_4f6c_dd1d,
+        jobs,
+        seen,
+    };
+    println!();
+    println!(
+        "After idle: the stream waits for a host-written word, writes a second, then the form \
+         waits (a future polled once, a host function launched); a timer thread raises the first \
+         word and spins on the second: the stream's completion. Latency from then to the \
+         waker's call or the function's run."
+    );
+    let forms = [
+        (Form::Future, "a future's wake"),
+        (Form::Engine, "a host function on the polled engine"),
+        (Form::DriverFunction, "a host function through the driver"),
+        (
+            Form::SpinQuery,
+            "baseline: a thread spinning on cuEventQuery",
+        ),
+    ];
+    // Warm up: the tracks, the watcher, the lane, the driver's thread.
+    for &(form, _) in &forms {
+        for _ in 0..20 {
+            sampler.sample(form, None);
+        }
+    }
+    let mut all = Vec::new();
+    for &(form, name) in &forms {
+        all.push(Figures {
+            name: format!("{name}, after 20-200 µs"),
+            nanoseconds: (0..short_samples)
+                .map(|_| sampler.sample(form, None))
+                .collect(),
+        });
+    }
+    // What the watcher used over the futures' long waits, and the servers over the engine's.
+    let mut used = Vec::new();
+    for &(form, name) in &forms {
+        let (watcher, engine) = (watcher_cpu(), engine_cpu());
+        let wall = Instant::now();
+        let nanoseconds = (0..long_samples)
+            .map(|_| {
+                let pause = sampler.long_pause_ns();
+                sampler.sample(form, Some(pause))
+            })
+            .collect();
+        let share = |cpu: Duration| 100.0 * cpu.as_secs_f64() / wall.elapsed().as_secs_f64();
+        match form {
+            Form::Future => used.push(format!(
+                "the watcher {:.0}%",
+                share(watcher_cpu().saturating_sub(watcher))
+            )),
+            Form::Engine => used.push(format!(
+                "the engine's servers {:.0}%",
+                share(engine_cpu().saturating_sub(engine))
+            )),
+            _ => {}
+        }
+        all.push(Figures {
+            name: format!("{name}, after 2-8 ms"),
+            nanoseconds,
+        });
+    }
+    // From parked threads: the wait begins, and so unparks the watcher or a server, a moment
+    // (0-20 µs) before the stream passes.
+    for (form, name, parks) in [
+        (
+            Form::Future,
+            "a future's wake, the watcher parked before",
+            watcher_parks as fn(Duration) -> bool,
+        ),
+        (
+            Form::Engine,
+            "an engine function, its servers parked before",
+            engine_parks,
+        ),
+    ] {
+        let mut figures = Figures {
+            name: name.to_owned(),
+            nanoseconds: Vec::new(),
+        };
+        for _ in 0..long_samples {
+            if !parks(Duration::from_millis(50)) {
+                break;
+            }
+            let pause = sampler.pause_ns() % 20_000;
+            figures.nanoseconds.push(sampler.sample(form, Some(pause)));
+        }
+        if figures.nanoseconds.is_empty() {
+            println!("{name}: skipped, it did not park");
+        } else {
+            all.push(figures);
+        }
+    }
+    println!();
+    print_header();
+    for figures in &all {
+        print(figures);
+    }
+    println!(
+        "of a core over their long waits (the stream let go 2-8 ms after each began): {}",
+        used.join(", ")
+    );
+    drop(sampler);
+    timer_thread.join().expect("the timer thread");
 }
