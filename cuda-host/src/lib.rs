@@ -141,6 +141,7 @@ outside_loom_models! {
     mod observe;
     pub mod options;
     mod own_thread;
+    mod pause;
     pub mod panics;
     pub mod points;
     pub mod polled;

@@ -29,9 +29,10 @@
 //! 0.8–1.4 µs (the same write and wait as two calls, about twice as much).
 //!
 //! **What it costs.** A server polls while functions of its lanes are queued: without pause for
-//! 100 µs after a function ran, then yielding, then in sleeps of up to 200 µs (so a function
-//! queued behind long work is served up to that late); it parks when none is queued. So a busy
-//! pool of `n` servers takes up to `n` cores. And the driver
+//! 100 µs after a function ran, then yielding until 1 ms, then in sleeps of 50 µs (so a function
+//! queued behind long work is served up to that late), lengthened where its looks cost it more,
+//! for about a tenth of a core; it parks when none is queued. So a busy pool of `n` servers takes
+//! up to `n` cores. And the driver
 //! takes only so many stream memory operations behind a stream wait nothing has released before
 //! an enqueue blocks, where `cuLaunchHostFunc` takes 100,000 (`docs/REAL-DRIVER.md`): a thread
 //! must not enqueue thousands of polled launches behind a wait it releases itself afterwards.

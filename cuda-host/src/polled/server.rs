@@ -17,9 +17,10 @@
 //! function for its whole life.
 //!
 //! Its pace: a server looks at its lanes without pause while a function ran in the last `SPIN`,
-//! then yields until `YIELD`, then sleeps in growing steps up to `LONGEST_SLEEP` while functions
-//! are queued (a stream still busy with earlier work); with none queued it lingers `LINGER`, then
-//! parks until an enqueue hands it a lane.
+//! then yields until `YIELD`, then sleeps in pauses of `PAUSE` while functions are queued (a
+//! stream still busy with earlier work), its timer slack at the least and the pause lengthened
+//! where its rounds cost more than a ninth of it, for about a tenth of a core (`crate::pause`);
+//! with none queued it lingers `LINGER`, then parks until an enqueue hands it a lane.
 //!
 //! No batch is enqueued unless the pool runs ([`start`] answers first), and a lane is handed only
 //! to a server whose thread runs. Nothing on a server unwinds: the functions are trampolines that
@@ -34,6 +35,7 @@ use crate::error::{Error, Result};
 use crate::launch::{ContextShared, defer_value, drop_when_allowed, has_failed};
 use crate::observe;
 use crate::own_thread::OwnThreads;
+use crate::pause::{SleepCost, Slack, set_timer_slack};
 use crate::sync::lock;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -335,7 +337,9 @@ pub(super) fn serve_node(slot: &Arc<NodeSlot>) {
 
 const SPIN: Duration = Duration::from_micros(100);
 const YIELD: Duration = Duration::from_millis(1);
-const LONGEST_SLEEP: Duration = Duration::from_micros(200);
+/// The sleep between rounds once nothing ran for `YIELD`, where a round and a wake cost at most
+/// a ninth of it (longer where they cost more: `crate::pause`).
+const PAUSE: Duration = Duration::from_micros(50);
 const LINGER: Duration = Duration::from_millis(2);
 
 /// A server's thread.
@@ -343,14 +347,23 @@ fn run(server: &'static Server) {
     // Host functions run here: no cuda-host call reaches the driver from this thread, and
     // nothing is dropped here (values go to their launching threads, the rest to any caller).
     let _marked = InHostFunction::enter(defer_value);
+    set_timer_slack(Slack::Least);
     let mut served: Vec<Served> = Vec::new();
     let mut nodes: Vec<ServedNode> = Vec::new();
     let mut last_progress = Instant::now();
+    let mut sleep_cost = SleepCost::default();
     loop {
         let round = catch_unwind(AssertUnwindSafe(|| {
-            serve_round(server, &mut served, &mut nodes, &mut last_progress);
+            serve_round(
+                server,
+                &mut served,
+                &mut nodes,
+                &mut last_progress,
+                &mut sleep_cost,
+            );
         }));
         if let Err(payload) = round {
+            sleep_cost.interrupted();
             dispose(payload);
             logged!(error!(
                 "a round of the polled engine's server panicked; the server goes on"
@@ -360,12 +373,13 @@ fn run(server: &'static Server) {
 }
 
 /// One round of `server`'s loop: takes on the lanes and nodes handed to it, serves each, lets go
-/// of those quiet for `LINGER`, then spins, yields, sleeps or parks.
+/// of those quiet for `LINGER`, then spins, yields, sleeps (for what `sleep_cost` says) or parks.
 fn serve_round(
     server: &Server,
     served: &mut Vec<Served>,
     nodes: &mut Vec<ServedNode>,
     last_progress: &mut Instant,
+    sleep_cost: &mut SleepCost,
 ) {
     {
         let mut registry = lock(&server.registry);
@@ -375,6 +389,7 @@ fn serve_round(
             registry.parked = true;
             server.parks.fetch_add(1, Ordering::Relaxed);
             drop(registry);
+            sleep_cost.interrupted();
             std::thread::park();
             *last_progress = Instant::now();
             return;
@@ -415,11 +430,13 @@ fn serve_round(
     }
     let quiet = last_progress.elapsed();
     if quiet < SPIN {
+        sleep_cost.interrupted();
         std::hint::spin_loop();
     } else if quiet < YIELD {
+        sleep_cost.interrupted();
         std::thread::yield_now();
     } else {
-        std::thread::sleep((quiet / 8).min(LONGEST_SLEEP));
+        std::thread::sleep(sleep_cost.pause(PAUSE));
     }
 }
 

@@ -20,11 +20,10 @@
 //! point passed for `SPIN_FOR` (1 ms) while futures wait (long GPU work), it sleeps between
 //! rounds, in pauses of `LONGEST_PAUSE` (50 µs), with its timer slack at the least the OS allows
 //! (a sleep of 50 µs with Linux's default slack, 50 µs, lasts about 100), and is seen passed
-//! within about a pause. It measures what a round and a sleep's wake cost it (its CPU time from
-//! one sleep to the next, a running mean over the spell of sleeps) and lengthens the pause to
-//! nine times that where the 50 µs would not (a host whose wakes cost more, many tracks to look
-//! at), up to `MOST_PAUSE` (1 ms): a long wait costs about a tenth of a core, unless a round
-//! costs over a ninth of that pause (hundreds of streams waited on). [`WatcherPace`] lets the
+//! within about a pause, which lengthens where a look and a sleep's wake cost it more than a ninth
+//! of that (a host whose wakes cost more, many tracks to look at), up to 1 ms (`crate::pause`):
+//! a long wait costs about a tenth of a core, unless a look at hundreds of streams costs over a
+//! ninth of 1 ms. [`WatcherPace`] lets the
 //! user choose spinning instead (a core while futures wait, the soonest wakes) or the OS's
 //! default slack (half the wakes, twice the latency). Once no future has
 //! waited for `LINGER` (1 ms), it parks and uses nothing (or, with only dropped timelines listed
@@ -50,6 +49,7 @@ use crate::error::Result;
 use crate::launch::{Look, seen_failed};
 use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;
+use crate::pause::{SleepCost, Slack, set_timer_slack};
 use crate::sync::lock;
 use crate::tracks::track::Track;
 use crate::tracks::waiters::Registration;
@@ -72,14 +72,9 @@ const LINGER: Duration = Duration::from_millis(1);
 /// rounds.
 const SPIN_FOR: Duration = Duration::from_millis(1);
 /// The sleep between two rounds while futures wait, where a round and a sleep's wake cost the
-/// thread at most a ninth of it: about 5 µs of CPU on an H100's host.
+/// thread at most a ninth of it (about 5 µs of CPU on an H100's host; longer where they cost
+/// more: `crate::pause`).
 const LONGEST_PAUSE: Duration = Duration::from_micros(50);
-/// The share of a core the thread's rounds and wakes may take while it sleeps between them,
-/// as the pause that many times a round's cost: a tenth of a core.
-const PAUSE_PER_ROUND_COST: u32 = 9;
-/// The longest pause the CPU share may ask for, however costly a round: a wake comes within it,
-/// and rounds costlier than a ninth of it (looks at hundreds of streams) take more than a tenth.
-const MOST_PAUSE: Duration = Duration::from_millis(1);
 
 /// How the watcher waits while futures (and timelines' host waiters) wait for points that have
 /// not passed, set with [`set_watcher_pace`](crate::points::set_watcher_pace). Whatever the
@@ -121,112 +116,6 @@ pub(crate) fn pace() -> WatcherPace {
         value if value == WatcherPace::Frugal as u8 => WatcherPace::Frugal,
         _ => WatcherPace::Balanced,
     }
-}
-
-/// Sets the calling thread's timer slack for `pace`: the least Linux allows (1 ns), or, for
-/// [`WatcherPace::Frugal`], Linux's default (50 µs).
-#[cfg(target_os = "linux")]
-fn set_timer_slack(pace: WatcherPace) {
-    use std::ffi::{c_int, c_ulong};
-    unsafe extern "C" {
-        fn prctl(option: c_int, ...) -> c_int;
-    }
-    const PR_SET_TIMERSLACK: c_int = 29;
-    // Linux's default, set as such: 0 would restore the slack of the thread that started this
-    // one (a user's thread, which may have raised its own).
-    let nanoseconds: c_ulong = if pace == WatcherPace::Frugal {
-        50_000
-    } else {
-        1
-    };
-    // SAFETY: PR_SET_TIMERSLACK takes one unsigned long by value and changes only the calling
-    // thread's timer slack; it reads and writes none of this process's memory.
-    let _ = unsafe { prctl(PR_SET_TIMERSLACK, nanoseconds) };
-}
-
-#[cfg(not(target_os = "linux"))]
-fn set_timer_slack(_: WatcherPace) {}
-
-/// The CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`); `None` where it cannot
-/// be read: Miri has no such clock, and only 64-bit Linux, where `struct timespec` is two 64-bit
-/// integers on every architecture, is declared (32-bit ABIs differ: x32's `tv_nsec` is 64-bit,
-/// riscv32's `time_t` too).
-#[cfg(all(target_os = "linux", target_pointer_width = "64", not(miri)))]
-fn thread_cpu_time() -> Option<Duration> {
-    use std::ffi::c_int;
-    /// `struct timespec` of 64-bit Linux: `time_t` and `long`, both 64-bit.
-    #[repr(C)]
-    struct Timespec {
-        seconds: i64,
-        nanoseconds: i64,
-    }
-    unsafe extern "C" {
-        fn clock_gettime(clock: c_int, time: *mut Timespec) -> c_int;
-    }
-    const CLOCK_THREAD_CPUTIME_ID: c_int = 3;
-    let mut time = Timespec {
-        seconds: 0,
-        nanoseconds: 0,
-    };
-    // SAFETY: `time` is a valid, writable `struct timespec` of this target (64-bit Linux: two
-    // 64-bit integers); the call writes it alone.
-    let read = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut time) };
-    (read == 0).then(|| {
-        Duration::new(
-            u64::try_from(time.seconds).unwrap_or(0),
-            u32::try_from(time.nanoseconds).unwrap_or(0),
-        )
-    })
-}
-
-#[cfg(not(all(target_os = "linux", target_pointer_width = "64", not(miri))))]
-fn thread_cpu_time() -> Option<Duration> {
-    None
-}
-
-/// What the thread's rounds cost it while it sleeps between them, so that the sleeps hold it
-/// near a tenth of a core where a round and a wake cost more than the default pause allows (a
-/// host with costlier wakes, many tracks to look at). Measured afresh in each spell of sleeps:
-/// what a spell cost says nothing of a later one, which may look at other tracks.
-#[derive(Default)]
-struct SleepCost {
-    /// The thread's CPU time when its last sleep began, while it goes on sleeping.
-    last: Option<Duration>,
-    /// A running mean, over this spell, of the CPU time from one sleep's start to the next's:
-    /// the wake, the round.
-    per_round: Option<Duration>,
-}
-
-impl SleepCost {
-    /// The pause to sleep for, at least `least`, as a sleep begins now.
-    fn pause(&mut self, least: Duration) -> Duration {
-        let now = thread_cpu_time();
-        if let (Some(last), Some(now)) = (self.last, now) {
-            let spent = now.saturating_sub(last);
-            self.per_round = Some(match self.per_round {
-                Some(mean) => (mean * 3 + spent) / 4,
-                None => spent,
-            });
-        }
-        self.last = now;
-        within_share(least, self.per_round)
-    }
-
-    /// The thread did something else than sleep: the spell ended, and the next begins at the
-    /// pace's pause.
-    fn interrupted(&mut self) {
-        self.last = None;
-        self.per_round = None;
-    }
-}
-
-/// The pause after a round that costs `per_round` of CPU, where `least` is the pace's: long
-/// enough that rounds take at most a tenth of a core, up to [`MOST_PAUSE`] (beyond rounds of
-/// about 110 µs, they take more).
-fn within_share(least: Duration, per_round: Option<Duration>) -> Duration {
-    per_round.map_or(least, |cost| {
-        (cost * PAUSE_PER_ROUND_COST).clamp(least, MOST_PAUSE.max(least))
-    })
 }
 
 struct Watcher {
@@ -429,7 +318,11 @@ fn run() {
     loop {
         let pace = pace();
         if slack != Some(pace) {
-            set_timer_slack(pace);
+            set_timer_slack(if pace == WatcherPace::Frugal {
+                Slack::Default
+            } else {
+                Slack::Least
+            });
             slack = Some(pace);
         }
         let round_began = Instant::now();
@@ -592,78 +485,4 @@ fn take_passed(track: &Track, woken: &mut Vec<Waker>) {
     // A future woken for its context's failure looks again itself (`Mark::outcome`).
     let failed = first > passed && seen_failed(track.context());
     lock(&track.waiters).take_up_to(passed, failed, woken);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_round_cheap_enough_keeps_the_paces_pause_and_a_costly_one_lengthens_it_to_a_tenth() {
-        let micros = Duration::from_micros;
-        assert_eq!(within_share(LONGEST_PAUSE, None), LONGEST_PAUSE, "unmeasured");
-        assert_eq!(within_share(LONGEST_PAUSE, Some(micros(5))), LONGEST_PAUSE);
-        // A round of 7 µs sleeps 63: 7 of 70, a tenth.
-        assert_eq!(within_share(LONGEST_PAUSE, Some(micros(7))), micros(63));
-        assert_eq!(
-            within_share(LONGEST_PAUSE, Some(micros(500))),
-            MOST_PAUSE,
-            "a wake comes within the longest pause, whatever a round costs"
-        );
-        assert_eq!(within_share(micros(2_000), Some(micros(500))), micros(2_000));
-    }
-
-    #[test]
-    fn the_cost_of_rounds_between_sleeps_is_a_running_mean_and_only_sleeps_are_measured() {
-        let mut cost = SleepCost::default();
-        assert_eq!(cost.pause(LONGEST_PAUSE), LONGEST_PAUSE, "nothing measured yet");
-        let measured = thread_cpu_time().is_some();
-        // A round that spins 2 ms of this thread's CPU between two sleeps.
-        let spin = |time: Duration| {
-            let start = thread_cpu_time().unwrap_or_default();
-            let began = Instant::now();
-            while thread_cpu_time().unwrap_or_default() - start < time
-                && began.elapsed() < time * 50
-            {
-                std::hint::spin_loop();
-            }
-        };
-        spin(Duration::from_millis(2));
-        let pause = cost.pause(LONGEST_PAUSE);
-        if measured {
-            assert_eq!(pause, MOST_PAUSE, "a costly round lengthens the pause");
-            let mean = cost.per_round.expect("a round measured");
-            assert!(mean >= Duration::from_millis(2), "{mean:?}");
-            // Cheap rounds bring the mean down a quarter of the way each.
-            cost.pause(LONGEST_PAUSE);
-            let after = cost.per_round.expect("a round measured");
-            assert!(after < mean && after > mean / 2, "{mean:?} then {after:?}");
-        }
-        // What happens between sleeps that are not one after another counts for nothing.
-        cost.interrupted();
-        spin(Duration::from_millis(2));
-        assert_eq!(cost.pause(LONGEST_PAUSE), LONGEST_PAUSE, "an interrupted spell measured");
-        assert_eq!(cost.per_round, None, "an interrupted spell measured");
-    }
-
-    #[test]
-    fn a_spell_of_costly_rounds_leaves_the_pauses_of_later_spells_alone() {
-        if thread_cpu_time().is_none() {
-            return;
-        }
-        let mut cost = SleepCost::default();
-        cost.pause(LONGEST_PAUSE);
-        let start = thread_cpu_time().expect("measured");
-        while thread_cpu_time().expect("measured") - start < Duration::from_millis(2) {
-            std::hint::spin_loop();
-        }
-        assert_eq!(cost.pause(LONGEST_PAUSE), MOST_PAUSE, "a costly round");
-        // The spell ends (a wake, then a park); later spells each sleep once, then end: waits
-        // that end within their first pause.
-        cost.interrupted();
-        for spell in 0..10 {
-            assert_eq!(cost.pause(LONGEST_PAUSE), LONGEST_PAUSE, "spell {spell}");
-            cost.interrupted();
-        }
-    }
 }
