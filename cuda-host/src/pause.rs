@@ -131,31 +131,36 @@ fn within_share(least: Duration, per_round: Option<Duration>) -> Duration {
     })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Instant;
 
+    /// A pace's own pause, as the watcher's and the servers' are.
+    const PACE: Duration = Duration::from_micros(50);
+
     #[test]
     fn a_round_cheap_enough_keeps_the_paces_pause_and_a_costly_one_lengthens_it_to_a_tenth() {
         let micros = Duration::from_micros;
-        assert_eq!(within_share(Duration::from_micros(50), None), Duration::from_micros(50), "unmeasured");
-        assert_eq!(within_share(Duration::from_micros(50), Some(micros(5))), Duration::from_micros(50));
+        assert_eq!(within_share(PACE, None), PACE, "unmeasured");
+        assert_eq!(within_share(PACE, Some(micros(5))), PACE);
         // A round of 7 µs sleeps 63: 7 of 70, a tenth.
-        assert_eq!(within_share(Duration::from_micros(50), Some(micros(7))), micros(63));
+        assert_eq!(within_share(PACE, Some(micros(7))), micros(63));
         assert_eq!(
-            within_share(Duration::from_micros(50), Some(micros(500))),
+            within_share(PACE, Some(micros(500))),
             MOST_PAUSE,
             "a wake comes within the longest pause, whatever a round costs"
         );
-        assert_eq!(within_share(micros(2_000), Some(micros(500))), micros(2_000));
+        assert_eq!(
+            within_share(micros(2_000), Some(micros(500))),
+            micros(2_000)
+        );
     }
 
     #[test]
     fn the_cost_of_rounds_between_sleeps_is_a_running_mean_and_only_sleeps_are_measured() {
         let mut cost = SleepCost::default();
-        assert_eq!(cost.pause(Duration::from_micros(50)), Duration::from_micros(50), "nothing measured yet");
+        assert_eq!(cost.pause(PACE), PACE, "nothing measured yet");
         let measured = thread_cpu_time().is_some();
         // A round that spins 2 ms of this thread's CPU between two sleeps.
         let spin = |time: Duration| {
@@ -168,20 +173,20 @@ mod tests {
             }
         };
         spin(Duration::from_millis(2));
-        let pause = cost.pause(Duration::from_micros(50));
+        let pause = cost.pause(PACE);
         if measured {
             assert_eq!(pause, MOST_PAUSE, "a costly round lengthens the pause");
             let mean = cost.per_round.expect("a round measured");
             assert!(mean >= Duration::from_millis(2), "{mean:?}");
             // Cheap rounds bring the mean down a quarter of the way each.
-            cost.pause(Duration::from_micros(50));
+            cost.pause(PACE);
             let after = cost.per_round.expect("a round measured");
             assert!(after < mean && after > mean / 2, "{mean:?} then {after:?}");
         }
         // What happens between sleeps that are not one after another counts for nothing.
         cost.interrupted();
         spin(Duration::from_millis(2));
-        assert_eq!(cost.pause(Duration::from_micros(50)), Duration::from_micros(50), "an interrupted spell measured");
+        assert_eq!(cost.pause(PACE), PACE, "an interrupted spell measured");
         assert_eq!(cost.per_round, None, "an interrupted spell measured");
     }
 
@@ -191,17 +196,17 @@ mod tests {
             return;
         }
         let mut cost = SleepCost::default();
-        cost.pause(Duration::from_micros(50));
+        cost.pause(PACE);
         let start = thread_cpu_time().expect("measured");
         while thread_cpu_time().expect("measured") - start < Duration::from_millis(2) {
             std::hint::spin_loop();
         }
-        assert_eq!(cost.pause(Duration::from_micros(50)), MOST_PAUSE, "a costly round");
+        assert_eq!(cost.pause(PACE), MOST_PAUSE, "a costly round");
         // The spell ends (a wake, then a park); later spells each sleep once, then end: waits
         // that end within their first pause.
         cost.interrupted();
         for spell in 0..10 {
-            assert_eq!(cost.pause(Duration::from_micros(50)), Duration::from_micros(50), "spell {spell}");
+            assert_eq!(cost.pause(PACE), PACE, "spell {spell}");
             cost.interrupted();
         }
     }

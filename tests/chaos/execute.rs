@@ -378,9 +378,10 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
             crate::observers::set_hook_panicking(panicking);
             format!("hook panicking: {panicking}")
         }
-        Op::Pace { pace } => {
+        Op::Pace { pace, engine } => {
             cuda_host::points::set_watcher_pace(pace);
-            format!("watcher pace {pace:?}")
+            cuda_host::polled::set_polled_engine_pace(engine);
+            format!("watcher pace {pace:?}, engine pace {engine:?}")
         }
         Op::Retire => unreachable!("the runner retires workers itself"),
         Op::Timeline(ref op) => crate::timelines::execute(env, op),

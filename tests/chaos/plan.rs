@@ -205,10 +205,11 @@ pub enum Op {
     Hook {
         panicking: bool,
     },
-    /// The stream-point watcher's pace (process-wide): spinning, sleeping between looks with
-    /// the least timer slack, or with the default one.
+    /// The stream-point watcher's pace and the polled engine's (process-wide): spinning,
+    /// sleeping between looks with the least timer slack, or with the default one.
     Pace {
         pace: cuda_host::points::WatcherPace,
+        engine: cuda_host::polled::EnginePace,
     },
     /// The worker's thread exits (a fresh one takes its place): its records pass to any thread.
     Retire,
@@ -374,12 +375,19 @@ pub fn op() -> impl Strategy<Value = Op> {
         ]
         .prop_map(|mode| Op::Logger { mode }),
         1 => any::<bool>().prop_map(|panicking| Op::Hook { panicking }),
-        1 => prop_oneof![
-            Just(cuda_host::points::WatcherPace::Balanced),
-            Just(cuda_host::points::WatcherPace::Spinning),
-            Just(cuda_host::points::WatcherPace::Frugal),
-        ]
-        .prop_map(|pace| Op::Pace { pace }),
+        1 => (
+            prop_oneof![
+                Just(cuda_host::points::WatcherPace::Balanced),
+                Just(cuda_host::points::WatcherPace::Spinning),
+                Just(cuda_host::points::WatcherPace::Frugal),
+            ],
+            prop_oneof![
+                Just(cuda_host::polled::EnginePace::Balanced),
+                Just(cuda_host::polled::EnginePace::Spinning),
+                Just(cuda_host::polled::EnginePace::Frugal),
+            ]
+        )
+            .prop_map(|(pace, engine)| Op::Pace { pace, engine }),
         1 => Just(Op::Retire),
         20 => crate::timelines::op().prop_map(Op::Timeline),
         6 => crate::copies::op().prop_map(Op::Copy),

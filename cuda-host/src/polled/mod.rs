@@ -31,8 +31,9 @@
 //! **What it costs.** A server polls while functions of its lanes are queued: without pause for
 //! 100 µs after a function ran, then yielding until 1 ms, then in sleeps of 50 µs (so a function
 //! queued behind long work is served up to that late), lengthened where its looks cost it more,
-//! for about a tenth of a core; it parks when none is queued. So a busy pool of `n` servers takes
-//! up to `n` cores. And the driver
+//! for about a tenth of a core; it parks when none is queued. [`set_polled_engine_pace`] chooses
+//! a core instead, for the soonest runs after long waits ([`EnginePace`], `pace`). So a busy pool
+//! of `n` servers takes up to `n` cores. And the driver
 //! takes only so many stream memory operations behind a stream wait nothing has released before
 //! an enqueue blocks, where `cuLaunchHostFunc` takes 100,000 (`docs/REAL-DRIVER.md`): a thread
 //! must not enqueue thousands of polled launches behind a wait it releases itself afterwards.
@@ -90,6 +91,7 @@
 
 mod lanes;
 mod nodes;
+mod pace;
 mod server;
 
 use crate::checked::checked;
@@ -105,6 +107,7 @@ use std::sync::Arc;
 
 pub(crate) use lanes::ContextLanes;
 pub(crate) use nodes::{DONE, NodeCallable, NodeSlot, REQUESTED, node_params, operations, word_of};
+pub use pace::{EnginePace, set_polled_engine_pace};
 pub(crate) use server::polled_engine_counts;
 pub use server::{
     MAX_POLLED_ENGINE_THREADS, PolledEngineCounts, polled_engine_threads, set_polled_engine_threads,

@@ -17,10 +17,11 @@
 //! function for its whole life.
 //!
 //! Its pace: a server looks at its lanes without pause while a function ran in the last `SPIN`,
-//! then yields until `YIELD`, then sleeps in pauses of `PAUSE` while functions are queued (a
-//! stream still busy with earlier work), its timer slack at the least and the pause lengthened
-//! where its rounds cost more than a ninth of it, for about a tenth of a core (`crate::pause`);
-//! with none queued it lingers `LINGER`, then parks until an enqueue hands it a lane.
+//! then yields until `YIELD`, then, at the pace the user chose (`pace`), sleeps in pauses of
+//! `PAUSE` while functions are queued (a stream still busy with earlier work), its timer slack
+//! at the least and the pause lengthened where its rounds cost more than a ninth of it, for
+//! about a tenth of a core (`crate::pause`), or yields on for a core; with none queued it
+//! lingers `LINGER`, then parks until an enqueue hands it a lane.
 //!
 //! No batch is enqueued unless the pool runs ([`start`] answers first), and a lane is handed only
 //! to a server whose thread runs. Nothing on a server unwinds: the functions are trampolines that
@@ -30,12 +31,13 @@
 
 use super::lanes::{KEPT_PAGES, Lane, RETIRED_LANES, Words};
 use super::nodes::{NodeSlot, RETIRED_NODES};
+use super::pace::{EnginePace, pace};
 use crate::contain::{InHostFunction, dispose, logged};
 use crate::error::{Error, Result};
 use crate::launch::{ContextShared, defer_value, drop_when_allowed, has_failed};
 use crate::observe;
 use crate::own_thread::OwnThreads;
-use crate::pause::{SleepCost, Slack, set_timer_slack};
+use crate::pause::{Slack, SleepCost, set_timer_slack};
 use crate::sync::lock;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -90,6 +92,8 @@ struct Server {
     registry: Mutex<Registry>,
     functions: AtomicU64,
     parks: AtomicU64,
+    /// Sleeps between two rounds while it served something.
+    sleeps: AtomicU64,
     /// Lanes it serves: the pool hands a new lane to the server with the fewest.
     serving: AtomicU64,
 }
@@ -104,6 +108,7 @@ impl Server {
             }),
             functions: AtomicU64::new(0),
             parks: AtomicU64::new(0),
+            sleeps: AtomicU64::new(0),
             serving: AtomicU64::new(0),
         }
     }
@@ -143,6 +148,9 @@ pub struct PolledEngineCounts {
     pub parked: bool,
     /// How many times a server parked since the pool started.
     pub parks: u64,
+    /// How many times a server slept between two looks while it served something, since the
+    /// pool started (never, at [`EnginePace::Spinning`](crate::polled::EnginePace::Spinning)).
+    pub sleeps: u64,
     /// Server threads that run (started, never stopped; 0 before the first polled stream).
     pub threads: u64,
     /// Lanes retired because a capture took one of their batches (the launch was refused); a
@@ -171,6 +179,7 @@ pub(crate) fn polled_engine_counts() -> PolledEngineCounts {
         functions: sum(|server| &server.functions),
         parked: !started.is_empty() && started.iter().all(|server| lock(&server.registry).parked),
         parks: sum(|server| &server.parks),
+        sleeps: sum(|server| &server.sleeps),
         threads: started.len() as u64,
         retired_lanes: RETIRED_LANES.load(Ordering::Relaxed),
         kept_pages: KEPT_PAGES.load(Ordering::Relaxed),
@@ -340,6 +349,8 @@ const YIELD: Duration = Duration::from_millis(1);
 /// The sleep between rounds once nothing ran for `YIELD`, where a round and a wake cost at most
 /// a ninth of it (longer where they cost more: `crate::pause`).
 const PAUSE: Duration = Duration::from_micros(50);
+/// The sleep between rounds of a server serving retired engine nodes alone.
+const RETIRED_PAUSE: Duration = Duration::from_micros(200);
 const LINGER: Duration = Duration::from_millis(2);
 
 /// A server's thread.
@@ -347,12 +358,21 @@ fn run(server: &'static Server) {
     // Host functions run here: no cuda-host call reaches the driver from this thread, and
     // nothing is dropped here (values go to their launching threads, the rest to any caller).
     let _marked = InHostFunction::enter(defer_value);
-    set_timer_slack(Slack::Least);
+    let mut slack = None;
     let mut served: Vec<Served> = Vec::new();
     let mut nodes: Vec<ServedNode> = Vec::new();
     let mut last_progress = Instant::now();
     let mut sleep_cost = SleepCost::default();
     loop {
+        let pace = pace();
+        if slack != Some(pace) {
+            set_timer_slack(if pace == EnginePace::Frugal {
+                Slack::Default
+            } else {
+                Slack::Least
+            });
+            slack = Some(pace);
+        }
         let round = catch_unwind(AssertUnwindSafe(|| {
             serve_round(
                 server,
@@ -428,15 +448,19 @@ fn serve_round(
     if progressed {
         *last_progress = Instant::now();
     }
+    // Retired nodes alone are served for the life of the process, for graphs of other code's
+    // that may run them at any time: they are looked at in the longer pauses.
+    let live = !served.is_empty() || nodes.iter().any(|node| !node.slot.is_retired());
     let quiet = last_progress.elapsed();
     if quiet < SPIN {
         sleep_cost.interrupted();
         std::hint::spin_loop();
-    } else if quiet < YIELD {
+    } else if quiet < YIELD || (live && pace() == EnginePace::Spinning) {
         sleep_cost.interrupted();
         std::thread::yield_now();
     } else {
-        std::thread::sleep(sleep_cost.pause(PAUSE));
+        server.sleeps.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(sleep_cost.pause(if live { PAUSE } else { RETIRED_PAUSE }));
     }
 }
 

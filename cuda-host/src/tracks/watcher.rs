@@ -49,7 +49,7 @@ use crate::error::Result;
 use crate::launch::{Look, seen_failed};
 use crate::observe::{self, Points};
 use crate::own_thread::OwnThread;
-use crate::pause::{SleepCost, Slack, set_timer_slack};
+use crate::pause::{Slack, SleepCost, set_timer_slack};
 use crate::sync::lock;
 use crate::tracks::track::Track;
 use crate::tracks::waiters::Registration;
