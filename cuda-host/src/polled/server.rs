@@ -149,7 +149,7 @@ pub struct PolledEngineCounts {
     /// How many times a server parked since the pool started.
     pub parks: u64,
     /// How many times a server slept between two looks while it served something, since the
-    /// pool started (never, at [`EnginePace::Spinning`](crate::polled::EnginePace::Spinning)).
+    /// pool started (never, at [`EnginePace::Spinning`]).
     pub sleeps: u64,
     /// Server threads that run (started, never stopped; 0 before the first polled stream).
     pub threads: u64,
