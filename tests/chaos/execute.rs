@@ -1012,6 +1012,7 @@ pub fn foreign_begin_on(
         mode: raw_mode(mode),
         worker: local.id,
         breakers: Arc::new(Mutex::new(Vec::new())),
+        calls_at_begin: crate::breaking_calls(env.controls),
     };
     stream.captures.fetch_add(1, Ordering::SeqCst);
     world.capture_opens(true);
@@ -1078,7 +1079,14 @@ pub fn end_foreign_keeping(
         .retain(|watched| !Arc::ptr_eq(&watched.breakers, &capture.breakers));
     let stream = Arc::clone(&capture.stream);
     let name = stream.name.clone();
-    let breakers = capture.breakers.lock().unwrap().clone();
+    let mut breakers = capture.breakers.lock().unwrap().clone();
+    // A breaking call of a step beside this one, which the runner notes as a breaker only once
+    // both ended, breaks a global-mode capture all the same.
+    if capture.mode == cuda_host_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
+        && crate::breaking_calls(env.controls) != capture.calls_at_begin
+    {
+        breakers.push("a call of a step beside it, while it was open".to_owned());
+    }
     let ended = capture.end_keeping();
     // Counted open until its end returned: a step beside this one may meet it still open.
     stream.captures.fetch_sub(1, Ordering::SeqCst);

@@ -493,7 +493,7 @@ fn run_steps(
 
 /// The driver calls that documentedly break a capture other code began (an allocation or free
 /// of memory, a context synchronize), counted process-wide.
-fn breaking_calls(controls: &suite::software::Controls) -> u64 {
+pub fn breaking_calls(controls: &suite::software::Controls) -> u64 {
     [
         c"cuMemHostAlloc",
         c"cuMemFreeHost",

@@ -67,6 +67,10 @@ pub struct ForeignCapture {
     pub worker: usize,
     /// The steps that ran while it was open and made a call that documentedly breaks it.
     pub breakers: Arc<Mutex<Vec<String>>>,
+    /// The process's calls that documentedly break a capture (`breaking_calls`) as it began:
+    /// a global-mode capture begun and ended within one step meets the calls of the steps
+    /// beside it before the runner notes them as its breakers.
+    pub calls_at_begin: u64,
 }
 
 /// What the runner watches of a capture other code began: which steps may break it.
