@@ -5,7 +5,6 @@
 //! that cannot start, a batch other code's capture took and its graph run later, a panicking
 //! logger, frees and allocations during a global capture.
 
-use cuda_host::polled::EnginePace;
 use cuda_host::{
     Context, Error, Stream, StreamFlags, UserData, graph::CaptureMode, graph::GraphBuilder,
     host_launch, host_launch_raw, metrics, options::HostEngine, options::HostTaskSyncMode,
@@ -281,77 +280,6 @@ fn threads_launching_on_four_polled_streams_lose_nothing_and_keep_each_streams_o
                 .eq((0..EACH).map(|index| (thread, index)))
         );
     }
-}
-
-#[test]
-fn a_spinning_engine_never_sleeps_while_a_function_waits_and_the_balanced_one_does() {
-    // Alone in a process: the pace is process-wide, and no other test's functions may run.
-    suite::alone_in_child!(
-        a_spinning_engine_never_sleeps_while_a_function_waits_and_the_balanced_one_does
-    );
-    cuda_host::polled::set_polled_engine_pace(EnginePace::Spinning);
-    let context = context();
-    let stream = polled_stream(&context);
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    let ran = Arc::new(AtomicUsize::new(0));
-    let counted = Arc::clone(&ran);
-    host_launch(&stream, move || {
-        counted.fetch_add(1, Ordering::SeqCst);
-    })
-    .expect("launch");
-    // Long past the spin after the launch, where the balanced engine sleeps.
-    std::thread::sleep(Duration::from_millis(20));
-    let sleeps = || metrics().polled_engine().sleeps;
-    let before = sleeps();
-    std::thread::sleep(Duration::from_millis(100));
-    let spinning = sleeps() - before;
-    cuda_host::polled::set_polled_engine_pace(EnginePace::Balanced);
-    let before = sleeps();
-    wait_until("the balanced engine to sleep between looks", || {
-        sleeps() > before + 10
-    });
-    suite::figure(&format!(
-        "engine sleeps over 100 ms with one function waiting: {spinning} spinning"
-    ));
-    assert_eq!(
-        spinning, 0,
-        "the spinning engine slept while a function waited"
-    );
-    assert_eq!(
-        ran.load(Ordering::SeqCst),
-        0,
-        "ran before its stream reached it"
-    );
-    gate.open();
-    stream.synchronize().expect("synchronize");
-    assert_eq!(ran.load(Ordering::SeqCst), 1);
-}
-
-#[cfg(target_os = "linux")]
-#[test]
-fn the_engines_timer_slack_follows_its_pace() {
-    // Alone in a process: the pace is process-wide.
-    suite::alone_in_child!(the_engines_timer_slack_follows_its_pace);
-    // One server: each reads its pace as its rounds begin, and a parked one makes none.
-    cuda_host::polled::set_polled_engine_threads(1).expect("one server");
-    let context = context();
-    let stream = polled_stream(&context);
-    let gate = Gate::new(&context);
-    gate.hold(&stream);
-    host_launch(&stream, || {}).expect("launch");
-    let slack = || suite::thread_timer_slack("cuda-host-poll");
-    wait_until("the balanced engine's least slack", || slack() == Some(1));
-    cuda_host::polled::set_polled_engine_pace(EnginePace::Frugal);
-    wait_until("the frugal engine's slack, Linux's default", || {
-        slack() == Some(50_000)
-    });
-    cuda_host::polled::set_polled_engine_pace(EnginePace::Balanced);
-    wait_until("the balanced engine's least slack again", || {
-        slack() == Some(1)
-    });
-    gate.open();
-    stream.synchronize().expect("synchronize");
 }
 
 #[test]

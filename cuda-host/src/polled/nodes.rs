@@ -248,6 +248,12 @@ impl NodeSlot {
         self.retired.load(Ordering::Acquire)
     }
 
+    /// Whether launches wait for their runs: a retired slot serves those queued before it
+    /// retired, as ever.
+    pub(super) fn has_pending(&self) -> bool {
+        !lock(&self.pending).is_empty()
+    }
+
     /// Whether no launch is pending and no graph may request a run; when so, the slot is marked
     /// unserved under the pending list's lock, so that a launch queued after is handed to a
     /// server again.

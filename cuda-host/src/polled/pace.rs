@@ -6,8 +6,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 /// How the polled engine's servers wait while host functions are queued behind work their
 /// streams have not finished, set with [`set_polled_engine_pace`]. Whatever the pace, a server
-/// spins for 100 µs after a function ran and yields until 1 ms, and parks once nothing is
-/// queued; measured costs are in `docs/PERFORMANCE.md`.
+/// spins for 100 µs after a function ran and yields until 1 ms, a stream handed to a sleeping
+/// server wakes it, and a server parks once nothing is queued (but for one serving graph nodes
+/// retired for a capture, which it looks at every 200 µs for the life of the process:
+/// [`PolledEngineCounts::retired_graph_nodes`](crate::metrics::PolledEngineCounts));
+/// measured costs are in `docs/PERFORMANCE.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum EnginePace {

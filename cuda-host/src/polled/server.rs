@@ -41,8 +41,8 @@ use crate::pause::{Slack, SleepCost, set_timer_slack};
 use crate::sync::lock;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The most server threads the pool may have.
@@ -83,6 +83,9 @@ struct Registry {
     fresh_nodes: Vec<ServedNode>,
     /// Set by the server, under the lock, just before it parks.
     parked: bool,
+    /// Set by the server, under the lock, just before it sleeps between two rounds: a hand-over
+    /// ends the sleep, as it ends a park.
+    resting: bool,
 }
 
 /// One server of the pool: what enqueuers hand it and what it counts. Aligned apart, so that
@@ -105,6 +108,7 @@ impl Server {
                 fresh: Vec::new(),
                 fresh_nodes: Vec::new(),
                 parked: false,
+                resting: false,
             }),
             functions: AtomicU64::new(0),
             parks: AtomicU64::new(0),
@@ -148,8 +152,9 @@ pub struct PolledEngineCounts {
     pub parked: bool,
     /// How many times a server parked since the pool started.
     pub parks: u64,
-    /// How many times a server slept between two looks while it served something, since the
-    /// pool started (never, at [`EnginePace::Spinning`]).
+    /// How many times a server slept between two looks while functions or graph launches were
+    /// queued on what it serves, or had run in the last 2 ms, since the pool started (never, at
+    /// [`EnginePace::Spinning`]).
     pub sleeps: u64,
     /// Server threads that run (started, never stopped; 0 before the first polled stream).
     pub threads: u64,
@@ -308,8 +313,15 @@ pub(super) fn serve(lane: &Arc<Lane>, context: &Arc<ContextShared>) {
         context_address: context.raw().addr(),
         last_active: Instant::now(),
     });
-    if registry.parked {
+    wake(registry, thread);
+}
+
+/// Unparks the server of `registry`, whose thread is `thread`, if it parked or sleeps between
+/// rounds: it was just handed a lane or a node.
+fn wake(mut registry: MutexGuard<'_, Registry>, thread: &std::thread::Thread) {
+    if registry.parked || registry.resting {
         registry.parked = false;
+        registry.resting = false;
         drop(registry);
         thread.unpark();
     }
@@ -337,11 +349,7 @@ pub(super) fn serve_node(slot: &Arc<NodeSlot>) {
         context,
         last_active: Instant::now(),
     });
-    if registry.parked {
-        registry.parked = false;
-        drop(registry);
-        thread.unpark();
-    }
+    wake(registry, thread);
 }
 
 const SPIN: Duration = Duration::from_micros(100);
@@ -448,9 +456,12 @@ fn serve_round(
     if progressed {
         *last_progress = Instant::now();
     }
-    // Retired nodes alone are served for the life of the process, for graphs of other code's
-    // that may run them at any time: they are looked at in the longer pauses.
-    let live = !served.is_empty() || nodes.iter().any(|node| !node.slot.is_retired());
+    // Retired nodes with no launch pending are served for the life of the process, for graphs
+    // of other code's that may run them at any time: they are looked at in the longer pauses.
+    let live = !served.is_empty()
+        || nodes
+            .iter()
+            .any(|node| !node.slot.is_retired() || node.slot.has_pending());
     let quiet = last_progress.elapsed();
     if quiet < SPIN {
         sleep_cost.interrupted();
@@ -459,8 +470,21 @@ fn serve_round(
         sleep_cost.interrupted();
         std::thread::yield_now();
     } else {
-        server.sleeps.fetch_add(1, Ordering::Relaxed);
-        std::thread::sleep(sleep_cost.pause(if live { PAUSE } else { RETIRED_PAUSE }));
+        let pause = sleep_cost.pause(if live { PAUSE } else { RETIRED_PAUSE });
+        let mut registry = lock(&server.registry);
+        if !registry.fresh.is_empty() || !registry.fresh_nodes.is_empty() {
+            // Handed something since the round began: taken on at once.
+            return;
+        }
+        registry.resting = true;
+        drop(registry);
+        if live {
+            server.sleeps.fetch_add(1, Ordering::Relaxed);
+        }
+        // Ended early by a hand-over (`wake`), or by an unpark left from one that found the
+        // thread awake: then a round comes a pause early.
+        std::thread::park_timeout(pause);
+        lock(&server.registry).resting = false;
     }
 }
 
