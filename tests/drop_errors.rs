@@ -4,7 +4,7 @@
 //! being done.
 
 use cuda_host::graph::{CaptureMode, GraphBuilder};
-use cuda_host::{Context, Error, Stream, StreamFlags, host_launch};
+use cuda_host::{Context, Error, Event, EventFlags, Stream, StreamFlags, host_launch};
 use cuda_host_sys::CUresult;
 use suite::context;
 
@@ -229,4 +229,157 @@ fn a_builders_end_returns_its_graph_while_a_drop_error_waits() {
     assert!(graph.is_ok(), "the end refused: {:?}", graph.err());
     next_call_answers_drop_error(&context).unwrap();
     assert!(matches!(stream.capture_state(), Ok(None)));
+}
+
+/// Whether the record of a host function behind the context's failure is reclaimed once
+/// `answer` (given an event recorded behind it and its stream) answered that failure: straight
+/// from the driver (`through_drop_error` false), or as the error a failed `cuEventDestroy` left
+/// (true). The failure is set in the driver, unseen by cuda-host until a call answers it; the
+/// stream is kept alive, so no watch of its drop reclaims.
+fn reclaimed_after_a_call_answers_the_failure(
+    controls: &suite::software::Controls,
+    through_drop_error: bool,
+    answer: impl FnOnce(&Event, &Stream) -> Result<(), Error>,
+) -> Result<(), String> {
+    let context = context();
+    let stream = Stream::new(&context, StreamFlags::NonBlocking).expect("stream");
+    let gate = suite::Gate::new(&context);
+    let tally = suite::Tally::new();
+    let doomed = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    gate.hold(&stream);
+    // Behind the gate: never runs once the context failed.
+    tally.launch_counted(&stream, 1);
+    event.record(&stream).expect("record");
+    controls.set_sticky_error(&context, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    if through_drop_error {
+        // cuEventDestroy answers the sticky error: kept as a drop error.
+        drop(doomed);
+    } else {
+        std::mem::forget(doomed);
+    }
+    let answered = answer(&event, &stream);
+    let failure = answered
+        .as_ref()
+        .err()
+        .and_then(Error::driver_result)
+        .is_some_and(|result| result == CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+    let reclaimed = suite::wait::holds_within(std::time::Duration::from_secs(2), || {
+        cuda_host::reclaim();
+        tally.drops() == 1
+    });
+    std::mem::forget((event, stream, gate));
+    match (failure, reclaimed) {
+        (true, true) => Ok(()),
+        (false, _) => Err(format!("the call answered {answered:?}, not the failure")),
+        (true, false) => Err(format!(
+            "the call answered the failure ({answered:?}), yet the record of a host function \
+             behind it, which will never run, was not reclaimed within 2 s"
+        )),
+    }
+}
+
+#[test]
+fn an_event_synchronize_answering_the_failure_reclaims_the_records_behind_it() {
+    let test = "an_event_synchronize_answering_the_failure_reclaims_the_records_behind_it";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(
+        an_event_synchronize_answering_the_failure_reclaims_the_records_behind_it
+    );
+    reclaimed_after_a_call_answers_the_failure(controls, false, |event, _| event.synchronize())
+        .unwrap();
+}
+
+#[test]
+fn an_event_synchronize_answering_the_failure_as_a_drop_error_reclaims_the_records_behind_it() {
+    let test =
+        "an_event_synchronize_answering_the_failure_as_a_drop_error_reclaims_the_records_behind_it";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(
+        an_event_synchronize_answering_the_failure_as_a_drop_error_reclaims_the_records_behind_it
+    );
+    reclaimed_after_a_call_answers_the_failure(controls, true, |event, _| event.synchronize())
+        .unwrap();
+}
+
+#[test]
+fn a_launch_answering_the_failure_as_a_drop_error_reclaims_the_records_behind_it() {
+    let test = "a_launch_answering_the_failure_as_a_drop_error_reclaims_the_records_behind_it";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(
+        a_launch_answering_the_failure_as_a_drop_error_reclaims_the_records_behind_it
+    );
+    reclaimed_after_a_call_answers_the_failure(controls, true, |_, stream| {
+        host_launch(stream, || {})
+    })
+    .unwrap();
+}
+
+/// Queries of what exists leave the error waiting, as `Error::DropFailed` says; the next call
+/// that makes or enqueues answers it.
+#[test]
+fn an_event_query_leaves_a_drop_error_for_the_next_call_that_makes_a_stream() {
+    let test = "an_event_query_leaves_a_drop_error_for_the_next_call_that_makes_a_stream";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(
+        an_event_query_leaves_a_drop_error_for_the_next_call_that_makes_a_stream
+    );
+    let context = context();
+    let event = Event::new(&context, EventFlags::DisableTiming).expect("event");
+    leave_drop_error(controls, &context);
+    assert_eq!(
+        event.is_complete(),
+        Ok(true),
+        "the query answers its own question"
+    );
+    next_call_answers_drop_error(&context).unwrap();
+}
+
+/// Errors left on one thread are answered on another, oldest first, once each; another value of
+/// the same context (a second `Context::primary`) does not answer them.
+#[test]
+fn drop_errors_cross_threads_in_order_once_and_stay_with_their_value() {
+    let test = "drop_errors_cross_threads_in_order_once_and_stay_with_their_value";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(drop_errors_cross_threads_in_order_once_and_stay_with_their_value);
+    let context = context();
+    let other = Context::primary(&cuda_host::Device::get(context.driver(), 0).expect("device"))
+        .expect("a second value");
+    let codes = [
+        CUresult::CUDA_ERROR_INVALID_VALUE,
+        CUresult::CUDA_ERROR_INVALID_HANDLE,
+    ];
+    let leaver = context.clone();
+    std::thread::spawn(move || {
+        let doomed: Vec<_> = codes
+            .iter()
+            .map(|_| Stream::new(&leaver, StreamFlags::NonBlocking).expect("stream"))
+            .collect();
+        for (stream, code) in doomed.into_iter().zip(codes) {
+            controls.fail_next_calls(c"cuStreamDestroy_v2", 1, code);
+            drop(stream);
+        }
+    })
+    .join()
+    .expect("the leaving thread");
+    assert!(Stream::new(&other, StreamFlags::NonBlocking).is_ok());
+    let answered: Vec<_> = (0..3)
+        .map(|_| {
+            Stream::new(&context, StreamFlags::NonBlocking)
+                .map(drop)
+                .err()
+                .and_then(|error| error.driver_result())
+        })
+        .collect();
+    assert_eq!(answered, vec![Some(codes[0]), Some(codes[1]), None]);
 }

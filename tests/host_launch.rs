@@ -1808,3 +1808,34 @@ fn a_synchronize_answering_a_failed_drop_returns_only_once_no_host_function_of_i
     );
     std::mem::forget(running);
 }
+
+#[test]
+fn an_event_synchronize_answering_a_failed_drop_returns_only_once_no_host_function_runs() {
+    // As for a stream: the failed context's stream destroy leaves the sticky error as a drop
+    // error, which the event's synchronize answers first; the event knows no stream, so it
+    // waits for every host function of its context.
+    suite::alone_in_child!(
+        an_event_synchronize_answering_a_failed_drop_returns_only_once_no_host_function_runs
+    );
+    let context = context();
+    let (running, faulting) = (new_stream(&context), new_stream(&context));
+    let progress = Straddle::leaked();
+    host_launch(&running, move || progress.run()).expect("launch");
+    let event =
+        cuda_host::Event::new(&context, cuda_host::EventFlags::DisableTiming).expect("event");
+    event.record(&running).expect("record");
+    progress.fail_while_running(&faulting);
+    drop(faulting);
+    let synchronized = event.synchronize();
+    let ended = progress.ended.load(Ordering::SeqCst);
+    assert!(
+        matches!(synchronized, Err(cuda_host::Error::DropFailed { .. })),
+        "the failure is reported as the drop's: {synchronized:?}"
+    );
+    assert!(
+        ended,
+        "Event::synchronize answered {synchronized:?} while a host function recorded before the \
+         event still ran"
+    );
+    std::mem::forget((event, running));
+}

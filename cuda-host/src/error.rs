@@ -45,9 +45,14 @@ pub enum Error {
     },
 
     /// Destroying an object failed earlier, in a `Drop`, where the error could not be returned;
-    /// it is returned by the next call on the same context value or a clone of it (another
-    /// value of the same context, such as a second [`Context::primary`](crate::Context::primary),
-    /// keeps errors of its own), never taken by what cuda-host calls on its own account.
+    /// it is returned by the next call through the same context value or a clone of it that
+    /// makes a stream, an event or a graph, enqueues on a stream, or synchronizes (queries and
+    /// edits of what exists, such as `Event::is_complete` or a graph's node edits, leave it
+    /// waiting); another value of the same context, such as a second
+    /// [`Context::primary`](crate::Context::primary), keeps errors of its own; and what
+    /// cuda-host calls on its own account never takes it. Where the error is the context's
+    /// failure, the host functions the context will never run are reclaimed as the destroy
+    /// fails, and a synchronize that returns it waits as for the driver's answer.
     #[error("destroying the {object} failed earlier: {source}")]
     DropFailed {
         /// What was being destroyed: `"stream"`, `"event"`, ...

@@ -19,6 +19,7 @@
 use crate::checked::checked;
 use crate::contain::logged;
 use crate::error::{Error, Result};
+use crate::launch::context_failure::abandon_if_failed;
 use crate::launch::pinned::{PinnedPage, PinnedPages, PinnedWord, pages_of};
 use crate::sync::lock;
 use cuda_host_sys::{CUcontext, CUdevice, Driver};
@@ -214,6 +215,9 @@ impl ContextShared {
     /// Keeps an error a `Drop` could not return, for the next call on this context.
     pub(crate) fn record_drop_error(&self, object: &'static str, error: cuda_host_sys::Error) {
         logged!(error!("destroying the {object} failed: {error}"));
+        // The context's failure, which the destroy is the first to answer: what it launched
+        // will never run, and is reclaimed now rather than when a later call meets the failure.
+        abandon_if_failed(self, error.result());
         lock(&self.drop_errors).push(Error::DropFailed {
             object,
             source: error,

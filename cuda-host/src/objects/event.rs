@@ -84,12 +84,22 @@ impl Event {
     /// NVIDIA's reference: [`cuEventSynchronize`](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EVENT.html).
     ///
     /// # Errors
-    /// The driver's error from `cuEventSynchronize`.
+    /// [`Error::DropFailed`](crate::Error::DropFailed) waiting for this context value, returned
+    /// before waiting (where it carries the context's failure, once no host function of the
+    /// context runs, as for the driver's answer); the driver's error from `cuEventSynchronize`.
     #[doc(alias = "cuEventSynchronize")]
     pub fn synchronize(&self) -> Result<()> {
         ensure_outside_host_function("Event::synchronize")?;
         let shared = self.context.shared();
-        shared.take_drop_error()?;
+        if let Err(error) = shared.take_drop_error() {
+            // A drop error stored earlier may be the failure itself: answered here, it waits
+            // too, as the driver's answer would.
+            if let Some(result) = error.driver_result() {
+                abandon_if_failed_then_wait(shared, result, None);
+            }
+            reclaim();
+            return Err(error);
+        }
         // SAFETY: the handle is valid while `self` exists.
         let synchronized = unsafe { checked!(shared.driver(), cuEventSynchronize(self.raw)) };
         if let Err(error) = &synchronized {

@@ -23,7 +23,7 @@ use std::fmt;
 /// thread. A launch or a release looks at a stream's points at most every 50 µs; a
 /// synchronize and [`reclaim`](crate::reclaim) look at once; a thread that makes no cuda-host
 /// call keeps a passed value until its next one, or its exit. After [`Stream::synchronize`]
-/// returns on this thread, the values it released on that stream before the call have been
+/// returns `Ok` on this thread, the values it released on that stream before the call have been
 /// dropped.
 ///
 /// Typical values: a pinned staging buffer an async copy reads, an `Arc` keeping device memory
