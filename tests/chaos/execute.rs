@@ -83,6 +83,58 @@ impl Env {
                 "{what} refused with no reason the harness knows of: {error}"
             ));
         }
+        if let Some(context) = context
+            && error.driver_result() == Some(CUresult::CUDA_ERROR_ILLEGAL_ADDRESS)
+        {
+            self.check_reclaimed_behind_failure(what, context, error);
+        }
+    }
+
+    /// A call (`what`) on this worker answered `context`'s failure (`error`, straight from the
+    /// driver or as a drop's): what this worker launched or released there that never ran is
+    /// reclaimed, so this worker's drains drop it ("cuda-host reclaims its record when a call
+    /// answers the failure"). A function the driver's thread had already taken runs instead:
+    /// given a moment.
+    fn check_reclaimed_behind_failure(&self, what: &str, context: &ContextEntry, error: &Error) {
+        let Some(home) = witness::current_worker() else {
+            return;
+        };
+        let Some(globals) = witness::global_changes() else {
+            return;
+        };
+        if !witness::drops_allowed_here() {
+            return;
+        }
+        let stranded = || -> Vec<String> {
+            self.handed
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|handed| handed.for_synchronize && handed.context == context.id)
+                .map(|handed| &handed.witness)
+                .filter(|witness| {
+                    witness.home == home
+                        && !witness.handed_back.load(Ordering::SeqCst)
+                        && witness.accepted_at.load(Ordering::SeqCst) != 0
+                        && witness.runs() == 0
+                        && witness.drops() == 0
+                })
+                .map(|witness| witness.what.clone())
+                .collect()
+        };
+        let reclaimed = suite::wait::holds_within(std::time::Duration::from_millis(200), || {
+            cuda_host::reclaim();
+            stranded().is_empty()
+        });
+        // A drain a global capture began meanwhile refused proves nothing.
+        if !reclaimed && witness::no_global_capture_since(globals) {
+            violated(format!(
+                "{what} answered {}'s failure ({error}), yet what this worker handed it that \
+                 never ran was not reclaimed: {:?}",
+                context.name,
+                stranded()
+            ));
+        }
     }
 }
 
@@ -270,6 +322,7 @@ pub fn execute(env: &Env, local: &mut Local, op: &Op) -> String {
         Op::BuilderEnd { builder, launch_on } => builder_end(env, local, builder, launch_on),
         Op::Fail { context } => fail(env, context),
         Op::FailBehindDroppedStream { context } => fail_behind_dropped_stream(env, context),
+        Op::FailSeenByDrop => fail_seen_by_a_drop(env),
         Op::DropErrorKept { between } => crate::drop_errors::kept(env, between),
         Op::FailNext { entry, count } => {
             let entry = ENTRIES[usize::from(entry) % ENTRIES.len()];
@@ -949,6 +1002,58 @@ fn fail_behind_dropped_stream(env: &Env, context: u8) -> String {
         } else {
             "reclaimed"
         }
+    )
+}
+
+/// Makes a fresh context of its own (so that no value another step holds there is looked at,
+/// which would meet the failure first), a stream held at a gate, a launch behind it and an event;
+/// fails the context and drops the event: its destroy meets the failure first and leaves it as
+/// a drop error, which the next call answers (and `check_refusal_in` checks that the launch was
+/// reclaimed).
+fn fail_seen_by_a_drop(env: &Env) -> String {
+    let world = &env.world;
+    let device = match Device::get(world.base.driver(), 0) {
+        Ok(device) => device,
+        Err(error) => return format!("no device: {error}"),
+    };
+    let context = match env.controls.inner().fresh_context(&device) {
+        Ok(context) => world.add_context(context, ContextKind::Fresh),
+        Err(error) => return format!("no fresh context: {error}"),
+    };
+    let stream = match Stream::new(&context.context, StreamFlags::NonBlocking) {
+        Ok(stream) => stream,
+        Err(error) => {
+            env.check_refusal_in("Stream::new", Some(&context), &error);
+            return format!("refused: {error}");
+        }
+    };
+    let entry = world.add_stream(stream, &context, StreamKind::NonBlocking, false);
+    let Some(gate) = world.hold(&entry) else {
+        return format!("{}: the driver refused the gate's wait", entry.name);
+    };
+    let (launched, _) = launch_on(env, &entry, false, false);
+    let event = cuda_host::Event::new(&context.context, cuda_host::EventFlags::DisableTiming);
+    let failed = fail_context(env, &context);
+    let dropped = match event {
+        Ok(event) => {
+            drop(event);
+            "an event dropped"
+        }
+        Err(_) => "no event",
+    };
+    let next = match Stream::new(&context.context, StreamFlags::NonBlocking) {
+        Ok(stream) => {
+            drop(stream);
+            "made a stream".to_owned()
+        }
+        Err(error) => {
+            env.check_refusal_in("Stream::new", Some(&context), &error);
+            format!("{error}")
+        }
+    };
+    format!(
+        "gate {gate} closed on {}; {launched}; {failed}; {dropped}; the next call: {next}",
+        entry.name
     )
 }
 

@@ -218,6 +218,11 @@ pub enum Op {
     FailBehindDroppedStream {
         context: u8,
     },
+    /// A fresh context of its own, a stream held at a gate, a launch behind it, an event made,
+    /// the context failed, the event dropped (its destroy is the first call to meet the failure,
+    /// left as a drop error), then the next call, which answers it: the launch, which will never
+    /// run, must be reclaimed.
+    FailSeenByDrop,
     /// An error a failed destroy left, cuda-host's own work on the context, then the next call,
     /// which must answer it (`drop_errors`).
     DropErrorKept {
@@ -256,6 +261,7 @@ impl Op {
                 | Op::Synchronize { .. }
                 | Op::Fail { .. }
                 | Op::FailBehindDroppedStream { .. }
+                | Op::FailSeenByDrop
                 | Op::ForeignBegin { .. }
                 | Op::ForeignEnd { .. }
                 | Op::CaptureAtNextCall { .. }
@@ -321,6 +327,7 @@ pub fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(context, legacy)| Op::SpecialStream { context, legacy }),
         1 => index().prop_map(|index| Op::DropStream { index }),
         1 => index().prop_map(|context| Op::FailBehindDroppedStream { context }),
+        1 => Just(Op::FailSeenByDrop),
         1 => index().prop_map(|between| Op::DropErrorKept { between }),
         12 => (index(), rarely(), rarely()).prop_map(|(stream, panic_in_run, panic_in_drop)| {
             Op::Launch { stream, panic_in_run, panic_in_drop }
