@@ -321,6 +321,21 @@ fn a_launch_answering_the_failure_as_a_drop_error_reclaims_the_records_behind_it
     .unwrap();
 }
 
+#[test]
+fn a_stream_made_after_the_failure_answers_it_and_reclaims_the_records_behind_it() {
+    let test = "a_stream_made_after_the_failure_answers_it_and_reclaims_the_records_behind_it";
+    let Some(controls) = suite::software::controls() else {
+        return suite::skip(test, "failures are controls of the software driver");
+    };
+    suite::alone_in_child!(
+        a_stream_made_after_the_failure_answers_it_and_reclaims_the_records_behind_it
+    );
+    reclaimed_after_a_call_answers_the_failure(controls, false, |_, stream| {
+        Stream::new(stream.context(), StreamFlags::NonBlocking).map(drop)
+    })
+    .unwrap();
+}
+
 /// Queries of what exists leave the error waiting, as `Error::DropFailed` says; the next call
 /// that makes or enqueues answers it.
 #[test]

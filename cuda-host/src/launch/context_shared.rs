@@ -131,10 +131,16 @@ impl ContextShared {
 
     /// Runs `call` with this context current on the calling thread, then makes what was current
     /// before current again: cuda-host leaves the thread's current context as it found it.
+    /// A call that meets the context's failure answers it: what the context will never run is
+    /// reclaimed (`context_failure`), whichever call it was.
     pub(crate) fn with_current<T>(&self, call: impl FnOnce() -> Result<T>) -> Result<T> {
         // SAFETY: `raw` is live while this value exists: retained by it, or kept alive by its
         // owner (`Context::borrow_raw`).
-        unsafe { with_context_current(self.driver(), self.raw, call) }
+        let answer = unsafe { with_context_current(self.driver(), self.raw, call) };
+        if let Some(result) = answer.as_ref().err().and_then(Error::driver_result) {
+            abandon_if_failed(self, result);
+        }
+        answer
     }
 
     /// Makes this context current on the calling thread, and leaves it so.
