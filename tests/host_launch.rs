@@ -1626,6 +1626,22 @@ impl Straddle {
     }
 }
 
+/// A stream running a host function that straddles its context's failure, another stream whose
+/// fault failed the context while the function ran, the function's progress, and an event
+/// recorded after it.
+fn an_event_behind_a_function_its_context_fails()
+-> (Stream, Stream, &'static Straddle, cuda_host::Event) {
+    let context = context();
+    let (running, faulting) = (new_stream(&context), new_stream(&context));
+    let progress = Straddle::leaked();
+    host_launch(&running, move || progress.run()).expect("launch");
+    let event =
+        cuda_host::Event::new(&context, cuda_host::EventFlags::DisableTiming).expect("event");
+    event.record(&running).expect("record");
+    progress.fail_while_running(&faulting);
+    (running, faulting, progress, event)
+}
+
 #[test]
 fn an_event_synchronize_answering_a_failure_returns_only_once_no_host_function_before_it_runs() {
     // docs/GUIDE.md: "A call that answers the failure (`synchronize`, `is_complete`) returns only once
@@ -1635,14 +1651,7 @@ fn an_event_synchronize_answering_a_failure_returns_only_once_no_host_function_b
     suite::alone_in_child!(
         an_event_synchronize_answering_a_failure_returns_only_once_no_host_function_before_it_runs
     );
-    let context = context();
-    let (running, faulting) = (new_stream(&context), new_stream(&context));
-    let progress = Straddle::leaked();
-    host_launch(&running, move || progress.run()).expect("launch");
-    let event =
-        cuda_host::Event::new(&context, cuda_host::EventFlags::DisableTiming).expect("event");
-    event.record(&running).expect("record");
-    progress.fail_while_running(&faulting);
+    let (running, faulting, progress, event) = an_event_behind_a_function_its_context_fails();
     let queried = event.is_complete();
     let ended_at_query = progress.ended.load(Ordering::SeqCst);
     let synchronized = event.synchronize();
@@ -1817,14 +1826,7 @@ fn an_event_synchronize_answering_a_failed_drop_returns_only_once_no_host_functi
     suite::alone_in_child!(
         an_event_synchronize_answering_a_failed_drop_returns_only_once_no_host_function_runs
     );
-    let context = context();
-    let (running, faulting) = (new_stream(&context), new_stream(&context));
-    let progress = Straddle::leaked();
-    host_launch(&running, move || progress.run()).expect("launch");
-    let event =
-        cuda_host::Event::new(&context, cuda_host::EventFlags::DisableTiming).expect("event");
-    event.record(&running).expect("record");
-    progress.fail_while_running(&faulting);
+    let (running, faulting, progress, event) = an_event_behind_a_function_its_context_fails();
     drop(faulting);
     let synchronized = event.synchronize();
     let ended = progress.ended.load(Ordering::SeqCst);

@@ -42,19 +42,6 @@ fn timing_graph(context: &Context) -> (Graph, Times) {
     (graph, times)
 }
 
-/// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`), which threads it starts inherit.
-#[cfg(target_os = "linux")]
-fn set_own_timer_slack(nanoseconds: u64) {
-    use std::ffi::{c_int, c_ulong};
-    unsafe extern "C" {
-        fn prctl(option: c_int, ...) -> c_int;
-    }
-    // SAFETY: PR_SET_TIMERSLACK (29) takes one unsigned long by value and changes only the
-    // calling thread's slack.
-    let set = unsafe { prctl(29, nanoseconds as c_ulong) };
-    assert_eq!(set, 0, "PR_SET_TIMERSLACK");
-}
-
 #[test]
 fn a_spinning_engine_never_sleeps_while_a_function_waits_and_the_balanced_one_does() {
     suite::alone_in_child!(
@@ -230,9 +217,9 @@ fn the_engines_timer_slack_follows_its_pace_whichever_thread_started_it() {
     set_polled_engine_threads(1).expect("one server");
     let context = context();
     // A thread that saves power with a coarse slack starts the pool, which inherits it.
-    set_own_timer_slack(20_000_000);
+    suite::set_own_timer_slack(20_000_000);
     let stream = polled_stream(&context);
-    set_own_timer_slack(50_000);
+    suite::set_own_timer_slack(50_000);
     let gate = Gate::new(&context);
     gate.hold(&stream);
     host_launch(&stream, || {}).expect("launch");

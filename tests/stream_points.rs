@@ -737,19 +737,6 @@ fn a_spinning_watcher_never_sleeps_while_a_future_waits_and_the_balanced_one_doe
         .expect("the point was passed");
 }
 
-/// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`).
-#[cfg(target_os = "linux")]
-fn set_own_timer_slack(nanoseconds: u64) {
-    use std::ffi::{c_int, c_ulong};
-    unsafe extern "C" {
-        fn prctl(option: c_int, ...) -> c_int;
-    }
-    // SAFETY: PR_SET_TIMERSLACK (29) takes one unsigned long by value and changes only the
-    // calling thread's slack.
-    let set = unsafe { prctl(29, nanoseconds as c_ulong) };
-    assert_eq!(set, 0, "PR_SET_TIMERSLACK");
-}
-
 #[cfg(target_os = "linux")]
 #[test]
 fn the_watchers_timer_slack_follows_its_pace_whichever_thread_started_it() {
@@ -760,10 +747,10 @@ fn the_watchers_timer_slack_follows_its_pace_whichever_thread_started_it() {
     let gate = Gate::new(&context);
     gate.hold(&stream);
     // A thread that saves power with a coarse slack starts the watcher, which inherits it.
-    set_own_timer_slack(20_000_000);
+    suite::set_own_timer_slack(20_000_000);
     let mut point = stream_point(&stream).expect("a point");
     assert!(poll_once(&mut point).is_pending(), "the point passed");
-    set_own_timer_slack(50_000);
+    suite::set_own_timer_slack(50_000);
     // `None` until the thread named itself, as it does once it runs.
     let slack = || suite::thread_timer_slack("cuda-host-watch");
     wait_until("the balanced watcher's least slack", || slack() == Some(1));

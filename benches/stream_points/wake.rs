@@ -355,11 +355,12 @@ fn watcher_parks(bound: Duration) -> bool {
     true
 }
 
-/// Measures and prints the wake and drop latencies.
-pub(crate) fn run(bench: &Bench<'_>, quick: bool) {
+/// The samples' state on the bench's stream, and its timer thread, started.
+fn start_sampler<'bench>(
+    bench: &'bench Bench<'_>,
+) -> (Sampler<'bench>, std::thread::JoinHandle<()>) {
     let driver = bench.driver;
     let context = bench.stream.context();
-    let samples = if quick { 300 } else { 2000 };
     // Two words of the suite's pinned pool: the gate the host raises, the number the stream
     // writes.
     let words: &'static suite::MappedWords =
@@ -370,7 +371,7 @@ pub(crate) fn run(bench: &Bench<'_>, quick: bool) {
         .name("bench-timer".into())
         .spawn(move || timer(words, job_queue, seen_sender))
         .expect("the timer thread");
-    let mut sampler = Sampler {
+    let sampler = Sampler {
         driver,
         stream: &bench.stream,
         polled: &bench.polled,
@@ -386,6 +387,14 @@ pub(crate) fn run(bench: &Bench<'_>, quick: bool) {
         jobs,
         seen,
     };
+    (sampler, timer_thread)
+}
+
+/// Measures and prints the wake and drop latencies.
+pub(crate) fn run(bench: &Bench<'_>, quick: bool) {
+    let context = bench.stream.context();
+    let samples = if quick { 300 } else { 2000 };
+    let (mut sampler, timer_thread) = start_sampler(bench);
     println!();
     println!(
         "Wake latency: the stream waits for a host-written word, writes a second word, then the \
@@ -556,33 +565,8 @@ fn engine_cpu() -> Duration {
 /// what the watcher and the engine's servers used of a core over the long waits. Run alone:
 /// `cargo bench --bench stream_points -- --idle`.
 pub(crate) fn idle(bench: &Bench<'_>, quick: bool) {
-    let driver = bench.driver;
-    let context = bench.stream.context();
     let (short_samples, long_samples) = if quick { (200, 40) } else { (1000, 200) };
-    let words: &'static suite::MappedWords =
-        Box::leak(Box::new(suite::MappedWords::new(context, 2)));
-    let (jobs, job_queue) = channel();
-    let (seen_sender, seen) = channel();
-    let timer_thread = std::thread::Builder::new()
-        .name("bench-timer".into())
-        .spawn(move || timer(words, job_queue, seen_sender))
-        .expect("the timer thread");
-    let mut sampler = Sampler {
-        driver,
-        stream: &bench.stream,
-        polled: &bench.polled,
-        side: Stream::new(context, StreamFlags::NonBlocking).expect("a stream"),
-        words,
-        spin_event: create_event(driver, CUevent_flags::CU_EVENT_DISABLE_TIMING.0),
-        blocking_event: create_event(
-            driver,
-            CUevent_flags::CU_EVENT_DISABLE_TIMING.0 | CUevent_flags::CU_EVENT_BLOCKING_SYNC.0,
-        ),
-        number: 0,
-        random: 0x2545_f491_4f6c_dd1d,
-        jobs,
-        seen,
-    };
+    let (mut sampler, timer_thread) = start_sampler(bench);
     println!();
     println!(
         "After idle: the stream waits for a host-written word, writes a second, then the form \

@@ -36,6 +36,23 @@ fn sum_over_threads<T: std::ops::Add<Output = T>>(
     total
 }
 
+/// Sets the calling thread's timer slack (`PR_SET_TIMERSLACK`), which the threads it starts
+/// inherit.
+///
+/// # Panics
+/// When Linux refuses it.
+#[cfg(target_os = "linux")]
+pub fn set_own_timer_slack(nanoseconds: u64) {
+    use std::ffi::{c_int, c_ulong};
+    unsafe extern "C" {
+        fn prctl(option: c_int, ...) -> c_int;
+    }
+    // SAFETY: PR_SET_TIMERSLACK (29) takes one unsigned long by value and changes only the
+    // calling thread's slack.
+    let set = unsafe { prctl(29, nanoseconds as c_ulong) };
+    assert_eq!(set, 0, "PR_SET_TIMERSLACK");
+}
+
 /// The timer slack, in nanoseconds, of the thread of this process named `name` (summed over
 /// several, as the others: name one thread), as Linux keeps it (`timerslack_ns`); `None` where
 /// there is no such thread or file.

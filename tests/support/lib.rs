@@ -50,6 +50,8 @@ pub mod tally;
 pub mod wait;
 
 pub use child::{figure, in_child_process, run_in_child, runs_here_with_libcuda};
+#[cfg(target_os = "linux")]
+pub use cpu_time::set_own_timer_slack;
 pub use cpu_time::{started_thread_cpu_time, thread_cpu_time, thread_sleeps, thread_timer_slack};
 pub use exclusive::capture_lock;
 pub use memory::{Gate, MappedWords, hold_and_release};
