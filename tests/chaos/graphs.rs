@@ -987,6 +987,7 @@ fn taken_after_replace(env: &Env, exec: u8, node: u8, stream: u8) -> String {
         return format!("{first}; {launched}");
     };
     if on.held(world)
+        || crate::timelines::holds(&on)
         || !matches!(on.kind, StreamKind::NonBlocking | StreamKind::Blocking)
         || !matches!(on.stream.capture_state(), Ok(None))
         || world.armed.lock().unwrap().is_some()
@@ -1063,14 +1064,14 @@ fn launch(env: &Env, exec: u8, stream: u8, behind_gate: bool) -> String {
     if stream.context.context.as_raw() != entry.context.context.as_raw() {
         return format!("{} is of another context than {}", stream.name, entry.name);
     }
-    // A launch on another stream would wait for the one behind the gate, and a synchronize of
-    // that stream for a step after it.
+    // A launch on another stream would wait for the one behind the gate or a timeline's wait,
+    // and a synchronize or a host copy's scope on that stream for a step after it.
     if let Some(last) = &entry.last_stream
         && !Arc::ptr_eq(last, &stream)
-        && last.held(world)
+        && (last.held(world) || crate::timelines::holds(last))
     {
         return format!(
-            "{}'s latest launch waits behind a gate on {}: not launched on {}",
+            "{}'s latest launch waits behind a gate or a timeline's wait on {}: not launched on {}",
             entry.name, last.name, stream.name
         );
     }
