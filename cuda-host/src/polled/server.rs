@@ -95,7 +95,8 @@ struct Server {
     registry: Mutex<Registry>,
     functions: AtomicU64,
     parks: AtomicU64,
-    /// Sleeps between two rounds while it served something.
+    /// Sleeps between two rounds while what it serves had functions or launches queued, or ran
+    /// one in the last `LINGER` (`PolledEngineCounts::sleeps`).
     sleeps: AtomicU64,
     /// Lanes it serves: the pool hands a new lane to the server with the fewest.
     serving: AtomicU64,
